@@ -1,0 +1,17 @@
+"""octlm: a small language-model lab about token embeddings and position encodings."""
+
+from octlm.model import Decoder, DecoderConfig
+from octlm.positions import sinusoidal_positions
+
+__version__ = "0.1.0"
+
+__all__ = ["Decoder", "DecoderConfig", "__version__", "load_run", "sinusoidal_positions"]
+
+
+def __getattr__(name: str):
+    # load_run pulls in tokenizers and safetensors; keep `import octlm` light.
+    if name == "load_run":
+        from octlm.run import load_run
+
+        return load_run
+    raise AttributeError(f"module 'octlm' has no attribute {name!r}")

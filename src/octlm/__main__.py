@@ -1,0 +1,7 @@
+"""``python -m octlm`` is the ``octlm`` command."""
+
+import sys
+
+from octlm.cli import main
+
+sys.exit(main())

@@ -1,0 +1,99 @@
+"""``octlm bench``: forward-pass time per context length and the nearest-neighbour diagnostic.
+
+Without ``--run`` it builds an untrained Day-1 model, whose neighbours are
+random by construction: that run proves the code path, not the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from octlm.errors import OctlmError
+from octlm.model import Decoder, DecoderConfig
+from octlm.report import Reporter
+from octlm.tokenizer import Tokenizer
+from octlm.train import embedding_diagnostic, format_diagnostic, resolve_device
+
+
+def bench_lengths(model: Decoder) -> list[int]:
+    """Context lengths to time: powers of two up to the table (or 4x the training length)."""
+    limit = model.max_length or 4 * model.config.context_length
+    lengths = [2**i for i in range(4, 16) if 2**i <= limit]
+    if limit not in lengths:
+        lengths.append(limit)
+    return lengths
+
+
+@torch.no_grad()
+def time_forward(model: Decoder, length: int, batch_size: int, repeats: int, device: torch.device) -> float:
+    """Median seconds of one forward pass on random ids [batch_size, length]."""
+    ids = torch.randint(0, model.config.vocab_size, (batch_size, length), device=device)
+    model(ids)  # warm-up: allocations, kernel selection
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        model(ids)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def parse_token(spec: str, tokenizer: Tokenizer | None, vocab_size: int) -> int:
+    """A ``--token`` value: an integer id, or text that is exactly one token.
+
+    Raises:
+        OctlmError: for an id outside the vocabulary or text that is not one token.
+    """
+    if spec.lstrip("-").isdigit():
+        token_id = int(spec)
+        if not 0 <= token_id < vocab_size:
+            raise OctlmError(f"--token {spec}: id outside the vocabulary [0, {vocab_size})")
+        return token_id
+    if tokenizer is None:
+        raise OctlmError(f"--token {spec!r}: text needs a tokenizer; give --run RUN_DIR or a numeric id")
+    ids = tokenizer.encode(spec)
+    if len(ids) != 1:
+        pieces = ", ".join(repr(tokenizer.token_str(i)) for i in ids) or "nothing"
+        raise OctlmError(f"--token {spec!r} is {len(ids)} tokens ({pieces}); give one of them")
+    return ids[0]
+
+
+def bench(args: argparse.Namespace, report: Reporter) -> dict:
+    """Run ``octlm bench`` and report; returns the result dict."""
+    from octlm.run import load_run
+
+    if args.k < 1 or args.batch_size < 1 or args.repeats < 1:
+        raise OctlmError("--k, --batch-size and --repeats must each be >= 1")
+    device = resolve_device(args.device)
+    if args.run:
+        model, tokenizer = load_run(args.run, device)
+        source = args.run
+    else:
+        torch.manual_seed(args.seed)
+        model, tokenizer = Decoder(DecoderConfig()).to(device).eval(), None
+        source = "untrained Day-1 model"
+    extra = [parse_token(spec, tokenizer, model.config.vocab_size) for spec in args.token]
+    timings = []
+    for length in bench_lengths(model):
+        seconds = time_forward(model, length, args.batch_size, args.repeats, device)
+        timings.append({"context_length": length, "seconds": seconds, "tokens_per_second": args.batch_size * length / seconds})
+        report.event("forward", None, **timings[-1])
+    diagnostic = embedding_diagnostic(model, tokenizer, extra, args.k)
+    result = {"model": source, "position": model.config.position, "device": str(device), "batch_size": args.batch_size, "forward": timings, "nearest": diagnostic}
+    lines = [f"{source}: position={model.config.position}, device={device}, batch {args.batch_size}", "forward pass:"]
+    lines += [f"  T={t['context_length']:>5}: {t['seconds'] * 1e3:8.2f} ms  {t['tokens_per_second']:>12,.0f} tokens/s" for t in timings]
+    lines += ["", format_diagnostic(diagnostic, model.config.position)]
+    if not args.run:
+        lines.append("(untrained: the neighbours are random, which shows only that the code path works)")
+    report.result(result, "\n".join(lines))
+    return result
+
+
+__all__ = ["bench", "bench_lengths", "parse_token", "time_forward"]

@@ -1,0 +1,168 @@
+"""The ``octlm`` command line; each subcommand lives in :mod:`octlm.commands`.
+
+Every subcommand shows its defaults in ``--help``, takes ``--json`` (one JSON
+object per line on stdout, the last one the result) and reports bad input as
+one line naming the value and the fix, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import sys
+import tomllib
+import types
+import typing
+from pathlib import Path
+
+from octlm.errors import OctlmError
+from octlm.report import Reporter
+
+
+class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        # Help texts that explain their own default already say "default".
+        if action.help and "default" in action.help:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _field_types(cls) -> dict[str, tuple[type, bool]]:
+    """``{field: (scalar type, is_list)}`` from the dataclass's type hints (``int | None`` -> int)."""
+    out = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        is_list = typing.get_origin(hint) is list
+        out[name] = (typing.get_args(hint)[0] if is_list else hint, is_list)
+    return out
+
+
+def add_dataclass_options(parser: argparse.ArgumentParser, cls) -> None:
+    """One flag per dataclass field, with the field's help, type, choices and default."""
+    kinds = _field_types(cls)
+    for f in dataclasses.fields(cls):
+        meta = dict(f.metadata)
+        help_text = meta.pop("help", None)
+        kind, _ = kinds[f.name]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if kind is bool:
+            parser.add_argument(_flag(f.name), action="store_true", default=default, help=help_text)
+        else:
+            parser.add_argument(_flag(f.name), type=kind, default=default, help=help_text, **meta)
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object per line on stdout; the last is the result")
+    parser.add_argument("--quiet", action="store_true", help="print only warnings and the result")
+
+
+def _is_a(value, kind: type) -> bool:
+    if isinstance(value, bool):
+        return kind is bool
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
+
+
+def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> None:
+    """Make the keys of ``--config FILE.toml`` the parser's defaults, so command-line flags still win.
+
+    Keys are the option names, with dashes or underscores.
+
+    Raises:
+        OctlmError: when the file is missing or not TOML, or a key is unknown
+            or has the wrong type (the key and the expected type are named).
+    """
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    if not known.config:
+        return
+    path = Path(known.config)
+    try:
+        values = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise OctlmError(f"--config {path}: no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise OctlmError(f"--config {path}: not valid TOML ({err})") from None
+    kinds = _field_types(cls)
+    choices = {f.name: f.metadata.get("choices") for f in dataclasses.fields(cls)}
+    defaults = {}
+    for key, value in values.items():
+        name = key.replace("-", "_")
+        if name not in kinds:
+            raise OctlmError(f"--config {path}: unknown key {key!r}; the keys are this command's options: {', '.join(sorted(kinds))}")
+        kind, is_list = kinds[name]
+        if is_list and not isinstance(value, list):
+            value = [value]
+        items = value if is_list else [value]
+        if not all(_is_a(v, kind) for v in items):
+            expected = f"a list of {kind.__name__}" if is_list else kind.__name__
+            raise OctlmError(f"--config {path}: key {key!r} must be {expected}, got {value!r}")
+        if choices[name] and value not in choices[name]:
+            raise OctlmError(f"--config {path}: key {key!r} must be one of {', '.join(choices[name])}, got {value!r}")
+        defaults[name] = kind(value) if kind is float else value
+    parser.set_defaults(**defaults)
+
+
+#: Subcommands in the order ``octlm --help`` lists them; each module under
+#: ``octlm.commands`` defines ``add_parser(subparsers)`` and sets ``func``.
+COMMANDS = ["train", "sample", "bench"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from octlm import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="octlm",
+        description="octlm: train small decoders and look inside their token embeddings and position encodings.",
+        formatter_class=Formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"octlm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.subcommands = sub.choices
+    for name in COMMANDS:
+        importlib.import_module(f"octlm.commands.{name.replace('-', '_')}").add_parser(sub)
+    return parser
+
+
+def options_from(args: argparse.Namespace, cls):
+    """Build dataclass ``cls`` from the parsed flags of the same names."""
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    json_mode = "--json" in argv
+    report = Reporter(json_mode=json_mode, quiet="--quiet" in argv)
+    try:
+        if argv and argv[0] in parser.subcommands and hasattr(parser.subcommands[argv[0]], "options_class"):
+            sub = parser.subcommands[argv[0]]
+            apply_toml_config(sub, argv[1:], sub.options_class)
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        report = Reporter(json_mode=args.json, quiet=args.quiet)
+        return args.func(args, report)
+    except OctlmError as err:
+        return _fail(report, str(err), 1)
+    except KeyboardInterrupt:
+        return _fail(report, "interrupted", 130)
+
+
+def _fail(report: Reporter, message: str, code: int) -> int:
+    report.error(message)
+    print(f"octlm: error: {message}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

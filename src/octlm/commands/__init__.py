@@ -1,0 +1,1 @@
+"""One module per ``octlm`` subcommand: its flags (``add_parser``) and what it runs."""

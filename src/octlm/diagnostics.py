@@ -1,0 +1,76 @@
+"""The nearest-neighbour diagnostic of the seed.
+
+Cosine similarity between rows of the token table (and of the position
+vectors) says which tokens the model treats alike. On an untrained model the
+neighbours are random, which proves only that the code path works; after
+training, tokens used in similar contexts move together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from octlm.model import Decoder
+
+
+@dataclass
+class Neighbour:
+    """One neighbour: its row index, cosine similarity in [-1, 1] and a label."""
+
+    index: int
+    score: float
+    label: str
+
+
+def cosine_neighbours(table: Tensor, index: int, k: int = 5) -> list[tuple[int, float]]:
+    """The ``k`` rows of ``table`` [N, C] most cosine-similar to row ``index``, itself excluded.
+
+    Returns ``(row, similarity)`` pairs, most similar first.
+
+    Raises:
+        ValueError: when ``index`` is outside ``[0, N)``.
+    """
+    n = table.shape[0]
+    if not 0 <= index < n:
+        raise ValueError(f"row {index} is outside the table's {n} rows [0, {n})")
+    sims = F.cosine_similarity(table[index].unsqueeze(0).float(), table.float(), dim=-1)
+    sims[index] = float("-inf")
+    k = min(k, n - 1)
+    values, rows = sims.topk(k)
+    return [(int(r), float(v)) for r, v in zip(rows, values)]
+
+
+def position_vectors(model: Decoder, length: int | None = None) -> Tensor | None:
+    """The vectors a scheme adds for positions 0..length-1, [length, d_model], or ``None``.
+
+    Learned tables give their rows; sinusoidal gives the formula's rows; RoPE
+    and other schemes that add nothing to the embedding give ``None``.
+    """
+    length = length or model.config.context_length
+    if model.position_embedding is not None:
+        return model.position_embedding.weight[:length].detach()
+    zeros = torch.zeros(1, length, model.config.d_model, device=model.token_embedding.weight.device)
+    added = model.positions.embed(zeros, 0)[0]
+    return None if torch.count_nonzero(added) == 0 else added.detach()
+
+
+def nearest_tokens(model: Decoder, token_id: int, k: int = 5, token_str=None) -> list[Neighbour]:
+    """Nearest tokens to ``token_id`` in the token table, labelled by ``token_str(id)`` when given."""
+    table = model.token_embedding.weight.detach()
+    label = token_str or (lambda i: f"#{i}")
+    return [Neighbour(i, s, label(i)) for i, s in cosine_neighbours(table, token_id, k)]
+
+
+def nearest_positions(model: Decoder, position: int = 0, k: int = 5) -> list[Neighbour] | None:
+    """Nearest positions to ``position`` among the model's position vectors, or ``None`` if it has none."""
+    vectors = position_vectors(model)
+    if vectors is None:
+        return None
+    return [Neighbour(i, s, f"pos {i}") for i, s in cosine_neighbours(vectors, position, k)]
+
+
+__all__ = ["Neighbour", "cosine_neighbours", "nearest_positions", "nearest_tokens", "position_vectors"]

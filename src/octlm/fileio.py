@@ -1,0 +1,53 @@
+"""Writing files so that a crash never leaves a half-written one behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write(path: str | Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder.
+
+    The bytes are flushed and fsynced before an atomic rename, so at any
+    moment ``path`` holds either its previous content or the new one in full.
+    On error (a full disk, say) the temporary file is removed and the
+    previous file is untouched; the ``OSError`` propagates.
+    """
+    path = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_json(path: str | Path, obj) -> None:
+    """:func:`atomic_write` of ``obj`` as indented JSON with a final newline."""
+    atomic_write(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Makes the rename itself durable; not every filesystem allows it.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

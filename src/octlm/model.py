@@ -1,0 +1,304 @@
+"""The decoder: token table, position scheme, pre-LayerNorm blocks, tied head.
+
+Read top to bottom: config, attention, MLP, block, decoder. The first layer
+(``_embed``) is the part octlm exists to study; position schemes live in
+:mod:`octlm.positions`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from octlm import positions as position_schemes
+
+
+@dataclass
+class DecoderConfig:
+    """Shape of a decoder. Defaults are octlm's Day-1 baseline.
+
+    Attributes:
+        vocab_size: rows of the token table (tokens). Day 1: 1,024.
+        context_length: tokens per training block; also the number of rows of
+            a learned position table. Day 1: 128.
+        d_model: model width C (columns of every table). Day 1: 128.
+        n_heads: attention heads; ``head_dim = d_model // n_heads``.
+        n_layers: transformer blocks.
+        dropout: dropout probability on attention weights and residual
+            branches (0 disables it).
+        position: a name in :data:`octlm.positions.SCHEMES`.
+        rope_theta: RoPE wavelength base (Su et al. 2021), used by ``rope``.
+
+    Raises:
+        ValueError: on construction, naming the field and value, when a size
+            is not positive, ``d_model`` is not divisible by ``n_heads``,
+            dropout is outside [0, 1), the position name is unknown, or the
+            scheme cannot use the shape (odd ``head_dim`` with RoPE).
+    """
+
+    vocab_size: int = 1024
+    context_length: int = 128
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 2
+    dropout: float = 0.0
+    position: str = "learned"
+    rope_theta: float = position_schemes.DEFAULT_BASE
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"DecoderConfig.{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"DecoderConfig.d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                f"pick n_heads among the divisors of d_model"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"DecoderConfig.dropout must be in [0, 1), got {self.dropout!r}")
+        position_schemes.check(self)
+
+    @property
+    def head_dim(self) -> int:
+        """Channels per attention head: ``d_model // n_heads``."""
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DecoderConfig":
+        """Build from a dict, rejecting unknown keys with a ``ValueError`` naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown DecoderConfig field(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**data)
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention through ``scaled_dot_product_attention``.
+
+    Input and output [B, T, C]. The position scheme may rotate queries and
+    keys or bias the scores; with neither, the causal mask is the only order
+    information attention gets.
+    """
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
+        self.proj = nn.Linear(config.d_model, config.d_model)
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor, positions: position_schemes.PositionScheme, offset: int = 0) -> Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
+        q, k = positions.rotate(q, k, offset)
+        bias = positions.score_bias(T, T, offset)
+        dropout = self.dropout if self.training else 0.0
+        if bias is None:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        else:
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            mask = bias.to(q.dtype).masked_fill(~causal, float("-inf"))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward layer: C -> 4C -> GELU -> C, on [B, T, C]."""
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(config.d_model, 4 * config.d_model)
+        self.down = nn.Linear(4 * config.d_model, config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.down(F.gelu(self.up(x))))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: ``x + attn(ln(x))``, then ``x + mlp(ln(x))``."""
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.ln_attn = nn.LayerNorm(config.d_model)
+        self.attn = CausalSelfAttention(config)
+        self.ln_mlp = nn.LayerNorm(config.d_model)
+        self.mlp = MLP(config)
+
+    def forward(self, x: Tensor, positions: position_schemes.PositionScheme, offset: int = 0) -> Tensor:
+        x = x + self.attn(self.ln_attn(x), positions, offset)
+        return x + self.mlp(self.ln_mlp(x))
+
+
+class Decoder(nn.Module):
+    """A GPT-style decoder whose output head is tied to its token table.
+
+    Attributes:
+        token_embedding: ``nn.Embedding(vocab_size, d_model)``; token id ``i``
+            becomes row ``E[i]``.
+        positions: the position scheme (:mod:`octlm.positions`).
+        position_embedding: the scheme's ``nn.Embedding`` when positions are
+            a learned table, else ``None``.
+        lm_head: ``nn.Linear(d_model, vocab_size, bias=False)`` whose weight
+            *is* ``token_embedding.weight`` (one Parameter, stored once).
+
+    ``model(token_ids)`` maps int64 ids [B, T] to logits [B, T, vocab_size].
+    """
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
+        self.positions = position_schemes.build(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.ln_final = nn.LayerNorm(config.d_model)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.apply(_init_weights)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Make the output head use the token table's Parameter (again, after loading)."""
+        self.lm_head.weight = self.token_embedding.weight
+
+    @property
+    def position_embedding(self) -> nn.Embedding | None:
+        table = getattr(self.positions, "table", None)
+        return table if isinstance(table, nn.Embedding) else None
+
+    @property
+    def max_length(self) -> int | None:
+        """Longest sequence (tokens) the position scheme can address, or ``None``."""
+        return self.positions.max_length
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        """Distinct parameters (the tied head counted once); optionally without token/position tables."""
+        params = {id(p): p for p in self.parameters()}
+        total = sum(p.numel() for p in params.values())
+        if exclude_embeddings:
+            total -= self.token_embedding.weight.numel()
+            if self.position_embedding is not None:
+                total -= self.position_embedding.weight.numel()
+        return total
+
+    def _embed(self, token_ids: Tensor, offset: int = 0) -> Tensor:
+        """The first layer: token rows plus the scheme's position signal, [B, T] -> [B, T, C]."""
+        return self.positions.embed(self.token_embedding(token_ids), offset)
+
+    def forward(self, token_ids: Tensor, offset: int = 0) -> Tensor:
+        """Logits for every position.
+
+        Args:
+            token_ids: integer tensor [B, T] with values in ``[0, vocab_size)``.
+            offset: absolute position of ``token_ids[:, 0]`` (tokens), >= 0.
+
+        Returns:
+            float logits [B, T, vocab_size] (nats, before softmax).
+
+        Raises:
+            ValueError: when ``token_ids`` is not a 2-D integer tensor, holds
+                an id outside ``[0, vocab_size)``, ``offset`` is negative, or a
+                learned position table is too short for ``offset + T``.
+        """
+        self._check_input(token_ids, offset)
+        x = self.dropout(self._embed(token_ids, offset))
+        for block in self.blocks:
+            x = block(x, self.positions, offset)
+        return self.lm_head(self.ln_final(x))
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt_ids: Tensor,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Continue ``prompt_ids`` [B, T0] by ``max_new_tokens`` tokens; returns [B, T0 + max_new_tokens].
+
+        ``temperature`` 0 picks the most likely token (greedy); otherwise
+        logits are divided by it and sampled, keeping only the ``top_k`` most
+        likely tokens when given. A model with a learned position table sees
+        only the last ``context_length`` tokens once the sequence is longer
+        (the window slides); other schemes see the whole sequence.
+
+        Raises:
+            ValueError: for a negative ``max_new_tokens`` or ``temperature``,
+                or ``top_k`` < 1, besides the input checks of ``forward``.
+        """
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        ids = prompt_ids
+        for _ in range(max_new_tokens):
+            window = ids if self.max_length is None else ids[:, -self.max_length :]
+            logits = self(window)[:, -1, :].float()
+            ids = torch.cat((ids, sample_next(logits, temperature, top_k, generator)), dim=1)
+        return ids
+
+    def _check_input(self, token_ids: Tensor, offset: int) -> None:
+        if not isinstance(token_ids, Tensor):
+            raise ValueError(f"token_ids must be a torch.Tensor of shape [B, T], got {type(token_ids).__name__}")
+        if token_ids.dim() != 2:
+            raise ValueError(
+                f"token_ids must have shape [B, T] (rank 2), got rank {token_ids.dim()} with shape "
+                f"{list(token_ids.shape)}; add a batch dimension with token_ids.unsqueeze(0)"
+            )
+        if token_ids.dtype.is_floating_point or token_ids.dtype.is_complex or token_ids.dtype == torch.bool:
+            raise ValueError(f"token_ids must be an integer tensor, got dtype {token_ids.dtype}")
+        if token_ids.shape[1] == 0:
+            raise ValueError("token_ids is empty along T; give at least one token")
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        low, high = torch.aminmax(token_ids)
+        low, high = int(low), int(high)
+        if low < 0 or high >= self.config.vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size}); "
+                f"encode text with the run's own tokenizer"
+            )
+
+
+def _init_weights(module: nn.Module) -> None:
+    # N(0, 0.02) for every matrix and table, as GPT-2 and the issue ask.
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+def sample_next(logits: Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None = None) -> Tensor:
+    """Pick one token per row of ``logits`` [B, V]; returns int64 [B, 1]."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator)
+
+
+def cross_entropy(logits: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
+    """Next-token loss in nats: logits [B, T, V], targets [B, T] -> scalar (or [B, T])."""
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), reduction=reduction)
+    return loss if reduction != "none" else loss.view(targets.shape)
+
+
+__all__ = ["Decoder", "DecoderConfig", "cross_entropy", "sample_next"]
+

@@ -1,0 +1,75 @@
+"""What a command tells the person at the terminal, or the script reading --json.
+
+Human mode prints readable lines to stdout (through tqdm so a progress bar on
+stderr is not torn). JSON mode prints one JSON object per line on stdout and
+nothing else there; the last line is the result.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+from tqdm import tqdm
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+class Reporter:
+    """Routes events to the terminal or to JSON lines.
+
+    Args:
+        json_mode: print JSON objects instead of text.
+        quiet: in human mode, print only warnings and the result.
+    """
+
+    def __init__(self, json_mode: bool = False, quiet: bool = False) -> None:
+        self.json_mode = json_mode
+        self.quiet = quiet
+
+    def event(self, kind: str, text: str | None = None, **fields: Any) -> None:
+        """One step of progress: ``text`` for people, ``{"event": kind, **fields}`` for scripts."""
+        if self.json_mode:
+            self._json({"event": kind, **fields})
+        elif text is not None and not self.quiet:
+            tqdm.write(text, file=sys.stdout)
+
+    def warn(self, text: str, **fields: Any) -> None:
+        if self.json_mode:
+            self._json({"event": "warning", "message": text, **fields})
+        else:
+            tqdm.write(f"warning: {text}", file=sys.stderr)
+
+    def error(self, message: str) -> None:
+        """In JSON mode, the error as the last line on stdout (people get it on stderr from the CLI)."""
+        if self.json_mode:
+            self._json({"event": "error", "message": message})
+
+    def result(self, fields: dict, text: str | None = None) -> None:
+        """The command's result: the last JSON line, or ``text`` for people."""
+        if self.json_mode:
+            self._json({"event": "result", **fields})
+        elif text is not None:
+            print(text, flush=True)
+
+    def progress(self, total: int | float | None, desc: str, unit: str = "step") -> tqdm:
+        """A progress bar on stderr (hidden in JSON or quiet mode and when stderr is not a terminal)."""
+        disable = True if (self.json_mode or self.quiet) else None
+        return tqdm(total=total, desc=desc, unit=unit, disable=disable, dynamic_ncols=True, file=sys.stderr)
+
+    def _json(self, obj: dict) -> None:
+        sys.stdout.write(json.dumps(_jsonable(obj), ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+
+
+__all__ = ["Reporter"]

@@ -1,0 +1,140 @@
+"""Byte-level BPE through Hugging Face ``tokenizers``.
+
+Byte level means every string, in any script, maps to tokens and back with no
+loss: the base alphabet is the 256 byte values, there is no normaliser and no
+lowercasing, and decoding re-assembles the exact bytes. One special token,
+``<|endoftext|>``, separates documents in the token stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+END_OF_TEXT = "<|endoftext|>"
+MIN_VOCAB_SIZE = 257  # the 256 byte values plus <|endoftext|>
+
+
+def byte_alphabet() -> dict[str, int]:
+    """Map each printable stand-in character of byte-level BPE back to its byte.
+
+    Byte-level BPE (Radford et al. 2019, GPT-2) writes each byte as a visible
+    character so that merges never see whitespace or control bytes: bytes that
+    are printable Latin-1 stand for themselves, the other 68 are shifted to
+    code points 256 and up, in byte order.
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, shifted = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[chr(byte)] = byte
+        else:
+            table[chr(256 + shifted)] = byte
+            shifted += 1
+    return table
+
+
+class Tokenizer:
+    """A trained byte-level BPE tokenizer.
+
+    ``encode(text)`` returns token ids (list[int]); ``decode(ids)`` returns
+    the exact text; ``decode(encode(s)) == s`` for every Unicode string ``s``
+    (strings with lone surrogates cannot be UTF-8 and are rejected by Python
+    before they get here).
+    """
+
+    def __init__(self, hf: HFTokenizer) -> None:
+        self.hf = hf
+        eot = hf.token_to_id(END_OF_TEXT)
+        if eot is None:
+            raise ValueError(f"tokenizer has no {END_OF_TEXT} token; it was not made by octlm")
+        self.eot_id: int = eot
+        # The literal string "<|endoftext|>" inside a text is text, not a
+        # document boundary: boundaries are inserted by id, never parsed.
+        hf.encode_special_tokens = True
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int = 1024) -> "Tokenizer":
+        """Learn ``vocab_size - 257`` merges from ``texts`` (tokens).
+
+        Raises:
+            ValueError: when ``vocab_size`` < 257 (256 bytes plus the
+                end-of-text token) or above 2**32.
+        """
+        if vocab_size < MIN_VOCAB_SIZE or vocab_size > 2**32:
+            raise ValueError(
+                f"vocab_size must be between {MIN_VOCAB_SIZE} (256 bytes + {END_OF_TEXT}) and 2**32, got {vocab_size}"
+            )
+        hf = HFTokenizer(models.BPE())
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        hf.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            min_frequency=2,
+            special_tokens=[END_OF_TEXT],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        hf.train_from_iterator(texts, trainer=trainer)
+        return cls(hf)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Tokenizer":
+        return cls(HFTokenizer.from_file(str(path)))
+
+    def save(self, path: str | Path) -> None:
+        self.hf.save(str(path))
+
+    def to_str(self) -> str:
+        """The tokenizer as the JSON text ``tokenizer.json`` holds."""
+        return self.hf.to_str()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Encode many texts at once (in parallel, in Rust)."""
+        return [e.ids for e in self.hf.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.hf.decode(list(ids), skip_special_tokens=False)
+
+    def token_str(self, token_id: int) -> str:
+        """Readable text of one token, e.g. ``' the'``; bytes that are part of a
+        longer UTF-8 character show as escapes, e.g. ``'\\xe4'``."""
+        if token_id == self.eot_id:
+            return END_OF_TEXT
+        return self.token_bytes(token_id).decode("utf-8", errors="backslashreplace")
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The exact bytes one token stands for (empty for ``<|endoftext|>``)."""
+        if token_id == self.eot_id:
+            return b""
+        piece = self.hf.id_to_token(token_id)
+        if piece is None:
+            raise ValueError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})")
+        alphabet = _ALPHABET
+        return bytes(alphabet[ch] for ch in piece)
+
+    @cached_property
+    def bytes_per_token(self) -> np.ndarray:
+        """UTF-8 bytes each token id stands for, int64 [vocab_size]; 0 for ``<|endoftext|>``.
+
+        Summed over the targets of a block, this gives the bytes the model
+        predicted, the denominator of bits per byte.
+        """
+        return np.array([len(self.token_bytes(i)) for i in range(self.vocab_size)], dtype=np.int64)
+
+
+_ALPHABET = byte_alphabet()
+
+__all__ = ["END_OF_TEXT", "MIN_VOCAB_SIZE", "Tokenizer", "byte_alphabet"]

@@ -1,0 +1,153 @@
+"""The octlm command: help, JSON lines, TOML configs, sampling, bench and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from octlm.cli import main
+
+TINY = ["--vocab-size", "280", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",
+        "--batch-size", "4", "--eval-interval", "5", "--eval-blocks", "4", "--sample-tokens", "4"]
+
+
+def json_lines(text):
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_python_dash_m_help_shows_defaults():
+    out = subprocess.run([sys.executable, "-m", "octlm", "train", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "--context-length" in out and "(default: 128)" in out and "--time-budget" in out
+
+
+@pytest.mark.parametrize("command", ["train", "sample", "bench"])
+def test_every_command_has_help_and_json(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    assert "--json" in capsys.readouterr().out
+
+
+def test_train_json_last_line_is_the_result(small_corpus, tmp_path, capsys):
+    code = main(["train", "--text", str(small_corpus), "--out", str(tmp_path / "r"), "--max-steps", "6", "--json", *TINY])
+    assert code == 0
+    lines = json_lines(capsys.readouterr().out)
+    result = lines[-1]
+    assert result["event"] == "result"
+    assert {"val_bpb", "val_loss", "tokens_per_second", "steps"} <= set(result)
+    assert result["steps"] == 6 and result["val_bpb"] > 0
+    assert any(line["event"] == "eval" for line in lines[:-1])
+
+
+def test_toml_config_and_flags_win(small_corpus, tmp_path, capsys):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(f'text = "{small_corpus}"\nmax-steps = 3\nd_model = 16\nn_heads = 2\nposition = "rope"\nlearning_rate = 1e-3\n')
+    out = tmp_path / "r"
+    code = main(["train", "--config", str(recipe), "--out", str(out), "--max-steps", "4", "--json", "--vocab-size", "280",
+                 "--context-length", "16", "--n-layers", "1", "--batch-size", "4", "--sample-tokens", "0"])
+    assert code == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["position"] == "rope" and config["model"]["d_model"] == 16
+    assert config["train"]["max_steps"] == 4  # the flag won
+    assert config["train"]["learning_rate"] == 1e-3
+    assert json_lines(capsys.readouterr().out)[-1]["steps"] == 4
+
+
+@pytest.mark.parametrize(
+    "toml,match",
+    [("bogus = 1\n", "unknown key 'bogus'"), ("max_steps = 'ten'\n", "'max_steps' must be int"), ("position = 'x'\n", "must be one of"), ("= broken", "not valid TOML")],
+)
+def test_bad_toml_config(tmp_path, capsys, toml, match):
+    recipe = tmp_path / "bad.toml"
+    recipe.write_text(toml)
+    assert main(["train", "--config", str(recipe), "--out", str(tmp_path / "r")]) == 1
+    assert match in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_deterministic_on_cpu(small_corpus, tmp_path, capsys):
+    results = []
+    for name in ("a", "b"):
+        main(["train", "--text", str(small_corpus), "--out", str(tmp_path / name), "--max-steps", "5", "--json", *TINY])
+        results.append(json_lines(capsys.readouterr().out)[-1])
+    assert results[0]["val_loss"] == results[1]["val_loss"]
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+
+
+def test_refuses_to_overwrite_a_run(trained_run, capsys):
+    before = (trained_run / "model.safetensors").read_bytes()
+    assert main(["train", "--out", str(trained_run), "--max-steps", "1"]) == 1
+    assert "--overwrite" in capsys.readouterr().err
+    assert (trained_run / "model.safetensors").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["--d-model", "30", "--n-heads", "4"], "--d-model=30"),
+        (["--position", "rope", "--d-model", "12", "--n-heads", "4"], "head_dim"),
+        (["--batch-size", "0"], "--batch-size must be >= 1"),
+        (["--time-budget", "-5"], "--time-budget"),
+        (["--device", "cuda:7"], "cuda"),
+        (["--val-fraction", "1.5"], "--val-fraction"),
+    ],
+)
+def test_bad_train_options(small_corpus, tmp_path, capsys, args, match):
+    code = main(["train", "--text", str(small_corpus), "--out", str(tmp_path / "r"), *args])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("octlm: error:") and match in err and "Traceback" not in err
+
+
+def test_unknown_option_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--lr", "3"])
+    assert exit_.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_text_too_short_for_a_block(tmp_path, capsys):
+    short = tmp_path / "short.txt"
+    short.write_text("To be, or not to be: that is the question.\n" * 4)
+    assert main(["train", "--text", str(short), "--out", str(tmp_path / "r")]) == 1
+    err = capsys.readouterr().err
+    assert "tokens" in err and ("--context-length" in err or "--val-fraction" in err)
+
+
+def test_sample_is_reproducible_and_json(trained_run, capsys):
+    args = ["sample", "--run", str(trained_run), "--prompt", "ROMEO:", "--max-new-tokens", "12", "--seed", "7", "--json"]
+    main(args)
+    first = json_lines(capsys.readouterr().out)[-1]
+    main(args)
+    second = json_lines(capsys.readouterr().out)[-1]
+    assert first["samples"] == second["samples"] and first["samples"][0]
+    assert first["prompt"] == "ROMEO:"
+
+
+def test_sample_past_the_table_slides_the_window(trained_run, capsys):
+    # context_length is 32 in the fixture; 60 new tokens cross it.
+    assert main(["sample", "--run", str(trained_run), "--max-new-tokens", "60", "--temperature", "0", "--json"]) == 0
+    assert json_lines(capsys.readouterr().out)[-1]["samples"][0]
+
+
+def test_sample_missing_run(tmp_path, capsys):
+    assert main(["sample", "--run", str(tmp_path / "none")]) == 1
+    assert "no such run folder" in capsys.readouterr().err
+
+
+def test_bench_untrained_and_trained(trained_run, capsys):
+    assert main(["bench", "--json", "--repeats", "1"]) == 0
+    untrained = json_lines(capsys.readouterr().out)[-1]
+    assert [t["context_length"] for t in untrained["forward"]] == [16, 32, 64, 128]
+    assert len(untrained["nearest"]["tokens"][0]["neighbours"]) == 5
+    assert untrained["nearest"]["positions"][0]["index"] != 0
+
+    assert main(["bench", "--run", str(trained_run), "--token", " the", "--token", "5", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "' the'" in out and "nearest positions to position 0" in out
+
+    assert main(["bench", "--run", str(trained_run), "--token", "hello world"]) == 1
+    assert "tokens" in capsys.readouterr().err
