@@ -149,7 +149,77 @@ def test_rope_inverse_frequencies_formula():
 
 
 def test_every_scheme_is_registered_and_runs():
-    assert {"learned", "sinusoidal", "rope"} <= set(SCHEMES)
+    assert {"learned", "sinusoidal", "rope", "alibi", "none"} <= set(SCHEMES)
     for name in SCHEMES:
         model = Decoder(DecoderConfig(position=name, context_length=16, d_model=32, n_heads=4, n_layers=1))
         assert model(torch.zeros(2, 16, dtype=torch.long)).shape == (2, 16, 1024)
+
+
+def test_concatenated_layout_is_the_interleaved_table_permuted():
+    for width in (8, 9, 128):
+        inter = sinusoidal_positions(40, width)
+        concat = sinusoidal_positions(40, width, layout="concatenated")
+        order = list(range(0, width, 2)) + list(range(1, width, 2))
+        torch.testing.assert_close(concat, inter[:, order], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="layout"):
+        sinusoidal_positions(4, 4, layout="zigzag")
+
+
+def test_half_split_rope_is_interleaved_rope_on_permuted_channels():
+    # Pairing (i, i + d/2) instead of (2i, 2i+1) is the same rotation after a channel permutation.
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 1, 7, 16, generator=g), torch.randn(1, 1, 7, 16, generator=g)
+    inter = RotaryPositions(DecoderConfig(d_model=32, n_heads=2, position="rope"))
+    half = RotaryPositions(DecoderConfig(d_model=32, n_heads=2, position="rope", rope_layout="half"))
+    order = [c for i in range(8) for c in (i, i + 8)]  # half-layout channel feeding interleaved slot
+    inverse = torch.argsort(torch.tensor(order))
+    rq_half, _ = half.rotate(q, k, 5)
+    rq_inter, _ = inter.rotate(q[..., order], k[..., order], 5)
+    torch.testing.assert_close(rq_half, rq_inter[..., inverse])
+
+
+def test_partial_rotary_leaves_the_tail_alone():
+    scheme = RotaryPositions(DecoderConfig(d_model=32, n_heads=2, position="rope", partial_rotary_factor=0.5))
+    q = torch.randn(1, 1, 6, 16)
+    rq, _ = scheme.rotate(q, q, 3)
+    torch.testing.assert_close(rq[..., 8:], q[..., 8:], rtol=0, atol=0)
+    assert not torch.allclose(rq[..., :8], q[..., :8])
+
+
+def reference_alibi_slopes(n):
+    """Press et al. 2022 reference algorithm, written independently with fractions of powers of two."""
+    def pow2(n):
+        return [2 ** (-8 * (i + 1) / n) for i in range(n)]
+    if math.log2(n).is_integer():
+        return pow2(n)
+    p = 2 ** int(math.log2(n))
+    return pow2(p) + reference_alibi_slopes(2 * p)[0::2][: n - p]
+
+
+@pytest.mark.parametrize("n_heads", range(1, 17))
+def test_alibi_slopes_match_the_paper(n_heads):
+    from octlm import alibi_slopes
+
+    assert alibi_slopes(n_heads).tolist() == pytest.approx(reference_alibi_slopes(n_heads), rel=1e-6)
+
+
+def test_alibi_bias_is_minus_slope_times_distance():
+    from octlm.positions import ALiBiPositions
+
+    scheme = ALiBiPositions(DecoderConfig(n_heads=4, position="alibi"))
+    bias = scheme.score_bias(5, 5)
+    slopes = reference_alibi_slopes(4)
+    for h in range(4):
+        for i in range(5):
+            for j in range(i + 1):
+                assert bias[h, i, j].item() == pytest.approx(-slopes[h] * (i - j))
+    # a cached step: one query at position 9 over keys 0..9
+    step = scheme.score_bias(1, 10, offset=9)
+    assert step[0, 0].tolist() == pytest.approx([-slopes[0] * (9 - j) for j in range(10)])
+
+
+def test_nope_embedding_is_the_token_row():
+    model = Decoder(DecoderConfig(position="none"))
+    ids = torch.randint(0, 1024, (2, 300))
+    torch.testing.assert_close(model._embed(ids), model.token_embedding(ids), rtol=0, atol=0)
+    assert model.max_length is None and model.position_embedding is None

@@ -32,6 +32,11 @@ class DecoderConfig:
             branches (0 disables it).
         position: a name in :data:`octlm.positions.SCHEMES`.
         rope_theta: RoPE wavelength base (Su et al. 2021), used by ``rope``.
+        rope_layout: which channels RoPE pairs: ``interleaved`` (2i, 2i+1) or
+            ``half`` (i, i + d/2, GPT-NeoX/LLaMA).
+        partial_rotary_factor: fraction of each head RoPE rotates (1: all).
+        sinusoidal_layout: ``interleaved`` (sin, cos, sin, ...) or
+            ``concatenated`` ([sin | cos]).
 
     Raises:
         ValueError: on construction, naming the field and value, when a size
@@ -48,6 +53,9 @@ class DecoderConfig:
     dropout: float = 0.0
     position: str = "learned"
     rope_theta: float = position_schemes.DEFAULT_BASE
+    rope_layout: str = "interleaved"
+    partial_rotary_factor: float = 1.0
+    sinusoidal_layout: str = "interleaved"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_layers"):

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from octlm.model import DecoderConfig
-from octlm.positions import DEFAULT_BASE, SCHEMES
+from octlm.positions import DEFAULT_BASE, ROPE_LAYOUTS, SCHEMES, SINUSOIDAL_LAYOUTS
 
 #: Steps of the main job when neither --max-steps nor --time-budget is given;
 #: about four minutes on two CPU cores with the Day-1 model.
@@ -41,6 +41,9 @@ class TrainOptions:
     dropout: float = _opt(0.0, "dropout probability")
     position: str = _opt("learned", "position scheme", choices=sorted(SCHEMES))
     rope_theta: float = _opt(DEFAULT_BASE, "RoPE wavelength base")
+    rope_layout: str = _opt("interleaved", "RoPE channel pairs: interleaved (2i, 2i+1) or half (i, i+d/2, GPT-NeoX/LLaMA)", choices=list(ROPE_LAYOUTS))
+    partial_rotary_factor: float = _opt(1.0, "fraction of each head that RoPE rotates")
+    sinusoidal_layout: str = _opt("interleaved", "sinusoidal columns: interleaved (sin, cos, ...) or concatenated ([sin | cos])", choices=list(SINUSOIDAL_LAYOUTS))
     # optimisation
     batch_size: int = _opt(32, "blocks per step (per process)")
     learning_rate: float = _opt(5e-3, "peak AdamW learning rate")
