@@ -280,9 +280,9 @@ class RotaryPositions(PositionScheme):
 
     def rotate(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
         cos, sin = self.angles(q.shape[-2], offset, q.device)
-        return self._apply(q, cos, sin), self._apply(k, cos, sin)
+        return self._rotate_one(q, cos, sin), self._rotate_one(k, cos, sin)
 
-    def _apply(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def _rotate_one(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
         if self.layout == "interleaved":
             a, b = rotated[..., 0::2].float(), rotated[..., 1::2].float()
