@@ -28,8 +28,9 @@ from octlm.positions import sinusoidal_positions
 
 
 def _shown(text: str) -> str:
-    """A token's text with invisible characters made visible, as the page shows it."""
-    return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍").replace("$", r"\$")
+    """A token's text with invisible characters made visible, as the page shows it (``␣``, ``↵``, ``\\x02``)."""
+    marks = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍", "$": r"\$"}
+    return "".join(marks.get(c, c if c.isprintable() else f"\\x{ord(c):02x}") for c in text)
 
 
 def mean_by_distance(similarity: np.ndarray) -> np.ndarray:

@@ -41,47 +41,51 @@ export function unpack(p: PackedMatrix): Matrix {
   return { rows: p.rows, cols: p.cols, data };
 }
 
-/** A token's text with its invisible characters shown: a space as ␣, a newline as ↵, a tab as ⇥. */
+/**
+ * A token's text with its invisible characters shown: a space as ␣, a newline as ↵, a tab as ⇥,
+ * a carriage return as ␍, other control characters as \xNN.
+ */
 export function showToken(text: string): string {
-  return text.replace(/ /g, "␣").replace(/\n/g, "↵").replace(/\t/g, "⇥").replace(/\r/g, "␍");
-}
-
-/** The shown form typed back: ␣ ↵ ⇥ ␍ become the characters they stand for. */
-export function unshowToken(text: string): string {
-  return text.replace(/␣/g, " ").replace(/↵/g, "\n").replace(/⇥/g, "\t").replace(/␍/g, "\r");
+  return text
+    .replace(/ /g, "␣")
+    .replace(/\n/g, "↵")
+    .replace(/\t/g, "⇥")
+    .replace(/\r/g, "␍")
+    .replace(/[\u0000-\u001f\u007f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
 }
 
 export type Lookup = { id: number; how: string } | { id: null; suggestions: number[]; message: string };
 
 /**
- * Find the token the user means: "#123" is an ID; otherwise the text itself
- * when it is one token, else the text with a leading space (byte-level BPE
- * keeps the space in front of a word), else suggestions that start with it.
+ * Find the token the user means, comparing shown forms (so "␣the" and " the" are the same):
+ * "#123" is an ID; otherwise the text itself when it is one token, else the text with a
+ * leading space (byte-level BPE keeps the space in front of a word), else suggestions
+ * of tokens that start with it.
  */
-export function lookupToken(query: string, tokens: string[]): Lookup {
-  const raw = unshowToken(query);
-  const idMatch = /^#(\d+)$/.exec(raw.trim());
+export function lookupToken(query: string, tokens: string[], shown: string[] = tokens.map(showToken)): Lookup {
+  const idMatch = /^#(\d+)$/.exec(query.trim());
   if (idMatch) {
     const id = Number(idMatch[1]);
     if (id < tokens.length) return { id, how: "by ID" };
     return { id: null, suggestions: [], message: `ID ${id} is outside the vocabulary (0 to ${tokens.length - 1}).` };
   }
-  if (raw.length === 0) return { id: null, suggestions: [], message: "Type a token, or #ID." };
-  const exact = tokens.indexOf(raw);
+  const typed = showToken(query);
+  if (typed.length === 0) return { id: null, suggestions: [], message: "Type a token, or #ID." };
+  const exact = shown.indexOf(typed);
   if (exact >= 0) return { id: exact, how: "as typed" };
-  if (!raw.startsWith(" ")) {
-    const spaced = tokens.indexOf(` ${raw}`);
+  if (!typed.startsWith("␣")) {
+    const spaced = shown.indexOf(`␣${typed}`);
     if (spaced >= 0) return { id: spaced, how: "with its leading space" };
   }
-  const starts = tokens
+  const starts = shown
     .map((t, i) => [t, i] as const)
-    .filter(([t]) => t.startsWith(raw) || t.startsWith(` ${raw}`))
-    .sort((a, b) => a[0].length - b[0].length)
+    .filter(([t]) => t.startsWith(typed) || t.startsWith(`␣${typed}`))
+    .sort((a, b) => a[0].length - b[0].length || a[1] - b[1])
     .slice(0, 8)
     .map(([, i]) => i);
   return {
     id: null,
     suggestions: starts,
-    message: `“${showToken(raw)}” is not one token of this vocabulary${starts.length ? "; tokens that start with it:" : "."}`,
+    message: `“${typed}” is not one token of this vocabulary${starts.length ? "; tokens that start with it:" : "."}`,
   };
 }

@@ -77,6 +77,7 @@ function positionPanel(run: RunData): HTMLElement {
 
 function neighboursPanel(run: RunData, table: Matrix): HTMLElement {
   const tokens = run.tokens;
+  const shown = tokens.map(showToken);
   const counts = run.counts;
   const logCount = (i: number) => (counts ? Math.log10(1 + counts[i]) : 0);
   const maxLog = counts ? Math.max(...counts.map((c) => Math.log10(1 + c))) : 1;
@@ -92,13 +93,13 @@ function neighboursPanel(run: RunData, table: Matrix): HTMLElement {
   plot.canvas.id = "run-scatter";
 
   const listId = "token-list";
-  const datalist = el("datalist", { id: listId }, ...tokens.map((t) => el("option", { value: showToken(t) })));
+  const datalist = el("datalist", { id: listId }, ...shown.map((t) => el("option", { value: t })));
   const input = el("input", { type: "text", id: "token-query", list: listId, value: "", autocomplete: "off", spellcheck: "false", placeholder: "e.g. the, ␣king, #42" });
   let k = 10;
   const results = el("div", { class: "neighbours", "aria-live": "polite", "data-testid": "neighbours" });
   const search = () => {
     clear(results);
-    const found = lookupToken(input.value, tokens);
+    const found = lookupToken(input.value, tokens, shown);
     if (found.id === null) {
       results.append(el("p", { class: "note" }, found.message));
       if (found.suggestions.length) {
@@ -109,7 +110,7 @@ function neighboursPanel(run: RunData, table: Matrix): HTMLElement {
     }
     const id = found.id;
     const near = nearest(table, id, k);
-    const spaced = tokens.indexOf(` ${tokens[id]}`);
+    const spaced = shown.indexOf(`␣${shown[id]}`);
     append(results,
       el("p", {}, `Nearest tokens to “${showToken(tokens[id])}” (#${id}, found ${found.how}), by cosine similarity:`),
       spaced >= 0 && found.how === "as typed" ? el("p", { class: "note" }, "The same word after a space is another token: ", suggestion(spaced)) : null,
