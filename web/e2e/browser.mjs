@@ -111,7 +111,9 @@ try {
   check("no script errors", errors.length === 0, errors);
   check("nothing fetched from outside", external.length === 0, external);
 
-  await page.screenshot({ path: join(outDir, "page-laptop.png"), fullPage: false });
+  await page.evaluate(() => (document.activeElement instanceof HTMLElement ? document.activeElement.blur() : null));
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path: join(outDir, "page-laptop.png") });
   await page.locator("#sinusoidal").screenshot({ path: join(outDir, "sinusoidal.png") });
   await page.locator("#run").screenshot({ path: join(outDir, "run.png") });
   await page.screenshot({ path: join(outDir, "page-laptop-full.png"), fullPage: true });
@@ -119,8 +121,10 @@ try {
   await page.waitForTimeout(300);
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   check("no sideways scrolling at phone width", overflow <= 0, overflow);
+  await page.evaluate(() => document.getElementById("sum")?.scrollIntoView());
+  await page.screenshot({ path: join(outDir, "page-phone.png") });
   await page.screenshot({ path: join(outDir, "page-phone-full.png"), fullPage: true });
-  seen.screenshots = ["page-laptop.png", "sinusoidal.png", "run.png", "page-laptop-full.png", "page-phone-full.png"];
+  seen.screenshots = ["page-laptop.png", "sinusoidal.png", "run.png", "page-laptop-full.png", "page-phone.png", "page-phone-full.png"];
 } catch (err) {
   code = 1;
   seen.error = String(err?.message ?? err);
