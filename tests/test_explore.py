@@ -128,7 +128,10 @@ def test_embeddings_defaults_and_a_scheme_without_vectors(small_corpus, tmp_path
     assert (run / "embeddings" / "tokens-pca.png").is_file() and not (run / "embeddings" / "positions.png").exists()
 
 
-@pytest.mark.parametrize("args,match", [(["--token", "a b c d e"], "tokens"), (["--token", "99999"], "outside the vocabulary"), (["--k", "0"], "--k must be >= 1")])
+@pytest.mark.parametrize(
+    "args,match",
+    [(["--token", "a b c d e"], "tokens"), (["--token", "99999"], "outside the vocabulary"), (["--k", "0"], "--k must be >= 1")],
+)
 def test_embeddings_bad_input_is_one_line(trained_run, tmp_path, capsys, args, match):
     assert main(["embeddings", "--run", str(trained_run), "--out", str(tmp_path / "o"), *args]) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -80,7 +80,8 @@ def run_position_vectors(model: Decoder, length: int | None = None) -> PositionV
     rows = position_vectors(model, length)
     if rows is None:
         return None
-    return PositionVectors(rows.float().cpu(), "computed", f"The {scheme} rows this run adds, computed by formula: {length} rows of {rows.shape[1]}.")
+    description = f"The {scheme} rows this run adds, computed by formula: {length} rows of {rows.shape[1]}."
+    return PositionVectors(rows.float().cpu(), "computed", description)
 
 
 def position_note(scheme: str) -> str:
@@ -225,8 +226,14 @@ def run_view(run_dir: str | Path, model: Decoder, tokenizer: Tokenizer) -> dict:
         "tokens": token_labels(tokenizer),
         "counts": None if counts is None else counts.tolist(),
         "embedding": _pack(table),
-        "pca": {"x": [round(float(v), 5) for v in coords[:, 0]], "y": [round(float(v), 5) for v in coords[:, 1]], "explained": [float(v) for v in explained]},
-        "positions": None if positions is None else {**_pack(positions.vectors), "source": positions.source, "description": positions.description},
+        "pca": {
+            "x": [round(float(v), 5) for v in coords[:, 0]],
+            "y": [round(float(v), 5) for v in coords[:, 1]],
+            "explained": [float(v) for v in explained],
+        },
+        "positions": None
+        if positions is None
+        else {**_pack(positions.vectors), "source": positions.source, "description": positions.description},
         "positions_note": "" if positions is not None else position_note(config.position),
         "loss": loss,
     }

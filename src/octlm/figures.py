@@ -61,7 +61,9 @@ def position_figure(positions: PositionVectors, title: str) -> Figure:
 
     distance = np.arange(length)
     right.plot(distance, mean_by_distance(similarity), color="#1f77b4", linewidth=2, label=f"this run ({positions.source})")
-    right.plot(distance, mean_by_distance(formula), color="#d62728", linewidth=1.5, linestyle="--", label=f"sinusoidal formula, width {width}")
+    right.plot(
+        distance, mean_by_distance(formula), color="#d62728", linewidth=1.5, linestyle="--", label=f"sinusoidal formula, width {width}"
+    )
     right.axhline(0, color="#999", linewidth=0.8)
     right.set_xlim(0, length - 1)
     right.set_ylim(-1.05, 1.05)
@@ -102,7 +104,8 @@ def pca_figure(
     if counts is not None:
         shown = np.maximum(counts, 1)
         order = np.argsort(shown)
-        points = axes.scatter(x[order], y[order], c=shown[order], s=14, cmap="viridis_r", norm=LogNorm(vmin=1, vmax=max(2, shown.max())), alpha=0.85, linewidths=0)
+        norm = LogNorm(vmin=1, vmax=max(2, shown.max()))
+        points = axes.scatter(x[order], y[order], c=shown[order], s=14, cmap="viridis_r", norm=norm, alpha=0.85, linewidths=0)
         figure.colorbar(points, ax=axes, label="times seen in the training split (log scale; 1 = never or once)", shrink=0.8)
         frequent = [int(i) for i in np.argsort(-counts, kind="stable")[:n_frequent]]
     else:

@@ -72,7 +72,7 @@ def run_data_script(view: dict) -> bytes:
     inert even if the script is ever inlined into HTML.
     """
     payload = json.dumps(view, ensure_ascii=False, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
-    return f"window.OCTLM_RUN = {payload};\n".encode("utf-8")
+    return f"window.OCTLM_RUN = {payload};\n".encode()
 
 
 def site_files(view: dict, dist: Path = WEB_DIST) -> dict[str, bytes]:
@@ -137,16 +137,15 @@ def make_handler(files: dict[str, bytes], allowed_hosts: set[str] | None):
         server_version = "octlm"
         sys_version = ""
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_GET(self) -> None:
             self._answer(send_body=True)
 
-        def do_HEAD(self) -> None:  # noqa: N802
+        def do_HEAD(self) -> None:
             self._answer(send_body=False)
 
         def _answer(self, send_body: bool) -> None:
-            if allowed_hosts is not None:
-                if host_name(self.headers.get("Host") or "") not in allowed_hosts:
-                    return self._error(HTTPStatus.MISDIRECTED_REQUEST, "unknown Host header", send_body)
+            if allowed_hosts is not None and host_name(self.headers.get("Host") or "") not in allowed_hosts:
+                return self._error(HTTPStatus.MISDIRECTED_REQUEST, "unknown Host header", send_body)
             name = resolve_path(self.path)
             if name is None or name not in files:
                 return self._error(HTTPStatus.NOT_FOUND, "not found", send_body)
@@ -171,7 +170,7 @@ def make_handler(files: dict[str, bytes], allowed_hosts: set[str] | None):
             if send_body:
                 self.wfile.write(body)
 
-        def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base class's name)
+        def log_message(self, format: str, *args) -> None:
             # Quiet by default: the terminal shows the URL and errors, not every request.
             return
 

@@ -62,7 +62,8 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         shown = ", ".join(f"{n.label!r} {n.score:+.3f}" for n in near)
         lines.append(f"  {tokenizer.token_str(token_id)!r:>14} (#{token_id}): {shown}")
 
-    title = f"octlm run {Path(args.run).resolve().name}: {model.config.position} positions, vocab_size {vocab_size}, d_model {model.config.d_model}"
+    config = model.config
+    title = f"octlm run {Path(args.run).resolve().name}: {config.position} positions, vocab_size {vocab_size}, d_model {config.d_model}"
     figures = {}
     positions = run_position_vectors(model)
     if positions is None:
@@ -72,7 +73,9 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         figures["positions"] = str(save_png(position_figure(positions, title), out / "positions.png"))
     coords, explained = pca_2d(model.token_embedding.weight)
     neighbours = {e["token"]: [n["index"] for n in e["neighbours"]] for e in entries}
-    figures["pca"] = str(save_png(pca_figure(coords, explained, token_labels(tokenizer), counts, title, ids, neighbours), out / "tokens-pca.png"))
+    scatter = pca_figure(coords, explained, token_labels(tokenizer), counts, title, ids, neighbours)
+    figures["pca"] = str(save_png(scatter, out / "tokens-pca.png"))
     lines += [f"wrote {path}" for path in figures.values() if path]
-    report.result({"run": str(args.run), "tokens": entries, "figures": figures, "pca_explained": [float(v) for v in explained]}, "\n".join(lines))
+    result = {"run": str(args.run), "tokens": entries, "figures": figures, "pca_explained": [float(v) for v in explained]}
+    report.result(result, "\n".join(lines))
     return 0

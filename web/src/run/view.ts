@@ -140,8 +140,14 @@ function neighboursPanel(run: RunData, table: Matrix): HTMLElement {
   input.addEventListener("input", search);
   input.addEventListener("change", search);
   const kSlider = slider("Neighbours", 1, 30, 1, k, (v) => { k = v; search(); }, String, "run-k");
-  const start = counts ? counts.indexOf(Math.max(...counts.filter((_, i) => !tokens[i].includes("\n") && tokens[i].trim().length > 1))) : 0;
-  input.value = showToken(tokens[Math.max(0, start)]);
+  // Start on the most frequent word-like token, so the table is never empty on arrival.
+  let start = 0;
+  if (counts) {
+    for (let i = 0; i < tokens.length; i++) {
+      if (/^ ?[A-Za-z]{2,}$/.test(tokens[i]) && (!/^ ?[A-Za-z]{2,}$/.test(tokens[start]) || counts[i] > counts[start])) start = i;
+    }
+  }
+  input.value = shown[start];
   search();
   return el("div", { class: "panel" },
     el("h3", {}, "Nearest tokens and the embedding map"),
