@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh clone or an existing checkout: makes
-# .venv/ (Python 3.11) when it is missing, installs octlm with its test
-# extras into it, then runs pytest. Extra arguments go to pytest.
+# The whole test suite, from a fresh clone or an existing checkout:
+#   1. makes .venv/ (Python 3.11) when it is missing and installs octlm with
+#      its test extras into it;
+#   2. installs Debian's Chromium for the browser test when /usr/bin/chromium
+#      is missing (needs root, as on CI);
+#   3. in web/: installs the page's npm packages (npm ci), type-checks the
+#      TypeScript, builds the page into build/web-check/ (pytest compares it
+#      with the committed src/octlm/web_dist/) and runs Vitest (the parity
+#      tests against Python's fixtures);
+#   4. runs pytest, including the browser test. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3.11}"
@@ -9,4 +16,24 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "scripts/test.sh: installing Debian's chromium for the browser test" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq chromium >/dev/null
+  else
+    echo "scripts/test.sh: /usr/bin/chromium is missing and this is not root; install it with 'sudo apt-get install chromium' (the browser test will fail)" >&2
+  fi
+fi
+
+(
+  cd web
+  npm ci --no-audit --no-fund --loglevel=error
+  npm run --silent check
+  OCTLM_WEB_OUT="$PWD/../build/web-check" npx vite build --logLevel warn
+  npx vitest run
+)
+
 exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,253 @@
+"""What the embedding explorer shows about a trained run.
+
+One place computes it for both views: the page (:mod:`octlm.web`, through
+:func:`run_view`) and the terminal's figures (:mod:`octlm.figures`):
+
+* the token table and each token's text;
+* how often each token occurs in the training split (``train.bin``);
+* a 2-D PCA of the token table;
+* the run's position vectors: the learned table, the sinusoidal rows, or for
+  RoPE the cos/sin of its rotation angles (whose cosine similarity is the
+  score RoPE gives a query and a key with equal unit pairs); ALiBi and NoPE
+  have none;
+* the loss curve from ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from octlm.data import open_tokens
+from octlm.diagnostics import position_vectors
+from octlm.errors import RunError
+from octlm.model import Decoder
+from octlm.run import MANIFEST, METRICS, read_json
+from octlm.tokenizer import Tokenizer
+
+#: Version of the data layout the page reads (web/src/run/data.ts).
+VIEW_FORMAT = 1
+#: The page draws at most this many positions in its similarity map.
+MAX_POSITIONS = 256
+
+
+@dataclass
+class PositionVectors:
+    """Position vectors of a run, [length, width], and where they come from.
+
+    ``source`` is ``"learned"`` (trained rows) or ``"computed"`` (from a
+    formula); ``description`` says what they are in a sentence.
+    """
+
+    vectors: Tensor
+    source: str
+    description: str
+
+
+def run_position_vectors(model: Decoder, length: int | None = None) -> PositionVectors | None:
+    """The run's position vectors for positions ``0 .. length - 1``, or ``None``.
+
+    ``length`` defaults to ``min(context_length, MAX_POSITIONS)``. Learned and
+    sinusoidal schemes give the rows they add to the embedding
+    (:func:`octlm.diagnostics.position_vectors`). RoPE adds nothing, so it
+    gives ``[cos(t w_i) | sin(t w_i)]`` over its channel pairs (Su et al.
+    2021): the cosine similarity of two such rows is the mean of
+    ``cos(w_i (t - s))``, the score of a query and a key with equal unit
+    pairs. ALiBi and NoPE give ``None``.
+    """
+    length = length or min(model.config.context_length, MAX_POSITIONS)
+    scheme = model.config.position
+    if scheme == "learned":
+        rows = position_vectors(model, length)
+        return PositionVectors(rows.float().cpu(), "learned", f"The run's learned table: {length} trained rows of {rows.shape[1]} numbers.")
+    if scheme == "rope":
+        device = model.token_embedding.weight.device
+        cos, sin = model.positions.angles(length, 0, device)
+        vectors = torch.cat((cos, sin), dim=-1).float().cpu()
+        return PositionVectors(
+            vectors, "computed",
+            f"RoPE adds no vectors; this is the score it gives a query and a key with equal unit channel pairs "
+            f"({cos.shape[1]} pairs, rope_theta {model.config.rope_theta:g}), computed from its rotation angles.",
+        )
+    rows = position_vectors(model, length)
+    if rows is None:
+        return None
+    description = f"The {scheme} rows this run adds, computed by formula: {length} rows of {rows.shape[1]}."
+    return PositionVectors(rows.float().cpu(), "computed", description)
+
+
+def position_note(scheme: str) -> str:
+    """Why a scheme has no position vectors to compare, for schemes where :func:`run_position_vectors` gives ``None``."""
+    return {
+        "alibi": "This run uses ALiBi: position is a distance penalty on attention scores, not a vector.",
+        "none": "This run uses no position signal (NoPE): only the causal mask tells positions apart.",
+    }.get(scheme, f"This run's scheme ({scheme}) adds no position vectors.")
+
+
+def cosine_similarity_matrix(vectors: Tensor) -> Tensor:
+    """Cosine similarity of every pair of rows of ``vectors`` [N, C] -> [N, N] float32."""
+    v = vectors.float()
+    return F.cosine_similarity(v.unsqueeze(1), v.unsqueeze(0), dim=-1)
+
+
+def pca_2d(table: Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Project the rows of ``table`` [N, C] on their first two principal components.
+
+    Centres the rows and takes the SVD in float64. The sign of each component
+    is fixed so its largest loading is positive, so the picture does not flip
+    between runs of the same numbers.
+
+    Returns:
+        ``(coords [N, 2], explained [2])``: the projected rows and the fraction
+        of the total variance each component explains.
+
+    Raises:
+        ValueError: when the table has fewer than 2 rows or 2 columns.
+    """
+    x = table.detach().to(torch.float64).cpu()
+    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2:
+        raise ValueError(f"pca_2d needs a [N >= 2, C >= 2] table, got {list(x.shape)}")
+    x = x - x.mean(dim=0, keepdim=True)
+    _, s, vh = torch.linalg.svd(x, full_matrices=False)
+    components = vh[:2]
+    signs = torch.sign(components[torch.arange(2), components.abs().argmax(dim=1)])
+    components = components * signs[:, None]
+    coords = x @ components.T
+    variance = s**2
+    explained = (variance[:2] / variance.sum()).numpy() if variance.sum() > 0 else np.zeros(2)
+    return coords.numpy(), explained
+
+
+def token_counts(run_dir: str | Path, vocab_size: int) -> np.ndarray | None:
+    """How often each token id occurs in the run's training split, int64 [vocab_size], or ``None``.
+
+    ``None`` when ``manifest.json`` or ``train.bin`` is absent (a run folder
+    copied without its token files still loads).
+
+    Raises:
+        RunError: when ``train.bin`` exists but holds ids outside the vocabulary.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / MANIFEST).is_file():
+        return None
+    entry = read_json(run_dir / MANIFEST).get("tokens", {}).get("train")
+    if not entry or not (run_dir / entry["file"]).is_file():
+        return None
+    tokens = open_tokens(run_dir / entry["file"], entry["dtype"])
+    counts = np.bincount(np.asarray(tokens), minlength=vocab_size)
+    if counts.shape[0] > vocab_size:
+        raise RunError(f"{run_dir / entry['file']}: holds token ids up to {counts.shape[0] - 1}, outside the vocabulary of {vocab_size}")
+    return counts.astype(np.int64)
+
+
+def loss_curve(run_dir: str | Path) -> dict:
+    """The run's training and validation loss from ``metrics.jsonl``.
+
+    Returns:
+        ``{"train": [[step, loss], ...], "eval": [[step, val_loss, val_bpb], ...]}``,
+        losses in nats per token, bits per byte for ``val_bpb`` (``None`` when
+        not recorded). A missing file gives empty lists.
+
+    Raises:
+        RunError: naming the file and line when a line is not a JSON object.
+    """
+    path = Path(run_dir) / METRICS
+    train, evals = [], []
+    if not path.is_file():
+        return {"train": train, "eval": evals}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise RunError(f"{path}:{number}: not a JSON line ({err}); the metrics file is corrupted") from None
+        if not isinstance(record, dict):
+            raise RunError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+        kind = record.get("kind")
+        if kind == "train" and _finite(record.get("loss")):
+            train.append([int(record["step"]), float(record["loss"])])
+        elif kind == "eval" and _finite(record.get("val_loss")):
+            bpb = record.get("val_bpb")
+            evals.append([int(record["step"]), float(record["val_loss"]), float(bpb) if _finite(bpb) else None])
+    return {"train": train, "eval": evals}
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def token_labels(tokenizer: Tokenizer) -> list[str]:
+    """Every token's readable text (:meth:`Tokenizer.token_str`), by id."""
+    return [tokenizer.token_str(i) for i in range(tokenizer.vocab_size)]
+
+
+def _pack(matrix: Tensor) -> dict:
+    """A [rows, cols] matrix as little-endian float32 bytes in base64 (a third of JSON's size)."""
+    array = np.ascontiguousarray(matrix.detach().cpu().float().numpy(), dtype="<f4")
+    return {"rows": int(array.shape[0]), "cols": int(array.shape[1]), "float32_base64": base64.b64encode(array.tobytes()).decode("ascii")}
+
+
+def run_view(run_dir: str | Path, model: Decoder, tokenizer: Tokenizer) -> dict:
+    """Everything the page shows about a run, as a JSON-ready dict (read by ``web/src/run/data.ts``).
+
+    Keys: ``format``, ``name``, ``model`` (the config), ``summary`` (the step,
+    ``val_loss`` in nats per token and ``val_bpb`` of the last evaluation), ``tokens``
+    (texts), ``counts`` (training-split counts or ``None``), ``embedding``
+    (the token table [vocab_size, d_model], packed), ``pca`` (``x``, ``y``,
+    ``explained``), ``positions`` (packed vectors with ``source`` and
+    ``description``, or ``None``), ``positions_note`` and ``loss``.
+    """
+    run_dir = Path(run_dir)
+    config = model.config
+    table = model.token_embedding.weight.detach().float().cpu()
+    coords, explained = pca_2d(table)
+    counts = token_counts(run_dir, config.vocab_size)
+    positions = run_position_vectors(model)
+    loss = loss_curve(run_dir)
+    final = loss["eval"][-1] if loss["eval"] else None
+    return {
+        "format": VIEW_FORMAT,
+        "name": run_dir.resolve().name,
+        "model": config.to_dict(),
+        "summary": {
+            "steps": final[0] if final else None,
+            "val_loss": final[1] if final else None,
+            "val_bpb": final[2] if final else None,
+        },
+        "tokens": token_labels(tokenizer),
+        "counts": None if counts is None else counts.tolist(),
+        "embedding": _pack(table),
+        "pca": {
+            "x": [round(float(v), 5) for v in coords[:, 0]],
+            "y": [round(float(v), 5) for v in coords[:, 1]],
+            "explained": [float(v) for v in explained],
+        },
+        "positions": None
+        if positions is None
+        else {**_pack(positions.vectors), "source": positions.source, "description": positions.description},
+        "positions_note": "" if positions is not None else position_note(config.position),
+        "loss": loss,
+    }
+
+
+__all__ = [
+    "MAX_POSITIONS",
+    "PositionVectors",
+    "cosine_similarity_matrix",
+    "loss_curve",
+    "pca_2d",
+    "position_note",
+    "run_position_vectors",
+    "run_view",
+    "token_counts",
+    "token_labels",
+]

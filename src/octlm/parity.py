@@ -1,0 +1,149 @@
+"""Numbers from the Python formulas that the explainer page must reproduce.
+
+The page (``web/src/math.ts``) recomputes every formula it shows in
+TypeScript: the sinusoidal table in both layouts (Vaswani et al. 2017 §3.5),
+RoPE's inverse frequencies, angles and rotation in both layouts (Su et al.
+2021), ALiBi's slopes and biases (Press et al. 2022 §3) and cosine
+similarity. :func:`parity_fixtures` evaluates the Python implementations of
+the same formulas (:mod:`octlm.positions`, :mod:`octlm.diagnostics`) on a
+fixed set of cases; the page's Vitest test reads the result from
+``web/test/fixtures/parity.json`` and checks its own numbers to 1e-5, and
+``tests/test_parity_fixtures.py`` fails when that committed file no longer
+matches what Python computes.
+
+Regenerate with ``python -m octlm.parity web/test/fixtures/parity.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from octlm.diagnostics import cosine_neighbours
+from octlm.fileio import atomic_write
+from octlm.model import DecoderConfig
+from octlm.positions import ALiBiPositions, RotaryPositions, alibi_slopes, rope_inverse_frequencies, sinusoidal_positions
+
+#: (length, width, offset, base, layout): odd widths, far offsets and a small base included.
+SINUSOIDAL_CASES = [
+    (12, 8, 0, 10000.0, "interleaved"),
+    (12, 8, 0, 10000.0, "concatenated"),
+    (9, 7, 3, 10000.0, "interleaved"),
+    (9, 7, 3, 10000.0, "concatenated"),
+    (6, 16, 5000, 10000.0, "interleaved"),
+    (6, 10, 20, 100.0, "concatenated"),
+]
+
+#: (d_model, n_heads, rope_theta, rope_layout, length, offset); head_dim = d_model / n_heads.
+ROPE_CASES = [
+    (16, 2, 10000.0, "interleaved", 6, 0),
+    (16, 2, 10000.0, "half", 6, 0),
+    (12, 2, 500.0, "interleaved", 5, 7),
+    (12, 2, 500.0, "half", 5, 7),
+    (8, 1, 10000.0, "interleaved", 4, 3000),
+]
+
+ALIBI_HEADS = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24]
+#: (n_heads, q_len, k_len, offset)
+ALIBI_BIAS_CASES = [(4, 6, 6, 0), (6, 5, 5, 0), (3, 2, 7, 5)]
+
+#: (rows, cols, seed, query row, k)
+COSINE_CASES = [(10, 8, 0, 3, 4), (24, 16, 1, 0, 5), (5, 3, 2, 1, 4)]
+
+
+def _values(tensor: torch.Tensor) -> list:
+    """A tensor as nested lists of Python floats (float32 values widened exactly)."""
+    return tensor.detach().to(torch.float64).tolist()
+
+
+def _sinusoidal() -> list[dict]:
+    cases = []
+    for length, width, offset, base, layout in SINUSOIDAL_CASES:
+        table = sinusoidal_positions(length, width, offset=offset, base=base, layout=layout)
+        cases.append({"length": length, "width": width, "offset": offset, "base": base, "layout": layout, "table": _values(table)})
+    return cases
+
+
+def _rope() -> list[dict]:
+    cases = []
+    generator = torch.Generator().manual_seed(7)
+    for d_model, n_heads, theta, layout, length, offset in ROPE_CASES:
+        config = DecoderConfig(vocab_size=300, d_model=d_model, n_heads=n_heads, position="rope", rope_theta=theta, rope_layout=layout)
+        rope = RotaryPositions(config)
+        head_dim = config.head_dim
+        cos, sin = rope.angles(length, offset, torch.device("cpu"))
+        q = torch.randn(1, 1, length, head_dim, generator=generator)
+        k = torch.randn(1, 1, length, head_dim, generator=generator)
+        q_rot, k_rot = rope.rotate(q, k, offset)
+        cases.append({
+            "head_dim": head_dim, "theta": theta, "layout": layout, "length": length, "offset": offset,
+            "inv_freq": _values(rope_inverse_frequencies(head_dim, theta)),
+            "cos": _values(cos), "sin": _values(sin),
+            "q": _values(q[0, 0]), "k": _values(k[0, 0]),
+            "q_rotated": _values(q_rot[0, 0]), "k_rotated": _values(k_rot[0, 0]),
+        })
+    return cases
+
+
+def _alibi() -> dict:
+    slopes = [{"n_heads": n, "slopes": _values(alibi_slopes(n))} for n in ALIBI_HEADS]
+    biases = []
+    for n_heads, q_len, k_len, offset in ALIBI_BIAS_CASES:
+        config = DecoderConfig(vocab_size=300, d_model=8 * n_heads, n_heads=n_heads, position="alibi")
+        bias = ALiBiPositions(config).score_bias(q_len, k_len, offset)
+        biases.append({"n_heads": n_heads, "q_len": q_len, "k_len": k_len, "offset": offset, "bias": _values(bias)})
+    return {"slopes": slopes, "biases": biases}
+
+
+def _cosine() -> list[dict]:
+    cases = []
+    for rows, cols, seed, index, k in COSINE_CASES:
+        table = torch.randn(rows, cols, generator=torch.Generator().manual_seed(seed))
+        if rows > 4:
+            table[rows - 1] = -2.5 * table[index]  # an exactly opposite row: similarity -1
+        similarity = F.cosine_similarity(table.unsqueeze(1), table.unsqueeze(0), dim=-1)
+        neighbours = cosine_neighbours(table, index, k)
+        cases.append({
+            "table": _values(table), "similarity": _values(similarity), "index": index, "k": k,
+            "neighbours": [{"index": i, "score": s} for i, s in neighbours],
+        })
+    return cases
+
+
+def parity_fixtures() -> dict:
+    """Every case the page's parity test checks, as a JSON-ready dict.
+
+    Keys: ``sinusoidal``, ``rope``, ``alibi``, ``cosine``; each case carries
+    its inputs next to Python's outputs. Deterministic: the random inputs come
+    from fixed seeds.
+    """
+    return {
+        "about": "Written by `python -m octlm.parity`; read by web/test/parity.test.ts. Do not edit by hand.",
+        "sinusoidal": _sinusoidal(),
+        "rope": _rope(),
+        "alibi": _alibi(),
+        "cosine": _cosine(),
+    }
+
+
+def fixtures_json() -> str:
+    """:func:`parity_fixtures` as the text of the committed fixture file."""
+    return json.dumps(parity_fixtures(), indent=1) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m octlm.parity", description="Write the page's parity fixtures.")
+    parser.add_argument("out", type=Path, help="where to write the JSON, e.g. web/test/fixtures/parity.json")
+    args = parser.parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(args.out, fixtures_json())
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,265 @@
+"""The explainer page with a run's data: ``octlm serve`` and ``octlm export-web``.
+
+The page is built from ``web/`` by Vite into ``src/octlm/web_dist/``
+(``index.html``, ``app.js``, ``app.css``), which is committed and installed
+as package data, so a pip-installed octlm serves it without Node. The page
+reads the run from ``run-data.js`` (``window.OCTLM_RUN = {...}``, see
+:func:`octlm.explore.run_view`); classic scripts rather than a fetched JSON
+file keep an exported copy working straight from disk (``file://``), where
+browsers refuse ``fetch`` and module scripts.
+
+The server is the standard library's :class:`http.server.ThreadingHTTPServer`
+with a handler that answers only from a fixed table of in-memory files made
+at start-up: a request path is never joined to a filesystem path, so no
+``..``, encoded or absolute path can reach anything else on disk.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import tempfile
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from octlm.errors import OctlmError
+
+#: Where the built page lives inside the installed package.
+WEB_DIST = Path(__file__).resolve().parent / "web_dist"
+PAGE_FILES = ("index.html", "app.js", "app.css")
+RUN_DATA = "run-data.js"
+
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
+
+# The page needs nothing from elsewhere; forbid it, so a token string shown on
+# the page can never make the browser reach out.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def page_files(dist: Path = WEB_DIST) -> dict[str, bytes]:
+    """The built page: ``{file name: bytes}`` for ``index.html``, ``app.js`` and ``app.css``.
+
+    Raises:
+        OctlmError: when a file is missing (the page was not built).
+    """
+    missing = [name for name in PAGE_FILES if not (dist / name).is_file()]
+    if missing:
+        raise OctlmError(
+            f"{dist}: the built page is missing {', '.join(missing)}; build it with `npm ci && npm run build` in web/ "
+            f"(or reinstall octlm)"
+        )
+    return {name: (dist / name).read_bytes() for name in PAGE_FILES}
+
+
+def run_data_script(view: dict) -> bytes:
+    """``run-data.js``: a classic script that sets ``window.OCTLM_RUN`` to ``view``.
+
+    ``<`` is escaped as ``\\u003c`` so a token such as ``</script>`` stays
+    inert even if the script is ever inlined into HTML.
+    """
+    payload = json.dumps(view, ensure_ascii=False, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    return f"window.OCTLM_RUN = {payload};\n".encode()
+
+
+def site_files(view: dict, dist: Path = WEB_DIST) -> dict[str, bytes]:
+    """Every file of the page with the run: the built page plus ``run-data.js``."""
+    return {**page_files(dist), RUN_DATA: run_data_script(view)}
+
+
+def load_view(run_dir: str | Path) -> dict:
+    """Load a run folder and compute what the page shows (:func:`octlm.explore.run_view`)."""
+    from octlm.explore import run_view
+    from octlm.run import load_run
+
+    model, tokenizer = load_run(run_dir, "cpu")
+    return run_view(run_dir, model, tokenizer)
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and ``localhost``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_path(raw_path: str) -> str | None:
+    """The file name a request path asks for, or ``None`` when it names nothing served.
+
+    ``/`` is ``index.html``; the query string and fragment are ignored. Only
+    a bare name of the served table qualifies: anything with a further ``/``,
+    a backslash, ``..`` or a NUL, even percent-encoded, is refused.
+    """
+    path = unquote(urlsplit(raw_path).path)
+    if path in ("", "/"):
+        return "index.html"
+    if not path.startswith("/"):
+        return None
+    name = path[1:]
+    if not name or "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
+        return None
+    return name
+
+
+def host_name(header: str) -> str:
+    """The host part of a ``Host`` header, lower-cased, without the port: ``[::1]:80`` -> ``[::1]``."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header.split("]", 1)[0] + "]"
+    return header.rsplit(":", 1)[0] if ":" in header else header
+
+
+def make_handler(files: dict[str, bytes], allowed_hosts: set[str] | None):
+    """A request handler class answering GET and HEAD from ``files`` only.
+
+    ``allowed_hosts``: when set, a request whose ``Host`` header names another
+    host gets 421, which stops a DNS-rebinding page elsewhere from reading the
+    run through a loopback server.
+    """
+
+    class PageHandler(BaseHTTPRequestHandler):
+        server_version = "octlm"
+        sys_version = ""
+
+        def do_GET(self) -> None:
+            self._answer(send_body=True)
+
+        def do_HEAD(self) -> None:
+            self._answer(send_body=False)
+
+        def _answer(self, send_body: bool) -> None:
+            if allowed_hosts is not None and host_name(self.headers.get("Host") or "") not in allowed_hosts:
+                return self._error(HTTPStatus.MISDIRECTED_REQUEST, "unknown Host header", send_body)
+            name = resolve_path(self.path)
+            if name is None or name not in files:
+                return self._error(HTTPStatus.NOT_FOUND, "not found", send_body)
+            body = files[name]
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Type", CONTENT_TYPES.get(Path(name).suffix, "application/octet-stream"))
+            self.send_header("Content-Length", str(len(body)))
+            for key, value in SECURITY_HEADERS.items():
+                self.send_header(key, value)
+            self.end_headers()
+            if send_body:
+                self.wfile.write(body)
+
+        def _error(self, status: HTTPStatus, text: str, send_body: bool) -> None:
+            body = f"{status.value} {text}\n".encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            for key, value in SECURITY_HEADERS.items():
+                self.send_header(key, value)
+            self.end_headers()
+            if send_body:
+                self.wfile.write(body)
+
+        def log_message(self, format: str, *args) -> None:
+            # Quiet by default: the terminal shows the URL and errors, not every request.
+            return
+
+    return PageHandler
+
+
+def make_server(files: dict[str, bytes], host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
+    """Bind a threading HTTP server serving ``files`` on ``host:port`` (port 0: a free one).
+
+    On a loopback host, requests must name a loopback ``Host``.
+
+    Raises:
+        OctlmError: when the address cannot be bound (in use, not this machine's).
+    """
+    allowed = None
+    if is_loopback(host):
+        allowed = {"127.0.0.1", "localhost", "[::1]", host.lower() if ":" not in host else f"[{host.strip('[]')}]"}
+    if not 0 <= port <= 65535:
+        raise OctlmError(f"--port {port}: must be between 0 and 65535 (0 picks a free port)")
+    server_class = ThreadingHTTPServer
+    if ":" in host:
+        import socket
+
+        class V6Server(ThreadingHTTPServer):
+            address_family = socket.AF_INET6
+
+        server_class = V6Server
+    try:
+        server = server_class((host.strip("[]"), port), make_handler(files, allowed))
+    except OSError as err:
+        hint = "pick another with --port, or --port 0 for a free one" if port else "check --host"
+        raise OctlmError(f"cannot listen on {host}:{port} ({err.strerror or err}); {hint}") from None
+    server.daemon_threads = True
+    return server
+
+
+def export_site(files: dict[str, bytes], out: str | Path, overwrite: bool = False) -> Path:
+    """Write ``files`` into folder ``out`` so ``out/index.html`` opens from disk.
+
+    The files go to a temporary folder beside ``out`` that is renamed into
+    place, so ``out`` never holds half a page.
+
+    Raises:
+        OctlmError: when ``out`` exists and is not an empty folder, unless
+            ``overwrite`` (which replaces it only if it looks like an export:
+            it holds ``index.html`` and ``run-data.js`` or is empty).
+    """
+    out = Path(out)
+    if out.exists():
+        if not out.is_dir():
+            raise OctlmError(f"--out {out}: exists and is not a folder; choose another --out")
+        contents = {p.name for p in out.iterdir()}
+        if contents and not overwrite:
+            raise OctlmError(f"--out {out}: folder is not empty; choose another --out or add --overwrite")
+        if contents and not {"index.html", RUN_DATA} <= contents:
+            raise OctlmError(f"--out {out}: holds files that are not an exported page; refusing to replace it even with --overwrite")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for name, data in files.items():
+            target = staging / name
+            target.write_bytes(data)
+            target.chmod(0o644)
+        staging.chmod(0o755)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out, old)
+            os.replace(staging, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out
+
+
+__all__ = [
+    "PAGE_FILES",
+    "RUN_DATA",
+    "WEB_DIST",
+    "export_site",
+    "is_loopback",
+    "load_view",
+    "make_handler",
+    "make_server",
+    "page_files",
+    "resolve_path",
+    "run_data_script",
+    "site_files",
+]

@@ -1,0 +1,138 @@
+"""The explorer's numbers (PCA, counts, position vectors, loss curve) and octlm embeddings."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from octlm import Decoder, DecoderConfig
+from octlm.cli import main
+from octlm.errors import RunError
+from octlm.explore import cosine_similarity_matrix, loss_curve, pca_2d, run_position_vectors, token_counts
+from tests.test_cli import TINY, json_lines
+
+
+def test_pca_matches_the_covariance_eigenvectors():
+    """Against numpy's eigendecomposition of the covariance matrix, an independent route to PCA."""
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(200, 12)) @ np.diag([5, 3, 1, 1, 0.5, 0.5, 0.2, 0.2, 0.1, 0.1, 0.1, 0.1])
+    coords, explained = pca_2d(torch.tensor(table, dtype=torch.float32))
+    centred = table - table.mean(axis=0)
+    values, vectors = np.linalg.eigh(np.cov(centred, rowvar=False))
+    order = np.argsort(values)[::-1][:2]
+    expected = centred @ vectors[:, order]
+    for k in range(2):  # each component is defined up to its sign
+        sign = np.sign(np.dot(expected[:, k], coords[:, k]))
+        np.testing.assert_allclose(coords[:, k], sign * expected[:, k], atol=1e-4)
+    np.testing.assert_allclose(explained, values[order] / values.sum(), rtol=1e-5)
+
+
+def test_pca_sign_is_fixed_and_bad_shapes_refused():
+    table = torch.randn(50, 6, generator=torch.Generator().manual_seed(1))
+    a, _ = pca_2d(table)
+    b, _ = pca_2d(-table)  # flipping every row flips the components' loadings, not the picture's orientation rule
+    np.testing.assert_allclose(np.abs(a), np.abs(b), atol=1e-5)
+    with pytest.raises(ValueError, match=r"\[N >= 2, C >= 2\]"):
+        pca_2d(torch.zeros(1, 5))
+
+
+def test_token_counts_match_a_plain_count(trained_run):
+    manifest = json.loads((trained_run / "manifest.json").read_text())
+    entry = manifest["tokens"]["train"]
+    raw = (trained_run / entry["file"]).read_bytes()
+    ids = struct.unpack(f"<{len(raw) // 2}H", raw) if entry["dtype"] == "uint16" else struct.unpack(f"<{len(raw) // 4}I", raw)
+    counts = token_counts(trained_run, 300)
+    assert dict(Counter(ids)) == {i: int(c) for i, c in enumerate(counts) if c}
+
+
+def test_token_counts_absent_without_train_bin(trained_run, tmp_path):
+    assert token_counts(tmp_path, 300) is None
+
+
+def test_loss_curve_reads_metrics_and_names_a_bad_line(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 10, "kind": "train", "loss": 5.0}\n'
+        '{"step": 10, "kind": "eval", "val_loss": 4.5, "val_bpb": 2.0}\n'
+        '{"step": 20, "kind": "train", "loss": NaN}\n'
+        '\n'
+        '{"step": 20, "kind": "eval", "val_loss": 4.0}\n'
+    )
+    assert loss_curve(tmp_path) == {"train": [[10, 5.0]], "eval": [[10, 4.5, 2.0], [20, 4.0, None]]}
+    (tmp_path / "metrics.jsonl").write_text('{"step": 10, "kind": "train", "loss": 5.0}\n{"step": 2\n')
+    with pytest.raises(RunError, match=r"metrics.jsonl:2: not a JSON line"):
+        loss_curve(tmp_path)
+    assert loss_curve(tmp_path / "missing") == {"train": [], "eval": []}
+
+
+@pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "rope", "alibi", "none"])
+def test_position_vectors_per_scheme(scheme):
+    config = DecoderConfig(vocab_size=300, context_length=24, d_model=16, n_heads=2, position=scheme)
+    model = Decoder(config)
+    found = run_position_vectors(model)
+    if scheme in ("alibi", "none"):
+        assert found is None
+        return
+    assert found.vectors.shape[0] == 24
+    similarity = cosine_similarity_matrix(found.vectors).numpy()
+    if scheme == "learned":
+        assert found.source == "learned" and torch.equal(found.vectors, model.position_embedding.weight.detach())
+    else:
+        # Sinusoidal and RoPE: similarity = mean over pairs of cos(w_i (t - s)), written out here.
+        dim = 16 if scheme == "sinusoidal" else config.head_dim
+        w = [10000 ** (-2 * i / dim) for i in range(dim // 2)]
+        expected = np.array([[np.mean([math.cos(wi * (t - s)) for wi in w]) for s in range(24)] for t in range(24)])
+        np.testing.assert_allclose(similarity, expected, atol=1e-5)
+        assert found.source == "computed"
+
+
+def test_embeddings_command_neighbours_and_figures(trained_run, tmp_path, capsys):
+    from octlm.run import load_run
+
+    model, tokenizer = load_run(trained_run)
+    text_token = next(tokenizer.token_str(i) for i in range(257, 300) if len(tokenizer.encode(tokenizer.token_str(i))) == 1)
+    out = tmp_path / "figs"
+    assert main(["embeddings", "--run", str(trained_run), "--token", text_token, "7", "--k", "4", "--out", str(out), "--json"]) == 0
+    result = json_lines(capsys.readouterr().out)[-1]
+    assert [e["token"] for e in result["tokens"]] == [tokenizer.encode(text_token)[0], 7]
+    table = model.token_embedding.weight.detach().numpy().astype(np.float64)
+    unit = table / np.linalg.norm(table, axis=1, keepdims=True)
+    for entry in result["tokens"]:
+        scores = unit @ unit[entry["token"]]
+        scores[entry["token"]] = -np.inf
+        best = np.argsort(-scores)[:4]
+        assert [n["index"] for n in entry["neighbours"]] == best.tolist()
+        np.testing.assert_allclose([n["score"] for n in entry["neighbours"]], scores[best], atol=1e-5)
+        assert [n["label"] for n in entry["neighbours"]] == [tokenizer.token_str(int(i)) for i in best]
+    for key, name in (("positions", "positions.png"), ("pca", "tokens-pca.png")):
+        path = out / name
+        assert result["figures"][key] == str(path)
+        data = path.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        width, height = struct.unpack(">II", data[16:24])
+        assert width >= 800 and height >= 500
+
+
+def test_embeddings_defaults_and_a_scheme_without_vectors(small_corpus, tmp_path, capsys):
+    run = tmp_path / "alibi"
+    assert main(["train", "--text", str(small_corpus), "--out", str(run), "--max-steps", "3", "--position", "alibi", "--quiet", *TINY]) == 0
+    capsys.readouterr()
+    assert main(["embeddings", "--run", str(run), "--json"]) == 0
+    result = json_lines(capsys.readouterr().out)[-1]
+    assert len(result["tokens"]) == 5 and result["figures"]["positions"] is None
+    assert (run / "embeddings" / "tokens-pca.png").is_file() and not (run / "embeddings" / "positions.png").exists()
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [(["--token", "a b c d e"], "tokens"), (["--token", "99999"], "outside the vocabulary"), (["--k", "0"], "--k must be >= 1")],
+)
+def test_embeddings_bad_input_is_one_line(trained_run, tmp_path, capsys, args, match):
+    assert main(["embeddings", "--run", str(trained_run), "--out", str(tmp_path / "o"), *args]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and match in err[0]

@@ -1,0 +1,75 @@
+"""The page's parity fixtures: committed file == what Python computes now.
+
+``web/test/parity.test.ts`` (Vitest, run by scripts/test.sh) checks the page's
+TypeScript against ``web/test/fixtures/parity.json`` to 1e-5; this test makes
+sure that file still holds the Python implementation's numbers, so a change to
+a formula on either side cannot pass unnoticed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from octlm.parity import fixtures_json, main, parity_fixtures
+from tests.conftest import REPO
+
+FIXTURE = REPO / "web" / "test" / "fixtures" / "parity.json"
+
+
+def drift(committed, fresh, path="$"):
+    """Paths where two JSON trees differ (numbers by more than 1e-9, anything else at all)."""
+    if isinstance(committed, dict) and isinstance(fresh, dict):
+        if committed.keys() != fresh.keys():
+            return [f"{path}: keys {sorted(committed)} != {sorted(fresh)}"]
+        return [d for k in committed for d in drift(committed[k], fresh[k], f"{path}.{k}")]
+    if isinstance(committed, list) and isinstance(fresh, list):
+        if len(committed) != len(fresh):
+            return [f"{path}: length {len(committed)} != {len(fresh)}"]
+        return [d for i, (a, b) in enumerate(zip(committed, fresh)) for d in drift(a, b, f"{path}[{i}]")]
+    if isinstance(committed, (int, float)) and isinstance(fresh, (int, float)) and not isinstance(committed, bool):
+        return [] if math.isclose(committed, fresh, rel_tol=0, abs_tol=1e-9) else [f"{path}: {committed} != {fresh}"]
+    return [] if committed == fresh else [f"{path}: {committed!r} != {fresh!r}"]
+
+
+def test_committed_fixtures_match_python():
+    assert FIXTURE.is_file(), f"{FIXTURE} is missing; write it with `python -m octlm.parity {FIXTURE.relative_to(REPO)}`"
+    differences = drift(json.loads(FIXTURE.read_text()), json.loads(fixtures_json()))
+    assert not differences, (
+        f"{FIXTURE.relative_to(REPO)} drifted from the Python formulas ({len(differences)} differences, first: "
+        f"{differences[:3]}); regenerate it with `python -m octlm.parity {FIXTURE.relative_to(REPO)}` and rerun Vitest"
+    )
+
+
+def test_drift_is_detected():
+    fresh = parity_fixtures()
+    changed = json.loads(json.dumps(fresh))
+    changed["rope"][1]["q_rotated"][2][3] += 1e-6
+    changed["alibi"]["slopes"].pop()
+    found = drift(changed, json.loads(json.dumps(fresh)))
+    assert any("rope[1].q_rotated[2][3]" in d for d in found) and any("alibi.slopes" in d for d in found)
+
+
+def test_fixtures_cover_every_formula_the_page_computes():
+    fixtures = parity_fixtures()
+    assert {c["layout"] for c in fixtures["sinusoidal"]} == {"interleaved", "concatenated"}
+    assert any(c["width"] % 2 for c in fixtures["sinusoidal"]), "an odd width"
+    assert {c["layout"] for c in fixtures["rope"]} == {"interleaved", "half"}
+    assert any(c["offset"] >= 1000 for c in fixtures["rope"]), "far positions"
+    assert any(n & (n - 1) for n in (c["n_heads"] for c in fixtures["alibi"]["slopes"])), "a head count that is not a power of two"
+    assert fixtures["alibi"]["biases"] and fixtures["cosine"]
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_cosine_fixture_has_an_opposite_row(case):
+    c = parity_fixtures()["cosine"][case]
+    if len(c["table"]) > 4:
+        assert c["similarity"][c["index"]][len(c["table"]) - 1] == pytest.approx(-1, abs=1e-6)
+
+
+def test_exporter_writes_the_file(tmp_path, capsys):
+    out = tmp_path / "deep" / "parity.json"
+    assert main([str(out)]) == 0
+    assert json.loads(out.read_text()) == json.loads(fixtures_json())

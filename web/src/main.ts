@@ -1,0 +1,32 @@
+// The explainer page: five playgrounds about the first layer, then the user's own run.
+import "./style.css";
+import { alibiPlayground } from "./playgrounds/alibi";
+import { oneHotPlayground } from "./playgrounds/onehot";
+import { ropePlayground } from "./playgrounds/rope";
+import { sinusoidalPlayground } from "./playgrounds/sinusoidal";
+import { sumPlayground } from "./playgrounds/sum";
+import { runSection } from "./run/view";
+import { el } from "./ui";
+
+function main(): void {
+  const app = document.getElementById("app") ?? document.body;
+  const run = window.OCTLM_RUN;
+  const nav = el("nav", { "aria-label": "sections" },
+    ...[["onehot", "Lookup"], ["sum", "Token + position"], ["sinusoidal", "Sinusoidal"], ["rope", "RoPE"], ["alibi", "ALiBi"], ["run", "Your model"]].map(([id, text]) => el("a", { href: `#${id}` }, text)),
+  );
+  app.append(
+    el("header", {},
+      el("h1", {}, "Embeddings and positions"),
+      el("p", { class: "lede" },
+        "The first layer of a language model turns each token ID into a vector, and adds where in the sequence the token sits. ",
+        "Play with each piece below; every formula here is checked against octlm's Python to 1e-5."),
+      nav,
+    ),
+    el("main", {}, oneHotPlayground(), sumPlayground(), sinusoidalPlayground(), ropePlayground(), alibiPlayground(), runSection(run)),
+    el("footer", {}, "octlm · the page runs entirely in your browser; nothing is fetched from the network."),
+  );
+  document.body.dataset.ready = "true";
+}
+
+if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", main);
+else main();

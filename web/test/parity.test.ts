@@ -1,0 +1,93 @@
+// The page's formulas against the numbers Python exported (python -m octlm.parity).
+import { describe, expect, it } from "vitest";
+import fixtures from "./fixtures/parity.json";
+import {
+  alibiBias,
+  alibiSlopes,
+  cosine,
+  cosineMatrix,
+  nearest,
+  ropeAngles,
+  ropeInverseFrequencies,
+  ropeRotate,
+  sinusoidal,
+  toRows,
+  type Matrix,
+  type RopeLayout,
+  type SinusoidalLayout,
+} from "../src/math";
+
+const TOL = 1e-5;
+
+function fromRows(rows: number[][]): Matrix {
+  const cols = rows[0]?.length ?? 0;
+  return { rows: rows.length, cols, data: Float64Array.from(rows.flat()) };
+}
+
+/** Largest absolute difference between two equally shaped nested arrays; throws on a shape mismatch. */
+function maxDiff(a: number[] | number[][], b: number[] | number[][]): number {
+  const fa = (a as number[]).flat(2) as number[];
+  const fb = (b as number[]).flat(2) as number[];
+  expect(fa.length).toBe(fb.length);
+  expect(fa.length).toBeGreaterThan(0);
+  return Math.max(...fa.map((v, i) => Math.abs(v - fb[i])));
+}
+
+describe("sinusoidal table (Vaswani et al. 2017 §3.5)", () => {
+  for (const c of fixtures.sinusoidal) {
+    it(`${c.length}x${c.width} from ${c.offset}, base ${c.base}, ${c.layout}`, () => {
+      const ts = sinusoidal(c.length, c.width, c.offset, c.base, c.layout as SinusoidalLayout);
+      expect([ts.rows, ts.cols]).toEqual([c.length, c.width]);
+      expect(maxDiff(toRows(ts), c.table)).toBeLessThan(TOL);
+    });
+  }
+});
+
+describe("RoPE (Su et al. 2021)", () => {
+  for (const c of fixtures.rope) {
+    const name = `head_dim ${c.head_dim}, theta ${c.theta}, ${c.layout}, ${c.length} positions from ${c.offset}`;
+    it(`inverse frequencies and angles: ${name}`, () => {
+      const inv = ropeInverseFrequencies(c.head_dim, c.theta);
+      expect(maxDiff(Array.from(inv), c.inv_freq)).toBeLessThan(TOL);
+      const { cos, sin } = ropeAngles(c.length, c.offset, inv);
+      expect(maxDiff(toRows(cos), c.cos)).toBeLessThan(TOL);
+      expect(maxDiff(toRows(sin), c.sin)).toBeLessThan(TOL);
+    });
+    it(`rotation of queries and keys: ${name}`, () => {
+      const { cos, sin } = ropeAngles(c.length, c.offset, ropeInverseFrequencies(c.head_dim, c.theta));
+      const layout = c.layout as RopeLayout;
+      expect(maxDiff(toRows(ropeRotate(fromRows(c.q), cos, sin, layout)), c.q_rotated)).toBeLessThan(TOL);
+      expect(maxDiff(toRows(ropeRotate(fromRows(c.k), cos, sin, layout)), c.k_rotated)).toBeLessThan(TOL);
+    });
+  }
+});
+
+describe("ALiBi (Press et al. 2022)", () => {
+  for (const c of fixtures.alibi.slopes) {
+    it(`slopes for ${c.n_heads} heads`, () => {
+      expect(maxDiff(Array.from(alibiSlopes(c.n_heads)), c.slopes)).toBeLessThan(TOL);
+    });
+  }
+  for (const c of fixtures.alibi.biases) {
+    it(`biases: ${c.n_heads} heads, ${c.q_len} queries from ${c.offset}, ${c.k_len} keys`, () => {
+      const slopes = alibiSlopes(c.n_heads);
+      const ts = Array.from(slopes, (m) => toRows(alibiBias(m, c.q_len, c.k_len, c.offset)));
+      expect(maxDiff(ts.flat(), (c.bias as number[][][]).flat())).toBeLessThan(TOL);
+    });
+  }
+});
+
+describe("cosine similarity", () => {
+  for (const [n, c] of fixtures.cosine.entries()) {
+    it(`every pair of rows, case ${n}`, () => {
+      const table = fromRows(c.table);
+      expect(maxDiff(toRows(cosineMatrix(table)), c.similarity)).toBeLessThan(TOL);
+      expect(Math.abs(cosine(c.table[0], c.table[1]) - c.similarity[0][1])).toBeLessThan(TOL);
+    });
+    it(`nearest rows, case ${n}`, () => {
+      const ts = nearest(fromRows(c.table), c.index, c.k);
+      expect(ts.map((x) => x.index)).toEqual(c.neighbours.map((x) => x.index));
+      expect(maxDiff(ts.map((x) => x.score), c.neighbours.map((x) => x.score))).toBeLessThan(TOL);
+    });
+  }
+});
