@@ -179,9 +179,9 @@ def encode_stream(tokenizer, texts: Sequence[str]) -> np.ndarray:
     dtype = token_dtype(tokenizer.vocab_size)
     pieces = []
     eot = np.array([tokenizer.eot_id], dtype=dtype)
-    nonempty = [t for t in texts if t]
-    for ids in tokenizer.encode_batch(nonempty):
-        pieces.append(np.asarray(ids, dtype=dtype))
+    # In pieces, so one huge document (or line) needs no more memory than a piece.
+    for ids in tokenizer.encode_arrays([t for t in texts if t], dtype):
+        pieces.append(ids)
         pieces.append(eot)
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
 
