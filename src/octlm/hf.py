@@ -227,7 +227,14 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False)
     """
     from octlm.run import load_run
 
+    from octlm.run import load_config
+
     run_dir, out_dir = Path(run_dir), Path(out_dir)
+    if (run_dir / "config.json").is_file():
+        try:
+            gpt2_config(DecoderConfig.from_dict(load_config(run_dir)["model"]), 0)  # refuse before loading weights
+        except (TypeError, ValueError):
+            pass  # load_run names the problem
     model, tokenizer = load_run(run_dir)
     config = gpt2_config(model.config, tokenizer.eot_id)
     _prepare_out(out_dir, overwrite)
