@@ -146,7 +146,10 @@ def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") 
         docs.append(Document(shown, text, len(raw), hashlib.sha256(raw).hexdigest()))
     if not docs:
         where = ", ".join(str(p) for p in paths) if paths else str(default_corpus_root())
-        raise DataError(f"no text files found in {where} ({len(skipped)} skipped as empty or binary)")
+        raise DataError(
+            f"no text files found in {where} ({len(skipped)} skipped as empty or binary); "
+            f"give --text a folder that holds text files, or the files themselves"
+        )
     return docs, {"source": source, "skipped": skipped}
 
 

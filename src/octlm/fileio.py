@@ -40,6 +40,11 @@ def atomic_write(path: str | Path, data: bytes | str) -> None:
     _fsync_dir(path.parent)
 
 
+def umask() -> int:
+    """The process's file-creation mask, as read at import."""
+    return _UMASK
+
+
 def atomic_write_json(path: str | Path, obj) -> None:
     """:func:`atomic_write` of ``obj`` as indented JSON with a final newline."""
     atomic_write(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")

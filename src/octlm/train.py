@@ -15,8 +15,10 @@ import datetime
 import json
 import math
 import re
+import os
 import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +47,7 @@ from octlm.diagnostics import nearest_positions, nearest_tokens
 from octlm.errors import OctlmError, RunError
 from octlm.evaluate import EvalResult, evaluate
 from octlm.fileio import atomic_write_json
+from octlm.fileio import umask as fileio_umask
 from octlm.model import Decoder, DecoderConfig, cross_entropy
 from octlm.options import DEFAULT_MAX_STEPS, TrainOptions
 from octlm.report import Reporter
@@ -100,8 +103,13 @@ def autocast_for(device: torch.device, dtype: str):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16), "bfloat16"
 
 
-def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
-    """Create the run folder, refusing to clobber an existing one unless ``overwrite``."""
+def check_run_dir(out: str | None, overwrite: bool) -> Path:
+    """The run folder ``--out`` names (default ``runs/<date>-<time>``), checked but not touched.
+
+    Raises:
+        OctlmError: when it is a file, holds files and ``overwrite`` is not
+            set, or holds files that are not an octlm run.
+    """
     if out is None:
         out = f"runs/{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(out)
@@ -113,9 +121,36 @@ def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
             raise OctlmError(f"--out {run_dir}: already holds {what}; choose another --out or pass --overwrite to replace it")
         if not (run_dir / CONFIG).exists() and not (run_dir / MANIFEST).exists():
             raise OctlmError(f"--out {run_dir}: holds files that are not an octlm run; refusing to overwrite them")
+    return run_dir
+
+
+def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
+    """Create the run folder, refusing to clobber an existing one unless ``overwrite``."""
+    run_dir = check_run_dir(out, overwrite)
+    if run_dir.is_dir() and any(run_dir.iterdir()):
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
+
+
+@contextlib.contextmanager
+def staged_run_dir(run_dir: Path):
+    """A hidden folder beside ``run_dir`` to prepare a run in; it becomes ``run_dir`` only on success.
+
+    So bad input never leaves a half-made run folder behind, and
+    ``--overwrite`` with bad input keeps the run it would have replaced.
+    """
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.partial-", dir=run_dir.parent))
+    staging.chmod(0o777 & ~fileio_umask())
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # checked by check_run_dir: empty, or an octlm run with --overwrite
+    os.replace(staging, run_dir)
 
 
 def prepare_corpus(opts: TrainOptions, run_dir: Path, report: Reporter) -> Corpus:
@@ -389,10 +424,17 @@ def _train(opts, report, group, device_name, resume_dir, changes, step_hook) -> 
     # The run folder and the data: made once, by rank 0; read by everyone.
     ckpt = None
     if resume_dir is None:
-        run_dir = group.run_on_main(lambda: prepare_run_dir(opts.out, opts.overwrite))
-        run_dir = Path(group.gather(str(run_dir) if run_dir else None)[0])
-        report.event("run", f"run folder: {run_dir}", run_dir=str(run_dir))
-        data = group.run_on_main(lambda: prepare_corpus(opts, run_dir, report))
+
+        def prepare() -> Path:
+            target = check_run_dir(opts.out, opts.overwrite)
+            report.event("run", f"run folder: {target}", run_dir=str(target))
+            with staged_run_dir(target) as staging:
+                prepare_corpus(opts, staging, report)
+            return target
+
+        run_dir = group.run_on_main(prepare)
+        run_dir = Path(group.gather(str(run_dir) if group.is_main else None)[0])
+        data = None
     else:
         run_dir = resume_dir
         ckpt = load_checkpoint(run_dir / CHECKPOINT)
