@@ -90,6 +90,28 @@ def test_resume_changes_only_what_may_change(reference, small_corpus, tmp_path, 
     assert json.loads((run / "config.json").read_text())["train"]["max_steps"] == 15
 
 
+def test_a_time_budget_is_the_runs_total(small_corpus, tmp_path, capsys):
+    run, budget = tmp_path / "run", 1.5
+    clock = {}
+
+    def ctrl_c_late(step):
+        clock.setdefault("start", time.perf_counter())
+        if time.perf_counter() - clock["start"] > 1.0 and "sent" not in clock:
+            clock["sent"] = True
+            os.kill(os.getpid(), signal.SIGINT)
+
+    first = train(options(small_corpus, run, time_budget=budget, save_every=0, eval_interval=10**6), QUIET, step_hook=ctrl_c_late)
+    assert first["interrupted"] and 1.0 < first["train_seconds"] < budget
+    assert json.loads((run / "config.json").read_text())["train"]["max_steps"] is None
+    second = train(TrainOptions(), QUIET, resume=run, given=set())
+    # train_seconds adds up the sessions: the resumed one trained only the rest of the budget
+    # (a fresh budget would end near 1.0 + 1.5 s); the margin is for the last step in flight
+    assert budget <= second["train_seconds"] < budget + 0.5
+    assert second["steps"] > first["steps"]
+    out = capsys.readouterr().out
+    assert "schedule" not in out  # the limits did not change, so no warning
+
+
 def test_kill_9_mid_run_leaves_a_loadable_checkpoint_and_resume_is_exact(reference, small_corpus, tmp_path, capsys):
     run = tmp_path / "run"
     command = [sys.executable, "-m", "octlm", "train", "--text", str(small_corpus), "--out", str(run), "--max-steps", "40",

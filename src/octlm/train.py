@@ -472,7 +472,7 @@ def _train(opts, report, group, device_name, resume_dir, changes, step_hook) -> 
                 f"--resume {run_dir}: the run already finished {limit} (step {ckpt.step}); to train further give a larger "
                 f"--max-steps or --time-budget (the total for the run, not an addition)"
             )
-        if (opts.max_steps, opts.time_budget) != (ckpt.state["max_steps"], ckpt.state["time_budget"]):
+        if (max_steps, opts.time_budget) != (ckpt.state["max_steps"], ckpt.state["time_budget"]):
             changes.append(
                 f"the run's limit is now {max_steps} steps" + (f" / {opts.time_budget:g}s" if opts.time_budget else "")
                 + f" (was {ckpt.state['max_steps']} steps" + (f" / {ckpt.state['time_budget']:g}s" if ckpt.state["time_budget"] else "")
@@ -557,7 +557,7 @@ def _train(opts, report, group, device_name, resume_dir, changes, step_hook) -> 
             state = {
                 "step": at_step, "elapsed_s": elapsed, "step_seconds": step_seconds, "window": dict(window),
                 "metrics_bytes": metrics_path.stat().st_size, "world_size": group.world_size,
-                "global_batch": opts.batch_size * group.world_size, "max_steps": opts.max_steps,
+                "global_batch": opts.batch_size * group.world_size, "max_steps": max_steps,
                 "time_budget": opts.time_budget, "digests": digests, "torch": torch.__version__,
             }
             try:
