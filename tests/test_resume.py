@@ -91,25 +91,27 @@ def test_resume_changes_only_what_may_change(reference, small_corpus, tmp_path, 
 
 
 def test_a_time_budget_is_the_runs_total(small_corpus, tmp_path, capsys):
-    run, budget = tmp_path / "run", 1.5
+    run, budget, stop_after = tmp_path / "run", 2.0, 1.6
     clock = {}
 
     def ctrl_c_late(step):
         clock.setdefault("start", time.perf_counter())
-        if time.perf_counter() - clock["start"] > 1.0 and "sent" not in clock:
+        if time.perf_counter() - clock["start"] > stop_after and "sent" not in clock:
             clock["sent"] = True
             os.kill(os.getpid(), signal.SIGINT)
 
     first = train(options(small_corpus, run, time_budget=budget, save_every=0, eval_interval=10**6), QUIET, step_hook=ctrl_c_late)
-    assert first["interrupted"] and 1.0 < first["train_seconds"] < budget
+    assert first["interrupted"] and stop_after < first["train_seconds"] < budget
     assert json.loads((run / "config.json").read_text())["train"]["max_steps"] is None
+    started = time.perf_counter()
     second = train(TrainOptions(), QUIET, resume=run, given=set())
-    # train_seconds adds up the sessions: the resumed one trained only the rest of the budget
-    # (a fresh budget would end near 1.0 + 1.5 s); the margin is for the last step in flight
-    assert budget <= second["train_seconds"] < budget + 0.5
+    session = time.perf_counter() - started
+    # The resumed session trains only the rest, at most 0.4 s; a fresh budget would train
+    # 2 s. The 1.8 s bound leaves 1.4 s for loading, evaluating and a slow shared CPU.
+    assert session < 1.8
+    assert budget <= second["train_seconds"] < budget + 0.5  # the sessions add up
     assert second["steps"] > first["steps"]
-    out = capsys.readouterr().out
-    assert "schedule" not in out  # the limits did not change, so no warning
+    assert "schedule" not in capsys.readouterr().out  # the limits did not change, so no warning
 
 
 def test_kill_9_mid_run_leaves_a_loadable_checkpoint_and_resume_is_exact(reference, small_corpus, tmp_path, capsys):
