@@ -184,3 +184,12 @@ def test_import_refuses_unsafe_or_broken_files(gpt2_tokenizer, tmp_path, problem
         match = "lm_head.weight differs from the token table"
     with pytest.raises(InteropError, match=match):
         import_hf(folder, tmp_path / "run")
+
+
+@pytest.mark.parametrize("command", ["export-hf", "import-hf"])
+def test_commands_have_help_and_json(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "--json" in out and "--overwrite" in out
