@@ -58,7 +58,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=20.0)
     parser.add_argument("--vocab-size", type=int, default=1024)
-    parser.add_argument("--corpus", default=str(Path(os.environ.get("OCTLM_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "corpora" / "tinyshakespeare.txt"))
+    shared = Path(os.environ.get("OCTLM_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+    parser.add_argument("--corpus", default=str(shared / "corpora" / "tinyshakespeare.txt"))
     args = parser.parse_args()
     out = {"megabytes": args.megabytes, "vocab_size": args.vocab_size}
     for mode in ("pieces", "whole"):

@@ -27,6 +27,7 @@ from octlm.run import load_run
 from octlm.train import TrainingError, train
 
 REPO = Path(__file__).resolve().parents[1]
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
 # dropout > 0 so the dropout generator's state must survive the interruption too
 TINY = dict(vocab_size=280, context_length=16, d_model=16, n_heads=2, n_layers=1, batch_size=4, eval_interval=5,
             eval_blocks=4, final_eval_blocks=8, sample_tokens=0, dropout=0.1, threads=1)
@@ -118,7 +119,7 @@ def test_kill_9_mid_run_leaves_a_loadable_checkpoint_and_resume_is_exact(referen
     run = tmp_path / "run"
     command = [sys.executable, "-m", "octlm", "train", "--text", str(small_corpus), "--out", str(run), "--max-steps", "40",
                "--save-every", "1", "--log-interval", "1", "--quiet", *TINY_FLAGS]
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=CHILD_ENV)
     deadline = time.monotonic() + 120
     while not (run / CHECKPOINT).exists() or load_checkpoint(run / CHECKPOINT).step < 3:
         assert child.poll() is None and time.monotonic() < deadline, child.stderr.read().decode()
@@ -141,7 +142,7 @@ def test_ctrl_c_in_a_terminal_saves_and_says_how_to_resume(small_corpus, tmp_pat
     run = tmp_path / "run"
     command = [sys.executable, "-m", "octlm", "train", "--text", str(small_corpus), "--out", str(run), "--max-steps", "100000",
                "--save-every", "50", *TINY_FLAGS]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=CHILD_ENV)
     deadline = time.monotonic() + 120
     while not (run / CHECKPOINT).exists():
         assert child.poll() is None and time.monotonic() < deadline, child.stderr.read()
@@ -313,6 +314,8 @@ def test_nothing_is_ever_unpickled():
     import re
 
     # Every way to read (or write) a pickle in Python, torch and numpy.
-    forbidden = re.compile(r"import pickle|from pickle|pickle\.|torch\.load\(|torch\.save\(|weights_only=False|allow_pickle=True|import dill|joblib")
+    forbidden = re.compile(
+        r"import pickle|from pickle|pickle\.|torch\.load\(|torch\.save\(|weights_only=False|allow_pickle=True|import dill|joblib"
+    )
     for path in (REPO / "src" / "octlm").rglob("*.py"):
         assert not forbidden.search(path.read_text()), path

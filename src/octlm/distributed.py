@@ -111,13 +111,17 @@ def setup(device_name: str) -> tuple[Group, str]:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if device_name.startswith("cuda:") or device_name == "mps":
-        raise OctlmError(f"--device {device_name}: under torchrun each process takes its own GPU (cuda:LOCAL_RANK); use --device auto, cuda or cpu")
+        raise OctlmError(
+            f"--device {device_name}: under torchrun each process takes its own GPU (cuda:LOCAL_RANK); use --device auto, cuda or cpu"
+        )
     use_cuda = device_name in ("auto", "cuda") and torch.cuda.is_available()
     if device_name == "cuda" and not use_cuda:
         raise OctlmError("--device cuda: this machine has no CUDA GPU (or this torch build has no CUDA); use --device cpu")
     if use_cuda:
         if local >= torch.cuda.device_count():
-            raise OctlmError(f"LOCAL_RANK={local} but this node has {torch.cuda.device_count()} GPU(s); start at most that many processes per node")
+            raise OctlmError(
+                f"LOCAL_RANK={local} but this node has {torch.cuda.device_count()} GPU(s); start at most that many processes per node"
+            )
         torch.cuda.set_device(local)
         device, backend = f"cuda:{local}", "nccl"
     else:

@@ -171,7 +171,10 @@ def decoder_config(gpt2: dict, source: Path) -> DecoderConfig:
 def to_gpt2_state(model: Decoder) -> dict[str, torch.Tensor]:
     """``model``'s weights under GPT2LMHeadModel's names and layouts (no ``lm_head.weight``: tied)."""
     state = model.state_dict()
-    return {theirs: (state[ours].t() if transposed else state[ours]).detach().cpu().contiguous() for ours, theirs, transposed in name_map(model.config.n_layers)}
+    out = {}
+    for ours, theirs, transposed in name_map(model.config.n_layers):
+        out[theirs] = (state[ours].t() if transposed else state[ours]).detach().cpu().contiguous()
+    return out
 
 
 def from_gpt2_state(tensors: dict[str, torch.Tensor], config: DecoderConfig, source: Path) -> dict[str, torch.Tensor]:
@@ -359,7 +362,8 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
     save_weights(run_dir / WEIGHTS, model)
     tokenizer.save(run_dir / TOKENIZER)
     write_config(run_dir, config, {"imported_from": str(in_dir.resolve())})
-    return {"run_dir": str(run_dir), "files": sorted([CONFIG, WEIGHTS, TOKENIZER]), "parameters": model.num_parameters(), "model": config.to_dict()}
+    files = sorted([CONFIG, WEIGHTS, TOKENIZER])
+    return {"run_dir": str(run_dir), "files": files, "parameters": model.num_parameters(), "model": config.to_dict()}
 
 
 def _prepare_out(folder: Path, overwrite: bool) -> None:

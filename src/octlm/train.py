@@ -270,7 +270,9 @@ def open_corpus(run_dir: Path) -> Corpus:
             raise RunError(f"{run_dir / f'{split}.bin'}: token file missing; the run folder is incomplete")
         tokens = corpus.open_tokens(run_dir / entry["file"], entry["dtype"])
         if len(tokens) != entry["count"]:
-            raise RunError(f"{run_dir / entry['file']}: holds {len(tokens)} tokens, manifest.json says {entry['count']}; the file is truncated")
+            raise RunError(
+                f"{run_dir / entry['file']}: holds {len(tokens)} tokens, manifest.json says {entry['count']}; the file is truncated"
+            )
         streams.append(tokens)
     return Corpus(tokenizer, streams[0], streams[1], manifest)
 
@@ -303,7 +305,9 @@ def resume_options(run_dir: Path, opts: TrainOptions, given: set[str]) -> tuple[
         value, then = getattr(opts, name), stored.get(name, getattr(TrainOptions(), name))
         flag = "--" + name.replace("_", "-")
         if name == "overwrite" and value:
-            raise OctlmError(f"--overwrite with --resume {run_dir}: --overwrite would delete the run that --resume continues; drop one of them")
+            raise OctlmError(
+                f"--overwrite with --resume {run_dir}: --overwrite would delete the run that --resume continues; drop one of them"
+            )
         if name == "out":
             if value is not None and Path(value).resolve() != run_dir.resolve():
                 raise OctlmError(f"--out {value} with --resume {run_dir}: a resumed run stays in its own folder; drop --out")
@@ -445,7 +449,8 @@ def _train(opts, report, group, device_name, resume_dir, changes, step_hook) -> 
         config = opts.model_config(data.tokenizer.vocab_size)
         group.run_on_main(lambda: write_config(run_dir, config, {**opts.to_dict(), "max_steps": max_steps, "out": str(run_dir)}))
         stored = load_config(run_dir)
-        digests = group.run_on_main(lambda: run_digests(run_dir, stored, {e["file"]: e["sha256"] for e in data.manifest["tokens"].values()}))
+        known = {e["file"]: e["sha256"] for e in data.manifest["tokens"].values()}
+        digests = group.run_on_main(lambda: run_digests(run_dir, stored, known))
         digests = group.gather(digests)[0]
     else:
         stored = load_config(run_dir)
@@ -618,7 +623,9 @@ def _train(opts, report, group, device_name, resume_dir, changes, step_hook) -> 
                 )
                 loss_value = loss_sum / group.world_size
                 if not (math.isfinite(loss_value) and math.isfinite(norm_sum)):
-                    what = f"the training loss became {loss_value}" if not math.isfinite(loss_value) else f"the gradient norm became {norm_sum}"
+                    what = f"the training loss became {loss_value}"
+                    if math.isfinite(loss_value):
+                        what = f"the gradient norm became {norm_sum}"
                     raise TrainingError(f"{what} at step {step}; stopped without saving this step. {_recovery_hint(run_dir, opts)}")
                 optimizer.step()
                 dt = time.perf_counter() - t0
@@ -645,7 +652,8 @@ def _train(opts, report, group, device_name, resume_dir, changes, step_hook) -> 
                 report.warn(f"interrupted at step {step}; saving a checkpoint")
             save(step, elapsed)
         except KeyboardInterrupt:
-            raise TrainingError(f"interrupted twice: stopped at once; the last checkpoint ({_last_checkpoint_text(run_dir)}) is kept") from None
+            last = _last_checkpoint_text(run_dir)
+            raise TrainingError(f"interrupted twice: stopped at once; the last checkpoint ({last}) is kept") from None
         finally:
             bar.close()
 

@@ -31,6 +31,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
 
     result = import_hf(args.in_dir, args.run_dir, args.overwrite)
     model = result["model"]
-    report.result(result, f"wrote {result['run_dir']}/ ({result['parameters']:,} parameters: {model['n_layers']} layers, d_model "
-                  f"{model['d_model']}, {model['n_heads']} heads, context_length {model['context_length']}, vocab_size {model['vocab_size']})")
+    shape = (f"{model['n_layers']} layers, d_model {model['d_model']}, {model['n_heads']} heads, "
+             f"context_length {model['context_length']}, vocab_size {model['vocab_size']}")
+    report.result(result, f"wrote {result['run_dir']}/ ({result['parameters']:,} parameters: {shape})")
     return 0
