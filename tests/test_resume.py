@@ -319,3 +319,27 @@ def test_nothing_is_ever_unpickled():
     )
     for path in (REPO / "src" / "octlm").rglob("*.py"):
         assert not forbidden.search(path.read_text()), path
+
+
+def test_a_run_from_an_older_octlm_resumes_twice(reference, tmp_path, capsys):
+    # config.json written before an option existed: the first resume adds it at its default,
+    # and the next resume must still accept the run.
+    import shutil
+
+    from octlm.checkpoint import config_digest
+    from octlm.fileio import atomic_write
+    from safetensors import safe_open
+    from safetensors.torch import save
+
+    run = tmp_path / "run"
+    shutil.copytree(reference / "12", run)
+    config = json.loads((run / "config.json").read_text())
+    del config["train"]["activation"]  # as if this run predates --activation
+    (run / "config.json").write_text(json.dumps(config))
+    path = run / CHECKPOINT
+    with safe_open(str(path), framework="pt") as handle:
+        meta, tensors = json.loads(handle.metadata()["octlm"]), {k: handle.get_tensor(k) for k in handle.keys()}
+    meta["digests"]["config.json"] = config_digest(config)
+    atomic_write(path, save(tensors, metadata={"octlm": json.dumps(meta)}))
+    assert main(["train", "--resume", str(run), "--max-steps", "13", "--quiet"]) == 0
+    assert main(["train", "--resume", str(run), "--max-steps", "14", "--quiet"]) == 0

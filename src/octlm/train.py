@@ -35,6 +35,7 @@ from octlm.checkpoint import (
     CheckpointError,
     capture_rng,
     check_digests,
+    config_digest,
     load_checkpoint,
     load_optimizer_tensors,
     model_tensors,
@@ -484,6 +485,9 @@ def _train(opts, report, group, device_name, resume_dir, changes, step_hook) -> 
                 + "): the learning-rate schedule stretches to the new end"
             )
         group.run_on_main(lambda: write_config(run_dir, config, {**opts.to_dict(), "max_steps": max_steps, "out": str(run_dir)}))
+        # The rewrite may add options this octlm knows and the run's did not (at their
+        # defaults); later checkpoints record the config as it now is.
+        digests = {**digests, "config.json": config_digest(load_config(run_dir))}
         report.event("resume", f"resuming {run_dir} at step {ckpt.step}", run_dir=str(run_dir), step=ckpt.step)
         for change in changes:
             report.warn(f"{change}; the result will differ from an uninterrupted run")
