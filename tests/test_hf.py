@@ -7,6 +7,7 @@ disk; nothing is downloaded.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -17,7 +18,8 @@ from octlm.hf import InteropError, export_hf, import_hf
 from octlm.run import load_run
 from octlm.tokenizer import Tokenizer
 
-from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel  # in the test extra
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is read from local folders
+from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel  # noqa: E402  (in the test extra)
 
 TEXT = "ROMEO:\nBut, soft! what light through yonder window breaks?\r\n  Çà et là 1234"
 
