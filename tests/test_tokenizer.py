@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from octlm.tokenizer import END_OF_TEXT, Tokenizer, byte_alphabet
+from octlm.tokenizer import END_OF_TEXT, Tokenizer, byte_alphabet, pretoken_chunks
 from tokenizers import pre_tokenizers
 
 
@@ -54,3 +54,41 @@ def test_alphabet_agrees_with_hugging_face():
 def test_vocab_size_too_small():
     with pytest.raises(ValueError, match="257"):
         Tokenizer.train(["abc"], vocab_size=100)
+
+
+# Letters, digits, ASCII and Unicode whitespace (and \x1c, whitespace to Python
+# but not to the tokenizer's regex), contractions and punctuation.
+_TRICKY = st.lists(
+    st.sampled_from(list("ab Z19 \n\t\r'+/.,-_") + ["\x1c", "\x85", "\u00a0", "\u3000", "é", "中", "٣", "'s", "  ", "\n\n"]),
+    max_size=120,
+).map("".join)
+
+
+@given(text=_TRICKY, size=st.integers(1, 40))
+def test_pieces_encode_exactly_like_the_whole_text(tokenizer, text, size):
+    # Reference: the tokenizer on the uncut text.
+    pieces = list(pretoken_chunks(text, size))
+    assert "".join(pieces) == text
+    words = tokenizer.hf.pre_tokenizer.pre_tokenize_str
+    assert [w for piece in pieces for w, _ in words(piece)] == [w for w, _ in words(text)]
+    assert [i for piece in pieces for i in tokenizer.encode(piece)] == tokenizer.encode(text)
+
+
+def test_encode_arrays_matches_encode_on_a_long_line(tokenizer, shakespeare):
+    line = shakespeare.read_text(encoding="utf-8")[:400_000].replace("\n", " ")
+    (ids,) = tokenizer.encode_arrays([line], group_chars=50_000)
+    assert ids.tolist() == tokenizer.encode(line)
+
+
+def test_training_on_pieces_learns_the_same_merges(shakespeare):
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, trainers
+
+    text = shakespeare.read_text(encoding="utf-8")[:300_000]
+    hf = HFTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, min_frequency=2, special_tokens=[END_OF_TEXT],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    hf.train_from_iterator([text], trainer=trainer)  # uncut, as tokenizers would by itself
+    assert Tokenizer.train([text], vocab_size=400).hf.to_str() == hf.to_str()

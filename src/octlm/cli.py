@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import os
 import sys
 import tomllib
 import types
@@ -109,11 +110,12 @@ def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> 
             raise OctlmError(f"--config {path}: key {key!r} must be one of {', '.join(choices[name])}, got {value!r}")
         defaults[name] = kind(value) if kind is float else value
     parser.set_defaults(**defaults)
+    parser.toml_options = set(defaults)
 
 
 #: Subcommands in the order ``octlm --help`` lists them; each module under
 #: ``octlm.commands`` defines ``add_parser(subparsers)`` and sets ``func``.
-COMMANDS = ["train", "sample", "bench", "embeddings", "serve", "export-web"]
+COMMANDS = ["train", "sample", "bench", "embeddings", "serve", "export-web", "export-hf", "import-hf"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,6 +132,20 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         importlib.import_module(f"octlm.commands.{name.replace('-', '_')}").add_parser(sub)
     return parser
+
+
+def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """Names of the options the person gave, on the command line or in ``--config``.
+
+    argparse fills in a default only for names the namespace lacks, so parsing
+    into a namespace pre-filled with a marker leaves the marker exactly where
+    nothing was given.
+    """
+    marker = object()
+    names = [a.dest for a in parser._actions if a.dest not in ("help", argparse.SUPPRESS)]
+    namespace = argparse.Namespace(**{name: marker for name in names})
+    parser.parse_args(argv, namespace=namespace)
+    return {name for name in names if getattr(namespace, name) is not marker} | getattr(parser, "toml_options", set())
 
 
 def options_from(args: argparse.Namespace, cls):
@@ -151,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 2
         report = Reporter(json_mode=args.json, quiet=args.quiet)
+        args.argv = argv
         return args.func(args, report)
     except OctlmError as err:
         return _fail(report, str(err), 1)
@@ -159,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fail(report: Reporter, message: str, code: int) -> int:
+    if os.environ.get("RANK", "0") != "0":
+        # Under torchrun every process meets the same bad input; rank 0 says it once.
+        return code
     report.error(message)
     print(f"octlm: error: {message}", file=sys.stderr)
     return code

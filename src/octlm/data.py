@@ -146,7 +146,10 @@ def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") 
         docs.append(Document(shown, text, len(raw), hashlib.sha256(raw).hexdigest()))
     if not docs:
         where = ", ".join(str(p) for p in paths) if paths else str(default_corpus_root())
-        raise DataError(f"no text files found in {where} ({len(skipped)} skipped as empty or binary)")
+        raise DataError(
+            f"no text files found in {where} ({len(skipped)} skipped as empty or binary); "
+            f"give --text a folder that holds text files, or the files themselves"
+        )
     return docs, {"source": source, "skipped": skipped}
 
 
@@ -179,9 +182,9 @@ def encode_stream(tokenizer, texts: Sequence[str]) -> np.ndarray:
     dtype = token_dtype(tokenizer.vocab_size)
     pieces = []
     eot = np.array([tokenizer.eot_id], dtype=dtype)
-    nonempty = [t for t in texts if t]
-    for ids in tokenizer.encode_batch(nonempty):
-        pieces.append(np.asarray(ids, dtype=dtype))
+    # In pieces, so one huge document (or line) needs no more memory than a piece.
+    for ids in tokenizer.encode_arrays([t for t in texts if t], dtype):
+        pieces.append(ids)
         pieces.append(eot)
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
 

@@ -7,6 +7,10 @@ import os
 import tempfile
 from pathlib import Path
 
+# Read once, at import: os.umask can only be read by setting it.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
 
 def atomic_write(path: str | Path, data: bytes | str) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder.
@@ -20,6 +24,8 @@ def atomic_write(path: str | Path, data: bytes | str) -> None:
     payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file private (0600); give it the mode open() would have.
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()
@@ -32,6 +38,11 @@ def atomic_write(path: str | Path, data: bytes | str) -> None:
             pass
         raise
     _fsync_dir(path.parent)
+
+
+def umask() -> int:
+    """The process's file-creation mask, as read at import."""
+    return _UMASK
 
 
 def atomic_write_json(path: str | Path, obj) -> None:

@@ -17,6 +17,10 @@ from torch import Tensor, nn
 from octlm import positions as position_schemes
 
 
+#: MLP nonlinearities by name: the ``approximate`` argument of ``F.gelu``.
+ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}
+
+
 @dataclass
 class DecoderConfig:
     """Shape of a decoder. Defaults are octlm's Day-1 baseline.
@@ -30,6 +34,10 @@ class DecoderConfig:
         n_layers: transformer blocks.
         dropout: dropout probability on attention weights and residual
             branches (0 disables it).
+        activation: the MLP's GELU: ``gelu`` (exact, with erf) or
+            ``gelu_tanh`` (its tanh approximation, GPT-2's ``gelu_new``;
+            Hendrycks & Gimpel 2016), kept so imported GPT-2 weights compute
+            what they were trained to.
         position: a name in :data:`octlm.positions.SCHEMES`.
         rope_theta: RoPE wavelength base (Su et al. 2021), used by ``rope``.
         rope_layout: which channels RoPE pairs: ``interleaved`` (2i, 2i+1) or
@@ -51,6 +59,7 @@ class DecoderConfig:
     n_heads: int = 4
     n_layers: int = 2
     dropout: float = 0.0
+    activation: str = "gelu"
     position: str = "learned"
     rope_theta: float = position_schemes.DEFAULT_BASE
     rope_layout: str = "interleaved"
@@ -69,6 +78,8 @@ class DecoderConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"DecoderConfig.dropout must be in [0, 1), got {self.dropout!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"DecoderConfig.activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
         position_schemes.check(self)
 
     @property
@@ -128,9 +139,10 @@ class MLP(nn.Module):
         self.up = nn.Linear(config.d_model, 4 * config.d_model)
         self.down = nn.Linear(4 * config.d_model, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
+        self.approximate = ACTIVATIONS[config.activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.down(F.gelu(self.up(x))))
+        return self.dropout(self.down(F.gelu(self.up(x), approximate=self.approximate)))
 
 
 class Block(nn.Module):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from octlm.model import DecoderConfig
+from octlm.model import ACTIVATIONS, DecoderConfig
 from octlm.positions import DEFAULT_BASE, ROPE_LAYOUTS, SCHEMES, SINUSOIDAL_LAYOUTS
 
 #: Steps of the main job when neither --max-steps nor --time-budget is given;
@@ -39,6 +39,7 @@ class TrainOptions:
     n_heads: int = _opt(4, "attention heads")
     n_layers: int = _opt(2, "transformer blocks")
     dropout: float = _opt(0.0, "dropout probability")
+    activation: str = _opt("gelu", "MLP nonlinearity: exact gelu, or gelu_tanh (GPT-2's gelu_new)", choices=list(ACTIVATIONS))
     position: str = _opt("learned", "position scheme", choices=sorted(SCHEMES))
     rope_theta: float = _opt(DEFAULT_BASE, "RoPE wavelength base")
     rope_layout: str = _opt("interleaved", "RoPE channel pairs: interleaved (2i, 2i+1) or half (i, i+d/2, GPT-NeoX/LLaMA)", choices=list(ROPE_LAYOUTS))
@@ -54,8 +55,9 @@ class TrainOptions:
     beta2: float = _opt(0.99, "AdamW beta2")
     grad_clip: float = _opt(1.0, "clip the global gradient norm to this (0 disables)")
     # length of the run
-    max_steps: int | None = _opt(None, f"optimizer steps (default: {DEFAULT_MAX_STEPS} unless --time-budget is given)")
-    time_budget: float | None = _opt(None, "stop cleanly after this many seconds of training and save")
+    max_steps: int | None = _opt(None, f"optimizer steps (default: {DEFAULT_MAX_STEPS} unless --time-budget is given; with --resume: the run's total)")
+    time_budget: float | None = _opt(None, "stop cleanly after this many seconds of training and save (with --resume: the run's total)")
+    save_every: int = _opt(200, "save a checkpoint (checkpoint.safetensors, model.safetensors) every this many steps; 0: only at the end")
     # evaluation and logging
     eval_interval: int = _opt(200, "evaluate every this many steps")
     eval_blocks: int = _opt(64, "validation blocks per periodic evaluation (the final one uses all)")

@@ -8,7 +8,8 @@ lowercasing, and decoding re-assembles the exact bytes. One special token,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
 
@@ -18,6 +19,37 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 END_OF_TEXT = "<|endoftext|>"
 MIN_VOCAB_SIZE = 257  # the 256 byte values plus <|endoftext|>
+
+#: Characters per piece when long texts are cut for training and encoding.
+CHUNK_CHARS = 1 << 18
+
+# Places where GPT-2's pre-tokenizer regex always splits, whatever comes
+# before or after: before an ASCII space or newline that follows a
+# non-whitespace character (no pre-token holds a non-space followed by
+# whitespace), and before ASCII punctuation that follows an ASCII letter or
+# digit (letter, digit and punctuation runs are separate pre-tokens). The
+# regex has no lookbehind, so matching restarts identically after such a cut.
+_CUT = re.compile(r"(?<=\S)[ \n]|(?<=[A-Za-z0-9])[!-/:-@\[-`{-~]")
+
+
+def pretoken_chunks(text: str, size: int = CHUNK_CHARS) -> Iterator[str]:
+    """Cut ``text`` into pieces of about ``size`` characters at pre-token boundaries.
+
+    Byte-level BPE never merges across a pre-token boundary, so encoding the
+    pieces one by one and concatenating the ids gives exactly the ids of the
+    whole text, and training on the pieces counts exactly the same words. One
+    long line (a 20 MB file without a newline) then costs memory in
+    proportion to a piece, not to the line. A stretch of ``size`` characters
+    with no boundary at all (one 20 MB word) stays whole.
+    """
+    start = 0
+    while len(text) - start > size:
+        cut = _CUT.search(text, start + size)
+        if cut is None:
+            break
+        yield text[start : cut.start()]
+        start = cut.start()
+    yield text[start:]
 
 
 def byte_alphabet() -> dict[str, int]:
@@ -80,7 +112,7 @@ class Tokenizer:
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
-        hf.train_from_iterator(texts, trainer=trainer)
+        hf.train_from_iterator((piece for text in texts for piece in pretoken_chunks(text)), trainer=trainer)
         return cls(hf)
 
     @classmethod
@@ -104,6 +136,36 @@ class Tokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Encode many texts at once (in parallel, in Rust)."""
         return [e.ids for e in self.hf.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_arrays(self, texts: Sequence[str], dtype=np.uint32, group_chars: int = 1 << 22) -> list[np.ndarray]:
+        """Ids of each text as a numpy array ([N_i] each), encoded in pieces.
+
+        The same ids as :meth:`encode` of each text. Texts are cut with
+        :func:`pretoken_chunks` and the pieces encoded in parallel groups of
+        about ``group_chars`` characters, so one huge text (a 20 MB line) needs
+        memory in proportion to a group, not to the text, and many small texts
+        still encode in parallel.
+        """
+        out: list[list[np.ndarray]] = [[] for _ in texts]
+        group: list[tuple[int, str]] = []
+        size = 0
+
+        def flush() -> None:
+            encodings = self.hf.encode_batch([piece for _, piece in group], add_special_tokens=False)
+            for (owner, _), encoding in zip(group, encodings):
+                out[owner].append(np.asarray(encoding.ids, dtype=dtype))
+            group.clear()
+
+        for owner, text in enumerate(texts):
+            for piece in pretoken_chunks(text):
+                group.append((owner, piece))
+                size += len(piece)
+                if size >= group_chars:
+                    flush()
+                    size = 0
+        if group:
+            flush()
+        return [np.concatenate(parts) if parts else np.zeros(0, dtype=dtype) for parts in out]
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.hf.decode(list(ids), skip_special_tokens=False)
@@ -137,4 +199,4 @@ class Tokenizer:
 
 _ALPHABET = byte_alphabet()
 
-__all__ = ["END_OF_TEXT", "MIN_VOCAB_SIZE", "Tokenizer", "byte_alphabet"]
+__all__ = ["CHUNK_CHARS", "END_OF_TEXT", "MIN_VOCAB_SIZE", "Tokenizer", "byte_alphabet", "pretoken_chunks"]

@@ -10,12 +10,18 @@ write the run folder described in :mod:`octlm.run`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import math
 import re
+import os
 import shutil
+import signal
+import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,14 +29,30 @@ import numpy as np
 import torch
 
 from octlm import data as corpus
+from octlm import distributed
+from octlm.checkpoint import (
+    CHECKPOINT,
+    CheckpointError,
+    capture_rng,
+    check_digests,
+    config_digest,
+    load_checkpoint,
+    load_optimizer_tensors,
+    model_tensors,
+    restore_rng,
+    rng_of,
+    run_digests,
+    save_checkpoint,
+)
 from octlm.diagnostics import nearest_positions, nearest_tokens
-from octlm.errors import OctlmError
+from octlm.errors import OctlmError, RunError
 from octlm.evaluate import EvalResult, evaluate
 from octlm.fileio import atomic_write_json
-from octlm.model import Decoder, cross_entropy
+from octlm.fileio import umask as fileio_umask
+from octlm.model import Decoder, DecoderConfig, cross_entropy
 from octlm.options import DEFAULT_MAX_STEPS, TrainOptions
 from octlm.report import Reporter
-from octlm.run import CONFIG, MANIFEST, METRICS, TOKENIZER, WEIGHTS, save_weights, write_config
+from octlm.run import CONFIG, MANIFEST, METRICS, TOKENIZER, WEIGHTS, load_config, save_weights, write_config
 from octlm.tokenizer import Tokenizer
 
 
@@ -82,8 +104,13 @@ def autocast_for(device: torch.device, dtype: str):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16), "bfloat16"
 
 
-def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
-    """Create the run folder, refusing to clobber an existing one unless ``overwrite``."""
+def check_run_dir(out: str | None, overwrite: bool) -> Path:
+    """The run folder ``--out`` names (default ``runs/<date>-<time>``), checked but not touched.
+
+    Raises:
+        OctlmError: when it is a file, holds files and ``overwrite`` is not
+            set, or holds files that are not an octlm run.
+    """
     if out is None:
         out = f"runs/{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(out)
@@ -95,9 +122,36 @@ def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
             raise OctlmError(f"--out {run_dir}: already holds {what}; choose another --out or pass --overwrite to replace it")
         if not (run_dir / CONFIG).exists() and not (run_dir / MANIFEST).exists():
             raise OctlmError(f"--out {run_dir}: holds files that are not an octlm run; refusing to overwrite them")
+    return run_dir
+
+
+def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
+    """Create the run folder, refusing to clobber an existing one unless ``overwrite``."""
+    run_dir = check_run_dir(out, overwrite)
+    if run_dir.is_dir() and any(run_dir.iterdir()):
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
+
+
+@contextlib.contextmanager
+def staged_run_dir(run_dir: Path):
+    """A hidden folder beside ``run_dir`` to prepare a run in; it becomes ``run_dir`` only on success.
+
+    So bad input never leaves a half-made run folder behind, and
+    ``--overwrite`` with bad input keeps the run it would have replaced.
+    """
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.partial-", dir=run_dir.parent))
+    staging.chmod(0o777 & ~fileio_umask())
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # checked by check_run_dir: empty, or an octlm run with --overwrite
+    os.replace(staging, run_dir)
 
 
 def prepare_corpus(opts: TrainOptions, run_dir: Path, report: Reporter) -> Corpus:
@@ -174,7 +228,7 @@ def check_options(opts: TrainOptions) -> None:
     for name in positive:
         if getattr(opts, name) < 1:
             raise OctlmError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(opts, name)}")
-    for name in ("warmup_steps", "sample_tokens"):
+    for name in ("warmup_steps", "sample_tokens", "save_every"):
         if getattr(opts, name) < 0:
             raise OctlmError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(opts, name)}")
     if opts.max_steps is not None and opts.max_steps < 1:
@@ -196,137 +250,486 @@ def check_options(opts: TrainOptions) -> None:
         raise OctlmError(message) from None
 
 
-def train(opts: TrainOptions, report: Reporter | None = None) -> dict:
+def open_corpus(run_dir: Path) -> Corpus:
+    """The prepared corpus of an existing run folder: its tokenizer and token files.
+
+    Raises:
+        RunError: naming the file when one is missing or unreadable.
+    """
+    from octlm.run import read_json
+
+    manifest = read_json(run_dir / MANIFEST)
+    tokenizer_path = run_dir / TOKENIZER
+    try:
+        tokenizer = Tokenizer.load(tokenizer_path)
+    except Exception as err:  # tokenizers raises plain Exception on a bad file
+        raise RunError(f"{tokenizer_path}: cannot read tokenizer ({err})") from None
+    streams = []
+    for split in ("train", "val"):
+        entry = manifest.get("tokens", {}).get(split)
+        if entry is None or not (run_dir / entry["file"]).is_file():
+            raise RunError(f"{run_dir / f'{split}.bin'}: token file missing; the run folder is incomplete")
+        tokens = corpus.open_tokens(run_dir / entry["file"], entry["dtype"])
+        if len(tokens) != entry["count"]:
+            raise RunError(
+                f"{run_dir / entry['file']}: holds {len(tokens)} tokens, manifest.json says {entry['count']}; the file is truncated"
+            )
+        streams.append(tokens)
+    return Corpus(tokenizer, streams[0], streams[1], manifest)
+
+
+def given_options(opts: TrainOptions) -> set[str]:
+    """Options that differ from their defaults: what a Python caller asked for."""
+    defaults = TrainOptions()
+    return {f.name for f in dataclasses.fields(TrainOptions) if getattr(opts, f.name) != getattr(defaults, f.name)}
+
+
+def resume_options(run_dir: Path, opts: TrainOptions, given: set[str]) -> tuple[TrainOptions, list[str]]:
+    """The options of a resumed run: the run's own, with the ones given now that may change.
+
+    Returns ``(options, changes)`` where ``changes`` lists, for the person,
+    options given now that make the run differ from an uninterrupted one.
+
+    Raises:
+        OctlmError: when an option given now contradicts the run (a different
+            model shape, data, seed or optimiser setting), naming it and the
+            run's value; or for ``--overwrite`` or another ``--out``.
+    """
+    from octlm.checkpoint import FREE_OPTIONS, RETUNABLE_OPTIONS
+    from octlm.run import load_config
+
+    stored = load_config(run_dir).get("train", {})
+    known = {f.name for f in dataclasses.fields(TrainOptions)}
+    merged = {k: v for k, v in stored.items() if k in known}
+    changes = []
+    for name in sorted(given):
+        value, then = getattr(opts, name), stored.get(name, getattr(TrainOptions(), name))
+        flag = "--" + name.replace("_", "-")
+        if name == "overwrite" and value:
+            raise OctlmError(
+                f"--overwrite with --resume {run_dir}: --overwrite would delete the run that --resume continues; drop one of them"
+            )
+        if name == "out":
+            if value is not None and Path(value).resolve() != run_dir.resolve():
+                raise OctlmError(f"--out {value} with --resume {run_dir}: a resumed run stays in its own folder; drop --out")
+            continue
+        if name == "text":
+            if [str(p) for p in value] != list(then or []):
+                raise OctlmError(
+                    f"--text {' '.join(map(str, value))} with --resume {run_dir}: a resumed run trains on its own token files "
+                    f"(from {' '.join(then) if then else 'the default corpus'}); drop --text, or start a new run with --out"
+                )
+            continue
+        if name in FREE_OPTIONS or name == "batch_size":
+            merged[name] = value
+            continue
+        if name in RETUNABLE_OPTIONS:
+            if value != then:
+                changes.append(f"{flag} {value} (was {then})")
+            merged[name] = value
+            continue
+        if value != then:
+            raise OctlmError(
+                f"{flag} {value} contradicts the run being resumed, which has {name}={then!r} ({run_dir / 'config.json'}); "
+                f"a resumed run keeps its model shape, data, seed and optimiser settings: drop {flag}, or start a new run with --out"
+            )
+    merged.update(out=str(run_dir), overwrite=False)
+    return TrainOptions(**merged), changes
+
+
+class StopSignals:
+    """Turn Ctrl-C (SIGINT) and SIGTERM into a request to stop after the current step.
+
+    The step in flight finishes, so the model and optimizer are never saved
+    half-updated. In one process a second Ctrl-C stops at once (the last
+    checkpoint on disk stays as it was); under torchrun, which forwards
+    signals to every process, repeats only confirm the request. Handlers are
+    installed only from the main thread and put back on exit.
+    """
+
+    def __init__(self, force_on_repeat: bool) -> None:
+        self.requested = False
+        self.force_on_repeat = force_on_repeat
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested and self.force_on_repeat and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def train(
+    opts: TrainOptions,
+    report: Reporter | None = None,
+    *,
+    resume: str | Path | None = None,
+    given: set[str] | None = None,
+    step_hook: Callable[[int], None] | None = None,
+) -> dict:
     """Run ``octlm train``: returns the result dict (also the last ``--json`` line).
 
     The result holds at least ``val_bpb`` (bits per byte), ``val_loss`` (nats
     per token), ``val_perplexity``, ``tokens_per_second``, ``steps``,
-    ``train_seconds`` and ``run_dir``.
+    ``train_seconds``, ``interrupted`` and ``run_dir``.
+
+    Args:
+        opts: the options; with ``resume``, only those in ``given`` count.
+        report: where progress goes.
+        resume: a run folder to continue from its ``checkpoint.safetensors``.
+            On CPU a step-limited run then ends with weights bitwise equal
+            to an uninterrupted run's.
+        given: the option names the person gave (flags or TOML keys); by
+            default those that differ from their defaults.
+        step_hook: called with the step number before each optimizer step
+            (tests use it to send a signal or break the weights).
+
+    Under torchrun (``WORLD_SIZE`` > 1) every process calls this; rank 0
+    prepares the data and writes every file, and the processes train one
+    model with DistributedDataParallel, each on its share of every batch.
 
     Raises:
         OctlmError: for bad options or input (nothing is written for bad
-            options); TrainingError when the loss stops being finite.
+            options); CheckpointError when a checkpoint cannot be read, does
+            not match the run's files or cannot be written (the previous one
+            is kept); TrainingError when the loss stops being finite.
     """
     report = report or Reporter()
+    run_dir = Path(resume) if resume is not None else None
+    changes: list[str] = []
+    if run_dir is not None:
+        if not run_dir.is_dir():
+            raise OctlmError(f"--resume {run_dir}: no such run folder")
+        opts, changes = resume_options(run_dir, opts, given_options(opts) if given is None else set(given))
     check_options(opts)
-    device = resolve_device(opts.device)
+    group, device_name = distributed.setup(opts.device)
+    try:
+        if not group.is_main:
+            report = distributed.SilentReporter()
+        return _train(opts, report, group, device_name, run_dir, changes, step_hook)
+    finally:
+        group.close()
+
+
+def _train(opts, report, group, device_name, resume_dir, changes, step_hook) -> dict:
+    device = resolve_device(device_name)
     if opts.threads:
         torch.set_num_threads(opts.threads)
     max_steps = opts.max_steps if opts.max_steps is not None else (None if opts.time_budget else DEFAULT_MAX_STEPS)
-    run_dir = prepare_run_dir(opts.out, opts.overwrite)
-    report.event("run", f"run folder: {run_dir}", run_dir=str(run_dir))
-    data = prepare_corpus(opts, run_dir, report)
+
+    # The run folder and the data: made once, by rank 0; read by everyone.
+    ckpt = None
+    if resume_dir is None:
+
+        def prepare() -> Path:
+            target = check_run_dir(opts.out, opts.overwrite)
+            report.event("run", f"run folder: {target}", run_dir=str(target))
+            with staged_run_dir(target) as staging:
+                prepare_corpus(opts, staging, report)
+            return target
+
+        run_dir = group.run_on_main(prepare)
+        run_dir = Path(group.gather(str(run_dir) if group.is_main else None)[0])
+        data = None
+    else:
+        run_dir = resume_dir
+        ckpt = load_checkpoint(run_dir / CHECKPOINT)
+        data = None
+    data = data or open_corpus(run_dir)
+
+    if ckpt is None:
+        config = opts.model_config(data.tokenizer.vocab_size)
+        group.run_on_main(lambda: write_config(run_dir, config, {**opts.to_dict(), "max_steps": max_steps, "out": str(run_dir)}))
+        stored = load_config(run_dir)
+        known = {e["file"]: e["sha256"] for e in data.manifest["tokens"].values()}
+        digests = group.run_on_main(lambda: run_digests(run_dir, stored, known))
+        digests = group.gather(digests)[0]
+    else:
+        stored = load_config(run_dir)
+        digests = ckpt.state["digests"]
+        # Each process checks the files it is about to read.
+        check_digests(ckpt.path, digests, run_digests(run_dir, stored))
+        try:
+            config = DecoderConfig.from_dict(stored["model"])
+        except (TypeError, ValueError) as err:
+            raise RunError(f"{run_dir / CONFIG}: invalid model config: {err}") from None
+        global_batch = opts.batch_size * group.world_size
+        if global_batch != ckpt.state["global_batch"]:
+            then = ckpt.state["global_batch"]
+            raise OctlmError(
+                f"--batch-size {opts.batch_size} x {group.world_size} process(es) = {global_batch} blocks per step, but the run "
+                f"trained on {then} ({ckpt.state['world_size']} x {then // ckpt.state['world_size']}); "
+                f"keep the global batch: --batch-size {then // group.world_size if then % group.world_size == 0 else '?'}"
+            )
+        done_steps = max_steps is not None and ckpt.step >= max_steps
+        done_time = opts.time_budget is not None and ckpt.state["elapsed_s"] >= opts.time_budget
+        if done_steps or done_time:
+            limit = f"its {max_steps} steps" if done_steps else f"its time budget of {opts.time_budget:g}s"
+            raise OctlmError(
+                f"--resume {run_dir}: the run already finished {limit} (step {ckpt.step}); to train further give a larger "
+                f"--max-steps or --time-budget (the total for the run, not an addition)"
+            )
+        if (max_steps, opts.time_budget) != (ckpt.state["max_steps"], ckpt.state["time_budget"]):
+            changes.append(
+                f"the run's limit is now {max_steps} steps" + (f" / {opts.time_budget:g}s" if opts.time_budget else "")
+                + f" (was {ckpt.state['max_steps']} steps" + (f" / {ckpt.state['time_budget']:g}s" if ckpt.state["time_budget"] else "")
+                + "): the learning-rate schedule stretches to the new end"
+            )
+        group.run_on_main(lambda: write_config(run_dir, config, {**opts.to_dict(), "max_steps": max_steps, "out": str(run_dir)}))
+        # The rewrite may add options this octlm knows and the run's did not (at their
+        # defaults); later checkpoints record the config as it now is.
+        digests = {**digests, "config.json": config_digest(load_config(run_dir))}
+        report.event("resume", f"resuming {run_dir} at step {ckpt.step}", run_dir=str(run_dir), step=ckpt.step)
+        for change in changes:
+            report.warn(f"{change}; the result will differ from an uninterrupted run")
 
     torch.manual_seed(opts.seed)
-    config = opts.model_config(data.tokenizer.vocab_size)
     model = Decoder(config).to(device)
-    write_config(run_dir, config, {**opts.to_dict(), "max_steps": max_steps, "out": str(run_dir)})
+    if group.active:
+        # Same initial weights everywhere (DDP also broadcasts them), different dropout masks per rank.
+        torch.manual_seed(opts.seed + 1_000_003 * group.rank)
     autocast, dtype_name = autocast_for(device, opts.dtype)
     report.event(
         "model",
         f"model: {model.num_parameters():,} parameters ({model.num_parameters(exclude_embeddings=True):,} without "
-        f"embeddings), position={config.position}, device={device}, dtype={dtype_name}, threads={torch.get_num_threads()}",
+        f"embeddings), position={config.position}, device={device}, dtype={dtype_name}, threads={torch.get_num_threads()}"
+        + (f", {group.world_size} processes ({group.backend})" if group.active else ""),
         parameters=model.num_parameters(),
         device=str(device),
         dtype=dtype_name,
+        world_size=group.world_size,
     )
     optimizer = make_optimizer(model, opts, device)
-    sampler = corpus.BlockSampler(len(data.train), config.context_length, opts.batch_size, opts.seed)
+    sampler = corpus.BlockSampler(len(data.train), config.context_length, opts.batch_size, opts.seed, group.rank, group.world_size)
     bytes_per_token = data.tokenizer.bytes_per_token
-    metrics = (run_dir / METRICS).open("a", encoding="utf-8")
+
+    # Where the run stands: fresh, or as the checkpoint left it.
+    step, elapsed_before, step_seconds = 0, 0.0, 0.0
+    window = {"tokens": 0, "seconds": 0.0, "loss": 0.0, "steps": 0}
+    metrics_path = run_dir / METRICS
+    if ckpt is not None:
+        state = ckpt.state
+        step, elapsed_before, step_seconds, window = state["step"], state["elapsed_s"], state["step_seconds"], dict(state["window"])
+        model.load_state_dict(model_tensors(ckpt), strict=False)
+        model.tie_weights()
+        load_optimizer_tensors(ckpt.path, ckpt.tensors, model, optimizer)
+        if group.is_main:
+            _rewind_metrics(metrics_path, state["metrics_bytes"], report)
+            _remove_stale_temporaries(run_dir, report)
+    trainer = model
+    if group.active:
+        from torch.nn.parallel import DistributedDataParallel
+
+        trainer = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    metrics = metrics_path.open("a", encoding="utf-8") if group.is_main else None
+    if ckpt is not None:
+        # Last, so nothing above draws from the generators after they are put back.
+        saved = rng_of(ckpt, group.rank)
+        if saved is not None:
+            restore_rng(*saved)
+        else:
+            report.warn(f"the run had {ckpt.state['world_size']} process(es); rank {group.rank} starts a fresh dropout generator")
 
     def log(record: dict) -> None:
-        metrics.write(json.dumps(record) + "\n")
-        metrics.flush()
+        if metrics is not None:
+            metrics.write(json.dumps(record) + "\n")
+            metrics.flush()
 
-    def run_eval(step: int, max_blocks: int | None) -> EvalResult:
+    def run_eval(at_step: int, max_blocks: int | None) -> EvalResult:
+        # Every rank scores the same blocks (no communication); rank 0 logs.
         with autocast:
             result = evaluate(model, data.val, bytes_per_token, config.context_length, opts.batch_size, max_blocks, device)
-        log({"step": step, "kind": "eval", **result.as_dict()})
+        log({"step": at_step, "kind": "eval", **result.as_dict()})
         return result
 
-    tokens_per_step = opts.batch_size * config.context_length
-    budget_text = " and ".join(filter(None, [f"{max_steps} steps" if max_steps else None, f"{opts.time_budget:g}s" if opts.time_budget else None]))
-    report.event("train", f"training for {budget_text}, {tokens_per_step} tokens per step", max_steps=max_steps, time_budget=opts.time_budget)
-    bar = report.progress(max_steps if max_steps else opts.time_budget, "train", "step" if max_steps else "s")
-    step, train_seconds, last_val, interrupted = 0, 0.0, None, False
-    window_tokens, window_seconds, window_loss = 0, 0.0, 0.0
-    start = time.perf_counter()
-    model.train()
-    try:
-        while True:
-            elapsed = time.perf_counter() - start
-            done_steps = max_steps is not None and step >= max_steps
-            done_time = opts.time_budget is not None and elapsed >= opts.time_budget
-            if done_steps or done_time:
-                break
-            if step > 0 and step % opts.eval_interval == 0:
-                last_val = run_eval(step, opts.eval_blocks)
-                report.event("eval", f"step {step}: val loss {last_val.loss:.4f}, val bpb {last_val.bpb:.4f}", step=step, **last_val.as_dict())
-            progress = max(
-                (step - opts.warmup_steps) / max(max_steps - opts.warmup_steps, 1) if max_steps else 0.0,
-                elapsed / opts.time_budget if opts.time_budget else 0.0,
-            )
-            lr = lr_at(step, progress, opts)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            t0 = time.perf_counter()
-            blocks = torch.from_numpy(corpus.gather_blocks(data.train, sampler.starts(step), config.context_length)).to(device)
-            with autocast:
-                loss = cross_entropy(model(blocks[:, :-1]), blocks[:, 1:])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if opts.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), opts.grad_clip)
-            loss_value = float(loss.detach())
-            if not math.isfinite(loss_value):
-                raise TrainingError(
-                    f"the training loss became {loss_value} at step {step}; the weights of this step were not saved. "
-                    f"Lower --learning-rate (now {opts.learning_rate:g}) or keep --grad-clip on"
-                )
-            optimizer.step()
-            dt = time.perf_counter() - t0
-            step += 1
-            train_seconds += dt
-            window_tokens += tokens_per_step
-            window_seconds += dt
-            window_loss += loss_value
-            if step % opts.log_interval == 0 or step == max_steps:
-                n = opts.log_interval if step % opts.log_interval == 0 else step % opts.log_interval
-                record = {"step": step, "kind": "train", "loss": window_loss / n, "lr": lr, "tokens_per_second": window_tokens / window_seconds, "elapsed_s": time.perf_counter() - start}
-                log(record)
-                bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_second']:.0f}", refresh=False)
-                window_tokens, window_seconds, window_loss = 0, 0.0, 0.0
-            bar.update(1 if max_steps else min(time.perf_counter() - start, opts.time_budget) - bar.n)
-    except KeyboardInterrupt:
-        interrupted = True
-        report.warn(f"interrupted at step {step}; saving the weights reached so far")
-    finally:
-        bar.close()
-    wall = time.perf_counter() - start
-    save_weights(run_dir / WEIGHTS, model, {"step": str(step)})
+    last_saved = step if ckpt is not None else -1
 
-    final = run_eval(step, opts.final_eval_blocks)
-    tokens_per_second = step * tokens_per_step / train_seconds if train_seconds else 0.0
-    metrics.close()
+    def save(at_step: int, elapsed: float) -> None:
+        nonlocal last_saved
+        if at_step == last_saved:
+            return
+        if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+            raise TrainingError(f"the weights stopped being finite by step {at_step}; nothing was saved. {_recovery_hint(run_dir, opts)}")
+        rng = group.gather(capture_rng())
+        if group.is_main:
+            if metrics is not None:
+                metrics.flush()
+            state = {
+                "step": at_step, "elapsed_s": elapsed, "step_seconds": step_seconds, "window": dict(window),
+                "metrics_bytes": metrics_path.stat().st_size, "world_size": group.world_size,
+                "global_batch": opts.batch_size * group.world_size, "max_steps": max_steps,
+                "time_budget": opts.time_budget, "digests": digests, "torch": torch.__version__,
+            }
+            try:
+                save_checkpoint(run_dir / CHECKPOINT, model, optimizer, state, rng)
+                save_weights(run_dir / WEIGHTS, model, {"step": str(at_step)})
+            except OSError as err:
+                raise CheckpointError(
+                    f"{run_dir / CHECKPOINT}: could not save the checkpoint of step {at_step}: {err.strerror or err}; "
+                    f"the previous one ({_last_checkpoint_text(run_dir)}) is kept. "
+                    f"Free some disk space and resume with: octlm train --resume {run_dir}"
+                ) from None
+        last_saved = at_step
+
+    tokens_per_step = opts.batch_size * group.world_size * config.context_length
+    budget_text = " and ".join(filter(None, [f"{max_steps} steps" if max_steps else None, f"{opts.time_budget:g}s" if opts.time_budget else None]))
+    report.event(
+        "train",
+        f"training for {budget_text}, {tokens_per_step} tokens per step, a checkpoint every {opts.save_every} steps"
+        if opts.save_every else f"training for {budget_text}, {tokens_per_step} tokens per step",
+        max_steps=max_steps, time_budget=opts.time_budget, start_step=step,
+    )
+    bar = report.progress(max_steps if max_steps else opts.time_budget, "train", "step" if max_steps else "s")
+    bar.update(step if max_steps else min(elapsed_before, opts.time_budget))
+    elapsed, stop_requested = elapsed_before, False
+    session_start = time.perf_counter()
+    model.train()
+    with StopSignals(force_on_repeat=not group.active) as signals:
+        try:
+            while True:
+                if (max_steps is not None and step >= max_steps) or (opts.time_budget is not None and elapsed >= opts.time_budget):
+                    break
+                if stop_requested:
+                    break
+                if step > 0 and step % opts.eval_interval == 0:
+                    last_val = run_eval(step, opts.eval_blocks)
+                    report.event("eval", f"step {step}: val loss {last_val.loss:.4f}, val bpb {last_val.bpb:.4f}", step=step, **last_val.as_dict())
+                if step_hook is not None:
+                    step_hook(step)
+                progress = max(
+                    (step - opts.warmup_steps) / max(max_steps - opts.warmup_steps, 1) if max_steps else 0.0,
+                    elapsed / opts.time_budget if opts.time_budget else 0.0,
+                )
+                lr = lr_at(step, progress, opts)
+                for group_ in optimizer.param_groups:
+                    group_["lr"] = lr
+                t0 = time.perf_counter()
+                blocks = torch.from_numpy(corpus.gather_blocks(data.train, sampler.starts(step), config.context_length)).to(device)
+                with autocast:
+                    loss = cross_entropy(trainer(blocks[:, :-1]), blocks[:, 1:])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), opts.grad_clip)) if opts.grad_clip > 0 else 0.0
+                # One exchange per step keeps the ranks in agreement: the mean loss, whether
+                # anyone was asked to stop, and rank 0's clock (which drives the schedule).
+                now = elapsed_before + time.perf_counter() - session_start
+                loss_sum, norm_sum, stops, clock = group.all_sum(
+                    [float(loss.detach()), grad_norm, float(signals.requested), now if group.is_main else 0.0], device
+                )
+                loss_value = loss_sum / group.world_size
+                if not (math.isfinite(loss_value) and math.isfinite(norm_sum)):
+                    what = f"the training loss became {loss_value}"
+                    if math.isfinite(loss_value):
+                        what = f"the gradient norm became {norm_sum}"
+                    raise TrainingError(f"{what} at step {step}; stopped without saving this step. {_recovery_hint(run_dir, opts)}")
+                optimizer.step()
+                dt = time.perf_counter() - t0
+                step += 1
+                step_seconds += dt
+                elapsed, stop_requested = clock, stops > 0
+                window["tokens"] += tokens_per_step
+                window["seconds"] += dt
+                window["loss"] += loss_value
+                window["steps"] += 1
+                if step % opts.log_interval == 0 or step == max_steps:
+                    record = {
+                        "step": step, "kind": "train", "loss": window["loss"] / window["steps"], "lr": lr,
+                        "tokens_per_second": window["tokens"] / max(window["seconds"], 1e-9), "elapsed_s": elapsed,
+                    }
+                    log(record)
+                    bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_second']:.0f}", refresh=False)
+                    window = {"tokens": 0, "seconds": 0.0, "loss": 0.0, "steps": 0}
+                bar.update(1 if max_steps else min(elapsed, opts.time_budget) - bar.n)
+                if opts.save_every and step % opts.save_every == 0 and not stop_requested:
+                    save(step, elapsed)
+            interrupted = stop_requested
+            if interrupted:
+                report.warn(f"interrupted at step {step}; saving a checkpoint")
+            save(step, elapsed)
+        except KeyboardInterrupt:
+            last = _last_checkpoint_text(run_dir)
+            raise TrainingError(f"interrupted twice: stopped at once; the last checkpoint ({last}) is kept") from None
+        finally:
+            bar.close()
+
+    # An interrupted run is scored on the periodic blocks only: the person wants out.
+    final = run_eval(step, opts.eval_blocks if interrupted else opts.final_eval_blocks)
+    if metrics is not None:
+        metrics.close()
+    tokens_per_second = step * tokens_per_step / step_seconds if step_seconds else 0.0
     result = {
         "run_dir": str(run_dir),
         "steps": step,
-        "train_seconds": wall,
+        "train_seconds": elapsed,
         "tokens_per_second": tokens_per_second,
         "train_tokens_seen": step * tokens_per_step,
         "epochs": sampler.epoch_of(step),
         "interrupted": interrupted,
+        "resumed_from": ckpt.step if ckpt is not None else None,
+        "world_size": group.world_size,
         **final.as_dict(),
     }
     sample_text = ""
-    if opts.sample_tokens and not interrupted:
+    if opts.sample_tokens and not interrupted and group.is_main:
         sample_text = sample_from(model, data.tokenizer, "", opts.sample_tokens, 0.8, 40, opts.seed, device)
         result["sample"] = sample_text
     diagnostic = embedding_diagnostic(model, data.tokenizer, frequent_tokens(data.train, data.tokenizer, 2))
     result["nearest"] = diagnostic
     report.result(result, final_report(result, sample_text, diagnostic))
     return result
+
+
+def _last_checkpoint_text(run_dir: Path) -> str:
+    path = run_dir / CHECKPOINT
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as handle:
+            step = json.loads(handle.metadata()["octlm"])["step"]
+        return f"step {step}, {path}"
+    except Exception:
+        return f"none yet: {path} does not exist" if not path.exists() else f"{path}, unreadable"
+
+
+def _recovery_hint(run_dir: Path, opts: TrainOptions) -> str:
+    if (run_dir / CHECKPOINT).exists():
+        return (
+            f"The last good checkpoint ({_last_checkpoint_text(run_dir)}) is kept: lower --learning-rate (now {opts.learning_rate:g}) "
+            f"and resume with `octlm train --resume {run_dir} --learning-rate ...`, or start again"
+        )
+    return (
+        f"No checkpoint had been saved yet (--save-every {opts.save_every}): start again with a lower --learning-rate "
+        f"(now {opts.learning_rate:g}){'' if opts.grad_clip > 0 else ' and --grad-clip on'}, adding --overwrite"
+    )
+
+
+def _rewind_metrics(path: Path, size: int, report: Reporter) -> None:
+    """Cut ``metrics.jsonl`` back to what it held at the checkpoint, so no step is logged twice."""
+    if not path.exists():
+        return
+    if path.stat().st_size < size:
+        report.warn(f"{path} is shorter than when the checkpoint was saved; keeping it as it is")
+        return
+    with path.open("r+b") as handle:
+        handle.truncate(size)
+
+
+def _remove_stale_temporaries(run_dir: Path, report: Reporter) -> None:
+    # A process killed while writing leaves its temporary file behind; the real file is intact.
+    stale = list(run_dir.glob(".*.tmp"))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    if stale:
+        report.warn(f"removed {len(stale)} temporary file(s) left by an interrupted write")
 
 
 def frequent_tokens(tokens: np.ndarray, tokenizer: Tokenizer, k: int) -> list[int]:
@@ -379,6 +782,8 @@ def final_report(result: dict, sample_text: str, diagnostic: dict) -> str:
     if sample_text:
         lines += ["", "sample:", "-" * 60, sample_text, "-" * 60]
     lines += ["", format_diagnostic(diagnostic, scheme), "", f"saved to {result['run_dir']}/; try: octlm sample --run {result['run_dir']} --prompt \"...\""]
+    if result["interrupted"]:
+        lines.append(f"interrupted at step {result['steps']}; continue exactly where it stopped with: octlm train --resume {result['run_dir']}")
     return "\n".join(lines)
 
 
@@ -395,4 +800,4 @@ def sample_from(model: Decoder, tokenizer: Tokenizer, prompt: str, max_new_token
     return tokenizer.decode(out[0, len(ids) :].tolist())
 
 
-__all__ = ["Corpus", "TrainingError", "embedding_diagnostic", "lr_at", "prepare_corpus", "resolve_device", "sample_from", "train"]
+__all__ = ["Corpus", "StopSignals", "TrainingError", "embedding_diagnostic", "lr_at", "open_corpus", "prepare_corpus", "resolve_device", "resume_options", "sample_from", "train"]

@@ -1,0 +1,37 @@
+"""``octlm import-hf``."""
+
+from __future__ import annotations
+
+import argparse
+
+from octlm.cli import Formatter, add_common
+from octlm.report import Reporter
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "import-hf",
+        help="bring a local Hugging Face transformers GPT-2 checkpoint into an octlm run folder",
+        formatter_class=Formatter,
+        description="Read a local GPT-2 checkpoint folder (config.json, model.safetensors, tokenizer.json or\n"
+        "vocab.json + merges.txt) and write an octlm run folder that octlm sample and octlm bench read.\n"
+        "Nothing is downloaded; pytorch_model.bin (a pickle) is refused. Configs octlm cannot compute\n"
+        "exactly (another MLP width, LayerNorm eps, attention scaling, untied head) are refused by name.",
+        epilog="example:\n  octlm import-hf ~/models/gpt2 runs/gpt2 && octlm bench --run runs/gpt2 --token ' the'",
+    )
+    p.add_argument("in_dir", metavar="IN_DIR", help="local transformers GPT-2 checkpoint folder")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="octlm run folder to create")
+    p.add_argument("--overwrite", action="store_true", help="replace RUN_DIR when it already holds an octlm run")
+    add_common(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, report: Reporter) -> int:
+    from octlm.hf import import_hf
+
+    result = import_hf(args.in_dir, args.run_dir, args.overwrite)
+    model = result["model"]
+    shape = (f"{model['n_layers']} layers, d_model {model['d_model']}, {model['n_heads']} heads, "
+             f"context_length {model['context_length']}, vocab_size {model['vocab_size']}")
+    report.result(result, f"wrote {result['run_dir']}/ ({result['parameters']:,} parameters: {shape})")
+    return 0

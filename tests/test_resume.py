@@ -1,0 +1,345 @@
+"""Exact resume and files that cannot be half-written or misused.
+
+The reference in every exactness test is an uninterrupted run with the same
+seed and options; the comparison is of the bytes of ``model.safetensors``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from octlm import fileio
+from octlm.checkpoint import CHECKPOINT, CheckpointError, load_checkpoint, model_tensors
+from octlm.cli import main
+from octlm.options import TrainOptions
+from octlm.report import Reporter
+from octlm.run import load_run
+from octlm.train import TrainingError, train
+
+REPO = Path(__file__).resolve().parents[1]
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+# dropout > 0 so the dropout generator's state must survive the interruption too
+TINY = dict(vocab_size=280, context_length=16, d_model=16, n_heads=2, n_layers=1, batch_size=4, eval_interval=5,
+            eval_blocks=4, final_eval_blocks=8, sample_tokens=0, dropout=0.1, threads=1)
+TINY_FLAGS = [x for k, v in TINY.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+QUIET = Reporter(json_mode=True)
+
+
+def options(corpus, out, **extra) -> TrainOptions:
+    return TrainOptions(text=[str(corpus)], out=str(out), **{**TINY, **extra})
+
+
+def weights(run: Path) -> bytes:
+    return (run / "model.safetensors").read_bytes()
+
+
+def train_losses(run: Path) -> list[tuple[int, float]]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in records if r["kind"] == "train"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, small_corpus):
+    """Uninterrupted runs of 12 and 40 steps, no periodic checkpoints."""
+    root = tmp_path_factory.mktemp("reference")
+    for steps in (12, 40):
+        train(options(small_corpus, root / str(steps), max_steps=steps, save_every=0, log_interval=1), QUIET)
+    return root
+
+
+def test_ctrl_c_then_resume_is_bitwise_identical(reference, small_corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+
+    def ctrl_c(step):
+        if step == 6:
+            os.kill(os.getpid(), signal.SIGINT)  # the real handler; the step in flight finishes
+
+    result = train(options(small_corpus, run, max_steps=12, save_every=5, log_interval=1), QUIET, step_hook=ctrl_c)
+    assert result["interrupted"] and result["steps"] == 7
+    assert load_checkpoint(run / CHECKPOINT).step == 7
+    assert weights(run) != weights(reference / "12")
+
+    resumed = train(TrainOptions(), QUIET, resume=run, given=set())
+    assert resumed["steps"] == 12 and resumed["resumed_from"] == 7 and not resumed["interrupted"]
+    assert weights(run) == weights(reference / "12")
+    # metrics.jsonl was rewound to the checkpoint: every step logged once, with the same loss
+    assert train_losses(run) == train_losses(reference / "12")
+
+
+def test_resume_changes_only_what_may_change(reference, small_corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    train(options(small_corpus, run, max_steps=12, save_every=0, log_interval=1), QUIET)
+    capsys.readouterr()
+    # finished: nothing to do, and the message says how to go further
+    assert main(["train", "--resume", str(run)]) == 1
+    assert "already finished its 12 steps" in capsys.readouterr().err
+    # a larger total trains further, says the schedule changed, and the run stays valid
+    assert main(["train", "--resume", str(run), "--max-steps", "15", "--eval-interval", "100", "--json"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert json.loads(out[-1])["steps"] == 15
+    assert any("schedule" in json.loads(line).get("message", "") for line in out)
+    assert json.loads((run / "config.json").read_text())["train"]["max_steps"] == 15
+
+
+def test_a_time_budget_is_the_runs_total(small_corpus, tmp_path, capsys):
+    run, budget, stop_after = tmp_path / "run", 2.0, 1.6
+    clock = {}
+
+    def ctrl_c_late(step):
+        clock.setdefault("start", time.perf_counter())
+        if time.perf_counter() - clock["start"] > stop_after and "sent" not in clock:
+            clock["sent"] = True
+            os.kill(os.getpid(), signal.SIGINT)
+
+    first = train(options(small_corpus, run, time_budget=budget, save_every=0, eval_interval=10**6), QUIET, step_hook=ctrl_c_late)
+    assert first["interrupted"] and stop_after < first["train_seconds"] < budget
+    assert json.loads((run / "config.json").read_text())["train"]["max_steps"] is None
+    started = time.perf_counter()
+    second = train(TrainOptions(), QUIET, resume=run, given=set())
+    session = time.perf_counter() - started
+    # The resumed session trains only the rest, at most 0.4 s; a fresh budget would train
+    # 2 s. The 1.8 s bound leaves 1.4 s for loading, evaluating and a slow shared CPU.
+    assert session < 1.8
+    assert budget <= second["train_seconds"] < budget + 0.5  # the sessions add up
+    assert second["steps"] > first["steps"]
+    assert "schedule" not in capsys.readouterr().out  # the limits did not change, so no warning
+
+
+def test_kill_9_mid_run_leaves_a_loadable_checkpoint_and_resume_is_exact(reference, small_corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "octlm", "train", "--text", str(small_corpus), "--out", str(run), "--max-steps", "40",
+               "--save-every", "1", "--log-interval", "1", "--quiet", *TINY_FLAGS]
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=CHILD_ENV)
+    deadline = time.monotonic() + 120
+    while not (run / CHECKPOINT).exists() or load_checkpoint(run / CHECKPOINT).step < 3:
+        assert child.poll() is None and time.monotonic() < deadline, child.stderr.read().decode()
+        time.sleep(0.002)
+    child.send_signal(signal.SIGKILL)  # every step writes a checkpoint, so this often lands mid-write
+    child.wait()
+    assert child.returncode == -signal.SIGKILL
+    # whatever moment the kill hit, the files on disk are whole
+    killed_at = load_checkpoint(run / CHECKPOINT).step
+    assert 3 <= killed_at < 40
+    load_run(run)
+
+    assert main(["train", "--resume", str(run), "--save-every", "0", "--quiet"]) == 0
+    assert weights(run) == weights(reference / "40")
+    assert train_losses(run) == train_losses(reference / "40")
+    assert not list(run.glob(".*.tmp"))  # a temporary file left by the kill is cleaned up
+
+
+def test_ctrl_c_in_a_terminal_saves_and_says_how_to_resume(small_corpus, tmp_path):
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "octlm", "train", "--text", str(small_corpus), "--out", str(run), "--max-steps", "100000",
+               "--save-every", "50", *TINY_FLAGS]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=CHILD_ENV)
+    deadline = time.monotonic() + 120
+    while not (run / CHECKPOINT).exists():
+        assert child.poll() is None and time.monotonic() < deadline, child.stderr.read()
+        time.sleep(0.01)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 130, err
+    assert "Traceback" not in err
+    assert f"octlm train --resume {run}" in out
+    step = load_checkpoint(run / CHECKPOINT).step
+    assert step >= 50 and f"interrupted at step {step}" in out + err
+
+
+@pytest.mark.parametrize("failure", ["fsync", "rename"])
+def test_a_failed_save_keeps_the_previous_checkpoint(small_corpus, tmp_path, monkeypatch, failure):
+    run = tmp_path / "run"
+    real_fsync, real_replace = os.fsync, os.replace
+    saves = {"n": 0}
+
+    def full_disk(fd):
+        # A full disk shows up at fsync on many filesystems (delayed allocation).
+        saves["n"] += Path(os.readlink(f"/proc/self/fd/{fd}")).name.startswith(f".{CHECKPOINT}.")
+        if saves["n"] >= 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    def crash_before_rename(src, dst):
+        if Path(dst).name == CHECKPOINT and Path(dst).exists():
+            raise OSError(errno.EIO, "simulated crash before the rename")
+        return real_replace(src, dst)
+
+    if failure == "fsync":
+        monkeypatch.setattr(fileio.os, "fsync", full_disk)
+    else:
+        monkeypatch.setattr(fileio.os, "replace", crash_before_rename)
+    with pytest.raises(CheckpointError) as err:
+        train(options(small_corpus, run, max_steps=12, save_every=5), QUIET)
+    message = str(err.value)
+    assert "step 10" in message and "step 5" in message and "--resume" in message
+    if failure == "fsync":
+        assert "No space left on device" in message
+    monkeypatch.undo()
+    assert load_checkpoint(run / CHECKPOINT).step == 5
+    assert not list(run.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer.json", "train.bin", "val.bin"])
+def test_resume_refuses_files_that_changed(reference, tmp_path, capsys, name):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference / "12", run)
+    path = run / name
+    if name == "config.json":
+        config = json.loads(path.read_text())
+        config["train"]["seed"] += 1
+        path.write_text(json.dumps(config))
+    elif name == "tokenizer.json":
+        path.write_text(path.read_text() + "\n")
+    else:
+        data = bytearray(path.read_bytes())
+        data[10] ^= 1
+        path.write_bytes(data)
+    assert main(["train", "--resume", str(run), "--max-steps", "20"]) == 1
+    err = capsys.readouterr().err
+    assert f"{run / name}: differs from the one checkpoint.safetensors was trained with" in err
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "flip", "not-octlm"])
+def test_damaged_checkpoint_is_named(reference, tmp_path, capsys, damage):
+    import shutil
+
+    from safetensors.torch import save_file
+
+    run = tmp_path / "run"
+    shutil.copytree(reference / "12", run)
+    path = run / CHECKPOINT
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        path.write_bytes(os.urandom(64))
+    elif damage == "flip":
+        path.write_bytes(data[:-100] + bytes([data[-100] ^ 0xFF]) + data[-99:])  # inside the tensor data
+    else:
+        save_file({"x": torch.zeros(2)}, str(path))
+    with pytest.raises(CheckpointError, match=str(path).replace(".", r"\.")):
+        load_checkpoint(path)
+    assert main(["train", "--resume", str(run), "--max-steps", "20"]) == 1
+    assert str(path) in capsys.readouterr().err
+
+
+def test_a_run_killed_before_its_first_checkpoint(reference, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference / "12", run)
+    (run / CHECKPOINT).unlink()
+    assert main(["train", "--resume", str(run)]) == 1
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags,match",
+    [
+        (["--d-model", "32"], "--d-model 32 contradicts the run being resumed, which has d_model=16"),
+        (["--position", "rope"], "--position rope contradicts"),
+        (["--seed", "1"], "--seed 1 contradicts"),
+        (["--overwrite"], "--overwrite would delete the run"),
+        (["--out", "elsewhere"], "a resumed run stays in its own folder"),
+        (["--text", "other.txt"], "trains on its own token files"),
+        (["--batch-size", "8"], "keep the global batch: --batch-size 4"),
+    ],
+)
+def test_contradictory_options_on_resume(reference, tmp_path, capsys, flags, match):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference / "12", run)
+    before = weights(run)
+    assert main(["train", "--resume", str(run), "--max-steps", "20", *flags]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("octlm: error:") and match in err, err
+    assert weights(run) == before
+
+
+def test_restating_the_runs_own_options_is_fine(reference, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(reference / "12", run)
+    assert main(["train", "--resume", str(run), "--max-steps", "13", "--d-model", "16", "--seed", "1337", "--quiet"]) == 0
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_path, monkeypatch):
+    import octlm.train as train_module
+
+    run = tmp_path / "run"
+    real, calls = train_module.cross_entropy, []
+
+    def poisoned(logits, targets, reduction="mean"):
+        calls.append(None)
+        loss = real(logits, targets, reduction)
+        return loss * float("nan") if len(calls) == 8 else loss  # the loss of step 7
+
+    monkeypatch.setattr(train_module, "cross_entropy", poisoned)
+    with pytest.raises(TrainingError) as err:
+        train(options(small_corpus, run, max_steps=12, save_every=5), QUIET)
+    message = str(err.value)
+    assert "became nan at step 7" in message and "step 5" in message and "--learning-rate" in message
+    checkpoint = load_checkpoint(run / CHECKPOINT)
+    assert checkpoint.step == 5
+    assert all(torch.isfinite(t).all() for t in model_tensors(checkpoint).values())
+    assert load_run(run)[0] is not None  # model.safetensors holds the same good weights
+
+
+def test_huge_learning_rate_is_caught_by_the_cli(small_corpus, tmp_path, capsys):
+    code = main(["train", "--text", str(small_corpus), "--out", str(tmp_path / "r"), "--max-steps", "60", "--learning-rate", "1e6",
+                 "--grad-clip", "0", "--warmup-steps", "0", "--save-every", "2", *TINY_FLAGS])
+    err = capsys.readouterr().err
+    if code == 0:
+        pytest.fail("a learning rate of 1e6 trained 60 steps without a non-finite loss")
+    assert code == 1 and "Traceback" not in err
+    assert ("became nan" in err or "became inf" in err or "stopped being finite" in err) and "--learning-rate" in err
+    assert "start again" in err
+
+
+def test_nothing_is_ever_unpickled():
+    import re
+
+    # Every way to read (or write) a pickle in Python, torch and numpy.
+    forbidden = re.compile(
+        r"import pickle|from pickle|pickle\.|torch\.load\(|torch\.save\(|weights_only=False|allow_pickle=True|import dill|joblib"
+    )
+    for path in (REPO / "src" / "octlm").rglob("*.py"):
+        assert not forbidden.search(path.read_text()), path
+
+
+def test_a_run_from_an_older_octlm_resumes_twice(reference, tmp_path, capsys):
+    # config.json written before an option existed: the first resume adds it at its default,
+    # and the next resume must still accept the run.
+    import shutil
+
+    from octlm.checkpoint import config_digest
+    from octlm.fileio import atomic_write
+    from safetensors import safe_open
+    from safetensors.torch import save
+
+    run = tmp_path / "run"
+    shutil.copytree(reference / "12", run)
+    config = json.loads((run / "config.json").read_text())
+    del config["train"]["activation"]  # as if this run predates --activation
+    (run / "config.json").write_text(json.dumps(config))
+    path = run / CHECKPOINT
+    with safe_open(str(path), framework="pt") as handle:
+        meta, tensors = json.loads(handle.metadata()["octlm"]), {k: handle.get_tensor(k) for k in handle.keys()}
+    meta["digests"]["config.json"] = config_digest(config)
+    atomic_write(path, save(tensors, metadata={"octlm": json.dumps(meta)}))
+    assert main(["train", "--resume", str(run), "--max-steps", "13", "--quiet"]) == 0
+    assert main(["train", "--resume", str(run), "--max-steps", "14", "--quiet"]) == 0
