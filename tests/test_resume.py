@@ -104,13 +104,10 @@ def test_a_time_budget_is_the_runs_total(small_corpus, tmp_path, capsys):
     first = train(options(small_corpus, run, time_budget=budget, save_every=0, eval_interval=10**6), QUIET, step_hook=ctrl_c_late)
     assert first["interrupted"] and stop_after < first["train_seconds"] < budget
     assert json.loads((run / "config.json").read_text())["train"]["max_steps"] is None
-    started = time.perf_counter()
     second = train(TrainOptions(), QUIET, resume=run, given=set())
-    session = time.perf_counter() - started
-    # The resumed session trains only the rest, at most 0.4 s; a fresh budget would train
-    # 2 s. The 1.8 s bound leaves 1.4 s for loading, evaluating and a slow shared CPU.
-    assert session < 1.8
-    assert budget <= second["train_seconds"] < budget + 0.5  # the sessions add up
+    # The sessions add up to the budget. A fresh budget for the second session would make
+    # the total at least stop_after + budget = 3.6 s; the 1 s slack is for a slow last step.
+    assert budget <= second["train_seconds"] < budget + 1.0
     assert second["steps"] > first["steps"]
     assert "schedule" not in capsys.readouterr().out  # the limits did not change, so no warning
 
