@@ -113,7 +113,7 @@ def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> 
 
 #: Subcommands in the order ``octlm --help`` lists them; each module under
 #: ``octlm.commands`` defines ``add_parser(subparsers)`` and sets ``func``.
-COMMANDS = ["train", "sample", "bench"]
+COMMANDS = ["train", "sample", "bench", "length"]
 
 
 def build_parser() -> argparse.ArgumentParser:

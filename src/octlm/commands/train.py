@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
         help="train a decoder on text files (default: the Python standard library)",
         formatter_class=Formatter,
         description="Train a decoder end to end: tokenizer, packed blocks, AdamW, evaluation, run folder.",
-        epilog="examples:\\n  octlm train --text ../shared/corpora/tinyshakespeare.txt --time-budget 300 --out runs/shakespeare\\n"
+        epilog="examples:\n  octlm train --text ../shared/corpora/tinyshakespeare.txt --time-budget 300 --out runs/shakespeare\n"
         "  octlm train --config recipe.toml --position rope",
     )
     p.add_argument("--config", metavar="FILE.toml", help="read options from a TOML file whose keys are these options (flags given here win)")
