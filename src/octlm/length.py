@@ -33,17 +33,17 @@ import json
 import math
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from octlm.errors import OctlmError
 from octlm.evaluate import evaluate
 from octlm.fileio import atomic_write
 from octlm.options import TrainOptions
+from octlm.options import _opt  # one way to declare a CLI option with its help
 from octlm.positions import ROPE_SCALINGS, SCHEMES
 from octlm.report import Reporter
 
@@ -57,12 +57,6 @@ JSONL = "length.jsonl"
 PLOT = "length.png"
 TABLE = "length.md"
 RUNS = "runs"
-
-
-def _opt(default, help: str, **meta):
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help, **meta})
-    return field(default=default, metadata={"help": help, **meta})
 
 
 @dataclass
