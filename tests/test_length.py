@@ -168,3 +168,17 @@ def test_sample_rope_scaling_errors(study, capsys, run, args, match):
     assert main(["sample", "--run", str(out / "runs" / run), *args]) == 1
     err = capsys.readouterr().err
     assert err.startswith("octlm: error:") and match in err and "Traceback" not in err
+
+
+def test_position_buckets_and_curve_cover_every_position(study):
+    from octlm.length import bucket_bpb, position_buckets, position_curve
+
+    assert position_buckets(128, 2048) == [(0, 128), (128, 256), (256, 512), (512, 1024), (1024, 2048)]
+    assert position_buckets(8, 20) == [(0, 8), (8, 16), (16, 20)]
+    out, _ = study
+    row = next(r for r in json_lines((out / "length.jsonl").read_text()) if r["record"] == "eval" and r["eval_length"] == 4 * T and r["label"] == "rope")
+    # one bucket spanning the window is the row's own bits per byte
+    assert bucket_bpb(row, [(0, 4 * T)]) == [pytest.approx(row["bpb"], rel=1e-5)]
+    centres, curve = position_curve(row, first=3)
+    assert len(centres) == len(curve) and np.all(np.diff(centres) > 0) and centres[-1] <= 4 * T
+    assert np.all(np.isfinite(curve)) and curve.min() <= row["bpb"] <= curve.max()

@@ -208,19 +208,22 @@ def _without_positions(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith("position_")}
 
 
-def position_curve(row: dict, per_octave: int = 4) -> tuple[np.ndarray, np.ndarray]:
+def position_curve(row: dict, first: int = 1, per_octave: int = 4) -> tuple[np.ndarray, np.ndarray]:
     """Bits per byte along a window, in buckets evenly spaced on a log scale of the position.
 
     Returns ``(centres, bpb)``: the geometric centre of each bucket of window
-    positions (0-based, so position 0 is drawn at 1) and the bits per byte of
-    the targets in it. Near the start a bucket is one position; further on it
-    spans ``2 ** (1 / per_octave)`` times more, which averages out the noise of
-    a few dozen windows.
+    positions, counted from 1 (the first prediction), and the bits per byte of
+    the targets in it. Every bucket holds at least ``first`` positions, and
+    each ends ``2 ** (1 / per_octave)`` times further along than the one
+    before it when that is more, which averages out the noise of a few dozen
+    windows.
     """
     nats = np.asarray(row["position_loss"]) * row["windows"]
     nbytes = np.asarray(row["position_bytes"])
-    n = len(nats)
-    edges = np.unique(np.round(np.geomspace(1, n + 1, max(2, int(per_octave * math.log2(n + 1)) + 1))).astype(int)) - 1
+    n, first = len(nats), max(1, first)
+    edges = [0]
+    while edges[-1] < n:
+        edges.append(min(n, max(edges[-1] + first, round(edges[-1] * 2 ** (1 / per_octave)))))
     centres, curve = [], []
     for a, b in zip(edges, edges[1:]):
         centres.append(math.sqrt((a + 1) * b))
@@ -415,7 +418,7 @@ def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
         style = dict(linestyle="--" if scaled else "-", marker="o" if not scaled else ".", linewidth=1.2 if scaled else 2.0)
         (line,) = left.plot(xs, ys, label=label, **style)
         if xs:  # per position at the longest length this label reached (a learned table stops at T)
-            centres, curve = position_curve(cells[xs[-1]])
+            centres, curve = position_curve(cells[xs[-1]], first=max(1, T // 16))
             right.plot(centres, curve, color=line.get_color(), linestyle=style["linestyle"], linewidth=1.0, label=label)
     for ax in (left, right):
         ax.axvline(T, color="grey", linestyle=":", linewidth=1)
@@ -426,7 +429,7 @@ def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
     left.set_xlabel(f"evaluation length (tokens); dotted: training length T={T}")
     left.set_title("bits per byte against evaluation length")
     left.legend(fontsize=8)
-    right.set_xlabel(f"position in a {longest}-token window (1 = first prediction; log-spaced buckets)")
+    right.set_xlabel(f"position in a {longest}-token window (1 = first prediction; buckets of at least {max(1, T // 16)}, log-spaced)")
     right.set_title("where each scheme breaks: bits per byte along the window")
     fig.tight_layout()
     buffer = io.BytesIO()
