@@ -23,7 +23,7 @@ def test_python_dash_m_help_shows_defaults():
     assert "--context-length" in out and "(default: 128)" in out and "--time-budget" in out
 
 
-@pytest.mark.parametrize("command", ["train", "sample", "bench", "embeddings", "serve", "export-web"])
+@pytest.mark.parametrize("command", ["train", "sample", "bench", "length", "embeddings", "serve", "export-web", "export-hf", "import-hf"])
 def test_every_command_has_help_and_json(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([command, "--help"])

@@ -46,3 +46,24 @@ def test_evaluate_needs_a_block():
     model = Decoder(DecoderConfig(vocab_size=300, context_length=16, d_model=32, n_heads=2, n_layers=1))
     with pytest.raises(ValueError, match="fewer than one block"):
         evaluate(model, np.zeros(10, dtype=np.uint16), np.ones(300, dtype=np.int64), 16)
+
+
+def test_per_position_totals_match_direct_computation(shakespeare):
+    text = shakespeare.read_text(encoding="utf-8")
+    tokenizer = Tokenizer.train([text[:50_000]], vocab_size=300)
+    stream = np.array(tokenizer.encode(text[50_000:51_000]), dtype=np.uint16)
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(vocab_size=300, context_length=8, d_model=32, n_heads=2, n_layers=1, position="alibi"))
+    result = evaluate(model, stream, tokenizer.bytes_per_token, 24, batch_size=3, per_position=True)
+    assert "val_position_nats" not in result.as_dict()
+    n_blocks = (len(stream) - 1) // 24
+    nats, nbytes = np.zeros(24), np.zeros(24, dtype=np.int64)
+    with torch.no_grad():
+        for b in range(n_blocks):
+            block = torch.tensor(stream[b * 24 : b * 24 + 25], dtype=torch.long)
+            logp = torch.log_softmax(model(block[None, :-1])[0].double(), dim=-1)
+            nats -= logp[torch.arange(24), block[1:]].numpy()
+            nbytes += [len(tokenizer.decode([t]).encode("utf-8")) for t in block[1:].tolist()]
+    np.testing.assert_allclose(result.position_nats, nats, rtol=1e-5)
+    assert result.position_bytes == nbytes.tolist()
+    assert result.loss == pytest.approx(nats.sum() / (24 * n_blocks), rel=1e-6)

@@ -87,10 +87,11 @@ def test_embedding_with_offset_equals_later_rows(position):
 
 
 def test_sinusoidal_embedding_adds_the_formula_rows():
+    # Vaswani et al. 2017 §3.4: token vectors times sqrt(d_model), plus the §3.5 rows.
     model = Decoder(DecoderConfig(position="sinusoidal"))
     assert model.position_embedding is None
     ids = torch.randint(0, 1024, (1, 50))
-    added = model._embed(ids) - model.token_embedding(ids)
+    added = model._embed(ids) - math.sqrt(128) * model.token_embedding(ids)
     np.testing.assert_allclose(added[0].detach().numpy(), formula_table(50, 128), atol=1e-6)
 
 

@@ -115,7 +115,7 @@ def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> 
 
 #: Subcommands in the order ``octlm --help`` lists them; each module under
 #: ``octlm.commands`` defines ``add_parser(subparsers)`` and sets ``func``.
-COMMANDS = ["train", "sample", "bench", "embeddings", "serve", "export-web", "export-hf", "import-hf"]
+COMMANDS = ["train", "sample", "bench", "length", "embeddings", "serve", "export-web", "export-hf", "import-hf"]
 
 
 def build_parser() -> argparse.ArgumentParser:

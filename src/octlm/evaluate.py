@@ -30,6 +30,11 @@ class EvalResult:
         tokens: target tokens scored.
         bytes: UTF-8 bytes those targets stand for.
         blocks: blocks evaluated.
+        position_nats: with ``per_position``, the nats summed over blocks at
+            each position of a block [context_length] (position ``p`` is
+            predicted from ``p + 1`` tokens of context); else ``None``.
+        position_bytes: with ``per_position``, the bytes of the targets at
+            each position, summed over blocks [context_length]; else ``None``.
     """
 
     loss: float
@@ -38,9 +43,12 @@ class EvalResult:
     tokens: int
     bytes: int
     blocks: int
+    position_nats: list[float] | None = None
+    position_bytes: list[int] | None = None
 
     def as_dict(self, prefix: str = "val_") -> dict:
-        return {f"{prefix}{k}": v for k, v in asdict(self).items()}
+        """The totals as flat ``{prefix + name: value}`` (the per-position lists are left out)."""
+        return {f"{prefix}{k}": v for k, v in asdict(self).items() if not k.startswith("position_")}
 
 
 def evenly_spaced(n: int, k: int | None) -> np.ndarray:
@@ -59,6 +67,7 @@ def evaluate(
     batch_size: int = 32,
     max_blocks: int | None = None,
     device: str | torch.device = "cpu",
+    per_position: bool = False,
 ) -> EvalResult:
     """Score the model on the non-overlapping blocks of a token stream.
 
@@ -75,6 +84,9 @@ def evaluate(
         batch_size: blocks per forward pass.
         max_blocks: evaluate this many evenly spaced blocks (``None``: all).
         device: where to run.
+        per_position: also total the nats and bytes at each position of a
+            block (``EvalResult.position_nats``, ``position_bytes``), to see
+            where along a window a model's loss changes.
 
     Raises:
         ValueError: when the stream holds no full block.
@@ -85,18 +97,20 @@ def evaluate(
     starts = starts[evenly_spaced(len(starts), max_blocks)]
     was_training = model.training
     model.eval()
-    nats, n_tokens, n_bytes = 0.0, 0, 0
+    position_nats = torch.zeros(context_length, dtype=torch.float64)
+    position_bytes = np.zeros(context_length, dtype=np.int64)
     try:
         for i in range(0, len(starts), batch_size):
             blocks = gather_blocks(tokens, starts[i : i + batch_size], context_length)
             targets = blocks[:, 1:]
             x = torch.from_numpy(blocks[:, :-1]).to(device)
             y = torch.from_numpy(targets).to(device)
-            nats += float(cross_entropy(model(x), y, reduction="sum"))
-            n_tokens += targets.size
-            n_bytes += int(bytes_per_token[targets].sum())
+            position_nats += cross_entropy(model(x), y, reduction="none").sum(dim=0).double().cpu()
+            position_bytes += bytes_per_token[targets].sum(axis=0)
     finally:
         model.train(was_training)
+    nats, n_bytes = float(position_nats.sum()), int(position_bytes.sum())
+    n_tokens = len(starts) * context_length
     loss = nats / n_tokens
     return EvalResult(
         loss=loss,
@@ -105,6 +119,8 @@ def evaluate(
         tokens=n_tokens,
         bytes=n_bytes,
         blocks=len(starts),
+        position_nats=position_nats.tolist() if per_position else None,
+        position_bytes=position_bytes.tolist() if per_position else None,
     )
 
 

@@ -100,12 +100,77 @@ class DecoderConfig:
         return cls(**data)
 
 
+class LayerCache:
+    """Keys and values one attention layer has seen, for cached decoding.
+
+    Holds ``keys`` and ``values`` [B, H, capacity, head_dim] of which the
+    first ``length`` rows along the third axis are filled; the buffers grow
+    by doubling when a step needs more than ``capacity``. Keys are stored
+    after the scheme's rotation (RoPE), so a cached key is never rotated
+    again.
+    """
+
+    def __init__(self, capacity: int = 0) -> None:
+        self.capacity = capacity
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+        self.length = 0
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add ``k``, ``v`` [B, H, T, D]; return all keys and values so far, [B, H, length, D] each."""
+        end = self.length + k.shape[-2]
+        if self.keys is None or end > self.keys.shape[-2]:
+            size = max(end, self.capacity, 2 * (0 if self.keys is None else self.keys.shape[-2]))
+            keys, values = k.new_empty(*k.shape[:-2], size, k.shape[-1]), v.new_empty(*v.shape[:-2], size, v.shape[-1])
+            if self.keys is not None:
+                keys[..., : self.length, :] = self.keys[..., : self.length, :]
+                values[..., : self.length, :] = self.values[..., : self.length, :]
+            self.keys, self.values = keys, values
+        self.keys[..., self.length : end, :] = k
+        self.values[..., self.length : end, :] = v
+        self.length = end
+        return self.keys[..., :end, :], self.values[..., :end, :]
+
+
+class KVCache:
+    """One :class:`LayerCache` per block: what a decoder has seen of the sequence so far.
+
+    The cached tokens are always positions ``0 .. length - 1``; the next call
+    of ``Decoder.forward(ids, offset=cache.length, cache=cache)`` continues
+    them. ``capacity`` (tokens) pre-allocates the buffers when the final
+    length is known.
+    """
+
+    def __init__(self, n_layers: int, capacity: int = 0) -> None:
+        self.capacity = capacity
+        self.layers = [LayerCache(capacity) for _ in range(n_layers)]
+        #: the position scheme's ``length_state`` the cached entries were computed under
+        self.state: object = None
+
+    @property
+    def length(self) -> int:
+        """Tokens (positions) cached."""
+        return self.layers[0].length
+
+    def reset(self) -> None:
+        """Forget everything (to prefill a cropped window or new frequencies again)."""
+        self.layers = [LayerCache(self.capacity) for _ in self.layers]
+        self.state = None
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention through ``scaled_dot_product_attention``.
 
     Input and output [B, T, C]. The position scheme may rotate queries and
     keys or bias the scores; with neither, the causal mask is the only order
     information attention gets.
+
+    Every path goes through ``F.scaled_dot_product_attention``: without a
+    score bias and without a cache it passes ``is_causal=True`` and no mask
+    (any fused kernel may run); a one-token cached step needs no mask at all;
+    a multi-token step on top of a cache passes a boolean mask [T, S]; ALiBi
+    passes its bias as an additive float mask [1, H, T, S] with ``-inf`` on
+    future keys.
     """
 
     def __init__(self, config: DecoderConfig) -> None:
@@ -116,17 +181,28 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: Tensor, positions: position_schemes.PositionScheme, offset: int = 0) -> Tensor:
+    def forward(
+        self, x: Tensor, positions: position_schemes.PositionScheme, offset: int = 0, cache: LayerCache | None = None
+    ) -> Tensor:
+        """[B, T, C] at positions ``offset ..`` -> [B, T, C]; with ``cache``, attend to its keys too and extend it."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
         q, k = positions.rotate(q, k, offset)
-        bias = positions.score_bias(T, T, offset)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        S = k.shape[-2]
+        bias = positions.score_bias(T, S, offset)
         dropout = self.dropout if self.training else 0.0
-        if bias is None:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        if bias is None and (T == S or T == 1):
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=T > 1)
         else:
-            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            mask = bias.to(q.dtype).masked_fill(~causal, float("-inf"))
+            # Query i (at offset + i) may see key j (at offset + T - S + j) when j <= i + S - T.
+            causal = None if T == 1 else torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
+            if bias is None:
+                mask = causal
+            else:
+                mask = bias.to(q.dtype) if causal is None else bias.to(q.dtype).masked_fill(~causal, float("-inf"))
+                mask = mask.unsqueeze(0)  # [1, H, T, S]: the 4-D shape the CPU flash kernel also accepts
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
 
@@ -155,8 +231,10 @@ class Block(nn.Module):
         self.ln_mlp = nn.LayerNorm(config.d_model)
         self.mlp = MLP(config)
 
-    def forward(self, x: Tensor, positions: position_schemes.PositionScheme, offset: int = 0) -> Tensor:
-        x = x + self.attn(self.ln_attn(x), positions, offset)
+    def forward(
+        self, x: Tensor, positions: position_schemes.PositionScheme, offset: int = 0, cache: LayerCache | None = None
+    ) -> Tensor:
+        x = x + self.attn(self.ln_attn(x), positions, offset, cache)
         return x + self.mlp(self.ln_mlp(x))
 
 
@@ -215,26 +293,87 @@ class Decoder(nn.Module):
         """The first layer: token rows plus the scheme's position signal, [B, T] -> [B, T, C]."""
         return self.positions.embed(self.token_embedding(token_ids), offset)
 
-    def forward(self, token_ids: Tensor, offset: int = 0) -> Tensor:
+    def set_rope_scaling(self, method: str | None, factor: float = 1.0, original_length: int | None = None) -> None:
+        """Run a RoPE model past its training length without training, or (``method=None``) stop doing so.
+
+        Args:
+            method: ``linear`` (Chen et al. 2023), ``ntk``, ``dynamic-ntk`` or
+                ``yarn`` (Peng et al. 2023); see :data:`octlm.positions.ROPE_SCALINGS`.
+            factor: the scale (>= 1), usually target length / training length;
+                for ``dynamic-ntk`` the multiplier of the length ratio.
+            original_length: the length trained on (default ``context_length``).
+
+        Raises:
+            ValueError: when the model does not use RoPE, the method is
+                unknown or the factor is below 1.
+        """
+        scaling = None if method is None else position_schemes.RopeScaling(method, factor, original_length or self.config.context_length)
+        self.positions.set_rope_scaling(scaling)
+
+    def forward(self, token_ids: Tensor, offset: int = 0, cache: KVCache | None = None) -> Tensor:
         """Logits for every position.
 
         Args:
             token_ids: integer tensor [B, T] with values in ``[0, vocab_size)``.
             offset: absolute position of ``token_ids[:, 0]`` (tokens), >= 0.
+            cache: a :class:`KVCache` holding positions ``0 .. offset - 1``
+                (so ``offset == cache.length``); the new tokens attend to them
+                and are added to it.
 
         Returns:
             float logits [B, T, vocab_size] (nats, before softmax).
 
         Raises:
             ValueError: when ``token_ids`` is not a 2-D integer tensor, holds
-                an id outside ``[0, vocab_size)``, ``offset`` is negative, or a
-                learned position table is too short for ``offset + T``.
+                an id outside ``[0, vocab_size)``, ``offset`` is negative or
+                differs from ``cache.length``, or a learned position table is
+                too short for ``offset + T``.
         """
+        return self.lm_head(self.ln_final(self._hidden(token_ids, offset, cache)))
+
+    def _hidden(self, token_ids: Tensor, offset: int = 0, cache: KVCache | None = None) -> Tensor:
+        """The last block's output [B, T, C], before the final LayerNorm."""
         self._check_input(token_ids, offset)
+        if cache is not None and offset != cache.length:
+            raise ValueError(f"offset={offset} but the cache holds positions 0..{cache.length - 1}; pass offset=cache.length")
         x = self.dropout(self._embed(token_ids, offset))
-        for block in self.blocks:
-            x = block(x, self.positions, offset)
-        return self.lm_head(self.ln_final(x))
+        for i, block in enumerate(self.blocks):
+            x = block(x, self.positions, offset, None if cache is None else cache.layers[i])
+        return x
+
+    @torch.no_grad()
+    def next_token_logits(self, token_ids: Tensor, cache: KVCache | None = None) -> Tensor:
+        """float32 logits [B, vocab_size] for the token after ``token_ids`` [B, N].
+
+        Without ``cache`` this is a full forward pass over the sequence (or,
+        for a learned position table, over its last ``context_length`` tokens).
+        With a cache that holds the first ``cache.length < N`` tokens, only
+        the new ones are computed and added to it. Two cases empty the cache
+        and prefill again, because every cached entry would change: a
+        learned-position sequence longer than its table (the cropped window
+        moves every position), and RoPE under dynamic NTK past the training
+        length (the frequencies change with the length; the scheme's
+        ``length_state`` tells). Both stay exact but are no faster than
+        recomputing.
+
+        Raises:
+            ValueError: when the cache holds as many tokens as ``token_ids``
+                or more, besides the checks of ``forward``.
+        """
+        limit, n = self.max_length, token_ids.shape[1]
+        if cache is None:
+            window = token_ids if limit is None else token_ids[:, -limit:]
+            return self(window)[:, -1, :].float()
+        cropped = limit is not None and n > limit
+        window = token_ids[:, -limit:] if cropped else token_ids
+        state = self.positions.length_state(window.shape[1])
+        if cropped or state != cache.state:
+            cache.reset()
+        elif cache.length >= n:
+            raise ValueError(f"the cache already holds {cache.length} tokens; give the sequence with its new token(s) ({n} given)")
+        cache.state = state
+        hidden = self._hidden(window[:, cache.length :], cache.length, cache)
+        return self.lm_head(self.ln_final(hidden[:, -1:]))[:, -1, :].float()
 
     @torch.no_grad()
     def generate(
@@ -243,30 +382,45 @@ class Decoder(nn.Module):
         max_new_tokens: int,
         temperature: float = 0.0,
         top_k: int | None = None,
+        use_cache: bool = True,
+        *,
         generator: torch.Generator | None = None,
     ) -> Tensor:
         """Continue ``prompt_ids`` [B, T0] by ``max_new_tokens`` tokens; returns [B, T0 + max_new_tokens].
 
         ``temperature`` 0 picks the most likely token (greedy); otherwise
-        logits are divided by it and sampled, keeping only the ``top_k`` most
-        likely tokens when given. A model with a learned position table sees
-        only the last ``context_length`` tokens once the sequence is longer
-        (the window slides); other schemes see the whole sequence.
+        logits are divided by it and sampled (with ``generator``), keeping
+        only the ``top_k`` most likely tokens when given.
+
+        ``use_cache`` keeps every layer's keys and values (:class:`KVCache`),
+        so each step computes one token; without it each step recomputes the
+        whole sequence. Both give the same logits (to float rounding) for
+        every scheme. A model with a learned position table sees only the
+        last ``context_length`` tokens once the sequence is longer (the
+        window slides; with a cache the window is prefilled again at each
+        such step); sinusoidal, RoPE (scaled or not), ALiBi and NoPE see the
+        whole sequence.
 
         Raises:
             ValueError: for a negative ``max_new_tokens`` or ``temperature``,
                 or ``top_k`` < 1, besides the input checks of ``forward``.
+            TypeError: when ``use_cache`` is not a bool (a generator passed
+                by position: pass ``generator=`` by keyword).
         """
+        if not isinstance(use_cache, bool):
+            raise TypeError(f"use_cache must be a bool, got {type(use_cache).__name__}; pass a generator as generator=...")
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
+        self._check_input(prompt_ids, 0)
         ids = prompt_ids
+        capacity = prompt_ids.shape[1] + max_new_tokens
+        cache = KVCache(len(self.blocks), capacity if self.max_length is None else min(capacity, self.max_length)) if use_cache else None
         for _ in range(max_new_tokens):
-            window = ids if self.max_length is None else ids[:, -self.max_length :]
-            logits = self(window)[:, -1, :].float()
+            logits = self.next_token_logits(ids, cache)
             ids = torch.cat((ids, sample_next(logits, temperature, top_k, generator)), dim=1)
         return ids
 
@@ -320,5 +474,5 @@ def cross_entropy(logits: Tensor, targets: Tensor, reduction: str = "mean") -> T
     return loss if reduction != "none" else loss.view(targets.shape)
 
 
-__all__ = ["Decoder", "DecoderConfig", "cross_entropy", "sample_next"]
+__all__ = ["Decoder", "DecoderConfig", "KVCache", "LayerCache", "cross_entropy", "sample_next"]
 

@@ -16,12 +16,20 @@ decorating it with :func:`register`. Nothing else in octlm names a scheme.
 
 All hooks take ``offset``: the absolute position of the first token they see,
 so cached decoding (which feeds one new token at position ``offset``) gives the
-same vectors as a full forward pass.
+same vectors as a full forward pass. In a cached step the keys reach further
+back than the queries: they always *end* where the queries end.
+
+RoPE can also be stretched past its training length without training
+(:class:`RopeScaling`): linear position interpolation, NTK-aware base scaling,
+dynamic NTK and YaRN. Each method is one small function in
+:data:`ROPE_SCALINGS` that returns the inverse frequencies and the attention
+factor, so a new method is added in one place as well.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import torch
@@ -85,12 +93,37 @@ class PositionScheme(nn.Module):
         return x
 
     def rotate(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
-        """Return queries and keys [B, H, T, D] with position applied (here: unchanged)."""
+        """Return queries [B, H, Tq, D] and keys [B, H, Tk, D] with position applied (here: unchanged).
+
+        Queries sit at positions ``offset .. offset + Tq - 1``; keys end where
+        the queries end, at ``offset + Tq - Tk .. offset + Tq - 1`` (a cached
+        step has ``Tk >= Tq``).
+        """
         return q, k
 
     def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor | None:
         """Additive bias for attention scores [H, q_len, k_len], or ``None``."""
         return None
+
+    def length_state(self, seq_len: int) -> object:
+        """What the position signal of a ``seq_len``-token sequence depends on besides the positions.
+
+        ``None`` for every scheme except RoPE under dynamic NTK, whose
+        frequencies change with the length. Keys and values cached under one
+        state are stale under another: a position's rotation feeds every later
+        layer, so the cache must be refilled (``Decoder.next_token_logits``
+        does that).
+        """
+        return None
+
+    def set_rope_scaling(self, scaling: "RopeScaling | None") -> None:
+        """Stretch RoPE past its training length (:class:`RopeScaling`); ``None`` turns it off.
+
+        Raises:
+            ValueError: for every scheme but ``rope``, which has no rotation to scale.
+        """
+        if scaling is not None:
+            raise ValueError(f"RoPE scaling ({scaling.method}) needs position='rope'; this model uses position={self.name!r}")
 
 
 def sinusoidal_positions(
@@ -166,6 +199,168 @@ def rope_inverse_frequencies(head_dim: int, theta: float = DEFAULT_BASE) -> Tens
     return theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
 
 
+@dataclass(frozen=True)
+class RopeScalingMethod:
+    """One entry of :data:`ROPE_SCALINGS`.
+
+    Attributes:
+        name: what ``--rope-scaling`` calls it.
+        frequencies: ``fn(scaling, rotary_dim, theta, seq_len) -> (inv_freq, attention_factor)``:
+            float64 inverse frequencies [rotary_dim // 2] in radians per
+            position, and the factor that multiplies cos and sin (so both q
+            and k; the attention logits grow by its square).
+        depends_on_length: whether ``seq_len`` (the current sequence length,
+            in tokens) changes the result; a key/value cache is then stale
+            whenever the frequencies change.
+    """
+
+    name: str
+    frequencies: Callable[["RopeScaling", int, float, int], tuple[Tensor, float]]
+    depends_on_length: bool
+
+
+#: RoPE context-extension methods by name; :func:`rope_scaling_method` adds one.
+ROPE_SCALINGS: dict[str, RopeScalingMethod] = {}
+
+
+def rope_scaling_method(name: str, depends_on_length: bool = False) -> Callable:
+    """Decorator registering a frequency function in :data:`ROPE_SCALINGS` under ``name``."""
+
+    def wrap(fn: Callable) -> Callable:
+        ROPE_SCALINGS[name] = RopeScalingMethod(name, fn, depends_on_length)
+        return fn
+
+    return wrap
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """How a RoPE model is run past the length it was trained on, without training.
+
+    Attributes:
+        method: a name in :data:`ROPE_SCALINGS`: ``linear``, ``ntk``,
+            ``dynamic-ntk`` or ``yarn``.
+        factor: the scale ``s`` >= 1, usually the target length over
+            ``original_length``. For ``dynamic-ntk`` it is the multiplier
+            ``alpha`` of the length ratio (1: the scale is just the current
+            length over ``original_length``).
+        original_length: tokens the model was trained on (its
+            ``context_length``).
+        beta_fast, beta_slow: YaRN's ramp bounds, in rotations a channel pair
+            makes over ``original_length`` (Peng et al. 2023 §3.2: 32 and 1).
+            Pairs turning more than ``beta_fast`` times keep their frequency;
+            pairs turning fewer than ``beta_slow`` times are interpolated.
+
+    Raises:
+        ValueError: for an unknown method, a factor below 1 or not finite, an
+            ``original_length`` below 1, or ``beta_fast <= beta_slow``.
+    """
+
+    method: str
+    factor: float
+    original_length: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.method not in ROPE_SCALINGS:
+            raise ValueError(f"RoPE scaling method {self.method!r} is unknown; choose one of: {', '.join(ROPE_SCALINGS)}")
+        if not (math.isfinite(self.factor) and self.factor >= 1.0):
+            raise ValueError(f"RoPE scaling factor must be a finite number >= 1 (target length / training length), got {self.factor}")
+        if self.original_length < 1:
+            raise ValueError(f"RoPE scaling original_length must be >= 1 token, got {self.original_length}")
+        if not 0 < self.beta_slow < self.beta_fast:
+            raise ValueError(f"YaRN needs 0 < beta_slow < beta_fast, got beta_slow={self.beta_slow}, beta_fast={self.beta_fast}")
+
+    @property
+    def depends_on_length(self) -> bool:
+        return ROPE_SCALINGS[self.method].depends_on_length
+
+    def frequencies(self, rotary_dim: int, theta: float, seq_len: int) -> tuple[Tensor, float]:
+        """Inverse frequencies float64 [rotary_dim // 2] and the attention factor for a sequence of ``seq_len`` tokens."""
+        return ROPE_SCALINGS[self.method].frequencies(self, rotary_dim, theta, seq_len)
+
+
+@rope_scaling_method("linear")
+def linear_interpolation(scaling: RopeScaling, rotary_dim: int, theta: float, seq_len: int) -> tuple[Tensor, float]:
+    """Position interpolation (Chen et al. 2023, eq. 4): position ``t`` is read as ``t / s``.
+
+    Dividing every position by ``s`` is dividing every frequency by ``s``, so
+    ``s * original_length`` positions span the angles the model was trained
+    on. Positions are never rounded, so nothing is looked up outside a table.
+    """
+    return rope_inverse_frequencies(rotary_dim, theta) / scaling.factor, 1.0
+
+
+def ntk_theta(theta: float, scale: float, rotary_dim: int) -> float:
+    """NTK-aware base: ``theta * scale ** (d / (d - 2))`` with ``d = rotary_dim``.
+
+    The new base slows the lowest frequency by exactly ``scale`` (it is then
+    interpolated like linear scaling) while the highest, ``theta ** 0 = 1``,
+    is left alone (Peng et al. 2023 §3.1, after bloc97's 2023 proposal). With
+    ``d = 2`` the only pair is that highest one, so nothing changes.
+    """
+    if rotary_dim <= 2 or scale == 1.0:
+        return theta
+    return theta * scale ** (rotary_dim / (rotary_dim - 2))
+
+
+@rope_scaling_method("ntk")
+def ntk_aware(scaling: RopeScaling, rotary_dim: int, theta: float, seq_len: int) -> tuple[Tensor, float]:
+    """NTK-aware scaling: the RoPE base raised by :func:`ntk_theta` for a fixed ``s``."""
+    return rope_inverse_frequencies(rotary_dim, ntk_theta(theta, scaling.factor, rotary_dim)), 1.0
+
+
+@rope_scaling_method("dynamic-ntk", depends_on_length=True)
+def dynamic_ntk(scaling: RopeScaling, rotary_dim: int, theta: float, seq_len: int) -> tuple[Tensor, float]:
+    """Dynamic NTK (Peng et al. 2023 §3.3): NTK-aware scaling with the scale taken from the current length.
+
+    ``s = max(1, alpha * seq_len / original_length - (alpha - 1))`` with
+    ``alpha = factor`` (the form transformers uses; ``alpha = 1`` gives the
+    paper's ``max(1, seq_len / original_length)``), recomputed from
+    ``seq_len`` on every call: no table is kept, so a long sequence cannot
+    leave stale frequencies behind for a short one. Within the training
+    length it is plain RoPE.
+    """
+    scale = max(1.0, scaling.factor * seq_len / scaling.original_length - (scaling.factor - 1.0))
+    return rope_inverse_frequencies(rotary_dim, ntk_theta(theta, scale, rotary_dim)), 1.0
+
+
+@rope_scaling_method("yarn")
+def yarn(scaling: RopeScaling, rotary_dim: int, theta: float, seq_len: int) -> tuple[Tensor, float]:
+    """YaRN (Peng et al. 2023 §3.2 "NTK-by-parts" and §3.4 temperature).
+
+    Channel pairs whose wavelength fits many times into the training length
+    (more than ``beta_fast`` rotations) keep their frequency; pairs that turn
+    less than ``beta_slow`` times are interpolated by ``s`` as in linear
+    scaling; in between the two blend along a linear ramp over the pair index,
+    whose ends are rounded outwards, as in the paper's reference code. The
+    attention factor ``0.1 ln(s) + 1`` multiplies both q and k, so the logits
+    are divided by a temperature ``t`` with ``sqrt(1/t) = 0.1 ln(s) + 1``.
+
+    Raises:
+        ValueError: when ``theta`` <= 1 (the wavelengths would not grow).
+    """
+    if not theta > 1.0:
+        raise ValueError(f"YaRN needs rope_theta > 1, got {theta}")
+    base = rope_inverse_frequencies(rotary_dim, theta)
+    length, s = scaling.original_length, scaling.factor
+
+    def pair_turning(rotations: float) -> float:
+        # Index i at which pair i turns `rotations` times over `length`: length * theta^(-2i/d) / (2 pi) = rotations.
+        return rotary_dim * math.log(length / (2 * math.pi * rotations)) / (2 * math.log(theta))
+
+    low = max(math.floor(pair_turning(scaling.beta_fast)), 0)
+    high = min(math.ceil(pair_turning(scaling.beta_slow)), rotary_dim - 1)
+    if high <= low:
+        high = low + 1e-3  # a step instead of a ramp
+    index = torch.arange(rotary_dim // 2, dtype=torch.float64)
+    interpolated = ((index - low) / (high - low)).clamp(0.0, 1.0)
+    inv_freq = base * (1.0 - interpolated) + (base / s) * interpolated
+    attention = 0.1 * math.log(s) + 1.0 if s > 1.0 else 1.0
+    return inv_freq, attention
+
+
 def _supports_float64(device: torch.device | str | None) -> bool:
     return device is None or torch.device(device).type != "mps"
 
@@ -210,12 +405,21 @@ class SinusoidalPositions(PositionScheme):
     No parameters and no maximum length: the rows come from
     :func:`sinusoidal_positions` on every call, so the same model can be run
     at any length (whether it generalises there is what ``octlm length`` asks).
+
+    The token vectors are multiplied by ``sqrt(d_model)`` before the rows are
+    added, as Vaswani et al. 2017 §3.4 do. octlm's token table starts at
+    N(0, 0.02), so a token row has norm ~0.02 sqrt(C) while a sinusoidal row
+    has norm sqrt(C / 2): without the factor the token signal is ~35 times
+    weaker than the position signal, and with octlm's AdamW weight decay the
+    Day-1 model stayed at the unigram loss (training loss 5.77 nats after 420
+    steps on tinyshakespeare, where the scaled model reached 3.99 after 380).
     """
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
         self.base = DEFAULT_BASE
         self.layout = config.sinusoidal_layout
+        self.token_scale = math.sqrt(config.d_model)
 
     @classmethod
     def check_config(cls, config: "DecoderConfig") -> None:
@@ -223,8 +427,9 @@ class SinusoidalPositions(PositionScheme):
             raise ValueError(f"sinusoidal_layout must be one of {', '.join(SINUSOIDAL_LAYOUTS)}, got {config.sinusoidal_layout!r}")
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+        """``sqrt(C) * x + P[offset : offset + T]`` for token vectors ``x`` [B, T, C]."""
         table = sinusoidal_positions(x.shape[1], x.shape[2], offset, self.base, x.device, self.layout)
-        return x + table.to(x.dtype)
+        return x * self.token_scale + table.to(x.dtype)
 
 
 @register("rope")
@@ -245,7 +450,13 @@ class RotaryPositions(PositionScheme):
     rest through (GPT-NeoX).
 
     Shapes: queries and keys [B, H, T, head_dim]; ``rotary_dim`` must be even
-    and >= 2. No table, so no maximum length.
+    and >= 2. No table, so no maximum length: angles are computed from the
+    positions on every call, in float64.
+
+    ``set_rope_scaling`` stretches the rotation past the training length
+    without training (:class:`RopeScaling`: linear, NTK-aware, dynamic NTK,
+    YaRN). It is a run-time setting for evaluation and sampling, not part of
+    the trained config; ``None`` (the default) is plain RoPE.
     """
 
     def __init__(self, config: "DecoderConfig") -> None:
@@ -253,7 +464,25 @@ class RotaryPositions(PositionScheme):
         self.theta = config.rope_theta
         self.layout = config.rope_layout
         self.rotary_dim = rotary_dim(config)
+        self.scaling: RopeScaling | None = None
         self.register_buffer("inv_freq", rope_inverse_frequencies(self.rotary_dim, config.rope_theta), persistent=False)
+
+    def set_rope_scaling(self, scaling: RopeScaling | None) -> None:
+        if scaling is not None:
+            scaling.frequencies(self.rotary_dim, self.theta, scaling.original_length)  # raises for a base YaRN cannot use
+        self.scaling = scaling
+
+    def length_state(self, seq_len: int) -> object:
+        if self.scaling is None or not self.scaling.depends_on_length:
+            return None
+        inv_freq, attention = self.frequencies(seq_len)
+        return (*inv_freq.tolist(), attention)
+
+    def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
+        """Inverse frequencies float64 [rotary_dim // 2] and the attention factor for ``seq_len`` tokens."""
+        if self.scaling is None:
+            return self.inv_freq, 1.0
+        return self.scaling.frequencies(self.rotary_dim, self.theta, seq_len)
 
     @classmethod
     def check_config(cls, config: "DecoderConfig") -> None:
@@ -271,16 +500,28 @@ class RotaryPositions(PositionScheme):
         if not config.rope_theta > 0:
             raise ValueError(f"rope_theta must be > 0, got {config.rope_theta}")
 
-    def angles(self, length: int, offset: int, device: torch.device) -> tuple[Tensor, Tensor]:
-        """cos and sin of the rotation angles, each float32 [length, rotary_dim // 2]."""
+    def angles(self, length: int, offset: int, device: torch.device, seq_len: int | None = None) -> tuple[Tensor, Tensor]:
+        """cos and sin of the rotation angles at positions ``offset .. offset + length - 1``.
+
+        Each is float32 [length, rotary_dim // 2], already multiplied by the
+        scaling's attention factor. ``seq_len`` is the current sequence length
+        (default ``offset + length``), which only dynamic NTK reads.
+        """
+        inv_freq, attention = self.frequencies(offset + length if seq_len is None else seq_len)
         dtype = torch.float64 if _supports_float64(device) else torch.float32
         t = torch.arange(offset, offset + length, device=device, dtype=dtype)
-        angle = torch.outer(t, self.inv_freq.to(device=device, dtype=dtype))
-        return angle.cos().float(), angle.sin().float()
+        angle = torch.outer(t, inv_freq.to(device=device, dtype=dtype))
+        return (angle.cos() * attention).float(), (angle.sin() * attention).float()
 
     def rotate(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
-        cos, sin = self.angles(q.shape[-2], offset, q.device)
-        return self._rotate_one(q, cos, sin), self._rotate_one(k, cos, sin)
+        q_len, k_len = q.shape[-2], k.shape[-2]
+        end = offset + q_len
+        span = max(q_len, k_len)
+        if end - span < 0:
+            raise ValueError(f"rotate: {k_len} keys ending at position {end - 1} would start before position 0")
+        # One set of angles for the longer span; queries and keys both end at `end`.
+        cos, sin = self.angles(span, end - span, q.device, seq_len=end)
+        return self._rotate_one(q, cos[span - q_len :], sin[span - q_len :]), self._rotate_one(k, cos[span - k_len :], sin[span - k_len :])
 
     def _rotate_one(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
@@ -386,6 +627,15 @@ def check(config: "DecoderConfig") -> None:
 __all__ = [
     "DEFAULT_BASE",
     "ROPE_LAYOUTS",
+    "ROPE_SCALINGS",
+    "RopeScaling",
+    "RopeScalingMethod",
+    "dynamic_ntk",
+    "linear_interpolation",
+    "ntk_aware",
+    "ntk_theta",
+    "rope_scaling_method",
+    "yarn",
     "SINUSOIDAL_LAYOUTS",
     "ALiBiPositions",
     "NoPositions",

@@ -794,7 +794,7 @@ def sample_from(model: Decoder, tokenizer: Tokenizer, prompt: str, max_new_token
     was_training = model.training
     model.eval()
     try:
-        out = model.generate(torch.tensor([ids], device=device), max_new_tokens, temperature, top_k, generator)
+        out = model.generate(torch.tensor([ids], device=device), max_new_tokens, temperature, top_k, generator=generator)
     finally:
         model.train(was_training)
     return tokenizer.decode(out[0, len(ids) :].tolist())

@@ -13,7 +13,7 @@ def add_parser(sub) -> None:
         "bench",
         help="forward-pass timing and the nearest-neighbour diagnostic",
         formatter_class=Formatter,
-        description="Time the forward pass at several context lengths and print the nearest tokens to token 0 (and to\\n"
+        description="Time the forward pass at several context lengths and print the nearest tokens to token 0 (and to\n"
         "each --token) and the nearest positions to position 0, by cosine similarity.",
     )
     p.add_argument("--run", metavar="RUN_DIR", help="run folder (default: an untrained Day-1 model)")

@@ -14,8 +14,10 @@ def add_parser(sub) -> None:
         "sample",
         help="generate text from a trained run",
         formatter_class=Formatter,
-        description="Generate text from a run. A learned-position model sees only the last context_length tokens\\n"
-        "once the text is longer (the window slides); other schemes see all of it.",
+        description="Generate text from a run, with a key/value cache. A learned-position model sees only the last\n"
+        "context_length tokens once the text is longer (the window slides); other schemes see all of it.\n"
+        "A RoPE model can be stretched past its training length with --rope-scaling and --rope-factor.",
+        epilog="example:\n  octlm sample --run runs/rope --max-new-tokens 1000 --rope-scaling yarn --rope-factor 8",
     )
     p.add_argument("--run", required=True, metavar="RUN_DIR", help="run folder made by octlm train")
     p.add_argument("--prompt", default="", help="text to continue (empty: start a new document)")
@@ -25,8 +27,47 @@ def add_parser(sub) -> None:
     p.add_argument("--num-samples", type=int, default=1, help="independent samples to draw")
     p.add_argument("--seed", type=int, default=1337, help="random seed")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    add_rope_scaling_options(p)
+    p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence at every step (slow; for comparison)")
     add_common(p)
     p.set_defaults(func=run)
+
+
+def add_rope_scaling_options(p: argparse.ArgumentParser) -> None:
+    """``--rope-scaling`` and ``--rope-factor``, shared by the commands that run a trained model."""
+    from octlm.positions import ROPE_SCALINGS
+
+    p.add_argument(
+        "--rope-scaling", choices=list(ROPE_SCALINGS), default=None,
+        help="run a RoPE model past its training length without training: linear position interpolation, "
+        "NTK-aware base, dynamic NTK or YaRN (default: none, plain RoPE)",
+    )
+    p.add_argument(
+        "--rope-factor", type=float, default=None,
+        help="scale of --rope-scaling, >= 1: target length / training length (for dynamic-ntk the multiplier of "
+        "current length / training length; default 1 there); required for linear, ntk and yarn",
+    )
+
+
+def apply_rope_scaling(model, method: str | None, factor: float | None) -> None:
+    """Set ``--rope-scaling``/``--rope-factor`` on a loaded model.
+
+    Raises:
+        OctlmError: when the model is not a RoPE model, or the factor is
+            missing or below 1.
+    """
+    if method is None:
+        if factor is not None:
+            raise OctlmError("--rope-factor needs --rope-scaling (linear, ntk, dynamic-ntk or yarn)")
+        return
+    if factor is None:
+        if method != "dynamic-ntk":
+            raise OctlmError(f"--rope-scaling {method} needs --rope-factor F (target length / training length, e.g. 4)")
+        factor = 1.0
+    try:
+        model.set_rope_scaling(method, factor)
+    except ValueError as err:
+        raise OctlmError(f"--rope-scaling {method} --rope-factor {factor:g}: {err}") from None
 
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
@@ -45,6 +86,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         raise OctlmError(f"--num-samples must be >= 1, got {args.num_samples}")
     device = resolve_device(args.device)
     model, tokenizer = load_run(args.run, device)
+    apply_rope_scaling(model, args.rope_scaling, args.rope_factor)
     ids = tokenizer.encode(args.prompt) if args.prompt else [tokenizer.eot_id]
     limit = model.max_length
     if limit is not None and len(ids) > limit:
@@ -52,8 +94,17 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     generator = torch.Generator(device=device).manual_seed(args.seed)
     samples = []
     for _ in range(args.num_samples):
-        out = model.generate(torch.tensor([ids], device=device), args.max_new_tokens, args.temperature, args.top_k or None, generator)
+        prompt = torch.tensor([ids], device=device)
+        out = model.generate(prompt, args.max_new_tokens, args.temperature, args.top_k or None, not args.no_cache, generator=generator)
         samples.append(tokenizer.decode(out[0, len(ids) :].tolist()))
-    text = ("\\n" + "-" * 60 + "\\n").join(args.prompt + s for s in samples)
-    report.result({"prompt": args.prompt, "samples": samples, "prompt_tokens": len(ids)}, text)
+    text = ("\n" + "-" * 60 + "\n").join(args.prompt + s for s in samples)
+    scaling = getattr(model.positions, "scaling", None)
+    result = {
+        "prompt": args.prompt,
+        "samples": samples,
+        "prompt_tokens": len(ids),
+        "use_cache": not args.no_cache,
+        "rope_scaling": None if scaling is None else {"method": scaling.method, "factor": scaling.factor, "original_length": scaling.original_length},
+    }
+    report.result(result, text)
     return 0

@@ -1,0 +1,34 @@
+"""``octlm length``."""
+
+from __future__ import annotations
+
+import argparse
+
+from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
+from octlm.length import LengthOptions
+from octlm.report import Reporter
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "length",
+        help="train one model per position scheme and compare them past the training length",
+        formatter_class=Formatter,
+        description="The length study. Trains one decoder per position scheme (same text, seed, shape and budget),\n"
+        "then measures validation bits per byte at 1x, 2x, 4x, 8x and 16x the training length T, and the\n"
+        "RoPE model again under each context-extension method (factor = length / T). Every length scores\n"
+        "the same validation targets, in non-overlapping windows of that length. Learned positions show\n"
+        "'n/a (no rows past T)' past their table. Writes a table, a PNG plot and JSONL into --out.",
+        epilog="examples:\n  octlm length --text ../shared/corpora/tinyshakespeare.txt --out runs/length\n"
+        "  octlm length --text notes.txt --out runs/quick --time-budget 30 --train-length 64 --schemes rope alibi",
+    )
+    add_dataclass_options(p, LengthOptions)
+    add_common(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, report: Reporter) -> int:
+    from octlm.length import length_study
+
+    length_study(options_from(args, LengthOptions), report)
+    return 0

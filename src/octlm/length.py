@@ -1,0 +1,440 @@
+"""The length study: how each position scheme copes with sequences longer than it trained on.
+
+:func:`length_study` trains one decoder per position scheme on the same text
+with the same seed, shape and budget (through :func:`octlm.train.train`), then
+scores every model on the validation split at 1x, 2x, 4x, 8x and 16x the
+training length ``T``, and the RoPE model once more under each context
+extension method of :data:`octlm.positions.ROPE_SCALINGS`.
+
+Protocol (the README repeats it):
+
+* The validation stream is cut to its first ``N = floor((n - 1) / L_max) * L_max``
+  targets, ``L_max`` being the longest evaluated length, so every length
+  scores exactly the same tokens.
+* At length ``L`` the stream is read as non-overlapping windows of ``L``
+  targets (``L + 1`` tokens, stride ``L``; :func:`octlm.evaluate.evaluate`).
+  Every window starts from nothing: target ``p`` of a window (0-based) is
+  predicted from the ``p + 1`` tokens before it in that window.
+* Bits per byte is the total nats over all targets / ln 2 / their UTF-8 bytes.
+  Per-position loss is the mean nats at window position ``p`` over all
+  windows, so a curve shows where along a long window a scheme breaks.
+* A learned table has ``T`` rows: longer lengths are reported as
+  ``n/a (no rows past T)``, never cropped or invented.
+* RoPE scaling uses factor ``L / T`` for ``linear``, ``ntk`` and ``yarn``.
+  ``dynamic-ntk`` derives its scale from the sequence length itself (factor 1:
+  scale ``max(1, L / T)``); on full windows it therefore equals ``ntk``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from octlm.errors import OctlmError
+from octlm.evaluate import evaluate
+from octlm.fileio import atomic_write
+from octlm.options import TrainOptions
+from octlm.options import _opt  # one way to declare a CLI option with its help
+from octlm.positions import ROPE_SCALINGS, SCHEMES
+from octlm.report import Reporter
+
+#: Schemes in the order the table lists them.
+DEFAULT_SCHEMES = ["learned", "sinusoidal", "rope", "alibi", "none"]
+#: Seconds of training per model by default: five models at four minutes and
+#: the evaluation fit in 30 minutes on two CPU cores (tinyshakespeare).
+DEFAULT_TIME_BUDGET = 240.0
+NOT_AVAILABLE = "n/a (no rows past T)"
+JSONL = "length.jsonl"
+PLOT = "length.png"
+TABLE = "length.md"
+RUNS = "runs"
+
+
+@dataclass
+class LengthOptions:
+    """Everything ``octlm length`` takes. Units are in each help text."""
+
+    text: list[str] = _opt([], "UTF-8 text files or folders (the same split, tokenizer and seed for every model)", nargs="+", metavar="PATH")
+    out: str | None = _opt(None, "study folder to create: runs/<scheme>/, length.jsonl, length.png, length.md")
+    time_budget: float | None = _opt(DEFAULT_TIME_BUDGET, "seconds of training per model (default 240: the whole study fits in 30 minutes on 2 CPU cores)")
+    max_steps: int | None = _opt(None, "train each model for exactly this many steps instead of --time-budget (reproducible)")
+    train_length: int = _opt(128, "context length T the models train on (tokens)")
+    multipliers: list[int] = _opt([1, 2, 4, 8, 16], "evaluation lengths as multiples of T", nargs="+", metavar="M")
+    schemes: list[str] = _opt(list(DEFAULT_SCHEMES), "position schemes to train and compare", nargs="+", choices=sorted(SCHEMES), metavar="SCHEME")
+    rope_scalings: list[str] = _opt(list(ROPE_SCALINGS), "RoPE context-extension methods to evaluate the rope model under", nargs="*", choices=list(ROPE_SCALINGS), metavar="METHOD")
+    vocab_size: int = _opt(1024, "BPE vocabulary size in tokens")
+    d_model: int = _opt(128, "model width C")
+    n_heads: int = _opt(4, "attention heads")
+    n_layers: int = _opt(2, "transformer blocks")
+    batch_size: int = _opt(32, "training blocks per step")
+    learning_rate: float = _opt(5e-3, "peak AdamW learning rate")
+    eval_tokens: int = _opt(8192, "tokens per evaluation forward pass (windows per batch = this / length)")
+    encoding: str = _opt("utf-8", "text encoding of the input files")
+    val_fraction: float = _opt(0.1, "fraction of each file (its end) held out for validation")
+    seed: int = _opt(1337, "random seed, the same for every model")
+    device: str = _opt("auto", "auto, cpu, cuda, cuda:N or mps")
+    threads: int | None = _opt(None, "CPU threads for torch (default: torch's choice)")
+    overwrite: bool = _opt(False, "replace an existing study folder at --out")
+
+    def train_options(self, scheme: str, run_dir: Path) -> TrainOptions:
+        """The ``octlm train`` options of one model of the study."""
+        return TrainOptions(
+            text=list(self.text), encoding=self.encoding, val_fraction=self.val_fraction, vocab_size=self.vocab_size,
+            context_length=self.train_length, d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
+            position=scheme, batch_size=self.batch_size, learning_rate=self.learning_rate,
+            max_steps=self.max_steps, time_budget=None if self.max_steps is not None else self.time_budget,
+            seed=self.seed, device=self.device, threads=self.threads, sample_tokens=0, out=str(run_dir), overwrite=True,
+        )
+
+
+def check_options(opts: LengthOptions) -> None:
+    """Reject options that cannot work, naming the flag; nothing is written before this passes."""
+    if not opts.text:
+        raise OctlmError("--text: give at least one text file or folder, e.g. --text ../shared/corpora/tinyshakespeare.txt")
+    if opts.out is None:
+        raise OctlmError("--out: give the study folder to create, e.g. --out runs/length")
+    if opts.max_steps is None and (opts.time_budget is None or not opts.time_budget > 0):
+        raise OctlmError(f"--time-budget must be a positive number of seconds (or give --max-steps), got {opts.time_budget}")
+    if opts.max_steps is not None and opts.max_steps < 1:
+        raise OctlmError(f"--max-steps must be >= 1, got {opts.max_steps}")
+    if opts.train_length < 2:
+        raise OctlmError(f"--train-length must be >= 2 tokens, got {opts.train_length}")
+    if not opts.multipliers or any(m < 1 for m in opts.multipliers):
+        raise OctlmError(f"--multipliers must be integers >= 1, got {opts.multipliers}")
+    if opts.eval_tokens < 1:
+        raise OctlmError(f"--eval-tokens must be >= 1, got {opts.eval_tokens}")
+    if opts.rope_scalings and "rope" not in opts.schemes:
+        raise OctlmError("--rope-scalings needs the rope model: add rope to --schemes or pass --rope-scalings with no methods")
+    if len(set(opts.schemes)) != len(opts.schemes):
+        raise OctlmError(f"--schemes lists a scheme twice: {opts.schemes}")
+    from octlm.train import check_options as check_train_options
+
+    for scheme in opts.schemes:
+        check_train_options(opts.train_options(scheme, Path(opts.out) / RUNS / scheme))
+
+
+def prepare_study_dir(out: str, overwrite: bool) -> Path:
+    """Create the study folder; an existing study is replaced only with ``overwrite``, anything else never."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise OctlmError(f"--out {path}: exists and is not a folder")
+    if path.is_dir() and any(path.iterdir()):
+        is_study = (path / RUNS).is_dir() and all(p.name in {RUNS, JSONL, PLOT, TABLE} for p in path.iterdir())
+        if not is_study:
+            raise OctlmError(f"--out {path}: holds files that are not an octlm length study; refusing to touch them")
+        if not overwrite:
+            raise OctlmError(f"--out {path}: already holds a length study; choose another --out or pass --overwrite to replace it")
+        shutil.rmtree(path)
+    (path / RUNS).mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class _ScopedReporter(Reporter):
+    """Passes a training run's events to the study's reporter, tagged with its scheme.
+
+    The run's result becomes a ``trained`` event, so the study's own result
+    stays the last JSON line.
+    """
+
+    def __init__(self, parent: Reporter, scheme: str) -> None:
+        super().__init__(parent.json_mode, parent.quiet)
+        self.parent, self.scheme = parent, scheme
+
+    def event(self, kind: str, text: str | None = None, **fields: Any) -> None:
+        self.parent.event(kind, None if text is None else f"[{self.scheme}] {text}", scheme=self.scheme, **fields)
+
+    def warn(self, text: str, **fields: Any) -> None:
+        self.parent.warn(f"[{self.scheme}] {text}", scheme=self.scheme, **fields)
+
+    def result(self, fields: dict, text: str | None = None) -> None:
+        keep = ("steps", "train_seconds", "tokens_per_second", "val_bpb", "val_loss", "interrupted", "run_dir")
+        summary = {k: fields[k] for k in keep if k in fields}
+        self.parent.event(
+            "trained",
+            f"[{self.scheme}] trained: {summary['steps']} steps in {summary['train_seconds']:.0f}s, "
+            f"val {summary['val_bpb']:.4f} bits per byte at T",
+            scheme=self.scheme,
+            **summary,
+        )
+
+
+def _same_data(results: dict[str, dict]) -> None:
+    """Every run must hold the same tokenizer and token streams (octlm's data preparation is deterministic)."""
+    fingerprints = {}
+    for scheme, result in results.items():
+        run_dir = Path(result["run_dir"])
+        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+        tokens = manifest["tokens"]
+        fingerprints[scheme] = (tokens["train"]["sha256"], tokens["val"]["sha256"], (run_dir / "tokenizer.json").read_bytes())
+    first = next(iter(fingerprints.values()))
+    differ = [s for s, f in fingerprints.items() if f != first]
+    if differ:
+        raise OctlmError(f"the runs of {', '.join(differ)} prepared different tokens from the same text; the comparison would not be fair")
+
+
+def _validation_stream(run_dir: Path) -> np.ndarray:
+    from octlm.data import open_tokens
+
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    return open_tokens(run_dir / "val.bin", manifest["tokens"]["val"]["dtype"])
+
+
+def _row(scheme: str, method: str | None, factor: float | None, multiplier: int, length: int) -> dict:
+    label = scheme if method is None else f"{scheme}+{method}"
+    return {"record": "eval", "label": label, "position": scheme, "rope_scaling": method, "rope_factor": factor, "multiplier": multiplier, "eval_length": length}
+
+
+def _scored(row: dict, result) -> dict:
+    """Fill an eval row: totals, and per window position the mean loss (nats) and the bytes of its targets."""
+    nats = np.asarray(result.position_nats)
+    row.update(
+        status="ok", bpb=result.bpb, loss=result.loss, tokens=result.tokens, bytes=result.bytes, windows=result.blocks,
+        position_loss=[round(float(v), 6) for v in nats / result.blocks],
+        position_bytes=[int(v) for v in result.position_bytes],
+    )
+    return row
+
+
+def _without_positions(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not k.startswith("position_")}
+
+
+def position_curve(row: dict, first: int = 1, per_octave: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """Bits per byte along a window, in buckets evenly spaced on a log scale of the position.
+
+    Returns ``(centres, bpb)``: the geometric centre of each bucket of window
+    positions, counted from 1 (the first prediction), and the bits per byte of
+    the targets in it. Every bucket holds at least ``first`` positions, and
+    each ends ``2 ** (1 / per_octave)`` times further along than the one
+    before it when that is more, which averages out the noise of a few dozen
+    windows.
+    """
+    nats = np.asarray(row["position_loss"]) * row["windows"]
+    nbytes = np.asarray(row["position_bytes"])
+    n, first = len(nats), max(1, first)
+    edges = [0]
+    while edges[-1] < n:
+        edges.append(min(n, max(edges[-1] + first, round(edges[-1] * 2 ** (1 / per_octave)))))
+    centres, curve = [], []
+    for a, b in zip(edges, edges[1:]):
+        centres.append(math.sqrt((a + 1) * b))
+        curve.append(nats[a:b].sum() / math.log(2) / max(nbytes[a:b].sum(), 1))
+    return np.asarray(centres), np.asarray(curve)
+
+
+def position_buckets(train_length: int, length: int) -> list[tuple[int, int]]:
+    """Window position ranges [start, end): [0, T), [T, 2T), [2T, 4T), ... up to ``length``."""
+    edges = [0, train_length]
+    while edges[-1] < length:
+        edges.append(min(2 * edges[-1], length))
+    return [(a, b) for a, b in zip(edges, edges[1:]) if a < length]
+
+
+def bucket_bpb(row: dict, buckets: list[tuple[int, int]]) -> list[float | None]:
+    """Bits per byte of the targets at window positions within each bucket."""
+    nats = np.asarray(row["position_loss"]) * row["windows"]
+    nbytes = np.asarray(row["position_bytes"])
+    return [float(nats[a:b].sum() / math.log(2) / max(nbytes[a:b].sum(), 1)) for a, b in buckets]
+
+
+def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
+    """Run ``octlm length``; returns the result dict (also the last ``--json`` line).
+
+    Writes into ``opts.out``: ``runs/<scheme>/`` (one ``octlm train`` run
+    folder per scheme), ``length.jsonl`` (one ``train`` line per model, one
+    ``eval`` line per scheme, scaling and length, with per-position loss),
+    ``length.png`` (bits per byte against length, and per position at the
+    longest length) and ``length.md`` (the tables).
+
+    Raises:
+        OctlmError: for bad options, an existing folder, or validation text
+            shorter than one window of the longest length.
+    """
+    from octlm.run import load_run
+    from octlm.train import resolve_device, train
+
+    report = report or Reporter()
+    check_options(opts)
+    device = resolve_device(opts.device)
+    out = prepare_study_dir(opts.out, opts.overwrite)
+    T = opts.train_length
+    multipliers = sorted(set(opts.multipliers))
+    lengths = [m * T for m in multipliers]
+    budget = f"{opts.max_steps} steps" if opts.max_steps is not None else f"{opts.time_budget:g}s"
+    report.event("study", f"length study: {len(opts.schemes)} models ({', '.join(opts.schemes)}), {budget} each, T={T}, "
+                 f"evaluated at {', '.join(map(str, lengths))} tokens", schemes=opts.schemes, lengths=lengths, options=dataclasses.asdict(opts))
+    t0 = time.perf_counter()
+    trained: dict[str, dict] = {}
+    longest = max(lengths)
+    for scheme in opts.schemes:
+        result = train(opts.train_options(scheme, out / RUNS / scheme), _ScopedReporter(report, scheme))
+        trained[scheme] = result
+        if result.get("interrupted"):
+            raise KeyboardInterrupt
+        if len(trained) == 1:  # the first run shows how long the validation stream is: stop before training the rest
+            val = _validation_stream(Path(result["run_dir"]))
+            n_windows = (len(val) - 1) // longest
+            if n_windows < 1:
+                raise OctlmError(
+                    f"the validation split holds {len(val)} tokens, fewer than one window of {longest + 1} for the longest "
+                    f"length ({max(multipliers)} x {T}); give more text, raise --val-fraction or lower --multipliers"
+                )
+    _same_data(trained)
+    scored = np.asarray(val[: n_windows * longest + 1])
+    report.event("evaluate", f"evaluating on the first {len(scored) - 1:,} validation targets ({n_windows} windows of {longest})",
+                 targets=len(scored) - 1)
+
+    rows: list[dict] = []
+    t_eval = time.perf_counter()
+    for scheme in opts.schemes:
+        model, tokenizer = load_run(trained[scheme]["run_dir"], device)
+        methods: list[str | None] = [None, *(opts.rope_scalings if scheme == "rope" else [])]
+        for method in methods:
+            for m, length in zip(multipliers, lengths):
+                factor = None if method is None else (1.0 if method == "dynamic-ntk" else float(m))
+                row = _row(scheme, method, factor, m, length)
+                if model.max_length is not None and length > model.max_length:
+                    row.update(status=NOT_AVAILABLE, bpb=None)
+                else:
+                    model.set_rope_scaling(method, factor or 1.0)
+                    result = evaluate(model, scored, tokenizer.bytes_per_token, length, max(1, opts.eval_tokens // length), None, device, per_position=True)
+                    _scored(row, result)
+                rows.append(row)
+                shown = f"{row['bpb']:.4f} bits per byte" if row["bpb"] is not None else row["status"]
+                report.event("length", f"{row['label']:>18} at {length:>6} tokens: {shown}", **_without_positions(row))
+        model.set_rope_scaling(None)
+
+    train_rows = [{"record": "train", "position": s, **{k: v for k, v in r.items() if k in ("steps", "train_seconds", "tokens_per_second", "val_bpb", "run_dir")}} for s, r in trained.items()]
+    lines = [json.dumps({"record": "study", "train_length": T, "lengths": lengths, "targets": len(scored) - 1, "options": dataclasses.asdict(opts)})]
+    lines += [json.dumps(r) for r in train_rows + rows]
+    atomic_write(out / JSONL, "\n".join(lines) + "\n")
+    tables = format_tables(rows, T, lengths, train_rows)
+    atomic_write(out / TABLE, markdown_tables(rows, T, lengths, train_rows))
+    atomic_write(out / PLOT, plot(rows, T, lengths))
+    seconds = time.perf_counter() - t0
+    summary = [_without_positions(r) for r in rows]
+    result = {
+        "out": str(out), "train_length": T, "lengths": lengths, "targets": len(scored) - 1, "trained": train_rows, "results": summary,
+        "jsonl": str(out / JSONL), "plot": str(out / PLOT), "table": str(out / TABLE),
+        "seconds": seconds, "eval_seconds": time.perf_counter() - t_eval,
+    }
+    text = f"{tables}\n\nwrote {out / JSONL}, {out / PLOT} and {out / TABLE} in {seconds / 60:.1f} minutes"
+    report.result(result, text)
+    return result
+
+
+def _cell(row: dict | None) -> str:
+    if row is None:
+        return "-"
+    return f"{row['bpb']:.4f}" if row["bpb"] is not None else "n/a"
+
+
+def _grid(rows: list[dict], lengths: list[int]) -> dict[str, dict[int, dict]]:
+    grid: dict[str, dict[int, dict]] = {}
+    for row in rows:
+        grid.setdefault(row["label"], {})[row["eval_length"]] = row
+    return grid
+
+
+def format_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list[dict]) -> str:
+    """The terminal tables: bits per byte by length, and by window position at the longest length."""
+    grid = _grid(rows, lengths)
+    width = max(len(label) for label in grid) + 2
+    head = "".join(f"{f'{L // T}x={L}':>12}" for L in lengths)
+    lines = [f"validation bits per byte by evaluation length, trained at T={T} (lower is better)", f"{'scheme':<{width}}{head}"]
+    for label, cells in grid.items():
+        out, gap = [], False
+        for L in lengths:
+            row = cells.get(L)
+            if row is not None and row["bpb"] is None:
+                gap = True
+                break
+            out.append(f"{_cell(row):>12}")
+        line = f"{label:<{width}}" + "".join(out)
+        if gap:
+            line += f"  {NOT_AVAILABLE.replace('T)', f'T={T})')}"
+        lines.append(line)
+    longest = max(lengths)
+    buckets = position_buckets(T, longest)
+    if len(buckets) > 1:
+        lines += ["", f"where each scheme breaks: bits per byte by position in {longest}-token windows"]
+        lines.append(f"{'scheme':<{width}}" + "".join(f"{f'{a}-{b - 1}':>12}" for a, b in buckets))
+        for label, cells in grid.items():
+            row = cells.get(longest)
+            if row is None or row["bpb"] is None:
+                continue
+            lines.append(f"{label:<{width}}" + "".join(f"{v:>12.4f}" for v in bucket_bpb(row, buckets)))
+    lines += ["", "trained: " + "; ".join(f"{r['position']} {r['steps']} steps ({r['tokens_per_second']:,.0f} tokens/s)" for r in train_rows)]
+    return "\n".join(lines)
+
+
+def markdown_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list[dict]) -> str:
+    """The same tables as Markdown, for a README."""
+    grid = _grid(rows, lengths)
+    lines = [f"Validation bits per byte by evaluation length (trained at T = {T}; lower is better):", ""]
+    lines.append("| scheme | " + " | ".join(f"{L // T}x ({L})" for L in lengths) + " |")
+    lines.append("| --- |" + " ---: |" * len(lengths))
+    for label, cells in grid.items():
+        values = []
+        for L in lengths:
+            row = cells.get(L)
+            values.append(NOT_AVAILABLE if row is not None and row["bpb"] is None else _cell(row))
+        lines.append(f"| `{label}` | " + " | ".join(values) + " |")
+    longest = max(lengths)
+    buckets = position_buckets(T, longest)
+    if len(buckets) > 1:
+        lines += ["", f"Bits per byte by position within {longest}-token windows:", ""]
+        lines.append("| scheme | " + " | ".join(f"{a}-{b - 1}" for a, b in buckets) + " |")
+        lines.append("| --- |" + " ---: |" * len(buckets))
+        for label, cells in grid.items():
+            row = cells.get(longest)
+            if row is not None and row["bpb"] is not None:
+                lines.append(f"| `{label}` | " + " | ".join(f"{v:.4f}" for v in bucket_bpb(row, buckets)) + " |")
+    lines += ["", "Training: " + "; ".join(f"`{r['position']}` {r['steps']} steps, {r['val_bpb']:.4f} bits per byte at T" for r in train_rows) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
+    """PNG bytes: bits per byte against evaluation length (log x), and per position at the longest length."""
+    from matplotlib.figure import Figure
+
+    grid = _grid(rows, lengths)
+    fig = Figure(figsize=(13, 5), dpi=110)
+    left, right = fig.subplots(1, 2)
+    longest = max(lengths)
+    for label, cells in grid.items():
+        scaled = "+" in label
+        xs = [L for L in lengths if L in cells and cells[L]["bpb"] is not None]
+        ys = [cells[L]["bpb"] for L in xs]
+        style = dict(linestyle="--" if scaled else "-", marker="o" if not scaled else ".", linewidth=1.2 if scaled else 2.0)
+        (line,) = left.plot(xs, ys, label=label, **style)
+        if xs:  # per position at the longest length this label reached (a learned table stops at T)
+            centres, curve = position_curve(cells[xs[-1]], first=max(1, T // 16))
+            right.plot(centres, curve, color=line.get_color(), linestyle=style["linestyle"], linewidth=1.0, label=label)
+    for ax in (left, right):
+        ax.axvline(T, color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_ylabel("validation bits per byte")
+    left.set_xticks(lengths, [str(L) for L in lengths])
+    left.set_xlabel(f"evaluation length (tokens); dotted: training length T={T}")
+    left.set_title("bits per byte against evaluation length")
+    left.legend(fontsize=8)
+    right.set_xlabel(f"position in a {longest}-token window (1 = first prediction; buckets of at least {max(1, T // 16)}, log-spaced)")
+    right.set_title("where each scheme breaks: bits per byte along the window")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+__all__ = ["DEFAULT_SCHEMES", "DEFAULT_TIME_BUDGET", "LengthOptions", "bucket_bpb", "check_options", "format_tables", "length_study", "markdown_tables", "plot", "position_buckets", "position_curve"]

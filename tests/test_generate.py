@@ -1,0 +1,125 @@
+"""Cached decoding equals recomputing the whole sequence, for every scheme."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from octlm import Decoder, DecoderConfig
+from octlm.model import KVCache, LayerCache
+from octlm.positions import ROPE_SCALINGS
+
+CONTEXT = 12
+
+#: (position, extra config, rope scaling): every scheme, every layout, every scaling.
+VARIANTS = [
+    ("learned", {}, None),
+    ("sinusoidal", {}, None),
+    ("sinusoidal", {"sinusoidal_layout": "concatenated"}, None),
+    ("rope", {}, None),
+    ("rope", {"rope_layout": "half"}, None),
+    ("rope", {"partial_rotary_factor": 0.5}, None),
+    *[("rope", {"rope_layout": "half"}, method) for method in sorted(ROPE_SCALINGS)],
+    ("alibi", {}, None),
+    ("none", {}, None),
+]
+IDS = [f"{p}-{'-'.join(str(v) for v in extra.values()) or 'default'}-{s or 'unscaled'}" for p, extra, s in VARIANTS]
+
+
+def model_for(position, extra, scaling, n_heads=4):
+    torch.manual_seed(0)
+    config = DecoderConfig(position=position, context_length=CONTEXT, d_model=32, n_heads=n_heads, n_layers=2, vocab_size=50, **extra)
+    model = Decoder(config).eval()
+    for p in model.parameters():  # larger weights than N(0, 0.02) so that logits differ visibly between positions
+        p.data.mul_(10 if p.dim() >= 2 else 1)
+    if scaling:
+        model.set_rope_scaling(scaling, 2.0)
+    return model
+
+
+@pytest.mark.parametrize("position,extra,scaling", VARIANTS, ids=IDS)
+@pytest.mark.parametrize("prompt_length", [1, 5])
+def test_cached_logits_equal_full_recompute_at_every_step(position, extra, scaling, prompt_length):
+    model = model_for(position, extra, scaling)
+    g = torch.Generator().manual_seed(prompt_length)
+    ids = torch.randint(0, 50, (2, prompt_length), generator=g)
+    cache = KVCache(len(model.blocks))
+    # 3 * CONTEXT steps: past the learned table and past dynamic NTK's training length
+    for step in range(3 * CONTEXT):
+        cached = model.next_token_logits(ids, cache)
+        window = ids if model.max_length is None else ids[:, -model.max_length :]
+        full = model(window)[:, -1, :]
+        torch.testing.assert_close(cached, full, rtol=0, atol=1e-5, msg=lambda m: f"step {step}: {m}")
+        ids = torch.cat((ids, torch.randint(0, 50, (2, 1), generator=g)), dim=1)
+    expected = min(ids.shape[1] - 1, CONTEXT) if position == "learned" else ids.shape[1] - 1
+    assert cache.length == expected
+
+
+@pytest.mark.parametrize("position,extra,scaling", VARIANTS, ids=IDS)
+def test_greedy_generation_is_the_same_with_and_without_the_cache(position, extra, scaling):
+    model = model_for(position, extra, scaling)
+    for prompt in (torch.tensor([[7]]), torch.randint(0, 50, (3, 4), generator=torch.Generator().manual_seed(3))):
+        cached = model.generate(prompt, 2 * CONTEXT + 3)
+        naive = model.generate(prompt, 2 * CONTEXT + 3, use_cache=False)
+        assert cached.shape == (prompt.shape[0], prompt.shape[1] + 2 * CONTEXT + 3)
+        assert torch.equal(cached[:, : prompt.shape[1]], prompt)
+        assert torch.equal(cached, naive)
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi", "sinusoidal", "none"])
+def test_a_chunk_of_tokens_on_top_of_a_cache(position):
+    # Several new tokens at once need a causal mask that is offset by the cached length.
+    model = model_for(position, {}, None)
+    ids = torch.randint(0, 50, (2, 11))
+    cache = KVCache(2)
+    first = model(ids[:, :5], cache=cache)
+    second = model(ids[:, 5:9], offset=5, cache=cache)
+    third = model(ids[:, 9:], offset=9, cache=cache)
+    full = model(ids)
+    torch.testing.assert_close(torch.cat((first, second, third), dim=1), full, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("n_heads", [1, 2, 3, 4, 6])
+def test_alibi_cache_with_any_head_count(n_heads):
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(position="alibi", d_model=8 * n_heads, n_heads=n_heads, n_layers=1, vocab_size=40)).eval()
+    ids = torch.randint(0, 40, (1, 30))
+    assert torch.equal(model.generate(ids[:, :2], 20), model.generate(ids[:, :2], 20, use_cache=False))
+
+
+def test_sampling_with_a_seed_is_reproducible_and_cache_independent():
+    model = model_for("rope", {}, None)
+    prompt = torch.tensor([[1, 2, 3]])
+    runs = [
+        model.generate(prompt, 30, temperature=0.9, top_k=10, use_cache=use, generator=torch.Generator().manual_seed(5))
+        for use in (True, True, False)
+    ]
+    assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
+
+
+def test_generate_bad_input():
+    model = model_for("rope", {}, None)
+    prompt = torch.tensor([[1]])
+    with pytest.raises(TypeError, match="generator="):
+        model.generate(prompt, 3, 0.5, None, torch.Generator())
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        model.generate(prompt, -1)
+    with pytest.raises(ValueError, match="top_k"):
+        model.generate(prompt, 2, 1.0, 0)
+    assert torch.equal(model.generate(prompt, 0), prompt)
+    cache = KVCache(2)
+    model(torch.tensor([[1, 2, 3]]), cache=cache)
+    with pytest.raises(ValueError, match="offset=cache.length"):
+        model(torch.tensor([[4]]), offset=2, cache=cache)
+    with pytest.raises(ValueError, match="already holds 3 tokens"):
+        model.next_token_logits(torch.tensor([[1, 2, 3]]), cache)
+
+
+def test_layer_cache_grows_past_its_capacity():
+    layer = LayerCache(capacity=2)
+    chunks = [torch.randn(1, 2, n, 4) for n in (1, 2, 5, 1)]
+    for chunk in chunks:
+        keys, values = layer.append(chunk, -chunk)
+    torch.testing.assert_close(keys, torch.cat(chunks, dim=2), rtol=0, atol=0)
+    torch.testing.assert_close(values, -torch.cat(chunks, dim=2), rtol=0, atol=0)
+    assert layer.length == 9

@@ -1,0 +1,184 @@
+"""octlm length end to end on a tiny shape, and sampling with RoPE scaling."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from octlm.cli import main
+from octlm.run import load_run
+
+T = 8
+MULTIPLIERS = [1, 2, 4]
+TINY = ["--vocab-size", "280", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "4", "--max-steps", "3",
+        "--train-length", str(T), "--multipliers", *map(str, MULTIPLIERS)]
+
+
+def json_lines(text):
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, small_corpus):
+    out = tmp_path_factory.mktemp("length") / "study"
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = main(["length", "--text", str(small_corpus), "--out", str(out), "--json", *TINY])
+    assert code == 0
+    return out, json_lines(buffer.getvalue())
+
+
+def test_study_writes_jsonl_plot_and_table(study):
+    out, lines = study
+    result = lines[-1]
+    assert result["event"] == "result" and result["lengths"] == [8, 16, 32]
+    assert sum(line["event"] == "trained" for line in lines) == 5
+    records = json_lines((out / "length.jsonl").read_text())
+    assert records[0]["record"] == "study"
+    assert [r["position"] for r in records if r["record"] == "train"] == ["learned", "sinusoidal", "rope", "alibi", "none"]
+    evals = [r for r in records if r["record"] == "eval"]
+    labels = ["learned", "sinusoidal", "rope", "rope+linear", "rope+ntk", "rope+dynamic-ntk", "rope+yarn", "alibi", "none"]
+    assert [r["label"] for r in evals] == [label for label in labels for _ in MULTIPLIERS]
+    assert (out / "length.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = (out / "length.md").read_text()
+    assert "n/a (no rows past T)" in table and "| `rope+yarn` |" in table
+
+
+def test_learned_is_not_available_past_its_table(study):
+    out, _ = study
+    evals = [r for r in json_lines((out / "length.jsonl").read_text()) if r["record"] == "eval" and r["position"] == "learned"]
+    assert [(r["eval_length"], r["status"]) for r in evals] == [(8, "ok"), (16, "n/a (no rows past T)"), (32, "n/a (no rows past T)")]
+    assert evals[1]["bpb"] is None
+
+
+def test_every_length_scores_the_same_targets_and_per_position_adds_up(study):
+    out, _ = study
+    records = json_lines((out / "length.jsonl").read_text())
+    targets = records[0]["targets"]
+    for r in records:
+        if r["record"] != "eval" or r["status"] != "ok":
+            continue
+        assert r["tokens"] == targets and r["windows"] * r["eval_length"] == targets
+        assert len(r["position_loss"]) == len(r["position_bytes"]) == r["eval_length"]
+        assert sum(r["position_bytes"]) == r["bytes"]
+        assert sum(r["position_loss"]) * r["windows"] / targets == pytest.approx(r["loss"], rel=1e-5)
+    # at 1x a scaling with factor 1 is plain RoPE
+    at_t = {r["label"]: r["bpb"] for r in records if r["record"] == "eval" and r["eval_length"] == T}
+    for method in ("linear", "ntk", "dynamic-ntk", "yarn"):
+        assert at_t[f"rope+{method}"] == pytest.approx(at_t["rope"], rel=1e-6)
+
+
+def test_a_row_matches_a_direct_computation(study):
+    # ALiBi at 4x and RoPE+YaRN at 4x, recomputed window by window by hand.
+    out, _ = study
+    records = json_lines((out / "length.jsonl").read_text())
+    targets = records[0]["targets"]
+    for label, position, scaling in (("alibi", "alibi", None), ("rope+yarn", "rope", "yarn")):
+        row = next(r for r in records if r["record"] == "eval" and r["label"] == label and r["eval_length"] == 4 * T)
+        model, tokenizer = load_run(out / "runs" / position)
+        if scaling:
+            model.set_rope_scaling(scaling, 4.0)
+        manifest = json.loads((out / "runs" / position / "manifest.json").read_text())
+        val = np.memmap(out / "runs" / position / "val.bin", dtype=manifest["tokens"]["val"]["dtype"], mode="r")
+        L = 4 * T
+        nats, nbytes = 0.0, 0
+        with torch.no_grad():
+            for w in range(targets // L):
+                window = torch.tensor(np.asarray(val[w * L : w * L + L + 1], dtype=np.int64))
+                logp = torch.log_softmax(model(window[None, :-1])[0].double(), dim=-1)
+                nats -= logp[torch.arange(L), window[1:]].sum().item()
+                nbytes += len(tokenizer.decode(window[1:].tolist()).encode("utf-8"))
+        assert row["bpb"] == pytest.approx(nats / math.log(2) / nbytes, rel=1e-5), label
+
+
+def test_terminal_table(small_corpus, study, tmp_path, capsys):
+    out, _ = study
+    # an existing study is kept without --overwrite
+    assert main(["length", "--text", str(small_corpus), "--out", str(out), *TINY]) == 1
+    assert "--overwrite" in capsys.readouterr().err
+    code = main(["length", "--text", str(small_corpus), "--out", str(tmp_path / "s"), "--schemes", "learned", "rope",
+                 "--rope-scalings", "yarn", "--quiet", *TINY])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "n/a (no rows past T=8)" in text and "rope+yarn" in text and "where each scheme breaks" in text
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["--schemes", "alibi"], "--rope-scalings needs the rope model"),
+        (["--multipliers", "0"], "--multipliers"),
+        (["--schemes", "rope", "rope"], "twice"),
+        (["--d-model", "30", "--n-heads", "4"], "--d-model=30"),
+    ],
+)
+def test_bad_options_write_nothing(small_corpus, tmp_path, capsys, args, match):
+    out = tmp_path / "s"
+    assert main(["length", "--text", str(small_corpus), "--out", str(out), *TINY, *args]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("octlm: error:") and match in err
+    assert not out.exists()
+
+
+def test_validation_too_short_stops_after_the_first_model(small_corpus, tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["length", "--text", str(small_corpus), "--out", str(out), *TINY, "--multipliers", "1", "100000"]) == 1
+    assert "fewer than one window" in capsys.readouterr().err
+    assert [p.name for p in (out / "runs").iterdir()] == ["learned"]
+
+
+def test_a_folder_that_is_not_a_study_is_never_touched(small_corpus, tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["length", "--text", str(small_corpus), "--out", str(tmp_path), "--overwrite", *TINY]) == 1
+    assert "not an octlm length study" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_sample_with_rope_scaling_and_cache(study, capsys):
+    out, _ = study
+    rope = str(out / "runs" / "rope")
+    common = ["sample", "--run", rope, "--max-new-tokens", "40", "--temperature", "0", "--json"]
+    assert main([*common, "--rope-scaling", "yarn", "--rope-factor", "4"]) == 0
+    cached = json_lines(capsys.readouterr().out)[-1]
+    assert cached["rope_scaling"] == {"method": "yarn", "factor": 4.0, "original_length": T} and cached["use_cache"]
+    assert main([*common, "--rope-scaling", "yarn", "--rope-factor", "4", "--no-cache"]) == 0
+    assert json_lines(capsys.readouterr().out)[-1]["samples"] == cached["samples"]
+    assert main([*common, "--rope-scaling", "dynamic-ntk"]) == 0
+    assert json_lines(capsys.readouterr().out)[-1]["rope_scaling"]["factor"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "run,args,match",
+    [
+        ("learned", ["--rope-scaling", "linear", "--rope-factor", "2"], "needs position='rope'"),
+        ("rope", ["--rope-scaling", "linear"], "needs --rope-factor"),
+        ("rope", ["--rope-scaling", "ntk", "--rope-factor", "0.5"], ">= 1"),
+        ("rope", ["--rope-factor", "2"], "needs --rope-scaling"),
+    ],
+)
+def test_sample_rope_scaling_errors(study, capsys, run, args, match):
+    out, _ = study
+    assert main(["sample", "--run", str(out / "runs" / run), *args]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("octlm: error:") and match in err and "Traceback" not in err
+
+
+def test_position_buckets_and_curve_cover_every_position(study):
+    from octlm.length import bucket_bpb, position_buckets, position_curve
+
+    assert position_buckets(128, 2048) == [(0, 128), (128, 256), (256, 512), (512, 1024), (1024, 2048)]
+    assert position_buckets(8, 20) == [(0, 8), (8, 16), (16, 20)]
+    out, _ = study
+    row = next(r for r in json_lines((out / "length.jsonl").read_text()) if r["record"] == "eval" and r["eval_length"] == 4 * T and r["label"] == "rope")
+    # one bucket spanning the window is the row's own bits per byte
+    assert bucket_bpb(row, [(0, 4 * T)]) == [pytest.approx(row["bpb"], rel=1e-5)]
+    centres, curve = position_curve(row, first=3)
+    assert len(centres) == len(curve) and np.all(np.diff(centres) > 0) and centres[-1] <= 4 * T
+    assert np.all(np.isfinite(curve)) and curve.min() <= row["bpb"] <= curve.max()
