@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from octlm.cli import main as octlm_main
 from octlm.data import block_starts, open_tokens
@@ -66,7 +67,7 @@ def run(argv: list[str]) -> dict:
         "benchmark": "train_tinyshakespeare",
         "time_budget_s": args.time_budget,
         "extra_flags": extra,
-        "threads": config["train"]["threads"],
+        "threads": config["train"]["threads"] or torch.get_num_threads(),
         "steps": result["steps"],
         "tokens_per_second": round(result["tokens_per_second"], 1),
         "val_bpb": round(result["val_bpb"], 4),

@@ -147,7 +147,7 @@ def test_bench_untrained_and_trained(trained_run, capsys):
 
     assert main(["bench", "--run", str(trained_run), "--token", " the", "--token", "5", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
-    assert "' the'" in out and "nearest positions to position 0" in out
+    assert "␣the" in out and "nearest positions to position 0" in out
 
     assert main(["bench", "--run", str(trained_run), "--token", "hello world"]) == 1
     assert "tokens" in capsys.readouterr().err

@@ -92,3 +92,11 @@ def test_training_on_pieces_learns_the_same_merges(shakespeare):
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     hf.train_from_iterator([text], trainer=trainer)  # uncut, as tokenizers would by itself
     assert Tokenizer.train([text], vocab_size=400).hf.to_str() == hf.to_str()
+
+
+def test_visible_token_marks_whitespace_and_controls():
+    from octlm.tokenizer import visible_token
+
+    assert visible_token(" the\n\t\r") == "␣the↵⇥␍"
+    assert visible_token("a\x06") == "a\\x06"
+    assert visible_token("é世") == "é世"

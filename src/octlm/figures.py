@@ -25,12 +25,12 @@ from matplotlib.figure import Figure
 from octlm.explore import PositionVectors, cosine_similarity_matrix
 from octlm.fileio import atomic_write
 from octlm.positions import sinusoidal_positions
+from octlm.tokenizer import visible_token
 
 
 def _shown(text: str) -> str:
-    """A token's text with invisible characters made visible, as the page shows it (``␣``, ``↵``, ``\\x02``)."""
-    marks = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍", "$": r"\$"}
-    return "".join(marks.get(c, c if c.isprintable() else f"\\x{ord(c):02x}") for c in text)
+    """A token label for matplotlib: :func:`visible_token`, with ``$`` kept out of mathtext."""
+    return visible_token(text).replace("$", r"\$")
 
 
 def mean_by_distance(similarity: np.ndarray) -> np.ndarray:

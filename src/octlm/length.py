@@ -43,7 +43,7 @@ from octlm.errors import OctlmError
 from octlm.evaluate import evaluate
 from octlm.fileio import atomic_write
 from octlm.options import TrainOptions
-from octlm.options import _opt  # one way to declare a CLI option with its help
+from octlm.options import option
 from octlm.positions import ROPE_SCALINGS, SCHEMES
 from octlm.report import Reporter
 
@@ -63,27 +63,27 @@ RUNS = "runs"
 class LengthOptions:
     """Everything ``octlm length`` takes. Units are in each help text."""
 
-    text: list[str] = _opt([], "UTF-8 text files or folders (the same split, tokenizer and seed for every model)", nargs="+", metavar="PATH")
-    out: str | None = _opt(None, "study folder to create: runs/<scheme>/, length.jsonl, length.png, length.md")
-    time_budget: float | None = _opt(DEFAULT_TIME_BUDGET, "seconds of training per model (default 240: the whole study fits in 30 minutes on 2 CPU cores)")
-    max_steps: int | None = _opt(None, "train each model for exactly this many steps instead of --time-budget (reproducible)")
-    train_length: int = _opt(128, "context length T the models train on (tokens)")
-    multipliers: list[int] = _opt([1, 2, 4, 8, 16], "evaluation lengths as multiples of T", nargs="+", metavar="M")
-    schemes: list[str] = _opt(list(DEFAULT_SCHEMES), "position schemes to train and compare", nargs="+", choices=sorted(SCHEMES), metavar="SCHEME")
-    rope_scalings: list[str] = _opt(list(ROPE_SCALINGS), "RoPE context-extension methods to evaluate the rope model under", nargs="*", choices=list(ROPE_SCALINGS), metavar="METHOD")
-    vocab_size: int = _opt(1024, "BPE vocabulary size in tokens")
-    d_model: int = _opt(128, "model width C")
-    n_heads: int = _opt(4, "attention heads")
-    n_layers: int = _opt(2, "transformer blocks")
-    batch_size: int = _opt(32, "training blocks per step")
-    learning_rate: float = _opt(5e-3, "peak AdamW learning rate")
-    eval_tokens: int = _opt(8192, "tokens per evaluation forward pass (windows per batch = this / length)")
-    encoding: str = _opt("utf-8", "text encoding of the input files")
-    val_fraction: float = _opt(0.1, "fraction of each file (its end) held out for validation")
-    seed: int = _opt(1337, "random seed, the same for every model")
-    device: str = _opt("auto", "auto, cpu, cuda, cuda:N or mps")
-    threads: int | None = _opt(None, "CPU threads for torch (default: torch's choice)")
-    overwrite: bool = _opt(False, "replace an existing study folder at --out")
+    text: list[str] = option([], "UTF-8 text files or folders (the same split, tokenizer and seed for every model)", nargs="+", metavar="PATH")
+    out: str | None = option(None, "study folder to create: runs/<scheme>/, length.jsonl, length.png, length.md")
+    time_budget: float | None = option(DEFAULT_TIME_BUDGET, "seconds of training per model (default 240: the whole study fits in 30 minutes on 2 CPU cores)")
+    max_steps: int | None = option(None, "train each model for exactly this many steps instead of --time-budget (reproducible)")
+    train_length: int = option(128, "context length T the models train on (tokens)")
+    multipliers: list[int] = option([1, 2, 4, 8, 16], "evaluation lengths as multiples of T", nargs="+", metavar="M")
+    schemes: list[str] = option(list(DEFAULT_SCHEMES), "position schemes to train and compare", nargs="+", choices=sorted(SCHEMES), metavar="SCHEME")
+    rope_scalings: list[str] = option(list(ROPE_SCALINGS), "RoPE context-extension methods to evaluate the rope model under", nargs="*", choices=list(ROPE_SCALINGS), metavar="METHOD")
+    vocab_size: int = option(1024, "BPE vocabulary size in tokens")
+    d_model: int = option(128, "model width C")
+    n_heads: int = option(4, "attention heads")
+    n_layers: int = option(2, "transformer blocks")
+    batch_size: int = option(32, "training blocks per step")
+    learning_rate: float = option(5e-3, "peak AdamW learning rate")
+    eval_tokens: int = option(8192, "tokens per evaluation forward pass (windows per batch = this / length)")
+    encoding: str = option("utf-8", "text encoding of the input files")
+    val_fraction: float = option(0.1, "fraction of each file (its end) held out for validation")
+    seed: int = option(1337, "random seed, the same for every model")
+    device: str = option("auto", "auto, cpu, cuda, cuda:N or mps")
+    threads: int | None = option(None, "CPU threads for torch (default: torch's choice)")
+    overwrite: bool = option(False, "replace an existing study folder at --out")
 
     def train_options(self, scheme: str, run_dir: Path) -> TrainOptions:
         """The ``octlm train`` options of one model of the study."""

@@ -71,6 +71,21 @@ def byte_alphabet() -> dict[str, int]:
     return table
 
 
+#: Stand-ins that make whitespace visible in token labels, as the page shows them.
+_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+def visible_token(text: str) -> str:
+    """A token's text with whitespace and control characters made visible.
+
+    ``' the'`` becomes ``'␣the'``, a newline ``'↵'``, a tab ``'⇥'``, other
+    characters that do not print ``'\\x02'``; bytes that are only part of a
+    UTF-8 character already read ``'\\xe4'`` in :meth:`Tokenizer.token_str`.
+    The terminal, the figures and the page label tokens this way.
+    """
+    return "".join(_VISIBLE.get(c, c if c.isprintable() else f"\\x{ord(c):02x}") for c in text)
+
+
 class Tokenizer:
     """A trained byte-level BPE tokenizer.
 

@@ -53,7 +53,7 @@ from octlm.model import Decoder, DecoderConfig, cross_entropy
 from octlm.options import DEFAULT_MAX_STEPS, TrainOptions
 from octlm.report import Reporter
 from octlm.run import CONFIG, MANIFEST, METRICS, TOKENIZER, WEIGHTS, load_config, save_weights, write_config
-from octlm.tokenizer import Tokenizer
+from octlm.tokenizer import Tokenizer, visible_token
 
 
 class TrainingError(OctlmError):
@@ -758,8 +758,8 @@ def embedding_diagnostic(model: Decoder, tokenizer: Tokenizer | None, extra_toke
 def format_diagnostic(diagnostic: dict, position_scheme: str) -> str:
     lines = ["nearest tokens by cosine similarity:"]
     for entry in diagnostic["tokens"]:
-        near = ", ".join(f"{n['label']!r} {n['score']:+.2f}" for n in entry["neighbours"])
-        lines.append(f"  {entry['text']!r:>18} (#{entry['token']}): {near}")
+        near = ", ".join(f"{visible_token(n['label'])} {n['score']:+.2f}" for n in entry["neighbours"])
+        lines.append(f"  {visible_token(entry['text']):>15} (#{entry['token']}): {near}")
     if diagnostic["positions"] is None:
         lines.append(f"nearest positions: n/a ({position_scheme} adds no position vectors to the embedding)")
     else:

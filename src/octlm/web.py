@@ -149,20 +149,15 @@ def make_handler(files: dict[str, bytes], allowed_hosts: set[str] | None):
             name = resolve_path(self.path)
             if name is None or name not in files:
                 return self._error(HTTPStatus.NOT_FOUND, "not found", send_body)
-            body = files[name]
-            self.send_response(HTTPStatus.OK)
-            self.send_header("Content-Type", CONTENT_TYPES.get(Path(name).suffix, "application/octet-stream"))
-            self.send_header("Content-Length", str(len(body)))
-            for key, value in SECURITY_HEADERS.items():
-                self.send_header(key, value)
-            self.end_headers()
-            if send_body:
-                self.wfile.write(body)
+            content_type = CONTENT_TYPES.get(Path(name).suffix, "application/octet-stream")
+            self._send(HTTPStatus.OK, content_type, files[name], send_body)
 
         def _error(self, status: HTTPStatus, text: str, send_body: bool) -> None:
-            body = f"{status.value} {text}\n".encode()
+            self._send(status, "text/plain; charset=utf-8", f"{status.value} {text}\n".encode(), send_body)
+
+        def _send(self, status: HTTPStatus, content_type: str, body: bytes, send_body: bool) -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             for key, value in SECURITY_HEADERS.items():
                 self.send_header(key, value)

@@ -37,6 +37,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.explore import pca_2d, position_note, run_position_vectors, token_counts, token_labels
     from octlm.figures import pca_figure, position_figure, save_png
     from octlm.run import load_run
+    from octlm.tokenizer import visible_token
 
     if args.k < 1:
         raise OctlmError(f"--k must be >= 1, got {args.k}")
@@ -59,8 +60,8 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     for token_id in ids:
         near = nearest_tokens(model, token_id, args.k, tokenizer.token_str)
         entries.append({"token": token_id, "text": tokenizer.token_str(token_id), "neighbours": [n.__dict__ for n in near]})
-        shown = ", ".join(f"{n.label!r} {n.score:+.3f}" for n in near)
-        lines.append(f"  {tokenizer.token_str(token_id)!r:>14} (#{token_id}): {shown}")
+        shown = ", ".join(f"{visible_token(n.label)} {n.score:+.3f}" for n in near)
+        lines.append(f"  {visible_token(tokenizer.token_str(token_id)):>12} (#{token_id}): {shown}")
 
     config = model.config
     title = f"octlm run {Path(args.run).resolve().name}: {config.position} positions, vocab_size {vocab_size}, d_model {config.d_model}"
