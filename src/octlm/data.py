@@ -58,15 +58,27 @@ def default_corpus_files() -> list[Path]:
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 
+#: Folders of installed code and caches, never a person's text.
+_SKIPPED_FOLDERS = {"__pycache__", "node_modules"}
+
+
 def _folder_files(folder: Path) -> list[Path]:
     files = []
     for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIPPED_FOLDERS)
         files.extend(Path(dirpath, f) for f in filenames if not f.startswith("."))
     return sorted(files, key=lambda p: p.as_posix())
 
 
-def _looks_binary(raw: bytes) -> bool:
+def _wide_encoding(encoding: str) -> bool:
+    # UTF-16 and UTF-32 hold NUL bytes in ordinary text, so only their decoded text can tell.
+    name = encoding.lower().replace("_", "-")
+    return name.startswith(("utf-16", "utf-32", "utf16", "utf32"))
+
+
+def _looks_binary(raw: bytes, encoding: str = "utf-8") -> bool:
+    if _wide_encoding(encoding):
+        return False
     return b"\x00" in raw[:_BINARY_SNIFF_BYTES]
 
 
@@ -94,14 +106,17 @@ def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") 
 
     Args:
         paths: files or folders; folders are walked recursively in sorted
-            order, skipping hidden entries, empty files and binary files (a
-            NUL byte in the first 8 KiB). ``None`` or empty: the default
-            corpus, :func:`default_corpus_files`.
+            order, skipping hidden entries, ``__pycache__`` and
+            ``node_modules``, files that are not regular files (FIFOs,
+            sockets), empty files and binary files (a NUL byte in the first
+            8 KiB, or in the text for UTF-16/32). ``None`` or empty: the
+            default corpus, :func:`default_corpus_files`.
         encoding: codec of every file (UTF-8 by default).
 
     Returns:
         ``(documents, info)`` where ``info`` names the source and lists what
-        was skipped, for the manifest.
+        was skipped and which files repeat an earlier one byte for byte, for
+        the manifest.
 
     Raises:
         DataError: for a missing path, a named file that is empty or binary,
@@ -130,27 +145,40 @@ def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") 
                 raise DataError(f"{path}: not a regular file or folder")
             else:
                 raise DataError(f"{path}: no such file or folder")
+    seen: dict[str, str] = {}
+    duplicates: list[dict] = []
     for path, shown, from_folder in candidates:
+        if from_folder and not path.is_file():
+            # a FIFO, socket or device inside a folder: reading it could block forever
+            skipped.append({"path": shown, "reason": "not a regular file"})
+            continue
         try:
             raw = path.read_bytes()
         except OSError as err:
             raise DataError(f"{shown}: cannot read: {err.strerror}") from None
-        reason = "empty" if not raw.strip() else "binary" if _looks_binary(raw) else None
+        reason = "binary" if _looks_binary(raw, encoding) else None
+        text = None if reason else decode_text(raw, shown, encoding)
+        if reason is None and (not text.strip() or (_wide_encoding(encoding) and "\x00" in text)):
+            reason = "empty" if not text.strip() else "binary"
         if reason is not None:
             if from_folder:
                 skipped.append({"path": shown, "reason": reason})
                 continue
-            hint = "remove it from --text" if reason == "empty" else "give text files (UTF-8 by default)"
-            raise DataError(f"{shown}: file is {reason}" + (" (it holds NUL bytes)" if reason == "binary" else "") + f"; {hint}")
-        text = decode_text(raw, shown, encoding)
-        docs.append(Document(shown, text, len(raw), hashlib.sha256(raw).hexdigest()))
+            what = "empty (or only whitespace)" if reason == "empty" else "binary (it holds NUL bytes)"
+            hint = "remove it from --text" if reason == "empty" else "give text files (UTF-8 by default; --encoding utf-16 for UTF-16)"
+            raise DataError(f"{shown}: file is {what}; {hint}")
+        digest = hashlib.sha256(raw).hexdigest()
+        if digest in seen:
+            duplicates.append({"path": shown, "same_as": seen[digest]})
+        seen.setdefault(digest, shown)
+        docs.append(Document(shown, text, len(raw), digest))
     if not docs:
         where = ", ".join(str(p) for p in paths) if paths else str(default_corpus_root())
         raise DataError(
             f"no text files found in {where} ({len(skipped)} skipped as empty or binary); "
             f"give --text a folder that holds text files, or the files themselves"
         )
-    return docs, {"source": source, "skipped": skipped}
+    return docs, {"source": source, "skipped": skipped, "duplicates": duplicates}
 
 
 def split_documents(docs: Sequence[Document], val_fraction: float) -> tuple[list[str], list[str]]:
