@@ -101,6 +101,8 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
             (the message names the file).
     """
     run_dir = Path(run_dir)
+    if run_dir.is_file():
+        raise RunError(f"{run_dir}: is a file; give the run folder that holds it ({run_dir.parent})")
     if not run_dir.is_dir():
         raise RunError(f"{run_dir}: no such run folder; train one with `octlm train --out {run_dir}`")
     config = load_config(run_dir)

@@ -86,6 +86,15 @@ def visible_token(text: str) -> str:
     return "".join(_VISIBLE.get(c, c if c.isprintable() else f"\\x{ord(c):02x}") for c in text)
 
 
+def printable_text(text: str) -> str:
+    """``text`` with control characters other than newline, tab and carriage return shown as ``\\xNN``.
+
+    For printing model output to a terminal: a barely trained model emits
+    control bytes that would otherwise move the cursor or ring the bell.
+    """
+    return "".join(c if c.isprintable() or c in "\n\t\r" else f"\\x{ord(c):02x}" for c in text)
+
+
 class Tokenizer:
     """A trained byte-level BPE tokenizer.
 

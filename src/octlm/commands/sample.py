@@ -74,12 +74,18 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     import torch
 
     from octlm.run import load_run
+    from octlm.tokenizer import printable_text
     from octlm.train import resolve_device
 
     if args.max_new_tokens < 0:
         raise OctlmError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
-    if args.temperature < 0:
-        raise OctlmError(f"--temperature must be >= 0, got {args.temperature}")
+    if not 0 <= args.temperature < float("inf"):
+        raise OctlmError(f"--temperature must be a finite number >= 0 (0: greedy), got {args.temperature}")
+    try:
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError as err:
+        # argv bytes that are not UTF-8 arrive as lone surrogates (PEP 383)
+        raise OctlmError(f"--prompt is not valid UTF-8 (at character {err.start}); pass the prompt as UTF-8 text") from None
     if args.top_k < 0:
         raise OctlmError(f"--top-k must be >= 0 (0 means all tokens), got {args.top_k}")
     if args.num_samples < 1:
@@ -97,7 +103,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         prompt = torch.tensor([ids], device=device)
         out = model.generate(prompt, args.max_new_tokens, args.temperature, args.top_k or None, not args.no_cache, generator=generator)
         samples.append(tokenizer.decode(out[0, len(ids) :].tolist()))
-    text = ("\n" + "-" * 60 + "\n").join(args.prompt + s for s in samples)
+    text = printable_text(("\n" + "-" * 60 + "\n").join(args.prompt + s for s in samples))
     scaling = getattr(model.positions, "scaling", None)
     result = {
         "prompt": args.prompt,
