@@ -30,7 +30,7 @@ class TrainOptions:
     """Everything ``octlm train`` takes. Units are in each help text."""
 
     # data
-    text: list[str] = option([], "UTF-8 text files or folders to train on (default: the Python standard library's .py files)", nargs="*", metavar="PATH")
+    text: list[str] = option([], "UTF-8 text files or folders to train on (default: the Python standard library's .py files)", nargs="+", metavar="PATH")
     encoding: str = option("utf-8", "text encoding of the input files, e.g. cp1252")
     val_fraction: float = option(0.1, "fraction of each file (its end) held out for validation")
     vocab_size: int = option(1024, "BPE vocabulary size in tokens, including <|endoftext|>")

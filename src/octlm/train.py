@@ -14,8 +14,9 @@ import dataclasses
 import datetime
 import json
 import math
-import re
 import os
+import re
+import shlex
 import shutil
 import signal
 import tempfile
@@ -53,7 +54,7 @@ from octlm.model import Decoder, DecoderConfig, cross_entropy
 from octlm.options import DEFAULT_MAX_STEPS, TrainOptions
 from octlm.report import Reporter
 from octlm.run import CONFIG, MANIFEST, METRICS, TOKENIZER, WEIGHTS, load_config, save_weights, write_config
-from octlm.tokenizer import Tokenizer, visible_token
+from octlm.tokenizer import MIN_VOCAB_SIZE, Tokenizer, printable_text, visible_token
 
 
 class TrainingError(OctlmError):
@@ -117,11 +118,10 @@ def check_run_dir(out: str | None, overwrite: bool) -> Path:
     if run_dir.exists() and not run_dir.is_dir():
         raise OctlmError(f"--out {run_dir}: exists and is not a folder")
     if run_dir.is_dir() and any(run_dir.iterdir()):
-        if not overwrite:
-            what = "an octlm run" if (run_dir / CONFIG).exists() else "files"
-            raise OctlmError(f"--out {run_dir}: already holds {what}; choose another --out or pass --overwrite to replace it")
         if not (run_dir / CONFIG).exists() and not (run_dir / MANIFEST).exists():
-            raise OctlmError(f"--out {run_dir}: holds files that are not an octlm run; refusing to overwrite them")
+            raise OctlmError(f"--out {run_dir}: holds files that are not an octlm run, which octlm never replaces; choose a new or empty folder")
+        if not overwrite:
+            raise OctlmError(f"--out {run_dir}: already holds an octlm run; choose another --out or pass --overwrite to replace it")
     return run_dir
 
 
@@ -163,7 +163,11 @@ def prepare_corpus(opts: TrainOptions, run_dir: Path, report: Reporter) -> Corpu
     source = "the Python standard library" if info["source"]["kind"] == "python-stdlib" else f"{len(docs)} file(s)"
     report.event("corpus", f"corpus: {source}, {len(docs)} documents, {n_bytes / 1e6:.2f} MB", documents=len(docs), bytes=n_bytes, skipped=len(info["skipped"]))
     if info["skipped"]:
-        report.warn(f"skipped {len(info['skipped'])} empty or binary file(s); see manifest.json")
+        report.warn(f"skipped {len(info['skipped'])} empty, binary or special file(s) (manifest.json lists them)")
+    for dup in info["duplicates"][:3]:
+        report.warn(f"{dup['path']} repeats {dup['same_as']} byte for byte; it is trained on twice")
+    if len(info["duplicates"]) > 3:
+        report.warn(f"... and {len(info['duplicates']) - 3} more repeated file(s) (manifest.json lists them)")
     tokenizer = Tokenizer.train(train_texts, opts.vocab_size)
     if tokenizer.vocab_size < opts.vocab_size:
         report.warn(f"the training text supports only {tokenizer.vocab_size} tokens; using that instead of --vocab-size {opts.vocab_size}")
@@ -243,6 +247,16 @@ def check_options(opts: TrainOptions) -> None:
         raise OctlmError(f"--threads must be >= 1, got {opts.threads}")
     if opts.final_eval_blocks is not None and opts.final_eval_blocks < 1:
         raise OctlmError(f"--final-eval-blocks must be >= 1, got {opts.final_eval_blocks}")
+    if opts.vocab_size < MIN_VOCAB_SIZE:
+        raise OctlmError(f"--vocab-size must be at least {MIN_VOCAB_SIZE} (the 256 byte values and <|endoftext|>), got {opts.vocab_size}")
+    for name in ("beta1", "beta2"):
+        if not 0.0 <= getattr(opts, name) < 1.0:
+            raise OctlmError(f"--{name} must be in [0, 1), got {getattr(opts, name)}")
+    for name in ("weight_decay", "grad_clip"):
+        if not getattr(opts, name) >= 0:
+            raise OctlmError(f"--{name.replace('_', '-')} must be >= 0 (0 turns it off), got {getattr(opts, name)}")
+    if opts.seed < 0:
+        raise OctlmError(f"--seed must be >= 0, got {opts.seed}")
     try:
         opts.model_config(vocab_size=opts.vocab_size)
     except ValueError as err:
@@ -420,8 +434,64 @@ def train(
         group.close()
 
 
+def step_memory_bytes(opts: TrainOptions) -> int:
+    """A rough upper estimate of one training step's activation memory (bytes, float32).
+
+    Per token: the logits with their softmax and gradient (3 x vocab_size
+    floats) and, per layer, about 24 x d_model floats of saved activations
+    plus two rows of attention weights per head when the fused kernel is
+    not used. Weights and optimizer state are small beside it at octlm's sizes.
+    """
+    tokens = opts.batch_size * opts.context_length
+    per_token = 3 * opts.vocab_size + opts.n_layers * (24 * opts.d_model + 2 * opts.n_heads * opts.context_length)
+    return 4 * tokens * per_token
+
+
+def check_memory(opts: TrainOptions, device: torch.device) -> None:
+    """Refuse a batch whose activations alone would not fit the device's memory (instead of being OOM-killed)."""
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+    else:
+        try:
+            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return
+    need = step_memory_bytes(opts)
+    if need > total:
+        raise OctlmError(
+            f"--batch-size {opts.batch_size} x --context-length {opts.context_length} needs about {need / 2**30:.0f} GiB "
+            f"of activations per step, more than this {device.type} has ({total / 2**30:.0f} GiB); lower --batch-size"
+        )
+
+
+def lock_run(run_dir: Path):
+    """Hold an exclusive lock on ``run_dir`` for this process's lifetime (released even by kill -9).
+
+    Raises:
+        OctlmError: when another octlm process is training the same run.
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; resume stays the user's responsibility
+        return None
+    handle = (run_dir / ".lock").open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise OctlmError(f"{run_dir}: another octlm process ({holder}) is training this run; wait for it or stop it first") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    return handle
+
+
 def _train(opts, report, group, device_name, resume_dir, changes, step_hook) -> dict:
     device = resolve_device(device_name)
+    check_memory(opts, device)
     if opts.threads:
         torch.set_num_threads(opts.threads)
     max_steps = opts.max_steps if opts.max_steps is not None else (None if opts.time_budget else DEFAULT_MAX_STEPS)
@@ -439,12 +509,18 @@ def _train(opts, report, group, device_name, resume_dir, changes, step_hook) -> 
 
         run_dir = group.run_on_main(prepare)
         run_dir = Path(group.gather(str(run_dir) if group.is_main else None)[0])
-        data = None
+        lock = lock_run(run_dir) if group.is_main else None
     else:
         run_dir = resume_dir
+        lock = lock_run(run_dir) if group.is_main else None
         ckpt = load_checkpoint(run_dir / CHECKPOINT)
-        data = None
-    data = data or open_corpus(run_dir)
+    data = open_corpus(run_dir)
+    global_blocks = corpus.count_blocks(len(data.train), opts.context_length)
+    if opts.batch_size * group.world_size > global_blocks:
+        report.warn(
+            f"a step takes {opts.batch_size * group.world_size} blocks but the training text holds only {global_blocks}; "
+            f"every step repeats blocks (lower --batch-size or give more text)"
+        )
 
     if ckpt is None:
         config = opts.model_config(data.tokenizer.vocab_size)
@@ -473,9 +549,9 @@ def _train(opts, report, group, device_name, resume_dir, changes, step_hook) -> 
         done_steps = max_steps is not None and ckpt.step >= max_steps
         done_time = opts.time_budget is not None and ckpt.state["elapsed_s"] >= opts.time_budget
         if done_steps or done_time:
-            limit = f"its {max_steps} steps" if done_steps else f"its time budget of {opts.time_budget:g}s"
+            limit = f"--max-steps {max_steps}" if done_steps else f"--time-budget {opts.time_budget:g}s"
             raise OctlmError(
-                f"--resume {run_dir}: the run already finished {limit} (step {ckpt.step}); to train further give a larger "
+                f"--resume {run_dir}: the run is at step {ckpt.step}, already at or past {limit}; to train further give a larger "
                 f"--max-steps or --time-budget (the total for the run, not an addition)"
             )
         if (max_steps, opts.time_budget) != (ckpt.state["max_steps"], ckpt.state["time_budget"]):
@@ -576,7 +652,7 @@ def _train(opts, report, group, device_name, resume_dir, changes, step_hook) -> 
                 raise CheckpointError(
                     f"{run_dir / CHECKPOINT}: could not save the checkpoint of step {at_step}: {err.strerror or err}; "
                     f"the previous one ({_last_checkpoint_text(run_dir)}) is kept. "
-                    f"Free some disk space and resume with: octlm train --resume {run_dir}"
+                    f"Free some disk space and resume with: octlm train --resume {shlex.quote(str(run_dir))}"
                 ) from None
         last_saved = at_step
 
@@ -662,7 +738,11 @@ def _train(opts, report, group, device_name, resume_dir, changes, step_hook) -> 
             bar.close()
 
     # An interrupted run is scored on the periodic blocks only: the person wants out.
-    final = run_eval(step, opts.eval_blocks if interrupted else opts.final_eval_blocks)
+    final_blocks = opts.eval_blocks if interrupted else opts.final_eval_blocks
+    n_val_blocks = corpus.count_blocks(len(data.val), config.context_length)
+    report.event("final_eval", f"final evaluation on {min(n_val_blocks, final_blocks or n_val_blocks):,} validation blocks...")
+    final = run_eval(step, final_blocks)
+    del lock  # the run may be resumed by another process from here on
     if metrics is not None:
         metrics.close()
     tokens_per_second = step * tokens_per_step / step_seconds if step_seconds else 0.0
@@ -684,7 +764,7 @@ def _train(opts, report, group, device_name, resume_dir, changes, step_hook) -> 
         result["sample"] = sample_text
     diagnostic = embedding_diagnostic(model, data.tokenizer, frequent_tokens(data.train, data.tokenizer, 2))
     result["nearest"] = diagnostic
-    report.result(result, final_report(result, sample_text, diagnostic))
+    report.result(result, final_report(result, sample_text, diagnostic, brief=report.quiet))
     return result
 
 
@@ -704,7 +784,7 @@ def _recovery_hint(run_dir: Path, opts: TrainOptions) -> str:
     if (run_dir / CHECKPOINT).exists():
         return (
             f"The last good checkpoint ({_last_checkpoint_text(run_dir)}) is kept: lower --learning-rate (now {opts.learning_rate:g}) "
-            f"and resume with `octlm train --resume {run_dir} --learning-rate ...`, or start again"
+            f"and resume with `octlm train --resume {shlex.quote(str(run_dir))} --learning-rate ...`, or start again"
         )
     return (
         f"No checkpoint had been saved yet (--save-every {opts.save_every}): start again with a lower --learning-rate "
@@ -768,10 +848,12 @@ def format_diagnostic(diagnostic: dict, position_scheme: str) -> str:
     return "\n".join(lines)
 
 
-def final_report(result: dict, sample_text: str, diagnostic: dict) -> str:
+def final_report(result: dict, sample_text: str, diagnostic: dict, brief: bool = False) -> str:
+    """The end-of-training report for people; ``brief`` (``--quiet``) keeps the figures and the path only."""
     from octlm.run import load_config
 
     scheme = load_config(result["run_dir"])["model"]["position"]
+    saved = f"saved to {result['run_dir']}/; try: octlm sample --run {shlex.quote(result['run_dir'])} --prompt \"...\""
     lines = [
         "",
         f"done: {result['steps']} steps in {result['train_seconds']:.0f}s, {result['tokens_per_second']:,.0f} tokens/s, "
@@ -779,11 +861,13 @@ def final_report(result: dict, sample_text: str, diagnostic: dict) -> str:
         f"validation: loss {result['val_loss']:.4f} nats/token, perplexity {result['val_perplexity']:.2f}, "
         f"{result['val_bpb']:.4f} bits per byte ({result['val_tokens']:,} tokens)",
     ]
+    if brief:
+        return "\n".join(lines[1:] + [saved])
     if sample_text:
-        lines += ["", "sample:", "-" * 60, sample_text, "-" * 60]
-    lines += ["", format_diagnostic(diagnostic, scheme), "", f"saved to {result['run_dir']}/; try: octlm sample --run {result['run_dir']} --prompt \"...\""]
+        lines += ["", "sample:", "-" * 60, printable_text(sample_text), "-" * 60]
+    lines += ["", format_diagnostic(diagnostic, scheme), "", saved]
     if result["interrupted"]:
-        lines.append(f"interrupted at step {result['steps']}; continue exactly where it stopped with: octlm train --resume {result['run_dir']}")
+        lines.append(f"interrupted at step {result['steps']}; continue exactly where it stopped with: octlm train --resume {shlex.quote(result['run_dir'])}")
     return "\n".join(lines)
 
 

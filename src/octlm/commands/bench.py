@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
         "each --token) and the nearest positions to position 0, by cosine similarity.",
     )
     p.add_argument("--run", metavar="RUN_DIR", help="run folder (default: an untrained Day-1 model)")
-    p.add_argument("--token", action="append", default=[], help="a token, as text or as an id, whose neighbours to show (repeatable)")
+    p.add_argument("--token", nargs="+", action="extend", default=[], help="tokens, as text or as ids, whose neighbours to show (e.g. --token ' the' ROMEO 5)")
     p.add_argument("--k", type=int, default=5, help="neighbours to show")
     p.add_argument("--batch-size", type=int, default=8, help="sequences per timed forward pass")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per length (the median is reported)")
