@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import importlib
+import signal
 import os
 import sys
 import tomllib
@@ -90,6 +92,8 @@ def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> 
         values = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise OctlmError(f"--config {path}: no such file") from None
+    except OSError as err:
+        raise OctlmError(f"--config {path}: cannot read it: {err.strerror or err}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise OctlmError(f"--config {path}: not valid TOML ({err})") from None
     kinds = _field_types(cls)
@@ -98,7 +102,9 @@ def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> 
     for key, value in values.items():
         name = key.replace("-", "_")
         if name not in kinds:
-            raise OctlmError(f"--config {path}: unknown key {key!r}; the keys are this command's options: {', '.join(sorted(kinds))}")
+            close = difflib.get_close_matches(name, kinds, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise OctlmError(f"--config {path}: unknown key {key!r}; {hint}the keys are this command's options: {', '.join(sorted(kinds))}")
         kind, is_list = kinds[name]
         if is_list and not isinstance(value, list):
             value = [value]
@@ -162,25 +168,45 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] in parser.subcommands and hasattr(parser.subcommands[argv[0]], "options_class"):
             sub = parser.subcommands[argv[0]]
             apply_toml_config(sub, argv[1:], sub.options_class)
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
         if args.command is None:
             parser.print_help()
             return 2
+        if unknown:
+            # The subcommand's usage line helps more than the top-level one.
+            parser.subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
         report = Reporter(json_mode=args.json, quiet=args.quiet)
         args.argv = argv
+        _terminate_as_interrupt()
         return args.func(args, report)
     except OctlmError as err:
         return _fail(report, str(err), 1)
     except KeyboardInterrupt:
-        return _fail(report, "interrupted", 130)
+        return _fail(report, "interrupted; files already complete are kept, nothing is half-written", 130, prefix="octlm: ")
+    except OSError as err:
+        # The file system said no (a parent that is a file, a read-only or full disk, ...).
+        where = f"{err.filename}: " if err.filename else ""
+        return _fail(report, f"{where}{err.strerror or err}", 1)
 
 
-def _fail(report: Reporter, message: str, code: int) -> int:
+def _terminate_as_interrupt() -> None:
+    """Let SIGTERM unwind like Ctrl-C, so cleanup (temporary folders, checkpoints) runs; training installs its own handler."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (main() called from a thread, e.g. in tests)
+        pass
+
+
+def _fail(report: Reporter, message: str, code: int, prefix: str = "octlm: error: ") -> int:
     if os.environ.get("RANK", "0") != "0":
         # Under torchrun every process meets the same bad input; rank 0 says it once.
         return code
     report.error(message)
-    print(f"octlm: error: {message}", file=sys.stderr)
+    print(f"{prefix}{message}", file=sys.stderr)
     return code
 
 
