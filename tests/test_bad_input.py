@@ -21,6 +21,15 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | an unknown option                             | test_unknown_option, ELSEWHERE                            |
 | a contradictory option                        | test_contradictory_model_options, ELSEWHERE               |
 | bad input never costs a run                   | test_overwrite_with_bad_input_keeps_the_old_run           |
+| optimizer, seed and vocabulary values         | test_impossible_option_values_are_refused_before_reading  |
+| --text with no path                           | test_text_flag_without_a_path                             |
+| UTF-16 text                                   | test_utf16_needs_and_accepts_its_encoding                 |
+| a FIFO or socket inside a folder              | test_fifo_in_a_folder_is_skipped                          |
+| the same file twice                           | test_repeated_file_is_named                               |
+| a second process on the same run              | test_a_second_process_cannot_train_the_same_run           |
+| a batch that cannot fit in memory             | test_batch_larger_than_memory_is_refused                  |
+| unusable --out and --config paths             | test_out_and_config_paths_the_file_system_refuses         |
+| bad sampling values and prompts               | test_sample_refuses_nan_temperature_and_non_utf8_prompt   |
 """
 
 from __future__ import annotations
@@ -66,7 +75,7 @@ def test_empty_file(tmp_path, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_bytes(b"")
     err = train_fails(capsys, ["--text", str(empty)], tmp_path / "r")
-    assert f"{empty}: file is empty; remove it from --text" in err
+    assert f"{empty}: file is empty (or only whitespace); remove it from --text" in err
 
 
 def test_folder_without_text_files(tmp_path, capsys):
@@ -219,3 +228,95 @@ def test_overwrite_with_bad_input_keeps_the_old_run(trained_run, tmp_path, capsy
 def test_every_case_elsewhere_exists():
     for case, (module, name) in ELSEWHERE.items():
         assert callable(getattr(importlib.import_module(module), name, None)), case
+
+
+@pytest.mark.parametrize(
+    "flags,match",
+    [
+        (["--vocab-size", "10"], "--vocab-size must be at least 257"),
+        (["--beta1", "1"], "--beta1 must be in [0, 1)"),
+        (["--beta2", "-0.5"], "--beta2 must be in [0, 1)"),
+        (["--seed", "-1"], "--seed must be >= 0"),
+        (["--weight-decay", "-1"], "--weight-decay must be >= 0"),
+        (["--grad-clip", "-1"], "--grad-clip must be >= 0"),
+    ],
+)
+def test_impossible_option_values_are_refused_before_reading(small_corpus, tmp_path, capsys, flags, match):
+    # TINY comes after the flags under test; these names are not in TINY except --vocab-size, which must win here
+    code = main(["train", "--text", str(small_corpus), "--out", str(tmp_path / "r"), *TINY, *flags])
+    err = capsys.readouterr().err
+    assert code == 1 and match in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_text_flag_without_a_path(tmp_path, capsys):
+    # An empty shell variable ($DATA) must not silently mean "the standard library".
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--text", "--out", str(tmp_path / "r")])
+    assert exit_.value.code == 2
+    assert "--text" in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
+def test_utf16_needs_and_accepts_its_encoding(shakespeare, tmp_path, capsys):
+    wide = tmp_path / "wide.txt"
+    wide.write_text(shakespeare.read_text(encoding="utf-8")[:30_000], encoding="utf-16")
+    err = train_fails(capsys, ["--text", str(wide)], tmp_path / "r")
+    assert "binary" in err and "--encoding utf-16" in err
+    assert main(["train", "--text", str(wide), "--encoding", "utf-16", "--out", str(tmp_path / "ok"), *TINY, "--quiet"]) == 0
+
+
+def test_fifo_in_a_folder_is_skipped(shakespeare, tmp_path, capsys):
+    import json
+    import os
+
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "play.txt").write_text(shakespeare.read_text(encoding="utf-8")[:30_000], encoding="utf-8")
+    os.mkfifo(folder / "pipe")  # reading it would block forever
+    assert main(["train", "--text", str(folder), "--out", str(tmp_path / "r"), *TINY, "--quiet"]) == 0
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert {"path": str(folder / "pipe"), "reason": "not a regular file"} in manifest["skipped"]
+
+
+def test_repeated_file_is_named(small_corpus, tmp_path, capsys):
+    assert main(["train", "--text", str(small_corpus), str(small_corpus), "--out", str(tmp_path / "r"), *TINY]) == 0
+    assert f"{small_corpus} repeats {small_corpus} byte for byte" in capsys.readouterr().err
+
+
+def test_a_second_process_cannot_train_the_same_run(tmp_path):
+    from octlm.errors import OctlmError
+    from octlm.train import lock_run
+
+    first = lock_run(tmp_path)  # flock locks belong to an open file, so a second open conflicts even here
+    with pytest.raises(OctlmError, match=f"pid {__import__('os').getpid()}.*is training this run"):
+        lock_run(tmp_path)
+    first.close()
+    lock_run(tmp_path).close()  # free again once the holder is gone
+
+
+def test_batch_larger_than_memory_is_refused(small_corpus, tmp_path, capsys):
+    code = main(["train", "--text", str(small_corpus), "--out", str(tmp_path / "r"), *TINY, "--batch-size", "100000000"])
+    err = capsys.readouterr().err
+    assert code == 1 and "GiB of activations per step" in err and "lower --batch-size" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_out_and_config_paths_the_file_system_refuses(small_corpus, tmp_path, capsys):
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    assert main(["train", "--text", str(small_corpus), "--out", str(a_file / "run"), *TINY]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("octlm: error: ") and "Traceback" not in err
+    assert main(["train", "--config", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"--config {tmp_path}: cannot read it" in err
+
+
+def test_sample_refuses_nan_temperature_and_non_utf8_prompt(trained_run, capsys):
+    assert main(["sample", "--run", str(trained_run), "--temperature", "nan"]) == 1
+    assert "--temperature must be a finite number" in capsys.readouterr().err
+    bad_prompt = b"ab\xff\xfe".decode("utf-8", errors="surrogateescape")  # what Python makes of such argv bytes
+    assert main(["sample", "--run", str(trained_run), "--prompt", bad_prompt]) == 1
+    assert "--prompt is not valid UTF-8" in capsys.readouterr().err
+    assert main(["sample", "--run", str(trained_run / "config.json")]) == 1
+    assert "is a file; give the run folder" in capsys.readouterr().err

@@ -151,3 +151,25 @@ def test_bench_untrained_and_trained(trained_run, capsys):
 
     assert main(["bench", "--run", str(trained_run), "--token", "hello world"]) == 1
     assert "tokens" in capsys.readouterr().err
+
+
+def test_unknown_option_shows_the_subcommands_usage(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["sample", "--run", "x", "--bogus"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: octlm sample" in err and "unrecognized arguments: --bogus" in err
+
+
+def test_bench_takes_several_tokens_after_one_flag(trained_run, capsys):
+    assert main(["bench", "--run", str(trained_run), "--token", " the", "5", "--repeats", "1", "--json"]) == 0
+    tokens = json_lines(capsys.readouterr().out)[-1]["nearest"]["tokens"]
+    assert [t["token"] for t in tokens][-1] == 5 and len(tokens) == 3
+
+
+def test_quiet_train_prints_only_the_figures_and_the_path(small_corpus, tmp_path, capsys):
+    out = tmp_path / "my run"
+    assert main(["train", "--text", str(small_corpus), "--out", str(out), "--max-steps", "4", "--quiet", *TINY]) == 0
+    printed = capsys.readouterr().out
+    assert "validation:" in printed and "sample:" not in printed and "nearest tokens" not in printed
+    assert f"octlm sample --run '{out}'" in printed  # quoted: the path has a space

@@ -82,7 +82,7 @@ def test_resume_changes_only_what_may_change(reference, small_corpus, tmp_path, 
     capsys.readouterr()
     # finished: nothing to do, and the message says how to go further
     assert main(["train", "--resume", str(run)]) == 1
-    assert "already finished its 12 steps" in capsys.readouterr().err
+    assert "the run is at step 12, already at or past --max-steps 12" in capsys.readouterr().err
     # a larger total trains further, says the schedule changed, and the run stays valid
     assert main(["train", "--resume", str(run), "--max-steps", "15", "--eval-interval", "100", "--json"]) == 0
     out = capsys.readouterr().out.splitlines()
