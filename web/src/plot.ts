@@ -74,6 +74,25 @@ function cssFont(size: number): string {
   return `${size}px system-ui, -apple-system, "Segoe UI", Roboto, sans-serif`;
 }
 
+/** The x title under the plot area and the y title turned a quarter left of it. */
+function axisTitles(
+  ctx: CanvasRenderingContext2D,
+  labels: { xLabel: string; yLabel: string },
+  area: { left: number; top: number; width: number; height: number; bottom: number },
+  inset: number,
+): void {
+  ctx.font = cssFont(12);
+  ctx.textAlign = "center";
+  ctx.textBaseline = "bottom";
+  ctx.fillText(labels.xLabel, area.left + area.width / 2, area.top + area.height + area.bottom - inset);
+  ctx.save();
+  ctx.translate(10 + inset, area.top + area.height / 2);
+  ctx.rotate(-Math.PI / 2);
+  ctx.textBaseline = "middle";
+  ctx.fillText(labels.yLabel, 0, 0);
+  ctx.restore();
+}
+
 export interface HeatmapOptions {
   scale: Scale;
   xLabel: string;
@@ -161,16 +180,7 @@ export function heatmap(title: string): Heatmap {
       ctx.stroke();
       ctx.fillText(String(r), margin.left - 6, y);
     }
-    ctx.font = cssFont(12);
-    ctx.textAlign = "center";
-    ctx.textBaseline = "bottom";
-    ctx.fillText(opts.xLabel, margin.left + plotW / 2, margin.top + plotH + margin.bottom - 2);
-    ctx.save();
-    ctx.translate(12, margin.top + plotH / 2);
-    ctx.rotate(-Math.PI / 2);
-    ctx.textBaseline = "middle";
-    ctx.fillText(opts.yLabel, 0, 0);
-    ctx.restore();
+    axisTitles(ctx, opts, { left: margin.left, top: margin.top, width: plotW, height: plotH, bottom: margin.bottom }, 2);
     canvas.dataset.renders = String(Number(canvas.dataset.renders) + 1);
     canvas.dataset.shape = `${m.rows}x${m.cols}`;
   };
@@ -276,18 +286,9 @@ export function scatter(points: ScatterPoint[], opts: { title: string; xLabel: s
       ctx.fillStyle = n === 0 ? "#d62728" : "#111";
       ctx.fillText(points[i].label, x, y);
     }
-    ctx.font = cssFont(12);
     ctx.lineWidth = 1;
     ctx.fillStyle = "#333";
-    ctx.textAlign = "center";
-    ctx.textBaseline = "bottom";
-    ctx.fillText(opts.xLabel, margin.left + plotW / 2, margin.top + plotH + margin.bottom - 4);
-    ctx.save();
-    ctx.translate(14, margin.top + plotH / 2);
-    ctx.rotate(-Math.PI / 2);
-    ctx.textBaseline = "middle";
-    ctx.fillText(opts.yLabel, 0, 0);
-    ctx.restore();
+    axisTitles(ctx, opts, { left: margin.left, top: margin.top, width: plotW, height: plotH, bottom: margin.bottom }, 4);
     canvas.dataset.renders = String(Number(canvas.dataset.renders ?? 0) + 1);
   };
 
