@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -100,3 +102,21 @@ def test_visible_token_marks_whitespace_and_controls():
     assert visible_token(" the\n\t\r") == "␣the↵⇥␍"
     assert visible_token("a\x06") == "a\\x06"
     assert visible_token("é世") == "é世"
+    assert visible_token("\x85\x9b") == "\\x85\\x9b"  # C1 controls (NEL, CSI) too
+
+
+@given(st.text())
+def test_labels_and_printed_text_hold_no_control_characters(text):
+    import unicodedata
+
+    from octlm.tokenizer import printable_text, visible_token
+
+    label = visible_token(text)
+    assert not any(unicodedata.category(c) == "Cc" for c in label)
+    assert " " not in label
+    printed = printable_text(text)
+    assert all(c in "\n\t\r" or unicodedata.category(c) != "Cc" for c in printed)
+    # the escapes undo exactly: nothing else in the text was changed
+    if "\\" not in text:
+        unescaped = re.sub(r"\\x([0-9a-f]{2})", lambda m: chr(int(m[1], 16)), printed)
+        assert unescaped == text

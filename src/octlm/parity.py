@@ -3,8 +3,8 @@
 The page (``web/src/math.ts``) recomputes every formula it shows in
 TypeScript: the sinusoidal table in both layouts (Vaswani et al. 2017 §3.5),
 RoPE's inverse frequencies, angles and rotation in both layouts (Su et al.
-2021), ALiBi's slopes and biases (Press et al. 2022 §3) and cosine
-similarity. :func:`parity_fixtures` evaluates the Python implementations of
+2021), ALiBi's slopes and biases (Press et al. 2022 §3), cosine similarity
+and the labels it gives tokens. :func:`parity_fixtures` evaluates the Python implementations of
 the same formulas (:mod:`octlm.positions`, :mod:`octlm.diagnostics`) on a
 fixed set of cases; the page's Vitest test reads the result from
 ``web/test/fixtures/parity.json`` and checks its own numbers to 1e-5, and
@@ -27,6 +27,7 @@ from octlm.diagnostics import cosine_neighbours
 from octlm.fileio import atomic_write
 from octlm.model import DecoderConfig
 from octlm.positions import ALiBiPositions, RotaryPositions, alibi_slopes, rope_inverse_frequencies, sinusoidal_positions
+from octlm.tokenizer import visible_token
 
 #: (length, width, offset, base, layout): odd widths, far offsets and a small base included.
 SINUSOIDAL_CASES = [
@@ -50,6 +51,12 @@ ROPE_CASES = [
 ALIBI_HEADS = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24]
 #: (n_heads, q_len, k_len, offset)
 ALIBI_BIAS_CASES = [(4, 6, 6, 0), (6, 5, 5, 0), (3, 2, 7, 5)]
+
+#: Token texts whose labels the page must show as the terminal does: spaces, line ends, C0, DEL and
+#: C1 controls, a no-break space and a zero-width space (both kept), a split UTF-8 byte, non-BMP text.
+TOKEN_LABEL_CASES = [
+    " the", "\n\n", "\t\r\n", "\x00\x02\x1b[0m", "\x7f\x80\x9f", "a\xa0b", "\u200b", "\\xe4", "é", " 👑", "<|endoftext|>",
+]
 
 #: (rows, cols, seed, query row, k)
 COSINE_CASES = [(10, 8, 0, 3, 4), (24, 16, 1, 0, 5), (5, 3, 2, 1, 4)]
@@ -117,7 +124,8 @@ def _cosine() -> list[dict]:
 def parity_fixtures() -> dict:
     """Every case the page's parity test checks, as a JSON-ready dict.
 
-    Keys: ``sinusoidal``, ``rope``, ``alibi``, ``cosine``; each case carries
+    Keys: ``sinusoidal``, ``rope``, ``alibi``, ``cosine``, ``token_labels``
+    (:func:`octlm.tokenizer.visible_token`); each case carries
     its inputs next to Python's outputs. Deterministic: the random inputs come
     from fixed seeds.
     """
@@ -127,6 +135,7 @@ def parity_fixtures() -> dict:
         "rope": _rope(),
         "alibi": _alibi(),
         "cosine": _cosine(),
+        "token_labels": [{"text": t, "label": visible_token(t)} for t in TOKEN_LABEL_CASES],
     }
 
 

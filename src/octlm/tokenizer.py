@@ -9,6 +9,7 @@ lowercasing, and decoding re-assembles the exact bytes. One special token,
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -78,12 +79,19 @@ _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 def visible_token(text: str) -> str:
     """A token's text with whitespace and control characters made visible.
 
-    ``' the'`` becomes ``'␣the'``, a newline ``'↵'``, a tab ``'⇥'``, other
-    characters that do not print ``'\\x02'``; bytes that are only part of a
-    UTF-8 character already read ``'\\xe4'`` in :meth:`Tokenizer.token_str`.
-    The terminal, the figures and the page label tokens this way.
+    ``' the'`` becomes ``'␣the'``, a newline ``'↵'``, a tab ``'⇥'``, a carriage
+    return ``'␍'``, every other control character (Unicode category Cc: C0,
+    DEL and C1) ``'\\xNN'``; bytes that are only part of a UTF-8 character
+    already read ``'\\xe4'`` in :meth:`Tokenizer.token_str`. The terminal, the
+    figures and the page (``showToken`` in ``web/src/run/data.ts``, held to
+    the same output by the parity fixtures) label tokens this way.
     """
-    return "".join(_VISIBLE.get(c, c if c.isprintable() else f"\\x{ord(c):02x}") for c in text)
+    return "".join(_VISIBLE.get(c, _escape_control(c)) for c in text)
+
+
+def _escape_control(c: str) -> str:
+    # Cc characters all lie below U+00A0, so two hex digits always suffice.
+    return f"\\x{ord(c):02x}" if unicodedata.category(c) == "Cc" else c
 
 
 def printable_text(text: str) -> str:
@@ -92,7 +100,7 @@ def printable_text(text: str) -> str:
     For printing model output to a terminal: a barely trained model emits
     control bytes that would otherwise move the cursor or ring the bell.
     """
-    return "".join(c if c.isprintable() or c in "\n\t\r" else f"\\x{ord(c):02x}" for c in text)
+    return "".join(c if c in "\n\t\r" else _escape_control(c) for c in text)
 
 
 class Tokenizer:

@@ -16,6 +16,7 @@ import {
   type RopeLayout,
   type SinusoidalLayout,
 } from "../src/math";
+import { showToken } from "../src/run/data";
 
 const TOL = 1e-5;
 
@@ -89,5 +90,11 @@ describe("cosine similarity", () => {
       expect(ts.map((x) => x.index)).toEqual(c.neighbours.map((x) => x.index));
       expect(maxDiff(ts.map((x) => x.score), c.neighbours.map((x) => x.score))).toBeLessThan(TOL);
     });
+  }
+});
+
+describe("token labels (octlm.tokenizer.visible_token)", () => {
+  for (const c of fixtures.token_labels) {
+    it(`labels ${JSON.stringify(c.text)} as the terminal does`, () => expect(showToken(c.text)).toBe(c.label));
   }
 });

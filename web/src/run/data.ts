@@ -43,7 +43,8 @@ export function unpack(p: PackedMatrix): Matrix {
 
 /**
  * A token's text with its invisible characters shown: a space as ␣, a newline as ↵, a tab as ⇥,
- * a carriage return as ␍, other control characters as \xNN.
+ * a carriage return as ␍, other control characters (C0, DEL and C1) as \xNN; the same labels as
+ * Python's octlm.tokenizer.visible_token (the parity fixtures hold both to it).
  */
 export function showToken(text: string): string {
   return text
@@ -51,7 +52,7 @@ export function showToken(text: string): string {
     .replace(/\n/g, "↵")
     .replace(/\t/g, "⇥")
     .replace(/\r/g, "␍")
-    .replace(/[\u0000-\u001f\u007f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
+    .replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
 }
 
 export type Lookup = { id: number; how: string } | { id: null; suggestions: number[]; message: string };
