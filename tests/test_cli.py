@@ -58,7 +58,17 @@ def test_toml_config_and_flags_win(small_corpus, tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "toml,match",
-    [("bogus = 1\n", "unknown key 'bogus'"), ("max_steps = 'ten'\n", "'max_steps' must be int"), ("position = 'x'\n", "must be one of"), ("= broken", "not valid TOML")],
+    [
+        ("bogus = 1\n", "unknown key 'bogus'"),
+        ("max_steps = 'ten'\n", "'max_steps' must be int"),
+        ("position = 'x'\n", "must be one of"),
+        ("= broken", "not valid TOML"),
+        ("max_step = 5\n", "did you mean 'max_steps'?"),
+        ("max_steps = 2\nmax-steps = 3\n", "'max_steps' and 'max-steps' are the same option; keep one of them"),
+        ("text = []\n", "key 'text' is an empty list"),  # not a silent switch to the standard library
+        ("text = 5\n", "key 'text' must be a list of str, got 5"),  # shown as written, not as [5]
+        ("batch_size = true\n", "key 'batch_size' must be int, got true"),  # TOML's spelling, not Python's
+    ],
 )
 def test_bad_toml_config(tmp_path, capsys, toml, match):
     recipe = tmp_path / "bad.toml"
@@ -173,3 +183,13 @@ def test_quiet_train_prints_only_the_figures_and_the_path(small_corpus, tmp_path
     printed = capsys.readouterr().out
     assert "validation:" in printed and "sample:" not in printed and "nearest tokens" not in printed
     assert f"octlm sample --run '{out}'" in printed  # quoted: the path has a space
+
+
+def test_help_shows_no_empty_defaults(capsys):
+    # "(default: None)" on --run, a required option, tells the reader nothing
+    for command in ("sample", "train"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        out = capsys.readouterr().out
+        assert "default: None" not in out and "(default: )" not in out
+        assert "--seed SEED" in out and "1337)" in out  # real defaults still shown

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import importlib
 import signal
 import os
 import sys
 import tomllib
-import types
-import typing
 from pathlib import Path
 
 from octlm.errors import OctlmError
+from octlm.options import checked_values, field_types
 from octlm.report import Reporter
 
 
@@ -28,6 +26,9 @@ class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionH
         # Help texts that explain their own default already say "default".
         if action.help and "default" in action.help:
             return action.help
+        # "(default: None)" or "(default: )" tells nothing; the help text says what "unset" means.
+        if action.required or action.default is None or action.default == "":
+            return action.help
         return super()._get_help_string(action)
 
 
@@ -35,24 +36,13 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _field_types(cls) -> dict[str, tuple[type, bool]]:
-    """``{field: (scalar type, is_list)}`` from the dataclass's type hints (``int | None`` -> int)."""
-    out = {}
-    for name, hint in typing.get_type_hints(cls).items():
-        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-            hint = next(a for a in typing.get_args(hint) if a is not type(None))
-        is_list = typing.get_origin(hint) is list
-        out[name] = (typing.get_args(hint)[0] if is_list else hint, is_list)
-    return out
-
-
 def add_dataclass_options(parser: argparse.ArgumentParser, cls) -> None:
     """One flag per dataclass field, with the field's help, type, choices and default."""
-    kinds = _field_types(cls)
+    kinds = field_types(cls)
     for f in dataclasses.fields(cls):
         meta = dict(f.metadata)
         help_text = meta.pop("help", None)
-        kind, _ = kinds[f.name]
+        kind = kinds[f.name][0]
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if kind is bool:
             parser.add_argument(_flag(f.name), action="store_true", default=default, help=help_text)
@@ -65,14 +55,6 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="print only warnings and the result")
 
 
-def _is_a(value, kind: type) -> bool:
-    if isinstance(value, bool):
-        return kind is bool
-    if kind is float:
-        return isinstance(value, (int, float))
-    return isinstance(value, kind)
-
-
 def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> None:
     """Make the keys of ``--config FILE.toml`` the parser's defaults, so command-line flags still win.
 
@@ -80,7 +62,7 @@ def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> 
 
     Raises:
         OctlmError: when the file is missing or not TOML, or a key is unknown
-            or has the wrong type (the key and the expected type are named).
+            or has the wrong type (:func:`octlm.options.checked_values`).
     """
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
@@ -96,25 +78,7 @@ def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> 
         raise OctlmError(f"--config {path}: cannot read it: {err.strerror or err}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise OctlmError(f"--config {path}: not valid TOML ({err})") from None
-    kinds = _field_types(cls)
-    choices = {f.name: f.metadata.get("choices") for f in dataclasses.fields(cls)}
-    defaults = {}
-    for key, value in values.items():
-        name = key.replace("-", "_")
-        if name not in kinds:
-            close = difflib.get_close_matches(name, kinds, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise OctlmError(f"--config {path}: unknown key {key!r}; {hint}the keys are this command's options: {', '.join(sorted(kinds))}")
-        kind, is_list = kinds[name]
-        if is_list and not isinstance(value, list):
-            value = [value]
-        items = value if is_list else [value]
-        if not all(_is_a(v, kind) for v in items):
-            expected = f"a list of {kind.__name__}" if is_list else kind.__name__
-            raise OctlmError(f"--config {path}: key {key!r} must be {expected}, got {value!r}")
-        if choices[name] and value not in choices[name]:
-            raise OctlmError(f"--config {path}: key {key!r} must be one of {', '.join(choices[name])}, got {value!r}")
-        defaults[name] = kind(value) if kind is float else value
+    defaults = checked_values(values, f"--config {path}", cls)
     parser.set_defaults(**defaults)
     parser.toml_options = set(defaults)
 

@@ -8,7 +8,14 @@ cannot drift apart.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import json
+import types
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from octlm.errors import OctlmError
 
 from octlm.model import ACTIVATIONS, DecoderConfig
 from octlm.positions import DEFAULT_BASE, ROPE_LAYOUTS, SCHEMES, SINUSOIDAL_LAYOUTS
@@ -83,4 +90,83 @@ class TrainOptions:
         return dataclasses.asdict(self)
 
 
-__all__ = ["DEFAULT_MAX_STEPS", "TrainOptions", "option"]
+def field_types(cls) -> dict[str, tuple[type, bool, bool]]:
+    """``{field: (item type, is a list, may be None)}`` for an options dataclass."""
+    out = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        optional = False
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+            optional = type(None) in typing.get_args(hint)
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        is_list = typing.get_origin(hint) is list
+        out[name] = (typing.get_args(hint)[0] if is_list else hint, is_list, optional)
+    return out
+
+
+def _is_a(value, kind: type) -> bool:
+    if isinstance(value, bool):  # bool is an int to Python, never to a person
+        return kind is bool
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
+
+
+def checked_values(values: Mapping, where: str, cls=TrainOptions, stored: bool = False) -> dict:
+    """Option values read from a file, checked against the fields of ``cls`` and keyed by field name.
+
+    Keys may be spelled with dashes or underscores (``max-steps``,
+    ``max_steps``). Values are shown back as JSON (``true``, ``[5]``), the
+    way the person wrote them. ``stored`` marks a run's own ``config.json``:
+    there ``null`` stands for an unset option, an empty ``text`` list for the
+    default corpus, and keys this version no longer has are ignored.
+
+    Raises:
+        OctlmError: naming ``where`` and the key: an unknown key (with the
+            closest option name), one option given twice, a value of the
+            wrong type or outside the option's choices.
+    """
+    kinds = field_types(cls)
+    choices = {f.name: f.metadata.get("choices") for f in dataclasses.fields(cls)}
+    checked: dict = {}
+    spelled: dict[str, str] = {}
+    for key, value in values.items():
+        name = str(key).replace("-", "_")
+        shown = json.dumps(value, ensure_ascii=False, default=str)
+        if name not in kinds:
+            if stored:
+                continue
+            close = difflib.get_close_matches(name, kinds, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise OctlmError(f"{where}: unknown key {key!r}; {hint}the keys are this command's options: {', '.join(sorted(kinds))}")
+        if name in spelled:
+            raise OctlmError(f"{where}: {spelled[name]!r} and {key!r} are the same option; keep one of them")
+        spelled[name] = key
+        kind, is_list, optional = kinds[name]
+        if value is None and stored and (optional or is_list):
+            checked[name] = [] if is_list else None
+            continue
+        if is_list and not isinstance(value, list):
+            value = [value]
+        items = value if is_list else [value]
+        if not all(_is_a(v, kind) for v in items):
+            expected = f"a list of {kind.__name__}" if is_list else kind.__name__
+            raise OctlmError(f"{where}: key {key!r} must be {expected}, got {shown}")
+        if is_list and not items and not stored:
+            raise OctlmError(f"{where}: key {key!r} is an empty list; give at least one value, or leave the key out for the default")
+        if choices[name] and value not in choices[name]:
+            raise OctlmError(f"{where}: key {key!r} must be one of {', '.join(choices[name])}, got {shown}")
+        checked[name] = kind(value) if kind is float else value
+    return checked
+
+
+#: torch.manual_seed takes a signed 64-bit number.
+MAX_SEED = 2**63 - 1
+
+
+def check_seed(seed: int, flag: str = "--seed") -> None:
+    """Raise :class:`OctlmError` unless ``0 <= seed <= MAX_SEED``."""
+    if not 0 <= seed <= MAX_SEED:
+        raise OctlmError(f"{flag} must be between 0 and {MAX_SEED} (2**63 - 1), got {seed}")
+
+
+__all__ = ["DEFAULT_MAX_STEPS", "MAX_SEED", "TrainOptions", "check_seed", "checked_values", "field_types", "option"]
