@@ -39,7 +39,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
 from octlm.errors import OctlmError
-from octlm.fileio import atomic_write, atomic_write_json
+from octlm.fileio import atomic_write, atomic_write_json, check_out_folder, make_folder
 from octlm.model import Decoder, DecoderConfig
 from octlm.tokenizer import END_OF_TEXT, Tokenizer
 
@@ -357,7 +357,7 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
     from octlm.run import save_weights
     from octlm.train import prepare_run_dir
 
-    run_dir = prepare_run_dir(str(run_dir), overwrite)
+    run_dir = prepare_run_dir(str(run_dir), overwrite, flag="RUN_DIR")
 
     save_weights(run_dir / WEIGHTS, model)
     tokenizer.save(run_dir / TOKENIZER)
@@ -368,15 +368,14 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
 
 def _prepare_out(folder: Path, overwrite: bool) -> None:
     # Like a run folder: never replaced without --overwrite, and then only when it is an export.
-    if folder.exists() and not folder.is_dir():
-        raise OctlmError(f"{folder}: exists and is not a folder")
+    check_out_folder(folder, "OUT_DIR")
     if folder.is_dir() and any(folder.iterdir()):
         if not overwrite:
             raise OctlmError(f"{folder}: already holds files; choose another folder or pass --overwrite to replace it")
         if not (folder / "config.json").is_file():
             raise OctlmError(f"{folder}: holds files that are not a model checkpoint; refusing to overwrite them")
         shutil.rmtree(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder, "OUT_DIR")
 
 
 __all__ = [

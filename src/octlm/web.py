@@ -20,13 +20,13 @@ import ipaddress
 import json
 import os
 import shutil
-import tempfile
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from octlm.errors import OctlmError
+from octlm.fileio import check_out_folder, make_staging
 
 #: Where the built page lives inside the installed package.
 WEB_DIST = Path(__file__).resolve().parent / "web_dist"
@@ -214,16 +214,14 @@ def export_site(files: dict[str, bytes], out: str | Path, overwrite: bool = Fals
             it holds ``index.html`` and ``run-data.js`` or is empty).
     """
     out = Path(out)
+    check_out_folder(out)
     if out.exists():
-        if not out.is_dir():
-            raise OctlmError(f"--out {out}: exists and is not a folder; choose another --out")
         contents = {p.name for p in out.iterdir()}
         if contents and not overwrite:
             raise OctlmError(f"--out {out}: folder is not empty; choose another --out or add --overwrite")
         if contents and not {"index.html", RUN_DATA} <= contents:
             raise OctlmError(f"--out {out}: holds files that are not an exported page; refusing to replace it even with --overwrite")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    staging = make_staging(out)
     try:
         for name, data in files.items():
             target = staging / name

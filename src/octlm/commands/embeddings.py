@@ -34,6 +34,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.bench import parse_token
     from octlm.diagnostics import nearest_tokens
     from octlm.errors import OctlmError
+    from octlm.fileio import check_out_folder, make_folder
     from octlm.explore import pca_2d, position_note, run_position_vectors, token_counts, token_labels
     from octlm.figures import pca_figure, position_figure, save_png
     from octlm.run import load_run
@@ -52,9 +53,8 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     else:
         ids = list(range(1, min(6, vocab_size)))
     out = Path(args.out) if args.out else Path(args.run) / "embeddings"
-    if out.exists() and not out.is_dir():
-        raise OctlmError(f"--out {out}: exists and is not a folder; choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
+    check_out_folder(out)
+    make_folder(out)
 
     entries, lines = [], ["nearest tokens by cosine similarity:"]
     for token_id in ids:
