@@ -62,10 +62,21 @@ def default_corpus_files() -> list[Path]:
 _SKIPPED_FOLDERS = {"__pycache__", "node_modules"}
 
 
-def _folder_files(folder: Path) -> list[Path]:
+def _is_octlm_run(folder: Path) -> bool:
+    from octlm.run import CONFIG, MANIFEST, TOKENIZER
+
+    return all((folder / name).is_file() for name in (CONFIG, MANIFEST, TOKENIZER))
+
+
+def _folder_files(folder: Path, skipped: list[dict]) -> list[Path]:
     files = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIPPED_FOLDERS)
+        if _is_octlm_run(Path(dirpath)):
+            # An earlier run's JSON and token files are octlm's output, not the person's text.
+            skipped.append({"path": dirpath, "reason": "an octlm run folder"})
+            dirnames[:] = []
+            continue
         files.extend(Path(dirpath, f) for f in filenames if not f.startswith("."))
     return sorted(files, key=lambda p: p.as_posix())
 
@@ -106,8 +117,8 @@ def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") 
 
     Args:
         paths: files or folders; folders are walked recursively in sorted
-            order, skipping hidden entries, ``__pycache__`` and
-            ``node_modules``, files that are not regular files (FIFOs,
+            order, skipping hidden entries, ``__pycache__``,
+            ``node_modules`` and octlm run folders, files that are not regular files (FIFOs,
             sockets), empty files and binary files (a NUL byte in the first
             8 KiB, or in the text for UTF-16/32). ``None`` or empty: the
             default corpus, :func:`default_corpus_files`.
@@ -133,9 +144,12 @@ def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") 
         source = {"kind": "files", "paths": [str(p) for p in paths]}
         candidates = []
         for given in paths:
+            if not str(given):
+                # Path("") is ".", which would quietly read the whole current folder.
+                raise DataError("--text got an empty path ''; give a file or folder (. for the current folder)")
             path = Path(given)
             if path.is_dir():
-                found = _folder_files(path)
+                found = _folder_files(path, skipped)
                 candidates.extend((f, str(f), True) for f in found)
                 if not found:
                     raise DataError(f"{path}: folder holds no files; give a folder of text files or the files themselves")
