@@ -30,6 +30,12 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | a batch that cannot fit in memory             | test_batch_larger_than_memory_is_refused                  |
 | unusable --out and --config paths             | test_out_and_config_paths_the_file_system_refuses         |
 | bad sampling values and prompts               | test_sample_refuses_nan_temperature_and_non_utf8_prompt   |
+| seeds torch cannot take, in every command      | test_seed_out_of_range_in_sample_and_bench                |
+| an empty --text path                          | test_empty_text_path_is_refused                           |
+| an earlier run inside a --text folder         | test_run_folder_inside_a_text_folder_is_skipped           |
+| --out below a file, not UTF-8, unwritable     | test_out_paths_that_cannot_become_a_folder                |
+| a damaged config.json on --resume             | test_resume_with_a_damaged_config_names_the_file          |
+| --resume on a file or an imported model       | test_resume_on_a_file_or_an_imported_run                  |
 """
 
 from __future__ import annotations
@@ -236,9 +242,13 @@ def test_every_case_elsewhere_exists():
         (["--vocab-size", "10"], "--vocab-size must be at least 257"),
         (["--beta1", "1"], "--beta1 must be in [0, 1)"),
         (["--beta2", "-0.5"], "--beta2 must be in [0, 1)"),
-        (["--seed", "-1"], "--seed must be >= 0"),
-        (["--weight-decay", "-1"], "--weight-decay must be >= 0"),
-        (["--grad-clip", "-1"], "--grad-clip must be >= 0"),
+        (["--seed", "-1"], "--seed must be between 0 and 9223372036854775807"),
+        (["--seed", str(2**63)], "--seed must be between 0 and 9223372036854775807"),  # torch would overflow
+        (["--weight-decay", "-1"], "--weight-decay must be a finite number >= 0"),
+        (["--weight-decay", "inf"], "--weight-decay must be a finite number >= 0"),
+        (["--grad-clip", "-1"], "--grad-clip must be a finite number >= 0"),
+        (["--learning-rate", "inf"], "--learning-rate must be a finite number > 0"),
+        (["--time-budget", "inf"], "--time-budget must be a finite number of seconds > 0"),
     ],
 )
 def test_impossible_option_values_are_refused_before_reading(small_corpus, tmp_path, capsys, flags, match):
@@ -297,7 +307,13 @@ def test_a_second_process_cannot_train_the_same_run(tmp_path):
 def test_batch_larger_than_memory_is_refused(small_corpus, tmp_path, capsys):
     code = main(["train", "--text", str(small_corpus), "--out", str(tmp_path / "r"), *TINY, "--batch-size", "100000000"])
     err = capsys.readouterr().err
-    assert code == 1 and "GiB of activations per step" in err and "lower --batch-size" in err
+    assert code == 1 and "GiB of activations per step" in err and "lower --batch-size, or --vocab-size" in err
+
+
+def test_model_larger_than_memory_names_the_model_flags(small_corpus, tmp_path, capsys):
+    code = main(["train", "--text", str(small_corpus), "--out", str(tmp_path / "r"), *TINY, "--n-layers", "10000000"])
+    err = capsys.readouterr().err
+    assert code == 1 and "lower --batch-size, or --n-layers or --d-model" in err
     assert not (tmp_path / "r").exists()
 
 
@@ -320,3 +336,96 @@ def test_sample_refuses_nan_temperature_and_non_utf8_prompt(trained_run, capsys)
     assert "--prompt is not valid UTF-8" in capsys.readouterr().err
     assert main(["sample", "--run", str(trained_run / "config.json")]) == 1
     assert "is a file; give the run folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["bench"], ["sample", "--max-new-tokens", "1"]])
+@pytest.mark.parametrize("seed", ["-1", str(2**63)])
+def test_seed_out_of_range_in_sample_and_bench(trained_run, capsys, command, seed):
+    extra = ["--run", str(trained_run)] if command[0] == "sample" else []
+    assert main([*command, *extra, "--seed", seed]) == 1
+    err = capsys.readouterr().err
+    assert f"--seed must be between 0 and {2**63 - 1} (2**63 - 1), got {seed}" in err and "Traceback" not in err
+
+
+def test_empty_text_path_is_refused(tmp_path, capsys):
+    # "$DATA" with DATA unset: Path("") would be the current folder, read whole.
+    err = train_fails(capsys, ["--text", ""], tmp_path / "r")
+    assert "--text got an empty path" in err
+
+
+def test_run_folder_inside_a_text_folder_is_skipped(trained_run, shakespeare, tmp_path, capsys):
+    import json
+    import shutil
+
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "play.txt").write_text(shakespeare.read_text(encoding="utf-8")[:30_000], encoding="utf-8")
+    shutil.copytree(trained_run, folder / "runs" / "old")
+    assert main(["train", "--text", str(folder), "--out", str(tmp_path / "r"), *TINY, "--quiet"]) == 0
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert [f["path"] for f in manifest["files"]] == [str(folder / "play.txt")]
+    assert {"path": str(folder / "runs" / "old"), "reason": "an octlm run folder"} in manifest["skipped"]
+
+
+def test_out_paths_that_cannot_become_a_folder(small_corpus, tmp_path, capsys):
+    import os
+    import sys
+
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    err = train_fails(capsys, ["--text", str(small_corpus)], a_file / "run")
+    assert f"{a_file} is a file, not a folder; choose another --out" in err
+    not_utf8 = tmp_path / os.fsdecode(b"run\xff")
+    err = train_fails(capsys, ["--text", str(small_corpus)], not_utf8)
+    assert "the path is not valid UTF-8" in err
+    if sys.platform == "linux" and os.path.isdir("/proc/self"):
+        # /proc takes no new folders, even from root
+        assert main(["train", "--text", str(small_corpus), "--out", "/proc/octlm-run", *TINY]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("octlm: error: --out /proc/octlm-run: cannot ") and ".partial-" not in err
+
+
+def _resumable_run(small_corpus, tmp_path, capsys):
+    run = tmp_path / "r"
+    assert main(["train", "--text", str(small_corpus), "--out", str(run), *TINY, "--max-steps", "2", "--save-every", "1", "--quiet"]) == 0
+    capsys.readouterr()
+    return run
+
+
+@pytest.mark.parametrize(
+    "damage,match",
+    [
+        ({"batch_size": None}, "key 'batch_size' must be int, got null"),
+        ({"learning_rate": "fast"}, 'key \'learning_rate\' must be float, got "fast"'),
+        ({"max_steps": "x"}, 'key \'max_steps\' must be int, got "x"'),
+        ({"position": "bogus"}, "key 'position' must be one of"),
+        ({"batch_size": -4}, "--batch-size must be >= 1, got -4 (from the flags given now or the run's"),
+        ("not options", "its \"train\" section must be an object of options, got str"),
+    ],
+)
+def test_resume_with_a_damaged_config_names_the_file(small_corpus, tmp_path, capsys, damage, match):
+    import json
+
+    run = _resumable_run(small_corpus, tmp_path, capsys)
+    config = json.loads((run / "config.json").read_text())
+    config["train"] = {**config["train"], **damage} if isinstance(damage, dict) else damage
+    (run / "config.json").write_text(json.dumps(config))
+    assert main(["train", "--resume", str(run), "--max-steps", "4"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("octlm: error: ") and "Traceback" not in err
+    assert match in err
+    if not isinstance(damage, dict) or "batch_size" not in damage or damage["batch_size"] is None:
+        assert str(run / "config.json") in err
+
+
+def test_resume_on_a_file_or_an_imported_run(small_corpus, tmp_path, capsys):
+    import json
+
+    run = _resumable_run(small_corpus, tmp_path, capsys)
+    assert main(["train", "--resume", str(run / "config.json")]) == 1
+    assert f"is a file; give the run folder that holds it ({run})" in capsys.readouterr().err
+    config = json.loads((run / "config.json").read_text())
+    config["train"] = {"imported_from": "/models/gpt2"}  # what octlm import-hf writes
+    (run / "config.json").write_text(json.dumps(config))
+    assert main(["train", "--resume", str(run)]) == 1
+    assert "made by octlm import-hf and holds no training state" in capsys.readouterr().err

@@ -67,10 +67,13 @@ def parse_token(spec: str, tokenizer: Tokenizer | None, vocab_size: int) -> int:
 
 def bench(args: argparse.Namespace, report: Reporter) -> dict:
     """Run ``octlm bench`` and report; returns the result dict."""
+    from octlm.options import check_seed
     from octlm.run import load_run
 
-    if args.k < 1 or args.batch_size < 1 or args.repeats < 1:
-        raise OctlmError("--k, --batch-size and --repeats must each be >= 1")
+    for name in ("k", "batch_size", "repeats"):
+        if getattr(args, name) < 1:
+            raise OctlmError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    check_seed(args.seed)
     device = resolve_device(args.device)
     if args.run:
         model, tokenizer = load_run(args.run, device)

@@ -131,7 +131,7 @@ def check_digests(path: Path, recorded: dict[str, str], now: dict[str, str]) -> 
             what = "its model section or the training options a resume must keep" if name == "config.json" else "its bytes"
             raise CheckpointError(
                 f"{path.parent / name}: differs from the one {path.name} was trained with ({what} changed: sha256 "
-                f"{then[:12]}... then, {str(current)[:12]}... now); put the original file back, or start a new run with --out"
+                f"{then[:12]}... then, {str(current)[:12]}... now); put the original file back (or, if {path.name} was copied from another run, that run's), or start a new run with --out"
             )
 
 
@@ -254,7 +254,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if not path.is_file():
         raise CheckpointError(
             f"{path}: no checkpoint; the run stopped before its first one (see --save-every) or is not an octlm "
-            f"training run. Start it again with --overwrite"
+            f"training run. Start it again with the same --out and --overwrite (which replaces the folder)"
         )
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:

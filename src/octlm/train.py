@@ -19,7 +19,6 @@ import re
 import shlex
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -48,10 +47,10 @@ from octlm.checkpoint import (
 from octlm.diagnostics import nearest_positions, nearest_tokens
 from octlm.errors import OctlmError, RunError
 from octlm.evaluate import EvalResult, evaluate
-from octlm.fileio import atomic_write_json
+from octlm.fileio import atomic_write_json, check_out_folder, make_folder, make_staging
 from octlm.fileio import umask as fileio_umask
 from octlm.model import Decoder, DecoderConfig, cross_entropy
-from octlm.options import DEFAULT_MAX_STEPS, TrainOptions
+from octlm.options import DEFAULT_MAX_STEPS, TrainOptions, check_seed, checked_values
 from octlm.report import Reporter
 from octlm.run import CONFIG, MANIFEST, METRICS, TOKENIZER, WEIGHTS, load_config, save_weights, write_config
 from octlm.tokenizer import MIN_VOCAB_SIZE, Tokenizer, printable_text, visible_token
@@ -105,32 +104,32 @@ def autocast_for(device: torch.device, dtype: str):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16), "bfloat16"
 
 
-def check_run_dir(out: str | None, overwrite: bool) -> Path:
-    """The run folder ``--out`` names (default ``runs/<date>-<time>``), checked but not touched.
+def check_run_dir(out: str | None, overwrite: bool, flag: str = "--out") -> Path:
+    """The run folder ``out`` names (default ``runs/<date>-<time>``), checked but not touched.
 
     Raises:
-        OctlmError: when it is a file, holds files and ``overwrite`` is not
-            set, or holds files that are not an octlm run.
+        OctlmError: naming ``flag``: when the path cannot be a folder
+            (:func:`octlm.fileio.check_out_folder`), holds files and
+            ``overwrite`` is not set, or holds files that are not an octlm run.
     """
     if out is None:
         out = f"runs/{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(out)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise OctlmError(f"--out {run_dir}: exists and is not a folder")
+    check_out_folder(run_dir, flag)
     if run_dir.is_dir() and any(run_dir.iterdir()):
         if not (run_dir / CONFIG).exists() and not (run_dir / MANIFEST).exists():
-            raise OctlmError(f"--out {run_dir}: holds files that are not an octlm run, which octlm never replaces; choose a new or empty folder")
+            raise OctlmError(f"{flag} {run_dir}: holds files that are not an octlm run, which octlm never replaces; choose a new or empty folder")
         if not overwrite:
-            raise OctlmError(f"--out {run_dir}: already holds an octlm run; choose another --out or pass --overwrite to replace it")
+            raise OctlmError(f"{flag} {run_dir}: already holds an octlm run; choose another {flag} or pass --overwrite to replace it")
     return run_dir
 
 
-def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
+def prepare_run_dir(out: str | None, overwrite: bool, flag: str = "--out") -> Path:
     """Create the run folder, refusing to clobber an existing one unless ``overwrite``."""
-    run_dir = check_run_dir(out, overwrite)
+    run_dir = check_run_dir(out, overwrite, flag)
     if run_dir.is_dir() and any(run_dir.iterdir()):
         shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(run_dir, flag)
     return run_dir
 
 
@@ -141,8 +140,7 @@ def staged_run_dir(run_dir: Path):
     So bad input never leaves a half-made run folder behind, and
     ``--overwrite`` with bad input keeps the run it would have replaced.
     """
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.partial-", dir=run_dir.parent))
+    staging = make_staging(run_dir)
     staging.chmod(0o777 & ~fileio_umask())
     try:
         yield staging
@@ -163,11 +161,13 @@ def prepare_corpus(opts: TrainOptions, run_dir: Path, report: Reporter) -> Corpu
     source = "the Python standard library" if info["source"]["kind"] == "python-stdlib" else f"{len(docs)} file(s)"
     report.event("corpus", f"corpus: {source}, {len(docs)} documents, {n_bytes / 1e6:.2f} MB", documents=len(docs), bytes=n_bytes, skipped=len(info["skipped"]))
     if info["skipped"]:
-        report.warn(f"skipped {len(info['skipped'])} empty, binary or special file(s) (manifest.json lists them)")
-    for dup in info["duplicates"][:3]:
+        report.warn(f"skipped {len(info['skipped'])} entries that are not text: empty, binary or special files, or octlm runs (manifest.json lists them)")
+    # The standard library repeats a few files on purpose; only the person's own repeats are worth a warning.
+    repeats = info["duplicates"] if info["source"]["kind"] != "python-stdlib" else []
+    for dup in repeats[:3]:
         report.warn(f"{dup['path']} repeats {dup['same_as']} byte for byte; it is trained on twice")
-    if len(info["duplicates"]) > 3:
-        report.warn(f"... and {len(info['duplicates']) - 3} more repeated file(s) (manifest.json lists them)")
+    if len(repeats) > 3:
+        report.warn(f"... and {len(repeats) - 3} more repeated file(s) (manifest.json lists them)")
     tokenizer = Tokenizer.train(train_texts, opts.vocab_size)
     if tokenizer.vocab_size < opts.vocab_size:
         report.warn(f"the training text supports only {tokenizer.vocab_size} tokens; using that instead of --vocab-size {opts.vocab_size}")
@@ -237,10 +237,10 @@ def check_options(opts: TrainOptions) -> None:
             raise OctlmError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(opts, name)}")
     if opts.max_steps is not None and opts.max_steps < 1:
         raise OctlmError(f"--max-steps must be >= 1, got {opts.max_steps}")
-    if opts.time_budget is not None and not opts.time_budget > 0:
-        raise OctlmError(f"--time-budget must be a positive number of seconds, got {opts.time_budget}")
-    if not opts.learning_rate > 0:
-        raise OctlmError(f"--learning-rate must be > 0, got {opts.learning_rate}")
+    if opts.time_budget is not None and not 0 < opts.time_budget < math.inf:
+        raise OctlmError(f"--time-budget must be a finite number of seconds > 0 (leave it out to stop at --max-steps), got {opts.time_budget}")
+    if not 0 < opts.learning_rate < math.inf:
+        raise OctlmError(f"--learning-rate must be a finite number > 0, got {opts.learning_rate}")
     if not 0 <= opts.min_lr_ratio <= 1:
         raise OctlmError(f"--min-lr-ratio must be in [0, 1], got {opts.min_lr_ratio}")
     if opts.threads is not None and opts.threads < 1:
@@ -253,10 +253,9 @@ def check_options(opts: TrainOptions) -> None:
         if not 0.0 <= getattr(opts, name) < 1.0:
             raise OctlmError(f"--{name} must be in [0, 1), got {getattr(opts, name)}")
     for name in ("weight_decay", "grad_clip"):
-        if not getattr(opts, name) >= 0:
-            raise OctlmError(f"--{name.replace('_', '-')} must be >= 0 (0 turns it off), got {getattr(opts, name)}")
-    if opts.seed < 0:
-        raise OctlmError(f"--seed must be >= 0, got {opts.seed}")
+        if not 0 <= getattr(opts, name) < math.inf:
+            raise OctlmError(f"--{name.replace('_', '-')} must be a finite number >= 0 (0 turns it off), got {getattr(opts, name)}")
+    check_seed(opts.seed)
     try:
         opts.model_config(vocab_size=opts.vocab_size)
     except ValueError as err:
@@ -312,9 +311,15 @@ def resume_options(run_dir: Path, opts: TrainOptions, given: set[str]) -> tuple[
     from octlm.checkpoint import FREE_OPTIONS, RETUNABLE_OPTIONS
     from octlm.run import load_config
 
+    where = f"--resume {run_dir}: {run_dir / CONFIG}"
     stored = load_config(run_dir).get("train", {})
-    known = {f.name for f in dataclasses.fields(TrainOptions)}
-    merged = {k: v for k, v in stored.items() if k in known}
+    if not isinstance(stored, dict):
+        raise RunError(f"{where}: its \"train\" section must be an object of options, got {type(stored).__name__}; the file is damaged")
+    try:
+        merged = checked_values(stored, where, stored=True)
+    except OctlmError as err:
+        raise RunError(f"{err} (the file is damaged: put the run's own config.json back, or start a new run with --out)") from None
+    stored = merged.copy()
     changes = []
     for name in sorted(given):
         value, then = getattr(opts, name), stored.get(name, getattr(TrainOptions(), name))
@@ -421,9 +426,21 @@ def train(
     run_dir = Path(resume) if resume is not None else None
     changes: list[str] = []
     if run_dir is not None:
+        if run_dir.is_file():
+            raise OctlmError(f"--resume {run_dir}: is a file; give the run folder that holds it ({run_dir.parent})")
         if not run_dir.is_dir():
             raise OctlmError(f"--resume {run_dir}: no such run folder")
+        stored_train = load_config(run_dir).get("train") if (run_dir / CONFIG).is_file() else None
+        if isinstance(stored_train, dict) and "imported_from" in stored_train:
+            raise OctlmError(
+                f"--resume {run_dir}: this run was made by octlm import-hf and holds no training state to continue; "
+                f"sample from it, or train a new run with --out"
+            )
         opts, changes = resume_options(run_dir, opts, given_options(opts) if given is None else set(given))
+        try:
+            check_options(opts)
+        except OctlmError as err:
+            raise OctlmError(f"{err} (from the flags given now or the run's {run_dir / CONFIG})") from None
     check_options(opts)
     group, device_name = distributed.setup(opts.device)
     try:
@@ -458,9 +475,14 @@ def check_memory(opts: TrainOptions, device: torch.device) -> None:
             return
     need = step_memory_bytes(opts)
     if need > total:
+        logits = 3 * opts.vocab_size
+        layers = opts.n_layers * (24 * opts.d_model + 2 * opts.n_heads * opts.context_length)
+        fix = "--batch-size, or " + ("--vocab-size" if logits >= layers else "--n-layers or --d-model")
         raise OctlmError(
-            f"--batch-size {opts.batch_size} x --context-length {opts.context_length} needs about {need / 2**30:.0f} GiB "
-            f"of activations per step, more than this {device.type} has ({total / 2**30:.0f} GiB); lower --batch-size"
+            f"this model and batch need about {need / 2**30:,.0f} GiB of activations per step, more than this {device.type} "
+            f"has ({total / 2**30:.0f} GiB): --batch-size {opts.batch_size} x --context-length {opts.context_length} tokens, "
+            f"each holding about 3 x --vocab-size {opts.vocab_size} logits and --n-layers {opts.n_layers} x "
+            f"(24 x --d-model {opts.d_model} + 2 x --n-heads {opts.n_heads} x --context-length) activations; lower {fix}"
         )
 
 

@@ -73,6 +73,7 @@ def apply_rope_scaling(model, method: str | None, factor: float | None) -> None:
 def run(args: argparse.Namespace, report: Reporter) -> int:
     import torch
 
+    from octlm.options import check_seed
     from octlm.run import load_run
     from octlm.tokenizer import printable_text
     from octlm.train import resolve_device
@@ -90,6 +91,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         raise OctlmError(f"--top-k must be >= 0 (0 means all tokens), got {args.top_k}")
     if args.num_samples < 1:
         raise OctlmError(f"--num-samples must be >= 1, got {args.num_samples}")
+    check_seed(args.seed)
     device = resolve_device(args.device)
     model, tokenizer = load_run(args.run, device)
     apply_rope_scaling(model, args.rope_scaling, args.rope_factor)
