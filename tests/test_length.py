@@ -113,7 +113,7 @@ def test_terminal_table(small_corpus, study, tmp_path, capsys):
 @pytest.mark.parametrize(
     "args,match",
     [
-        (["--schemes", "alibi"], "--rope-scalings needs the rope model"),
+        (["--schemes", "alibi", "--rope-scalings", "yarn"], "--rope-scalings needs the rope model"),
         (["--multipliers", "0"], "--multipliers"),
         (["--schemes", "rope", "rope"], "twice"),
         (["--d-model", "30", "--n-heads", "4"], "--d-model=30"),
@@ -132,6 +132,19 @@ def test_validation_too_short_stops_after_the_first_model(small_corpus, tmp_path
     assert main(["length", "--text", str(small_corpus), "--out", str(out), *TINY, "--multipliers", "1", "100000"]) == 1
     assert "fewer than one window" in capsys.readouterr().err
     assert [p.name for p in (out / "runs").iterdir()] == ["learned"]
+
+
+@pytest.fixture(scope="module")
+def alibi_study(tmp_path_factory, small_corpus):
+    out = tmp_path_factory.mktemp("alibi") / "study"
+    assert main(["length", "--text", str(small_corpus), "--out", str(out), "--quiet", *TINY, "--schemes", "alibi", "--max-steps", "2"]) == 0
+    return json_lines((out / "length.jsonl").read_text())
+
+
+def test_without_rope_the_default_scalings_are_dropped(alibi_study):
+    study, *rows = alibi_study
+    assert study["options"]["rope_scalings"] == []
+    assert [(r["label"], r["eval_length"]) for r in rows if r["record"] == "eval"] == [("alibi", m * T) for m in MULTIPLIERS]
 
 
 def test_a_folder_that_is_not_a_study_is_never_touched(small_corpus, tmp_path, capsys):

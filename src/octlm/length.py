@@ -70,7 +70,9 @@ class LengthOptions:
     train_length: int = option(128, "context length T the models train on (tokens)")
     multipliers: list[int] = option([1, 2, 4, 8, 16], "evaluation lengths as multiples of T", nargs="+", metavar="M")
     schemes: list[str] = option(list(DEFAULT_SCHEMES), "position schemes to train and compare", nargs="+", choices=sorted(SCHEMES), metavar="SCHEME")
-    rope_scalings: list[str] = option(list(ROPE_SCALINGS), "RoPE context-extension methods to evaluate the rope model under", nargs="*", choices=list(ROPE_SCALINGS), metavar="METHOD")
+    rope_scalings: list[str] | None = option(
+        None, f"RoPE context-extension methods to evaluate the rope model under (default: {' '.join(ROPE_SCALINGS)} when rope is "
+        "among --schemes, else none)", nargs="*", choices=list(ROPE_SCALINGS), metavar="METHOD")
     vocab_size: int = option(1024, "BPE vocabulary size in tokens")
     d_model: int = option(128, "model width C")
     n_heads: int = option(4, "attention heads")
@@ -84,6 +86,14 @@ class LengthOptions:
     device: str = option("auto", "auto, cpu, cuda, cuda:N or mps")
     threads: int | None = option(None, "CPU threads for torch (default: torch's choice)")
     overwrite: bool = option(False, "replace an existing study folder at --out")
+
+    def resolved(self) -> LengthOptions:
+        """A copy with the defaults that depend on other options filled in: what the study runs and records."""
+        scalings = self.rope_scalings
+        if scalings is None:
+            # Unset means "every method the rope model can take": none when there is no rope model.
+            scalings = list(ROPE_SCALINGS) if "rope" in self.schemes else []
+        return dataclasses.replace(self, rope_scalings=list(scalings))
 
     def train_options(self, scheme: str, run_dir: Path) -> TrainOptions:
         """The ``octlm train`` options of one model of the study."""
@@ -264,6 +274,7 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
 
     report = report or Reporter()
     check_options(opts)
+    opts = opts.resolved()
     device = resolve_device(opts.device)
     out = prepare_study_dir(opts.out, opts.overwrite)
     T = opts.train_length
