@@ -147,6 +147,15 @@ def test_without_rope_the_default_scalings_are_dropped(alibi_study):
     assert [(r["label"], r["eval_length"]) for r in rows if r["record"] == "eval"] == [("alibi", m * T) for m in MULTIPLIERS]
 
 
+def test_max_steps_is_recorded_as_the_limit_not_the_default_budget(alibi_study):
+    from octlm.length import DEFAULT_TIME_BUDGET, LengthOptions
+
+    study, *rows = alibi_study
+    assert study["options"]["max_steps"] == 2 and study["options"]["time_budget"] is None
+    assert [r["steps"] for r in rows if r["record"] == "train"] == [2]
+    assert LengthOptions().resolved().time_budget == DEFAULT_TIME_BUDGET
+
+
 def test_a_folder_that_is_not_a_study_is_never_touched(small_corpus, tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
     assert main(["length", "--text", str(small_corpus), "--out", str(tmp_path), "--overwrite", *TINY]) == 1

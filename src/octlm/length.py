@@ -66,7 +66,7 @@ class LengthOptions:
     text: list[str] = option([], "UTF-8 text files or folders (the same split, tokenizer and seed for every model)", nargs="+", metavar="PATH")
     out: str | None = option(None, "study folder to create: runs/<scheme>/, length.jsonl, length.png, length.md")
     time_budget: float | None = option(DEFAULT_TIME_BUDGET, "seconds of training per model (default 240: the whole study fits in 30 minutes on 2 CPU cores)")
-    max_steps: int | None = option(None, "train each model for exactly this many steps instead of --time-budget (reproducible)")
+    max_steps: int | None = option(None, "train each model for exactly this many steps instead of --time-budget (reproducible; length.jsonl then records time_budget null)")
     train_length: int = option(128, "context length T the models train on (tokens)")
     multipliers: list[int] = option([1, 2, 4, 8, 16], "evaluation lengths as multiples of T", nargs="+", metavar="M")
     schemes: list[str] = option(list(DEFAULT_SCHEMES), "position schemes to train and compare", nargs="+", choices=sorted(SCHEMES), metavar="SCHEME")
@@ -93,7 +93,9 @@ class LengthOptions:
         if scalings is None:
             # Unset means "every method the rope model can take": none when there is no rope model.
             scalings = list(ROPE_SCALINGS) if "rope" in self.schemes else []
-        return dataclasses.replace(self, rope_scalings=list(scalings))
+        # --max-steps replaces the budget (train_options drops it), so the record must not claim one.
+        budget = None if self.max_steps is not None else self.time_budget
+        return dataclasses.replace(self, rope_scalings=list(scalings), time_budget=budget)
 
     def train_options(self, scheme: str, run_dir: Path) -> TrainOptions:
         """The ``octlm train`` options of one model of the study."""
