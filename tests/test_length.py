@@ -127,11 +127,24 @@ def test_bad_options_write_nothing(small_corpus, tmp_path, capsys, args, match):
     assert not out.exists()
 
 
-def test_validation_too_short_stops_after_the_first_model(small_corpus, tmp_path, capsys):
+def test_validation_too_short_stops_before_training_and_writes_nothing(small_corpus, study, tmp_path, capsys):
     out = tmp_path / "s"
-    assert main(["length", "--text", str(small_corpus), "--out", str(out), *TINY, "--multipliers", "1", "100000"]) == 1
-    assert "fewer than one window" in capsys.readouterr().err
-    assert [p.name for p in (out / "runs").iterdir()] == ["learned"]
+    assert main(["length", "--text", str(small_corpus), "--out", str(out), "--json", *TINY, "--multipliers", "1", "100000"]) == 1
+    captured = capsys.readouterr()
+    assert not out.exists() and not any(tmp_path.iterdir())
+    assert not [line for line in json_lines(captured.out) if line.get("event") in ("run", "trained", "study")]
+    # the message names the value and the longest multiplier this validation text supports
+    manifest = json.loads((study[0] / "runs" / "rope" / "manifest.json").read_text())
+    supported = (manifest["tokens"]["val"]["count"] - 1) // T
+    err = captured.err.strip()
+    assert err.startswith("octlm: error: --multipliers 100000:") and "\n" not in err
+    assert f"lower --multipliers to at most {supported} " in err and "--val-fraction" in err
+    # and that multiplier does run: the check counts the same tokens the runs prepare
+    from octlm.length import LengthOptions, check_validation_length, validation_tokens
+
+    opts = LengthOptions(text=[str(small_corpus)], vocab_size=280, train_length=T, multipliers=[supported])
+    assert validation_tokens(opts) == manifest["tokens"]["val"]["count"]
+    assert check_validation_length(manifest["tokens"]["val"]["count"], opts) == 1
 
 
 @pytest.fixture(scope="module")

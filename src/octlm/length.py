@@ -134,6 +134,43 @@ def check_options(opts: LengthOptions) -> None:
         check_train_options(opts.train_options(scheme, Path(opts.out) / RUNS / scheme))
 
 
+def validation_tokens(opts: LengthOptions) -> int:
+    """Tokens in the validation split, read, split and tokenized as :func:`octlm.train.prepare_corpus` does.
+
+    Costs one tokenizer training (under a second for tinyshakespeare), which
+    is what lets the study refuse a too-long evaluation length before it
+    trains anything.
+    """
+    from octlm import data as corpus
+    from octlm.tokenizer import Tokenizer
+
+    docs, _ = corpus.read_documents(opts.text, opts.encoding)
+    train_texts, val_texts = corpus.split_documents(docs, opts.val_fraction)
+    tokenizer = Tokenizer.train(train_texts, opts.vocab_size)
+    return len(corpus.encode_stream(tokenizer, val_texts))
+
+
+def check_validation_length(n_tokens: int, opts: LengthOptions) -> int:
+    """The number of windows of the longest evaluation length in ``n_tokens`` validation tokens (>= 1).
+
+    Raises:
+        OctlmError: when not even one window (longest length + 1 tokens) fits,
+            naming the longest multiplier the text supports.
+    """
+    T, longest_m = opts.train_length, max(opts.multipliers)
+    longest = longest_m * T
+    n_windows = (n_tokens - 1) // longest
+    if n_windows >= 1:
+        return n_windows
+    supported = (n_tokens - 1) // T
+    fix = (f"lower --multipliers to at most {supported} (the longest length this text supports is {supported * T} tokens), "
+           if supported >= 1 else "lower --train-length, ")
+    raise OctlmError(
+        f"--multipliers {longest_m}: the validation split holds {n_tokens} tokens, fewer than one window of {longest + 1} for "
+        f"the longest length ({longest_m} x {T}); {fix}give more text or raise --val-fraction (now {opts.val_fraction})"
+    )
+
+
 def prepare_study_dir(out: str, overwrite: bool) -> Path:
     """Create the study folder; an existing study is replaced only with ``overwrite``, anything else never."""
     path = Path(out)
@@ -269,7 +306,8 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
 
     Raises:
         OctlmError: for bad options, an existing folder, or validation text
-            shorter than one window of the longest length.
+            shorter than one window of the longest length (checked before
+            anything is trained or written).
     """
     from octlm.run import load_run
     from octlm.train import resolve_device, train
@@ -278,6 +316,7 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
     check_options(opts)
     opts = opts.resolved()
     device = resolve_device(opts.device)
+    check_validation_length(validation_tokens(opts), opts)
     out = prepare_study_dir(opts.out, opts.overwrite)
     T = opts.train_length
     multipliers = sorted(set(opts.multipliers))
@@ -293,15 +332,9 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
         trained[scheme] = result
         if result.get("interrupted"):
             raise KeyboardInterrupt
-        if len(trained) == 1:  # the first run shows how long the validation stream is: stop before training the rest
-            val = _validation_stream(Path(result["run_dir"]))
-            n_windows = (len(val) - 1) // longest
-            if n_windows < 1:
-                raise OctlmError(
-                    f"the validation split holds {len(val)} tokens, fewer than one window of {longest + 1} for the longest "
-                    f"length ({max(multipliers)} x {T}); give more text, raise --val-fraction or lower --multipliers"
-                )
     _same_data(trained)
+    val = _validation_stream(Path(trained[opts.schemes[0]]["run_dir"]))
+    n_windows = check_validation_length(len(val), opts)  # the stream scored, which the check above predicted
     scored = np.asarray(val[: n_windows * longest + 1])
     report.event("evaluate", f"evaluating on the first {len(scored) - 1:,} validation targets ({n_windows} windows of {longest})",
                  targets=len(scored) - 1)
