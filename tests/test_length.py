@@ -107,7 +107,14 @@ def test_terminal_table(small_corpus, study, tmp_path, capsys):
                  "--rope-scalings", "yarn", "--quiet", *TINY])
     assert code == 0
     text = capsys.readouterr().out
-    assert "n/a (no rows past T=8)" in text and "rope+yarn" in text and "where each scheme breaks" in text
+    assert "rope+yarn" in text and "where each scheme breaks" in text
+    lines = text.splitlines()
+    head, *body, footnote = lines[1 : lines.index("")]
+    # every cell past T is a short n/a in its own column, and the reason is said once, under the table
+    assert [line.split()[0] for line in body] == ["learned", "rope", "rope+yarn"]
+    assert body[0].split()[2:] == ["n/a", "n/a"] and float(body[0].split()[1]) > 0
+    assert {len(line) for line in [head, *body]} == {len(head)}
+    assert footnote == "n/a: no rows past T=8 (a learned position table has T rows)"
 
 
 @pytest.mark.parametrize(

@@ -398,17 +398,10 @@ def format_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list
     head = "".join(f"{f'{L // T}x={L}':>12}" for L in lengths)
     lines = [f"validation bits per byte by evaluation length, trained at T={T} (lower is better)", f"{'scheme':<{width}}{head}"]
     for label, cells in grid.items():
-        out, gap = [], False
-        for L in lengths:
-            row = cells.get(L)
-            if row is not None and row["bpb"] is None:
-                gap = True
-                break
-            out.append(f"{_cell(row):>12}")
-        line = f"{label:<{width}}" + "".join(out)
-        if gap:
-            line += f"  {NOT_AVAILABLE.replace('T)', f'T={T})')}"
-        lines.append(line)
+        lines.append(f"{label:<{width}}" + "".join(f"{_cell(cells.get(L)):>12}" for L in lengths))
+    if any(row["bpb"] is None for row in rows):
+        # The reason is too long for a cell and would push the row out of its columns.
+        lines.append(f"n/a: no rows past T={T} (a learned position table has T rows)")
     longest = max(lengths)
     buckets = position_buckets(T, longest)
     if len(buckets) > 1:
