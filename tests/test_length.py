@@ -224,3 +224,16 @@ def test_position_buckets_and_curve_cover_every_position(study):
     centres, curve = position_curve(row, first=3)
     assert len(centres) == len(curve) and np.all(np.diff(centres) > 0) and centres[-1] <= 4 * T
     assert np.all(np.isfinite(curve)) and curve.min() <= row["bpb"] <= curve.max()
+
+
+def test_help_and_readme_give_the_measured_duration_of_the_default_study(capsys):
+    import re
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    measured = float(re.search(r"whole study took \*\*([\d.]+) minutes\*\*", readme)[1])
+    with pytest.raises(SystemExit):
+        main(["length", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"took about {round(measured)} minutes on tinyshakespeare, measured on 2 CPU cores" in help_text
+    assert f"the study takes about {round(measured)} minutes on two CPU cores ({measured} measured" in readme
