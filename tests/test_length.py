@@ -107,13 +107,20 @@ def test_terminal_table(small_corpus, study, tmp_path, capsys):
                  "--rope-scalings", "yarn", "--quiet", *TINY])
     assert code == 0
     text = capsys.readouterr().out
-    assert "n/a (no rows past T=8)" in text and "rope+yarn" in text and "where each scheme breaks" in text
+    assert "rope+yarn" in text and "where each scheme breaks" in text
+    lines = text.splitlines()
+    head, *body, footnote = lines[1 : lines.index("")]
+    # every cell past T is a short n/a in its own column, and the reason is said once, under the table
+    assert [line.split()[0] for line in body] == ["learned", "rope", "rope+yarn"]
+    assert body[0].split()[2:] == ["n/a", "n/a"] and float(body[0].split()[1]) > 0
+    assert {len(line) for line in [head, *body]} == {len(head)}
+    assert footnote == "n/a: no rows past T=8 (a learned position table has T rows)"
 
 
 @pytest.mark.parametrize(
     "args,match",
     [
-        (["--schemes", "alibi"], "--rope-scalings needs the rope model"),
+        (["--schemes", "alibi", "--rope-scalings", "yarn"], "--rope-scalings needs the rope model"),
         (["--multipliers", "0"], "--multipliers"),
         (["--schemes", "rope", "rope"], "twice"),
         (["--d-model", "30", "--n-heads", "4"], "--d-model=30"),
@@ -127,11 +134,46 @@ def test_bad_options_write_nothing(small_corpus, tmp_path, capsys, args, match):
     assert not out.exists()
 
 
-def test_validation_too_short_stops_after_the_first_model(small_corpus, tmp_path, capsys):
+def test_validation_too_short_stops_before_training_and_writes_nothing(small_corpus, study, tmp_path, capsys):
     out = tmp_path / "s"
-    assert main(["length", "--text", str(small_corpus), "--out", str(out), *TINY, "--multipliers", "1", "100000"]) == 1
-    assert "fewer than one window" in capsys.readouterr().err
-    assert [p.name for p in (out / "runs").iterdir()] == ["learned"]
+    assert main(["length", "--text", str(small_corpus), "--out", str(out), "--json", *TINY, "--multipliers", "1", "100000"]) == 1
+    captured = capsys.readouterr()
+    assert not out.exists() and not any(tmp_path.iterdir())
+    assert not [line for line in json_lines(captured.out) if line.get("event") in ("run", "trained", "study")]
+    # the message names the value and the longest multiplier this validation text supports
+    manifest = json.loads((study[0] / "runs" / "rope" / "manifest.json").read_text())
+    supported = (manifest["tokens"]["val"]["count"] - 1) // T
+    err = captured.err.strip()
+    assert err.startswith("octlm: error: --multipliers 100000:") and "\n" not in err
+    assert f"lower --multipliers to at most {supported} " in err and "--val-fraction" in err
+    # and that multiplier does run: the check counts the same tokens the runs prepare
+    from octlm.length import LengthOptions, check_validation_length, validation_tokens
+
+    opts = LengthOptions(text=[str(small_corpus)], vocab_size=280, train_length=T, multipliers=[supported])
+    assert validation_tokens(opts) == manifest["tokens"]["val"]["count"]
+    assert check_validation_length(manifest["tokens"]["val"]["count"], opts) == 1
+
+
+@pytest.fixture(scope="module")
+def alibi_study(tmp_path_factory, small_corpus):
+    out = tmp_path_factory.mktemp("alibi") / "study"
+    assert main(["length", "--text", str(small_corpus), "--out", str(out), "--quiet", *TINY, "--schemes", "alibi", "--max-steps", "2"]) == 0
+    return json_lines((out / "length.jsonl").read_text())
+
+
+def test_without_rope_the_default_scalings_are_dropped(alibi_study):
+    study, *rows = alibi_study
+    assert study["options"]["rope_scalings"] == []
+    assert [(r["label"], r["eval_length"]) for r in rows if r["record"] == "eval"] == [("alibi", m * T) for m in MULTIPLIERS]
+
+
+def test_max_steps_is_recorded_as_the_limit_not_the_default_budget(alibi_study):
+    from octlm.length import DEFAULT_TIME_BUDGET, LengthOptions
+
+    study, *rows = alibi_study
+    assert study["options"]["max_steps"] == 2 and study["options"]["time_budget"] is None
+    assert [r["steps"] for r in rows if r["record"] == "train"] == [2]
+    assert LengthOptions().resolved().time_budget == DEFAULT_TIME_BUDGET
 
 
 def test_a_folder_that_is_not_a_study_is_never_touched(small_corpus, tmp_path, capsys):
@@ -182,3 +224,16 @@ def test_position_buckets_and_curve_cover_every_position(study):
     centres, curve = position_curve(row, first=3)
     assert len(centres) == len(curve) and np.all(np.diff(centres) > 0) and centres[-1] <= 4 * T
     assert np.all(np.isfinite(curve)) and curve.min() <= row["bpb"] <= curve.max()
+
+
+def test_help_and_readme_give_the_measured_duration_of_the_default_study(capsys):
+    import re
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    measured = float(re.search(r"whole study took \*\*([\d.]+) minutes\*\*", readme)[1])
+    with pytest.raises(SystemExit):
+        main(["length", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"took about {round(measured)} minutes on tinyshakespeare, measured on 2 CPU cores" in help_text
+    assert f"the study takes about {round(measured)} minutes on two CPU cores ({measured} measured" in readme

@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
         "then measures validation bits per byte at 1x, 2x, 4x, 8x and 16x the training length T, and the\n"
         "RoPE model again under each context-extension method (factor = length / T). Every length scores\n"
         "the same validation targets, in non-overlapping windows of that length. Learned positions show\n"
-        "'n/a (no rows past T)' past their table. Writes a table, a PNG plot and JSONL into --out.",
+        "n/a past T (their table has no rows there). Writes a table, a PNG plot and JSONL into --out.",
         epilog="examples:\n  octlm length --text ../shared/corpora/tinyshakespeare.txt --out runs/length\n"
         "  octlm length --text notes.txt --out runs/quick --time-budget 30 --train-length 64 --schemes rope alibi",
     )
