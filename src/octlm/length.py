@@ -41,9 +41,8 @@ import numpy as np
 
 from octlm.errors import OctlmError
 from octlm.evaluate import evaluate
-from octlm.fileio import atomic_write
-from octlm.options import TrainOptions
-from octlm.options import option
+from octlm.fileio import atomic_write, check_out_folder, make_folder
+from octlm.options import TrainOptions, option
 from octlm.positions import ROPE_SCALINGS, SCHEMES
 from octlm.report import Reporter
 
@@ -175,8 +174,7 @@ def check_validation_length(n_tokens: int, opts: LengthOptions) -> int:
 def prepare_study_dir(out: str, overwrite: bool) -> Path:
     """Create the study folder; an existing study is replaced only with ``overwrite``, anything else never."""
     path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise OctlmError(f"--out {path}: exists and is not a folder")
+    check_out_folder(path)
     if path.is_dir() and any(path.iterdir()):
         is_study = (path / RUNS).is_dir() and all(p.name in {RUNS, JSONL, PLOT, TABLE} for p in path.iterdir())
         if not is_study:
@@ -184,7 +182,7 @@ def prepare_study_dir(out: str, overwrite: bool) -> Path:
         if not overwrite:
             raise OctlmError(f"--out {path}: already holds a length study; choose another --out or pass --overwrite to replace it")
         shutil.rmtree(path)
-    (path / RUNS).mkdir(parents=True, exist_ok=True)
+    make_folder(path / RUNS)
     return path
 
 
