@@ -99,7 +99,7 @@ def test_training_on_pieces_learns_the_same_merges(shakespeare):
 def test_visible_token_marks_whitespace_and_controls():
     from octlm.tokenizer import visible_token
 
-    assert visible_token(" the\n\t\r") == "␣the↵⇥␍"
+    assert visible_token(" the\n\t\r") == "␣the↵⇥⇤"
     assert visible_token("a\x06") == "a\\x06"
     assert visible_token("é世") == "é世"
     assert visible_token("\x85\x9b") == "\\x85\\x9b"  # C1 controls (NEL, CSI) too

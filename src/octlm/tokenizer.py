@@ -73,14 +73,17 @@ def byte_alphabet() -> dict[str, int]:
 
 
 #: Stand-ins that make whitespace visible in token labels, as the page shows them.
-_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+#: Every stand-in must have a glyph in DejaVu Sans, matplotlib's default font
+#: (the figures use it): '␍' (U+240D) does not, so a carriage return shows as
+#: '⇤', "back to the left margin", a mirror of the tab's '⇥'.
+_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "⇤"}
 
 
 def visible_token(text: str) -> str:
     """A token's text with whitespace and control characters made visible.
 
     ``' the'`` becomes ``'␣the'``, a newline ``'↵'``, a tab ``'⇥'``, a carriage
-    return ``'␍'``, every other control character (Unicode category Cc: C0,
+    return ``'⇤'``, every other control character (Unicode category Cc: C0,
     DEL and C1) ``'\\xNN'``; bytes that are only part of a UTF-8 character
     already read ``'\\xe4'`` in :meth:`Tokenizer.token_str`. The terminal, the
     figures and the page (``showToken`` in ``web/src/run/data.ts``, held to
