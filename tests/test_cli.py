@@ -133,6 +133,27 @@ def test_sample_past_the_table_slides_the_window(trained_run, capsys):
     assert json_lines(capsys.readouterr().out)[-1]["samples"][0]
 
 
+@pytest.mark.parametrize(
+    "command,args,message",
+    [
+        ("sample", ["--run", "r"], "octlm: interrupted\n"),
+        ("bench", [], "octlm: interrupted\n"),
+        ("serve", ["--run", "r"], "octlm: interrupted\n"),
+        ("embeddings", ["--run", "r"], "octlm: interrupted; files already complete are kept, nothing is half-written\n"),
+        ("train", [], "octlm: interrupted; files already complete are kept, nothing is half-written\n"),
+    ],
+)
+def test_ctrl_c_promises_about_files_only_where_files_are_written(command, args, message, capsys, monkeypatch):
+    import importlib
+
+    def interrupted(args, report):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module(f"octlm.commands.{command}"), "run", interrupted)
+    assert main([command, *args]) == 130
+    assert capsys.readouterr().err == message
+
+
 def test_sample_missing_run(tmp_path, capsys):
     assert main(["sample", "--run", str(tmp_path / "none")]) == 1
     assert "no such run folder" in capsys.readouterr().err
