@@ -106,6 +106,38 @@ def printable_text(text: str) -> str:
     return "".join(c if c in "\n\t\r" else _escape_control(c) for c in text)
 
 
+class TextStream:
+    """The text of token ids that arrive one at a time, given out as soon as it is final.
+
+    Byte-level BPE can split one UTF-8 character over several tokens, and
+    :meth:`Tokenizer.decode` shows a character that is not complete yet as
+    U+FFFD. So :meth:`push` decodes all ids so far and gives out only the new
+    text before a trailing run of U+FFFD: that part no later token can change.
+    A U+FFFD that stays (bytes that are not UTF-8) comes out with the next
+    other character or from :meth:`finish`. The pieces joined equal
+    ``tokenizer.decode(ids)``.
+    """
+
+    def __init__(self, tokenizer: "Tokenizer") -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self._given = 0  # characters of the decoded text given out so far
+
+    def push(self, token_id: int) -> str:
+        """Add one token; returns the text it made final ('' while a character is incomplete)."""
+        self.ids.append(token_id)
+        text = self.tokenizer.decode(self.ids).rstrip("\ufffd")
+        piece = text[self._given :]
+        self._given = max(self._given, len(text))
+        return piece
+
+    def finish(self) -> str:
+        """The text still held back (U+FFFD for a character the ids leave incomplete)."""
+        piece = self.tokenizer.decode(self.ids)[self._given :]
+        self._given += len(piece)
+        return piece
+
+
 class Tokenizer:
     """A trained byte-level BPE tokenizer.
 
@@ -234,4 +266,4 @@ class Tokenizer:
 
 _ALPHABET = byte_alphabet()
 
-__all__ = ["CHUNK_CHARS", "END_OF_TEXT", "MIN_VOCAB_SIZE", "Tokenizer", "byte_alphabet", "pretoken_chunks"]
+__all__ = ["CHUNK_CHARS", "END_OF_TEXT", "MIN_VOCAB_SIZE", "TextStream", "Tokenizer", "byte_alphabet", "pretoken_chunks"]
