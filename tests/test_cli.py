@@ -143,6 +143,70 @@ def test_sample_past_the_table_slides_the_window(trained_run, capsys):
     assert json_lines(capsys.readouterr().out)[-1]["samples"][0]
 
 
+def test_sample_streams_each_piece_as_it_is_generated(trained_run, capsys, monkeypatch):
+    import octlm.model
+
+    common = ["sample", "--run", str(trained_run), "--prompt", "ROMEO:", "--max-new-tokens", "12", "--seed", "7", "--num-samples", "2"]
+    assert main([*common, "--json"]) == 0
+    samples = json_lines(capsys.readouterr().out)[-1]["samples"]
+    pick, seen = octlm.model.sample_next, []
+
+    def watched(*args, **kwargs):
+        seen.append(sys.stdout.getvalue())  # stdout as it stands when the next token is about to be picked
+        return pick(*args, **kwargs)
+
+    monkeypatch.setattr(octlm.model, "sample_next", watched)
+    assert main(common) == 0
+    out = capsys.readouterr().out
+    assert out == "ROMEO:" + samples[0] + "\n" + "-" * 60 + "\nROMEO:" + samples[1] + "\n"
+    assert seen[0] == "ROMEO:"  # the prompt shows before the first token is computed
+    assert all(a == b[: len(a)] for a, b in zip(seen, seen[1:]))  # the text only grows
+    assert seen[11] == "ROMEO:" + samples[0][: len(seen[11]) - 6] and len(seen[11]) > len("ROMEO:")
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_sample_ctrl_c_keeps_the_printed_text(trained_run, capsys, monkeypatch, streamed):
+    import octlm.model
+
+    common = ["sample", "--run", str(trained_run), "--prompt", "ROMEO:", "--seed", "7"]
+    assert main([*common, "--max-new-tokens", "5", "--json"]) == 0
+    first_five = json_lines(capsys.readouterr().out)[-1]["samples"][0]
+    pick, calls = octlm.model.sample_next, []
+
+    def interrupted_at_the_sixth(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 6:
+            raise KeyboardInterrupt
+        return pick(*args, **kwargs)
+
+    monkeypatch.setattr(octlm.model, "sample_next", interrupted_at_the_sixth)
+    assert main([*common, "--max-new-tokens", "50", *([] if streamed else ["--quiet"])]) == 130
+    out, err = capsys.readouterr()
+    assert out == ("ROMEO:" + first_five.rstrip("\ufffd") + "\n" if streamed else "")
+    assert err == "octlm: interrupted\n"
+
+
+@pytest.mark.parametrize(
+    "command,args,message",
+    [
+        ("sample", ["--run", "r"], "octlm: interrupted\n"),
+        ("bench", [], "octlm: interrupted\n"),
+        ("serve", ["--run", "r"], "octlm: interrupted\n"),
+        ("embeddings", ["--run", "r"], "octlm: interrupted; files already complete are kept, nothing is half-written\n"),
+        ("train", [], "octlm: interrupted; files already complete are kept, nothing is half-written\n"),
+    ],
+)
+def test_ctrl_c_promises_about_files_only_where_files_are_written(command, args, message, capsys, monkeypatch):
+    import importlib
+
+    def interrupted(args, report):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module(f"octlm.commands.{command}"), "run", interrupted)
+    assert main([command, *args]) == 130
+    assert capsys.readouterr().err == message
+
+
 def test_sample_missing_run(tmp_path, capsys):
     assert main(["sample", "--run", str(tmp_path / "none")]) == 1
     assert "no such run folder" in capsys.readouterr().err

@@ -136,3 +136,27 @@ def test_embeddings_bad_input_is_one_line(trained_run, tmp_path, capsys, args, m
     assert main(["embeddings", "--run", str(trained_run), "--out", str(tmp_path / "o"), *args]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and match in err[0]
+
+
+def test_every_token_stand_in_has_a_glyph_in_the_figure_font(tmp_path):
+    # A stand-in the font lacks prints a raw "Glyph ... missing" warning and draws a box in the PNG.
+    import warnings
+
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    from octlm.figures import pca_figure, save_png
+    from octlm.tokenizer import _VISIBLE
+
+    font = font_manager.findfont(font_manager.FontProperties(), fallback_to_default=False)
+    charmap = FT2Font(font).get_charmap()
+    lacking = [c for c in _VISIBLE.values() if ord(c) not in charmap]
+    assert not lacking, f"{font} has no glyph for {lacking}"
+
+    labels = ["".join(_VISIBLE), "x", "y"]  # token texts: the figure shows them with the stand-ins
+    coords = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figure = pca_figure(coords, np.array([0.6, 0.4]), labels, None, "stand-ins", marked=[0])
+        save_png(figure, tmp_path / "labels.png")
+    assert not [str(w.message) for w in caught if "missing" in str(w.message)]

@@ -97,6 +97,15 @@ def test_sampling_with_a_seed_is_reproducible_and_cache_independent():
     assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
 
 
+def test_on_token_sees_each_new_token_and_changes_nothing():
+    model = model_for("rope", {}, None)
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    seen = []
+    out = model.generate(prompt, 7, 0.9, 10, generator=torch.Generator().manual_seed(5), on_token=seen.append)
+    assert torch.equal(out, model.generate(prompt, 7, 0.9, 10, generator=torch.Generator().manual_seed(5)))
+    assert torch.equal(torch.cat(seen, dim=1), out[:, 3:]) and len(seen) == 7
+
+
 def test_generate_bad_input():
     model = model_for("rope", {}, None)
     prompt = torch.tensor([[1]])

@@ -99,7 +99,7 @@ def test_training_on_pieces_learns_the_same_merges(shakespeare):
 def test_visible_token_marks_whitespace_and_controls():
     from octlm.tokenizer import visible_token
 
-    assert visible_token(" the\n\t\r") == "␣the↵⇥␍"
+    assert visible_token(" the\n\t\r") == "␣the↵⇥⇤"
     assert visible_token("a\x06") == "a\\x06"
     assert visible_token("é世") == "é世"
     assert visible_token("\x85\x9b") == "\\x85\\x9b"  # C1 controls (NEL, CSI) too
@@ -120,3 +120,28 @@ def test_labels_and_printed_text_hold_no_control_characters(text):
     if "\\" not in text:
         unescaped = re.sub(r"\\x([0-9a-f]{2})", lambda m: chr(int(m[1], 16)), printed)
         assert unescaped == text
+
+
+def test_text_stream_holds_a_character_split_over_tokens(tokenizer):
+    from octlm.tokenizer import TextStream
+
+    ids = tokenizer.encode("a世é")
+    assert [tokenizer.token_bytes(i) for i in ids[1:4]] == [b"\xe4", b"\xb8", b"\x96"]  # one character, three tokens
+    stream = TextStream(tokenizer)
+    pieces = [stream.push(i) for i in ids]
+    assert pieces[:4] == ["a", "", "", "世"] and "".join(pieces) == "a世é" and stream.finish() == ""
+    # bytes that never become a character still come out, as decode shows them
+    stream = TextStream(tokenizer)
+    assert [stream.push(i) for i in (ids[1], *tokenizer.encode("b"), ids[1])] == ["", "\ufffdb", ""]
+    assert stream.finish() == "\ufffd"
+
+
+@given(text=st.text())
+def test_text_stream_pieces_add_up_to_the_decoded_text(tokenizer, text):
+    from octlm.tokenizer import TextStream
+
+    stream = TextStream(tokenizer)
+    pieces = [stream.push(i) for i in tokenizer.encode(text)]
+    assert "".join(pieces) + stream.finish() == text
+    if "\ufffd" not in text:
+        assert "\ufffd" not in "".join(pieces)

@@ -87,6 +87,10 @@ def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> 
 #: ``octlm.commands`` defines ``add_parser(subparsers)`` and sets ``func``.
 COMMANDS = ["train", "sample", "bench", "length", "embeddings", "serve", "export-web", "export-hf", "import-hf"]
 
+#: Subcommands that write no files: on Ctrl-C they say only "interrupted",
+#: since the promise about complete and half-written files means nothing there.
+WRITE_NO_FILES = {"sample", "bench", "serve"}
+
 
 def build_parser() -> argparse.ArgumentParser:
     from octlm import __version__
@@ -128,12 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     json_mode = "--json" in argv
     report = Reporter(json_mode=json_mode, quiet="--quiet" in argv)
+    command = None
     try:
         if argv and argv[0] in parser.subcommands and hasattr(parser.subcommands[argv[0]], "options_class"):
             sub = parser.subcommands[argv[0]]
             apply_toml_config(sub, argv[1:], sub.options_class)
         args, unknown = parser.parse_known_args(argv)
-        if args.command is None:
+        command = args.command
+        if command is None:
             parser.print_help()
             return 2
         if unknown:
@@ -146,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     except OctlmError as err:
         return _fail(report, str(err), 1)
     except KeyboardInterrupt:
-        return _fail(report, "interrupted; files already complete are kept, nothing is half-written", 130, prefix="octlm: ")
+        message = "interrupted" if command in WRITE_NO_FILES else "interrupted; files already complete are kept, nothing is half-written"
+        return _fail(report, message, 130, prefix="octlm: ")
     except OSError as err:
         # The file system said no (a parent that is a file, a read-only or full disk, ...).
         where = f"{err.filename}: " if err.filename else ""

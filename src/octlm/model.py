@@ -8,6 +8,7 @@ Read top to bottom: config, attention, MLP, block, decoder. The first layer
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -385,6 +386,7 @@ class Decoder(nn.Module):
         use_cache: bool = True,
         *,
         generator: torch.Generator | None = None,
+        on_token: Callable[[Tensor], None] | None = None,
     ) -> Tensor:
         """Continue ``prompt_ids`` [B, T0] by ``max_new_tokens`` tokens; returns [B, T0 + max_new_tokens].
 
@@ -400,6 +402,12 @@ class Decoder(nn.Module):
         window slides; with a cache the window is prefilled again at each
         such step); sinusoidal, RoPE (scaled or not), ALiBi and NoPE see the
         whole sequence.
+
+        ``on_token``, when given, is called with each step's new tokens
+        (int64 [B, 1]) as soon as they are picked, so a caller can show text
+        while the rest is generated; an exception it raises (or a Ctrl-C
+        during generation) stops generation. It changes nothing about which
+        tokens are picked.
 
         Raises:
             ValueError: for a negative ``max_new_tokens`` or ``temperature``,
@@ -421,7 +429,10 @@ class Decoder(nn.Module):
         cache = KVCache(len(self.blocks), capacity if self.max_length is None else min(capacity, self.max_length)) if use_cache else None
         for _ in range(max_new_tokens):
             logits = self.next_token_logits(ids, cache)
-            ids = torch.cat((ids, sample_next(logits, temperature, top_k, generator)), dim=1)
+            token = sample_next(logits, temperature, top_k, generator)
+            ids = torch.cat((ids, token), dim=1)
+            if on_token is not None:
+                on_token(token)
         return ids
 
     def _check_input(self, token_ids: Tensor, offset: int) -> None:

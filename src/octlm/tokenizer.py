@@ -73,14 +73,17 @@ def byte_alphabet() -> dict[str, int]:
 
 
 #: Stand-ins that make whitespace visible in token labels, as the page shows them.
-_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+#: Every stand-in must have a glyph in DejaVu Sans, matplotlib's default font
+#: (the figures use it): '␍' (U+240D) does not, so a carriage return shows as
+#: '⇤', "back to the left margin", a mirror of the tab's '⇥'.
+_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "⇤"}
 
 
 def visible_token(text: str) -> str:
     """A token's text with whitespace and control characters made visible.
 
     ``' the'`` becomes ``'␣the'``, a newline ``'↵'``, a tab ``'⇥'``, a carriage
-    return ``'␍'``, every other control character (Unicode category Cc: C0,
+    return ``'⇤'``, every other control character (Unicode category Cc: C0,
     DEL and C1) ``'\\xNN'``; bytes that are only part of a UTF-8 character
     already read ``'\\xe4'`` in :meth:`Tokenizer.token_str`. The terminal, the
     figures and the page (``showToken`` in ``web/src/run/data.ts``, held to
@@ -101,6 +104,38 @@ def printable_text(text: str) -> str:
     control bytes that would otherwise move the cursor or ring the bell.
     """
     return "".join(c if c in "\n\t\r" else _escape_control(c) for c in text)
+
+
+class TextStream:
+    """The text of token ids that arrive one at a time, given out as soon as it is final.
+
+    Byte-level BPE can split one UTF-8 character over several tokens, and
+    :meth:`Tokenizer.decode` shows a character that is not complete yet as
+    U+FFFD. So :meth:`push` decodes all ids so far and gives out only the new
+    text before a trailing run of U+FFFD: that part no later token can change.
+    A U+FFFD that stays (bytes that are not UTF-8) comes out with the next
+    other character or from :meth:`finish`. The pieces joined equal
+    ``tokenizer.decode(ids)``.
+    """
+
+    def __init__(self, tokenizer: "Tokenizer") -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self._given = 0  # characters of the decoded text given out so far
+
+    def push(self, token_id: int) -> str:
+        """Add one token; returns the text it made final ('' while a character is incomplete)."""
+        self.ids.append(token_id)
+        text = self.tokenizer.decode(self.ids).rstrip("\ufffd")
+        piece = text[self._given :]
+        self._given = max(self._given, len(text))
+        return piece
+
+    def finish(self) -> str:
+        """The text still held back (U+FFFD for a character the ids leave incomplete)."""
+        piece = self.tokenizer.decode(self.ids)[self._given :]
+        self._given += len(piece)
+        return piece
 
 
 class Tokenizer:
@@ -231,4 +266,4 @@ class Tokenizer:
 
 _ALPHABET = byte_alphabet()
 
-__all__ = ["CHUNK_CHARS", "END_OF_TEXT", "MIN_VOCAB_SIZE", "Tokenizer", "byte_alphabet", "pretoken_chunks"]
+__all__ = ["CHUNK_CHARS", "END_OF_TEXT", "MIN_VOCAB_SIZE", "TextStream", "Tokenizer", "byte_alphabet", "pretoken_chunks"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import sys
 
 from octlm.cli import Formatter, add_common
 from octlm.errors import OctlmError
@@ -31,6 +33,19 @@ def add_parser(sub) -> None:
     p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence at every step (slow; for comparison)")
     add_common(p)
     p.set_defaults(func=run)
+
+
+def _show(text: str) -> None:
+    """Print generated text at once, its control characters escaped (a barely trained model emits them)."""
+    from octlm.tokenizer import printable_text
+
+    sys.stdout.write(printable_text(text))
+    sys.stdout.flush()
+
+
+def _show_token(stream, token) -> None:
+    """``on_token`` of :meth:`Decoder.generate`: print what the new token [1, 1] made final."""
+    _show(stream.push(int(token[0, 0])))
 
 
 def add_rope_scaling_options(p: argparse.ArgumentParser) -> None:
@@ -75,7 +90,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
 
     from octlm.options import check_seed
     from octlm.run import load_run
-    from octlm.tokenizer import printable_text
+    from octlm.tokenizer import TextStream, printable_text
     from octlm.train import resolve_device
 
     if args.max_new_tokens < 0:
@@ -100,12 +115,31 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     if limit is not None and len(ids) > limit:
         report.warn(f"the prompt is {len(ids)} tokens; this learned-position model sees only its last {limit}")
     generator = torch.Generator(device=device).manual_seed(args.seed)
+    # People see each piece as it is generated, so Ctrl-C keeps what they saw;
+    # --json and --quiet print only the finished result.
+    streaming = not (report.json_mode or report.quiet)
+    separator = "\n" + "-" * 60 + "\n"
     samples = []
-    for _ in range(args.num_samples):
-        prompt = torch.tensor([ids], device=device)
-        out = model.generate(prompt, args.max_new_tokens, args.temperature, args.top_k or None, not args.no_cache, generator=generator)
-        samples.append(tokenizer.decode(out[0, len(ids) :].tolist()))
-    text = printable_text(("\n" + "-" * 60 + "\n").join(args.prompt + s for s in samples))
+    try:
+        for n in range(args.num_samples):
+            stream = TextStream(tokenizer)
+            if streaming:
+                _show((separator if n else "") + args.prompt)
+            prompt = torch.tensor([ids], device=device)
+            out = model.generate(
+                prompt, args.max_new_tokens, args.temperature, args.top_k or None, not args.no_cache, generator=generator,
+                on_token=functools.partial(_show_token, stream) if streaming else None,
+            )
+            samples.append(tokenizer.decode(out[0, len(ids) :].tolist()))
+            if streaming:
+                _show(stream.finish())
+    except KeyboardInterrupt:
+        if streaming:
+            _show("\n")  # the interrupted line ends, so the message after it starts a line of its own
+        raise
+    if streaming:
+        _show("\n")
+    text = None if streaming else printable_text(separator.join(args.prompt + s for s in samples))
     scaling = getattr(model.positions, "scaling", None)
     result = {
         "prompt": args.prompt,

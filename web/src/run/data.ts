@@ -43,7 +43,7 @@ export function unpack(p: PackedMatrix): Matrix {
 
 /**
  * A token's text with its invisible characters shown: a space as ␣, a newline as ↵, a tab as ⇥,
- * a carriage return as ␍, other control characters (C0, DEL and C1) as \xNN; the same labels as
+ * a carriage return as ⇤, other control characters (C0, DEL and C1) as \xNN; the same labels as
  * Python's octlm.tokenizer.visible_token (the parity fixtures hold both to it).
  */
 export function showToken(text: string): string {
@@ -51,7 +51,7 @@ export function showToken(text: string): string {
     .replace(/ /g, "␣")
     .replace(/\n/g, "↵")
     .replace(/\t/g, "⇥")
-    .replace(/\r/g, "␍")
+    .replace(/\r/g, "⇤")
     .replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
 }
 
