@@ -28,11 +28,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
 from octlm.errors import RunError
-from octlm.fileio import atomic_write
+from octlm.fileio import atomic_write, read_safetensors
 
 CHECKPOINT = "checkpoint.safetensors"
 FORMAT = "octlm-checkpoint/1"
@@ -257,10 +256,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             f"training run. Start it again with the same --out and --overwrite (which replaces the folder)"
         )
     try:
-        with safe_open(str(path), framework="pt", device="cpu") as handle:
-            meta = handle.metadata() or {}
-            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
-    except (SafetensorError, OSError, ValueError) as err:
+        tensors, meta = read_safetensors(path)
+    except (OSError, ValueError) as err:
         raise CheckpointError(f"{path}: cannot read checkpoint ({err}); the file is truncated or corrupted") from None
     try:
         state = json.loads(meta["octlm"])

@@ -1,4 +1,4 @@
-"""Writing files so that a crash never leaves a half-written one behind."""
+"""Writing files so that a crash never leaves a half-written one behind, and reading them whole."""
 
 from __future__ import annotations
 
@@ -40,6 +40,34 @@ def atomic_write(path: str | Path, data: bytes | str) -> None:
             pass
         raise
     _fsync_dir(path.parent)
+
+
+def read_safetensors(path: str | Path) -> tuple[dict, dict[str, str]]:
+    """``(tensors, metadata)`` of a safetensors file, read through one open.
+
+    ``safetensors.safe_open`` opens the file by name twice (the header, then
+    the storage), so a reader racing an :func:`atomic_write` of the same path
+    could pair one file's header with the next one's tensors. Reading the
+    bytes once sees one whole file, old or new.
+
+    Raises:
+        OSError: when the file cannot be read.
+        ValueError: when the bytes are not a safetensors file (too short, a
+            bad header, or tensors that do not match it).
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    data = Path(path).read_bytes()
+    try:
+        size = int.from_bytes(data[:8], "little")
+        if len(data) < 8 or 8 + size > len(data):
+            raise ValueError(f"{len(data)} bytes, too short for its header")
+        header = json.loads(data[8 : 8 + size])
+        metadata = header.get("__metadata__") or {} if isinstance(header, dict) else {}
+        return load(data), dict(metadata)
+    except (SafetensorError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"not a safetensors file: {err}") from None
 
 
 def umask() -> int:

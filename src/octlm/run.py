@@ -18,11 +18,10 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save
+from safetensors.torch import save
 
 from octlm.errors import RunError
-from octlm.fileio import atomic_write, atomic_write_json
+from octlm.fileio import atomic_write, atomic_write_json, read_safetensors
 from octlm.model import Decoder, DecoderConfig
 from octlm.tokenizer import Tokenizer
 
@@ -57,8 +56,8 @@ def load_weights(path: str | Path, model: Decoder) -> None:
     if not path.is_file():
         raise RunError(f"{path}: no weights file; is this a finished octlm run folder?")
     try:
-        state = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as err:
+        state, _ = read_safetensors(path)
+    except (OSError, ValueError) as err:
         raise RunError(f"{path}: cannot read weights ({err}); the file is truncated or corrupted") from None
     expected = set(weights_state(model))
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
