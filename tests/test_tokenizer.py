@@ -145,3 +145,14 @@ def test_text_stream_pieces_add_up_to_the_decoded_text(tokenizer, text):
     assert "".join(pieces) + stream.finish() == text
     if "\ufffd" not in text:
         assert "\ufffd" not in "".join(pieces)
+
+
+@given(data=st.data())
+def test_text_stream_of_any_ids_adds_up_to_decode(tokenizer, data):
+    # Arbitrary ids, so stray continuation bytes and cut characters come in any order.
+    from octlm.tokenizer import TextStream
+
+    ids = data.draw(st.lists(st.integers(0, tokenizer.vocab_size - 1), max_size=40))
+    stream = TextStream(tokenizer)
+    pieces = [stream.push(i) for i in ids]
+    assert "".join(pieces) + stream.finish() == tokenizer.decode(ids)

@@ -111,30 +111,36 @@ class TextStream:
 
     Byte-level BPE can split one UTF-8 character over several tokens, and
     :meth:`Tokenizer.decode` shows a character that is not complete yet as
-    U+FFFD. So :meth:`push` decodes all ids so far and gives out only the new
-    text before a trailing run of U+FFFD: that part no later token can change.
-    A U+FFFD that stays (bytes that are not UTF-8) comes out with the next
-    other character or from :meth:`finish`. The pieces joined equal
-    ``tokenizer.decode(ids)``.
+    U+FFFD. So :meth:`push` decodes the ids since the text was last complete
+    and gives out only the new text before a trailing run of U+FFFD: that
+    part no later token can change. A U+FFFD that stays (bytes that are not
+    UTF-8) comes out with the next other character or from :meth:`finish`.
+    The pieces joined equal ``tokenizer.decode(ids)``; each push decodes only
+    the ids since the last complete character, so a long stream costs linear
+    time.
     """
 
     def __init__(self, tokenizer: "Tokenizer") -> None:
         self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self._given = 0  # characters of the decoded text given out so far
+        self._pending: list[int] = []  # ids since the text was last complete
+        self._given = 0  # characters of their text already given out
 
     def push(self, token_id: int) -> str:
         """Add one token; returns the text it made final ('' while a character is incomplete)."""
-        self.ids.append(token_id)
-        text = self.tokenizer.decode(self.ids).rstrip("\ufffd")
-        piece = text[self._given :]
-        self._given = max(self._given, len(text))
+        self._pending.append(token_id)
+        text = self.tokenizer.decode(self._pending)
+        final = text.rstrip("\ufffd")
+        piece = final[self._given :]
+        self._given = max(self._given, len(final))
+        if len(final) == len(text):
+            # complete: bytes still to come start a new character, so decoding can start afresh
+            self._pending, self._given = [], 0
         return piece
 
     def finish(self) -> str:
         """The text still held back (U+FFFD for a character the ids leave incomplete)."""
-        piece = self.tokenizer.decode(self.ids)[self._given :]
-        self._given += len(piece)
+        piece = self.tokenizer.decode(self._pending)[self._given :]
+        self._pending, self._given = [], 0
         return piece
 
 
