@@ -195,3 +195,28 @@ def test_commands_have_help_and_json(command, capsys):
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert "--json" in out and "--overwrite" in out
+
+
+def test_overwrite_never_destroys_a_run_or_the_input(trained_run, gpt2_tokenizer, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    before = sorted(p.name for p in run.iterdir())
+    # exporting a run onto itself (or onto any octlm run) would have deleted the run
+    assert main(["export-hf", str(run), str(run), "--overwrite"]) == 1
+    assert "holds an octlm run, which export-hf never replaces" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == before
+    # importing a checkpoint onto itself would have replaced what it reads
+    hf = tmp_path / "hf"
+    save_random_gpt2(hf, gpt2_tokenizer)
+    hf_files = sorted(p.name for p in hf.iterdir())
+    assert main(["import-hf", str(hf), str(hf), "--overwrite"]) == 1
+    assert "RUN_DIR" in capsys.readouterr().err and sorted(p.name for p in hf.iterdir()) == hf_files
+    # a transformers checkpoint is not an octlm run: train --overwrite leaves it alone
+    assert main(["train", "--out", str(hf), "--overwrite", "--max-steps", "1"]) == 1
+    assert "not an octlm run" in capsys.readouterr().err and sorted(p.name for p in hf.iterdir()) == hf_files
+    # an import's config.json that is not an object
+    (hf / "config.json").write_text("[1, 2]")
+    assert main(["import-hf", str(hf), str(tmp_path / "imported")]) == 1
+    assert "holds a JSON list, not the object of a transformers config" in capsys.readouterr().err

@@ -41,6 +41,7 @@ from safetensors.torch import save
 from octlm.errors import OctlmError
 from octlm.fileio import atomic_write, atomic_write_json, check_out_folder, make_folder
 from octlm.model import Decoder, DecoderConfig
+from octlm.run import is_octlm_run
 from octlm.tokenizer import END_OF_TEXT, Tokenizer
 
 #: octlm activation -> GPT-2 activation_function written on export.
@@ -343,6 +344,8 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
         raise InteropError(f"{config_path}: missing; is {in_dir} a transformers checkpoint folder?") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise InteropError(f"{config_path}: not valid JSON ({err})") from None
+    if not isinstance(gpt2, dict):
+        raise InteropError(f"{config_path}: holds a JSON {type(gpt2).__name__}, not the object of a transformers config")
     config = decoder_config(gpt2, config_path)
     state = from_gpt2_state(read_gpt2_tensors(in_dir), config, in_dir)
     tokenizer = read_gpt2_tokenizer(in_dir)
@@ -357,6 +360,8 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
     from octlm.run import save_weights
     from octlm.train import prepare_run_dir
 
+    if run_dir.resolve() == in_dir.resolve():
+        raise InteropError(f"RUN_DIR {run_dir} is IN_DIR; the import would replace the checkpoint it reads: choose another RUN_DIR")
     run_dir = prepare_run_dir(str(run_dir), overwrite, flag="RUN_DIR")
 
     save_weights(run_dir / WEIGHTS, model)
@@ -372,6 +377,8 @@ def _prepare_out(folder: Path, overwrite: bool) -> None:
     if folder.is_dir() and any(folder.iterdir()):
         if not overwrite:
             raise OctlmError(f"{folder}: already holds files; choose another folder or pass --overwrite to replace it")
+        if is_octlm_run(folder):
+            raise OctlmError(f"OUT_DIR {folder}: holds an octlm run, which export-hf never replaces; choose another OUT_DIR")
         if not (folder / "config.json").is_file():
             raise OctlmError(f"{folder}: holds files that are not a model checkpoint; refusing to overwrite them")
         shutil.rmtree(folder)

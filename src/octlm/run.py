@@ -125,6 +125,22 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
     return model.to(device).eval(), tokenizer
 
 
+def is_octlm_run(folder: str | Path) -> bool:
+    """Whether ``folder`` holds an octlm run (trained, imported or half-made), by its own files.
+
+    A ``manifest.json``, or a ``config.json`` that octlm wrote (it records
+    ``octlm_version``); a transformers checkpoint's ``config.json`` does not.
+    """
+    folder = Path(folder)
+    if (folder / MANIFEST).is_file():
+        return True
+    try:
+        config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "octlm_version" in config
+
+
 def write_config(run_dir: Path, model_config: DecoderConfig, train_options: dict) -> None:
     """Write ``config.json`` (model shape plus the resolved training options)."""
     from octlm import __version__
@@ -132,4 +148,4 @@ def write_config(run_dir: Path, model_config: DecoderConfig, train_options: dict
     atomic_write_json(run_dir / CONFIG, {"octlm_version": __version__, "model": model_config.to_dict(), "train": train_options})
 
 
-__all__ = ["load_config", "load_run", "load_weights", "read_json", "save_weights", "weights_state", "write_config"]
+__all__ = ["is_octlm_run", "load_config", "load_run", "load_weights", "read_json", "save_weights", "weights_state", "write_config"]
