@@ -109,7 +109,18 @@ def decode_text(raw: bytes, path: str, encoding: str = "utf-8") -> str:
             f"if the file uses another encoding, pass it, e.g. --encoding cp1252 or --encoding latin-1"
         ) from None
     except LookupError:
-        raise DataError(f"unknown text encoding {encoding!r}; use a Python codec name such as utf-8 or cp1252") from None
+        check_encoding(encoding)
+        raise  # not reached: check_encoding raises for every codec that raised here
+
+
+def check_encoding(encoding: str) -> None:
+    """Raise :class:`DataError` unless ``encoding`` names a Python text codec."""
+    try:
+        b"a".decode(encoding)  # unknown names and codecs that are not text (rot13, base64) raise LookupError
+    except UnicodeDecodeError:
+        pass  # a real text codec (UTF-16 wants two bytes)
+    except LookupError:
+        raise DataError(f"--encoding {encoding}: unknown text encoding; use a Python codec name such as utf-8 or cp1252") from None
 
 
 def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") -> tuple[list[Document], dict]:
@@ -241,9 +252,26 @@ def write_tokens(path: Path, ids: np.ndarray) -> dict:
     return {"file": path.name, "dtype": ids.dtype.name, "count": int(ids.size), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def open_tokens(path: Path, dtype: str) -> np.memmap:
-    """Open a token file written by :func:`write_tokens` as a read-only memmap [N]."""
-    return np.memmap(path, dtype=np.dtype(dtype).newbyteorder("<"), mode="r")
+def open_tokens(path: Path, dtype: str, count: int | None = None) -> np.ndarray:
+    """Open a token file written by :func:`write_tokens` as a read-only memmap [N].
+
+    Args:
+        count: the number of tokens the manifest recorded, when known.
+
+    Raises:
+        DataError: naming the file when its size is not a whole number of
+            tokens, or it holds a different number of tokens than ``count``
+            (truncated or replaced).
+    """
+    dtype = np.dtype(dtype).newbyteorder("<")
+    size = Path(path).stat().st_size
+    if size % dtype.itemsize:
+        raise DataError(f"{path}: {size} bytes is not a whole number of {dtype.itemsize}-byte tokens; the file is damaged (train again)")
+    if count is not None and size // dtype.itemsize != count:
+        raise DataError(f"{path}: holds {size // dtype.itemsize} tokens, manifest.json says {count}; the file is truncated or replaced (train again)")
+    if size == 0:
+        return np.zeros(0, dtype=dtype)  # mmap cannot map an empty file
+    return np.memmap(path, dtype=dtype, mode="r")
 
 
 def count_blocks(n_tokens: int, context_length: int, offset: int = 0) -> int:

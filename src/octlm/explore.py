@@ -141,7 +141,7 @@ def token_counts(run_dir: str | Path, vocab_size: int) -> np.ndarray | None:
     entry = read_json(run_dir / MANIFEST).get("tokens", {}).get("train")
     if not entry or not (run_dir / entry["file"]).is_file():
         return None
-    tokens = open_tokens(run_dir / entry["file"], entry["dtype"])
+    tokens = open_tokens(run_dir / entry["file"], entry["dtype"], entry.get("count"))
     counts = np.bincount(np.asarray(tokens), minlength=vocab_size)
     if counts.shape[0] > vocab_size:
         raise RunError(f"{run_dir / entry['file']}: holds token ids up to {counts.shape[0] - 1}, outside the vocabulary of {vocab_size}")

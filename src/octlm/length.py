@@ -233,7 +233,7 @@ def _validation_stream(run_dir: Path) -> np.ndarray:
     from octlm.data import open_tokens
 
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    return open_tokens(run_dir / "val.bin", manifest["tokens"]["val"]["dtype"])
+    return open_tokens(run_dir / "val.bin", manifest["tokens"]["val"]["dtype"], manifest["tokens"]["val"]["count"])
 
 
 def _row(scheme: str, method: str | None, factor: float | None, multiplier: int, length: int) -> dict:
