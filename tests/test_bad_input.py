@@ -36,6 +36,9 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | --out below a file, not UTF-8, unwritable     | test_out_paths_that_cannot_become_a_folder                |
 | a damaged config.json on --resume             | test_resume_with_a_damaged_config_names_the_file          |
 | --resume on a file or an imported model       | test_resume_on_a_file_or_an_imported_run                  |
+| --overwrite of a run that is training         | test_overwrite_refuses_a_run_another_process_is_training  |
+| a damaged train.bin, for every reader         | test_damaged_token_file_is_named_by_every_reader          |
+| an ALiBi prompt too long for memory           | test_alibi_prompt_too_long_for_memory_is_refused          |
 """
 
 from __future__ import annotations
@@ -249,6 +252,9 @@ def test_every_case_elsewhere_exists():
         (["--grad-clip", "-1"], "--grad-clip must be a finite number >= 0"),
         (["--learning-rate", "inf"], "--learning-rate must be a finite number > 0"),
         (["--time-budget", "inf"], "--time-budget must be a finite number of seconds > 0"),
+        (["--encoding", "nosuch"], "--encoding nosuch: unknown text encoding"),
+        (["--encoding", "rot13"], "--encoding rot13: unknown text encoding"),  # a codec, but not for text
+        (["--val-fraction", "0"], "--val-fraction must be between 0 and 1"),
     ],
 )
 def test_impossible_option_values_are_refused_before_reading(small_corpus, tmp_path, capsys, flags, match):
@@ -429,3 +435,44 @@ def test_resume_on_a_file_or_an_imported_run(small_corpus, tmp_path, capsys):
     (run / "config.json").write_text(json.dumps(config))
     assert main(["train", "--resume", str(run)]) == 1
     assert "made by octlm import-hf and holds no training state" in capsys.readouterr().err
+
+
+def test_overwrite_refuses_a_run_another_process_is_training(trained_run, small_corpus, tmp_path, capsys):
+    import shutil
+
+    from octlm.train import lock_run
+
+    run = tmp_path / "busy"
+    shutil.copytree(trained_run, run)
+    held = lock_run(run)  # stands for the training process
+    try:
+        assert main(["train", "--text", str(small_corpus), "--out", str(run), "--overwrite", *TINY]) == 1
+        assert "is training this run" in capsys.readouterr().err
+        assert (run / "model.safetensors").read_bytes() == (trained_run / "model.safetensors").read_bytes()
+    finally:
+        held.close()
+
+
+@pytest.mark.parametrize("damage", ["odd", "short", "empty"])
+def test_damaged_token_file_is_named_by_every_reader(trained_run, tmp_path, capsys, damage):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    data = (run / "train.bin").read_bytes()
+    (run / "train.bin").write_bytes({"odd": data[:-1], "short": data[: len(data) // 2], "empty": b""}[damage])
+    for command in (["embeddings", "--run", str(run), "--out", str(tmp_path / "fig")], ["export-web", "--run", str(run), "--out", str(tmp_path / "web")]):
+        assert main(command) == 1, command
+        err = capsys.readouterr().err
+        assert err.startswith(f"octlm: error: {run / 'train.bin'}: ") and "Traceback" not in err
+
+
+def test_alibi_prompt_too_long_for_memory_is_refused(small_corpus, tmp_path, capsys, monkeypatch):
+    import octlm.train
+
+    run = tmp_path / "alibi"
+    assert main(["train", "--text", str(small_corpus), "--out", str(run), *TINY, "--position", "alibi", "--quiet"]) == 0
+    monkeypatch.setattr(octlm.train, "device_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
+    assert main(["sample", "--run", str(run), "--prompt", "a" * 400, "--max-new-tokens", "4"]) == 1
+    err = capsys.readouterr().err
+    assert "ALiBi's bias for that length needs about" in err and "keep it under" in err

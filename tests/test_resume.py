@@ -340,3 +340,12 @@ def test_a_run_from_an_older_octlm_resumes_twice(reference, tmp_path, capsys):
     atomic_write(path, save(tensors, metadata={"octlm": json.dumps(meta)}))
     assert main(["train", "--resume", str(run), "--max-steps", "13", "--quiet"]) == 0
     assert main(["train", "--resume", str(run), "--max-steps", "14", "--quiet"]) == 0
+
+
+def test_quiet_report_of_an_interrupted_run_still_says_how_to_resume(trained_run):
+    from octlm.train import final_report
+
+    result = {"run_dir": str(trained_run), "steps": 12, "train_seconds": 3.0, "tokens_per_second": 1000.0, "epochs": 0.1,
+              "interrupted": True, "val_loss": 5.0, "val_perplexity": 148.4, "val_bpb": 2.5, "val_tokens": 100}
+    text = final_report(result, "", {}, brief=True)  # what --quiet prints
+    assert text.endswith(f"continue exactly where it stopped with: octlm train --resume {trained_run}")

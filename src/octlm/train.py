@@ -52,7 +52,7 @@ from octlm.fileio import umask as fileio_umask
 from octlm.model import Decoder, DecoderConfig, cross_entropy
 from octlm.options import DEFAULT_MAX_STEPS, TrainOptions, check_seed, checked_values
 from octlm.report import Reporter
-from octlm.run import CONFIG, MANIFEST, METRICS, TOKENIZER, WEIGHTS, load_config, save_weights, write_config
+from octlm.run import CONFIG, MANIFEST, METRICS, TOKENIZER, WEIGHTS, is_octlm_run, load_config, save_weights, write_config
 from octlm.tokenizer import MIN_VOCAB_SIZE, Tokenizer, printable_text, visible_token
 
 
@@ -117,10 +117,14 @@ def check_run_dir(out: str | None, overwrite: bool, flag: str = "--out") -> Path
     run_dir = Path(out)
     check_out_folder(run_dir, flag)
     if run_dir.is_dir() and any(run_dir.iterdir()):
-        if not (run_dir / CONFIG).exists() and not (run_dir / MANIFEST).exists():
+        if not is_octlm_run(run_dir):
             raise OctlmError(f"{flag} {run_dir}: holds files that are not an octlm run, which octlm never replaces; choose a new or empty folder")
         if not overwrite:
             raise OctlmError(f"{flag} {run_dir}: already holds an octlm run; choose another {flag} or pass --overwrite to replace it")
+        if (run_dir / ".lock").exists():
+            lock = lock_run(run_dir)  # raises while another process trains it: --overwrite must not pull it away
+            if lock is not None:
+                lock.close()
     return run_dir
 
 
@@ -256,6 +260,9 @@ def check_options(opts: TrainOptions) -> None:
         if not 0 <= getattr(opts, name) < math.inf:
             raise OctlmError(f"--{name.replace('_', '-')} must be a finite number >= 0 (0 turns it off), got {getattr(opts, name)}")
     check_seed(opts.seed)
+    corpus.check_encoding(opts.encoding)
+    if not 0.0 < opts.val_fraction < 1.0:
+        raise OctlmError(f"--val-fraction must be between 0 and 1 (exclusive), got {opts.val_fraction}")
     try:
         opts.model_config(vocab_size=opts.vocab_size)
     except ValueError as err:
@@ -282,12 +289,7 @@ def open_corpus(run_dir: Path) -> Corpus:
         entry = manifest.get("tokens", {}).get(split)
         if entry is None or not (run_dir / entry["file"]).is_file():
             raise RunError(f"{run_dir / f'{split}.bin'}: token file missing; the run folder is incomplete")
-        tokens = corpus.open_tokens(run_dir / entry["file"], entry["dtype"])
-        if len(tokens) != entry["count"]:
-            raise RunError(
-                f"{run_dir / entry['file']}: holds {len(tokens)} tokens, manifest.json says {entry['count']}; the file is truncated"
-            )
-        streams.append(tokens)
+        streams.append(corpus.open_tokens(run_dir / entry["file"], entry["dtype"], entry["count"]))
     return Corpus(tokenizer, streams[0], streams[1], manifest)
 
 
@@ -464,15 +466,21 @@ def step_memory_bytes(opts: TrainOptions) -> int:
     return 4 * tokens * per_token
 
 
+def device_memory_bytes(device: torch.device) -> int | None:
+    """The memory of ``device`` in bytes (GPU memory, or the machine's RAM); ``None`` when the system will not say."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def check_memory(opts: TrainOptions, device: torch.device) -> None:
     """Refuse a batch whose activations alone would not fit the device's memory (instead of being OOM-killed)."""
-    if device.type == "cuda":
-        total = torch.cuda.get_device_properties(device).total_memory
-    else:
-        try:
-            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            return
+    total = device_memory_bytes(device)
+    if total is None:
+        return
     need = step_memory_bytes(opts)
     if need > total:
         logits = 3 * opts.vocab_size
@@ -883,14 +891,15 @@ def final_report(result: dict, sample_text: str, diagnostic: dict, brief: bool =
         f"validation: loss {result['val_loss']:.4f} nats/token, perplexity {result['val_perplexity']:.2f}, "
         f"{result['val_bpb']:.4f} bits per byte ({result['val_tokens']:,} tokens)",
     ]
+    resume = []
+    if result["interrupted"]:
+        resume = [f"interrupted at step {result['steps']}; continue exactly where it stopped with: octlm train --resume {shlex.quote(result['run_dir'])}"]
     if brief:
-        return "\n".join(lines[1:] + [saved])
+        return "\n".join(lines[1:] + [saved] + resume)
     if sample_text:
         lines += ["", "sample:", "-" * 60, printable_text(sample_text), "-" * 60]
     lines += ["", format_diagnostic(diagnostic, scheme), "", saved]
-    if result["interrupted"]:
-        lines.append(f"interrupted at step {result['steps']}; continue exactly where it stopped with: octlm train --resume {shlex.quote(result['run_dir'])}")
-    return "\n".join(lines)
+    return "\n".join(lines + resume)
 
 
 def sample_from(model: Decoder, tokenizer: Tokenizer, prompt: str, max_new_tokens: int, temperature: float, top_k: int | None, seed: int, device: torch.device) -> str:
