@@ -443,7 +443,8 @@ def train(
             check_options(opts)
         except OctlmError as err:
             raise OctlmError(f"{err} (from the flags given now or the run's {run_dir / CONFIG})") from None
-    check_options(opts)
+    else:
+        check_options(opts)
     group, device_name = distributed.setup(opts.device)
     try:
         if not group.is_main:
