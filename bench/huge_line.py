@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 CHILD = r"""
 import hashlib, json, resource, sys, time
@@ -31,7 +29,7 @@ from octlm import data
 from octlm.tokenizer import END_OF_TEXT, Tokenizer
 
 mode, corpus, megabytes, vocab = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
-base = open(corpus, encoding="utf-8").read().replace("\n", " ")
+base = data.read_documents([corpus])[0][0].text.replace("\n", " ")
 size = int(megabytes * 1e6)
 text = (base * (size // len(base) + 1))[:size]
 t0 = time.perf_counter()
@@ -58,8 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=20.0)
     parser.add_argument("--vocab-size", type=int, default=1024)
-    shared = Path(os.environ.get("OCTLM_SHARED", Path(__file__).resolve().parents[2] / "shared"))
-    parser.add_argument("--corpus", default=str(shared / "corpora" / "tinyshakespeare.txt"))
+    parser.add_argument("--corpus", default="tinyshakespeare", help="a text file, or the built-in tinyshakespeare")
     args = parser.parse_args()
     out = {"megabytes": args.megabytes, "vocab_size": args.vocab_size}
     for mode in ("pieces", "whole"):

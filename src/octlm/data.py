@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from octlm.corpora import BUILTIN_CORPORA, BuiltinCorpus, builtin_corpus, read_builtin
 from octlm.errors import DataError
 from octlm.fileio import atomic_write
 
@@ -123,12 +124,53 @@ def check_encoding(encoding: str) -> None:
         raise DataError(f"--encoding {encoding}: unknown text encoding; use a Python codec name such as utf-8 or cp1252") from None
 
 
+def _given_candidates(paths: Sequence[str | Path], skipped: list[dict]) -> tuple[list[tuple], list[dict]]:
+    """What each ``--text`` argument names: ``(path or built-in, shown, from_folder)`` and the built-ins used.
+
+    A path that exists on disk wins over a built-in corpus of the same name,
+    so a person's own ``tinyshakespeare`` folder is never shadowed.
+    """
+    candidates: list[tuple] = []
+    builtins: list[dict] = []
+    for given in paths:
+        if not str(given):
+            # Path("") is ".", which would quietly read the whole current folder.
+            raise DataError("--text got an empty path ''; give a file or folder (. for the current folder)")
+        path = Path(given)
+        if path.is_dir():
+            found = _folder_files(path, skipped)
+            candidates.extend((f, str(f), True) for f in found)
+            if not found:
+                raise DataError(f"{path}: folder holds no files; give a folder of text files or the files themselves")
+        elif path.is_file():
+            candidates.append((path, str(path), False))
+        elif path.exists():
+            raise DataError(f"{path}: not a regular file or folder")
+        elif (shipped := builtin_corpus(str(given))) is not None:
+            candidates.append((shipped, shipped.name, False))
+            builtins.append({"name": shipped.name, "sha256": shipped.sha256, "source": shipped.source})
+        else:
+            raise DataError(f"{path}: no such file or folder (built-in corpora: {', '.join(BUILTIN_CORPORA)})")
+    return candidates, builtins
+
+
+def _read_candidate(item: Path | BuiltinCorpus, shown: str) -> bytes:
+    if isinstance(item, BuiltinCorpus):
+        return read_builtin(item.name)
+    try:
+        return item.read_bytes()
+    except OSError as err:
+        raise DataError(f"{shown}: cannot read: {err.strerror}") from None
+
+
 def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") -> tuple[list[Document], dict]:
     """Read the corpus.
 
     Args:
-        paths: files or folders; folders are walked recursively in sorted
-            order, skipping hidden entries, ``__pycache__``,
+        paths: files, folders or names of built-in corpora
+            (:mod:`octlm.corpora`, e.g. ``tinyshakespeare``; a path that
+            exists wins over a built-in name). Folders are walked recursively
+            in sorted order, skipping hidden entries, ``__pycache__``,
             ``node_modules`` and octlm run folders, files that are not regular files (FIFOs,
             sockets), empty files and binary files (a NUL byte in the first
             8 KiB, or in the text for UTF-16/32). ``None`` or empty: the
@@ -136,14 +178,15 @@ def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") 
         encoding: codec of every file (UTF-8 by default).
 
     Returns:
-        ``(documents, info)`` where ``info`` names the source and lists what
-        was skipped and which files repeat an earlier one byte for byte, for
-        the manifest.
+        ``(documents, info)`` where ``info`` names the source (with each
+        built-in corpus used, by name and sha256) and lists what was skipped
+        and which files repeat an earlier one byte for byte, for the manifest.
 
     Raises:
-        DataError: for a missing path, a named file that is empty or binary,
-            a folder with no text files, or text that does not decode (file
-            and byte offset named).
+        DataError: for a missing path that names no built-in corpus, a named
+            file that is empty or binary, a folder with no text files, text
+            that does not decode (file and byte offset named), or a built-in
+            corpus whose shipped file is damaged.
     """
     skipped: list[dict] = []
     docs: list[Document] = []
@@ -153,34 +196,17 @@ def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") 
         candidates = [(p, p.relative_to(root).as_posix(), True) for p in default_corpus_files()]
     else:
         source = {"kind": "files", "paths": [str(p) for p in paths]}
-        candidates = []
-        for given in paths:
-            if not str(given):
-                # Path("") is ".", which would quietly read the whole current folder.
-                raise DataError("--text got an empty path ''; give a file or folder (. for the current folder)")
-            path = Path(given)
-            if path.is_dir():
-                found = _folder_files(path, skipped)
-                candidates.extend((f, str(f), True) for f in found)
-                if not found:
-                    raise DataError(f"{path}: folder holds no files; give a folder of text files or the files themselves")
-            elif path.is_file():
-                candidates.append((path, str(path), False))
-            elif path.exists():
-                raise DataError(f"{path}: not a regular file or folder")
-            else:
-                raise DataError(f"{path}: no such file or folder")
+        candidates, builtins = _given_candidates(paths, skipped)
+        if builtins:
+            source["builtin"] = builtins
     seen: dict[str, str] = {}
     duplicates: list[dict] = []
-    for path, shown, from_folder in candidates:
-        if from_folder and not path.is_file():
+    for item, shown, from_folder in candidates:
+        if from_folder and not item.is_file():
             # a FIFO, socket or device inside a folder: reading it could block forever
             skipped.append({"path": shown, "reason": "not a regular file"})
             continue
-        try:
-            raw = path.read_bytes()
-        except OSError as err:
-            raise DataError(f"{shown}: cannot read: {err.strerror}") from None
+        raw = _read_candidate(item, shown)
         reason = "binary" if _looks_binary(raw, encoding) else None
         text = None if reason else decode_text(raw, shown, encoding)
         if reason is None and (not text.strip() or (_wide_encoding(encoding) and "\x00" in text)):

@@ -111,7 +111,7 @@ class LengthOptions:
 def check_options(opts: LengthOptions) -> None:
     """Reject options that cannot work, naming the flag; nothing is written before this passes."""
     if not opts.text:
-        raise OctlmError("--text: give at least one text file or folder, e.g. --text ../shared/corpora/tinyshakespeare.txt")
+        raise OctlmError("--text: give at least one text file or folder, e.g. --text tinyshakespeare (the corpus built into octlm)")
     if opts.out is None:
         raise OctlmError("--out: give the study folder to create, e.g. --out runs/length")
     if opts.max_steps is None and (opts.time_budget is None or not opts.time_budget > 0):

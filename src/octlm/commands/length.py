@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
+from octlm.corpora import builtin_help
 from octlm.length import LengthOptions
 from octlm.report import Reporter
 
@@ -19,8 +20,9 @@ def add_parser(sub) -> None:
         "RoPE model again under each context-extension method (factor = length / T). Every length scores\n"
         "the same validation targets, in non-overlapping windows of that length. Learned positions show\n"
         "n/a past T (their table has no rows there). Writes a table, a PNG plot and JSONL into --out.",
-        epilog="examples:\n  octlm length --text ../shared/corpora/tinyshakespeare.txt --out runs/length\n"
-        "  octlm length --text notes.txt --out runs/quick --time-budget 30 --train-length 64 --schemes rope alibi",
+        epilog="examples:\n  octlm length --text tinyshakespeare --out runs/length\n"
+        "  octlm length --text notes.txt --out runs/quick --time-budget 30 --train-length 64 --schemes rope alibi\n\n"
+        + builtin_help(),
     )
     add_dataclass_options(p, LengthOptions)
     add_common(p)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
+from octlm.corpora import builtin_help
 from octlm.options import TrainOptions
 from octlm.report import Reporter
 
@@ -15,11 +16,12 @@ def add_parser(sub) -> None:
         help="train a decoder on text files (default: the Python standard library)",
         formatter_class=Formatter,
         description="Train a decoder end to end: tokenizer, packed blocks, AdamW, evaluation, run folder.",
-        epilog="examples:\n  octlm train --text ../shared/corpora/tinyshakespeare.txt --time-budget 300 --out runs/shakespeare\n"
+        epilog="examples:\n  octlm train --text tinyshakespeare --time-budget 300 --out runs/shakespeare\n"
         "  octlm train --config recipe.toml --position rope\n"
         "  octlm train --resume runs/shakespeare                    # continue after Ctrl-C, a kill or a crash\n"
         "  octlm train --resume runs/shakespeare --max-steps 5000   # train further (the run's new total)\n"
-        "  torchrun --nproc_per_node 4 -m octlm train --text data/ --out runs/ddp   # one process per GPU",
+        "  torchrun --nproc_per_node 4 -m octlm train --text data/ --out runs/ddp   # one process per GPU\n\n"
+        + builtin_help(),
     )
     p.add_argument("--config", metavar="FILE.toml", help="read options from a TOML file whose keys are these options (flags given here win)")
     p.add_argument(
