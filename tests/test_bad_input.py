@@ -1,6 +1,6 @@
 """Bad input, case by case: a clear error that names the file or value and the fix, and nothing lost.
 
-Each case of the list octlm promises (README, "Reliability") has a test. Most are
+Each case of the list octlm promises (docs/reliability.md) has a test. Most are
 here, end to end through ``octlm train``; the few tested closer to the code
 they guard live beside it and are listed in ``ELSEWHERE``, which
 :func:`test_every_case_elsewhere_exists` keeps honest.
@@ -135,7 +135,7 @@ def test_windows_line_endings_and_bom_are_accepted(small_corpus, tmp_path, capsy
 
 
 def test_one_huge_line_trains(small_corpus, tmp_path, capsys):
-    # 2 MB without a newline (the README's bench/huge_line.py measures 20 MB); the tokenizer
+    # 2 MB without a newline (bench/huge_line.py measures 20 MB, docs/reliability.md); the tokenizer
     # cuts it into pieces at pre-token boundaries, so it costs no more memory than a normal file.
     line = tmp_path / "line.txt"
     base = small_corpus.read_text(encoding="utf-8").replace("\n", " ")

@@ -9,7 +9,7 @@ averaged, where one process sums 8 at once; the all-reduce adds the two
 gradient halves where backward adds all 8 rows. Measured differences are about
 1e-6 nats over 20 steps; the tolerance of 1e-4 is a hundred times that, while
 a rank that reads the wrong blocks or trains without averaging moves the loss
-by 1e-3 or more within a few steps (see the README's Reliability section).
+by 1e-3 or more within a few steps (see docs/reliability.md).
 """
 
 from __future__ import annotations
