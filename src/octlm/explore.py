@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +29,7 @@ from octlm.data import open_tokens
 from octlm.diagnostics import position_vectors
 from octlm.errors import RunError
 from octlm.model import Decoder
+from octlm.positions import SCHEMES, PositionVectors
 from octlm.run import MANIFEST, METRICS, read_json
 from octlm.tokenizer import Tokenizer
 
@@ -39,57 +39,22 @@ VIEW_FORMAT = 1
 MAX_POSITIONS = 256
 
 
-@dataclass
-class PositionVectors:
-    """Position vectors of a run, [length, width], and where they come from.
-
-    ``source`` is ``"learned"`` (trained rows) or ``"computed"`` (from a
-    formula); ``description`` says what they are in a sentence.
-    """
-
-    vectors: Tensor
-    source: str
-    description: str
-
-
 def run_position_vectors(model: Decoder, length: int | None = None) -> PositionVectors | None:
-    """The run's position vectors for positions ``0 .. length - 1``, or ``None``.
+    """The run's position vectors for positions ``0 .. length - 1``, or ``None``; the scheme decides.
 
-    ``length`` defaults to ``min(context_length, MAX_POSITIONS)``. Learned and
-    sinusoidal schemes give the rows they add to the embedding
-    (:func:`octlm.diagnostics.position_vectors`). RoPE adds nothing, so it
-    gives ``[cos(t w_i) | sin(t w_i)]`` over its channel pairs (Su et al.
-    2021): the cosine similarity of two such rows is the mean of
-    ``cos(w_i (t - s))``, the score of a query and a key with equal unit
-    pairs. ALiBi and NoPE give ``None``.
+    ``length`` defaults to ``min(context_length, MAX_POSITIONS)``. Schemes
+    that add rows to the embedding give those rows
+    (:func:`octlm.diagnostics.position_vectors`); others may compute vectors
+    of their own (RoPE: the cos/sin of its angles) or give ``None``
+    (``PositionScheme.explorer_vectors``).
     """
     length = length or min(model.config.context_length, MAX_POSITIONS)
-    scheme = model.config.position
-    if scheme == "learned":
-        rows = position_vectors(model, length)
-        return PositionVectors(rows.float().cpu(), "learned", f"The run's learned table: {length} trained rows of {rows.shape[1]} numbers.")
-    if scheme == "rope":
-        device = model.token_embedding.weight.device
-        cos, sin = model.positions.angles(length, 0, device)
-        vectors = torch.cat((cos, sin), dim=-1).float().cpu()
-        return PositionVectors(
-            vectors, "computed",
-            f"RoPE adds no vectors; this is the score it gives a query and a key with equal unit channel pairs "
-            f"({cos.shape[1]} pairs, rope_theta {model.config.rope_theta:g}), computed from its rotation angles.",
-        )
-    rows = position_vectors(model, length)
-    if rows is None:
-        return None
-    description = f"The {scheme} rows this run adds, computed by formula: {length} rows of {rows.shape[1]}."
-    return PositionVectors(rows.float().cpu(), "computed", description)
+    return model.positions.explorer_vectors(position_vectors(model, length), length)
 
 
 def position_note(scheme: str) -> str:
     """Why a scheme has no position vectors to compare, for schemes where :func:`run_position_vectors` gives ``None``."""
-    return {
-        "alibi": "This run uses ALiBi: position is a distance penalty on attention scores, not a vector.",
-        "none": "This run uses no position signal (NoPE): only the causal mask tells positions apart.",
-    }.get(scheme, f"This run's scheme ({scheme}) adds no position vectors.")
+    return SCHEMES[scheme].explorer_note()
 
 
 def cosine_similarity_matrix(vectors: Tensor) -> Tensor:

@@ -41,6 +41,7 @@ from safetensors.torch import save
 from octlm.errors import OctlmError
 from octlm.fileio import atomic_write, atomic_write_json, check_out_folder, make_folder
 from octlm.model import Decoder, DecoderConfig
+from octlm.positions import SCHEMES, gpt2_scheme
 from octlm.run import is_octlm_run
 from octlm.tokenizer import END_OF_TEXT, Tokenizer
 
@@ -89,13 +90,13 @@ def gpt2_config(config: DecoderConfig, eot_id: int) -> dict:
     """The ``config.json`` of the GPT-2 equivalent of ``config``.
 
     Raises:
-        InteropError: for a position scheme other than ``learned`` (GPT-2 has
-            only a learned table) or an activation GPT-2 does not name.
+        InteropError: for a position scheme that is not GPT-2's learned
+            table (``is_gpt2_table``) or an activation GPT-2 does not name.
     """
-    if config.position != "learned":
+    if not SCHEMES[config.position].is_gpt2_table:
         raise InteropError(
             f"position={config.position!r} has no GPT-2 form: GPT-2 adds a learned position table (wpe) and nothing else; "
-            f"export-hf takes runs trained with --position learned"
+            f"export-hf takes runs trained with --position {gpt2_scheme()}"
         )
     if config.activation not in EXPORT_ACTIVATION:
         raise InteropError(f"activation={config.activation!r} has no GPT-2 name; GPT-2 takes gelu or gelu_tanh")
@@ -163,7 +164,7 @@ def decoder_config(gpt2: dict, source: Path) -> DecoderConfig:
             n_layers=gpt2.get("n_layer", 12),
             dropout=float(gpt2.get("resid_pdrop", 0.0)),
             activation=IMPORT_ACTIVATION[activation],
-            position="learned",
+            position=gpt2_scheme(),
         )
     except ValueError as err:
         raise InteropError(f"{source}: {err}") from None

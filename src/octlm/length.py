@@ -43,11 +43,9 @@ from octlm.errors import OctlmError
 from octlm.evaluate import evaluate
 from octlm.fileio import atomic_write, check_out_folder, make_folder
 from octlm.options import TrainOptions, option
-from octlm.positions import ROPE_SCALINGS, SCHEMES
+from octlm.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking
 from octlm.report import Reporter
 
-#: Schemes in the order the table lists them.
-DEFAULT_SCHEMES = ["learned", "sinusoidal", "rope", "alibi", "none"]
 #: Seconds of training per model by default: five models at four minutes and
 #: the evaluation took 20.7 minutes on two CPU cores (tinyshakespeare,
 #: measured), inside a budget of 30.
@@ -69,7 +67,8 @@ class LengthOptions:
     max_steps: int | None = option(None, "train each model for exactly this many steps instead of --time-budget (reproducible; length.jsonl then records time_budget null)")
     train_length: int = option(128, "context length T the models train on (tokens)")
     multipliers: list[int] = option([1, 2, 4, 8, 16], "evaluation lengths as multiples of T", nargs="+", metavar="M")
-    schemes: list[str] = option(list(DEFAULT_SCHEMES), "position schemes to train and compare", nargs="+", choices=sorted(SCHEMES), metavar="SCHEME")
+    # The default is read from the registry when used: each scheme says whether the study trains it, in table order.
+    schemes: list[str] = option(length_study_schemes, "position schemes to train and compare", nargs="+", choices=SCHEME_NAMES, metavar="SCHEME")
     rope_scalings: list[str] | None = option(
         None, f"RoPE context-extension methods to evaluate the rope model under (default: {' '.join(ROPE_SCALINGS)} when rope is "
         "among --schemes, else none)", nargs="*", choices=list(ROPE_SCALINGS), metavar="METHOD")
@@ -91,8 +90,8 @@ class LengthOptions:
         """A copy with the defaults that depend on other options filled in: what the study runs and records."""
         scalings = self.rope_scalings
         if scalings is None:
-            # Unset means "every method the rope model can take": none when there is no rope model.
-            scalings = list(ROPE_SCALINGS) if "rope" in self.schemes else []
+            # Unset means "every method some model of the study can take": none when no scheme takes one.
+            scalings = scalings_taken(self.schemes)
         # --max-steps replaces the budget (train_options drops it), so the record must not claim one.
         budget = None if self.max_steps is not None else self.time_budget
         return dataclasses.replace(self, rope_scalings=list(scalings), time_budget=budget)
@@ -106,6 +105,11 @@ class LengthOptions:
             max_steps=self.max_steps, time_budget=None if self.max_steps is not None else self.time_budget,
             seed=self.seed, device=self.device, threads=self.threads, sample_tokens=0, out=str(run_dir), overwrite=True,
         )
+
+
+def scalings_taken(schemes: list[str]) -> list[str]:
+    """The RoPE scalings (in :data:`ROPE_SCALINGS` order) that at least one of ``schemes`` takes."""
+    return [m for m in ROPE_SCALINGS if any(m in SCHEMES[s].scalings() for s in schemes if s in SCHEMES)]
 
 
 def check_options(opts: LengthOptions) -> None:
@@ -124,8 +128,10 @@ def check_options(opts: LengthOptions) -> None:
         raise OctlmError(f"--multipliers must be integers >= 1, got {opts.multipliers}")
     if opts.eval_tokens < 1:
         raise OctlmError(f"--eval-tokens must be >= 1, got {opts.eval_tokens}")
-    if opts.rope_scalings and "rope" not in opts.schemes:
-        raise OctlmError("--rope-scalings needs the rope model: add rope to --schemes or pass --rope-scalings with no methods")
+    untaken = [m for m in opts.rope_scalings or [] if m not in scalings_taken(opts.schemes)]
+    if untaken:
+        takers = schemes_taking(untaken[0])
+        raise OctlmError(f"--rope-scalings needs the {' or '.join(takers)} model: add {takers[0]} to --schemes or pass --rope-scalings with no methods")
     if len(set(opts.schemes)) != len(opts.schemes):
         raise OctlmError(f"--schemes lists a scheme twice: {opts.schemes}")
     from octlm.train import check_options as check_train_options
@@ -342,7 +348,7 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
     t_eval = time.perf_counter()
     for scheme in opts.schemes:
         model, tokenizer = load_run(trained[scheme]["run_dir"], device)
-        methods: list[str | None] = [None, *(opts.rope_scalings if scheme == "rope" else [])]
+        methods: list[str | None] = [None, *(m for m in opts.rope_scalings if m in SCHEMES[scheme].scalings())]
         for method in methods:
             for m, length in zip(multipliers, lengths):
                 factor = None if method is None else (1.0 if method == "dynamic-ntk" else float(m))
@@ -475,4 +481,4 @@ def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
     return buffer.getvalue()
 
 
-__all__ = ["DEFAULT_SCHEMES", "DEFAULT_TIME_BUDGET", "LengthOptions", "bucket_bpb", "check_options", "format_tables", "length_study", "markdown_tables", "plot", "position_buckets", "position_curve"]
+__all__ = ["DEFAULT_TIME_BUDGET", "LengthOptions", "bucket_bpb", "check_options", "format_tables", "length_study", "markdown_tables", "plot", "position_buckets", "position_curve"]

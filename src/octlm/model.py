@@ -299,17 +299,21 @@ class Decoder(nn.Module):
 
         Args:
             method: ``linear`` (Chen et al. 2023), ``ntk``, ``dynamic-ntk`` or
-                ``yarn`` (Peng et al. 2023); see :data:`octlm.positions.ROPE_SCALINGS`.
+                ``yarn`` (Peng et al. 2023); see :data:`octlm.rope_scaling.ROPE_SCALINGS`.
             factor: the scale (>= 1), usually target length / training length;
                 for ``dynamic-ntk`` the multiplier of the length ratio.
             original_length: the length trained on (default ``context_length``).
 
         Raises:
-            ValueError: when the model does not use RoPE, the method is
-                unknown or the factor is below 1.
+            ValueError: when the model's scheme does not take the method
+                (its ``scalings()``), the method is unknown or the factor is below 1.
         """
         scaling = None if method is None else position_schemes.RopeScaling(method, factor, original_length or self.config.context_length)
-        self.positions.set_rope_scaling(scaling)
+        if method is not None and method not in self.positions.scalings():
+            takers = " or ".join(map(repr, position_schemes.schemes_taking(method)))
+            raise ValueError(f"RoPE scaling ({method}) needs position={takers}; this model uses position={self.config.position!r}")
+        if self.positions.scalings():
+            self.positions.set_rope_scaling(scaling)
 
     def forward(self, token_ids: Tensor, offset: int = 0, cache: KVCache | None = None) -> Tensor:
         """Logits for every position.

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from octlm.errors import OctlmError
 
 from octlm.model import ACTIVATIONS, DecoderConfig
-from octlm.positions import DEFAULT_BASE, ROPE_LAYOUTS, SCHEMES, SINUSOIDAL_LAYOUTS
+from octlm.positions import DEFAULT_BASE, ROPE_LAYOUTS, SCHEME_NAMES, SINUSOIDAL_LAYOUTS
 
 #: Steps of the main job when neither --max-steps nor --time-budget is given;
 #: about four minutes on two CPU cores with the Day-1 model.
@@ -26,7 +26,12 @@ DEFAULT_MAX_STEPS = 1200
 
 
 def option(default, help: str, **meta):
-    """A dataclass field that is also a CLI flag: ``help`` and argparse keywords (``choices``, ``nargs``) in its metadata."""
+    """A dataclass field that is also a CLI flag: ``help`` and argparse keywords (``choices``, ``nargs``) in its metadata.
+
+    A callable ``default`` is called for each new value (a default read from a registry when it is used).
+    """
+    if callable(default):
+        return field(default_factory=default, metadata={"help": help, **meta})
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={"help": help, **meta})
     return field(default=default, metadata={"help": help, **meta})
@@ -48,7 +53,7 @@ class TrainOptions:
     n_layers: int = option(2, "transformer blocks")
     dropout: float = option(0.0, "dropout probability")
     activation: str = option("gelu", "MLP nonlinearity: exact gelu, or gelu_tanh (GPT-2's gelu_new)", choices=list(ACTIVATIONS))
-    position: str = option("learned", "position scheme", choices=sorted(SCHEMES))
+    position: str = option("learned", "position scheme", choices=SCHEME_NAMES)
     rope_theta: float = option(DEFAULT_BASE, "RoPE wavelength base")
     rope_layout: str = option("interleaved", "RoPE channel pairs: interleaved (2i, 2i+1) or half (i, i+d/2, GPT-NeoX/LLaMA)", choices=list(ROPE_LAYOUTS))
     partial_rotary_factor: float = option(1.0, "fraction of each head that RoPE rotates")

@@ -12,18 +12,19 @@ order"), so every scheme injects position at exactly one of three places:
 A scheme is a small ``nn.Module`` that overrides only the hooks it needs; the
 base class makes every hook a no-op. Schemes are found by name in
 :data:`SCHEMES`, so adding one means writing one class in this module and
-decorating it with :func:`register`. Nothing else in octlm names a scheme.
+decorating it with :func:`register`. Nothing else in octlm names a scheme:
+what other modules need to know (a name for people, the explorer's vectors,
+the memory a score bias takes, which RoPE scalings apply, whether GPT-2 can
+hold it, whether the length study trains it) they ask the scheme, through the
+class attributes and methods of :class:`PositionScheme`.
 
 All hooks take ``offset``: the absolute position of the first token they see,
 so cached decoding (which feeds one new token at position ``offset``) gives the
 same vectors as a full forward pass. In a cached step the keys reach further
 back than the queries: they always *end* where the queries end.
 
-RoPE can also be stretched past its training length without training
-(:class:`RopeScaling`): linear position interpolation, NTK-aware base scaling,
-dynamic NTK and YaRN. Each method is one small function in
-:data:`ROPE_SCALINGS` that returns the inverse frequencies and the attention
-factor, so a new method is added in one place as well.
+The waves the sinusoidal table and RoPE share are in :mod:`octlm.waves`; RoPE's
+context-extension methods (linear, NTK, dynamic NTK, YaRN) in :mod:`octlm.rope_scaling`.
 """
 
 from __future__ import annotations
@@ -35,19 +36,20 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch import Tensor, nn
 
+from octlm.rope_scaling import ROPE_SCALINGS, RopeScaling, ScalableRotation
+from octlm.waves import DEFAULT_BASE, SINUSOIDAL_LAYOUTS, rope_inverse_frequencies, sinusoidal_positions, supports_float64
+
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model import DecoderConfig
 
-#: Base of the wavelengths shared by the sinusoidal table and RoPE (Vaswani et
-#: al. 2017 §3.5 use 10000; Su et al. 2021 keep it).
-DEFAULT_BASE = 10000.0
-
 SCHEMES: dict[str, type["PositionScheme"]] = {}
 
-SINUSOIDAL_LAYOUTS = ("interleaved", "concatenated")
 #: "interleaved": channel pairs (2i, 2i+1), as Su et al. 2021 write it;
 #: "half": pairs (i, i + d/2), the rotate_half layout of GPT-NeoX and LLaMA.
 ROPE_LAYOUTS = ("interleaved", "half")
+#: Bytes per score entry [head, query, key] that a score bias costs inside
+#: attention: the float32 bias, the masked scores and the weights beside them.
+SCORE_BIAS_BYTES = 3 * 4
 
 
 def register(name: str) -> Callable[[type["PositionScheme"]], type["PositionScheme"]]:
@@ -61,21 +63,75 @@ def register(name: str) -> Callable[[type["PositionScheme"]], type["PositionSche
     return wrap
 
 
+class _SchemeNames:
+    """The names in :data:`SCHEMES`, sorted and read afresh at every use, so argparse choices follow the registry."""
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in SCHEMES
+
+    def __iter__(self):
+        return iter(sorted(SCHEMES))
+
+    def __repr__(self) -> str:
+        return repr(sorted(SCHEMES))
+
+
+#: Live, sorted view of the registered names (``choices`` of ``--position``).
+SCHEME_NAMES = _SchemeNames()
+
+
 def unbounded_schemes() -> list[str]:
     """Names of the schemes that can address any position (no table limit)."""
     return sorted(name for name, cls in SCHEMES.items() if not cls.has_table_limit)
 
 
+def length_study_schemes() -> list[str]:
+    """Schemes ``octlm length`` trains by default, in registration order (the order of its table)."""
+    return [name for name, cls in SCHEMES.items() if cls.in_length_study]
+
+
+def schemes_taking(method: str) -> list[str]:
+    """Names of the schemes that accept the RoPE scaling ``method`` (:data:`ROPE_SCALINGS`)."""
+    return [name for name, cls in SCHEMES.items() if method in cls.scalings()]
+
+
+def gpt2_scheme() -> str:
+    """The scheme that is GPT-2's position table (``wpe``): the only one export-hf can write and import-hf makes."""
+    return next(name for name, cls in SCHEMES.items() if cls.is_gpt2_table)
+
+
+@dataclass
+class PositionVectors:
+    """Position vectors of a run, [length, width], and where they come from (for the explorer).
+
+    ``source`` is ``"learned"`` (trained rows) or ``"computed"`` (from a
+    formula); ``description`` says what they are in a sentence.
+    """
+
+    vectors: Tensor
+    source: str
+    description: str
+
+
 class PositionScheme(nn.Module):
     """Base class: no position signal anywhere.
 
-    Subclasses override ``embed``, ``rotate`` or ``score_bias``. ``max_length``
-    is the number of positions the scheme can address, or ``None`` when any
+    Subclasses override ``embed``, ``rotate`` or ``score_bias``, and the
+    class attributes below where the default does not fit. ``max_length`` is
+    the number of positions the scheme can address, or ``None`` when any
     length works.
     """
 
     name = "base"
+    #: what people call it, in messages ("ALiBi's bias ...")
+    label = "no position"
+    #: one line for people: where the scheme puts position
+    description = "no position signal: the causal mask is the only order information"
     has_table_limit = False
+    #: trained by ``octlm length`` unless ``--schemes`` says otherwise (each model costs its time budget)
+    in_length_study = True
+    #: the scheme is GPT-2's learned position table (``wpe``), so export-hf can write it
+    is_gpt2_table = False
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__()
@@ -83,6 +139,14 @@ class PositionScheme(nn.Module):
     @classmethod
     def check_config(cls, config: "DecoderConfig") -> None:
         """Raise ``ValueError`` naming the field when ``config`` cannot use this scheme."""
+
+    @classmethod
+    def scalings(cls) -> tuple[str, ...]:
+        """Names in :data:`ROPE_SCALINGS` this scheme takes at run time; none here.
+
+        A scheme that names any also defines ``set_rope_scaling(scaling: RopeScaling | None)``.
+        """
+        return ()
 
     @property
     def max_length(self) -> int | None:
@@ -106,263 +170,41 @@ class PositionScheme(nn.Module):
         return None
 
     def length_state(self, seq_len: int) -> object:
-        """What the position signal of a ``seq_len``-token sequence depends on besides the positions.
+        """What the position signal of a ``seq_len``-token sequence depends on besides the positions; ``None`` here.
 
-        ``None`` for every scheme except RoPE under dynamic NTK, whose
-        frequencies change with the length. Keys and values cached under one
-        state are stale under another: a position's rotation feeds every later
-        layer, so the cache must be refilled (``Decoder.next_token_logits``
-        does that).
+        Keys and values cached under one state are stale under another: a
+        position's signal feeds every later layer, so the cache must be
+        refilled (``Decoder.next_token_logits`` does that). RoPE under
+        dynamic NTK is the case today: its frequencies change with the length.
         """
         return None
 
-    def set_rope_scaling(self, scaling: "RopeScaling | None") -> None:
-        """Stretch RoPE past its training length (:class:`RopeScaling`); ``None`` turns it off.
+    def score_bias_bytes(self, n_heads: int, length: int) -> int:
+        """Bytes the score bias of a ``length``-token sequence takes in attention, 0 without one.
 
-        Raises:
-            ValueError: for every scheme but ``rope``, which has no rotation to scale.
+        A bias goes to attention as a float mask [n_heads, T, T] with the
+        weights beside it, so it grows with T squared (sample checks it
+        against the device's memory).
         """
-        if scaling is not None:
-            raise ValueError(f"RoPE scaling ({scaling.method}) needs position='rope'; this model uses position={self.name!r}")
+        if type(self).score_bias is PositionScheme.score_bias:
+            return 0
+        return SCORE_BIAS_BYTES * n_heads * length**2
 
+    def explorer_vectors(self, added: Tensor | None, length: int) -> PositionVectors | None:
+        """What the embedding explorer shows for positions ``0 .. length - 1``, or ``None``.
 
-def sinusoidal_positions(
-    length: int,
-    width: int,
-    offset: int = 0,
-    base: float = DEFAULT_BASE,
-    device: torch.device | str | None = None,
-    layout: str = "interleaved",
-) -> Tensor:
-    """The fixed sinusoidal position table of Vaswani et al. 2017 §3.5.
+        ``added`` is what the scheme adds to zero token vectors there,
+        [length, C] (:func:`octlm.diagnostics.position_vectors`), or ``None``
+        when it adds nothing. Here: those rows, computed by formula.
+        """
+        if added is None:
+            return None
+        return PositionVectors(added.float().cpu(), "computed", f"The {self.name} rows this run adds, computed by formula: {length} rows of {added.shape[1]}.")
 
-    ``P[t, 2i] = sin(t / base**(2i / width))`` and
-    ``P[t, 2i + 1] = cos(t / base**(2i / width))`` for ``t`` in
-    ``offset .. offset + length - 1``: sines on even columns, cosines on odd
-    ones (the interleaved layout of the seed). The first pair turns once every
-    2*pi positions; the last turns about ``base`` times slower.
-
-    The table is computed from the length on every call, so there is no
-    maximum length. Angles are formed in float64 and only the result is cast,
-    so far positions stay accurate to float32 rounding (an angle near 10**4
-    held in float32 would already be off by about 1e-3 radians).
-
-    Args:
-        length: number of positions (rows), >= 0.
-        width: number of columns, >= 1. An odd width is allowed and ends with
-            a sine column: the table is the first ``width`` columns of the
-            ``width + 1`` layout, with exponents still ``2i / width``.
-        offset: position of the first row, >= 0 (for cached decoding).
-        base: wavelength base, > 0.
-        device: where to build the table.
-        layout: ``"interleaved"`` (the seed's, above) or ``"concatenated"``:
-            all sine columns first, then all cosine columns, as tensor2tensor
-            and fairseq lay them out. The two hold the same values, permuted.
-
-    Returns:
-        float32 tensor [length, width].
-
-    Raises:
-        ValueError: when ``length`` or ``offset`` is negative, ``width`` < 1,
-            ``base`` <= 0 or the layout is unknown.
-    """
-    if length < 0:
-        raise ValueError(f"sinusoidal_positions: length must be >= 0, got {length}")
-    if width < 1:
-        raise ValueError(f"sinusoidal_positions: width must be >= 1, got {width}")
-    if offset < 0:
-        raise ValueError(f"sinusoidal_positions: offset must be >= 0, got {offset}")
-    if not base > 0:
-        raise ValueError(f"sinusoidal_positions: base must be > 0, got {base}")
-    if layout not in SINUSOIDAL_LAYOUTS:
-        raise ValueError(f"sinusoidal_positions: layout must be one of {SINUSOIDAL_LAYOUTS}, got {layout!r}")
-    dtype = torch.float64 if _supports_float64(device) else torch.float32
-    position = torch.arange(offset, offset + length, device=device, dtype=dtype).unsqueeze(1)
-    pair = torch.arange(0, width, 2, device=device, dtype=dtype)
-    angle = position * torch.pow(torch.tensor(base, dtype=dtype, device=device), -pair / width)
-    table = torch.empty(length, width, device=device, dtype=dtype)
-    table[:, 0::2] = angle.sin()
-    table[:, 1::2] = angle.cos()[:, : width // 2]
-    if layout == "concatenated":
-        table = torch.cat((table[:, 0::2], table[:, 1::2]), dim=1)
-    return table.float()
-
-
-def rope_inverse_frequencies(head_dim: int, theta: float = DEFAULT_BASE) -> Tensor:
-    """Rotation speed of each channel pair of RoPE (Su et al. 2021, eq. 15).
-
-    ``inv_freq[i] = theta ** (-2i / head_dim)`` for ``i`` in ``0 .. head_dim/2 - 1``,
-    in radians per position, float64 [head_dim // 2].
-    """
-    if head_dim < 2 or head_dim % 2:
-        raise ValueError(f"rope_inverse_frequencies: head_dim must be even and >= 2, got {head_dim}")
-    return theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-
-
-@dataclass(frozen=True)
-class RopeScalingMethod:
-    """One entry of :data:`ROPE_SCALINGS`.
-
-    Attributes:
-        name: what ``--rope-scaling`` calls it.
-        frequencies: ``fn(scaling, rotary_dim, theta, seq_len) -> (inv_freq, attention_factor)``:
-            float64 inverse frequencies [rotary_dim // 2] in radians per
-            position, and the factor that multiplies cos and sin (so both q
-            and k; the attention logits grow by its square).
-        depends_on_length: whether ``seq_len`` (the current sequence length,
-            in tokens) changes the result; a key/value cache is then stale
-            whenever the frequencies change.
-    """
-
-    name: str
-    frequencies: Callable[["RopeScaling", int, float, int], tuple[Tensor, float]]
-    depends_on_length: bool
-
-
-#: RoPE context-extension methods by name; :func:`rope_scaling_method` adds one.
-ROPE_SCALINGS: dict[str, RopeScalingMethod] = {}
-
-
-def rope_scaling_method(name: str, depends_on_length: bool = False) -> Callable:
-    """Decorator registering a frequency function in :data:`ROPE_SCALINGS` under ``name``."""
-
-    def wrap(fn: Callable) -> Callable:
-        ROPE_SCALINGS[name] = RopeScalingMethod(name, fn, depends_on_length)
-        return fn
-
-    return wrap
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """How a RoPE model is run past the length it was trained on, without training.
-
-    Attributes:
-        method: a name in :data:`ROPE_SCALINGS`: ``linear``, ``ntk``,
-            ``dynamic-ntk`` or ``yarn``.
-        factor: the scale ``s`` >= 1, usually the target length over
-            ``original_length``. For ``dynamic-ntk`` it is the multiplier
-            ``alpha`` of the length ratio (1: the scale is just the current
-            length over ``original_length``).
-        original_length: tokens the model was trained on (its
-            ``context_length``).
-        beta_fast, beta_slow: YaRN's ramp bounds, in rotations a channel pair
-            makes over ``original_length`` (Peng et al. 2023 §3.2: 32 and 1).
-            Pairs turning more than ``beta_fast`` times keep their frequency;
-            pairs turning fewer than ``beta_slow`` times are interpolated.
-
-    Raises:
-        ValueError: for an unknown method, a factor below 1 or not finite, an
-            ``original_length`` below 1, or ``beta_fast <= beta_slow``.
-    """
-
-    method: str
-    factor: float
-    original_length: int
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.method not in ROPE_SCALINGS:
-            raise ValueError(f"RoPE scaling method {self.method!r} is unknown; choose one of: {', '.join(ROPE_SCALINGS)}")
-        if not (math.isfinite(self.factor) and self.factor >= 1.0):
-            raise ValueError(f"RoPE scaling factor must be a finite number >= 1 (target length / training length), got {self.factor}")
-        if self.original_length < 1:
-            raise ValueError(f"RoPE scaling original_length must be >= 1 token, got {self.original_length}")
-        if not 0 < self.beta_slow < self.beta_fast:
-            raise ValueError(f"YaRN needs 0 < beta_slow < beta_fast, got beta_slow={self.beta_slow}, beta_fast={self.beta_fast}")
-
-    @property
-    def depends_on_length(self) -> bool:
-        return ROPE_SCALINGS[self.method].depends_on_length
-
-    def frequencies(self, rotary_dim: int, theta: float, seq_len: int) -> tuple[Tensor, float]:
-        """Inverse frequencies float64 [rotary_dim // 2] and the attention factor for a sequence of ``seq_len`` tokens."""
-        return ROPE_SCALINGS[self.method].frequencies(self, rotary_dim, theta, seq_len)
-
-
-@rope_scaling_method("linear")
-def linear_interpolation(scaling: RopeScaling, rotary_dim: int, theta: float, seq_len: int) -> tuple[Tensor, float]:
-    """Position interpolation (Chen et al. 2023, eq. 4): position ``t`` is read as ``t / s``.
-
-    Dividing every position by ``s`` is dividing every frequency by ``s``, so
-    ``s * original_length`` positions span the angles the model was trained
-    on. Positions are never rounded, so nothing is looked up outside a table.
-    """
-    return rope_inverse_frequencies(rotary_dim, theta) / scaling.factor, 1.0
-
-
-def ntk_theta(theta: float, scale: float, rotary_dim: int) -> float:
-    """NTK-aware base: ``theta * scale ** (d / (d - 2))`` with ``d = rotary_dim``.
-
-    The new base slows the lowest frequency by exactly ``scale`` (it is then
-    interpolated like linear scaling) while the highest, ``theta ** 0 = 1``,
-    is left alone (Peng et al. 2023 §3.1, after bloc97's 2023 proposal). With
-    ``d = 2`` the only pair is that highest one, so nothing changes.
-    """
-    if rotary_dim <= 2 or scale == 1.0:
-        return theta
-    return theta * scale ** (rotary_dim / (rotary_dim - 2))
-
-
-@rope_scaling_method("ntk")
-def ntk_aware(scaling: RopeScaling, rotary_dim: int, theta: float, seq_len: int) -> tuple[Tensor, float]:
-    """NTK-aware scaling: the RoPE base raised by :func:`ntk_theta` for a fixed ``s``."""
-    return rope_inverse_frequencies(rotary_dim, ntk_theta(theta, scaling.factor, rotary_dim)), 1.0
-
-
-@rope_scaling_method("dynamic-ntk", depends_on_length=True)
-def dynamic_ntk(scaling: RopeScaling, rotary_dim: int, theta: float, seq_len: int) -> tuple[Tensor, float]:
-    """Dynamic NTK (Peng et al. 2023 §3.3): NTK-aware scaling with the scale taken from the current length.
-
-    ``s = max(1, alpha * seq_len / original_length - (alpha - 1))`` with
-    ``alpha = factor`` (the form transformers uses; ``alpha = 1`` gives the
-    paper's ``max(1, seq_len / original_length)``), recomputed from
-    ``seq_len`` on every call: no table is kept, so a long sequence cannot
-    leave stale frequencies behind for a short one. Within the training
-    length it is plain RoPE.
-    """
-    scale = max(1.0, scaling.factor * seq_len / scaling.original_length - (scaling.factor - 1.0))
-    return rope_inverse_frequencies(rotary_dim, ntk_theta(theta, scale, rotary_dim)), 1.0
-
-
-@rope_scaling_method("yarn")
-def yarn(scaling: RopeScaling, rotary_dim: int, theta: float, seq_len: int) -> tuple[Tensor, float]:
-    """YaRN (Peng et al. 2023 §3.2 "NTK-by-parts" and §3.4 temperature).
-
-    Channel pairs whose wavelength fits many times into the training length
-    (more than ``beta_fast`` rotations) keep their frequency; pairs that turn
-    less than ``beta_slow`` times are interpolated by ``s`` as in linear
-    scaling; in between the two blend along a linear ramp over the pair index,
-    whose ends are rounded outwards, as in the paper's reference code. The
-    attention factor ``0.1 ln(s) + 1`` multiplies both q and k, so the logits
-    are divided by a temperature ``t`` with ``sqrt(1/t) = 0.1 ln(s) + 1``.
-
-    Raises:
-        ValueError: when ``theta`` <= 1 (the wavelengths would not grow).
-    """
-    if not theta > 1.0:
-        raise ValueError(f"YaRN needs rope_theta > 1, got {theta}")
-    base = rope_inverse_frequencies(rotary_dim, theta)
-    length, s = scaling.original_length, scaling.factor
-
-    def pair_turning(rotations: float) -> float:
-        # Index i at which pair i turns `rotations` times over `length`: length * theta^(-2i/d) / (2 pi) = rotations.
-        return rotary_dim * math.log(length / (2 * math.pi * rotations)) / (2 * math.log(theta))
-
-    low = max(math.floor(pair_turning(scaling.beta_fast)), 0)
-    high = min(math.ceil(pair_turning(scaling.beta_slow)), rotary_dim - 1)
-    if high <= low:
-        high = low + 1e-3  # a step instead of a ramp
-    index = torch.arange(rotary_dim // 2, dtype=torch.float64)
-    interpolated = ((index - low) / (high - low)).clamp(0.0, 1.0)
-    inv_freq = base * (1.0 - interpolated) + (base / s) * interpolated
-    attention = 0.1 * math.log(s) + 1.0 if s > 1.0 else 1.0
-    return inv_freq, attention
-
-
-def _supports_float64(device: torch.device | str | None) -> bool:
-    return device is None or torch.device(device).type != "mps"
+    @classmethod
+    def explorer_note(cls) -> str:
+        """Why the explorer shows no position vectors, when :meth:`explorer_vectors` gives ``None``."""
+        return f"This run's scheme ({cls.name}) adds no position vectors."
 
 
 @register("learned")
@@ -375,7 +217,10 @@ class LearnedPositions(PositionScheme):
     no vector and asking for it raises ``ValueError`` (never an invented row).
     """
 
+    label = "the learned table"
+    description = "a learned row per position, added to the token vectors (GPT-2)"
     has_table_limit = True
+    is_gpt2_table = True
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -397,6 +242,10 @@ class LearnedPositions(PositionScheme):
         positions = torch.arange(offset, end, device=x.device)
         return x + self.table(positions)
 
+    def explorer_vectors(self, added: Tensor | None, length: int) -> PositionVectors:
+        """The trained rows themselves (``added`` is ``table.weight[:length]``)."""
+        return PositionVectors(added.float().cpu(), "learned", f"The run's learned table: {length} trained rows of {added.shape[1]} numbers.")
+
 
 @register("sinusoidal")
 class SinusoidalPositions(PositionScheme):
@@ -414,6 +263,9 @@ class SinusoidalPositions(PositionScheme):
     Day-1 model stayed at the unigram loss (training loss 5.77 nats after 420
     steps on tinyshakespeare, where the scaled model reached 3.99 after 380).
     """
+
+    label = "sinusoidal"
+    description = "fixed sine/cosine rows added to the (scaled) token vectors (Vaswani et al. 2017)"
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -433,7 +285,7 @@ class SinusoidalPositions(PositionScheme):
 
 
 @register("rope")
-class RotaryPositions(PositionScheme):
+class RotaryPositions(ScalableRotation, PositionScheme):
     """Rotary position embedding, RoPE (Su et al. 2021).
 
     Adds nothing to the embedding. Inside every attention layer, channel pair
@@ -453,11 +305,15 @@ class RotaryPositions(PositionScheme):
     and >= 2. No table, so no maximum length: angles are computed from the
     positions on every call, in float64.
 
-    ``set_rope_scaling`` stretches the rotation past the training length
-    without training (:class:`RopeScaling`: linear, NTK-aware, dynamic NTK,
-    YaRN). It is a run-time setting for evaluation and sampling, not part of
-    the trained config; ``None`` (the default) is plain RoPE.
+    ``set_rope_scaling`` (from :class:`octlm.rope_scaling.ScalableRotation`)
+    stretches the rotation past the training length without training
+    (:class:`RopeScaling`: linear, NTK-aware, dynamic NTK, YaRN). It is a
+    run-time setting for evaluation and sampling, not part of the trained
+    config; ``None`` (the default) is plain RoPE.
     """
+
+    label = "RoPE"
+    description = "queries and keys rotated by their position, so scores see relative distance (Su et al. 2021)"
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -466,23 +322,6 @@ class RotaryPositions(PositionScheme):
         self.rotary_dim = rotary_dim(config)
         self.scaling: RopeScaling | None = None
         self.register_buffer("inv_freq", rope_inverse_frequencies(self.rotary_dim, config.rope_theta), persistent=False)
-
-    def set_rope_scaling(self, scaling: RopeScaling | None) -> None:
-        if scaling is not None:
-            scaling.frequencies(self.rotary_dim, self.theta, scaling.original_length)  # raises for a base YaRN cannot use
-        self.scaling = scaling
-
-    def length_state(self, seq_len: int) -> object:
-        if self.scaling is None or not self.scaling.depends_on_length:
-            return None
-        inv_freq, attention = self.frequencies(seq_len)
-        return (*inv_freq.tolist(), attention)
-
-    def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
-        """Inverse frequencies float64 [rotary_dim // 2] and the attention factor for ``seq_len`` tokens."""
-        if self.scaling is None:
-            return self.inv_freq, 1.0
-        return self.scaling.frequencies(self.rotary_dim, self.theta, seq_len)
 
     @classmethod
     def check_config(cls, config: "DecoderConfig") -> None:
@@ -508,7 +347,7 @@ class RotaryPositions(PositionScheme):
         (default ``offset + length``), which only dynamic NTK reads.
         """
         inv_freq, attention = self.frequencies(offset + length if seq_len is None else seq_len)
-        dtype = torch.float64 if _supports_float64(device) else torch.float32
+        dtype = torch.float64 if supports_float64(device) else torch.float32
         t = torch.arange(offset, offset + length, device=device, dtype=dtype)
         angle = torch.outer(t, inv_freq.to(device=device, dtype=dtype))
         return (angle.cos() * attention).float(), (angle.sin() * attention).float()
@@ -522,6 +361,20 @@ class RotaryPositions(PositionScheme):
         # One set of angles for the longer span; queries and keys both end at `end`.
         cos, sin = self.angles(span, end - span, q.device, seq_len=end)
         return self._rotate_one(q, cos[span - q_len :], sin[span - q_len :]), self._rotate_one(k, cos[span - k_len :], sin[span - k_len :])
+
+    def explorer_vectors(self, added: Tensor | None, length: int) -> PositionVectors:
+        """``[cos(t w_i) | sin(t w_i)]`` over the channel pairs (Su et al. 2021), [length, rotary_dim].
+
+        RoPE adds no vectors; the cosine similarity of two such rows is the
+        mean of ``cos(w_i (t - s))``, the score of a query and a key with
+        equal unit pairs.
+        """
+        cos, sin = self.angles(length, 0, self.inv_freq.device)
+        return PositionVectors(
+            torch.cat((cos, sin), dim=-1).float().cpu(), "computed",
+            f"RoPE adds no vectors; this is the score it gives a query and a key with equal unit channel pairs "
+            f"({cos.shape[1]} pairs, rope_theta {self.theta:g}), computed from its rotation angles.",
+        )
 
     def _rotate_one(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
@@ -577,6 +430,9 @@ class ALiBiPositions(PositionScheme):
     ``scaled_dot_product_attention`` as an additive float mask.
     """
 
+    label = "ALiBi"
+    description = "a penalty growing linearly with distance, added to the attention scores (Press et al. 2022)"
+
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
         self.register_buffer("slopes", alibi_slopes(config.n_heads), persistent=False)
@@ -593,6 +449,10 @@ class ALiBiPositions(PositionScheme):
         distance = (i[:, None] - j[None, :]).float()
         return -self.slopes[:, None, None] * distance
 
+    @classmethod
+    def explorer_note(cls) -> str:
+        return "This run uses ALiBi: position is a distance penalty on attention scores, not a vector."
+
 
 @register("none")
 class NoPositions(PositionScheme):
@@ -602,6 +462,13 @@ class NoPositions(PositionScheme):
     bias; the causal mask is the only order information, which a decoder can
     still turn into a sense of position. No maximum length.
     """
+
+    label = "NoPE"
+    description = PositionScheme.description
+
+    @classmethod
+    def explorer_note(cls) -> str:
+        return "This run uses no position signal (NoPE): only the causal mask tells positions apart."
 
 
 def build(config: "DecoderConfig") -> PositionScheme:
@@ -625,31 +492,8 @@ def check(config: "DecoderConfig") -> None:
 
 
 __all__ = [
-    "DEFAULT_BASE",
-    "ROPE_LAYOUTS",
-    "ROPE_SCALINGS",
-    "RopeScaling",
-    "RopeScalingMethod",
-    "dynamic_ntk",
-    "linear_interpolation",
-    "ntk_aware",
-    "ntk_theta",
-    "rope_scaling_method",
-    "yarn",
-    "SINUSOIDAL_LAYOUTS",
-    "ALiBiPositions",
-    "NoPositions",
-    "alibi_slopes",
-    "rotary_dim",
-    "SCHEMES",
-    "LearnedPositions",
-    "PositionScheme",
-    "RotaryPositions",
-    "SinusoidalPositions",
-    "build",
-    "check",
-    "register",
-    "rope_inverse_frequencies",
-    "sinusoidal_positions",
-    "unbounded_schemes",
+    "DEFAULT_BASE", "ROPE_LAYOUTS", "ROPE_SCALINGS", "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "SINUSOIDAL_LAYOUTS",
+    "ALiBiPositions", "LearnedPositions", "NoPositions", "PositionScheme", "PositionVectors", "RopeScaling",
+    "RotaryPositions", "SinusoidalPositions", "alibi_slopes", "build", "check", "gpt2_scheme", "length_study_schemes",
+    "register", "rope_inverse_frequencies", "rotary_dim", "schemes_taking", "sinusoidal_positions", "unbounded_schemes",
 ]

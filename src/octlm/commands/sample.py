@@ -48,22 +48,22 @@ def _show_token(stream, token) -> None:
     _show(stream.push(int(token[0, 0])))
 
 
-def check_alibi_memory(model, length: int, device) -> None:
-    """Refuse a sequence whose ALiBi bias would not fit in memory, instead of failing inside torch.
+def check_bias_memory(model, length: int, device) -> None:
+    """Refuse a sequence whose attention score bias would not fit in memory, instead of failing inside torch.
 
-    ALiBi attends through a float mask [n_heads, T, T] (and the attention
-    weights of the same shape beside it), so memory grows with T squared.
+    A score bias (ALiBi's, for one) grows with the length squared; the
+    scheme estimates it (``PositionScheme.score_bias_bytes``).
     """
     from octlm.train import device_memory_bytes
 
-    if model.config.position != "alibi":
+    need = model.positions.score_bias_bytes(model.config.n_heads, length)
+    if not need:
         return
     total = device_memory_bytes(device)
-    need = 3 * 4 * model.config.n_heads * length**2
     if total is not None and need > total:
-        longest = int((total / (12 * model.config.n_heads)) ** 0.5)
+        longest = int((total * length**2 / need) ** 0.5)
         raise OctlmError(
-            f"the prompt plus --max-new-tokens is {length:,} tokens; ALiBi's bias for that length needs about "
+            f"the prompt plus --max-new-tokens is {length:,} tokens; {model.positions.label}'s bias for that length needs about "
             f"{need / 2**30:,.0f} GiB, more than this {device.type} has ({total / 2**30:.0f} GiB): keep it under {longest:,} tokens"
         )
 
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     limit = model.max_length
     if limit is not None and len(ids) > limit:
         report.warn(f"the prompt is {len(ids)} tokens; this learned-position model sees only its last {limit}")
-    check_alibi_memory(model, len(ids) + args.max_new_tokens, device)
+    check_bias_memory(model, len(ids) + args.max_new_tokens, device)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     # People see each piece as it is generated, so Ctrl-C keeps what they saw;
     # --json and --quiet print only the finished result.
