@@ -55,6 +55,10 @@ def test_export_tokenizer_gives_the_same_ids(trained_run, exported):
     hf_tokenizer = AutoTokenizer.from_pretrained(exported)
     assert hf_tokenizer(TEXT, add_special_tokens=False)["input_ids"] == tokenizer.encode(TEXT)
     assert hf_tokenizer.eos_token_id == tokenizer.eot_id
+    # the marker written as text is text to every reader, as it is to octlm
+    for text in ["a<|endoftext|>b", "<|endoftext|>", " <|endoftext|><|endoftext|>\n"]:
+        assert hf_tokenizer(text, add_special_tokens=False)["input_ids"] == tokenizer.encode(text)
+        assert tokenizer.eot_id not in tokenizer.encode(text)
     config = json.loads((exported / "config.json").read_text())
     assert config["activation_function"] == "gelu" and config["n_positions"] == 32 and config["tie_word_embeddings"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -93,7 +94,10 @@ def test_training_on_pieces_learns_the_same_merges(shakespeare):
     trainer = trainers.BpeTrainer(vocab_size=400, min_frequency=2, special_tokens=[END_OF_TEXT],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     hf.train_from_iterator([text], trainer=trainer)  # uncut, as tokenizers would by itself
-    assert Tokenizer.train([text], vocab_size=400).hf.to_str() == hf.to_str()
+    ours, theirs = json.loads(Tokenizer.train([text], vocab_size=400).hf.to_str()), json.loads(hf.to_str())
+    # octlm keeps <|endoftext|> in the vocabulary, not as an added token (see test_literal_marker_*)
+    assert [t["content"] for t in theirs.pop("added_tokens")] == [END_OF_TEXT] and ours.pop("added_tokens") == []
+    assert ours == theirs
 
 
 def test_visible_token_marks_whitespace_and_controls():
@@ -156,3 +160,58 @@ def test_text_stream_of_any_ids_adds_up_to_decode(tokenizer, data):
     stream = TextStream(tokenizer)
     pieces = [stream.push(i) for i in ids]
     assert "".join(pieces) + stream.finish() == tokenizer.decode(ids)
+
+
+_MARKER_TEXTS = st.lists(st.sampled_from(["<|endoftext|>", "<|endoftext", "|>", "a", " ", "\n", "é", "世"]), max_size=12).map("".join)
+
+
+@given(st.one_of(st.text(max_size=40), _MARKER_TEXTS))
+def test_literal_marker_reads_the_same_in_every_reader_of_tokenizer_json(tokenizer, tmp_path_factory, text):
+    """The run's tokenizer.json, read by plain tokenizers, gives octlm's ids for every string,
+    the literal "<|endoftext|>" included: it is text to octlm, never the boundary id."""
+    from tokenizers import Tokenizer as HFTokenizer
+
+    plain = HFTokenizer.from_str(tokenizer.to_str())
+    ours = tokenizer.encode(text)
+    assert plain.encode(text, add_special_tokens=False).ids == ours
+    assert tokenizer.eot_id not in ours
+    assert tokenizer.decode(ours) == text
+
+
+def test_saved_tokenizer_keeps_the_marker_id_and_its_text(tokenizer, tmp_path):
+    tokenizer.save(tmp_path / "tokenizer.json")
+    back = Tokenizer.load(tmp_path / "tokenizer.json")
+    assert back.eot_id == tokenizer.eot_id and back.vocab_size == tokenizer.vocab_size
+    assert back.decode([back.eot_id]) == END_OF_TEXT
+    assert json.loads((tmp_path / "tokenizer.json").read_text())["added_tokens"] == []
+
+
+def test_training_pieces_cut_only_runs_longer_than_the_limit():
+    from octlm.tokenizer import training_pieces
+
+    prose = "The quick brown fox, 12345 jumps_over; the lazy dog.\n" * 50
+    assert list(training_pieces(prose, max_word=8)) == [prose]  # no run of one class reaches 8
+    pieces = list(training_pieces("ab " + "x" * 20 + " cd", max_word=8))
+    assert "".join(pieces) == "ab " + "x" * 20 + " cd"
+    assert pieces == ["ab " + "x" * 8, "x" * 8, "x" * 4 + " cd"]
+
+
+@pytest.mark.parametrize("alphabet", ["ACGT", "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", " ", "-"])
+def test_bpe_training_never_sees_a_word_longer_than_the_limit(alphabet):
+    """BPE training costs the square of the longest pre-token; whatever the text
+    (a DNA sequence, a base64 blob, a run of spaces or dashes), the pieces octlm
+    trains on hold no pre-token longer than MAX_TRAINING_WORD, and they join
+    back to the text."""
+    import random
+
+    from octlm.tokenizer import MAX_TRAINING_WORD, training_pieces
+
+    rng = random.Random(0)
+    text = "".join(rng.choice(alphabet) for _ in range(50_000))
+    pieces = list(training_pieces(text))
+    assert "".join(pieces) == text
+    split = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True).pre_tokenize_str
+    longest = max(len(word) for piece in pieces for word, _ in split(piece))
+    assert longest <= MAX_TRAINING_WORD  # in byte-level characters, one per byte here
+    tokenizer = Tokenizer.train([text], vocab_size=300)
+    assert tokenizer.decode(tokenizer.encode(text)) == text

@@ -19,6 +19,7 @@ from pathlib import Path
 from octlm.errors import OctlmError
 from octlm.options import checked_values, field_types
 from octlm.report import Reporter
+from octlm.tokenizer import left_running
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -128,6 +129,7 @@ def options_from(args: argparse.Namespace, cls):
 
 
 def main(argv: list[str] | None = None) -> int:
+    program = argv is None  # run as the octlm program, not called from Python
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     json_mode = "--json" in argv
@@ -153,7 +155,14 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(report, str(err), 1)
     except KeyboardInterrupt:
         message = "interrupted" if command in WRITE_NO_FILES else "interrupted; files already complete are kept, nothing is half-written"
-        return _fail(report, message, 130, prefix="octlm: ")
+        code = _fail(report, message, 130, prefix="octlm: ")
+        if program and left_running():
+            # Its clean-up done, the program ends before Python's shutdown, which would
+            # abort when the interrupted tokenizers worker returns into it.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     except OSError as err:
         # The file system said no (a parent that is a file, a read-only or full disk, ...).
         where = f"{err.filename}: " if err.filename else ""

@@ -255,6 +255,9 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False)
         "model_max_length": model.config.context_length,
         "add_prefix_space": False,
         "clean_up_tokenization_spaces": False,
+        # transformers registers eos_token as an added token that it matches in
+        # raw text; octlm reads a literal "<|endoftext|>" in a text as text.
+        "split_special_tokens": True,
     })
     files = sorted(p.name for p in out_dir.iterdir())
     return {"out_dir": str(out_dir), "files": files, "parameters": model.num_parameters(), "config": config}

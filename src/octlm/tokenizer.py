@@ -8,7 +8,10 @@ lowercasing, and decoding re-assembles the exact bytes. One special token,
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+import threading
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property
@@ -23,6 +26,21 @@ MIN_VOCAB_SIZE = 257  # the 256 byte values plus <|endoftext|>
 
 #: Characters per piece when long texts are cut for training and encoding.
 CHUNK_CHARS = 1 << 18
+
+#: The longest run of one character class that BPE training counts as one word.
+#: The trainer's cost grows with the square of the longest pre-token (a 200,000-
+#: character word took 12 s, a 2 MB base64 blob over 10 minutes); runs this long
+#: do not occur in prose or code (none in tinyshakespeare or the standard library),
+#: so cutting them changes no tokenizer trained on ordinary text.
+MAX_TRAINING_WORD = 256
+
+
+
+@functools.lru_cache(maxsize=4)
+def _long_runs(length: int) -> re.Pattern:
+    # Runs that GPT-2's pre-tokenizer keeps whole: letters, digits, other
+    # symbols, underscores (\w but neither letter nor digit) and whitespace.
+    return re.compile(r"[^\W\d_]{%(k)d,}|\d{%(k)d,}|[^\s\w]{%(k)d,}|_{%(k)d,}|\s{%(k)d,}" % {"k": length})
 
 # Places where GPT-2's pre-tokenizer regex always splits, whatever comes
 # before or after: before an ASCII space or newline that follows a
@@ -51,6 +69,95 @@ def pretoken_chunks(text: str, size: int = CHUNK_CHARS) -> Iterator[str]:
         yield text[start : cut.start()]
         start = cut.start()
     yield text[start:]
+
+
+def training_pieces(text: str, max_word: int = MAX_TRAINING_WORD) -> Iterator[str]:
+    """``text`` in pieces for BPE training: :func:`pretoken_chunks`, with every
+    run longer than ``max_word`` characters that has no pre-token boundary cut
+    every ``max_word`` characters.
+
+    Only training sees these cuts; encoding uses the whole text, so the ids of
+    a text do not depend on them. They keep training time linear in the input
+    whatever it holds (a DNA sequence, a base64 blob), at the price of merges
+    that never span a cut inside such a run.
+    """
+    for chunk in pretoken_chunks(text):
+        start = 0
+        for run in _long_runs(max_word).finditer(chunk):
+            for cut in range(run.start() + max_word, run.end(), max_word):
+                yield chunk[start:cut]
+                start = cut
+        yield chunk[start:]
+
+
+#: Workers left running by an interrupted :func:`interruptible` call.
+_abandoned: list[threading.Thread] = []
+
+
+def left_running() -> bool:
+    """Whether an interrupted :func:`interruptible` call left tokenizers work behind.
+
+    That work (the worker, or the Rust threads it started) cannot be stopped,
+    and when it meets an interpreter that is shutting down the process aborts
+    (SIGABRT, "exception not rethrown"); a program that sees ``True`` should
+    end with ``os._exit`` once its clean-up is done and its output flushed.
+    """
+    return bool(_abandoned)
+
+
+def interruptible(work):
+    """``work()`` run so that Ctrl-C and SIGTERM stop the caller within a fraction of a second.
+
+    Hugging Face tokenizers train and encode in Rust without the GIL, where
+    Python's signal handlers cannot run until the call returns (minutes, on a
+    large corpus). Running the call in a worker thread while the main thread
+    waits in short joins lets the handlers run: the KeyboardInterrupt reaches
+    the caller (whose clean-up removes half-prepared files) and the abandoned
+    daemon worker ends with the process (see :func:`left_running`). Off the
+    main thread ``work`` simply runs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return work()
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as err:  # handed to the caller below
+            outcome["error"] = err
+
+    worker = threading.Thread(target=run, name="octlm-tokenizers", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except BaseException:
+        _abandoned.append(worker)
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def _marker_as_vocabulary(hf: HFTokenizer) -> HFTokenizer:
+    """``hf`` with ``<|endoftext|>`` kept as a vocabulary entry but no longer an added token.
+
+    An added token is matched in raw text by every reader of ``tokenizer.json``
+    (plain ``tokenizers``, transformers), so they would read the literal string
+    ``"<|endoftext|>"`` inside a text as the boundary, where octlm reads it as
+    text: ``encode_special_tokens`` is a runtime flag that the file does not
+    keep. As an entry of the BPE vocabulary the marker keeps its id and its
+    decoding, and no merge can produce it from text, so every reader agrees.
+    Tokenizers whose BPE vocabulary lacks the marker are returned as they are.
+    """
+    state = json.loads(hf.to_str())
+    if END_OF_TEXT not in state.get("model", {}).get("vocab", {}):
+        return hf
+    added = [t for t in state.get("added_tokens", []) if t.get("content") != END_OF_TEXT]
+    if len(added) == len(state.get("added_tokens", [])):
+        return hf
+    state["added_tokens"] = added
+    return HFTokenizer.from_str(json.dumps(state, ensure_ascii=False))
 
 
 def byte_alphabet() -> dict[str, int]:
@@ -154,14 +261,16 @@ class Tokenizer:
     """
 
     def __init__(self, hf: HFTokenizer) -> None:
-        self.hf = hf
         eot = hf.token_to_id(END_OF_TEXT)
         if eot is None:
             raise ValueError(f"tokenizer has no {END_OF_TEXT} token; it was not made by octlm")
-        self.eot_id: int = eot
         # The literal string "<|endoftext|>" inside a text is text, not a
-        # document boundary: boundaries are inserted by id, never parsed.
-        hf.encode_special_tokens = True
+        # document boundary: boundaries are inserted by id, never parsed. The
+        # flag covers a marker that must stay an added token (and files of
+        # earlier octlm versions, until they are saved again).
+        self.hf = _marker_as_vocabulary(hf)
+        self.hf.encode_special_tokens = True
+        self.eot_id: int = eot
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 1024) -> "Tokenizer":
@@ -185,7 +294,7 @@ class Tokenizer:
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
-        hf.train_from_iterator((piece for text in texts for piece in pretoken_chunks(text)), trainer=trainer)
+        interruptible(lambda: hf.train_from_iterator((piece for text in texts for piece in training_pieces(text)), trainer=trainer))
         return cls(hf)
 
     @classmethod
@@ -224,7 +333,8 @@ class Tokenizer:
         size = 0
 
         def flush() -> None:
-            encodings = self.hf.encode_batch([piece for _, piece in group], add_special_tokens=False)
+            pieces = [piece for _, piece in group]
+            encodings = interruptible(lambda: self.hf.encode_batch(pieces, add_special_tokens=False))
             for (owner, _), encoding in zip(group, encodings):
                 out[owner].append(np.asarray(encoding.ids, dtype=dtype))
             group.clear()
@@ -272,4 +382,7 @@ class Tokenizer:
 
 _ALPHABET = byte_alphabet()
 
-__all__ = ["CHUNK_CHARS", "END_OF_TEXT", "MIN_VOCAB_SIZE", "TextStream", "Tokenizer", "byte_alphabet", "pretoken_chunks"]
+__all__ = [
+    "CHUNK_CHARS", "END_OF_TEXT", "MAX_TRAINING_WORD", "MIN_VOCAB_SIZE", "TextStream", "Tokenizer", "byte_alphabet",
+    "interruptible", "left_running", "pretoken_chunks", "training_pieces",
+]
