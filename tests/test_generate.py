@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from octlm import Decoder, DecoderConfig
 from octlm.model import KVCache, LayerCache
@@ -132,3 +134,28 @@ def test_layer_cache_grows_past_its_capacity():
     torch.testing.assert_close(keys, torch.cat(chunks, dim=2), rtol=0, atol=0)
     torch.testing.assert_close(values, -torch.cat(chunks, dim=2), rtol=0, atol=0)
     assert layer.length == 9
+
+
+@given(
+    logits=st.lists(st.floats(-60, 60, allow_nan=False, width=32), min_size=2, max_size=40),
+    temperature=st.one_of(st.sampled_from([1e-38, 1e-45, 5e-324, 1e-30, 1e-12]), st.floats(1e-300, 1e-6)),
+    top_k=st.one_of(st.none(), st.integers(1, 50)),
+)
+def test_any_tiny_temperature_samples_the_argmax(logits, temperature, top_k):
+    """Dividing logits by a temperature near 0 must not overflow: the draw becomes greedy."""
+    from octlm.model import sample_next
+
+    row = torch.tensor([logits], dtype=torch.float32)
+    assume(int((row == row.max()).sum()) == 1)  # a tie has no single greedy answer
+    assume(float(row.max() - row[row < row.max()].max()) > 1e-3 if len(set(logits)) > 1 else True)
+    token = sample_next(row, temperature, top_k, torch.Generator().manual_seed(0))
+    assert int(token) == int(row.argmax())
+
+
+@pytest.mark.parametrize("temperature", [1e-38, 1e-45, 5e-324])
+def test_generate_at_a_tiny_temperature_equals_greedy(temperature):
+    model = model_for("rope", {}, None)
+    prompt = torch.randint(0, 50, (2, 3), generator=torch.Generator().manual_seed(1))
+    greedy = model.generate(prompt, 10, temperature=0.0)
+    tiny = model.generate(prompt, 10, temperature=temperature, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(greedy, tiny)
