@@ -160,3 +160,36 @@ def test_every_token_stand_in_has_a_glyph_in_the_figure_font(tmp_path):
         figure = pca_figure(coords, np.array([0.6, 0.4]), labels, None, "stand-ins", marked=[0])
         save_png(figure, tmp_path / "labels.png")
     assert not [str(w.message) for w in caught if "missing" in str(w.message)]
+
+
+def test_tokens_no_font_can_draw_are_labelled_by_code_point_without_warnings(tmp_path):
+    """CJK and emoji tokens: drawn with a font that has them, else as \\uXXXX, never as boxes."""
+    import warnings
+
+    from octlm.figures import font_coverage, pca_figure, save_png, shown_label
+
+    labels = ["世界", "\U0001f600!", " é", "a$b"]
+    for label in labels:
+        text, families = shown_label(label)
+        for c in label.replace(" ", "␣"):
+            drawable = any(ord(c) in points for _, points in font_coverage())
+            if drawable:
+                family = next(name for name, points in font_coverage() if ord(c) in points)
+                assert c in text and family in families
+            else:
+                code = f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+                assert c not in text and code in text
+    assert shown_label("a$b")[0] == r"a\$b"
+    coords = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figure = pca_figure(coords, np.array([0.6, 0.4]), labels, None, "cjk and emoji", marked=[0, 1, 2, 3])
+        save_png(figure, tmp_path / "labels.png")
+    assert not [str(w.message) for w in caught if "missing" in str(w.message).lower()]
+
+
+def test_a_font_that_has_the_glyph_is_asked_for(monkeypatch):
+    from octlm import figures
+
+    monkeypatch.setattr(figures, "font_coverage", lambda: (("DejaVu Sans", frozenset(map(ord, "ab"))), ("Noto Sans CJK JP", frozenset([ord("世")]))))
+    assert figures.shown_label("a世\U0001f600") == ("a世\\U0001f600", ["DejaVu Sans", "Noto Sans CJK JP"])

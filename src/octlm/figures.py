@@ -14,6 +14,7 @@ atomically.
 
 from __future__ import annotations
 
+import functools
 import io
 from pathlib import Path
 
@@ -28,9 +29,59 @@ from octlm.positions import sinusoidal_positions
 from octlm.tokenizer import visible_token
 
 
-def _shown(text: str) -> str:
-    """A token label for matplotlib: :func:`visible_token`, with ``$`` kept out of mathtext."""
-    return visible_token(text).replace("$", r"\$")
+#: Fonts whose glyphs are placeholders (one box for every code point): never used to draw a label.
+_PLACEHOLDER_FONTS = ("Last Resort",)
+
+
+@functools.cache
+def font_coverage() -> tuple[tuple[str, frozenset[int]], ...]:
+    """``(family, code points it has glyphs for)`` for every font matplotlib finds, DejaVu Sans first.
+
+    Fonts FreeType cannot size (colour bitmap emoji fonts, broken files) are
+    left out: matplotlib would draw them as boxes too.
+    """
+    from matplotlib import font_manager, ft2font
+
+    fonts, seen = [], set()
+    for entry in sorted(font_manager.fontManager.ttflist, key=lambda f: (f.name != "DejaVu Sans", f.name)):
+        if entry.name in seen or entry.name.startswith(_PLACEHOLDER_FONTS):
+            continue
+        try:
+            font = ft2font.FT2Font(entry.fname)
+            font.set_size(10, 72)
+            points = frozenset(font.get_charmap())
+        except (OSError, RuntimeError, ValueError):
+            continue
+        seen.add(entry.name)
+        fonts.append((entry.name, points))
+    return tuple(fonts)
+
+
+def _escaped(c: str) -> str:
+    return f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+
+
+def shown_label(text: str) -> tuple[str, list[str]]:
+    """A token label as the figures draw it, and the font families to draw it with.
+
+    The text is :func:`visible_token`'s; each character is drawn with the
+    first installed font that has a glyph for it (DejaVu Sans, matplotlib's
+    own, first), so CJK or emoji tokens show as themselves where a font for
+    them is installed. A character no installed font can draw is written as
+    its code point, ``\\u4e16`` or ``\\U0001f600``, instead of an empty box;
+    ``$`` is kept out of mathtext.
+    """
+    families = ["DejaVu Sans"]
+    shown = []
+    for c in visible_token(text):
+        family = next((name for name, points in font_coverage() if ord(c) in points), None)
+        if family is None:
+            shown.append(_escaped(c))
+            continue
+        shown.append(c)
+        if family not in families:
+            families.append(family)
+    return "".join(shown).replace("$", r"\$"), families
 
 
 def mean_by_distance(similarity: np.ndarray) -> np.ndarray:
@@ -150,7 +201,7 @@ def _place_labels(figure: Figure, axes, coords: np.ndarray, labels: list[str], i
     scale = figure.dpi / 72.0
     placed: list[tuple[float, float, float, float]] = []
     for index, style in items:
-        text = _shown(labels[index])
+        text, families = shown_label(labels[index])
         size = style["fontsize"] * scale
         width, height = 0.62 * size * max(1, len(text)), 1.2 * size
         px, py = to_pixels(coords[index])
@@ -172,7 +223,7 @@ def _place_labels(figure: Figure, axes, coords: np.ndarray, labels: list[str], i
         axes.annotate(
             text, coords[index], xytext=(dx, dy), textcoords="offset points", ha="right" if dx < 0 else "left", va="bottom",
             arrowprops={"arrowstyle": "-", "color": "#888", "linewidth": 0.6} if abs(dx) > 10 or abs(dy) > 12 else None, zorder=5,
-            path_effects=[patheffects.withStroke(linewidth=3, foreground="white")], **style,
+            path_effects=[patheffects.withStroke(linewidth=3, foreground="white")], fontfamily=families, **style,
         )
 
 
@@ -185,4 +236,4 @@ def save_png(figure: Figure, path: str | Path) -> Path:
     return Path(path)
 
 
-__all__ = ["mean_by_distance", "pca_figure", "position_figure", "save_png"]
+__all__ = ["font_coverage", "mean_by_distance", "pca_figure", "position_figure", "save_png", "shown_label"]
