@@ -7,6 +7,7 @@ random by construction: that run proves the code path, not the model.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import time
 
@@ -45,13 +46,25 @@ def time_forward(model: Decoder, length: int, batch_size: int, repeats: int, dev
     return statistics.median(times)
 
 
+#: A --token argument that is a token id: ASCII digits, with an optional minus
+#: (so that -1 is refused as an id, not looked up as text). str.isdigit() is not
+#: the rule: it accepts '²' and '١', which int() refuses or reads as another number.
+TOKEN_ID = re.compile(r"-?[0-9]+")
+
+
 def parse_token(spec: str, tokenizer: Tokenizer | None, vocab_size: int) -> int:
-    """A ``--token`` value: an integer id, or text that is exactly one token.
+    """A ``--token`` value (``octlm bench``, ``octlm embeddings``): an id or one token's text.
+
+    The rule: an argument of ASCII digits 0-9 (optionally after a minus) is a
+    token id; every other argument is text that must encode to exactly one
+    token (``' the'``, ``ROMEO``, ``'²'``). A token whose text is ASCII digits
+    is therefore given by its id, which the output prints beside each token.
 
     Raises:
-        OctlmError: for an id outside the vocabulary or text that is not one token.
+        OctlmError: for an id outside the vocabulary, or text that is not
+            exactly one token (or no tokenizer to encode it).
     """
-    if spec.lstrip("-").isdigit():
+    if TOKEN_ID.fullmatch(spec):
         token_id = int(spec)
         if not 0 <= token_id < vocab_size:
             raise OctlmError(f"--token {spec}: id outside the vocabulary [0, {vocab_size})")
