@@ -330,9 +330,17 @@ class Decoder(nn.Module):
 
         Raises:
             ValueError: when ``token_ids`` is not a 2-D integer tensor, holds
-                an id outside ``[0, vocab_size)``, ``offset`` is negative or
-                differs from ``cache.length``, or a learned position table is
-                too short for ``offset + T``.
+                an id outside ``[0, vocab_size)`` (checked on CPU tensors in
+                eager mode only, see below), ``offset`` is negative or differs
+                from ``cache.length``, or a learned position table is too
+                short for ``offset + T``.
+
+        The id range is checked where ids enter octlm (token files when they
+        are opened, prompts in :meth:`generate`), not here on an accelerator or
+        under ``torch.compile``: reading the range back is a host-device sync
+        per forward pass and a graph break. On CPU tensors in eager mode it
+        costs nothing of the kind, and a Python caller's bad id gets a clear
+        error instead of an IndexError from inside torch.
         """
         return self.lm_head(self.ln_final(self._hidden(token_ids, offset, cache)))
 
@@ -428,6 +436,7 @@ class Decoder(nn.Module):
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         self._check_input(prompt_ids, 0)
+        self._check_range(prompt_ids)  # once per call: the prompt is where ids enter
         ids = prompt_ids
         capacity = prompt_ids.shape[1] + max_new_tokens
         cache = KVCache(len(self.blocks), capacity if self.max_length is None else min(capacity, self.max_length)) if use_cache else None
@@ -453,6 +462,10 @@ class Decoder(nn.Module):
             raise ValueError("token_ids is empty along T; give at least one token")
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
+        if token_ids.device.type == "cpu" and not torch.compiler.is_compiling():
+            self._check_range(token_ids)
+
+    def _check_range(self, token_ids: Tensor) -> None:
         low, high = torch.aminmax(token_ids)
         low, high = int(low), int(high)
         if low < 0 or high >= self.config.vocab_size:
