@@ -36,21 +36,6 @@ from octlm.fileio import atomic_write, read_safetensors
 CHECKPOINT = "checkpoint.safetensors"
 FORMAT = "octlm-checkpoint/1"
 
-#: Training options a resumed run may change: how long it runs, how it reports and
-#: where it computes. Changing them does not change the weights of a step-limited
-#: CPU run (``max_steps`` and ``time_budget`` change where the schedule ends).
-FREE_OPTIONS = frozenset({
-    "max_steps", "time_budget", "eval_interval", "eval_blocks", "final_eval_blocks", "log_interval",
-    "sample_tokens", "device", "dtype", "threads", "save_every",
-})
-#: Options a resumed run may change on purpose (say, after the loss became NaN); the
-#: run then differs from an uninterrupted one, and octlm says so.
-RETUNABLE_OPTIONS = frozenset({"learning_rate", "grad_clip"})
-#: Options that are not part of the config digest for other reasons: the run folder
-#: itself, and the per-process batch (the global batch is checked instead).
-_NOT_DIGESTED = frozenset({"out", "overwrite", "batch_size"})
-
-
 class CheckpointError(RunError):
     """A checkpoint is missing, damaged, or does not belong to the files beside it."""
 
@@ -94,13 +79,16 @@ def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
 def config_digest(config: dict) -> str:
     """sha256 of what a resumed run must keep from ``config.json``.
 
-    That is the ``model`` section and every training option outside
-    :data:`FREE_OPTIONS`, :data:`RETUNABLE_OPTIONS` and the run folder's own
-    name, as canonical JSON, so a resume may rewrite ``max_steps`` in the file
-    without invalidating its checkpoint, and any other edit is caught.
+    That is the ``model`` section and every training option a resume may
+    not change (all but :func:`octlm.options.changeable_on_resume`), as canonical JSON,
+    so a resume may rewrite ``max_steps`` in the file without invalidating
+    its checkpoint, and any other edit is caught. Keys this version does not
+    know are kept too.
     """
-    skip = FREE_OPTIONS | RETUNABLE_OPTIONS | _NOT_DIGESTED
-    kept = {"model": config.get("model"), "train": {k: v for k, v in sorted(config.get("train", {}).items()) if k not in skip}}
+    from octlm.options import changeable_on_resume
+
+    may_change = changeable_on_resume()
+    kept = {"model": config.get("model"), "train": {k: v for k, v in sorted(config.get("train", {}).items()) if k not in may_change}}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
@@ -288,8 +276,6 @@ __all__ = [
     "CHECKPOINT",
     "Checkpoint",
     "CheckpointError",
-    "FREE_OPTIONS",
-    "RETUNABLE_OPTIONS",
     "capture_rng",
     "check_digests",
     "config_digest",

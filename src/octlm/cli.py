@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 
 from octlm.errors import OctlmError
-from octlm.options import checked_values, field_types
+from octlm.options import REQUIRED, checked_values, field_types, flag, option_default
 from octlm.report import Reporter
 from octlm.tokenizer import left_running
 
@@ -33,22 +33,29 @@ class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionH
         return super()._get_help_string(action)
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def add_dataclass_options(parser: argparse.ArgumentParser, cls) -> None:
-    """One flag per dataclass field, with the field's help, type, choices and default."""
+    """One argument per field of options dataclass ``cls`` (:func:`octlm.options.option`), in field order.
+
+    The flag is the field name with dashes (``--max-steps``), or the bare name
+    for a ``positional`` field; help, type, choices and default come from the
+    declaration, a :data:`~octlm.options.REQUIRED` default makes the flag
+    required, and a ``bool`` field is a switch.
+    """
     kinds = field_types(cls)
     for f in dataclasses.fields(cls):
-        meta = dict(f.metadata)
-        help_text = meta.pop("help", None)
-        kind = kinds[f.name][0]
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if kind is bool:
-            parser.add_argument(_flag(f.name), action="store_true", default=default, help=help_text)
+        cli = dict(f.metadata["cli"])
+        kind, default = kinds[f.name][0], option_default(f)
+        if cli.pop("positional", False):
+            parser.add_argument(f.name, help=f.metadata["help"], **cli)
+            continue
+        if default is REQUIRED:
+            cli["required"] = True
         else:
-            parser.add_argument(_flag(f.name), type=kind, default=default, help=help_text, **meta)
+            cli["default"] = default
+        if kind is bool:
+            parser.add_argument(flag(f.name), action="store_true", help=f.metadata["help"], **cli)
+        else:
+            parser.add_argument(flag(f.name), type=kind, help=f.metadata["help"], **cli)
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:

@@ -42,7 +42,8 @@ import numpy as np
 from octlm.errors import OctlmError
 from octlm.evaluate import evaluate
 from octlm.fileio import atomic_write, check_out_folder, make_folder
-from octlm.options import TrainOptions, option
+from octlm.options import Bound, TrainOptions, at_least, check_fields, option, same_as
+from octlm.options import check_options as check_train_options
 from octlm.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking
 from octlm.report import Reporter
 
@@ -59,31 +60,39 @@ RUNS = "runs"
 
 @dataclass
 class LengthOptions:
-    """Everything ``octlm length`` takes. Units are in each help text."""
+    """Everything ``octlm length`` takes. Units are in each help text.
 
-    text: list[str] = option([], "UTF-8 text files or folders (the same split, tokenizer and seed for every model)", nargs="+", metavar="PATH")
+    The options it shares with ``octlm train`` are that command's own
+    declarations (:func:`octlm.options.same_as`): the same default, help and
+    bounds, handed to every model's :class:`TrainOptions` by name.
+    """
+
+    text: list[str] = same_as(TrainOptions, "text", help="UTF-8 text files or folders (the same split, tokenizer and seed for every model)")
     out: str | None = option(None, "study folder to create: runs/<scheme>/, length.jsonl, length.png, length.md")
-    time_budget: float | None = option(DEFAULT_TIME_BUDGET, "seconds of training per model (default 240: the whole default study took about 21 minutes on tinyshakespeare, measured on 2 CPU cores; budget 30)")
-    max_steps: int | None = option(None, "train each model for exactly this many steps instead of --time-budget (reproducible; length.jsonl then records time_budget null)")
-    train_length: int = option(128, "context length T the models train on (tokens)")
-    multipliers: list[int] = option([1, 2, 4, 8, 16], "evaluation lengths as multiples of T", nargs="+", metavar="M")
+    # The study checks its budget itself (one of --time-budget and --max-steps must hold), so no train bound here.
+    time_budget: float | None = same_as(
+        TrainOptions, "time_budget", default=DEFAULT_TIME_BUDGET, bounds=None,
+        help="seconds of training per model (default 240: the whole default study took about 21 minutes on tinyshakespeare, measured on 2 CPU cores; budget 30)")
+    max_steps: int | None = same_as(TrainOptions, "max_steps", help="train each model for exactly this many steps instead of --time-budget (reproducible; length.jsonl then records time_budget null)")
+    train_length: int = same_as(TrainOptions, "context_length", help="context length T the models train on (tokens)", bounds=at_least(2, "tokens"))
+    multipliers: list[int] = option([1, 2, 4, 8, 16], "evaluation lengths as multiples of T", bounds=Bound(1, says="integers >= 1"), nargs="+", metavar="M")
     # The default is read from the registry when used: each scheme says whether the study trains it, in table order.
     schemes: list[str] = option(length_study_schemes, "position schemes to train and compare", nargs="+", choices=SCHEME_NAMES, metavar="SCHEME")
     rope_scalings: list[str] | None = option(
         None, f"RoPE context-extension methods to evaluate the rope model under (default: {' '.join(ROPE_SCALINGS)} when rope is "
         "among --schemes, else none)", nargs="*", choices=list(ROPE_SCALINGS), metavar="METHOD")
-    vocab_size: int = option(1024, "BPE vocabulary size in tokens")
-    d_model: int = option(128, "model width C")
-    n_heads: int = option(4, "attention heads")
-    n_layers: int = option(2, "transformer blocks")
-    batch_size: int = option(32, "training blocks per step")
-    learning_rate: float = option(5e-3, "peak AdamW learning rate")
-    eval_tokens: int = option(8192, "tokens per evaluation forward pass (windows per batch = this / length)")
-    encoding: str = option("utf-8", "text encoding of the input files")
-    val_fraction: float = option(0.1, "fraction of each file (its end) held out for validation")
-    seed: int = option(1337, "random seed, the same for every model")
-    device: str = option("auto", "auto, cpu, cuda, cuda:N or mps")
-    threads: int | None = option(None, "CPU threads for torch (default: torch's choice)")
+    vocab_size: int = same_as(TrainOptions, "vocab_size")
+    d_model: int = same_as(TrainOptions, "d_model")
+    n_heads: int = same_as(TrainOptions, "n_heads")
+    n_layers: int = same_as(TrainOptions, "n_layers")
+    batch_size: int = same_as(TrainOptions, "batch_size")
+    learning_rate: float = same_as(TrainOptions, "learning_rate")
+    eval_tokens: int = option(8192, "tokens per evaluation forward pass (windows per batch = this / length)", bounds=at_least(1))
+    encoding: str = same_as(TrainOptions, "encoding")
+    val_fraction: float = same_as(TrainOptions, "val_fraction")
+    seed: int = same_as(TrainOptions, "seed", help="random seed, the same for every model")
+    device: str = same_as(TrainOptions, "device")
+    threads: int | None = same_as(TrainOptions, "threads")
     overwrite: bool = option(False, "replace an existing study folder at --out")
 
     def resolved(self) -> LengthOptions:
@@ -97,14 +106,10 @@ class LengthOptions:
         return dataclasses.replace(self, rope_scalings=list(scalings), time_budget=budget)
 
     def train_options(self, scheme: str, run_dir: Path) -> TrainOptions:
-        """The ``octlm train`` options of one model of the study."""
-        return TrainOptions(
-            text=list(self.text), encoding=self.encoding, val_fraction=self.val_fraction, vocab_size=self.vocab_size,
-            context_length=self.train_length, d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
-            position=scheme, batch_size=self.batch_size, learning_rate=self.learning_rate,
-            max_steps=self.max_steps, time_budget=None if self.max_steps is not None else self.time_budget,
-            seed=self.seed, device=self.device, threads=self.threads, sample_tokens=0, out=str(run_dir), overwrite=True,
-        )
+        """The ``octlm train`` options of one model of the study: the shared ones by name, the rest fixed."""
+        shared = {f.metadata["same_as"]: getattr(self, f.name) for f in dataclasses.fields(self) if "same_as" in f.metadata}
+        shared.update(text=list(self.text), time_budget=None if self.max_steps is not None else self.time_budget)
+        return TrainOptions(**shared, position=scheme, sample_tokens=0, out=str(run_dir), overwrite=True)
 
 
 def scalings_taken(schemes: list[str]) -> list[str]:
@@ -120,22 +125,13 @@ def check_options(opts: LengthOptions) -> None:
         raise OctlmError("--out: give the study folder to create, e.g. --out runs/length")
     if opts.max_steps is None and (opts.time_budget is None or not opts.time_budget > 0):
         raise OctlmError(f"--time-budget must be a positive number of seconds (or give --max-steps), got {opts.time_budget}")
-    if opts.max_steps is not None and opts.max_steps < 1:
-        raise OctlmError(f"--max-steps must be >= 1, got {opts.max_steps}")
-    if opts.train_length < 2:
-        raise OctlmError(f"--train-length must be >= 2 tokens, got {opts.train_length}")
-    if not opts.multipliers or any(m < 1 for m in opts.multipliers):
-        raise OctlmError(f"--multipliers must be integers >= 1, got {opts.multipliers}")
-    if opts.eval_tokens < 1:
-        raise OctlmError(f"--eval-tokens must be >= 1, got {opts.eval_tokens}")
+    check_fields(opts)
     untaken = [m for m in opts.rope_scalings or [] if m not in scalings_taken(opts.schemes)]
     if untaken:
         takers = schemes_taking(untaken[0])
         raise OctlmError(f"--rope-scalings needs the {' or '.join(takers)} model: add {takers[0]} to --schemes or pass --rope-scalings with no methods")
     if len(set(opts.schemes)) != len(opts.schemes):
         raise OctlmError(f"--schemes lists a scheme twice: {opts.schemes}")
-    from octlm.train import check_options as check_train_options
-
     for scheme in opts.schemes:
         check_train_options(opts.train_options(scheme, Path(opts.out) / RUNS / scheme))
 

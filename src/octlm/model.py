@@ -22,6 +22,19 @@ from octlm import positions as position_schemes
 ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}
 
 
+class DecoderFieldError(ValueError):
+    """A :class:`DecoderConfig` value that cannot work.
+
+    ``field`` names it and ``rest`` says the rest, so the command line can
+    name its own flag (``--d-model=30 is not ...``) where Python reads
+    ``DecoderConfig.d_model=30 is not ...``.
+    """
+
+    def __init__(self, field: str, rest: str) -> None:
+        super().__init__(f"DecoderConfig.{field}{rest}")
+        self.field, self.rest = field, rest
+
+
 @dataclass
 class DecoderConfig:
     """Shape of a decoder. Defaults are octlm's Day-1 baseline.
@@ -71,16 +84,15 @@ class DecoderConfig:
         for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_layers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"DecoderConfig.{name} must be a positive integer, got {value!r}")
+                raise DecoderFieldError(name, f" must be a positive integer, got {value!r}")
         if self.d_model % self.n_heads:
-            raise ValueError(
-                f"DecoderConfig.d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
-                f"pick n_heads among the divisors of d_model"
+            raise DecoderFieldError(
+                "d_model", f"={self.d_model} is not divisible by n_heads={self.n_heads}; pick n_heads among the divisors of d_model"
             )
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"DecoderConfig.dropout must be in [0, 1), got {self.dropout!r}")
+            raise DecoderFieldError("dropout", f" must be in [0, 1), got {self.dropout!r}")
         if self.activation not in ACTIVATIONS:
-            raise ValueError(f"DecoderConfig.activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
+            raise DecoderFieldError("activation", f" must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
         position_schemes.check(self)
 
     @property
@@ -511,5 +523,5 @@ def cross_entropy(logits: Tensor, targets: Tensor, reduction: str = "mean") -> T
     return loss if reduction != "none" else loss.view(targets.shape)
 
 
-__all__ = ["Decoder", "DecoderConfig", "KVCache", "LayerCache", "cross_entropy", "sample_next"]
+__all__ = ["Decoder", "DecoderConfig", "DecoderFieldError", "KVCache", "LayerCache", "cross_entropy", "sample_next"]
 

@@ -1,40 +1,217 @@
-"""Training options: one dataclass is the CLI flags, the TOML keys and config.json.
+"""Every option of every ``octlm`` command, declared once.
 
-Each field's metadata carries its help text, so ``octlm train --help``, a
-``--config FILE.toml`` and the ``train`` section of a run's ``config.json``
-cannot drift apart.
+A command's options are one dataclass whose fields are made by :func:`option`:
+each carries its default, help text, argparse shape (choices, nargs), its
+bounds and, for ``octlm train``, what ``--resume`` may do with it. From that
+one declaration come the command-line flags (:func:`octlm.cli.add_dataclass_options`),
+the keys of a ``--config`` TOML file and of ``config.json`` (:func:`checked_values`),
+the range checks and their messages (:func:`check_fields`) and the resume merge
+(:func:`resume_merge`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import json
+import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from octlm.errors import OctlmError
-
-from octlm.model import ACTIVATIONS, DecoderConfig
+from octlm.errors import OctlmError, RunError
+from octlm.model import ACTIVATIONS, DecoderConfig, DecoderFieldError
 from octlm.positions import DEFAULT_BASE, ROPE_LAYOUTS, SCHEME_NAMES, SINUSOIDAL_LAYOUTS
+from octlm.tokenizer import MIN_VOCAB_SIZE
 
 #: Steps of the main job when neither --max-steps nor --time-budget is given;
 #: about four minutes on two CPU cores with the Day-1 model.
 DEFAULT_MAX_STEPS = 1200
+#: torch.manual_seed takes a signed 64-bit number.
+MAX_SEED = 2**63 - 1
+#: The default of an option that must be given (a required flag, or a positional argument).
+REQUIRED = dataclasses.MISSING
 
 
-def option(default, help: str, **meta):
-    """A dataclass field that is also a CLI flag: ``help`` and argparse keywords (``choices``, ``nargs``) in its metadata.
+class Resume(enum.Enum):
+    """What ``octlm train --resume`` may do with an option given again."""
 
-    A callable ``default`` is called for each new value (a default read from a registry when it is used).
+    #: Must match the run (model shape, data, seed, optimiser): part of the checkpoint's config digest.
+    FIXED = "fixed"
+    #: How long it runs, how it reports, where it computes: taken as given, the weights stay those of an
+    #: uninterrupted run (``batch_size``: the global batch is checked where the processes are known).
+    FREE = "free"
+    #: Allowed on purpose (say, after the loss became NaN), with a warning that the run now differs.
+    RETUNABLE = "re-tunable"
+    #: ``out`` and ``overwrite``: a resumed run stays in the folder it resumes.
+    RUN_FOLDER = "run folder"
+
+
+def flag(name: str) -> str:
+    """The command-line flag of option ``name``: ``max_steps`` -> ``--max-steps``."""
+    return "--" + name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The range an option's value must lie in; ``says`` replaces the phrase derived from the limits.
+
+    A list option's every item must lie in it, and the list must not be empty.
     """
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    note: str = ""
+    says: str | None = None
+
+    def admits(self, value) -> bool:
+        if isinstance(value, list):
+            return bool(value) and all(self.admits(v) for v in value)
+        # written as "not (v < low)" would let NaN through; every comparison with NaN is False
+        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return above and below
+
+    def phrase(self) -> str:
+        if self.says is not None:
+            return self.says
+        low = f"{'>' if self.low_open else '>='} {self.low:g}"
+        if self.high is None:
+            text = low
+        elif self.high == math.inf:
+            text = f"a finite number {low}"
+        elif self.low_open and self.high_open:
+            text = f"between {self.low:g} and {self.high:g} (exclusive)"
+        else:
+            text = f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+        return f"{text} {self.note}" if self.note else text
+
+    def message(self, name: str, value) -> str:
+        return f"{flag(name)} must be {self.phrase()}, got {value}"
+
+
+def at_least(low: float, note: str = "") -> Bound:
+    """``value >= low``."""
+    return Bound(low=low, note=note)
+
+
+def finite(low_open: bool = False, note: str = "", says: str | None = None) -> Bound:
+    """``0 <= value < inf`` (``0 < value < inf`` with ``low_open``)."""
+    return Bound(low=0, high=math.inf, low_open=low_open, high_open=True, note=note, says=says)
+
+
+def option(default, help: str, *, bounds: Bound | None = None, check: Callable | None = None,
+           resume: Resume = Resume.FIXED, resume_check: Callable | None = None, **cli) -> dataclasses.Field:
+    """A dataclass field that is also a flag, a TOML key and a ``config.json`` key.
+
+    Args:
+        default: the value when the option is not given; :data:`REQUIRED` for
+            one that must be (a positional argument with ``positional=True``);
+            a callable is called for each new value (a default read from a
+            registry when it is used).
+        help: the ``--help`` text, with units.
+        bounds: the range the value must lie in (:class:`Bound`); ``None``
+            values (an unset optional option) are not checked.
+        check: ``check(value)`` raising :class:`OctlmError` for rules a
+            range cannot say (an unknown text encoding).
+        resume: what ``octlm train --resume`` may do with it. A new option is
+            kept by a resumed run unless declared otherwise: the safe side.
+        resume_check: ``resume_check(name, value, then, run_dir)`` returning
+            the refusal message, or ``None``, in place of the plain "must match".
+        **cli: argparse keywords (``choices``, ``nargs``, ``metavar``,
+            ``action``) and ``positional=True``.
+    """
+    meta = {"help": help, "bounds": bounds, "check": check, "resume": resume, "resume_check": resume_check, "cli": cli}
     if callable(default):
-        return field(default_factory=default, metadata={"help": help, **meta})
+        return field(default_factory=default, metadata=meta)
     if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help, **meta})
-    return field(default=default, metadata={"help": help, **meta})
+        return field(default_factory=lambda: list(default), metadata=meta)
+    if default is REQUIRED:
+        return field(metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def same_as(cls, name: str, **changes) -> dataclasses.Field:
+    """Field ``name`` of options dataclass ``cls`` again, for another command that takes the same option.
+
+    ``changes`` replace parts of its declaration (``default``, ``help``,
+    ``bounds``). The field remembers where it came from (``same_as`` in its
+    metadata), so the other command can hand its value over by name.
+    """
+    source = next(f for f in dataclasses.fields(cls) if f.name == name)
+    default = source.default_factory() if source.default_factory is not dataclasses.MISSING else source.default
+    meta = {**source.metadata, "same_as": name}
+    for key in ("help", "bounds", "check"):
+        if key in changes:
+            meta[key] = changes.pop(key)
+    default = changes.pop("default", default)
+    if changes:
+        raise TypeError(f"same_as: unknown changes {sorted(changes)}")
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def option_default(f: dataclasses.Field):
+    """The default value of an option field (a fresh copy for a list)."""
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def check_fields(opts) -> None:
+    """Check every option of ``opts`` against its declared bounds and check; unset (``None``) ones pass.
+
+    Raises:
+        OctlmError: for the first value out of range, naming the flag, what it
+            must be and the value (``--max-steps must be >= 1, got 0``).
+    """
+    for f in dataclasses.fields(opts):
+        value = getattr(opts, f.name)
+        if value is None:
+            continue
+        bounds, check = f.metadata.get("bounds"), f.metadata.get("check")
+        if bounds is not None and not bounds.admits(value):
+            raise OctlmError(bounds.message(f.name, value))
+        if check is not None:
+            check(value)
+
+
+def _check_encoding(encoding: str) -> None:
+    from octlm.data import check_encoding
+
+    check_encoding(encoding)
+
+
+#: The range torch.manual_seed takes.
+SEED = Bound(low=0, high=MAX_SEED, says=f"between 0 and {MAX_SEED} (2**63 - 1)")
+
+
+def _text_on_resume(name: str, value, then, run_dir: Path) -> str | None:
+    if [str(p) for p in value] == list(then or []):
+        return None
+    return (
+        f"--text {' '.join(map(str, value))} with --resume {run_dir}: a resumed run trains on its own token files "
+        f"(from {' '.join(then) if then else 'the default corpus'}); drop --text, or start a new run with --out"
+    )
+
+
+def _out_on_resume(name: str, value, then, run_dir: Path) -> str | None:
+    if value is None or Path(value).resolve() == run_dir.resolve():
+        return None
+    return f"--out {value} with --resume {run_dir}: a resumed run stays in its own folder; drop --out"
+
+
+def _overwrite_on_resume(name: str, value, then, run_dir: Path) -> str | None:
+    if not value:
+        return None
+    return f"--overwrite with --resume {run_dir}: --overwrite would delete the run that --resume continues; drop one of them"
+
+
+FREE, RETUNABLE = Resume.FREE, Resume.RETUNABLE
 
 
 @dataclass
@@ -42,10 +219,12 @@ class TrainOptions:
     """Everything ``octlm train`` takes. Units are in each help text."""
 
     # data
-    text: list[str] = option([], "UTF-8 text files or folders to train on (default: the Python standard library's .py files)", nargs="+", metavar="PATH")
-    encoding: str = option("utf-8", "text encoding of the input files, e.g. cp1252")
-    val_fraction: float = option(0.1, "fraction of each file (its end) held out for validation")
-    vocab_size: int = option(1024, "BPE vocabulary size in tokens, including <|endoftext|>")
+    text: list[str] = option([], "UTF-8 text files or folders to train on (default: the Python standard library's .py files)",
+                             resume_check=_text_on_resume, nargs="+", metavar="PATH")
+    encoding: str = option("utf-8", "text encoding of the input files, e.g. cp1252", check=_check_encoding)
+    val_fraction: float = option(0.1, "fraction of each file (its end) held out for validation", bounds=Bound(0, 1, True, True))
+    vocab_size: int = option(1024, "BPE vocabulary size in tokens, including <|endoftext|>",
+                             bounds=Bound(MIN_VOCAB_SIZE, says=f"at least {MIN_VOCAB_SIZE} (the 256 byte values and <|endoftext|>)"))
     # model
     context_length: int = option(128, "tokens per training block (rows of a learned position table)")
     d_model: int = option(128, "model width C")
@@ -59,32 +238,35 @@ class TrainOptions:
     partial_rotary_factor: float = option(1.0, "fraction of each head that RoPE rotates")
     sinusoidal_layout: str = option("interleaved", "sinusoidal columns: interleaved (sin, cos, ...) or concatenated ([sin | cos])", choices=list(SINUSOIDAL_LAYOUTS))
     # optimisation
-    batch_size: int = option(32, "blocks per step (per process)")
-    learning_rate: float = option(5e-3, "peak AdamW learning rate")
-    min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak (cosine decay)")
-    warmup_steps: int = option(50, "steps of linear warmup")
-    weight_decay: float = option(1.0, "AdamW weight decay on matrices (not on norms, biases)")
-    beta1: float = option(0.9, "AdamW beta1")
-    beta2: float = option(0.99, "AdamW beta2")
-    grad_clip: float = option(1.0, "clip the global gradient norm to this (0 disables)")
+    batch_size: int = option(32, "blocks per step (per process)", bounds=at_least(1), resume=FREE)
+    learning_rate: float = option(5e-3, "peak AdamW learning rate", bounds=finite(low_open=True), resume=RETUNABLE)
+    min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak (cosine decay)", bounds=Bound(0, 1))
+    warmup_steps: int = option(50, "steps of linear warmup", bounds=at_least(0))
+    weight_decay: float = option(1.0, "AdamW weight decay on matrices (not on norms, biases)", bounds=finite(note="(0 turns it off)"))
+    beta1: float = option(0.9, "AdamW beta1", bounds=Bound(0, 1, high_open=True))
+    beta2: float = option(0.99, "AdamW beta2", bounds=Bound(0, 1, high_open=True))
+    grad_clip: float = option(1.0, "clip the global gradient norm to this (0 disables)", bounds=finite(note="(0 turns it off)"), resume=RETUNABLE)
     # length of the run
-    max_steps: int | None = option(None, f"optimizer steps (default: {DEFAULT_MAX_STEPS} unless --time-budget is given; with --resume: the run's total)")
-    time_budget: float | None = option(None, "stop cleanly after this many seconds of training and save (with --resume: the run's total)")
-    save_every: int = option(200, "save a checkpoint (checkpoint.safetensors, model.safetensors) every this many steps; 0: only at the end")
+    max_steps: int | None = option(None, f"optimizer steps (default: {DEFAULT_MAX_STEPS} unless --time-budget is given; with --resume: the run's total)",
+                                   bounds=at_least(1), resume=FREE)
+    time_budget: float | None = option(None, "stop cleanly after this many seconds of training and save (with --resume: the run's total)", resume=FREE,
+                                       bounds=finite(True, says="a finite number of seconds > 0 (leave it out to stop at --max-steps)"))
+    save_every: int = option(200, "save a checkpoint (checkpoint.safetensors, model.safetensors) every this many steps; 0: only at the end",
+                             bounds=at_least(0), resume=FREE)
     # evaluation and logging
-    eval_interval: int = option(200, "evaluate every this many steps")
-    eval_blocks: int = option(64, "validation blocks per periodic evaluation (the final one uses all)")
-    final_eval_blocks: int | None = option(None, "cap on validation blocks of the final evaluation (default: all)")
-    log_interval: int = option(20, "write a training line to metrics.jsonl every this many steps")
-    sample_tokens: int = option(160, "tokens of the sample printed at the end (0: none)")
+    eval_interval: int = option(200, "evaluate every this many steps", bounds=at_least(1), resume=FREE)
+    eval_blocks: int = option(64, "validation blocks per periodic evaluation (the final one uses all)", bounds=at_least(1), resume=FREE)
+    final_eval_blocks: int | None = option(None, "cap on validation blocks of the final evaluation (default: all)", bounds=at_least(1), resume=FREE)
+    log_interval: int = option(20, "write a training line to metrics.jsonl every this many steps", bounds=at_least(1), resume=FREE)
+    sample_tokens: int = option(160, "tokens of the sample printed at the end (0: none)", bounds=at_least(0), resume=FREE)
     # machine
-    seed: int = option(1337, "random seed (weights, data order, dropout)")
-    device: str = option("auto", "auto (GPU when there is one), cpu, cuda, cuda:N or mps")
-    dtype: str = option("auto", "compute dtype: auto (bfloat16 on CUDA, float32 elsewhere), float32 or bfloat16", choices=["auto", "float32", "bfloat16"])
-    threads: int | None = option(None, "CPU threads for torch (default: torch's choice)")
+    seed: int = option(1337, "random seed (weights, data order, dropout)", bounds=SEED)
+    device: str = option("auto", "auto (GPU when there is one), cpu, cuda, cuda:N or mps", resume=FREE)
+    dtype: str = option("auto", "compute dtype: auto (bfloat16 on CUDA, float32 elsewhere), float32 or bfloat16", choices=["auto", "float32", "bfloat16"], resume=FREE)
+    threads: int | None = option(None, "CPU threads for torch (default: torch's choice)", bounds=at_least(1), resume=FREE)
     # output
-    out: str | None = option(None, "run folder to create (default: runs/<date>-<time>)")
-    overwrite: bool = option(False, "replace an existing run folder at --out")
+    out: str | None = option(None, "run folder to create (default: runs/<date>-<time>)", resume=Resume.RUN_FOLDER, resume_check=_out_on_resume)
+    overwrite: bool = option(False, "replace an existing run folder at --out", resume=Resume.RUN_FOLDER, resume_check=_overwrite_on_resume)
 
     def model_config(self, vocab_size: int) -> DecoderConfig:
         """The decoder shape these options ask for, with the tokenizer's actual vocabulary size."""
@@ -93,6 +275,100 @@ class TrainOptions:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def resume_policy(cls=TrainOptions) -> dict[str, Resume]:
+    """``{option: what --resume may do with it}``, read from the declarations."""
+    return {f.name: f.metadata["resume"] for f in dataclasses.fields(cls)}
+
+
+def changeable_on_resume(cls=TrainOptions) -> frozenset[str]:
+    """The options a resumed run may take anew: those left out of a checkpoint's config digest."""
+    return frozenset(name for name, policy in resume_policy(cls).items() if policy is not Resume.FIXED)
+
+
+def check_options(opts: TrainOptions) -> None:
+    """Reject option values that cannot work, naming the flag; nothing is read or written before this passes.
+
+    Raises:
+        OctlmError: for a value outside its declared bounds, an unknown text
+            encoding, or a model shape :class:`~octlm.model.DecoderConfig`
+            refuses (named by its flag: ``--d-model=30 is not divisible ...``).
+    """
+    check_fields(opts)
+    try:
+        opts.model_config(vocab_size=opts.vocab_size)
+    except DecoderFieldError as err:
+        raise OctlmError(flag(err.field) + err.rest) from None
+    except ValueError as err:
+        raise OctlmError(str(err)) from None
+
+
+def given_options(opts: TrainOptions) -> set[str]:
+    """Options that differ from their defaults: what a Python caller asked for."""
+    defaults = TrainOptions()
+    return {f.name for f in dataclasses.fields(TrainOptions) if getattr(opts, f.name) != getattr(defaults, f.name)}
+
+
+def _must_match(name: str, value, then, run_dir: Path) -> str | None:
+    if value == then:
+        return None
+    return (
+        f"{flag(name)} {value} contradicts the run being resumed, which has {name}={then!r} ({run_dir / 'config.json'}); "
+        f"a resumed run keeps its model shape, data, seed and optimiser settings: drop {flag(name)}, or start a new run with --out"
+    )
+
+
+def stored_options(run_dir: Path) -> dict:
+    """The ``train`` section of a run's ``config.json``, checked and keyed by option name.
+
+    Raises:
+        RunError: naming the file when the section is not an object or holds
+            a value of the wrong type (the file is damaged).
+    """
+    from octlm.run import CONFIG, load_config
+
+    where = f"--resume {run_dir}: {run_dir / CONFIG}"
+    stored = load_config(run_dir).get("train", {})
+    if not isinstance(stored, dict):
+        raise RunError(f"{where}: its \"train\" section must be an object of options, got {type(stored).__name__}; the file is damaged")
+    try:
+        return checked_values(stored, where, stored=True)
+    except OctlmError as err:
+        raise RunError(f"{err} (the file is damaged: put the run's own config.json back, or start a new run with --out)") from None
+
+
+def resume_options(run_dir: Path, opts: TrainOptions, given: set[str]) -> tuple[TrainOptions, list[str]]:
+    """The options of a resumed run: the run's own, with the ones given now that its declaration lets change.
+
+    Each option given now goes by its :class:`Resume` policy: ``FIXED`` ones
+    must equal the run's, ``FREE`` and ``RETUNABLE`` ones replace it, and
+    ``RUN_FOLDER`` ones may only name the run itself.
+
+    Returns ``(options, changes)`` where ``changes`` lists, for the person,
+    re-tuned options that make the run differ from an uninterrupted one.
+
+    Raises:
+        OctlmError: when an option given now contradicts the run (a different
+            model shape, data, seed or optimiser setting), naming it and the
+            run's value; or for ``--overwrite`` or another ``--out``.
+        RunError: when the run's ``config.json`` is damaged.
+    """
+    stored = stored_options(run_dir)
+    merged, changes = dict(stored), []
+    fields = {f.name: f for f in dataclasses.fields(TrainOptions)}
+    for name in sorted(given):
+        meta = fields[name].metadata
+        value, then = getattr(opts, name), stored.get(name, option_default(fields[name]))
+        refuse = meta["resume_check"] or (_must_match if meta["resume"] is Resume.FIXED else None)
+        if refuse is not None and (message := refuse(name, value, then, run_dir)):
+            raise OctlmError(message)
+        if meta["resume"] is Resume.RETUNABLE and value != then:
+            changes.append(f"{flag(name)} {value} (was {then})")
+        if meta["resume"] in (Resume.FREE, Resume.RETUNABLE):
+            merged[name] = value
+    merged.update(out=str(run_dir), overwrite=False)
+    return TrainOptions(**merged), changes
 
 
 def field_types(cls) -> dict[str, tuple[type, bool, bool]]:
@@ -131,7 +407,7 @@ def checked_values(values: Mapping, where: str, cls=TrainOptions, stored: bool =
             wrong type or outside the option's choices.
     """
     kinds = field_types(cls)
-    choices = {f.name: f.metadata.get("choices") for f in dataclasses.fields(cls)}
+    choices = {f.name: f.metadata["cli"].get("choices") for f in dataclasses.fields(cls)}
     checked: dict = {}
     spelled: dict[str, str] = {}
     for key, value in values.items():
@@ -164,14 +440,14 @@ def checked_values(values: Mapping, where: str, cls=TrainOptions, stored: bool =
     return checked
 
 
-#: torch.manual_seed takes a signed 64-bit number.
-MAX_SEED = 2**63 - 1
-
-
 def check_seed(seed: int, flag: str = "--seed") -> None:
     """Raise :class:`OctlmError` unless ``0 <= seed <= MAX_SEED``."""
-    if not 0 <= seed <= MAX_SEED:
-        raise OctlmError(f"{flag} must be between 0 and {MAX_SEED} (2**63 - 1), got {seed}")
+    if not SEED.admits(seed):
+        raise OctlmError(f"{flag} must be {SEED.phrase()}, got {seed}")
 
 
-__all__ = ["DEFAULT_MAX_STEPS", "MAX_SEED", "TrainOptions", "check_seed", "checked_values", "field_types", "option"]
+__all__ = [
+    "DEFAULT_MAX_STEPS", "MAX_SEED", "REQUIRED", "Bound", "Resume", "TrainOptions", "at_least", "check_fields",
+    "check_options", "check_seed", "checked_values", "field_types", "finite", "changeable_on_resume", "flag", "given_options",
+    "option", "option_default", "resume_options", "resume_policy", "same_as", "stored_options",
+]

@@ -15,7 +15,6 @@ import datetime
 import json
 import math
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -50,10 +49,10 @@ from octlm.evaluate import EvalResult, evaluate
 from octlm.fileio import atomic_write_json, check_out_folder, make_folder, make_staging
 from octlm.fileio import umask as fileio_umask
 from octlm.model import Decoder, DecoderConfig, cross_entropy
-from octlm.options import DEFAULT_MAX_STEPS, TrainOptions, check_seed, checked_values
+from octlm.options import DEFAULT_MAX_STEPS, TrainOptions, check_options, given_options, resume_options
 from octlm.report import Reporter
 from octlm.run import CONFIG, MANIFEST, METRICS, TOKENIZER, WEIGHTS, is_octlm_run, load_config, save_weights, write_config
-from octlm.tokenizer import MIN_VOCAB_SIZE, Tokenizer, printable_text, visible_token
+from octlm.tokenizer import Tokenizer, printable_text, visible_token
 
 
 class TrainingError(OctlmError):
@@ -230,46 +229,6 @@ def make_optimizer(model: Decoder, opts: TrainOptions, device: torch.device) -> 
     return torch.optim.AdamW(groups, lr=opts.learning_rate, betas=(opts.beta1, opts.beta2), fused=device.type == "cuda")
 
 
-def check_options(opts: TrainOptions) -> None:
-    """Reject option values that cannot work, naming the flag."""
-    positive = ["batch_size", "eval_interval", "eval_blocks", "log_interval"]
-    for name in positive:
-        if getattr(opts, name) < 1:
-            raise OctlmError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(opts, name)}")
-    for name in ("warmup_steps", "sample_tokens", "save_every"):
-        if getattr(opts, name) < 0:
-            raise OctlmError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(opts, name)}")
-    if opts.max_steps is not None and opts.max_steps < 1:
-        raise OctlmError(f"--max-steps must be >= 1, got {opts.max_steps}")
-    if opts.time_budget is not None and not 0 < opts.time_budget < math.inf:
-        raise OctlmError(f"--time-budget must be a finite number of seconds > 0 (leave it out to stop at --max-steps), got {opts.time_budget}")
-    if not 0 < opts.learning_rate < math.inf:
-        raise OctlmError(f"--learning-rate must be a finite number > 0, got {opts.learning_rate}")
-    if not 0 <= opts.min_lr_ratio <= 1:
-        raise OctlmError(f"--min-lr-ratio must be in [0, 1], got {opts.min_lr_ratio}")
-    if opts.threads is not None and opts.threads < 1:
-        raise OctlmError(f"--threads must be >= 1, got {opts.threads}")
-    if opts.final_eval_blocks is not None and opts.final_eval_blocks < 1:
-        raise OctlmError(f"--final-eval-blocks must be >= 1, got {opts.final_eval_blocks}")
-    if opts.vocab_size < MIN_VOCAB_SIZE:
-        raise OctlmError(f"--vocab-size must be at least {MIN_VOCAB_SIZE} (the 256 byte values and <|endoftext|>), got {opts.vocab_size}")
-    for name in ("beta1", "beta2"):
-        if not 0.0 <= getattr(opts, name) < 1.0:
-            raise OctlmError(f"--{name} must be in [0, 1), got {getattr(opts, name)}")
-    for name in ("weight_decay", "grad_clip"):
-        if not 0 <= getattr(opts, name) < math.inf:
-            raise OctlmError(f"--{name.replace('_', '-')} must be a finite number >= 0 (0 turns it off), got {getattr(opts, name)}")
-    check_seed(opts.seed)
-    corpus.check_encoding(opts.encoding)
-    if not 0.0 < opts.val_fraction < 1.0:
-        raise OctlmError(f"--val-fraction must be between 0 and 1 (exclusive), got {opts.val_fraction}")
-    try:
-        opts.model_config(vocab_size=opts.vocab_size)
-    except ValueError as err:
-        message = re.sub(r"DecoderConfig\.(\w+)", lambda m: "--" + m.group(1).replace("_", "-"), str(err))
-        raise OctlmError(message) from None
-
-
 def open_corpus(run_dir: Path) -> Corpus:
     """The prepared corpus of an existing run folder: its tokenizer and token files.
 
@@ -291,71 +250,6 @@ def open_corpus(run_dir: Path) -> Corpus:
             raise RunError(f"{run_dir / f'{split}.bin'}: token file missing; the run folder is incomplete")
         streams.append(corpus.open_tokens(run_dir / entry["file"], entry["dtype"], entry["count"]))
     return Corpus(tokenizer, streams[0], streams[1], manifest)
-
-
-def given_options(opts: TrainOptions) -> set[str]:
-    """Options that differ from their defaults: what a Python caller asked for."""
-    defaults = TrainOptions()
-    return {f.name for f in dataclasses.fields(TrainOptions) if getattr(opts, f.name) != getattr(defaults, f.name)}
-
-
-def resume_options(run_dir: Path, opts: TrainOptions, given: set[str]) -> tuple[TrainOptions, list[str]]:
-    """The options of a resumed run: the run's own, with the ones given now that may change.
-
-    Returns ``(options, changes)`` where ``changes`` lists, for the person,
-    options given now that make the run differ from an uninterrupted one.
-
-    Raises:
-        OctlmError: when an option given now contradicts the run (a different
-            model shape, data, seed or optimiser setting), naming it and the
-            run's value; or for ``--overwrite`` or another ``--out``.
-    """
-    from octlm.checkpoint import FREE_OPTIONS, RETUNABLE_OPTIONS
-    from octlm.run import load_config
-
-    where = f"--resume {run_dir}: {run_dir / CONFIG}"
-    stored = load_config(run_dir).get("train", {})
-    if not isinstance(stored, dict):
-        raise RunError(f"{where}: its \"train\" section must be an object of options, got {type(stored).__name__}; the file is damaged")
-    try:
-        merged = checked_values(stored, where, stored=True)
-    except OctlmError as err:
-        raise RunError(f"{err} (the file is damaged: put the run's own config.json back, or start a new run with --out)") from None
-    stored = merged.copy()
-    changes = []
-    for name in sorted(given):
-        value, then = getattr(opts, name), stored.get(name, getattr(TrainOptions(), name))
-        flag = "--" + name.replace("_", "-")
-        if name == "overwrite" and value:
-            raise OctlmError(
-                f"--overwrite with --resume {run_dir}: --overwrite would delete the run that --resume continues; drop one of them"
-            )
-        if name == "out":
-            if value is not None and Path(value).resolve() != run_dir.resolve():
-                raise OctlmError(f"--out {value} with --resume {run_dir}: a resumed run stays in its own folder; drop --out")
-            continue
-        if name == "text":
-            if [str(p) for p in value] != list(then or []):
-                raise OctlmError(
-                    f"--text {' '.join(map(str, value))} with --resume {run_dir}: a resumed run trains on its own token files "
-                    f"(from {' '.join(then) if then else 'the default corpus'}); drop --text, or start a new run with --out"
-                )
-            continue
-        if name in FREE_OPTIONS or name == "batch_size":
-            merged[name] = value
-            continue
-        if name in RETUNABLE_OPTIONS:
-            if value != then:
-                changes.append(f"{flag} {value} (was {then})")
-            merged[name] = value
-            continue
-        if value != then:
-            raise OctlmError(
-                f"{flag} {value} contradicts the run being resumed, which has {name}={then!r} ({run_dir / 'config.json'}); "
-                f"a resumed run keeps its model shape, data, seed and optimiser settings: drop {flag}, or start a new run with --out"
-            )
-    merged.update(out=str(run_dir), overwrite=False)
-    return TrainOptions(**merged), changes
 
 
 class StopSignals:

@@ -1,0 +1,130 @@
+"""The options of ``octlm train`` are declared once; flags, TOML keys, config.json, checks and resume follow."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from octlm.checkpoint import config_digest
+from octlm.cli import build_parser, main
+from octlm.errors import OctlmError
+from octlm.length import LengthOptions
+from octlm.options import Bound, Resume, TrainOptions, checked_values, field_types, flag, option_default, resume_options
+
+FIELDS = {f.name: f for f in dataclasses.fields(TrainOptions)}
+BOUNDED = sorted(name for name, f in FIELDS.items() if f.metadata["bounds"] is not None)
+
+
+def outside(bound: Bound, kind: type):
+    """A value the bound refuses (below its low end, or at it when it is open)."""
+    if bound.low is not None:
+        return kind(bound.low if bound.low_open else (bound.low - 1 if kind is int else bound.low - 0.5))
+    return kind(bound.high + 1)
+
+
+def run_folder(tmp_path: Path, **train) -> Path:
+    """A folder with only the config.json a resume reads first."""
+    run = tmp_path / "run"
+    run.mkdir()
+    options = {**TrainOptions().to_dict(), "out": str(run), **train}
+    (run / "config.json").write_text(json.dumps({"model": {}, "train": options}))
+    return run
+
+
+def test_every_option_is_a_flag_a_toml_key_and_a_config_json_key(trained_run):
+    parser = build_parser().subcommands["train"]
+    flags = {s for action in parser._actions for s in action.option_strings}
+    assert {flag(name) for name in FIELDS} <= flags
+    values = {name: option_default(f) or ["a.txt"] if name == "text" else option_default(f) for name, f in FIELDS.items()}
+    values = {name: value for name, value in values.items() if value is not None}
+    assert checked_values(values, "test") == values
+    stored = json.loads((trained_run / "config.json").read_text())["train"]
+    assert set(stored) == set(FIELDS)
+
+
+def test_every_option_says_what_resume_may_do():
+    assert all(isinstance(f.metadata["resume"], Resume) for f in FIELDS.values())
+
+
+def test_length_shares_train_declarations():
+    for f in dataclasses.fields(LengthOptions):
+        if "same_as" in f.metadata:
+            source = FIELDS[f.metadata["same_as"]]
+            assert f.metadata["cli"] == source.metadata["cli"]
+            assert f.metadata["check"] is source.metadata["check"]
+
+
+@pytest.mark.parametrize("name", BOUNDED)
+def test_a_bound_says_the_same_from_a_flag_toml_and_a_resumed_config(name, small_corpus, tmp_path, capsys):
+    bound = FIELDS[name].metadata["bounds"]
+    value = outside(bound, field_types(TrainOptions)[name][0])
+    message = bound.message(name, value)
+    base = ["train", "--text", str(small_corpus), "--out", str(tmp_path / "r")]
+    assert main([*base, flag(name), str(value)]) == 1
+    assert f"{message}\n" in capsys.readouterr().err
+    toml = tmp_path / "bad.toml"
+    toml.write_text(f"{name} = {json.dumps(value) if math.isfinite(value) else 'inf'}\n")
+    assert main([*base, "--config", str(toml)]) == 1
+    assert message in capsys.readouterr().err
+    run = run_folder(tmp_path, **{name: value})
+    assert main(["train", "--resume", str(run)]) == 1
+    assert f"{message} (from the flags given now or the run's {run / 'config.json'})" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def _other_value(name: str, data):
+    """A value of option ``name`` unlike its default (range checks come after the merge)."""
+    kind, is_list, _ = field_types(TrainOptions)[name]
+    default, choices = option_default(FIELDS[name]), FIELDS[name].metadata["cli"].get("choices")
+    if is_list:
+        return [data.draw(st.text("abc", min_size=1), label="path")]
+    if choices:
+        return data.draw(st.sampled_from([c for c in choices if c != default]))
+    if kind is bool:
+        return not default
+    if kind is str:
+        return data.draw(st.text("xyz", min_size=1))
+    if kind is int:
+        return data.draw(st.integers(1, 10**6).filter(lambda v: v != default))
+    return data.draw(st.floats(0.001, 100).filter(lambda v: v != default))
+
+
+SPECIAL = {"out", "overwrite"}  # only the run's own folder; covered by test_resume
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_resume_follows_the_declared_policy(data, tmp_path_factory):
+    run = run_folder(tmp_path_factory.mktemp("p"))
+    name = data.draw(st.sampled_from(sorted(set(FIELDS) - SPECIAL)))
+    value = _other_value(name, data)
+    policy = FIELDS[name].metadata["resume"]
+    opts = dataclasses.replace(TrainOptions(), **{name: value})
+    if policy is Resume.FIXED:
+        with pytest.raises(OctlmError, match=rf"--{name.replace('_', '-')} .*(contradicts|with --resume)"):
+            resume_options(run, opts, {name})
+        return
+    merged, changes = resume_options(run, opts, {name})
+    assert getattr(merged, name) == value
+    assert bool(changes) == (policy is Resume.RETUNABLE)
+    # what resume may change stays out of the checkpoint's digest; what it must keep is in it
+    before = {"model": {}, "train": TrainOptions().to_dict()}
+    assert config_digest({**before, "train": {**before["train"], name: value}}) == config_digest(before)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, f in FIELDS.items() if f.metadata["resume"] is Resume.FIXED))
+def test_a_fixed_option_is_in_the_digest(name):
+    before = {"model": {}, "train": TrainOptions().to_dict()}
+    assert config_digest({**before, "train": {**before["train"], name: "changed"}}) != config_digest(before)
+
+
+def test_restating_a_fixed_option_is_accepted(tmp_path):
+    run = run_folder(tmp_path)
+    merged, changes = resume_options(run, TrainOptions(), set(FIELDS) - {"out"})
+    assert changes == [] and merged.out == str(run)
