@@ -128,3 +128,15 @@ def test_restating_a_fixed_option_is_accepted(tmp_path):
     run = run_folder(tmp_path)
     merged, changes = resume_options(run, TrainOptions(), set(FIELDS) - {"out"})
     assert changes == [] and merged.out == str(run)
+
+
+def test_threads_beyond_the_machines_cpus_are_refused(tmp_path, capsys):
+    import os
+
+    from octlm.cli import main
+
+    too_many = (os.cpu_count() or 1) + 1
+    code = main(["train", "--text", "tinyshakespeare", "--threads", str(too_many), "--out", str(tmp_path / "run")])
+    assert code == 1
+    assert f"--threads must be in [1, {os.cpu_count() or 1}] (this machine's CPUs), got {too_many}" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

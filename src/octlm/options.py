@@ -16,6 +16,7 @@ import difflib
 import enum
 import json
 import math
+import os
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -263,7 +264,8 @@ class TrainOptions:
     seed: int = option(1337, "random seed (weights, data order, dropout)", bounds=SEED)
     device: str = option("auto", "auto (GPU when there is one), cpu, cuda, cuda:N or mps", resume=FREE)
     dtype: str = option("auto", "compute dtype: auto (bfloat16 on CUDA, float32 elsewhere), float32 or bfloat16", choices=["auto", "float32", "bfloat16"], resume=FREE)
-    threads: int | None = option(None, "CPU threads for torch (default: torch's choice)", bounds=at_least(1), resume=FREE)
+    threads: int | None = option(None, "CPU threads for torch (default: torch's choice), at most this machine's CPU count",
+                                 bounds=Bound(1, os.cpu_count() or 1, note="(this machine's CPUs)"), resume=FREE)
     # output
     out: str | None = option(None, "run folder to create (default: runs/<date>-<time>)", resume=Resume.RUN_FOLDER, resume_check=_out_on_resume)
     overwrite: bool = option(False, "replace an existing run folder at --out", resume=Resume.RUN_FOLDER, resume_check=_overwrite_on_resume)
