@@ -72,7 +72,17 @@ def test_export_then_import_gives_back_the_same_weights(trained_run, exported, t
 
 
 @pytest.mark.parametrize("position", ["rope", "alibi", "sinusoidal", "none"])
-def test_export_refuses_positions_gpt2_lacks(trained_run, tmp_path, capsys, position):
+def test_gpt2_refuses_positions_it_lacks(position):
+    from octlm.hf import gpt2_config
+    from octlm.model import DecoderConfig
+
+    with pytest.raises(InteropError) as err:
+        gpt2_config(DecoderConfig(vocab_size=64, d_model=16, n_heads=2, position=position), 0)
+    assert f"position='{position}' has no GPT-2 form" in str(err.value) and "--position learned" in str(err.value)
+
+
+@pytest.mark.parametrize("position", ["alibi", "sinusoidal"])
+def test_export_refuses_positions_transformers_lacks(trained_run, tmp_path, capsys, position):
     run = tmp_path / "run"
     shutil.copytree(trained_run, run)
     config = json.loads((run / "config.json").read_text())
@@ -80,7 +90,7 @@ def test_export_refuses_positions_gpt2_lacks(trained_run, tmp_path, capsys, posi
     (run / "config.json").write_text(json.dumps(config))
     assert main(["export-hf", str(run), str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
-    assert f"position='{position}' has no GPT-2 form" in err and "--position learned" in err
+    assert f"position='{position}' has no transformers form" in err and "--position learned or none or rope" in err
     assert not (tmp_path / "out").exists()
 
 

@@ -14,8 +14,8 @@ base class makes every hook a no-op. Schemes are found by name in
 :data:`SCHEMES`, so adding one means writing one class in this module and
 decorating it with :func:`register`. Nothing else in octlm names a scheme:
 what other modules need to know (a name for people, the explorer's vectors,
-the memory a score bias takes, which RoPE scalings apply, whether GPT-2 can
-hold it, whether the length study trains it) they ask the scheme, through the
+the memory a score bias takes, which RoPE scalings apply, which transformers
+model holds it, whether the length study trains it) they ask the scheme, through the
 class attributes and methods of :class:`PositionScheme`.
 
 All hooks take ``offset``: the absolute position of the first token they see,
@@ -95,11 +95,6 @@ def schemes_taking(method: str) -> list[str]:
     return [name for name, cls in SCHEMES.items() if method in cls.scalings()]
 
 
-def gpt2_scheme() -> str:
-    """The scheme that is GPT-2's position table (``wpe``): the only one export-hf can write and import-hf makes."""
-    return next(name for name, cls in SCHEMES.items() if cls.is_gpt2_table)
-
-
 @dataclass
 class PositionVectors:
     """Position vectors of a run, [length, width], and where they come from (for the explorer).
@@ -130,8 +125,9 @@ class PositionScheme(nn.Module):
     has_table_limit = False
     #: trained by ``octlm length`` unless ``--schemes`` says otherwise (each model costs its time budget)
     in_length_study = True
-    #: the scheme is GPT-2's learned position table (``wpe``), so export-hf can write it
-    is_gpt2_table = False
+    #: transformers ``model_type`` export-hf writes the scheme as (a mapper in octlm.hf), or None: then ``hf_refusal`` says why
+    hf_model_type: str | None = None
+    hf_refusal = "no transformers architecture computes this scheme"
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__()
@@ -220,7 +216,7 @@ class LearnedPositions(PositionScheme):
     label = "the learned table"
     description = "a learned row per position, added to the token vectors (GPT-2)"
     has_table_limit = True
-    is_gpt2_table = True
+    hf_model_type = "gpt2"
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -266,6 +262,7 @@ class SinusoidalPositions(PositionScheme):
 
     label = "sinusoidal"
     description = "fixed sine/cosine rows added to the (scaled) token vectors (Vaswani et al. 2017)"
+    hf_refusal = "no transformers architecture adds fixed sine/cosine rows to sqrt(d_model)-scaled token vectors"
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -314,6 +311,7 @@ class RotaryPositions(ScalableRotation, PositionScheme):
 
     label = "RoPE"
     description = "queries and keys rotated by their position, so scores see relative distance (Su et al. 2021)"
+    hf_model_type = "gpt_neox"
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -432,6 +430,8 @@ class ALiBiPositions(PositionScheme):
 
     label = "ALiBi"
     description = "a penalty growing linearly with distance, added to the attention scores (Press et al. 2022)"
+    hf_refusal = ("transformers' MPT and BLOOM share octlm's ALiBi slopes for 1 to 16 heads, but MPT has no biases in its linear layers "
+                  "and LayerNorms, which octlm's blocks have, and BLOOM normalises the token rows before the first block and has only tanh GELU")
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -465,6 +465,7 @@ class NoPositions(PositionScheme):
 
     label = "NoPE"
     description = PositionScheme.description
+    hf_model_type = "gpt_neox"  # with partial_rotary_factor 0: nothing turns
 
     @classmethod
     def explorer_note(cls) -> str:
@@ -494,6 +495,6 @@ def check(config: "DecoderConfig") -> None:
 __all__ = [
     "DEFAULT_BASE", "ROPE_LAYOUTS", "ROPE_SCALINGS", "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "SINUSOIDAL_LAYOUTS",
     "ALiBiPositions", "LearnedPositions", "NoPositions", "PositionScheme", "PositionVectors", "RopeScaling",
-    "RotaryPositions", "SinusoidalPositions", "alibi_slopes", "build", "check", "gpt2_scheme", "length_study_schemes",
-    "register", "rope_inverse_frequencies", "rotary_dim", "schemes_taking", "sinusoidal_positions", "unbounded_schemes",
+    "RotaryPositions", "SinusoidalPositions", "alibi_slopes", "build", "check", "length_study_schemes", "register",
+    "rope_inverse_frequencies", "rotary_dim", "schemes_taking", "sinusoidal_positions", "unbounded_schemes",
 ]
