@@ -11,15 +11,19 @@ from octlm.report import Reporter
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "import-hf",
-        help="bring a local Hugging Face transformers GPT-2 checkpoint into an octlm run folder",
+        help="bring a local Hugging Face transformers GPT-2 or GPT-NeoX checkpoint into an octlm run folder",
         formatter_class=Formatter,
-        description="Read a local GPT-2 checkpoint folder (config.json, model.safetensors, tokenizer.json or\n"
+        description="Read a local GPT-2 or GPT-NeoX checkpoint folder (config.json, model.safetensors, tokenizer.json or\n"
         "vocab.json + merges.txt) and write an octlm run folder that octlm sample and octlm bench read.\n"
+        "GPT-2 becomes --position learned, GPT-NeoX rope (half layout; interleaved if octlm exported it) or, with\n"
+        "partial_rotary_factor 0, none. A linear or yarn rope scaling is recorded in the run's config.json and printed:\n"
+        "pass it to octlm sample as --rope-scaling/--rope-factor.\n"
         "Nothing is downloaded; pytorch_model.bin (a pickle) is refused. Configs octlm cannot compute\n"
-        "exactly (another MLP width, LayerNorm eps, attention scaling, untied head) are refused by name.",
+        "exactly (another MLP width, LayerNorm eps, attention scaling, untied head, parallel residual, another rope\n"
+        "type) are refused by name.",
         epilog="example:\n  octlm import-hf ~/models/gpt2 runs/gpt2 && octlm bench --run runs/gpt2 --token ' the'",
     )
-    p.add_argument("in_dir", metavar="IN_DIR", help="local transformers GPT-2 checkpoint folder")
+    p.add_argument("in_dir", metavar="IN_DIR", help="local transformers GPT-2 or GPT-NeoX checkpoint folder")
     p.add_argument("run_dir", metavar="RUN_DIR", help="octlm run folder to create")
     p.add_argument("--overwrite", action="store_true", help="replace RUN_DIR when it already holds an octlm run")
     add_common(p)
@@ -33,5 +37,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     model = result["model"]
     shape = (f"{model['n_layers']} layers, d_model {model['d_model']}, {model['n_heads']} heads, "
              f"context_length {model['context_length']}, vocab_size {model['vocab_size']}")
-    report.result(result, f"wrote {result['run_dir']}/ ({result['parameters']:,} parameters: {shape})")
+    scaling = result.get("rope_scaling")
+    extra = f"; it was saved with RoPE scaling: sample with --rope-scaling {scaling['method']} --rope-factor {scaling['factor']:g}" if scaling else ""
+    report.result(result, f"wrote {result['run_dir']}/ ({result['parameters']:,} parameters: {shape}, {result['architecture']}){extra}")
     return 0

@@ -1,0 +1,220 @@
+"""RoPE and NoPE runs as transformers GPT-NeoX checkpoints, and back; what no architecture holds is refused.
+
+Every reference is transformers' own model loaded from the files on disk;
+the models are tiny and random (biases and LayerNorms too), nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+import torch
+
+from octlm.cli import main
+from octlm.hf import InteropError, export_hf, import_hf
+from octlm.model import Decoder, DecoderConfig
+from octlm.positions import alibi_slopes
+from octlm.rope_scaling import ntk_theta
+from octlm.run import load_run, save_weights, write_config
+from octlm.tokenizer import Tokenizer
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM  # noqa: E402
+
+TEXT = "ROMEO:\nBut, soft! what light through yonder window breaks?"
+SHAPE = dict(context_length=16, d_model=32, n_heads=4, n_layers=2)
+
+# (name, octlm config fields, run-time RoPE scaling or None)
+LAYOUTS = [
+    ("interleaved", dict(position="rope"), None),
+    ("half", dict(position="rope", rope_layout="half", rope_theta=500.0), None),
+    ("partial-interleaved", dict(position="rope", partial_rotary_factor=0.5), None),
+    ("partial-half-tanh", dict(position="rope", rope_layout="half", partial_rotary_factor=0.25, activation="gelu_tanh"), None),
+    ("linear", dict(position="rope"), ("linear", 4.0)),
+    ("yarn", dict(position="rope", partial_rotary_factor=0.5), ("yarn", 4.0)),
+    ("ntk", dict(position="rope", rope_layout="half"), ("ntk", 4.0)),
+    ("nope", dict(position="none"), None),
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(shakespeare) -> Tokenizer:
+    return Tokenizer.train([shakespeare.read_text(encoding="utf-8")[:100_000]], vocab_size=300)
+
+
+def make_run(folder, tokenizer: Tokenizer, **fields) -> Decoder:
+    """A random octlm run folder (non-zero biases and LayerNorm parameters, so every tensor's mapping counts)."""
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(vocab_size=tokenizer.vocab_size, **{**SHAPE, **fields})).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.add_(torch.randn_like(p) * (0.1 if name.endswith("bias") or "ln_" in name else 0.2))
+    folder.mkdir(parents=True)
+    save_weights(folder / "model.safetensors", model)
+    tokenizer.save(folder / "tokenizer.json")
+    write_config(folder, model.config, {})
+    return model
+
+
+def logits_gap(ours: Decoder, theirs, ids: torch.Tensor) -> float:
+    with torch.no_grad():
+        a, b = ours(ids), theirs(ids).logits
+    assert float(a.std()) > 0.1  # something to compare
+    return float((a - b).abs().max())
+
+
+@pytest.fixture(scope="module", params=LAYOUTS, ids=[name for name, _, _ in LAYOUTS])
+def exported(request, tokenizer, tmp_path_factory):
+    name, fields, scaling = request.param
+    folder = tmp_path_factory.mktemp(name)
+    model = make_run(folder / "run", tokenizer, **fields)
+    method, factor = scaling or (None, None)
+    export_hf(folder / "run", folder / "hf", rope_scaling=method, rope_factor=factor)
+    if scaling:
+        model.set_rope_scaling(method, factor)
+    return model, folder
+
+
+def test_export_loads_in_transformers_with_equal_logits(exported):
+    model, folder = exported
+    hf = AutoModelForCausalLM.from_pretrained(folder / "hf").eval()
+    assert isinstance(hf, GPTNeoXForCausalLM)
+    assert hf.lm_head.weight.data_ptr() == hf.gpt_neox.embed_in.weight.data_ptr()  # the head stays tied
+    ids = torch.randint(0, model.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))  # 3x past training
+    assert logits_gap(model, hf, ids) < 1e-5
+
+
+def test_greedy_generation_is_the_same(exported, tokenizer):
+    model, folder = exported
+    hf = AutoModelForCausalLM.from_pretrained(folder / "hf").eval()
+    prompt = torch.tensor([tokenizer.encode(TEXT)[:8]])
+    ours = model.generate(prompt, 32, temperature=0.0)
+    theirs = hf.generate(prompt, max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=tokenizer.eot_id)
+    assert ours.tolist() == theirs.tolist()
+
+
+def test_tokenizer_gives_the_same_ids(exported, tokenizer):
+    _, folder = exported
+    assert AutoTokenizer.from_pretrained(folder / "hf")(TEXT, add_special_tokens=False)["input_ids"] == tokenizer.encode(TEXT)
+
+
+def test_export_then_import_gives_the_same_run(exported, tmp_path):
+    model, folder = exported
+    result = import_hf(folder / "hf", tmp_path / "back")
+    back, _ = load_run(tmp_path / "back")
+    ours, theirs = model.state_dict(), back.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    scaling = getattr(model.positions, "scaling", None)
+    if scaling is not None and scaling.method == "ntk":  # travels as a larger rope_theta: plain RoPE to transformers
+        assert back.config.rope_theta == pytest.approx(ntk_theta(model.config.rope_theta, scaling.factor, model.positions.rotary_dim))
+        assert dataclasses.replace(back.config, rope_theta=model.config.rope_theta) == model.config
+        return
+    assert back.config == model.config
+    if scaling is not None:
+        assert result["rope_scaling"]["method"] == scaling.method and result["rope_scaling"]["factor"] == scaling.factor
+
+
+def random_neox(folder, tokenizer: Tokenizer, **overrides) -> GPTNeoXForCausalLM:
+    """A random transformers GPT-NeoX in octlm's block layout, saved the way transformers saves it."""
+    settings = dict(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                    max_position_embeddings=16, use_parallel_residual=False, tie_word_embeddings=True, initializer_range=0.2,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
+    settings.update(overrides)
+    torch.manual_seed(1)
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(**settings)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "layernorm" in name or "layer_norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(folder)
+    tokenizer.save(folder / "tokenizer.json")
+    return model
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+    {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.0},
+    {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
+], ids=["partial", "nope", "linear", "yarn"])
+def test_import_random_neox_with_equal_logits(tokenizer, tmp_path, rope):
+    hf = random_neox(tmp_path / "hf", tokenizer, rope_parameters=rope, hidden_act="gelu_pytorch_tanh")
+    assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "run"), "--quiet"]) == 0
+    model, _ = load_run(tmp_path / "run")
+    assert model.config.position == ("none" if rope["partial_rotary_factor"] == 0 else "rope")
+    recorded = json.loads((tmp_path / "run" / "config.json").read_text())["train"].get("rope_scaling")
+    if recorded:  # a run-time setting in octlm, recorded with the run
+        model.set_rope_scaling(recorded["method"], recorded["factor"], recorded["original_length"])
+    ids = torch.randint(0, tokenizer.vocab_size, (2, 40), generator=torch.Generator().manual_seed(2))
+    assert logits_gap(model, hf, ids) < 1e-5
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"use_parallel_residual": True}, "use_parallel_residual=True"),
+    ({"layer_norm_eps": 1e-6}, "layer_norm_eps=1e-06"),
+    ({"hidden_act": "relu"}, "hidden_act='relu'"),
+    ({"intermediate_size": 100}, "intermediate_size=100"),
+    ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4, "partial_rotary_factor": 1.0}}, "keeps the keys it cached"),
+    ({"rope_parameters": {"rope_type": "llama3", "factor": 2.0, "rope_theta": 1e4}}, "rope_type='llama3'"),
+])
+def test_import_refuses_what_octlm_cannot_compute(tokenizer, tmp_path, capsys, change, match):
+    random_neox(tmp_path / "hf", tokenizer)
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    config.update(change)
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert match in err and "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+def test_import_refuses_an_untied_head(tokenizer, tmp_path):
+    random_neox(tmp_path / "hf", tokenizer, tie_word_embeddings=False)
+    with pytest.raises(InteropError, match="(lm_head|embed_out).weight differs from the token table"):
+        import_hf(tmp_path / "hf", tmp_path / "run")
+
+
+def test_export_refuses_dynamic_ntk_by_name(tokenizer, tmp_path, capsys):
+    make_run(tmp_path / "run", tokenizer, position="rope")
+    assert main(["export-hf", str(tmp_path / "run"), str(tmp_path / "hf"), "--rope-scaling", "dynamic-ntk"]) == 1
+    err = capsys.readouterr().err
+    assert "RoPE scaling 'dynamic-ntk' has no GPT-NeoX form" in err and "keeps the keys it cached" in err
+    assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("position,reason", [
+    ("alibi", "MPT has no biases in its linear layers and LayerNorms"),
+    ("sinusoidal", "no transformers architecture adds fixed sine/cosine rows"),
+])
+def test_export_refuses_schemes_without_an_architecture(tokenizer, tmp_path, capsys, position, reason):
+    make_run(tmp_path / "run", tokenizer, position=position)
+    assert main(["export-hf", str(tmp_path / "run"), str(tmp_path / "hf")]) == 1
+    err = capsys.readouterr().err
+    assert f"position='{position}' has no transformers form" in err and reason in err
+    assert not (tmp_path / "hf").exists()
+
+
+def test_alibi_refusal_is_about_the_blocks_not_the_slopes():
+    """MPT's and BLOOM's slopes are octlm's for 1 to 16 heads; MPT's blocks have no biases, BLOOM normalises the token rows."""
+    from transformers import BloomConfig, BloomForCausalLM, MptConfig, MptForCausalLM
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+    from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+
+    for heads in range(1, 17):
+        ours = alibi_slopes(heads)
+        mpt = -build_mpt_alibi_tensor(heads, 2)[:, 0, 0]  # bias of the key one step back: -slope
+        bloom = build_alibi_tensor(torch.ones(1, 2), heads, torch.float32)[:, 0, 1]  # key 1: slope * 1
+        assert torch.allclose(ours, mpt, rtol=1e-6) and torch.allclose(ours, bloom, rtol=1e-6), heads
+    mpt = MptForCausalLM(MptConfig(d_model=16, n_heads=2, n_layers=1, vocab_size=10, no_bias=False))
+    assert not [n for n, _ in mpt.named_parameters() if n.endswith("bias")]
+    bloom = BloomForCausalLM(BloomConfig(hidden_size=16, n_head=2, n_layer=1, vocab_size=10))
+    assert hasattr(bloom.transformer, "word_embeddings_layernorm")
+
+
+def test_export_summary_names_the_architecture(tokenizer, tmp_path, capsys):
+    make_run(tmp_path / "run", tokenizer, position="rope")
+    assert main(["export-hf", str(tmp_path / "run"), str(tmp_path / "hf"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert result["architecture"] == "GPTNeoXForCausalLM" and result["config"]["use_parallel_residual"] is False
