@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import torch
@@ -39,10 +38,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
 from octlm.errors import OctlmError
-from octlm.fileio import atomic_write, atomic_write_json, check_out_folder, make_folder
+from octlm.fileio import atomic_write, atomic_write_json
 from octlm.model import Decoder, DecoderConfig
 from octlm.positions import SCHEMES, gpt2_scheme
-from octlm.run import is_octlm_run
+from octlm.run import RunFolder
 from octlm.tokenizer import END_OF_TEXT, Tokenizer
 
 #: octlm activation -> GPT-2 activation_function written on export.
@@ -230,35 +229,32 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False)
             cannot represent; OctlmError when ``out_dir`` holds files and
             ``overwrite`` is not set.
     """
-    from octlm.run import load_run
-
-    from octlm.run import load_config
-
-    run_dir, out_dir = Path(run_dir), Path(out_dir)
-    if (run_dir / "config.json").is_file():
+    source, target = RunFolder(run_dir, "RUN_DIR"), RunFolder(out_dir, "OUT_DIR")
+    if source.config_path.is_file():
         try:
-            gpt2_config(DecoderConfig.from_dict(load_config(run_dir)["model"]), 0)  # refuse before loading weights
+            gpt2_config(DecoderConfig.from_dict(source.read_config()["model"]), 0)  # refuse before loading weights
         except (TypeError, ValueError):
             pass  # load_run names the problem
-    model, tokenizer = load_run(run_dir)
+    model, tokenizer = source.load()
     config = gpt2_config(model.config, tokenizer.eot_id)
-    _prepare_out(out_dir, overwrite)
-    atomic_write(out_dir / "model.safetensors", save(to_gpt2_state(model), metadata={"format": "pt"}))
-    atomic_write_json(out_dir / "config.json", config)
-    atomic_write_json(out_dir / "generation_config.json", {"bos_token_id": tokenizer.eot_id, "eos_token_id": tokenizer.eot_id})
-    atomic_write(out_dir / "tokenizer.json", tokenizer.to_str())
-    atomic_write_json(out_dir / "tokenizer_config.json", {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": END_OF_TEXT,
-        "eos_token": END_OF_TEXT,
-        "unk_token": END_OF_TEXT,
-        "model_max_length": model.config.context_length,
-        "add_prefix_space": False,
-        "clean_up_tokenization_spaces": False,
-        # transformers registers eos_token as an added token that it matches in
-        # raw text; octlm reads a literal "<|endoftext|>" in a text as text.
-        "split_special_tokens": True,
-    })
+    _check_export_target(target, overwrite)
+    with target.staged() as staging:
+        atomic_write(staging / "model.safetensors", save(to_gpt2_state(model), metadata={"format": "pt"}))
+        atomic_write_json(staging / "config.json", config)
+        atomic_write_json(staging / "generation_config.json", {"bos_token_id": tokenizer.eot_id, "eos_token_id": tokenizer.eot_id})
+        atomic_write(staging / "tokenizer.json", tokenizer.to_str())
+        atomic_write_json(staging / "tokenizer_config.json", {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": END_OF_TEXT,
+            "eos_token": END_OF_TEXT,
+            "unk_token": END_OF_TEXT,
+            "model_max_length": model.config.context_length,
+            "add_prefix_space": False,
+            "clean_up_tokenization_spaces": False,
+            # transformers registers eos_token as an added token that it matches in
+            # raw text; octlm reads a literal "<|endoftext|>" in a text as text.
+            "split_special_tokens": True,
+        })
     files = sorted(p.name for p in out_dir.iterdir())
     return {"out_dir": str(out_dir), "files": files, "parameters": model.num_parameters(), "config": config}
 
@@ -336,7 +332,7 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
             message names the key or file); OctlmError when ``run_dir`` holds
             files and ``overwrite`` is not set.
     """
-    from octlm.run import CONFIG, TOKENIZER, WEIGHTS, write_config
+    from octlm.run import CONFIG, TOKENIZER, WEIGHTS, save_weights
 
     in_dir, run_dir = Path(in_dir), Path(run_dir)
     if not in_dir.is_dir():
@@ -361,32 +357,32 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
     model = Decoder(config)
     model.load_state_dict(state, strict=False)
     model.tie_weights()
-    from octlm.run import save_weights
-    from octlm.train import prepare_run_dir
-
     if run_dir.resolve() == in_dir.resolve():
         raise InteropError(f"RUN_DIR {run_dir} is IN_DIR; the import would replace the checkpoint it reads: choose another RUN_DIR")
-    run_dir = prepare_run_dir(str(run_dir), overwrite, flag="RUN_DIR")
-
-    save_weights(run_dir / WEIGHTS, model)
-    tokenizer.save(run_dir / TOKENIZER)
-    write_config(run_dir, config, {"imported_from": str(in_dir.resolve())})
+    target = RunFolder(run_dir, "RUN_DIR")
+    target.check_new_run(overwrite)
+    with target.staged() as staging:
+        save_weights(staging / WEIGHTS, model)
+        tokenizer.save(staging / TOKENIZER)
+        RunFolder(staging).write_config(config, {"imported_from": str(in_dir.resolve())})
     files = sorted([CONFIG, WEIGHTS, TOKENIZER])
     return {"run_dir": str(run_dir), "files": files, "parameters": model.num_parameters(), "model": config.to_dict()}
 
 
-def _prepare_out(folder: Path, overwrite: bool) -> None:
+def _check_export_target(target: RunFolder, overwrite: bool) -> None:
     # Like a run folder: never replaced without --overwrite, and then only when it is an export.
-    check_out_folder(folder, "OUT_DIR")
-    if folder.is_dir() and any(folder.iterdir()):
+    folder = target.path
+
+    def refuse(found: RunFolder) -> str | None:
         if not overwrite:
-            raise OctlmError(f"{folder}: already holds files; choose another folder or pass --overwrite to replace it")
-        if is_octlm_run(folder):
-            raise OctlmError(f"OUT_DIR {folder}: holds an octlm run, which export-hf never replaces; choose another OUT_DIR")
-        if not (folder / "config.json").is_file():
-            raise OctlmError(f"{folder}: holds files that are not a model checkpoint; refusing to overwrite them")
-        shutil.rmtree(folder)
-    make_folder(folder, "OUT_DIR")
+            return None  # the plain "already holds files" comes first
+        if found.is_octlm_run():
+            return f"OUT_DIR {folder}: holds an octlm run, which export-hf never replaces; choose another OUT_DIR"
+        if not found.config_path.is_file():
+            return f"{folder}: holds files that are not a model checkpoint; refusing to overwrite them"
+        return None
+
+    target.check_target(overwrite, refuse, f"{folder}: already holds files; choose another folder or pass --overwrite to replace it")
 
 
 __all__ = [
