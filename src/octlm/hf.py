@@ -255,7 +255,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False)
             # raw text; octlm reads a literal "<|endoftext|>" in a text as text.
             "split_special_tokens": True,
         })
-    files = sorted(p.name for p in out_dir.iterdir())
+    files = sorted(p.name for p in target.path.iterdir())
     return {"out_dir": str(out_dir), "files": files, "parameters": model.num_parameters(), "config": config}
 
 

@@ -146,7 +146,8 @@ def validation_tokens(opts: LengthOptions) -> int:
     from octlm.corpus import split_and_tokenize
     from octlm.data import encode_stream
 
-    text = split_and_tokenize(opts.train_options(opts.schemes[0], Path(opts.out) / RUNS / opts.schemes[0]))
+    # Every model of the study reads the same text; only the text options matter here, not the folder.
+    text = split_and_tokenize(opts.train_options(opts.schemes[0], Path(RUNS)))
     return len(encode_stream(text.tokenizer, text.val_texts))
 
 
