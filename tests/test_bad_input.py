@@ -180,7 +180,7 @@ def test_sequence_past_the_learned_table(model):
 
 
 def test_infinite_loss_stops_and_reports_the_step(small_corpus, tmp_path, capsys, monkeypatch):
-    import octlm.train as train_module
+    import octlm.trainer as train_module
 
     real, calls = train_module.cross_entropy, []
 
@@ -301,13 +301,13 @@ def test_repeated_file_is_named(small_corpus, tmp_path, capsys):
 
 def test_a_second_process_cannot_train_the_same_run(tmp_path):
     from octlm.errors import OctlmError
-    from octlm.train import lock_run
+    from octlm.run import RunFolder
 
-    first = lock_run(tmp_path)  # flock locks belong to an open file, so a second open conflicts even here
+    first = RunFolder(tmp_path).lock()  # flock locks belong to an open file, so a second open conflicts even here
     with pytest.raises(OctlmError, match=f"pid {__import__('os').getpid()}.*is training this run"):
-        lock_run(tmp_path)
+        RunFolder(tmp_path).lock()
     first.close()
-    lock_run(tmp_path).close()  # free again once the holder is gone
+    RunFolder(tmp_path).lock().close()  # free again once the holder is gone
 
 
 def test_batch_larger_than_memory_is_refused(small_corpus, tmp_path, capsys):
@@ -440,11 +440,11 @@ def test_resume_on_a_file_or_an_imported_run(small_corpus, tmp_path, capsys):
 def test_overwrite_refuses_a_run_another_process_is_training(trained_run, small_corpus, tmp_path, capsys):
     import shutil
 
-    from octlm.train import lock_run
+    from octlm.run import RunFolder
 
     run = tmp_path / "busy"
     shutil.copytree(trained_run, run)
-    held = lock_run(run)  # stands for the training process
+    held = RunFolder(run).lock()  # stands for the training process
     try:
         assert main(["train", "--text", str(small_corpus), "--out", str(run), "--overwrite", *TINY]) == 1
         assert "is training this run" in capsys.readouterr().err
@@ -468,11 +468,11 @@ def test_damaged_token_file_is_named_by_every_reader(trained_run, tmp_path, caps
 
 
 def test_alibi_prompt_too_long_for_memory_is_refused(small_corpus, tmp_path, capsys, monkeypatch):
-    import octlm.train
+    import octlm.device
 
     run = tmp_path / "alibi"
     assert main(["train", "--text", str(small_corpus), "--out", str(run), *TINY, "--position", "alibi", "--quiet"]) == 0
-    monkeypatch.setattr(octlm.train, "device_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
+    monkeypatch.setattr(octlm.device, "device_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
     assert main(["sample", "--run", str(run), "--prompt", "a" * 400, "--max-new-tokens", "4"]) == 1
     err = capsys.readouterr().err
     assert "ALiBi's bias for that length needs about" in err and "keep it under" in err

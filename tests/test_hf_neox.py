@@ -18,7 +18,7 @@ from octlm.hf import InteropError, export_hf, import_hf
 from octlm.model import Decoder, DecoderConfig
 from octlm.positions import alibi_slopes
 from octlm.rope_scaling import ntk_theta
-from octlm.run import load_run, save_weights, write_config
+from octlm.run import RunFolder, load_run, save_weights
 from octlm.tokenizer import Tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -55,7 +55,7 @@ def make_run(folder, tokenizer: Tokenizer, **fields) -> Decoder:
     folder.mkdir(parents=True)
     save_weights(folder / "model.safetensors", model)
     tokenizer.save(folder / "tokenizer.json")
-    write_config(folder, model.config, {})
+    RunFolder(folder).write_config(model.config, {})
     return model
 
 

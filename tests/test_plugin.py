@@ -99,14 +99,14 @@ def test_cli_and_length_study_take_it_from_the_registry(toy):
 
 
 def test_sample_memory_check_counts_its_score_bias(toy, monkeypatch):
-    import octlm.train
+    import octlm.device
     from octlm.commands.sample import check_bias_memory
     from octlm.errors import OctlmError
 
     model = small(toy)
     assert model.positions.score_bias_bytes(4, 100) == 12 * 4 * 100**2
     assert small("rope").positions.score_bias_bytes(4, 100) == 0
-    monkeypatch.setattr(octlm.train, "device_memory_bytes", lambda device: 2**20)
+    monkeypatch.setattr(octlm.device, "device_memory_bytes", lambda device: 2**20)
     with pytest.raises(OctlmError, match="the toy's bias for that length needs about .* keep it under 147 tokens"):
         check_bias_memory(model, 400, torch.device("cpu"))
     check_bias_memory(model, 100, torch.device("cpu"))

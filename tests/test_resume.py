@@ -24,7 +24,8 @@ from octlm.cli import main
 from octlm.options import TrainOptions
 from octlm.report import Reporter
 from octlm.run import load_run
-from octlm.train import TrainingError, train
+from octlm.train import train
+from octlm.trainer import TrainingError
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
@@ -275,7 +276,7 @@ def test_restating_the_runs_own_options_is_fine(reference, tmp_path, capsys):
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_path, monkeypatch):
-    import octlm.train as train_module
+    import octlm.trainer as train_module
 
     run = tmp_path / "run"
     real, calls = train_module.cross_entropy, []

@@ -8,7 +8,7 @@ import pytest
 
 from octlm.cli import main
 from octlm.options import TrainOptions
-from octlm.train import lr_at
+from octlm.optim import lr_at
 
 
 @pytest.mark.slow

@@ -17,7 +17,8 @@ from octlm.errors import OctlmError
 from octlm.model import Decoder, DecoderConfig
 from octlm.report import Reporter
 from octlm.tokenizer import Tokenizer
-from octlm.train import embedding_diagnostic, format_diagnostic, resolve_device
+from octlm.device import resolve_device
+from octlm.diagnostics import embedding_diagnostic, format_diagnostic
 
 
 def bench_lengths(model: Decoder) -> list[int]:

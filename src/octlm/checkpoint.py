@@ -258,6 +258,18 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     return Checkpoint(path, tensors, state)
 
 
+def describe_checkpoint(path: Path) -> str:
+    """The checkpoint at ``path`` for a message: its step, or that there is none yet or it is unreadable."""
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as handle:
+            step = json.loads(handle.metadata()["octlm"])["step"]
+        return f"step {step}, {path}"
+    except Exception:
+        return f"none yet: {path} does not exist" if not path.exists() else f"{path}, unreadable"
+
+
 def model_tensors(checkpoint: Checkpoint) -> dict[str, torch.Tensor]:
     """The checkpoint's weights by parameter name (no ``model.`` prefix)."""
     return {k[len("model.") :]: v for k, v in checkpoint.tensors.items() if k.startswith("model.")}
@@ -276,6 +288,7 @@ __all__ = [
     "CHECKPOINT",
     "Checkpoint",
     "CheckpointError",
+    "describe_checkpoint",
     "capture_rng",
     "check_digests",
     "config_digest",

@@ -63,17 +63,13 @@ def default_corpus_files() -> list[Path]:
 _SKIPPED_FOLDERS = {"__pycache__", "node_modules"}
 
 
-def _is_octlm_run(folder: Path) -> bool:
-    from octlm.run import CONFIG, MANIFEST, TOKENIZER
-
-    return all((folder / name).is_file() for name in (CONFIG, MANIFEST, TOKENIZER))
-
-
 def _folder_files(folder: Path, skipped: list[dict]) -> list[Path]:
+    from octlm.run import RunFolder  # run.py reads token files through this module
+
     files = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIPPED_FOLDERS)
-        if _is_octlm_run(Path(dirpath)):
+        if RunFolder(dirpath).is_octlm_run():
             # An earlier run's JSON and token files are octlm's output, not the person's text.
             skipped.append({"path": dirpath, "reason": "an octlm run folder"})
             dirnames[:] = []

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from octlm.model import Decoder
+from octlm.tokenizer import Tokenizer, visible_token
 
 
 @dataclass
@@ -73,4 +75,41 @@ def nearest_positions(model: Decoder, position: int = 0, k: int = 5) -> list[Nei
     return [Neighbour(i, s, f"pos {i}") for i, s in cosine_neighbours(vectors, position, k)]
 
 
-__all__ = ["Neighbour", "cosine_neighbours", "nearest_positions", "nearest_tokens", "position_vectors"]
+def frequent_tokens(tokens: np.ndarray, tokenizer: Tokenizer, k: int) -> list[int]:
+    """The ``k`` most frequent ordinary tokens of a stream (not ``<|endoftext|>``)."""
+    counts = np.bincount(np.asarray(tokens[: 2_000_000]), minlength=tokenizer.vocab_size)
+    counts[tokenizer.eot_id] = 0
+    return [int(i) for i in np.argsort(-counts, kind="stable")[:k]]
+
+
+def embedding_diagnostic(model: Decoder, tokenizer: Tokenizer | None, extra_tokens: list[int] = (), k: int = 5) -> dict:
+    """Nearest tokens to token 0 and to ``extra_tokens``, and nearest positions to position 0.
+
+    Returns ``{"tokens": [{"token", "text", "neighbours": [...]}], "positions": [...] or None}``
+    with cosine similarities; ``positions`` is ``None`` for schemes that add
+    no position vectors (RoPE).
+    """
+    label = tokenizer.token_str if tokenizer is not None else (lambda i: f"#{i}")
+    tokens = []
+    for token_id in [0, *[t for t in extra_tokens if t != 0]]:
+        neighbours = nearest_tokens(model, token_id, k, label)
+        tokens.append({"token": token_id, "text": label(token_id), "neighbours": [n.__dict__ for n in neighbours]})
+    positions = nearest_positions(model, 0, k)
+    return {"tokens": tokens, "positions": None if positions is None else [n.__dict__ for n in positions]}
+
+
+def format_diagnostic(diagnostic: dict, position_scheme: str) -> str:
+    """:func:`embedding_diagnostic`'s result as lines for people; ``position_scheme`` explains a missing position row."""
+    lines = ["nearest tokens by cosine similarity:"]
+    for entry in diagnostic["tokens"]:
+        near = ", ".join(f"{visible_token(n['label'])} {n['score']:+.2f}" for n in entry["neighbours"])
+        lines.append(f"  {visible_token(entry['text']):>15} (#{entry['token']}): {near}")
+    if diagnostic["positions"] is None:
+        lines.append(f"nearest positions: n/a ({position_scheme} adds no position vectors to the embedding)")
+    else:
+        near = ", ".join(f"{n['index']} {n['score']:+.2f}" for n in diagnostic["positions"])
+        lines.append(f"nearest positions to position 0: {near}")
+    return "\n".join(lines)
+
+
+__all__ = ["Neighbour", "cosine_neighbours", "embedding_diagnostic", "format_diagnostic", "frequent_tokens", "nearest_positions", "nearest_tokens", "position_vectors"]

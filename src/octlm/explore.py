@@ -25,12 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from octlm.data import open_tokens
 from octlm.diagnostics import position_vectors
 from octlm.errors import RunError
 from octlm.model import Decoder
 from octlm.positions import SCHEMES, PositionVectors
-from octlm.run import MANIFEST, METRICS, read_json
+from octlm.run import METRICS, RunFolder
 from octlm.tokenizer import Tokenizer
 
 #: Version of the data layout the page reads (web/src/run/data.ts).
@@ -100,16 +99,17 @@ def token_counts(run_dir: str | Path, vocab_size: int) -> np.ndarray | None:
     Raises:
         RunError: when ``train.bin`` exists but holds ids outside the vocabulary.
     """
-    run_dir = Path(run_dir)
-    if not (run_dir / MANIFEST).is_file():
+    folder = RunFolder(run_dir)
+    if not folder.manifest_path.is_file():
         return None
-    entry = read_json(run_dir / MANIFEST).get("tokens", {}).get("train")
-    if not entry or not (run_dir / entry["file"]).is_file():
+    manifest = folder.read_manifest()
+    entry = manifest.get("tokens", {}).get("train")
+    if not entry or not (folder.path / entry["file"]).is_file():
         return None
-    tokens = open_tokens(run_dir / entry["file"], entry["dtype"], entry.get("count"))
+    tokens = folder.tokens("train", manifest)
     counts = np.bincount(np.asarray(tokens), minlength=vocab_size)
     if counts.shape[0] > vocab_size:
-        raise RunError(f"{run_dir / entry['file']}: holds token ids up to {counts.shape[0] - 1}, outside the vocabulary of {vocab_size}")
+        raise RunError(f"{folder.path / entry['file']}: holds token ids up to {counts.shape[0] - 1}, outside the vocabulary of {vocab_size}")
     return counts.astype(np.int64)
 
 

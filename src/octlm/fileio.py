@@ -7,7 +7,6 @@ import os
 import tempfile
 from pathlib import Path
 
-from octlm.errors import OctlmError
 
 # Read once, at import: os.umask can only be read by setting it.
 _UMASK = os.umask(0o022)
@@ -92,44 +91,3 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def check_out_folder(path: Path, flag: str = "--out") -> None:
-    """Refuse, before anything is written, an output path that cannot become a folder.
-
-    Raises:
-        OctlmError: naming ``flag`` and the path when the path is not valid
-            UTF-8 (run files record paths as UTF-8 text), when it exists and
-            is not a folder, or when a folder above it is a file.
-    """
-    try:
-        os.fsencode(path).decode("utf-8")
-    except UnicodeDecodeError:
-        raise OctlmError(f"{flag} {str(path)!r}: the path is not valid UTF-8; choose a name that is") from None
-    for above in (path, *path.parents):
-        if above.exists():
-            if not above.is_dir():
-                what = "exists and is not a folder" if above == path else f"{above} is a file, not a folder"
-                raise OctlmError(f"{flag} {path}: {what}; choose another {flag}")
-            return
-
-
-def make_folder(path: Path, flag: str = "--out") -> None:
-    """``mkdir -p`` for an output folder, with the file system's refusal as an :class:`OctlmError` naming ``flag``."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise OctlmError(f"{flag} {path}: cannot create it ({err.strerror or err}); choose a folder you can write to") from None
-
-
-def make_staging(path: Path, flag: str = "--out") -> Path:
-    """A new hidden folder beside ``path`` to build it in, so that ``path`` appears only when complete.
-
-    Raises:
-        OctlmError: naming ``flag`` when the folder above cannot be created or written to.
-    """
-    make_folder(path.parent, flag)
-    try:
-        return Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
-    except OSError as err:
-        raise OctlmError(f"{flag} {path}: cannot write in {path.parent} ({err.strerror or err}); choose a folder you can write to") from None

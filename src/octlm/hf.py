@@ -21,7 +21,6 @@ pickle, is refused) and the tokenizer files written beside every export.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import torch
@@ -29,13 +28,13 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
 from octlm.errors import OctlmError
-from octlm.fileio import atomic_write, atomic_write_json, check_out_folder, make_folder
+from octlm.fileio import atomic_write, atomic_write_json
 from octlm.hf_common import EXPORT_ACTIVATION, IMPORT_ACTIVATION, InteropError, Mapper
 from octlm.hf_gpt2 import Gpt2Mapper, decoder_config, from_gpt2_state, gpt2_config, name_map, to_gpt2_state
 from octlm.hf_neox import NeoxMapper
 from octlm.model import Decoder, DecoderConfig
 from octlm.positions import SCHEMES, RopeScaling
-from octlm.run import is_octlm_run
+from octlm.run import RunFolder
 from octlm.tokenizer import END_OF_TEXT, Tokenizer
 
 #: One mapper per transformers ``model_type``.
@@ -62,12 +61,11 @@ def mapper_for(config: DecoderConfig) -> Mapper:
 
 def _precheck(run_dir: Path, method: str | None, factor: float | None) -> None:
     # Refuse from config.json alone, before the weights are read; load_run names any other problem.
-    from octlm.run import load_config
-
-    if not (run_dir / "config.json").is_file():
+    source = RunFolder(run_dir, "RUN_DIR")
+    if not source.config_path.is_file():
         return
     try:
-        config = DecoderConfig.from_dict(load_config(run_dir)["model"])
+        config = DecoderConfig.from_dict(source.read_config()["model"])
         scaling = RopeScaling(method, factor, config.context_length) if method and factor else None
     except (TypeError, ValueError, KeyError, OctlmError):
         return
@@ -96,21 +94,21 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False,
             set, or for a bad scaling option.
     """
     from octlm.commands.sample import apply_rope_scaling
-    from octlm.run import load_run
 
-    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    run_dir, target = Path(run_dir), RunFolder(out_dir, "OUT_DIR")
     _precheck(run_dir, rope_scaling, rope_factor)
-    model, tokenizer = load_run(run_dir)
+    model, tokenizer = RunFolder(run_dir, "RUN_DIR").load()
     mapper = mapper_for(model.config)
     apply_rope_scaling(model, rope_scaling, rope_factor)
     mapper.check(model.config, getattr(model.positions, "scaling", None))
     config = mapper.hf_config(model, tokenizer.eot_id)
-    _prepare_out(out_dir, overwrite)
-    atomic_write(out_dir / "model.safetensors", save(mapper.to_hf_state(model), metadata={"format": "pt"}))
-    atomic_write_json(out_dir / "config.json", config)
-    atomic_write_json(out_dir / "generation_config.json", {"bos_token_id": tokenizer.eot_id, "eos_token_id": tokenizer.eot_id})
-    write_tokenizer(out_dir, tokenizer, model.config.context_length)
-    files = sorted(p.name for p in out_dir.iterdir())
+    _check_export_target(target, overwrite)
+    with target.staged() as staging:
+        atomic_write(staging / "model.safetensors", save(mapper.to_hf_state(model), metadata={"format": "pt"}))
+        atomic_write_json(staging / "config.json", config)
+        atomic_write_json(staging / "generation_config.json", {"bos_token_id": tokenizer.eot_id, "eos_token_id": tokenizer.eot_id})
+        write_tokenizer(staging, tokenizer, model.config.context_length)
+    files = sorted(p.name for p in target.path.iterdir())
     return {"out_dir": str(out_dir), "files": files, "parameters": model.num_parameters(), "architecture": mapper.architecture,
             "config": config}
 
@@ -231,8 +229,7 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
             message names the key or file); OctlmError when ``run_dir`` holds
             files and ``overwrite`` is not set.
     """
-    from octlm.run import CONFIG, TOKENIZER, WEIGHTS, save_weights, write_config
-    from octlm.train import prepare_run_dir
+    from octlm.run import CONFIG, TOKENIZER, WEIGHTS, save_weights
 
     in_dir, run_dir = Path(in_dir), Path(run_dir)
     hf = read_hf_config(in_dir)
@@ -250,27 +247,31 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
     model.tie_weights()
     if run_dir.resolve() == in_dir.resolve():
         raise InteropError(f"RUN_DIR {run_dir} is IN_DIR; the import would replace the checkpoint it reads: choose another RUN_DIR")
-    run_dir = prepare_run_dir(str(run_dir), overwrite, flag="RUN_DIR")
-    save_weights(run_dir / WEIGHTS, model)
-    tokenizer.save(run_dir / TOKENIZER)
-    write_config(run_dir, config, {"imported_from": str(in_dir.resolve()), "architecture": mapper.architecture, **record})
+    target = RunFolder(run_dir, "RUN_DIR")
+    target.check_new_run(overwrite)
+    with target.staged() as staging:
+        save_weights(staging / WEIGHTS, model)
+        tokenizer.save(staging / TOKENIZER)
+        RunFolder(staging).write_config(config, {"imported_from": str(in_dir.resolve()), "architecture": mapper.architecture, **record})
     files = sorted([CONFIG, WEIGHTS, TOKENIZER])
     return {"run_dir": str(run_dir), "files": files, "parameters": model.num_parameters(), "architecture": mapper.architecture,
             "model": config.to_dict(), **record}
 
 
-def _prepare_out(folder: Path, overwrite: bool) -> None:
+def _check_export_target(target: RunFolder, overwrite: bool) -> None:
     # Like a run folder: never replaced without --overwrite, and then only when it is an export.
-    check_out_folder(folder, "OUT_DIR")
-    if folder.is_dir() and any(folder.iterdir()):
+    folder = target.path
+
+    def refuse(found: RunFolder) -> str | None:
         if not overwrite:
-            raise OctlmError(f"{folder}: already holds files; choose another folder or pass --overwrite to replace it")
-        if is_octlm_run(folder):
-            raise OctlmError(f"OUT_DIR {folder}: holds an octlm run, which export-hf never replaces; choose another OUT_DIR")
-        if not (folder / "config.json").is_file():
-            raise OctlmError(f"{folder}: holds files that are not a model checkpoint; refusing to overwrite them")
-        shutil.rmtree(folder)
-    make_folder(folder, "OUT_DIR")
+            return None  # the plain "already holds files" comes first
+        if found.is_octlm_run():
+            return f"OUT_DIR {folder}: holds an octlm run, which export-hf never replaces; choose another OUT_DIR"
+        if not found.config_path.is_file():
+            return f"{folder}: holds files that are not a model checkpoint; refusing to overwrite them"
+        return None
+
+    target.check_target(overwrite, refuse, f"{folder}: already holds files; choose another folder or pass --overwrite to replace it")
 
 
 #: The names these functions had when GPT-2 was the only architecture.

@@ -31,7 +31,6 @@ import dataclasses
 import io
 import json
 import math
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,11 +40,12 @@ import numpy as np
 
 from octlm.errors import OctlmError
 from octlm.evaluate import evaluate
-from octlm.fileio import atomic_write, check_out_folder, make_folder
+from octlm.fileio import atomic_write
 from octlm.options import Bound, TrainOptions, at_least, check_fields, option, same_as
 from octlm.options import check_options as check_train_options
 from octlm.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking
 from octlm.report import Reporter
+from octlm.run import RunFolder
 
 #: Seconds of training per model by default: five models at four minutes and
 #: the evaluation took 20.7 minutes on two CPU cores (tinyshakespeare,
@@ -137,19 +137,18 @@ def check_options(opts: LengthOptions) -> None:
 
 
 def validation_tokens(opts: LengthOptions) -> int:
-    """Tokens in the validation split, read, split and tokenized as :func:`octlm.train.prepare_corpus` does.
+    """Tokens in the validation split, read, split and tokenized as :func:`octlm.corpus.prepare_corpus` does.
 
     Costs one tokenizer training (under a second for tinyshakespeare), which
     is what lets the study refuse a too-long evaluation length before it
     trains anything.
     """
-    from octlm import data as corpus
-    from octlm.tokenizer import Tokenizer
+    from octlm.corpus import split_and_tokenize
+    from octlm.data import encode_stream
 
-    docs, _ = corpus.read_documents(opts.text, opts.encoding)
-    train_texts, val_texts = corpus.split_documents(docs, opts.val_fraction)
-    tokenizer = Tokenizer.train(train_texts, opts.vocab_size)
-    return len(corpus.encode_stream(tokenizer, val_texts))
+    # Every model of the study reads the same text; only the text options matter here, not the folder.
+    text = split_and_tokenize(opts.train_options(opts.schemes[0], Path(RUNS)))
+    return len(encode_stream(text.tokenizer, text.val_texts))
 
 
 def check_validation_length(n_tokens: int, opts: LengthOptions) -> int:
@@ -176,15 +175,15 @@ def check_validation_length(n_tokens: int, opts: LengthOptions) -> int:
 def prepare_study_dir(out: str, overwrite: bool) -> Path:
     """Create the study folder; an existing study is replaced only with ``overwrite``, anything else never."""
     path = Path(out)
-    check_out_folder(path)
-    if path.is_dir() and any(path.iterdir()):
+
+    def refuse(folder: RunFolder) -> str | None:
         is_study = (path / RUNS).is_dir() and all(p.name in {RUNS, JSONL, PLOT, TABLE} for p in path.iterdir())
-        if not is_study:
-            raise OctlmError(f"--out {path}: holds files that are not an octlm length study; refusing to touch them")
-        if not overwrite:
-            raise OctlmError(f"--out {path}: already holds a length study; choose another --out or pass --overwrite to replace it")
-        shutil.rmtree(path)
-    make_folder(path / RUNS)
+        return None if is_study else f"--out {path}: holds files that are not an octlm length study; refusing to touch them"
+
+    study = RunFolder(path)
+    study.check_target(overwrite, refuse, f"--out {path}: already holds a length study; choose another --out or pass --overwrite to replace it")
+    study.recreate()
+    RunFolder(path / RUNS).create()
     return path
 
 
@@ -221,10 +220,9 @@ def _same_data(results: dict[str, dict]) -> None:
     """Every run must hold the same tokenizer and token streams (octlm's data preparation is deterministic)."""
     fingerprints = {}
     for scheme, result in results.items():
-        run_dir = Path(result["run_dir"])
-        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-        tokens = manifest["tokens"]
-        fingerprints[scheme] = (tokens["train"]["sha256"], tokens["val"]["sha256"], (run_dir / "tokenizer.json").read_bytes())
+        folder = RunFolder(result["run_dir"])
+        tokens = folder.read_manifest()["tokens"]
+        fingerprints[scheme] = (tokens["train"]["sha256"], tokens["val"]["sha256"], folder.tokenizer_path.read_bytes())
     first = next(iter(fingerprints.values()))
     differ = [s for s, f in fingerprints.items() if f != first]
     if differ:
@@ -232,10 +230,7 @@ def _same_data(results: dict[str, dict]) -> None:
 
 
 def _validation_stream(run_dir: Path) -> np.ndarray:
-    from octlm.data import open_tokens
-
-    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    return open_tokens(run_dir / "val.bin", manifest["tokens"]["val"]["dtype"], manifest["tokens"]["val"]["count"])
+    return RunFolder(run_dir).tokens("val")
 
 
 def _row(scheme: str, method: str | None, factor: float | None, multiplier: int, length: int) -> dict:
@@ -311,7 +306,8 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
             anything is trained or written).
     """
     from octlm.run import load_run
-    from octlm.train import resolve_device, train
+    from octlm.device import resolve_device
+    from octlm.train import train
 
     report = report or Reporter()
     check_options(opts)

@@ -8,20 +8,30 @@ A run folder holds
 * ``manifest.json``     -- what was read (paths, bytes, sha256) and the token files
 * ``train.bin``, ``val.bin`` -- token streams (numpy memmaps)
 * ``metrics.jsonl``     -- one JSON object per training or evaluation event
+* ``.lock``             -- held while a process trains the run
 
-Every file is written atomically (:mod:`octlm.fileio`).
+Every file is written atomically (:mod:`octlm.fileio`); :class:`RunFolder` owns the
+folder itself: its names, creating and replacing it, and reading it back.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import save
 
-from octlm.errors import RunError
-from octlm.fileio import atomic_write, atomic_write_json, read_safetensors
+from octlm import data
+from octlm.errors import OctlmError, RunError
+from octlm.fileio import atomic_write, atomic_write_json, read_safetensors, umask
 from octlm.model import Decoder, DecoderConfig
 from octlm.tokenizer import Tokenizer
 
@@ -30,6 +40,8 @@ WEIGHTS = "model.safetensors"
 TOKENIZER = "tokenizer.json"
 MANIFEST = "manifest.json"
 METRICS = "metrics.jsonl"
+#: Held by the process that trains the run (:meth:`RunFolder.lock`).
+LOCK = ".lock"
 
 #: The head shares the token table's Parameter, so it is not stored.
 _TIED_KEYS = ("lm_head.weight",)
@@ -80,14 +92,6 @@ def read_json(path: Path) -> dict:
         raise RunError(f"{path}: not valid JSON ({err}); the file is corrupted") from None
 
 
-def load_config(run_dir: str | Path) -> dict:
-    """The run's ``config.json`` as a dict with ``model`` and ``train`` sections."""
-    config = read_json(Path(run_dir) / CONFIG)
-    if "model" not in config:
-        raise RunError(f"{Path(run_dir) / CONFIG}: has no 'model' section; not an octlm run config")
-    return config
-
-
 def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[Decoder, Tokenizer]:
     """Load a trained model and its tokenizer from a run folder.
 
@@ -104,48 +108,337 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
         raise RunError(f"{run_dir}: is a file; give the run folder that holds it ({run_dir.parent})")
     if not run_dir.is_dir():
         raise RunError(f"{run_dir}: no such run folder; train one with `octlm train --out {run_dir}`")
-    config = load_config(run_dir)
+    config = RunFolder(run_dir).read_config()
     try:
         model_config = DecoderConfig.from_dict(config["model"])
     except (TypeError, ValueError) as err:
         raise RunError(f"{run_dir / CONFIG}: invalid model config: {err}") from None
     model = Decoder(model_config)
     load_weights(run_dir / WEIGHTS, model)
+    tokenizer = RunFolder(run_dir).read_tokenizer()
     tokenizer_path = run_dir / TOKENIZER
-    if not tokenizer_path.is_file():
-        raise RunError(f"{tokenizer_path}: missing; is {run_dir} an octlm run folder?")
-    try:
-        tokenizer = Tokenizer.load(tokenizer_path)
-    except Exception as err:  # tokenizers raises plain Exception on bad JSON
-        raise RunError(f"{tokenizer_path}: cannot read tokenizer ({err})") from None
     if tokenizer.vocab_size != model_config.vocab_size:
         raise RunError(
             f"{tokenizer_path}: has {tokenizer.vocab_size} tokens but the model's vocab_size is {model_config.vocab_size}"
         )
     return model.to(device).eval(), tokenizer
 
+def load_config(run_dir: str | Path) -> dict:
+    """:meth:`RunFolder.read_config` of ``run_dir``."""
+    return RunFolder(run_dir).read_config()
 
-def is_octlm_run(folder: str | Path) -> bool:
-    """Whether ``folder`` holds an octlm run (trained, imported or half-made), by its own files.
 
-    A ``manifest.json``, or a ``config.json`` that octlm wrote (it records
-    ``octlm_version``); a transformers checkpoint's ``config.json`` does not.
+class RunFolder:
+    """One run or output folder: its file names, checking and creating it, and reading it back.
+
+    Every command that writes a folder (train, length, import-hf, export-hf,
+    embeddings, export-web) goes through here, and so does every reader of a
+    run's ``config.json`` and ``manifest.json``. The one overwrite policy:
+    :meth:`check_target` refuses, before anything is written, a folder that
+    holds files octlm may not replace (or any files without ``overwrite``);
+    :meth:`staged` then builds the new folder hidden beside it and swaps it
+    in only when complete, so bad input never loses the old folder.
+
+    ``flag`` is how error messages name the folder (``--out``, ``RUN_DIR``...).
     """
-    folder = Path(folder)
-    if (folder / MANIFEST).is_file():
-        return True
+
+    def __init__(self, path: str | Path, flag: str = "--out") -> None:
+        self.path = Path(path)
+        self.flag = flag
+
+    @classmethod
+    def new(cls, out: str | None, flag: str = "--out") -> "RunFolder":
+        """The folder ``out`` names, or ``runs/<date>-<time>`` when ``out`` is ``None``."""
+        if out is None:
+            out = f"runs/{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        return cls(out, flag)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    # -- file names -----------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    @property
+    def weights_path(self) -> Path:
+        return self.path / WEIGHTS
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.path / TOKENIZER
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS
+
+    def token_path(self, split: str) -> Path:
+        """``train.bin`` or ``val.bin``."""
+        return self.path / f"{split}.bin"
+
+    # -- what the folder holds ------------------------------------------------------------------
+    def is_octlm_run(self) -> bool:
+        """Whether the folder holds an octlm run (trained, imported or half-made), by its own files.
+
+        A ``manifest.json`` that lists token files, or a ``config.json`` that
+        octlm wrote (it records ``octlm_version``); a transformers checkpoint's
+        ``config.json``, or a person's own ``manifest.json``, does not count.
+        """
+        return "tokens" in _json_object(self.manifest_path) or "octlm_version" in _json_object(self.config_path)
+
+    def has_files(self) -> bool:
+        """Whether the folder exists and holds anything."""
+        return self.path.is_dir() and any(self.path.iterdir())
+
+    def read_config(self) -> dict:
+        """``config.json`` as a dict with ``model`` and ``train`` sections.
+
+        Raises:
+            RunError: naming the file when it is missing, malformed or has no ``model`` section.
+        """
+        config = read_json(self.config_path)
+        if "model" not in config:
+            raise RunError(f"{self.config_path}: has no 'model' section; not an octlm run config")
+        return config
+
+    def train_section(self) -> dict | None:
+        """The ``train`` section of ``config.json`` when the file is there, else ``None``."""
+        return self.read_config().get("train") if self.config_path.is_file() else None
+
+    def write_config(self, model_config: DecoderConfig, train_options: dict) -> None:
+        """Write ``config.json`` (model shape plus the resolved training options), atomically."""
+        from octlm import __version__
+
+        atomic_write_json(self.config_path, {"octlm_version": __version__, "model": model_config.to_dict(), "train": train_options})
+
+    def read_tokenizer(self) -> Tokenizer:
+        """``tokenizer.json``. Raises RunError naming it when it is missing or unreadable."""
+        if not self.tokenizer_path.is_file():
+            raise RunError(f"{self.tokenizer_path}: missing; is {self.path} an octlm run folder?")
+        try:
+            return Tokenizer.load(self.tokenizer_path)
+        except Exception as err:  # tokenizers raises plain Exception on a bad file
+            raise RunError(f"{self.tokenizer_path}: cannot read tokenizer ({err})") from None
+
+    def read_manifest(self) -> dict:
+        """``manifest.json``: what was read and the token files. Raises RunError naming it when absent or malformed."""
+        return read_json(self.manifest_path)
+
+    def write_manifest(self, manifest: dict) -> None:
+        """Write ``manifest.json`` atomically."""
+        atomic_write_json(self.manifest_path, manifest)
+
+    def write_tokens(self, split: str, ids: np.ndarray) -> dict:
+        """Store a token stream as ``<split>.bin``; returns its manifest entry."""
+        return data.write_tokens(self.token_path(split), ids)
+
+    def tokens(self, split: str, manifest: dict | None = None) -> np.ndarray:
+        """The ``train`` or ``val`` token stream [N] as a read-only memmap, checked against the manifest.
+
+        Raises:
+            RunError: when the manifest lists no such file or the file is missing.
+            DataError: naming the file when it is damaged (:func:`octlm.data.open_tokens`).
+        """
+        manifest = self.read_manifest() if manifest is None else manifest
+        entry = manifest.get("tokens", {}).get(split)
+        if entry is None or not (self.path / entry["file"]).is_file():
+            raise RunError(f"{self.token_path(split)}: token file missing; the run folder is incomplete")
+        return data.open_tokens(self.path / entry["file"], entry["dtype"], entry["count"])
+
+    def load(self, device: str | torch.device = "cpu") -> tuple[Decoder, Tokenizer]:
+        """:func:`load_run` of this folder."""
+        return load_run(self.path, device)
+
+    # -- creating and replacing -----------------------------------------------------------------
+    def check_target(self, overwrite: bool, refuse: Callable[["RunFolder"], str | None], occupied: str) -> None:
+        """Refuse, before anything is written, a folder that this command may not (re)write.
+
+        Args:
+            overwrite: whether the person allowed replacing what is there.
+            refuse: for a folder that holds files, the message that forbids
+                replacing them even with ``overwrite``, or ``None`` when they
+                may be replaced.
+            occupied: the message when the folder holds files and
+                ``overwrite`` is not set.
+
+        Raises:
+            OctlmError: with one of those messages, or when the path cannot be
+                a folder (:func:`check_out_folder`).
+        """
+        check_out_folder(self.path, self.flag)
+        if self.has_files():
+            reason = refuse(self)
+            if reason is not None:
+                raise OctlmError(reason)
+            if not overwrite:
+                raise OctlmError(occupied)
+
+    def check_new_run(self, overwrite: bool) -> None:
+        """:meth:`check_target` for a run folder: only an octlm run is ever replaced, and not while it trains.
+
+        Raises:
+            OctlmError: naming the flag, when the folder holds files that are
+                not an octlm run, holds a run and ``overwrite`` is not set, or
+                another process is training that run.
+        """
+        flag, path = self.flag, self.path
+
+        def refuse(folder: RunFolder) -> str | None:
+            if not folder.is_octlm_run():
+                return f"{flag} {path}: holds files that are not an octlm run, which octlm never replaces; choose a new or empty folder"
+            return None
+
+        self.check_target(overwrite, refuse, f"{flag} {path}: already holds an octlm run; choose another {flag} or pass --overwrite to replace it")
+        if (path / LOCK).exists():
+            lock = self.lock()  # raises while another process trains it: --overwrite must not pull it away
+            if lock is not None:
+                lock.close()
+
+    def create(self) -> None:
+        """Check the path and create the folder (``mkdir -p``), keeping what it holds."""
+        check_out_folder(self.path, self.flag)
+        make_folder(self.path, self.flag)
+
+    def recreate(self) -> None:
+        """Replace the folder with an empty one in place, for work whose files must record their final paths.
+
+        Only after :meth:`check_target`, and after every check of the input:
+        the old folder is gone once this returns. ``octlm length`` uses it,
+        since its runs record where they live and an interrupted study keeps
+        the runs it finished.
+        """
+        if self.path.exists():
+            shutil.rmtree(self.path)
+        make_folder(self.path, self.flag)
+
+    @contextlib.contextmanager
+    def staged(self, mode: int | None = None) -> Iterator[Path]:
+        """A hidden folder beside this one to build it in; it replaces this folder only on success.
+
+        On an exception the hidden folder is removed and this folder is left
+        as it was. On success the old folder is first renamed aside, so that
+        the folder's name always points at a whole folder, old or new. Call
+        :meth:`check_target` first: whatever is here is replaced.
+
+        Args:
+            mode: the new folder's permissions; by default what ``mkdir`` gives.
+        """
+        staging = make_staging(self.path, self.flag)
+        staging.chmod(0o777 & ~umask() if mode is None else mode)
+        try:
+            yield staging
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        if not self.path.exists():
+            os.replace(staging, self.path)
+            return
+        old = self.path.with_name(f".{self.path.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(self.path, old)
+        os.replace(staging, self.path)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def lock(self):
+        """Hold an exclusive lock on the folder for this process's lifetime (released even by kill -9).
+
+        Returns the open lock file (close it to release), or ``None`` where
+        the system has no advisory locks (Windows).
+
+        Raises:
+            OctlmError: when another octlm process is training the same run.
+        """
+        try:
+            import fcntl
+        except ImportError:  # Windows: no advisory locks; resume stays the user's responsibility
+            return None
+        handle = (self.path / LOCK).open("a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise OctlmError(f"{self.path}: another octlm process ({holder}) is training this run; wait for it or stop it first") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        return handle
+
+    def rewind_metrics(self, size: int, report) -> None:
+        """Cut ``metrics.jsonl`` back to ``size`` bytes (its length at a checkpoint), so no step is logged twice."""
+        path = self.metrics_path
+        if not path.exists():
+            return
+        if path.stat().st_size < size:
+            report.warn(f"{path} is shorter than when the checkpoint was saved; keeping it as it is")
+            return
+        with path.open("r+b") as handle:
+            handle.truncate(size)
+
+    def remove_stale_temporaries(self, report) -> None:
+        """Remove the temporary files a process killed while writing left behind (the real files are intact)."""
+        stale = list(self.path.glob(".*.tmp"))
+        for path in stale:
+            path.unlink(missing_ok=True)
+        if stale:
+            report.warn(f"removed {len(stale)} temporary file(s) left by an interrupted write")
+
+
+def check_out_folder(path: Path, flag: str = "--out") -> None:
+    """Refuse, before anything is written, an output path that cannot become a folder.
+
+    Raises:
+        OctlmError: naming ``flag`` and the path when the path is not valid
+            UTF-8 (run files record paths as UTF-8 text), when it exists and
+            is not a folder, or when a folder above it is a file.
+    """
     try:
-        config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise OctlmError(f"{flag} {str(path)!r}: the path is not valid UTF-8; choose a name that is") from None
+    for above in (path, *path.parents):
+        if above.exists():
+            if not above.is_dir():
+                what = "exists and is not a folder" if above == path else f"{above} is a file, not a folder"
+                raise OctlmError(f"{flag} {path}: {what}; choose another {flag}")
+            return
+
+
+def make_folder(path: Path, flag: str = "--out") -> None:
+    """``mkdir -p`` for an output folder, with the file system's refusal as an :class:`OctlmError` naming ``flag``."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OctlmError(f"{flag} {path}: cannot create it ({err.strerror or err}); choose a folder you can write to") from None
+
+
+def make_staging(path: Path, flag: str = "--out") -> Path:
+    """A new hidden folder beside ``path`` to build it in, so that ``path`` appears only when complete.
+
+    Raises:
+        OctlmError: naming ``flag`` when the folder above cannot be created or written to.
+    """
+    make_folder(path.parent, flag)
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+    except OSError as err:
+        raise OctlmError(f"{flag} {path}: cannot write in {path.parent} ({err.strerror or err}); choose a folder you can write to") from None
+
+
+def _json_object(path: Path) -> dict:
+    # For questions about a folder, not for reading a run: an absent or broken file is no answer.
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(config, dict) and "octlm_version" in config
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
-def write_config(run_dir: Path, model_config: DecoderConfig, train_options: dict) -> None:
-    """Write ``config.json`` (model shape plus the resolved training options)."""
-    from octlm import __version__
-
-    atomic_write_json(run_dir / CONFIG, {"octlm_version": __version__, "model": model_config.to_dict(), "train": train_options})
-
-
-__all__ = ["is_octlm_run", "load_config", "load_run", "load_weights", "read_json", "save_weights", "weights_state", "write_config"]
+__all__ = ["CONFIG", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "load_config", "load_run", "check_out_folder", "load_weights", "make_folder", "read_json", "save_weights", "weights_state"]

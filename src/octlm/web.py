@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
-import shutil
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from octlm.errors import OctlmError
-from octlm.fileio import check_out_folder, make_staging
+from octlm.run import RunFolder
 
 #: Where the built page lives inside the installed package.
 WEB_DIST = Path(__file__).resolve().parent / "web_dist"
@@ -214,31 +212,21 @@ def export_site(files: dict[str, bytes], out: str | Path, overwrite: bool = Fals
             it holds ``index.html`` and ``run-data.js`` or is empty).
     """
     out = Path(out)
-    check_out_folder(out)
-    if out.exists():
-        contents = {p.name for p in out.iterdir()}
-        if contents and not overwrite:
-            raise OctlmError(f"--out {out}: folder is not empty; choose another --out or add --overwrite")
-        if contents and not {"index.html", RUN_DATA} <= contents:
-            raise OctlmError(f"--out {out}: holds files that are not an exported page; refusing to replace it even with --overwrite")
-    staging = make_staging(out)
-    try:
+    folder = RunFolder(out)
+
+    def refuse(found: RunFolder) -> str | None:
+        if not overwrite:
+            return None  # the plain "not empty" comes first
+        if not {"index.html", RUN_DATA} <= {p.name for p in found.path.iterdir()}:
+            return f"--out {out}: holds files that are not an exported page; refusing to replace it even with --overwrite"
+        return None
+
+    folder.check_target(overwrite, refuse, f"--out {out}: folder is not empty; choose another --out or add --overwrite")
+    with folder.staged(mode=0o755) as staging:
         for name, data in files.items():
             target = staging / name
             target.write_bytes(data)
             target.chmod(0o644)
-        staging.chmod(0o755)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(staging, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return out
 
 

@@ -34,10 +34,9 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.bench import parse_token
     from octlm.diagnostics import nearest_tokens
     from octlm.errors import OctlmError
-    from octlm.fileio import check_out_folder, make_folder
     from octlm.explore import pca_2d, position_note, run_position_vectors, token_counts, token_labels
     from octlm.figures import pca_figure, position_figure, save_png
-    from octlm.run import load_run
+    from octlm.run import RunFolder, load_run
     from octlm.tokenizer import visible_token
 
     if args.k < 1:
@@ -53,8 +52,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     else:
         ids = list(range(1, min(6, vocab_size)))
     out = Path(args.out) if args.out else Path(args.run) / "embeddings"
-    check_out_folder(out)
-    make_folder(out)
+    RunFolder(out).create()
 
     entries, lines = [], ["nearest tokens by cosine similarity:"]
     for token_id in ids:

@@ -54,7 +54,7 @@ def check_bias_memory(model, length: int, device) -> None:
     A score bias (ALiBi's, for one) grows with the length squared; the
     scheme estimates it (``PositionScheme.score_bias_bytes``).
     """
-    from octlm.train import device_memory_bytes
+    from octlm.device import device_memory_bytes
 
     need = model.positions.score_bias_bytes(model.config.n_heads, length)
     if not need:
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.options import check_seed
     from octlm.run import load_run
     from octlm.tokenizer import TextStream, printable_text
-    from octlm.train import resolve_device
+    from octlm.device import resolve_device
 
     if args.max_new_tokens < 0:
         raise OctlmError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")

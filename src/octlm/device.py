@@ -1,0 +1,95 @@
+"""Where training and sampling compute: the device, its number format, its memory, its threads."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+from octlm.errors import OctlmError
+from octlm.options import TrainOptions
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` picks CUDA, then Apple MPS, then the CPU; other names are checked.
+
+    Raises:
+        OctlmError: for a device that does not exist on this machine.
+    """
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise OctlmError(f"--device {name!r} is not a device name; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise OctlmError(f"--device {name}: this machine has no CUDA GPU (or this torch build has no CUDA); use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise OctlmError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) visible")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise OctlmError(f"--device {name}: MPS is not available here; use --device cpu")
+    return device
+
+
+def autocast_for(device: torch.device, dtype: str):
+    """The autocast context for ``--dtype`` (bfloat16 on CUDA by default)."""
+    if dtype == "auto":
+        dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    if dtype == "float32":
+        return contextlib.nullcontext(), "float32"
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16), "bfloat16"
+
+
+def step_memory_bytes(opts: TrainOptions) -> int:
+    """A rough upper estimate of one training step's activation memory (bytes, float32).
+
+    Per token: the logits with their softmax and gradient (3 x vocab_size
+    floats) and, per layer, about 24 x d_model floats of saved activations
+    plus two rows of attention weights per head when the fused kernel is
+    not used. Weights and optimizer state are small beside it at octlm's sizes.
+    """
+    tokens = opts.batch_size * opts.context_length
+    per_token = 3 * opts.vocab_size + opts.n_layers * (24 * opts.d_model + 2 * opts.n_heads * opts.context_length)
+    return 4 * tokens * per_token
+
+
+def device_memory_bytes(device: torch.device) -> int | None:
+    """The memory of ``device`` in bytes (GPU memory, or the machine's RAM); ``None`` when the system will not say."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(opts: TrainOptions, device: torch.device) -> None:
+    """Refuse a batch whose activations alone would not fit the device's memory (instead of being OOM-killed)."""
+    total = device_memory_bytes(device)
+    if total is None:
+        return
+    need = step_memory_bytes(opts)
+    if need > total:
+        logits = 3 * opts.vocab_size
+        layers = opts.n_layers * (24 * opts.d_model + 2 * opts.n_heads * opts.context_length)
+        fix = "--batch-size, or " + ("--vocab-size" if logits >= layers else "--n-layers or --d-model")
+        raise OctlmError(
+            f"this model and batch need about {need / 2**30:,.0f} GiB of activations per step, more than this {device.type} "
+            f"has ({total / 2**30:.0f} GiB): --batch-size {opts.batch_size} x --context-length {opts.context_length} tokens, "
+            f"each holding about 3 x --vocab-size {opts.vocab_size} logits and --n-layers {opts.n_layers} x "
+            f"(24 x --d-model {opts.d_model} + 2 x --n-heads {opts.n_heads} x --context-length) activations; lower {fix}"
+        )
+
+
+def set_threads(threads: int | None) -> None:
+    """Use ``threads`` CPU threads for torch's operators (``None``: torch's own choice)."""
+    if threads:
+        torch.set_num_threads(threads)
+
+
+__all__ = ["autocast_for", "check_memory", "device_memory_bytes", "resolve_device", "set_threads", "step_memory_bytes"]

@@ -1,0 +1,463 @@
+"""The training loop, in plain phases: set up, restore, step, evaluate, save, finish.
+
+:class:`Trainer` holds the run's state in plain attributes; :meth:`Trainer.run`
+is the loop, which reads top to bottom like the table of contents of a
+training step. :func:`octlm.train.train` builds one and runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from octlm import data as tokens_io
+from octlm.checkpoint import (
+    CHECKPOINT,
+    CheckpointError,
+    capture_rng,
+    check_digests,
+    config_digest,
+    describe_checkpoint,
+    load_checkpoint,
+    load_optimizer_tensors,
+    model_tensors,
+    restore_rng,
+    rng_of,
+    run_digests,
+    save_checkpoint,
+)
+from octlm.corpus import open_corpus, prepare_corpus
+from octlm.device import autocast_for, check_memory, resolve_device, set_threads
+from octlm.diagnostics import embedding_diagnostic, frequent_tokens
+from octlm.distributed import Group
+from octlm.errors import OctlmError, RunError
+from octlm.evaluate import EvalResult, evaluate
+from octlm.generation import sample_from
+from octlm.model import Decoder, DecoderConfig, cross_entropy
+from octlm.optim import lr_at, make_optimizer
+from octlm.options import DEFAULT_MAX_STEPS, TrainOptions
+from octlm.report import Reporter
+from octlm.run import RunFolder, save_weights
+
+
+class TrainingError(OctlmError):
+    """Training cannot go on (a non-finite loss, say); the message names the step."""
+
+
+class StopSignals:
+    """Turn Ctrl-C (SIGINT) and SIGTERM into a request to stop after the current step.
+
+    The step in flight finishes, so the model and optimizer are never saved
+    half-updated. In one process a second Ctrl-C stops at once (the last
+    checkpoint on disk stays as it was); under torchrun, which forwards
+    signals to every process, repeats only confirm the request. Handlers are
+    installed only from the main thread and put back on exit.
+    """
+
+    def __init__(self, force_on_repeat: bool) -> None:
+        self.requested = False
+        self.force_on_repeat = force_on_repeat
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested and self.force_on_repeat and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def _empty_window() -> dict:
+    # What the next metrics line averages over: the steps since the last one.
+    return {"tokens": 0, "seconds": 0.0, "loss": 0.0, "steps": 0}
+
+
+class Trainer:
+    """One training run, fresh or resumed, in one process of a (possibly one-process) group.
+
+    Call :meth:`setup`, :meth:`restore`, then :meth:`run`, which returns the
+    result dict of :func:`octlm.train.train`. Rank 0 writes every file; every
+    rank trains.
+
+    Args:
+        opts: checked options (for a resumed run, already merged with the run's).
+        resume: the run folder to continue, or ``None`` for a new run in ``opts.out``.
+        changes: for a resumed run, what makes it differ from an uninterrupted one.
+        step_hook: called with the step number before each optimizer step.
+    """
+
+    def __init__(self, opts: TrainOptions, report: Reporter, group: Group, device_name: str, resume: Path | None,
+                 changes: list[str], step_hook: Callable[[int], None] | None = None) -> None:
+        self.opts, self.report, self.group, self.step_hook = opts, report, group, step_hook
+        self.resume, self.changes = resume, changes
+        self.device = resolve_device(device_name)
+        check_memory(opts, self.device)
+        set_threads(opts.threads)
+        self.max_steps = opts.max_steps if opts.max_steps is not None else (None if opts.time_budget else DEFAULT_MAX_STEPS)
+        self.tokens_per_step = opts.batch_size * group.world_size * opts.context_length
+        # Where the run stands: fresh, or as restore() finds it in the checkpoint.
+        self.ckpt = None
+        self.step, self.elapsed, self.step_seconds = 0, 0.0, 0.0
+        self.window = _empty_window()
+        self.last_saved = -1
+        self.stop_requested = self.interrupted = False
+        self.metrics = None
+
+    # -- set up -------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        """The run folder (made, or found and locked), its data and config, the model and optimizer."""
+        self._open_folder()
+        self.config = self._fresh_config() if self.ckpt is None else self._resumed_config()
+        opts, config, group = self.opts, self.config, self.group
+        torch.manual_seed(opts.seed)
+        self.model = Decoder(config).to(self.device)
+        if group.active:
+            # Same initial weights everywhere (DDP also broadcasts them), different dropout masks per rank.
+            torch.manual_seed(opts.seed + 1_000_003 * group.rank)
+        self.autocast, dtype_name = autocast_for(self.device, opts.dtype)
+        model = self.model
+        self.report.event(
+            "model",
+            f"model: {model.num_parameters():,} parameters ({model.num_parameters(exclude_embeddings=True):,} without "
+            f"embeddings), position={config.position}, device={self.device}, dtype={dtype_name}, threads={torch.get_num_threads()}"
+            + (f", {group.world_size} processes ({group.backend})" if group.active else ""),
+            parameters=model.num_parameters(), device=str(self.device), dtype=dtype_name, world_size=group.world_size,
+        )
+        self.optimizer = make_optimizer(model, opts, self.device)
+        self.sampler = tokens_io.BlockSampler(len(self.data.train), config.context_length, opts.batch_size, opts.seed, group.rank, group.world_size)
+
+    def _open_folder(self) -> None:
+        # Made once, by rank 0 (staged, so bad input leaves nothing behind); read by everyone.
+        opts, group, report = self.opts, self.group, self.report
+        if self.resume is None:
+
+            def prepare() -> Path:
+                target = RunFolder.new(opts.out)
+                target.check_new_run(opts.overwrite)
+                report.event("run", f"run folder: {target}", run_dir=str(target))
+                with target.staged() as staging:
+                    prepare_corpus(opts, RunFolder(staging), report)
+                return target.path
+
+            path = group.run_on_main(prepare)
+            self.folder = RunFolder(group.gather(str(path) if group.is_main else None)[0])
+            self.lock = self.folder.lock() if group.is_main else None
+        else:
+            self.folder = RunFolder(self.resume)
+            self.lock = self.folder.lock() if group.is_main else None
+            self.ckpt = load_checkpoint(self.folder.path / CHECKPOINT)
+        self.data = open_corpus(self.folder)
+        global_blocks = tokens_io.count_blocks(len(self.data.train), opts.context_length)
+        if opts.batch_size * group.world_size > global_blocks:
+            report.warn(
+                f"a step takes {opts.batch_size * group.world_size} blocks but the training text holds only {global_blocks}; "
+                f"every step repeats blocks (lower --batch-size or give more text)"
+            )
+
+    def _write_config(self, config: DecoderConfig) -> None:
+        folder, opts = self.folder, self.opts
+        self.group.run_on_main(lambda: folder.write_config(config, {**opts.to_dict(), "max_steps": self.max_steps, "out": str(folder)}))
+
+    def _fresh_config(self) -> DecoderConfig:
+        folder, group = self.folder, self.group
+        config = self.opts.model_config(self.data.tokenizer.vocab_size)
+        self._write_config(config)
+        stored = folder.read_config()
+        known = {e["file"]: e["sha256"] for e in self.data.manifest["tokens"].values()}
+        digests = group.run_on_main(lambda: run_digests(folder.path, stored, known))
+        self.digests = group.gather(digests)[0]
+        return config
+
+    def _resumed_config(self) -> DecoderConfig:
+        folder, ckpt, opts = self.folder, self.ckpt, self.opts
+        stored = folder.read_config()
+        # Each process checks the files it is about to read.
+        check_digests(ckpt.path, ckpt.state["digests"], run_digests(folder.path, stored))
+        try:
+            config = DecoderConfig.from_dict(stored["model"])
+        except (TypeError, ValueError) as err:
+            raise RunError(f"{folder.config_path}: invalid model config: {err}") from None
+        self._check_resumable()
+        self._write_config(config)
+        # The rewrite may add options this octlm knows and the run's did not (at their
+        # defaults); later checkpoints record the config as it now is.
+        self.digests = {**ckpt.state["digests"], "config.json": config_digest(folder.read_config())}
+        self.report.event("resume", f"resuming {folder} at step {ckpt.step}", run_dir=str(folder), step=ckpt.step)
+        for change in self.changes:
+            self.report.warn(f"{change}; the result will differ from an uninterrupted run")
+        return config
+
+    def _check_resumable(self) -> None:
+        """Refuse a global batch that differs from the run's, or a limit the run has reached; note a new limit."""
+        opts, state, step, world, max_steps = self.opts, self.ckpt.state, self.ckpt.step, self.group.world_size, self.max_steps
+        global_batch = opts.batch_size * world
+        if global_batch != state["global_batch"]:
+            then = state["global_batch"]
+            raise OctlmError(
+                f"--batch-size {opts.batch_size} x {world} process(es) = {global_batch} blocks per step, but the run "
+                f"trained on {then} ({state['world_size']} x {then // state['world_size']}); "
+                f"keep the global batch: --batch-size {then // world if then % world == 0 else '?'}"
+            )
+        done_steps = max_steps is not None and step >= max_steps
+        done_time = opts.time_budget is not None and state["elapsed_s"] >= opts.time_budget
+        if done_steps or done_time:
+            limit = f"--max-steps {max_steps}" if done_steps else f"--time-budget {opts.time_budget:g}s"
+            raise OctlmError(
+                f"--resume {self.folder}: the run is at step {step}, already at or past {limit}; to train further give a larger "
+                f"--max-steps or --time-budget (the total for the run, not an addition)"
+            )
+        if (max_steps, opts.time_budget) != (state["max_steps"], state["time_budget"]):
+            self.changes.append(
+                f"the run's limit is now {max_steps} steps" + (f" / {opts.time_budget:g}s" if opts.time_budget else "")
+                + f" (was {state['max_steps']} steps" + (f" / {state['time_budget']:g}s" if state["time_budget"] else "")
+                + "): the learning-rate schedule stretches to the new end"
+            )
+
+    # -- restore ------------------------------------------------------------------------------------
+    def restore(self) -> None:
+        """Put the run where its checkpoint left it (a fresh run starts at step 0), then wrap the model for the ranks.
+
+        The random generators come back last, so nothing here draws from them after.
+        """
+        ckpt, group = self.ckpt, self.group
+        if ckpt is not None:
+            state = ckpt.state
+            self.step, self.elapsed, self.step_seconds, self.window = state["step"], state["elapsed_s"], state["step_seconds"], dict(state["window"])
+            self.last_saved = self.step
+            self.model.load_state_dict(model_tensors(ckpt), strict=False)
+            self.model.tie_weights()
+            load_optimizer_tensors(ckpt.path, ckpt.tensors, self.model, self.optimizer)
+            if group.is_main:
+                self.folder.rewind_metrics(state["metrics_bytes"], self.report)
+                self.folder.remove_stale_temporaries(self.report)
+        self.forward = self.model
+        if group.active:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.forward = DistributedDataParallel(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.metrics = self.folder.metrics_path.open("a", encoding="utf-8") if group.is_main else None
+        if ckpt is not None:
+            saved = rng_of(ckpt, group.rank)
+            if saved is not None:
+                restore_rng(*saved)
+            else:
+                self.report.warn(f"the run had {ckpt.state['world_size']} process(es); rank {group.rank} starts a fresh dropout generator")
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def run(self) -> dict:
+        """Train until the step or time limit, or a stop request; then evaluate and return the result dict."""
+        opts, max_steps = self.opts, self.max_steps
+        self._announce()
+        bar = self.report.progress(max_steps if max_steps else opts.time_budget, "train", "step" if max_steps else "s")
+        bar.update(self.step if max_steps else min(self.elapsed, opts.time_budget))
+        self.session_start, self.elapsed_before = time.perf_counter(), self.elapsed
+        self.model.train()
+        with StopSignals(force_on_repeat=not self.group.active) as signals:
+            try:
+                while not self._finished():
+                    # evaluate now and then, on the weights before this step
+                    if self.step > 0 and self.step % opts.eval_interval == 0:
+                        result = self.evaluate(self.step, opts.eval_blocks)
+                        self.report.event("eval", f"step {self.step}: val loss {result.loss:.4f}, val bpb {result.bpb:.4f}", step=self.step, **result.as_dict())
+                    if self.step_hook is not None:
+                        self.step_hook(self.step)
+                    # one optimizer step, agreed on by every rank
+                    lr = self.train_step(signals)
+                    # metrics and progress
+                    if self.step % opts.log_interval == 0 or self.step == max_steps:
+                        self._log_window(lr, bar)
+                    bar.update(1 if max_steps else min(self.elapsed, opts.time_budget) - bar.n)
+                    # a checkpoint now and then (a stop request saves below, once)
+                    if opts.save_every and self.step % opts.save_every == 0 and not self.stop_requested:
+                        self.save()
+                self.interrupted = self.stop_requested
+                if self.interrupted:
+                    self.report.warn(f"interrupted at step {self.step}; saving a checkpoint")
+                self.save()
+            except KeyboardInterrupt:
+                last = describe_checkpoint(self.folder.path / CHECKPOINT)
+                raise TrainingError(f"interrupted twice: stopped at once; the last checkpoint ({last}) is kept") from None
+            finally:
+                bar.close()
+        return self.finish()
+
+    def _announce(self) -> None:
+        opts, max_steps = self.opts, self.max_steps
+        budget_text = " and ".join(filter(None, [f"{max_steps} steps" if max_steps else None, f"{opts.time_budget:g}s" if opts.time_budget else None]))
+        text = f"training for {budget_text}, {self.tokens_per_step} tokens per step"
+        self.report.event(
+            "train", f"{text}, a checkpoint every {opts.save_every} steps" if opts.save_every else text,
+            max_steps=max_steps, time_budget=opts.time_budget, start_step=self.step,
+        )
+
+    def _finished(self) -> bool:
+        limit_reached = (self.max_steps is not None and self.step >= self.max_steps) or (
+            self.opts.time_budget is not None and self.elapsed >= self.opts.time_budget
+        )
+        return limit_reached or self.stop_requested
+
+    # -- step ---------------------------------------------------------------------------------------
+    def train_step(self, signals: StopSignals) -> float:
+        """One optimizer step on the batch of the current step; returns its learning rate.
+
+        Raises:
+            TrainingError: when the loss or the gradient norm is not finite
+                (the step is not applied, nothing is saved).
+        """
+        opts, group, max_steps = self.opts, self.group, self.max_steps
+        progress = max(
+            (self.step - opts.warmup_steps) / max(max_steps - opts.warmup_steps, 1) if max_steps else 0.0,
+            self.elapsed / opts.time_budget if opts.time_budget else 0.0,
+        )
+        lr = lr_at(self.step, progress, opts)
+        for param_group in self.optimizer.param_groups:
+            param_group["lr"] = lr
+        t0 = time.perf_counter()
+        starts = self.sampler.starts(self.step)
+        blocks = torch.from_numpy(tokens_io.gather_blocks(self.data.train, starts, self.config.context_length)).to(self.device)
+        with self.autocast:
+            loss = cross_entropy(self.forward(blocks[:, :-1]), blocks[:, 1:])
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), opts.grad_clip)) if opts.grad_clip > 0 else 0.0
+        # One exchange per step keeps the ranks in agreement: the mean loss, whether
+        # anyone was asked to stop, and rank 0's clock (which drives the schedule).
+        now = self.elapsed_before + time.perf_counter() - self.session_start
+        loss_sum, norm_sum, stops, clock = group.all_sum(
+            [float(loss.detach()), grad_norm, float(signals.requested), now if group.is_main else 0.0], self.device
+        )
+        loss_value = loss_sum / group.world_size
+        self._check_finite(loss_value, norm_sum)
+        self.optimizer.step()
+        dt = time.perf_counter() - t0
+        self.step += 1
+        self.step_seconds += dt
+        self.elapsed, self.stop_requested = clock, stops > 0
+        for key, value in (("tokens", self.tokens_per_step), ("seconds", dt), ("loss", loss_value), ("steps", 1)):
+            self.window[key] += value
+        return lr
+
+    def _check_finite(self, loss: float, grad_norm: float) -> None:
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            what = f"the training loss became {loss}" if not math.isfinite(loss) else f"the gradient norm became {grad_norm}"
+            raise TrainingError(f"{what} at step {self.step}; stopped without saving this step. {self._recovery_hint()}")
+
+    def _recovery_hint(self) -> str:
+        opts, path, run = self.opts, self.folder.path / CHECKPOINT, shlex.quote(str(self.folder))
+        if path.exists():
+            return (
+                f"The last good checkpoint ({describe_checkpoint(path)}) is kept: lower --learning-rate (now {opts.learning_rate:g}) "
+                f"and resume with `octlm train --resume {run} --learning-rate ...`, or start again"
+            )
+        return (
+            f"No checkpoint had been saved yet (--save-every {opts.save_every}): start again with a lower --learning-rate "
+            f"(now {opts.learning_rate:g}){'' if opts.grad_clip > 0 else ' and --grad-clip on'}, adding --overwrite"
+        )
+
+    def _log(self, record: dict) -> None:
+        if self.metrics is not None:
+            self.metrics.write(json.dumps(record) + "\n")
+            self.metrics.flush()
+
+    def _log_window(self, lr: float, bar) -> None:
+        window = self.window
+        record = {
+            "step": self.step, "kind": "train", "loss": window["loss"] / window["steps"], "lr": lr,
+            "tokens_per_second": window["tokens"] / max(window["seconds"], 1e-9), "elapsed_s": self.elapsed,
+        }
+        self._log(record)
+        bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_second']:.0f}", refresh=False)
+        self.window = _empty_window()
+
+    # -- evaluate -----------------------------------------------------------------------------------
+    def evaluate(self, at_step: int, max_blocks: int | None) -> EvalResult:
+        """Score the validation split (at most ``max_blocks`` blocks); every rank scores the same blocks, rank 0 logs."""
+        with self.autocast:
+            result = evaluate(self.model, self.data.val, self.data.tokenizer.bytes_per_token, self.config.context_length,
+                              self.opts.batch_size, max_blocks, self.device)
+        self._log({"step": at_step, "kind": "eval", **result.as_dict()})
+        return result
+
+    # -- save ---------------------------------------------------------------------------------------
+    def save(self) -> None:
+        """Write the checkpoint and the weights of the current step (once per step), atomically.
+
+        Raises:
+            TrainingError: when the weights are not finite (nothing is written).
+            CheckpointError: when the files cannot be written; the previous ones are kept.
+        """
+        at_step, opts, group, folder = self.step, self.opts, self.group, self.folder
+        if at_step == self.last_saved:
+            return
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            raise TrainingError(f"the weights stopped being finite by step {at_step}; nothing was saved. {self._recovery_hint()}")
+        rng = group.gather(capture_rng())
+        if group.is_main:
+            if self.metrics is not None:
+                self.metrics.flush()
+            state = {
+                "step": at_step, "elapsed_s": self.elapsed, "step_seconds": self.step_seconds, "window": dict(self.window),
+                "metrics_bytes": folder.metrics_path.stat().st_size, "world_size": group.world_size,
+                "global_batch": opts.batch_size * group.world_size, "max_steps": self.max_steps,
+                "time_budget": opts.time_budget, "digests": self.digests, "torch": torch.__version__,
+            }
+            checkpoint = folder.path / CHECKPOINT
+            try:
+                save_checkpoint(checkpoint, self.model, self.optimizer, state, rng)
+                save_weights(folder.weights_path, self.model, {"step": str(at_step)})
+            except OSError as err:
+                raise CheckpointError(
+                    f"{checkpoint}: could not save the checkpoint of step {at_step}: {err.strerror or err}; "
+                    f"the previous one ({describe_checkpoint(checkpoint)}) is kept. "
+                    f"Free some disk space and resume with: octlm train --resume {shlex.quote(str(folder))}"
+                ) from None
+        self.last_saved = at_step
+
+    # -- finish -------------------------------------------------------------------------------------
+    def finish(self) -> dict:
+        """The final evaluation, a sample and the embedding diagnostic: the result dict of :func:`octlm.train.train`."""
+        opts, data, group = self.opts, self.data, self.group
+        # An interrupted run is scored on the periodic blocks only: the person wants out.
+        final_blocks = opts.eval_blocks if self.interrupted else opts.final_eval_blocks
+        n_val_blocks = tokens_io.count_blocks(len(data.val), self.config.context_length)
+        self.report.event("final_eval", f"final evaluation on {min(n_val_blocks, final_blocks or n_val_blocks):,} validation blocks...")
+        final = self.evaluate(self.step, final_blocks)
+        if self.lock is not None:
+            self.lock.close()  # the run may be resumed by another process from here on
+        if self.metrics is not None:
+            self.metrics.close()
+        result = {
+            "run_dir": str(self.folder),
+            "steps": self.step,
+            "train_seconds": self.elapsed,
+            "tokens_per_second": self.step * self.tokens_per_step / self.step_seconds if self.step_seconds else 0.0,
+            "train_tokens_seen": self.step * self.tokens_per_step,
+            "epochs": self.sampler.epoch_of(self.step),
+            "interrupted": self.interrupted,
+            "resumed_from": self.ckpt.step if self.ckpt is not None else None,
+            "world_size": group.world_size,
+            **final.as_dict(),
+        }
+        if opts.sample_tokens and not self.interrupted and group.is_main:
+            result["sample"] = sample_from(self.model, data.tokenizer, "", opts.sample_tokens, 0.8, 40, opts.seed, self.device)
+        result["nearest"] = embedding_diagnostic(self.model, data.tokenizer, frequent_tokens(data.train, data.tokenizer, 2))
+        return result
+
+
+__all__ = ["StopSignals", "Trainer", "TrainingError"]
