@@ -19,7 +19,7 @@ PAGES = [README, *DOCS]
 
 #: Pages the README links to that are still to be written. A link to one is allowed while the file
 #: is missing; test_pending_pages_are_still_missing fails once it lands, so the entry is removed.
-PENDING = {REPO / "docs" / "architecture.md"}  # written by the lead once the code redesign lands
+PENDING: set = set()  # pages linked before they are written; empty once each exists
 
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```", re.M | re.S)
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|<img[^>]*\ssrc=\"([^\"]+)\"")
