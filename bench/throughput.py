@@ -1,0 +1,427 @@
+"""Training and evaluation throughput per position scheme, with MFU; prints JSON.
+
+    .venv/bin/python bench/throughput.py [--quick] [--compile] [--schemes rope alibi] [--device cpu]
+
+Shapes: the Day-1 decoder (vocab 1,024, d_model 128, 4 heads, 2 layers,
+T 128, batch 32) everywhere, and a GPT-2-small decoder (vocab 50,257,
+d_model 768, 12 heads, 12 layers, T 1,024, batch 16) on CUDA only. Every
+scheme in :data:`octlm.positions.SCHEMES` runs on each shape, untrained, on
+random token ids (speed does not depend on the weights or the text).
+
+What is timed:
+  * a training step: forward, next-token cross entropy, ``zero_grad``,
+    backward, gradient clipping at 1.0 and an AdamW step, built as octlm's
+    training builds them (decay on matrices and tables only, betas and weight
+    decay from :class:`octlm.options.TrainOptions`, ``fused=True`` on CUDA,
+    bfloat16 autocast on CUDA and float32 on CPU, as ``--dtype auto``). The
+    learning rate stays at the peak: no schedule, no data loading, no
+    logging, so this is the model's and the optimizer's speed, an upper
+    bound on ``octlm train``'s;
+  * evaluation: a forward pass under ``torch.no_grad`` in eval mode.
+Each is run ``--warmup`` times untimed, then ``--repeats`` times, each
+repeat one step between device synchronisations; tokens per second is
+B x T over the median step time.
+
+FLOPs per token, from the shape (not from a profiler):
+  * N counts every parameter that multiplies: the blocks' weights and biases
+    (LayerNorm gains included, negligible) and the token table once, because
+    the output head *is* the token table (tied) and the head's matmul is
+    2 x V x C FLOPs per token; the table's lookup costs nothing. A learned
+    position table is left out (a lookup, no multiply), so every scheme has
+    the same count. RoPE's rotation, ALiBi's bias, softmax, LayerNorm and
+    GELU arithmetic are left out too (elementwise, a few % at most).
+  * training: ``6N + 12 L H Q T`` per token, PaLM (Chowdhery et al. 2022),
+    appendix B, with L layers, H heads, Q head size and T the sequence
+    length: 2 FLOPs per multiply-add, backward twice the forward, and
+    attention's score and value matmuls over all T keys (the causal half
+    that kernels skip is counted anyway, as PaLM and nanoGPT do).
+  * evaluation: a third of that, ``2N + 4 L H Q T``. Kaplan et al. 2020,
+    section 2.1 (table 1), give ``C_forward ~ 2N + 2 n_layer n_ctx d_attn``,
+    counting the attention term once; the JSON reports it beside ours as
+    ``eval_kaplan``. Kaplan's N excludes the embeddings; ours adds the tied
+    head because at vocab 1,024 and width 128 it is a quarter of the work.
+MFU (model FLOPs utilisation) is FLOPs per token x tokens per second over
+the device's peak FLOP/s, *measured in the same run*: the best of several
+large square matmuls in the step's dtype (float32 on CPU, bfloat16 on CUDA).
+On a known GPU a datasheet peak (dense, no sparsity) is printed beside it.
+
+Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` after
+``reset_peak_memory_stats`` (tensors only, not the allocator's cache); on
+Linux CPUs the process's peak resident set size, ``VmHWM`` in
+``/proc/self/status``, reset before each measurement by writing 5 to
+``/proc/self/clear_refs``: it includes the interpreter and torch
+themselves (``rss_before_bytes`` says how much). Elsewhere it falls back to
+``ru_maxrss``, the peak of the whole process so far.
+
+Which SDPA kernel runs: one training step and one evaluation pass are
+recorded with ``torch.profiler``, and the ``aten::_scaled_dot_product_*``
+operators they call are named (``sdpa.train_ops``, ``sdpa.eval_ops``); each
+backend is also forced alone with ``torch.nn.attention.sdpa_kernel`` to list
+the ones that can run the scheme's call (``sdpa.backends_that_run``).
+
+``--compile`` also times ``torch.compile(model)`` (inductor; on CPU it needs
+a C++ compiler) in the same run, with the compile time and the ratio to
+eager; a failure is recorded in the JSON, not raised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from octlm.model import Decoder, DecoderConfig, cross_entropy
+from octlm.options import TrainOptions
+from octlm.positions import SCHEMES
+
+#: The shapes: name -> (DecoderConfig fields, batch size, needs CUDA).
+SHAPES = {
+    "day1": (dict(vocab_size=1024, context_length=128, d_model=128, n_heads=4, n_layers=2), 32, False),
+    "gpt2-small": (dict(vocab_size=50257, context_length=1024, d_model=768, n_heads=12, n_layers=12), 16, True),
+}
+
+#: Dense bfloat16 tensor-core peaks from NVIDIA's datasheets (FLOP/s, without sparsity), by name fragment.
+DATASHEET_BF16 = {"H200": 989e12, "H100 PCIe": 756e12, "H100": 989e12, "A100": 312e12}
+
+#: SDPA's aten operators -> the backend they are.
+SDPA_OPS = {
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
+    "aten::_scaled_dot_product_flash_attention": "flash",
+    "aten::_scaled_dot_product_efficient_attention": "memory-efficient",
+    "aten::_scaled_dot_product_cudnn_attention": "cuDNN",
+    "aten::_scaled_dot_product_attention_math": "math",
+    "aten::_scaled_dot_product_fused_attention_overrideable": "overrideable",
+}
+#: Timed matmuls per peak measurement; many small ones beat a few big ones on a shared machine.
+PEAK_REPEATS = 20
+BACKENDS = [SDPBackend.MATH, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+
+
+def flops_per_token(config: DecoderConfig) -> dict[str, float]:
+    """Model FLOPs per token for training and evaluation (see the module docstring for the formula)."""
+    model = Decoder(config)
+    n = model.num_parameters(exclude_embeddings=True) + model.token_embedding.weight.numel()
+    attention = config.n_layers * config.d_model * config.context_length  # L H Q T
+    return {"parameters_counted": n, "train": 6 * n + 12 * attention, "eval": 2 * n + 4 * attention, "eval_kaplan": 2 * n + 2 * attention}
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_seconds(fn: Callable[[], object], warmup: int, repeats: int, device: torch.device) -> float:
+    """Median wall seconds of ``fn()`` over ``repeats`` calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def matmul_flops(device: torch.device, dtype: torch.dtype, size: int, repeats: int) -> float:
+    """The best FLOP/s of ``repeats`` [size, size] @ [size, size] matmuls in ``dtype`` (after one warm-up)."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    inner = 10 if device.type == "cuda" else 1  # amortise launch and sync on a GPU
+    best = float("inf")
+    for i in range(repeats + 1):
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            torch.mm(a, b)
+        synchronize(device)
+        if i:
+            best = min(best, (time.perf_counter() - t0) / inner)
+    return 2 * size**3 / best
+
+
+def peak_flops(device: torch.device, dtype: torch.dtype, size: int, repeats: int, earlier: dict | None = None) -> dict:
+    """The measured peak FLOP/s, beside a datasheet figure on a known GPU.
+
+    Called before the first scheme runs and again after each (``earlier``):
+    the best of all counts, so that other programs on a shared machine
+    during one measurement do not lower the peak and lift every MFU.
+    """
+    measured = matmul_flops(device, dtype, size, repeats)
+    result = {"measured": measured, "measurements": [measured], "matmul_size": size, "dtype": str(dtype).removeprefix("torch."), "datasheet": None}
+    if earlier is not None:
+        result["measurements"] = [*earlier["measurements"], measured]
+        result["measured"] = max(result["measurements"])
+    if device.type == "cuda" and dtype == torch.bfloat16:
+        name = torch.cuda.get_device_name(device)
+        result["datasheet"] = next((v for k, v in DATASHEET_BF16.items() if k in name), None)
+    return result
+
+
+class PeakMemory:
+    """Peak memory of what runs between :meth:`reset` and :meth:`read`; ``method`` says how it is measured."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        clear_refs = Path("/proc/self/clear_refs")
+        if device.type == "cuda":
+            self.method = "torch.cuda.max_memory_allocated (tensors, after reset_peak_memory_stats)"
+        elif clear_refs.exists() and os.access(clear_refs, os.W_OK):
+            self.method = "VmHWM: peak resident set size of the whole process, reset through /proc/self/clear_refs"
+        else:
+            self.method = "ru_maxrss: peak resident set size of the whole process since it started"
+
+    def reset(self) -> int:
+        """Start a measurement; returns the current resident set (CPU) or allocated bytes (CUDA)."""
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return torch.cuda.memory_allocated(self.device)
+        gc.collect()
+        with contextlib.suppress(OSError, AttributeError):
+            # hand freed heap back to the OS, so the peak is this measurement's and not an earlier one's
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        if self.method.startswith("VmHWM"):
+            Path("/proc/self/clear_refs").write_text("5")
+        return self._status("VmRSS") or 0
+
+    def read(self) -> int:
+        """The peak since :meth:`reset` (bytes)."""
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device)
+        if self.method.startswith("VmHWM"):
+            return self._status("VmHWM")
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+    @staticmethod
+    def _status(field: str) -> int | None:
+        with contextlib.suppress(OSError):
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+        return None
+
+
+def make_optimizer(model: Decoder, device: torch.device) -> torch.optim.AdamW:
+    """AdamW as octlm trains: weight decay on matrices and tables only, TrainOptions' defaults, fused on CUDA."""
+    opts = TrainOptions()
+    params = list({id(p): p for p in model.parameters()}.values())
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": opts.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=opts.learning_rate, betas=(opts.beta1, opts.beta2), fused=device.type == "cuda")
+
+
+def autocast_for(device: torch.device):
+    """``--dtype auto``: bfloat16 autocast on CUDA (when supported), plain float32 elsewhere."""
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16), torch.bfloat16
+    return contextlib.nullcontext(), torch.float32
+
+
+def step_functions(model: torch.nn.Module, params: list, optimizer: torch.optim.Optimizer, ids: torch.Tensor, autocast) -> tuple[Callable, Callable]:
+    """(one training step, one evaluation pass) on token ids [B, T + 1]."""
+    grad_clip = TrainOptions().grad_clip
+
+    def train_step() -> None:
+        model.train()
+        with autocast:
+            loss = cross_entropy(model(ids[:, :-1]), ids[:, 1:])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        optimizer.step()
+
+    @torch.no_grad()
+    def eval_step() -> None:
+        model.eval()
+        with autocast:
+            model(ids[:, :-1])
+
+    return train_step, eval_step
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Silence file descriptor 2: the profiler's C++ side logs every start and stop there."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def sdpa_kernels(model: Decoder, ids: torch.Tensor, train_step: Callable, eval_step: Callable) -> dict:
+    """Which SDPA operators a training step and an evaluation pass call, and which backends can run alone."""
+    found = {}
+    for name, fn in (("train_ops", train_step), ("eval_ops", eval_step)):
+        with quiet_stderr(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            fn()
+        names = sorted({e.key for e in prof.key_averages() if e.key in SDPA_OPS})
+        found[name] = [f"{SDPA_OPS[n]}: {n}" for n in names]
+    found["backends_that_run"] = []
+    for backend in BACKENDS:
+        try:
+            with warnings.catch_warnings(), sdpa_kernel([backend]):
+                warnings.simplefilter("ignore")  # SDPA warns for every backend it cannot use
+                model.train()
+                cross_entropy(model(ids[:, :-1]), ids[:, 1:]).backward()
+            found["backends_that_run"].append(backend.name)
+        except RuntimeError:
+            pass
+        model.zero_grad(set_to_none=True)
+    return found
+
+
+def has_cpp_compiler() -> bool:
+    """Inductor's CPU code is C++: it needs ``$CXX``, ``g++``, ``c++`` or ``clang++``."""
+    return any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "c++", "clang++") if c)
+
+
+def measure_compile(model: Decoder, optimizer, ids: torch.Tensor, autocast, args, device: torch.device, tokens: int) -> dict:
+    """Tokens per second of ``torch.compile(model)``, training and evaluation; ``{"error": ...}`` when it fails."""
+    if device.type == "cpu" and not has_cpp_compiler():
+        return {"error": "no C++ compiler (g++, c++, clang++ or $CXX) for inductor's CPU code"}
+    torch._dynamo.reset()  # a fresh cache per scheme: the Decoder's code objects are shared between models
+    try:
+        compiled = torch.compile(model)
+        params = list({id(p): p for p in model.parameters()}.values())
+        train_step, eval_step = step_functions(compiled, params, optimizer, ids, autocast)
+        result = {}
+        for name, fn in (("train", train_step), ("eval", eval_step)):
+            synchronize(device)
+            t0 = time.perf_counter()
+            fn()  # compiles
+            synchronize(device)
+            result[f"{name}_compile_seconds"] = round(time.perf_counter() - t0, 1)
+            seconds = median_seconds(fn, args.warmup, args.repeats, device)
+            result[f"{name}_tokens_per_second"] = round(tokens / seconds, 1)
+        return result
+    except Exception as error:  # noqa: BLE001 -- any compiler failure is a result to record
+        return {"error": f"{type(error).__name__}: {str(error)[:600]}"}
+
+
+def measure_scheme(shape: str, position: str, args, device: torch.device, memory: PeakMemory) -> dict:
+    """One scheme on one shape: tokens/s, achieved FLOP/s and peak memory for training and evaluation, the SDPA kernels."""
+    fields, batch_size, _ = SHAPES[shape]
+    config = DecoderConfig(position=position, **fields)
+    torch.manual_seed(0)
+    model = Decoder(config).to(device)
+    params = list({id(p): p for p in model.parameters()}.values())
+    optimizer = make_optimizer(model, device)
+    autocast, _ = autocast_for(device)
+    ids = torch.randint(0, config.vocab_size, (batch_size, config.context_length + 1), device=device)
+    tokens = batch_size * config.context_length
+    flops = flops_per_token(config)
+    train_step, eval_step = step_functions(model, params, optimizer, ids, autocast)
+    row: dict = {"position": position}
+    for name, fn in (("train", train_step), ("eval", eval_step)):
+        row[f"rss_before_{name}_bytes" if device.type == "cpu" else f"allocated_before_{name}_bytes"] = memory.reset()
+        seconds = median_seconds(fn, args.warmup, args.repeats, device)
+        row[f"{name}_peak_memory_bytes"] = memory.read()
+        row[f"{name}_tokens_per_second"] = round(tokens / seconds, 1)
+        row[f"{name}_flops_per_second"] = flops[name] * tokens / seconds
+    row["sdpa"] = sdpa_kernels(model, ids, train_step, eval_step)
+    if args.compile:
+        compiled = measure_compile(model, optimizer, ids, autocast, args, device, tokens)
+        for name in ("train", "eval"):
+            if f"{name}_tokens_per_second" in compiled:
+                compiled[f"{name}_speedup"] = round(compiled[f"{name}_tokens_per_second"] / row[f"{name}_tokens_per_second"], 2)
+        row["compile"] = compiled
+    return row
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda[:N]")
+    parser.add_argument("--schemes", nargs="+", default=sorted(SCHEMES), choices=sorted(SCHEMES), help="position schemes")
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES), help="shapes (gpt2-small needs CUDA)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps before timing")
+    parser.add_argument("--repeats", type=int, default=20, help="timed steps; the median counts")
+    parser.add_argument("--matmul-size", type=int, default=None, help="side of the peak matmul (default 2048, 8192 on CUDA)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile(model) against eager")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 warm-up, 3 repeats, a 1024 matmul")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.warmup, args.repeats, args.matmul_size = 1, 3, args.matmul_size or 1024
+    return args
+
+
+def run(argv: list[str] | None = None) -> dict:
+    """Parse ``argv``, measure, return the JSON-ready result."""
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    load_before = os.getloadavg()
+    _, dtype = autocast_for(device)
+    size = args.matmul_size or (8192 if device.type == "cuda" else 2048)
+    peak = peak_flops(device, dtype, size, PEAK_REPEATS)
+    memory = PeakMemory(device)
+    shapes = []
+    for shape in args.shapes:
+        fields, batch_size, needs_cuda = SHAPES[shape]
+        entry: dict = {"name": shape, "config": fields, "batch_size": batch_size}
+        if needs_cuda and device.type != "cuda":
+            entry["skipped"] = "needs a CUDA device; none was used in this run"
+        else:
+            entry["flops_per_token"] = flops_per_token(DecoderConfig(**fields))
+            entry["schemes"] = []
+            for scheme in args.schemes:
+                entry["schemes"].append(measure_scheme(shape, scheme, args, device, memory))
+                peak = peak_flops(device, dtype, size, PEAK_REPEATS, earlier=peak)
+        shapes.append(entry)
+    for row in (row for entry in shapes for row in entry.get("schemes", [])):
+        for name in ("train", "eval"):
+            row[f"{name}_mfu"] = round(row[f"{name}_flops_per_second"] / peak["measured"], 4)
+    return {
+        "benchmark": "throughput",
+        "device": str(device),
+        "device_name": device_name(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "quick": args.quick,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "peak_flops": peak,
+        "memory_method": memory.method,
+        "shapes": shapes,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))
