@@ -41,9 +41,11 @@ FLOPs per token, from the shape (not from a profiler):
     ``eval_kaplan``. Kaplan's N excludes the embeddings; ours adds the tied
     head because at vocab 1,024 and width 128 it is a quarter of the work.
 MFU (model FLOPs utilisation) is FLOPs per token x tokens per second over
-the device's peak FLOP/s, *measured in the same run*: the best of several
-large square matmuls in the step's dtype (float32 on CPU, bfloat16 on CUDA).
-On a known GPU a datasheet peak (dense, no sparsity) is printed beside it.
+the device's peak FLOP/s, *measured in the same run*: the fastest of many
+square matmuls (1,024 on CPU, 8,192 on CUDA) in the step's dtype (float32 on
+CPU, bfloat16 on CUDA), timed before, between and after the timed steps
+(:class:`PeakFlops`). On a known GPU a datasheet peak (dense, no sparsity)
+is printed beside it.
 
 Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` after
 ``reset_peak_memory_stats`` (tensors only, not the allocator's cache); on
@@ -125,8 +127,8 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def median_seconds(fn: Callable[[], object], warmup: int, repeats: int, device: torch.device) -> float:
-    """Median wall seconds of ``fn()`` over ``repeats`` calls after ``warmup`` untimed ones."""
+def median_seconds(fn: Callable[[], object], warmup: int, repeats: int, device: torch.device, between: Callable[[], object] | None = None) -> float:
+    """Median wall seconds of ``fn()`` over ``repeats`` calls after ``warmup`` untimed ones; ``between()`` runs untimed after each."""
     for _ in range(warmup):
         fn()
     times = []
@@ -136,42 +138,49 @@ def median_seconds(fn: Callable[[], object], warmup: int, repeats: int, device: 
         fn()
         synchronize(device)
         times.append(time.perf_counter() - t0)
+        if between is not None:
+            between()
     return statistics.median(times)
 
 
-def matmul_flops(device: torch.device, dtype: torch.dtype, size: int, repeats: int) -> float:
-    """The best FLOP/s of ``repeats`` [size, size] @ [size, size] matmuls in ``dtype`` (after one warm-up)."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    inner = 10 if device.type == "cuda" else 1  # amortise launch and sync on a GPU
-    best = float("inf")
-    for i in range(repeats + 1):
-        synchronize(device)
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            torch.mm(a, b)
-        synchronize(device)
-        if i:
-            best = min(best, (time.perf_counter() - t0) / inner)
-    return 2 * size**3 / best
+class PeakFlops:
+    """The device's peak FLOP/s: the best of many [size, size] @ [size, size] matmuls in the step's dtype.
 
-
-def peak_flops(device: torch.device, dtype: torch.dtype, size: int, repeats: int, earlier: dict | None = None) -> dict:
-    """The measured peak FLOP/s, beside a datasheet figure on a known GPU.
-
-    Called before the first scheme runs and again after each (``earlier``):
-    the best of all counts, so that other programs on a shared machine
-    during one measurement do not lower the peak and lift every MFU.
+    Sampled before the first scheme, after every timed step (:meth:`sample`
+    as ``median_seconds``' ``between``) and at the end, so that the peak and
+    the steps see the same machine: on a shared machine another program's
+    burst slows both, and a quiet moment that speeds a step also lets a
+    matmul reach the peak beside it. A datasheet figure is added on a known GPU.
     """
-    measured = matmul_flops(device, dtype, size, repeats)
-    result = {"measured": measured, "measurements": [measured], "matmul_size": size, "dtype": str(dtype).removeprefix("torch."), "datasheet": None}
-    if earlier is not None:
-        result["measurements"] = [*earlier["measurements"], measured]
-        result["measured"] = max(result["measurements"])
-    if device.type == "cuda" and dtype == torch.bfloat16:
-        name = torch.cuda.get_device_name(device)
-        result["datasheet"] = next((v for k, v in DATASHEET_BF16.items() if k in name), None)
-    return result
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, size: int) -> None:
+        self.device, self.dtype, self.size = device, dtype, size
+        self.a = torch.randn(size, size, device=device, dtype=dtype)
+        self.b = torch.randn(size, size, device=device, dtype=dtype)
+        self.inner = 10 if device.type == "cuda" else 1  # amortise launch and sync on a GPU
+        self.best, self.samples = float("inf"), 0
+        torch.mm(self.a, self.b)  # warm-up
+
+    def sample(self, repeats: int = 1) -> None:
+        for _ in range(repeats):
+            synchronize(self.device)
+            t0 = time.perf_counter()
+            for _ in range(self.inner):
+                torch.mm(self.a, self.b)
+            synchronize(self.device)
+            self.best = min(self.best, (time.perf_counter() - t0) / self.inner)
+            self.samples += 1
+
+    @property
+    def measured(self) -> float:
+        return 2 * self.size**3 / self.best
+
+    def as_dict(self) -> dict:
+        result = {"measured": self.measured, "matmul_size": self.size, "samples": self.samples, "dtype": str(self.dtype).removeprefix("torch."), "datasheet": None}
+        if self.device.type == "cuda" and self.dtype == torch.bfloat16:
+            name = torch.cuda.get_device_name(self.device)
+            result["datasheet"] = next((v for k, v in DATASHEET_BF16.items() if k in name), None)
+        return result
 
 
 class PeakMemory:
@@ -321,7 +330,7 @@ def measure_compile(model: Decoder, optimizer, ids: torch.Tensor, autocast, args
         return {"error": f"{type(error).__name__}: {str(error)[:600]}"}
 
 
-def measure_scheme(shape: str, position: str, args, device: torch.device, memory: PeakMemory) -> dict:
+def measure_scheme(shape: str, position: str, args, device: torch.device, memory: PeakMemory, peak: PeakFlops) -> dict:
     """One scheme on one shape: tokens/s, achieved FLOP/s and peak memory for training and evaluation, the SDPA kernels."""
     fields, batch_size, _ = SHAPES[shape]
     config = DecoderConfig(position=position, **fields)
@@ -337,7 +346,7 @@ def measure_scheme(shape: str, position: str, args, device: torch.device, memory
     row: dict = {"position": position}
     for name, fn in (("train", train_step), ("eval", eval_step)):
         row[f"rss_before_{name}_bytes" if device.type == "cpu" else f"allocated_before_{name}_bytes"] = memory.reset()
-        seconds = median_seconds(fn, args.warmup, args.repeats, device)
+        seconds = median_seconds(fn, args.warmup, args.repeats, device, between=peak.sample)
         row[f"{name}_peak_memory_bytes"] = memory.read()
         row[f"{name}_tokens_per_second"] = round(tokens / seconds, 1)
         row[f"{name}_flops_per_second"] = flops[name] * tokens / seconds
@@ -368,13 +377,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES), help="shapes (gpt2-small needs CUDA)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps before timing")
     parser.add_argument("--repeats", type=int, default=20, help="timed steps; the median counts")
-    parser.add_argument("--matmul-size", type=int, default=None, help="side of the peak matmul (default 2048, 8192 on CUDA)")
+    parser.add_argument("--matmul-size", type=int, default=None, help="side of the peak matmul (default 1024, 8192 on CUDA)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile(model) against eager")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1 warm-up, 3 repeats, a 1024 matmul")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 warm-up, 3 repeats")
     args = parser.parse_args(argv)
     if args.quick:
-        args.warmup, args.repeats, args.matmul_size = 1, 3, args.matmul_size or 1024
+        args.warmup, args.repeats = 1, 3
     return args
 
 
@@ -386,8 +395,8 @@ def run(argv: list[str] | None = None) -> dict:
     device = torch.device(args.device)
     load_before = os.getloadavg()
     _, dtype = autocast_for(device)
-    size = args.matmul_size or (8192 if device.type == "cuda" else 2048)
-    peak = peak_flops(device, dtype, size, PEAK_REPEATS)
+    peak = PeakFlops(device, dtype, args.matmul_size or (8192 if device.type == "cuda" else 1024))
+    peak.sample(PEAK_REPEATS)
     memory = PeakMemory(device)
     shapes = []
     for shape in args.shapes:
@@ -399,12 +408,12 @@ def run(argv: list[str] | None = None) -> dict:
             entry["flops_per_token"] = flops_per_token(DecoderConfig(**fields))
             entry["schemes"] = []
             for scheme in args.schemes:
-                entry["schemes"].append(measure_scheme(shape, scheme, args, device, memory))
-                peak = peak_flops(device, dtype, size, PEAK_REPEATS, earlier=peak)
+                entry["schemes"].append(measure_scheme(shape, scheme, args, device, memory, peak))
         shapes.append(entry)
+    peak.sample(PEAK_REPEATS)
     for row in (row for entry in shapes for row in entry.get("schemes", [])):
         for name in ("train", "eval"):
-            row[f"{name}_mfu"] = round(row[f"{name}_flops_per_second"] / peak["measured"], 4)
+            row[f"{name}_mfu"] = round(row[f"{name}_flops_per_second"] / peak.measured, 4)
     return {
         "benchmark": "throughput",
         "device": str(device),
@@ -417,7 +426,7 @@ def run(argv: list[str] | None = None) -> dict:
         "quick": args.quick,
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "peak_flops": peak,
+        "peak_flops": peak.as_dict(),
         "memory_method": memory.method,
         "shapes": shapes,
     }
