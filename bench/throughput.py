@@ -10,10 +10,10 @@ random token ids (speed does not depend on the weights or the text).
 
 What is timed:
   * a training step: forward, next-token cross entropy, ``zero_grad``,
-    backward, gradient clipping at 1.0 and an AdamW step, built as octlm's
-    training builds them (decay on matrices and tables only, betas and weight
-    decay from :class:`octlm.options.TrainOptions`, ``fused=True`` on CUDA,
-    bfloat16 autocast on CUDA and float32 on CPU, as ``--dtype auto``). The
+    backward, gradient clipping at 1.0 and an AdamW step, with octlm's own
+    optimizer (:func:`octlm.optim.make_optimizer`, default options; fused on
+    CUDA) and autocast (:func:`octlm.device.autocast_for` with ``auto``:
+    bfloat16 on CUDA, float32 on CPU). The
     learning rate stays at the peak: no schedule, no data loading, no
     logging, so this is the model's and the optimizer's speed, an upper
     bound on ``octlm train``'s;
@@ -87,6 +87,8 @@ from pathlib import Path
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from octlm import device as octlm_device
+from octlm import optim
 from octlm.model import Decoder, DecoderConfig, cross_entropy
 from octlm.options import TrainOptions
 from octlm.positions import SCHEMES
@@ -227,21 +229,14 @@ class PeakMemory:
 
 
 def make_optimizer(model: Decoder, device: torch.device) -> torch.optim.AdamW:
-    """AdamW as octlm trains: weight decay on matrices and tables only, TrainOptions' defaults, fused on CUDA."""
-    opts = TrainOptions()
-    params = list({id(p): p for p in model.parameters()}.values())
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": opts.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=opts.learning_rate, betas=(opts.beta1, opts.beta2), fused=device.type == "cuda")
+    """octlm's own AdamW (:func:`octlm.optim.make_optimizer`) with the default options."""
+    return optim.make_optimizer(model, TrainOptions(), device)
 
 
 def autocast_for(device: torch.device):
-    """``--dtype auto``: bfloat16 autocast on CUDA (when supported), plain float32 elsewhere."""
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.autocast("cuda", dtype=torch.bfloat16), torch.bfloat16
-    return contextlib.nullcontext(), torch.float32
+    """``--dtype auto`` (:func:`octlm.device.autocast_for`): the autocast context and the compute dtype."""
+    context, name = octlm_device.autocast_for(device, "auto")
+    return context, getattr(torch, name)
 
 
 def step_functions(model: torch.nn.Module, params: list, optimizer: torch.optim.Optimizer, ids: torch.Tensor, autocast) -> tuple[Callable, Callable]:
