@@ -100,7 +100,7 @@ def test_cli_and_length_study_take_it_from_the_registry(toy):
 
 def test_sample_memory_check_counts_its_score_bias(toy, monkeypatch):
     import octlm.device
-    from octlm.commands.sample import check_bias_memory
+    from octlm.generation import check_bias_memory
     from octlm.errors import OctlmError
 
     model = small(toy)

@@ -6,10 +6,10 @@ random by construction: that run proves the code path, not the model.
 
 from __future__ import annotations
 
-import argparse
 import re
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -19,6 +19,24 @@ from octlm.report import Reporter
 from octlm.tokenizer import Tokenizer
 from octlm.device import resolve_device
 from octlm.diagnostics import embedding_diagnostic, format_diagnostic
+from octlm.options import TrainOptions, at_least, check_fields, option, same_as
+
+#: How a --token argument is read (parse_token), for the --help of every command that takes tokens.
+TOKEN_RULE = "an argument of ASCII digits is a token id; any other argument is text that must be exactly one token"
+
+
+@dataclass
+class BenchOptions:
+    """Everything ``octlm bench`` takes."""
+
+    run: str | None = option(None, "run folder (default: an untrained Day-1 model)", metavar="RUN_DIR")
+    token: list[str] = option([], f"tokens whose neighbours to show (e.g. --token ' the' ROMEO 5): {TOKEN_RULE}",
+                              nargs="+", action="extend")
+    k: int = option(5, "neighbours to show", bounds=at_least(1))
+    batch_size: int = same_as(TrainOptions, "batch_size", default=8, help="sequences per timed forward pass")
+    repeats: int = option(5, "timed repeats per length (the median is reported)", bounds=at_least(1))
+    device: str = same_as(TrainOptions, "device", default="cpu", help="auto, cpu, cuda, cuda:N or mps")
+    seed: int = same_as(TrainOptions, "seed", default=0, help="seed of the untrained model")
 
 
 def bench_lengths(model: Decoder) -> list[int]:
@@ -79,38 +97,39 @@ def parse_token(spec: str, tokenizer: Tokenizer | None, vocab_size: int) -> int:
     return ids[0]
 
 
-def bench(args: argparse.Namespace, report: Reporter) -> dict:
-    """Run ``octlm bench`` and report; returns the result dict."""
-    from octlm.options import check_seed
+def bench(opts: BenchOptions, report: Reporter) -> dict:
+    """Run ``octlm bench`` and report; returns the result dict.
+
+    Raises:
+        OctlmError: for an option out of range, a missing or damaged run, or
+            a ``--token`` that is no token (:func:`parse_token`).
+    """
     from octlm.run import load_run
 
-    for name in ("k", "batch_size", "repeats"):
-        if getattr(args, name) < 1:
-            raise OctlmError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    check_seed(args.seed)
-    device = resolve_device(args.device)
-    if args.run:
-        model, tokenizer = load_run(args.run, device)
-        source = args.run
+    check_fields(opts)
+    device = resolve_device(opts.device)
+    if opts.run:
+        model, tokenizer = load_run(opts.run, device)
+        source = opts.run
     else:
-        torch.manual_seed(args.seed)
+        torch.manual_seed(opts.seed)
         model, tokenizer = Decoder(DecoderConfig()).to(device).eval(), None
         source = "untrained Day-1 model"
-    extra = [parse_token(spec, tokenizer, model.config.vocab_size) for spec in args.token]
+    extra = [parse_token(spec, tokenizer, model.config.vocab_size) for spec in opts.token]
     timings = []
     for length in bench_lengths(model):
-        seconds = time_forward(model, length, args.batch_size, args.repeats, device)
-        timings.append({"context_length": length, "seconds": seconds, "tokens_per_second": args.batch_size * length / seconds})
+        seconds = time_forward(model, length, opts.batch_size, opts.repeats, device)
+        timings.append({"context_length": length, "seconds": seconds, "tokens_per_second": opts.batch_size * length / seconds})
         report.event("forward", None, **timings[-1])
-    diagnostic = embedding_diagnostic(model, tokenizer, extra, args.k)
-    result = {"model": source, "position": model.config.position, "device": str(device), "batch_size": args.batch_size, "forward": timings, "nearest": diagnostic}
-    lines = [f"{source}: position={model.config.position}, device={device}, batch {args.batch_size}", "forward pass:"]
+    diagnostic = embedding_diagnostic(model, tokenizer, extra, opts.k)
+    result = {"model": source, "position": model.config.position, "device": str(device), "batch_size": opts.batch_size, "forward": timings, "nearest": diagnostic}
+    lines = [f"{source}: position={model.config.position}, device={device}, batch {opts.batch_size}", "forward pass:"]
     lines += [f"  T={t['context_length']:>5}: {t['seconds'] * 1e3:8.2f} ms  {t['tokens_per_second']:>12,.0f} tokens/s" for t in timings]
     lines += ["", format_diagnostic(diagnostic, model.config.position)]
-    if not args.run:
+    if not opts.run:
         lines.append("(untrained: the neighbours are random, which shows only that the code path works)")
     report.result(result, "\n".join(lines))
     return result
 
 
-__all__ = ["bench", "bench_lengths", "parse_token", "time_forward"]
+__all__ = ["TOKEN_RULE", "BenchOptions", "bench", "bench_lengths", "parse_token", "time_forward"]

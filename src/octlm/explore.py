@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +26,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from octlm.bench import TOKEN_RULE
 from octlm.diagnostics import position_vectors
 from octlm.errors import RunError
 from octlm.model import Decoder
+from octlm.options import REQUIRED, at_least, check_fields, option
 from octlm.positions import SCHEMES, PositionVectors
+from octlm.report import Reporter
 from octlm.run import METRICS, RunFolder
 from octlm.tokenizer import Tokenizer
 
@@ -204,8 +208,99 @@ def run_view(run_dir: str | Path, model: Decoder, tokenizer: Tokenizer) -> dict:
     }
 
 
+#: The files ``octlm embeddings`` writes: a folder holding only these is its earlier output.
+FIGURES = {"positions": "positions.png", "pca": "tokens-pca.png"}
+
+
+@dataclass
+class EmbeddingsOptions:
+    """Everything ``octlm embeddings`` takes."""
+
+    run: str = option(REQUIRED, "run folder made by octlm train", metavar="RUN_DIR")
+    token: list[str] = option([], f"tokens whose neighbours to show (default: the 5 most frequent): {TOKEN_RULE}",
+                              nargs="+", action="extend", metavar="TEXT")
+    k: int = option(8, "neighbours per token", bounds=at_least(1))
+    out: str | None = option(None, "folder for the figures (default: RUN_DIR/embeddings); a folder holding other files "
+                             "is refused unless --overwrite", metavar="DIR")
+    overwrite: bool = option(False, "replace --out even when it holds files other than earlier embeddings figures")
+
+
+def _chosen_tokens(opts: EmbeddingsOptions, tokenizer: Tokenizer, counts: np.ndarray | None, vocab_size: int) -> list[int]:
+    """The ids of ``--token``, else the 5 most frequent tokens (``<|endoftext|>`` aside), else ids 1-5."""
+    from octlm.bench import parse_token
+
+    if opts.token:
+        return [parse_token(spec, tokenizer, vocab_size) for spec in opts.token]
+    if counts is not None:
+        return [int(i) for i in (-counts).argsort(kind="stable") if int(i) != tokenizer.eot_id][:5]
+    return list(range(1, min(6, vocab_size)))
+
+
+def _check_out(folder: RunFolder, overwrite: bool) -> None:
+    """The one overwrite policy (:meth:`RunFolder.check_target`): earlier figures are replaced, other files only with --overwrite."""
+    earlier = folder.has_files() and {p.name for p in folder.path.iterdir()} <= set(FIGURES.values())
+    folder.check_target(
+        overwrite or earlier, lambda found: None,
+        f"--out {folder}: holds files that are not octlm embeddings figures; choose a new or empty folder, or add --overwrite to replace it",
+    )
+
+
+def embeddings(opts: EmbeddingsOptions, report: Reporter) -> dict:
+    """Run ``octlm embeddings``: nearest tokens to each chosen token, ``positions.png`` and ``tokens-pca.png``.
+
+    The figures are written into a hidden folder beside ``--out`` that
+    replaces it only when complete (:meth:`RunFolder.staged`).
+    Returns the result dict (run, tokens with their neighbours, figures, pca_explained).
+
+    Raises:
+        OctlmError: for ``--k`` below 1, a missing or damaged run, a
+            ``--token`` that is no token, or an ``--out`` holding other files
+            without ``--overwrite``.
+    """
+    from octlm.diagnostics import nearest_tokens
+    from octlm.figures import pca_figure, position_figure, save_png
+    from octlm.run import load_run
+    from octlm.tokenizer import visible_token
+
+    check_fields(opts)
+    model, tokenizer = load_run(opts.run, "cpu")
+    config = model.config
+    counts = token_counts(opts.run, config.vocab_size)
+    ids = _chosen_tokens(opts, tokenizer, counts, config.vocab_size)
+    out = RunFolder(Path(opts.out) if opts.out else Path(opts.run) / "embeddings")
+    _check_out(out, opts.overwrite)
+
+    entries, lines = [], ["nearest tokens by cosine similarity:"]
+    for token_id in ids:
+        near = nearest_tokens(model, token_id, opts.k, tokenizer.token_str)
+        entries.append({"token": token_id, "text": tokenizer.token_str(token_id), "neighbours": [n.__dict__ for n in near]})
+        shown = ", ".join(f"{visible_token(n.label)} {n.score:+.3f}" for n in near)
+        lines.append(f"  {visible_token(tokenizer.token_str(token_id)):>12} (#{token_id}): {shown}")
+
+    title = f"octlm run {Path(opts.run).resolve().name}: {config.position} positions, vocab_size {config.vocab_size}, d_model {config.d_model}"
+    positions = run_position_vectors(model)
+    coords, explained = pca_2d(model.token_embedding.weight)
+    neighbours = {e["token"]: [n["index"] for n in e["neighbours"]] for e in entries}
+    with out.staged() as staging:
+        if positions is not None:
+            save_png(position_figure(positions, title), staging / FIGURES["positions"])
+        scatter = pca_figure(coords, explained, token_labels(tokenizer), counts, title, ids, neighbours)
+        save_png(scatter, staging / FIGURES["pca"])
+    figures = {key: str(out.path / name) for key, name in FIGURES.items()}
+    if positions is None:
+        figures["positions"] = None
+        lines.append(f"no position heatmap: {position_note(config.position)}")
+    lines += [f"wrote {path}" for path in figures.values() if path]
+    result = {"run": str(opts.run), "tokens": entries, "figures": figures, "pca_explained": [float(v) for v in explained]}
+    report.result(result, "\n".join(lines))
+    return result
+
+
 __all__ = [
+    "FIGURES",
     "MAX_POSITIONS",
+    "EmbeddingsOptions",
+    "embeddings",
     "PositionVectors",
     "cosine_similarity_matrix",
     "loss_curve",

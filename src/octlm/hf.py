@@ -21,6 +21,7 @@ pickle, is refused) and the tokenizer files written beside every export.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,10 +30,12 @@ from safetensors.torch import save
 
 from octlm.errors import OctlmError
 from octlm.fileio import atomic_write, atomic_write_json
+from octlm.generation import RopeScalingOptions
 from octlm.hf_common import EXPORT_ACTIVATION, IMPORT_ACTIVATION, InteropError, Mapper
 from octlm.hf_gpt2 import Gpt2Mapper, decoder_config, from_gpt2_state, gpt2_config, name_map, to_gpt2_state
 from octlm.hf_neox import NeoxMapper
 from octlm.model import Decoder, DecoderConfig
+from octlm.options import REQUIRED, option, same_as
 from octlm.positions import SCHEMES, RopeScaling
 from octlm.run import RunFolder
 from octlm.tokenizer import END_OF_TEXT, Tokenizer
@@ -72,6 +75,26 @@ def _precheck(run_dir: Path, method: str | None, factor: float | None) -> None:
     mapper_for(config).check(config, scaling)
 
 
+@dataclass
+class ExportHfOptions:
+    """Everything ``octlm export-hf`` takes (the arguments of :func:`export_hf`)."""
+
+    run_dir: str = option(REQUIRED, "run folder made by octlm train (or import-hf)", positional=True, metavar="RUN_DIR")
+    out_dir: str = option(REQUIRED, "folder to write the transformers checkpoint to", positional=True, metavar="OUT_DIR")
+    overwrite: bool = option(False, "replace OUT_DIR when it already holds a checkpoint")
+    rope_scaling: str | None = same_as(RopeScalingOptions, "rope_scaling")
+    rope_factor: float | None = same_as(RopeScalingOptions, "rope_factor")
+
+
+@dataclass
+class ImportHfOptions:
+    """Everything ``octlm import-hf`` takes (the arguments of :func:`import_hf`)."""
+
+    in_dir: str = option(REQUIRED, "local transformers GPT-2 or GPT-NeoX checkpoint folder", positional=True, metavar="IN_DIR")
+    run_dir: str = option(REQUIRED, "octlm run folder to create", positional=True, metavar="RUN_DIR")
+    overwrite: bool = option(False, "replace RUN_DIR when it already holds an octlm run")
+
+
 def export_hf(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False,
               rope_scaling: str | None = None, rope_factor: float | None = None) -> dict:
     """Write a run as a transformers checkpoint of the architecture its position scheme maps to.
@@ -93,7 +116,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False,
             OctlmError when ``out_dir`` holds files and ``overwrite`` is not
             set, or for a bad scaling option.
     """
-    from octlm.commands.sample import apply_rope_scaling
+    from octlm.generation import apply_rope_scaling
 
     run_dir, target = Path(run_dir), RunFolder(out_dir, "OUT_DIR")
     _precheck(run_dir, rope_scaling, rope_factor)
@@ -278,7 +301,7 @@ def _check_export_target(target: RunFolder, overwrite: bool) -> None:
 read_gpt2_tensors, read_gpt2_tokenizer = read_hf_tensors, read_hf_tokenizer
 
 __all__ = [
-    "EXPORT_ACTIVATION", "IMPORT_ACTIVATION", "MAPPERS", "InteropError", "decoder_config", "export_hf", "exportable_schemes",
+    "EXPORT_ACTIVATION", "IMPORT_ACTIVATION", "MAPPERS", "ExportHfOptions", "ImportHfOptions", "InteropError", "decoder_config", "export_hf", "exportable_schemes",
     "from_gpt2_state", "gpt2_config", "import_hf", "mapper_for", "name_map", "read_gpt2_tensors", "read_gpt2_tokenizer",
     "read_hf_config", "read_hf_tensors", "read_hf_tokenizer", "to_gpt2_state", "write_tokenizer",
 ]

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from octlm.errors import OctlmError
+from octlm.options import REQUIRED, option
+from octlm.report import Reporter
 from octlm.run import RunFolder
 
 #: Where the built page lives inside the installed package.
@@ -230,7 +233,70 @@ def export_site(files: dict[str, bytes], out: str | Path, overwrite: bool = Fals
     return out
 
 
+@dataclass
+class ServeOptions:
+    """Everything ``octlm serve`` takes."""
+
+    run: str = option(REQUIRED, "run folder made by octlm train", metavar="RUN_DIR")
+    host: str = option("127.0.0.1", "address to listen on; anything but loopback lets other machines read the run")
+    port: int = option(8000, "port to listen on (0: a free one, printed at start)")
+
+
+@dataclass
+class ExportWebOptions:
+    """Everything ``octlm export-web`` takes."""
+
+    run: str = option(REQUIRED, "run folder made by octlm train", metavar="RUN_DIR")
+    out: str = option(REQUIRED, "folder to write (must be new or empty)", metavar="DIR")
+    overwrite: bool = option(False, "replace an earlier export in --out")
+
+
+def serve(opts: ServeOptions, report: Reporter) -> dict:
+    """Run ``octlm serve``: serve the page with the run's data until Ctrl-C; returns the result dict (url, stopped).
+
+    Raises:
+        OctlmError: for a missing or damaged run, or an address or port the
+            server cannot listen on.
+    """
+    server = make_server(site_files(load_view(opts.run)), opts.host, opts.port)
+    host, port = server.server_address[:2]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/"
+    if not is_loopback(opts.host):
+        report.warn(f"listening on {opts.host}: anyone who can reach this machine on port {port} can read the run's embeddings")
+    report.event("serving", f"serving {opts.run} at {url} (Ctrl-C stops)", url=url, host=host, port=port, run=str(opts.run))
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    result = {"url": url, "stopped": True}
+    report.result(result, "stopped")
+    return result
+
+
+def export_web(opts: ExportWebOptions, report: Reporter) -> dict:
+    """Run ``octlm export-web``: write the page with the run's data into ``--out`` (:func:`export_site`); returns the result dict.
+
+    Raises:
+        OctlmError: for a missing or damaged run, or an ``--out`` that
+            :func:`export_site` refuses.
+    """
+    files = site_files(load_view(opts.run))
+    out = export_site(files, opts.out, opts.overwrite)
+    index = (out / "index.html").resolve()
+    size = sum(len(b) for b in files.values())
+    result = {"out": str(out), "index": str(index), "url": index.as_uri(), "files": sorted(files), "bytes": size}
+    report.result(result, f"wrote {out}/ ({size / 1e6:.1f} MB); open {index.as_uri()}")
+    return result
+
+
 __all__ = [
+    "ExportWebOptions",
+    "ServeOptions",
+    "export_web",
+    "serve",
     "PAGE_FILES",
     "RUN_DATA",
     "WEB_DIST",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from octlm.cli import Formatter, add_common
+from octlm.bench import BenchOptions
+from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
 from octlm.report import Reporter
 
 
@@ -16,13 +17,7 @@ def add_parser(sub) -> None:
         description="Time the forward pass at several context lengths and print the nearest tokens to token 0 (and to\n"
         "each --token) and the nearest positions to position 0, by cosine similarity.",
     )
-    p.add_argument("--run", metavar="RUN_DIR", help="run folder (default: an untrained Day-1 model)")
-    p.add_argument("--token", nargs="+", action="extend", default=[], help="tokens, as text or as ids, whose neighbours to show (e.g. --token ' the' ROMEO 5)")
-    p.add_argument("--k", type=int, default=5, help="neighbours to show")
-    p.add_argument("--batch-size", type=int, default=8, help="sequences per timed forward pass")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats per length (the median is reported)")
-    p.add_argument("--device", default="cpu", help="auto, cpu, cuda, cuda:N or mps")
-    p.add_argument("--seed", type=int, default=0, help="seed of the untrained model")
+    add_dataclass_options(p, BenchOptions)
     add_common(p)
     p.set_defaults(func=run)
 
@@ -30,5 +25,5 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.bench import bench
 
-    bench(args, report)
+    bench(options_from(args, BenchOptions), report)
     return 0

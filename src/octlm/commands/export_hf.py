@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from octlm.cli import Formatter, add_common
-from octlm.commands.sample import add_rope_scaling_options
+from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
+from octlm.hf import ExportHfOptions
 from octlm.report import Reporter
 
 
@@ -24,10 +24,7 @@ def add_parser(sub) -> None:
         "  octlm export-hf runs/rope hf/rope-x4 --rope-scaling yarn --rope-factor 4\n"
         "  python -c \"from transformers import AutoModelForCausalLM; AutoModelForCausalLM.from_pretrained('hf/shakespeare')\"",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="run folder made by octlm train (or import-hf)")
-    p.add_argument("out_dir", metavar="OUT_DIR", help="folder to write the transformers checkpoint to")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR when it already holds a checkpoint")
-    add_rope_scaling_options(p)
+    add_dataclass_options(p, ExportHfOptions)
     add_common(p)
     p.set_defaults(func=run)
 
@@ -35,7 +32,8 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.hf import export_hf
 
-    result = export_hf(args.run_dir, args.out_dir, args.overwrite, args.rope_scaling, args.rope_factor)
+    opts = options_from(args, ExportHfOptions)
+    result = export_hf(opts.run_dir, opts.out_dir, opts.overwrite, opts.rope_scaling, opts.rope_factor)
     report.result(result, f"wrote {', '.join(result['files'])} to {result['out_dir']}/ ({result['parameters']:,} parameters); "
                   f"load it with {result['architecture']}.from_pretrained({result['out_dir']!r})")
     return 0

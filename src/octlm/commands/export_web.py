@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from octlm.cli import Formatter, add_common
+from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
 from octlm.report import Reporter
+from octlm.web import ExportWebOptions
 
 
 def add_parser(sub) -> None:
@@ -17,22 +18,13 @@ def add_parser(sub) -> None:
         "OUT/index.html in a browser straight from disk (no server, no network).",
         epilog="example:\n  octlm export-web --run runs/shakespeare --out shakespeare-page",
     )
-    p.add_argument("--run", required=True, metavar="RUN_DIR", help="run folder made by octlm train")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder to write (must be new or empty)")
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier export in --out")
+    add_dataclass_options(p, ExportWebOptions)
     add_common(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
-    from octlm.web import export_site, load_view, site_files
+    from octlm.web import export_web
 
-    files = site_files(load_view(args.run))
-    out = export_site(files, args.out, args.overwrite)
-    index = (out / "index.html").resolve()
-    size = sum(len(b) for b in files.values())
-    report.result(
-        {"out": str(out), "index": str(index), "url": index.as_uri(), "files": sorted(files), "bytes": size},
-        f"wrote {out}/ ({size / 1e6:.1f} MB); open {index.as_uri()}",
-    )
+    export_web(options_from(args, ExportWebOptions), report)
     return 0

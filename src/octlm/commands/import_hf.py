@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from octlm.cli import Formatter, add_common
+from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
+from octlm.hf import ImportHfOptions
 from octlm.report import Reporter
 
 
@@ -23,9 +24,7 @@ def add_parser(sub) -> None:
         "type) are refused by name.",
         epilog="example:\n  octlm import-hf ~/models/gpt2 runs/gpt2 && octlm bench --run runs/gpt2 --token ' the'",
     )
-    p.add_argument("in_dir", metavar="IN_DIR", help="local transformers GPT-2 or GPT-NeoX checkpoint folder")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="octlm run folder to create")
-    p.add_argument("--overwrite", action="store_true", help="replace RUN_DIR when it already holds an octlm run")
+    add_dataclass_options(p, ImportHfOptions)
     add_common(p)
     p.set_defaults(func=run)
 
@@ -33,7 +32,8 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.hf import import_hf
 
-    result = import_hf(args.in_dir, args.run_dir, args.overwrite)
+    opts = options_from(args, ImportHfOptions)
+    result = import_hf(opts.in_dir, opts.run_dir, opts.overwrite)
     model = result["model"]
     shape = (f"{model['n_layers']} layers, d_model {model['d_model']}, {model['n_heads']} heads, "
              f"context_length {model['context_length']}, vocab_size {model['vocab_size']}")

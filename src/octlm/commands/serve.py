@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from octlm.cli import Formatter, add_common
+from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
 from octlm.report import Reporter
+from octlm.web import ServeOptions
 
 
 def add_parser(sub) -> None:
@@ -18,29 +19,13 @@ def add_parser(sub) -> None:
         "serves only the page's own files. Ctrl-C stops it.",
         epilog="example:\n  octlm serve --run runs/shakespeare --port 8000",
     )
-    p.add_argument("--run", required=True, metavar="RUN_DIR", help="run folder made by octlm train")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on; anything but loopback lets other machines read the run")
-    p.add_argument("--port", type=int, default=8000, help="port to listen on (0: a free one, printed at start)")
+    add_dataclass_options(p, ServeOptions)
     add_common(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
-    from octlm.web import is_loopback, load_view, make_server, site_files
+    from octlm.web import serve
 
-    files = site_files(load_view(args.run))
-    server = make_server(files, args.host, args.port)
-    host, port = server.server_address[:2]
-    shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{port}/"
-    if not is_loopback(args.host):
-        report.warn(f"listening on {args.host}: anyone who can reach this machine on port {port} can read the run's embeddings")
-    report.event("serving", f"serving {args.run} at {url} (Ctrl-C stops)", url=url, host=host, port=port, run=str(args.run))
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    report.result({"url": url, "stopped": True}, "stopped")
+    serve(options_from(args, ServeOptions), report)
     return 0
