@@ -27,8 +27,9 @@ class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionH
         # Help texts that explain their own default already say "default".
         if action.help and "default" in action.help:
             return action.help
-        # "(default: None)" or "(default: )" tells nothing; the help text says what "unset" means.
-        if action.required or action.default is None or action.default == "":
+        # "(default: None)", "(default: )" or "(default: [])" tells nothing (a required option has none);
+        # the help text says what "unset" means.
+        if action.required or action.default in (None, "", []):
             return action.help
         return super()._get_help_string(action)
 

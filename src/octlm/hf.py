@@ -231,6 +231,9 @@ def read_hf_config(in_dir: Path) -> dict:
         raise InteropError(f"{config_path}: not valid JSON ({err})") from None
     if not isinstance(hf, dict):
         raise InteropError(f"{config_path}: holds a JSON {type(hf).__name__}, not the object of a transformers config")
+    if RunFolder(in_dir).kind() == "octlm run":
+        raise InteropError(f"{in_dir}: this is an octlm run, not a transformers checkpoint; octlm reads it as it is "
+                           f"(`octlm sample --run {in_dir}`), and `octlm export-hf {in_dir} OUT_DIR` writes it as one")
     if hf.get("model_type") not in MAPPERS:
         raise InteropError(f"{config_path}: model_type={hf.get('model_type')!r}: import-hf reads {', '.join(sorted(MAPPERS))} "
                            f"checkpoints; octlm cannot represent this model")

@@ -41,7 +41,7 @@ import numpy as np
 from octlm.errors import OctlmError
 from octlm.evaluate import evaluate
 from octlm.fileio import atomic_write
-from octlm.options import Bound, TrainOptions, at_least, check_fields, option, same_as
+from octlm.options import Bound, TrainOptions, at_least, check_fields, flag, option, option_default, same_as, scheme_options
 from octlm.options import check_options as check_train_options
 from octlm.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking
 from octlm.report import Reporter
@@ -72,7 +72,8 @@ class LengthOptions:
     # The study checks its budget itself (one of --time-budget and --max-steps must hold), so no train bound here.
     time_budget: float | None = same_as(
         TrainOptions, "time_budget", default=DEFAULT_TIME_BUDGET, bounds=None,
-        help="seconds of training per model (default 240: the whole default study took about 21 minutes on tinyshakespeare, measured on 2 CPU cores; budget 30)")
+        help=f"seconds of training per model (default {DEFAULT_TIME_BUDGET:g}; the whole default study then took about 21 minutes on "
+        "tinyshakespeare on 2 CPU cores, and a budget of 30 gives a quick look)")
     max_steps: int | None = same_as(TrainOptions, "max_steps", help="train each model for exactly this many steps instead of --time-budget (reproducible; length.jsonl then records time_budget null)")
     train_length: int = same_as(TrainOptions, "context_length", help="context length T the models train on (tokens)", bounds=at_least(2, "tokens"))
     multipliers: list[int] = option([1, 2, 4, 8, 16], "evaluation lengths as multiples of T", bounds=Bound(1, says="integers >= 1"), nargs="+", metavar="M")
@@ -87,6 +88,11 @@ class LengthOptions:
     n_layers: int = same_as(TrainOptions, "n_layers")
     batch_size: int = same_as(TrainOptions, "batch_size")
     learning_rate: float = same_as(TrainOptions, "learning_rate")
+    # Scheme options: each model of the study takes those its scheme reads (PositionScheme.reads).
+    rope_theta: float = same_as(TrainOptions, "rope_theta")
+    rope_layout: str = same_as(TrainOptions, "rope_layout")
+    partial_rotary_factor: float = same_as(TrainOptions, "partial_rotary_factor")
+    sinusoidal_layout: str = same_as(TrainOptions, "sinusoidal_layout")
     eval_tokens: int = option(8192, "tokens per evaluation forward pass (windows per batch = this / length)", bounds=at_least(1))
     encoding: str = same_as(TrainOptions, "encoding")
     val_fraction: float = same_as(TrainOptions, "val_fraction")
@@ -107,7 +113,8 @@ class LengthOptions:
 
     def train_options(self, scheme: str, run_dir: Path) -> TrainOptions:
         """The ``octlm train`` options of one model of the study: the shared ones by name, the rest fixed."""
-        shared = {f.metadata["same_as"]: getattr(self, f.name) for f in dataclasses.fields(self) if "same_as" in f.metadata}
+        unread = scheme_options(scheme)[1]
+        shared = {f.metadata["same_as"]: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("same_as") not in unread | {None}}
         shared.update(text=list(self.text), time_budget=None if self.max_steps is not None else self.time_budget)
         return TrainOptions(**shared, position=scheme, sample_tokens=0, out=str(run_dir), overwrite=True)
 
@@ -132,6 +139,11 @@ def check_options(opts: LengthOptions) -> None:
         raise OctlmError(f"--rope-scalings needs the {' or '.join(takers)} model: add {takers[0]} to --schemes or pass --rope-scalings with no methods")
     if len(set(opts.schemes)) != len(opts.schemes):
         raise OctlmError(f"--schemes lists a scheme twice: {opts.schemes}")
+    fields = {f.name: f for f in dataclasses.fields(opts)}
+    for name in set.intersection(*(scheme_options(s)[1] for s in opts.schemes)) & set(fields):
+        if getattr(opts, name) != option_default(fields[name]):
+            raise OctlmError(f"{flag(name)} {getattr(opts, name)} means nothing for --schemes {' '.join(opts.schemes)}: none of them reads it; "
+                             f"drop {flag(name)}, or add a scheme that reads it")
     for scheme in opts.schemes:
         check_train_options(opts.train_options(scheme, Path(opts.out) / RUNS / scheme))
 

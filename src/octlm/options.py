@@ -25,7 +25,7 @@ from pathlib import Path
 
 from octlm.errors import OctlmError, RunError
 from octlm.model import ACTIVATIONS, DecoderConfig, DecoderFieldError
-from octlm.positions import DEFAULT_BASE, ROPE_LAYOUTS, SCHEME_NAMES, SINUSOIDAL_LAYOUTS
+from octlm.positions import DEFAULT_BASE, ROPE_LAYOUTS, SCHEME_NAMES, SCHEMES, SINUSOIDAL_LAYOUTS
 from octlm.tokenizer import MIN_VOCAB_SIZE
 
 #: Steps of the main job when neither --max-steps nor --time-budget is given;
@@ -289,15 +289,39 @@ def changeable_on_resume(cls=TrainOptions) -> frozenset[str]:
     return frozenset(name for name, policy in resume_policy(cls).items() if policy is not Resume.FIXED)
 
 
+def scheme_options(position: str) -> tuple[set[str], set[str]]:
+    """``(read, unread)``: the scheme options (``PositionScheme.reads`` of any scheme) scheme ``position`` reads, and the rest."""
+    every = {name for cls in SCHEMES.values() for name in cls.reads}
+    read = set(SCHEMES[position].reads) if position in SCHEMES else every
+    return read, every - read
+
+
+def check_scheme_options(opts) -> None:
+    """Refuse a scheme option set away from its default for a scheme that does not read it (``--rope-layout`` with learned).
+
+    Raises:
+        OctlmError: naming the option, the scheme and the schemes that read it.
+    """
+    defaults = {f.name: option_default(f) for f in dataclasses.fields(opts)}
+    for name in sorted(scheme_options(opts.position)[1]):
+        if name in defaults and getattr(opts, name) != defaults[name]:
+            readers = ", ".join(n for n, cls in SCHEMES.items() if name in cls.reads)
+            raise OctlmError(f"{flag(name)} {getattr(opts, name)} means nothing for --position {opts.position}: only {readers} "
+                             f"reads it; drop {flag(name)}, or choose --position {readers.split(', ')[0]}")
+
+
 def check_options(opts: TrainOptions) -> None:
     """Reject option values that cannot work, naming the flag; nothing is read or written before this passes.
 
     Raises:
         OctlmError: for a value outside its declared bounds, an unknown text
-            encoding, or a model shape :class:`~octlm.model.DecoderConfig`
-            refuses (named by its flag: ``--d-model=30 is not divisible ...``).
+            encoding, a scheme option the chosen scheme does not read
+            (:func:`check_scheme_options`), or a model shape
+            :class:`~octlm.model.DecoderConfig` refuses (named by its flag:
+            ``--d-model=30 is not divisible ...``).
     """
     check_fields(opts)
+    check_scheme_options(opts)
     try:
         opts.model_config(vocab_size=opts.vocab_size)
     except DecoderFieldError as err:
@@ -450,6 +474,6 @@ def check_seed(seed: int, flag: str = "--seed") -> None:
 
 __all__ = [
     "DEFAULT_MAX_STEPS", "MAX_SEED", "REQUIRED", "Bound", "Resume", "TrainOptions", "at_least", "check_fields",
-    "check_options", "check_seed", "checked_values", "field_types", "finite", "changeable_on_resume", "flag", "given_options",
+    "check_options", "check_scheme_options", "check_seed", "scheme_options", "checked_values", "field_types", "finite", "changeable_on_resume", "flag", "given_options",
     "option", "option_default", "resume_options", "resume_policy", "same_as", "stored_options",
 ]

@@ -44,11 +44,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SCHEMES: dict[str, type["PositionScheme"]] = {}
 
-#: "interleaved": channel pairs (2i, 2i+1), as Su et al. 2021 write it;
-#: "half": pairs (i, i + d/2), the rotate_half layout of GPT-NeoX and LLaMA.
+#: "interleaved": channel pairs (2i, 2i+1), as Su et al. 2021 write it; "half": pairs (i, i + d/2), GPT-NeoX's and LLaMA's rotate_half.
 ROPE_LAYOUTS = ("interleaved", "half")
-#: Bytes per score entry [head, query, key] that a score bias costs inside
-#: attention: the float32 bias, the masked scores and the weights beside them.
+#: Bytes per score entry [head, query, key] a score bias costs in attention: the float32 bias, the masked scores, the weights.
 SCORE_BIAS_BYTES = 3 * 4
 
 
@@ -123,6 +121,7 @@ class PositionScheme(nn.Module):
     #: one line for people: where the scheme puts position
     description = "no position signal: the causal mask is the only order information"
     has_table_limit = False
+    reads: tuple[str, ...] = ()  #: DecoderConfig fields beyond the shape it reads: options meaningful for it alone
     #: trained by ``octlm length`` unless ``--schemes`` says otherwise (each model costs its time budget)
     in_length_study = True
     #: transformers ``model_type`` export-hf writes the scheme as (a mapper in octlm.hf), or None: then ``hf_refusal`` says why
@@ -263,6 +262,7 @@ class SinusoidalPositions(PositionScheme):
     label = "sinusoidal"
     description = "fixed sine/cosine rows added to the (scaled) token vectors (Vaswani et al. 2017)"
     hf_refusal = "no transformers architecture adds fixed sine/cosine rows to sqrt(d_model)-scaled token vectors"
+    reads = ("sinusoidal_layout",)
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -312,6 +312,7 @@ class RotaryPositions(ScalableRotation, PositionScheme):
     label = "RoPE"
     description = "queries and keys rotated by their position, so scores see relative distance (Su et al. 2021)"
     hf_model_type = "gpt_neox"
+    reads = ("rope_theta", "rope_layout", "partial_rotary_factor")
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -493,8 +494,7 @@ def check(config: "DecoderConfig") -> None:
 
 
 __all__ = [
-    "DEFAULT_BASE", "ROPE_LAYOUTS", "ROPE_SCALINGS", "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "SINUSOIDAL_LAYOUTS",
-    "ALiBiPositions", "LearnedPositions", "NoPositions", "PositionScheme", "PositionVectors", "RopeScaling",
-    "RotaryPositions", "SinusoidalPositions", "alibi_slopes", "build", "check", "length_study_schemes", "register",
-    "rope_inverse_frequencies", "rotary_dim", "schemes_taking", "sinusoidal_positions", "unbounded_schemes",
+    "DEFAULT_BASE", "ROPE_LAYOUTS", "ROPE_SCALINGS", "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "SINUSOIDAL_LAYOUTS", "ALiBiPositions",
+    "LearnedPositions", "NoPositions", "PositionScheme", "PositionVectors", "RopeScaling", "RotaryPositions", "SinusoidalPositions", "alibi_slopes",
+    "build", "check", "length_study_schemes", "register", "rope_inverse_frequencies", "rotary_dim", "schemes_taking", "sinusoidal_positions", "unbounded_schemes",
 ]

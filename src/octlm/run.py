@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import glob
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -191,6 +193,27 @@ class RunFolder:
         """
         return "tokens" in _json_object(self.manifest_path) or "octlm_version" in _json_object(self.config_path)
 
+    def kind(self) -> str | None:
+        """What the folder holds, by its own files: ``"octlm run"``, ``"transformers checkpoint"``, ``"web page"``, or ``None``."""
+        if self.is_octlm_run():
+            return "octlm run"
+        if "model_type" in _json_object(self.config_path):
+            return "transformers checkpoint"
+        if (self.path / "index.html").is_file() and (self.path / "run-data.js").is_file():
+            return "web page"
+        return None
+
+    def kind_hint(self) -> str | None:
+        """For a folder that is not what a command wanted: what it is and the command that fits it, or ``None``."""
+        kind = self.kind()
+        if kind == "transformers checkpoint":
+            model_type = _json_object(self.config_path)["model_type"]
+            return (f"this is a transformers checkpoint (model_type {model_type!r}), not an octlm run; "
+                    f"bring it into octlm with `octlm import-hf {self.path} RUN_DIR`")
+        if kind == "web page":
+            return f"this is a page written by octlm export-web, not a run; open {self.path / 'index.html'}, or give the run folder it came from"
+        return None
+
     def has_files(self) -> bool:
         """Whether the folder exists and holds anything."""
         return self.path.is_dir() and any(self.path.iterdir())
@@ -201,6 +224,8 @@ class RunFolder:
         Raises:
             RunError: naming the file when it is missing, malformed or has no ``model`` section.
         """
+        if hint := self.kind_hint():
+            raise RunError(f"{self.path}: {hint}")
         config = read_json(self.config_path)
         if "model" not in config:
             raise RunError(f"{self.config_path}: has no 'model' section; not an octlm run config")
@@ -426,10 +451,41 @@ def make_staging(path: Path, flag: str = "--out") -> Path:
         OctlmError: naming ``flag`` when the folder above cannot be created or written to.
     """
     make_folder(path.parent, flag)
+    remove_stale_staging(path)
     try:
-        return Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+        # The pid in the name tells a later command whether the owner still runs (remove_stale_staging).
+        return Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-{os.getpid()}-", dir=path.parent))
     except OSError as err:
         raise OctlmError(f"{flag} {path}: cannot write in {path.parent} ({err.strerror or err}); choose a folder you can write to") from None
+
+
+def remove_stale_staging(path: Path) -> list[Path]:
+    """Remove the hidden staging folders beside ``path`` whose owning process is gone (killed with -9), and say so on stderr.
+
+    A staging folder is named ``.NAME.partial-PID-XXXX`` (:func:`make_staging`);
+    one whose process still runs, or whose name holds no pid (made by an
+    older octlm), is left alone. Returns the folders removed.
+    """
+    removed = []
+    for staging in path.parent.glob(f".{glob.escape(path.name)}.partial-*"):
+        pid = staging.name[len(path.name) + len(".") + len(".partial-"):].split("-")[0]
+        if pid.isascii() and pid.isdigit() and not _process_alive(int(pid)):
+            shutil.rmtree(staging, ignore_errors=True)
+            removed.append(staging)
+    if removed:
+        print(f"warning: removed {len(removed)} staging folder(s) beside {path} left by an octlm process that no longer runs: "
+              f"{', '.join(p.name for p in removed)}", file=sys.stderr)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:  # on Windows os.kill ends the process instead of asking about it: there a folder is never stale
+        os.name == "nt" or os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # another user's process, or a system that cannot tell: keep its folder
+    return True
 
 
 def _json_object(path: Path) -> dict:
@@ -441,4 +497,4 @@ def _json_object(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-__all__ = ["CONFIG", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "load_config", "load_run", "check_out_folder", "load_weights", "make_folder", "read_json", "save_weights", "weights_state"]
+__all__ = ["CONFIG", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "load_config", "load_run", "check_out_folder", "remove_stale_staging", "load_weights", "make_folder", "read_json", "save_weights", "weights_state"]

@@ -1,0 +1,138 @@
+"""The thin commands (issue 9) and the refusals of issues 10 and 15 they gained.
+
+Options that mean nothing for the chosen scheme, ``embeddings --out`` into a
+folder of other files, staging folders left by a kill -9, folders of the
+wrong kind, and the --help texts that state a rule or a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from octlm.cli import build_parser, main
+from octlm.length import LengthOptions
+from octlm.positions import SCHEMES
+
+
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["--position", "learned", "--rope-layout", "half"], "--rope-layout"),
+        (["--position", "alibi", "--partial-rotary-factor", "0.5"], "--partial-rotary-factor"),
+        (["--position", "none", "--rope-theta", "500"], "--rope-theta"),
+        (["--position", "rope", "--sinusoidal-layout", "concatenated"], "--sinusoidal-layout"),
+    ],
+)
+def test_train_refuses_an_option_its_scheme_does_not_read(args, flag, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *args, "--max-steps", "1", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{flag} " in err and "means nothing for --position" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_the_rule_is_the_schemes_own_declaration():
+    read = {name for cls in SCHEMES.values() for name in cls.reads}
+    assert {"rope_theta", "rope_layout", "partial_rotary_factor", "sinusoidal_layout"} <= read
+    assert SCHEMES["learned"].reads == ()
+
+
+def test_length_hands_scheme_options_to_the_schemes_that_read_them(tmp_path):
+    opts = LengthOptions(text=["t"], out=str(tmp_path), schemes=["learned", "rope", "sinusoidal"],
+                         rope_layout="half", sinusoidal_layout="concatenated")
+    rope, learned = opts.train_options("rope", tmp_path / "r"), opts.train_options("learned", tmp_path / "l")
+    sinusoidal = opts.train_options("sinusoidal", tmp_path / "s")
+    assert rope.rope_layout == "half" and rope.sinusoidal_layout == "interleaved"
+    assert learned.rope_layout == "interleaved" and learned.sinusoidal_layout == "interleaved"
+    assert sinusoidal.sinusoidal_layout == "concatenated" and sinusoidal.rope_layout == "interleaved"
+
+
+def test_length_refuses_a_scheme_option_no_chosen_scheme_reads(tmp_path, capsys):
+    assert main(["length", "--text", "x.txt", "--out", str(tmp_path / "s"), "--schemes", "learned", "alibi", "--rope-layout", "half"]) == 1
+    assert "--rope-layout half means nothing for --schemes learned alibi" in capsys.readouterr().err
+
+
+def test_embeddings_out_keeps_other_files_unless_overwrite(trained_run, tmp_path, capsys):
+    out = tmp_path / "figures"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert main(["embeddings", "--run", str(trained_run), "--out", str(out), "--quiet"]) == 1
+    assert "holds files that are not octlm embeddings figures" in capsys.readouterr().err
+    assert (out / "notes.txt").read_text() == "mine"
+    # an earlier output is replaced without a word; --overwrite replaces anything
+    assert main(["embeddings", "--run", str(trained_run), "--out", str(out), "--overwrite", "--quiet"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["positions.png", "tokens-pca.png"]
+    assert main(["embeddings", "--run", str(trained_run), "--out", str(out), "--quiet"]) == 0
+    assert not list(tmp_path.glob(".figures.partial-*"))
+
+
+def test_staging_left_by_a_killed_process_is_removed_and_reported(tmp_path, capsys):
+    from octlm.run import RunFolder
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    pid = int(dead.stdout)
+    stale = tmp_path / f".page.partial-{pid}-abcd1234"
+    stale.mkdir()
+    (stale / "index.html").write_text("half")
+    old_style = tmp_path / ".page.partial-k3j2h1"  # no pid: its owner cannot be known, so it stays
+    old_style.mkdir()
+    with RunFolder(tmp_path / "page").staged() as staging:
+        assert staging.name.startswith(".page.partial-")
+        (staging / "index.html").write_text("whole")
+    assert not stale.exists() and old_style.exists()
+    assert "removed 1 staging folder(s)" in capsys.readouterr().err
+    assert (tmp_path / "page" / "index.html").read_text() == "whole"
+
+
+def test_resume_of_a_transformers_checkpoint_points_at_import_hf(tmp_path, capsys):
+    checkpoint = tmp_path / "hf"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 32}))
+    assert main(["train", "--resume", str(checkpoint)]) == 1
+    err = capsys.readouterr().err
+    assert "this is a transformers checkpoint (model_type 'gpt2')" in err and "octlm import-hf" in err
+    assert "'model' section" not in err
+    assert main(["sample", "--run", str(checkpoint)]) == 1
+    assert "octlm import-hf" in capsys.readouterr().err
+
+
+def test_import_hf_of_an_octlm_run_names_it(trained_run, tmp_path, capsys):
+    assert main(["import-hf", str(trained_run), str(tmp_path / "back")]) == 1
+    err = capsys.readouterr().err
+    assert "this is an octlm run" in err and "octlm export-hf" in err and "model_type=None" not in err
+
+
+@pytest.mark.parametrize("command", ["bench", "embeddings"])
+def test_token_rule_is_in_the_help(command):
+    help_text = " ".join(build_parser().subcommands[command].format_help().split())
+    assert "ASCII digits is a token id; any other argument is text" in help_text
+
+
+def test_length_help_shows_no_empty_default_and_reads_naturally():
+    help_text = " ".join(build_parser().subcommands["length"].format_help().split())
+    assert "(default: [])" not in help_text
+    assert "budget 30)" not in help_text and "(default 240;" in help_text
+
+
+def test_each_command_takes_a_declared_options_class():
+    from octlm.bench import BenchOptions
+    from octlm.explore import EmbeddingsOptions
+    from octlm.generation import SampleOptions
+    from octlm.hf import ExportHfOptions, ImportHfOptions
+    from octlm.options import TrainOptions
+    from octlm.web import ExportWebOptions, ServeOptions
+
+    parser = build_parser()
+    for command, cls in [("sample", SampleOptions), ("bench", BenchOptions), ("embeddings", EmbeddingsOptions), ("serve", ServeOptions),
+                         ("export-web", ExportWebOptions), ("export-hf", ExportHfOptions), ("import-hf", ImportHfOptions)]:
+        dests = {a.dest for a in parser.subcommands[command]._actions}
+        assert {f.name for f in dataclasses.fields(cls)} <= dests, command
+    # a shared option is the training option's declaration, not a copy
+    seed = next(f for f in dataclasses.fields(SampleOptions) if f.name == "seed")
+    assert seed.metadata["same_as"] == "seed" and seed.metadata["bounds"] is next(f for f in dataclasses.fields(TrainOptions) if f.name == "seed").metadata["bounds"]
