@@ -72,8 +72,8 @@ class LengthOptions:
     # The study checks its budget itself (one of --time-budget and --max-steps must hold), so no train bound here.
     time_budget: float | None = same_as(
         TrainOptions, "time_budget", default=DEFAULT_TIME_BUDGET, bounds=None,
-        help=f"seconds of training per model (default {DEFAULT_TIME_BUDGET:g}; the whole default study then took about 21 minutes on "
-        "tinyshakespeare on 2 CPU cores, and a budget of 30 gives a quick look)")
+        help=f"seconds of training per model (default {DEFAULT_TIME_BUDGET:g}; at that budget the whole default study took about "
+        "21 minutes on tinyshakespeare, measured on 2 CPU cores; 30 gives a quick look)")
     max_steps: int | None = same_as(TrainOptions, "max_steps", help="train each model for exactly this many steps instead of --time-budget (reproducible; length.jsonl then records time_budget null)")
     train_length: int = same_as(TrainOptions, "context_length", help="context length T the models train on (tokens)", bounds=at_least(2, "tokens"))
     multipliers: list[int] = option([1, 2, 4, 8, 16], "evaluation lengths as multiples of T", bounds=Bound(1, says="integers >= 1"), nargs="+", metavar="M")
