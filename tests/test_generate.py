@@ -9,22 +9,26 @@ from hypothesis import strategies as st
 
 from octlm import Decoder, DecoderConfig
 from octlm.model import KVCache, LayerCache
-from octlm.positions import ROPE_SCALINGS
+from octlm.positions import SCHEMES, RotaryPositions, SinusoidalPositions
 
 CONTEXT = 12
 
-#: (position, extra config, rope scaling): every scheme, every layout, every scaling.
-VARIANTS = [
-    ("learned", {}, None),
-    ("sinusoidal", {}, None),
-    ("sinusoidal", {"sinusoidal_layout": "concatenated"}, None),
-    ("rope", {}, None),
-    ("rope", {"rope_layout": "half"}, None),
-    ("rope", {"partial_rotary_factor": 0.5}, None),
-    *[("rope", {"rope_layout": "half"}, method) for method in sorted(ROPE_SCALINGS)],
-    ("alibi", {}, None),
-    ("none", {}, None),
-]
+
+def variants():
+    """(position, extra config, rope scaling): every registered scheme, then every layout and every scaling it takes."""
+    out = [(name, {}, None) for name in SCHEMES]
+    for name, cls in SCHEMES.items():
+        if cls.takes_random_positions:  # trained at drawn positions, run at 0, 1, 2, ...: the table is F times longer
+            out.append((name, {"randomize_positions": 3}, None))
+        if issubclass(cls, SinusoidalPositions):
+            out.append((name, {"sinusoidal_layout": "concatenated"}, None))
+        if issubclass(cls, RotaryPositions):
+            out += [(name, {"rope_layout": "half"}, None), (name, {"partial_rotary_factor": 0.5}, None)]
+        out += [(name, {"rope_layout": "half"}, method) for method in sorted(cls.scalings())]
+    return out
+
+
+VARIANTS = variants()
 IDS = [f"{p}-{'-'.join(str(v) for v in extra.values()) or 'default'}-{s or 'unscaled'}" for p, extra, s in VARIANTS]
 
 
@@ -53,7 +57,7 @@ def test_cached_logits_equal_full_recompute_at_every_step(position, extra, scali
         full = model(window)[:, -1, :]
         torch.testing.assert_close(cached, full, rtol=0, atol=1e-5, msg=lambda m: f"step {step}: {m}")
         ids = torch.cat((ids, torch.randint(0, 50, (2, 1), generator=g)), dim=1)
-    expected = min(ids.shape[1] - 1, CONTEXT) if position == "learned" else ids.shape[1] - 1
+    expected = ids.shape[1] - 1 if model.max_length is None else min(ids.shape[1] - 1, model.max_length)
     assert cache.length == expected
 
 
@@ -68,7 +72,7 @@ def test_greedy_generation_is_the_same_with_and_without_the_cache(position, extr
         assert torch.equal(cached, naive)
 
 
-@pytest.mark.parametrize("position", ["rope", "alibi", "sinusoidal", "none"])
+@pytest.mark.parametrize("position", [name for name, cls in SCHEMES.items() if not cls.has_table_limit])
 def test_a_chunk_of_tokens_on_top_of_a_cache(position):
     # Several new tokens at once need a causal mask that is offset by the cached length.
     model = model_for(position, {}, None)
@@ -161,7 +165,7 @@ def test_generate_at_a_tiny_temperature_equals_greedy(temperature):
     assert torch.equal(greedy, tiny)
 
 
-@pytest.mark.parametrize("position", sorted(__import__("octlm.positions", fromlist=["SCHEMES"]).SCHEMES))
+@pytest.mark.parametrize("position", sorted(SCHEMES))
 def test_forward_traces_as_one_graph_for_every_scheme(position):
     """No host sync or graph break in the forward pass: torch.compile(fullgraph=True) traces it
     (the eager backend checks the tracing without building kernels) and gives the same logits."""

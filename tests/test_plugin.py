@@ -84,12 +84,12 @@ def test_cli_and_length_study_take_it_from_the_registry(toy):
     assert build_parser().parse_args(["train", "--position", toy]).position == toy
     args = build_parser().parse_args(["length", "--text", "x.txt", "--out", "study"])
     assert options_from(args, LengthOptions).schemes[-1] == toy  # in the default study, in registration order
-    assert LengthOptions().schemes == [*(s for s in SCHEMES if s != toy), toy]
+    assert LengthOptions().schemes == [*(s for s, cls in SCHEMES.items() if s != toy and cls.in_length_study), toy]
     resolved = LengthOptions(schemes=[toy]).resolved()
     assert resolved.rope_scalings == []  # the toy takes no RoPE scaling
     from octlm.errors import OctlmError
 
-    with pytest.raises(OctlmError, match="--rope-scalings needs the rope model"):
+    with pytest.raises(OctlmError, match="--rope-scalings needs the rope( or [a-z0-9]+)* model: add rope to --schemes"):
         check_options(LengthOptions(text=["x.txt"], out="study", schemes=[toy], rope_scalings=["yarn"]))
     ToyDistanceBias.in_length_study = False
     try:
@@ -116,7 +116,7 @@ def test_rope_scaling_and_gpt2_export_refuse_it(toy):
     from octlm.hf import InteropError, gpt2_config
 
     model = small(toy)
-    with pytest.raises(ValueError, match=r"RoPE scaling \(linear\) needs position='rope'; this model uses position='toy'"):
+    with pytest.raises(ValueError, match=r"RoPE scaling \(linear\) needs position='rope'( or '[a-z0-9]+')*; this model uses position='toy'"):
         model.set_rope_scaling("linear", 2.0)
     model.set_rope_scaling(None)  # turning no scaling off is allowed
     with pytest.raises(InteropError, match="position='toy' has no GPT-2 form.*--position learned"):

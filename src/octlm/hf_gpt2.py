@@ -86,7 +86,7 @@ def gpt2_config(config: DecoderConfig, eot_id: int) -> dict:
         "architectures": ["GPT2LMHeadModel"],
         "model_type": MODEL_TYPE,
         "vocab_size": config.vocab_size,
-        "n_positions": config.context_length,
+        "n_positions": config.context_length * config.randomize_positions,  # the rows of the table
         "n_embd": config.d_model,
         "n_layer": config.n_layers,
         "n_head": config.n_heads,

@@ -46,6 +46,7 @@ from octlm.options import check_options as check_train_options
 from octlm.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking
 from octlm.report import Reporter
 from octlm.run import RunFolder
+from octlm.tasks import TASKS
 
 #: Seconds of training per model by default: five models at four minutes and
 #: the evaluation took 20.7 minutes on two CPU cores (tinyshakespeare,
@@ -100,6 +101,10 @@ class LengthOptions:
     device: str = same_as(TrainOptions, "device")
     threads: int | None = same_as(TrainOptions, "threads")
     overwrite: bool = option(False, "replace an existing study folder at --out")
+    # The task study (octlm.task_study) reads the shape, schemes, steps and seeds above and these three.
+    task: str | None = option(None, "train on a synthetic task instead of --text: sizes 1..--task-length, exact match at 1x-4x", choices=list(TASKS))
+    task_length: int = option(16, "longest training instance of --task, L (items: symbols, pairs or filler tokens)", bounds=at_least(1, "items"))
+    seeds: list[int] | None = option(None, "seeds of the task study, one model per scheme and seed (default: --seed)", nargs="+", metavar="SEED")
 
     def resolved(self) -> LengthOptions:
         """A copy with the defaults that depend on other options filled in: what the study runs and records."""

@@ -60,6 +60,11 @@ class DecoderConfig:
         partial_rotary_factor: fraction of each head RoPE rotates (1: all).
         sinusoidal_layout: ``interleaved`` (sin, cos, sin, ...) or
             ``concatenated`` ([sin | cos]).
+        t5_num_buckets, t5_max_distance: T5 bias buckets and the distance
+            (tokens) where the last one starts (Raffel et al. 2020: 32, 128).
+        randomize_positions: F >= 1; with F > 1, training positions are a
+            sorted random subset of ``0 .. F * context_length - 1`` (Ruoss et
+            al. 2023), for schemes that take it (learned, sinusoidal, RoPE).
 
     Raises:
         ValueError: on construction, naming the field and value, when a size
@@ -80,9 +85,12 @@ class DecoderConfig:
     rope_layout: str = "interleaved"
     partial_rotary_factor: float = 1.0
     sinusoidal_layout: str = "interleaved"
+    t5_num_buckets: int = 32
+    t5_max_distance: int = 128
+    randomize_positions: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_layers"):
+        for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_layers", "t5_num_buckets", "t5_max_distance", "randomize_positions"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise DecoderFieldError(name, f" must be a positive integer, got {value!r}")
@@ -304,6 +312,7 @@ class Decoder(nn.Module):
         self._check_input(token_ids, offset)
         if cache is not None and offset != cache.length:
             raise ValueError(f"offset={offset} but the cache holds positions 0..{cache.length - 1}; pass offset=cache.length")
+        self.positions.draw_positions(token_ids.shape[1])
         x = self.dropout(self._embed(token_ids, offset))
         for i, block in enumerate(self.blocks):
             x = block(x, self.positions, offset, None if cache is None else cache.layers[i])

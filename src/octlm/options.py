@@ -25,7 +25,7 @@ from pathlib import Path
 
 from octlm.errors import OctlmError, RunError
 from octlm.model import ACTIVATIONS, DecoderConfig, DecoderFieldError
-from octlm.positions import DEFAULT_BASE, ROPE_LAYOUTS, SCHEME_NAMES, SCHEMES, SINUSOIDAL_LAYOUTS
+from octlm.positions import DEFAULT_BASE, ROPE_LAYOUTS, SCHEME_NAMES, SCHEMES, SINUSOIDAL_LAYOUTS, random_position_schemes
 from octlm.tokenizer import MIN_VOCAB_SIZE
 
 #: Steps of the main job when neither --max-steps nor --time-budget is given;
@@ -238,6 +238,10 @@ class TrainOptions:
     rope_layout: str = option("interleaved", "RoPE channel pairs: interleaved (2i, 2i+1) or half (i, i+d/2, GPT-NeoX/LLaMA)", choices=list(ROPE_LAYOUTS))
     partial_rotary_factor: float = option(1.0, "fraction of each head that RoPE rotates")
     sinusoidal_layout: str = option("interleaved", "sinusoidal columns: interleaved (sin, cos, ...) or concatenated ([sin | cos])", choices=list(SINUSOIDAL_LAYOUTS))
+    t5_num_buckets: int = option(32, "distance buckets of the t5 bias (Raffel et al. 2020)", bounds=at_least(2))
+    t5_max_distance: int = option(128, "distance (tokens) where the t5 bias's last bucket starts", bounds=at_least(2, "tokens"))
+    randomize_positions: int = option(1, "train at positions drawn from FACTOR x context length (Ruoss et al. 2023; "
+                                      f"{', '.join(random_position_schemes())}); 1: off. Evaluation and sampling use positions 0, 1, 2, ...", bounds=at_least(1), metavar="FACTOR")
     # optimisation
     batch_size: int = option(32, "blocks per step (per process)", bounds=at_least(1), resume=FREE)
     learning_rate: float = option(5e-3, "peak AdamW learning rate", bounds=finite(low_open=True), resume=RETUNABLE)

@@ -30,176 +30,25 @@ context-extension methods (linear, NTK, dynamic NTK, YaRN) in :mod:`octlm.rope_s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
+from octlm.biases import alibi_slopes, causal_distances, t5_buckets
+from octlm.position_base import (
+    SCHEMES, SCHEME_NAMES, SCORE_BIAS_BYTES, PositionScheme, PositionVectors, length_study_schemes,
+    random_position_schemes, register, schemes_taking, unbounded_schemes,
+)
 from octlm.rope_scaling import ROPE_SCALINGS, RopeScaling, ScalableRotation
 from octlm.waves import DEFAULT_BASE, SINUSOIDAL_LAYOUTS, rope_inverse_frequencies, sinusoidal_positions, supports_float64
 
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model import DecoderConfig
 
-SCHEMES: dict[str, type["PositionScheme"]] = {}
-
-#: "interleaved": channel pairs (2i, 2i+1), as Su et al. 2021 write it; "half": pairs (i, i + d/2), GPT-NeoX's and LLaMA's rotate_half.
+#: "interleaved": channel pairs (2i, 2i+1), as Su et al. 2021 write it;
+#: "half": pairs (i, i + d/2), the rotate_half layout of GPT-NeoX and LLaMA.
 ROPE_LAYOUTS = ("interleaved", "half")
-#: Bytes per score entry [head, query, key] a score bias costs in attention: the float32 bias, the masked scores, the weights.
-SCORE_BIAS_BYTES = 3 * 4
-
-
-def register(name: str) -> Callable[[type["PositionScheme"]], type["PositionScheme"]]:
-    """Class decorator adding a scheme to :data:`SCHEMES` under ``name``."""
-
-    def wrap(cls: type[PositionScheme]) -> type[PositionScheme]:
-        cls.name = name
-        SCHEMES[name] = cls
-        return cls
-
-    return wrap
-
-
-class _SchemeNames:
-    """The names in :data:`SCHEMES`, sorted and read afresh at every use, so argparse choices follow the registry."""
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in SCHEMES
-
-    def __iter__(self):
-        return iter(sorted(SCHEMES))
-
-    def __repr__(self) -> str:
-        return repr(sorted(SCHEMES))
-
-
-#: Live, sorted view of the registered names (``choices`` of ``--position``).
-SCHEME_NAMES = _SchemeNames()
-
-
-def unbounded_schemes() -> list[str]:
-    """Names of the schemes that can address any position (no table limit)."""
-    return sorted(name for name, cls in SCHEMES.items() if not cls.has_table_limit)
-
-
-def length_study_schemes() -> list[str]:
-    """Schemes ``octlm length`` trains by default, in registration order (the order of its table)."""
-    return [name for name, cls in SCHEMES.items() if cls.in_length_study]
-
-
-def schemes_taking(method: str) -> list[str]:
-    """Names of the schemes that accept the RoPE scaling ``method`` (:data:`ROPE_SCALINGS`)."""
-    return [name for name, cls in SCHEMES.items() if method in cls.scalings()]
-
-
-@dataclass
-class PositionVectors:
-    """Position vectors of a run, [length, width], and where they come from (for the explorer).
-
-    ``source`` is ``"learned"`` (trained rows) or ``"computed"`` (from a
-    formula); ``description`` says what they are in a sentence.
-    """
-
-    vectors: Tensor
-    source: str
-    description: str
-
-
-class PositionScheme(nn.Module):
-    """Base class: no position signal anywhere.
-
-    Subclasses override ``embed``, ``rotate`` or ``score_bias``, and the
-    class attributes below where the default does not fit. ``max_length`` is
-    the number of positions the scheme can address, or ``None`` when any
-    length works.
-    """
-
-    name = "base"
-    #: what people call it, in messages ("ALiBi's bias ...")
-    label = "no position"
-    #: one line for people: where the scheme puts position
-    description = "no position signal: the causal mask is the only order information"
-    has_table_limit = False
-    reads: tuple[str, ...] = ()  #: DecoderConfig fields beyond the shape it reads: options meaningful for it alone
-    #: trained by ``octlm length`` unless ``--schemes`` says otherwise (each model costs its time budget)
-    in_length_study = True
-    #: transformers ``model_type`` export-hf writes the scheme as (a mapper in octlm.hf), or None: then ``hf_refusal`` says why
-    hf_model_type: str | None = None
-    hf_refusal = "no transformers architecture computes this scheme"
-
-    def __init__(self, config: "DecoderConfig") -> None:
-        super().__init__()
-
-    @classmethod
-    def check_config(cls, config: "DecoderConfig") -> None:
-        """Raise ``ValueError`` naming the field when ``config`` cannot use this scheme."""
-
-    @classmethod
-    def scalings(cls) -> tuple[str, ...]:
-        """Names in :data:`ROPE_SCALINGS` this scheme takes at run time; none here.
-
-        A scheme that names any also defines ``set_rope_scaling(scaling: RopeScaling | None)``.
-        """
-        return ()
-
-    @property
-    def max_length(self) -> int | None:
-        return None
-
-    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
-        """Return token vectors ``x`` [B, T, C] with position added (here: unchanged)."""
-        return x
-
-    def rotate(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
-        """Return queries [B, H, Tq, D] and keys [B, H, Tk, D] with position applied (here: unchanged).
-
-        Queries sit at positions ``offset .. offset + Tq - 1``; keys end where
-        the queries end, at ``offset + Tq - Tk .. offset + Tq - 1`` (a cached
-        step has ``Tk >= Tq``).
-        """
-        return q, k
-
-    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor | None:
-        """Additive bias for attention scores [H, q_len, k_len], or ``None``."""
-        return None
-
-    def length_state(self, seq_len: int) -> object:
-        """What the position signal of a ``seq_len``-token sequence depends on besides the positions; ``None`` here.
-
-        Keys and values cached under one state are stale under another: a
-        position's signal feeds every later layer, so the cache must be
-        refilled (``Decoder.next_token_logits`` does that). RoPE under
-        dynamic NTK is the case today: its frequencies change with the length.
-        """
-        return None
-
-    def score_bias_bytes(self, n_heads: int, length: int) -> int:
-        """Bytes the score bias of a ``length``-token sequence takes in attention, 0 without one.
-
-        A bias goes to attention as a float mask [n_heads, T, T] with the
-        weights beside it, so it grows with T squared (sample checks it
-        against the device's memory).
-        """
-        if type(self).score_bias is PositionScheme.score_bias:
-            return 0
-        return SCORE_BIAS_BYTES * n_heads * length**2
-
-    def explorer_vectors(self, added: Tensor | None, length: int) -> PositionVectors | None:
-        """What the embedding explorer shows for positions ``0 .. length - 1``, or ``None``.
-
-        ``added`` is what the scheme adds to zero token vectors there,
-        [length, C] (:func:`octlm.diagnostics.position_vectors`), or ``None``
-        when it adds nothing. Here: those rows, computed by formula.
-        """
-        if added is None:
-            return None
-        return PositionVectors(added.float().cpu(), "computed", f"The {self.name} rows this run adds, computed by formula: {length} rows of {added.shape[1]}.")
-
-    @classmethod
-    def explorer_note(cls) -> str:
-        """Why the explorer shows no position vectors, when :meth:`explorer_vectors` gives ``None``."""
-        return f"This run's scheme ({cls.name}) adds no position vectors."
 
 
 @register("learned")
@@ -216,10 +65,12 @@ class LearnedPositions(PositionScheme):
     description = "a learned row per position, added to the token vectors (GPT-2)"
     has_table_limit = True
     hf_model_type = "gpt2"
+    takes_random_positions = True
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
-        self.table = nn.Embedding(config.context_length, config.d_model)
+        # Randomized positions reach past T, so the table has a row for every position they draw.
+        self.table = nn.Embedding(self.random_range, config.d_model)
 
     @property
     def max_length(self) -> int:
@@ -234,8 +85,7 @@ class LearnedPositions(PositionScheme):
                 f"crop the sequence to {self.max_length} tokens or use a scheme without a table "
                 f"limit: {', '.join(unbounded_schemes())}"
             )
-        positions = torch.arange(offset, end, device=x.device)
-        return x + self.table(positions)
+        return x + self.table(self.position_ids(x.shape[1], offset, x.device))
 
     def explorer_vectors(self, added: Tensor | None, length: int) -> PositionVectors:
         """The trained rows themselves (``added`` is ``table.weight[:length]``)."""
@@ -263,6 +113,7 @@ class SinusoidalPositions(PositionScheme):
     description = "fixed sine/cosine rows added to the (scaled) token vectors (Vaswani et al. 2017)"
     hf_refusal = "no transformers architecture adds fixed sine/cosine rows to sqrt(d_model)-scaled token vectors"
     reads = ("sinusoidal_layout",)
+    takes_random_positions = True
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -277,7 +128,11 @@ class SinusoidalPositions(PositionScheme):
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         """``sqrt(C) * x + P[offset : offset + T]`` for token vectors ``x`` [B, T, C]."""
-        table = sinusoidal_positions(x.shape[1], x.shape[2], offset, self.base, x.device, self.layout)
+        if self.training and self.drawn is not None:
+            rows = sinusoidal_positions(self.random_range, x.shape[2], 0, self.base, x.device, self.layout)
+            table = rows[self.position_ids(x.shape[1], offset, x.device)]
+        else:
+            table = sinusoidal_positions(x.shape[1], x.shape[2], offset, self.base, x.device, self.layout)
         return x * self.token_scale + table.to(x.dtype)
 
 
@@ -313,6 +168,7 @@ class RotaryPositions(ScalableRotation, PositionScheme):
     description = "queries and keys rotated by their position, so scores see relative distance (Su et al. 2021)"
     hf_model_type = "gpt_neox"
     reads = ("rope_theta", "rope_layout", "partial_rotary_factor")
+    takes_random_positions = True
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -345,10 +201,14 @@ class RotaryPositions(ScalableRotation, PositionScheme):
         scaling's attention factor. ``seq_len`` is the current sequence length
         (default ``offset + length``), which only dynamic NTK reads.
         """
-        inv_freq, attention = self.frequencies(offset + length if seq_len is None else seq_len)
-        dtype = torch.float64 if supports_float64(device) else torch.float32
-        t = torch.arange(offset, offset + length, device=device, dtype=dtype)
-        angle = torch.outer(t, inv_freq.to(device=device, dtype=dtype))
+        return self.angles_at(self.position_ids(length, offset, device), offset + length if seq_len is None else seq_len)
+
+    def angles_at(self, positions: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
+        """cos and sin of the rotation angles at ``positions`` [N], as :meth:`angles`: float32 [N, rotary_dim // 2]."""
+        inv_freq, attention = self.frequencies(seq_len)
+        dtype = torch.float64 if supports_float64(positions.device) else torch.float32
+        t = positions.to(dtype)
+        angle = torch.outer(t, inv_freq.to(device=t.device, dtype=dtype))
         return (angle.cos() * attention).float(), (angle.sin() * attention).float()
 
     def rotate(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
@@ -392,32 +252,6 @@ def rotary_dim(config: "DecoderConfig") -> int:
     return int(config.head_dim * config.partial_rotary_factor)
 
 
-def alibi_slopes(n_heads: int) -> Tensor:
-    """Per-head ALiBi slopes m_h (Press et al. 2022, §3), float32 [n_heads].
-
-    For a power of two ``n``, the slopes are the geometric sequence starting
-    at ``2 ** (-8 / n)`` with that same ratio: for 8 heads, 1/2, 1/4, ...,
-    1/256. For other head counts the paper's reference code takes the slopes
-    of the largest power of two ``p`` below ``n`` and fills the remaining
-    ``n - p`` heads with every other slope of ``2p`` heads.
-
-    Raises:
-        ValueError: when ``n_heads`` < 1.
-    """
-    if n_heads < 1:
-        raise ValueError(f"alibi_slopes: n_heads must be >= 1, got {n_heads}")
-
-    def power_of_two(n: int) -> list[float]:
-        start = 2.0 ** (-8.0 / n)
-        return [start ** (i + 1) for i in range(n)]
-
-    p = 2 ** math.floor(math.log2(n_heads))
-    slopes = power_of_two(p)
-    if p < n_heads:
-        slopes += power_of_two(2 * p)[0::2][: n_heads - p]
-    return torch.tensor(slopes, dtype=torch.float32)
-
-
 @register("alibi")
 class ALiBiPositions(PositionScheme):
     """Attention with Linear Biases, ALiBi (Press et al. 2022).
@@ -444,15 +278,147 @@ class ALiBiPositions(PositionScheme):
         Entries for future keys (``j > i``) are ``-m (i - j) > 0``; the caller
         masks them out.
         """
-        device = self.slopes.device
-        i = torch.arange(offset, offset + q_len, device=device)
-        j = torch.arange(offset + q_len - k_len, offset + q_len, device=device)
-        distance = (i[:, None] - j[None, :]).float()
+        distance = causal_distances(q_len, k_len, offset, self.slopes.device).float()
         return -self.slopes[:, None, None] * distance
 
     @classmethod
     def explorer_note(cls) -> str:
         return "This run uses ALiBi: position is a distance penalty on attention scores, not a vector."
+
+
+@register("t5")
+class T5RelativeBias(PositionScheme):
+    """T5's relative position bias (Raffel et al. 2020 §2.1).
+
+    A learned scalar per head and distance bucket is added to the attention
+    score of query ``i`` on key ``j``: ``bias[h, i, j] = table[bucket(i - j), h]``
+    (:func:`octlm.biases.t5_buckets`: exact buckets for the nearest
+    ``num_buckets // 2`` distances, logarithmic ones up to ``max_distance``,
+    then one shared bucket). Causal, so buckets look back only. As in T5, one
+    table (``bias_table``: ``nn.Embedding(t5_num_buckets, n_heads)``) serves
+    every layer, and no vector is added to the embedding; no maximum length,
+    since every distance past ``max_distance`` shares the last bucket. The
+    bias goes to attention as an additive float mask [1, H, Tq, Tk].
+    """
+
+    label = "the T5 bias"
+    description = "a learned bias per head and bucket of distance, added to the attention scores (Raffel et al. 2020)"
+    reads = ("t5_num_buckets", "t5_max_distance")
+    in_length_study = False  # opt-in: the default study's 30 minutes hold five models
+
+    def __init__(self, config: "DecoderConfig") -> None:
+        super().__init__(config)
+        self.num_buckets, self.max_distance = config.t5_num_buckets, config.t5_max_distance
+        self.bias_table = nn.Embedding(config.t5_num_buckets, config.n_heads)
+
+    @classmethod
+    def check_config(cls, config: "DecoderConfig") -> None:
+        super().check_config(config)
+        if config.t5_num_buckets < 2 or config.t5_max_distance <= config.t5_num_buckets // 2:
+            raise ValueError(f"t5_max_distance must exceed t5_num_buckets // 2 (= {config.t5_num_buckets // 2}) and t5_num_buckets must be >= 2, "
+                             f"got {config.t5_max_distance} and {config.t5_num_buckets}")
+
+    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
+        """Bias [H, q_len, k_len]: queries at ``offset ..``, keys ending where the queries end (future keys: bucket 0, masked by the caller)."""
+        buckets = t5_buckets(causal_distances(q_len, k_len, offset, self.bias_table.weight.device), self.num_buckets, self.max_distance)
+        return self.bias_table(buckets).permute(2, 0, 1)
+
+    @classmethod
+    def explorer_note(cls) -> str:
+        return "This run uses the T5 bias: position is a learned number per distance bucket on attention scores, not a vector."
+
+
+#: FIRE's MLP width and initial values (Li et al. 2023, appendix: 32 hidden units, c = 0.1, L = 512).
+FIRE_HIDDEN, FIRE_C, FIRE_THRESHOLD = 32, 0.1, 512.0
+
+
+@register("fire")
+class FIREBias(PositionScheme):
+    """FIRE: functional interpolation for relative positions (Li et al. 2023, §3.2, eq. 4).
+
+    ``bias[h, i, j] = f(psi(i - j) / psi(max(L, i)))[h]`` with
+    ``psi(x) = log(|c| x + 1)``. The distance is divided by (a transform of)
+    the query's own position, so every bias input lies in [0, 1] at any
+    length ("progressive interpolation"); the threshold ``L`` keeps short
+    sequences from being stretched. ``c`` and ``L = |l| * 512`` are learned
+    (``l`` starts at 1, so that ``L`` moves at the pace of the other
+    weights), and ``f`` is a two-layer ReLU MLP ``1 -> 32 -> n_heads``, one
+    for all layers. Future keys get distance 0 and are masked by the caller.
+    Shapes: bias [H, Tq, Tk]; no maximum length. The bias goes to attention as
+    an additive float mask [1, H, Tq, Tk].
+    """
+
+    label = "FIRE"
+    description = "a learned MLP of the distance over the query's position, added to the attention scores (Li et al. 2023)"
+    in_length_study = False  # opt-in: the default study's 30 minutes hold five models
+
+    def __init__(self, config: "DecoderConfig") -> None:
+        super().__init__(config)
+        self.c = nn.Parameter(torch.tensor(FIRE_C))
+        self.threshold_scale = nn.Parameter(torch.tensor(1.0))
+        self.mlp = nn.Sequential(nn.Linear(1, FIRE_HIDDEN), nn.ReLU(), nn.Linear(FIRE_HIDDEN, config.n_heads))
+
+    def psi(self, x: Tensor) -> Tensor:
+        """``log(|c| x + 1)``, elementwise on float ``x`` >= 0."""
+        return torch.log1p(self.c.abs() * x)
+
+    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
+        """Bias [H, q_len, k_len]: queries at ``offset ..``, keys ending where the queries end."""
+        distance = causal_distances(q_len, k_len, offset, self.c.device)
+        query = torch.arange(offset, offset + q_len, device=self.c.device, dtype=torch.float32)
+        threshold = self.threshold_scale.abs() * FIRE_THRESHOLD
+        normalized = self.psi(distance.clamp(min=0).float()) / self.psi(torch.maximum(query, threshold))[:, None]
+        return self.mlp(normalized.unsqueeze(-1)).permute(2, 0, 1)
+
+    @classmethod
+    def explorer_note(cls) -> str:
+        return "This run uses FIRE: position is a learned function of relative distance on attention scores, not a vector."
+
+
+@register("xpos")
+class XPosRotation(RotaryPositions):
+    """xPos: RoPE with an exponential decay (Sun et al. 2023, §3.2, "Extrapolatable Position Embedding").
+
+    Queries and keys are rotated as by RoPE (:class:`RotaryPositions`, with
+    its config, layouts and scalings); then channel pair ``i`` of a query at
+    position ``n`` is multiplied by ``zeta_i ** (n / scale_base)`` and of a
+    key at position ``m`` by ``zeta_i ** (-m / scale_base)``, with
+    ``zeta_i = (i / (d / 2) + gamma) / (1 + gamma)``, ``gamma = 0.4``,
+    ``d = rotary_dim``, ``scale_base = 512``. Their product decays as
+    ``zeta_i ** ((n - m) / scale_base)``: a relative, per-pair attenuation of
+    far keys. Positions are absolute (not centred, as the paper's code
+    does), so a cached key keeps its factor; in float32 the key factor stays
+    finite for sequences up to tens of thousands of tokens. Shapes as RoPE:
+    queries and keys [B, H, T, head_dim]; no maximum length.
+    """
+
+    label = "xPos"
+    description = "RoPE with a per-channel decay that makes the score fade with distance (Sun et al. 2023)"
+    in_length_study = False  # opt-in: the default study's 30 minutes hold five models
+    hf_model_type = None
+    hf_refusal = "transformers' GPT-NeoX rotates queries and keys but has no xPos decay"
+    gamma, scale_base = 0.4, 512.0
+
+    def __init__(self, config: "DecoderConfig") -> None:
+        super().__init__(config)
+        pairs = torch.arange(self.rotary_dim // 2, dtype=torch.float64)
+        self.register_buffer("zeta", (pairs / (self.rotary_dim / 2) + self.gamma) / (1 + self.gamma), persistent=False)
+
+    def rotate(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
+        q, k = super().rotate(q, k, offset)
+        q_len, k_len = q.shape[-2], k.shape[-2]
+        end = offset + q_len
+        positions = self.position_ids(max(q_len, k_len), end - max(q_len, k_len), q.device)
+        dtype = torch.float64 if supports_float64(q.device) else torch.float32
+        log_zeta = self.zeta.to(device=q.device, dtype=dtype).log() / self.scale_base
+        decay = (positions.to(dtype)[:, None] * log_zeta).exp().float()  # [span, pairs]: zeta ** (n / scale_base)
+        return self._scale(q, decay[-q_len:]), self._scale(k, decay[-k_len:].reciprocal())
+
+    def _scale(self, x: Tensor, factor: Tensor) -> Tensor:
+        """Multiply each rotated channel pair of ``x`` [B, H, T, D] by ``factor`` [T, pairs]; passed channels keep 1."""
+        per_channel = factor.repeat_interleave(2, dim=-1) if self.layout == "interleaved" else factor.repeat(1, 2)
+        rest = per_channel.new_ones(per_channel.shape[0], x.shape[-1] - self.rotary_dim)
+        return (x.float() * torch.cat((per_channel, rest), dim=-1)).to(x.dtype)
 
 
 @register("none")
@@ -494,7 +460,8 @@ def check(config: "DecoderConfig") -> None:
 
 
 __all__ = [
-    "DEFAULT_BASE", "ROPE_LAYOUTS", "ROPE_SCALINGS", "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "SINUSOIDAL_LAYOUTS", "ALiBiPositions",
-    "LearnedPositions", "NoPositions", "PositionScheme", "PositionVectors", "RopeScaling", "RotaryPositions", "SinusoidalPositions", "alibi_slopes",
-    "build", "check", "length_study_schemes", "register", "rope_inverse_frequencies", "rotary_dim", "schemes_taking", "sinusoidal_positions", "unbounded_schemes",
+    "DEFAULT_BASE", "ROPE_LAYOUTS", "ROPE_SCALINGS", "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "SINUSOIDAL_LAYOUTS",
+    "ALiBiPositions", "FIREBias", "LearnedPositions", "NoPositions", "PositionScheme", "PositionVectors", "RopeScaling",
+    "RotaryPositions", "SinusoidalPositions", "T5RelativeBias", "XPosRotation", "alibi_slopes", "build", "check", "length_study_schemes",
+    "random_position_schemes", "register", "rope_inverse_frequencies", "rotary_dim", "schemes_taking", "sinusoidal_positions", "unbounded_schemes",
 ]

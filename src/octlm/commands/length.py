@@ -21,7 +21,8 @@ def add_parser(sub) -> None:
         "the same validation targets, in non-overlapping windows of that length. Learned positions show\n"
         "n/a past T (their table has no rows there). Writes a table, a PNG plot and JSONL into --out.",
         epilog="examples:\n  octlm length --text tinyshakespeare --out runs/length\n"
-        "  octlm length --text notes.txt --out runs/quick --time-budget 30 --train-length 64 --schemes rope alibi\n\n"
+        "  octlm length --text notes.txt --out runs/quick --time-budget 30 --train-length 64 --schemes rope alibi\n"
+        "  octlm length --task copy --out runs/copy --seeds 1 2 3\n\n"
         + builtin_help(),
     )
     add_dataclass_options(p, LengthOptions)
@@ -31,6 +32,8 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.length import length_study
+    from octlm.task_study import task_study
 
-    length_study(options_from(args, LengthOptions), report)
+    opts = options_from(args, LengthOptions)
+    (task_study if opts.task else length_study)(opts, report)
     return 0

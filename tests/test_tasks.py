@@ -1,0 +1,107 @@
+"""The synthetic tasks of ``octlm length --task``: generators right by construction, and a model that learns copy."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from octlm.tasks import DIGITS, FILLER, PASSKEY_DIGITS, TASKS
+
+
+def draw(name, size, count=64, max_size=40, seed=0):
+    return TASKS[name].batch(size, count, max_size, torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+@pytest.mark.parametrize("size", [1, 2, 7, 40])
+def test_lengths_vocabulary_and_seed(name, size):
+    task = TASKS[name]
+    batch = draw(name, size)
+    assert batch.dtype == torch.long and batch.shape == (64, task.sequence_length(size))
+    assert 0 <= int(batch.min()) and int(batch.max()) < task.vocab_size(40)
+    assert torch.equal(batch, draw(name, size))  # the seed reproduces the data
+    assert not torch.equal(batch, draw(name, size, seed=1))
+
+
+def test_copy_and_reverse_answers():
+    for size in (1, 5, 30):
+        copy, reverse = draw("copy", size), draw("reverse", size)
+        assert (copy[:, size] == DIGITS).all() and (reverse[:, size] == DIGITS).all()
+        for row in copy.tolist():
+            assert row[size + 1 :] == row[:size]
+        for row in reverse.tolist():
+            assert row[size + 1 :] == row[:size][::-1]
+
+
+def test_recall_answer_is_the_value_of_the_asked_key():
+    for size in (1, 3, 40):
+        for row in draw("recall", size).tolist():
+            pairs, sep, key, value = row[: 2 * size], row[2 * size], row[-2], row[-1]
+            keys, values = pairs[0::2], pairs[1::2]
+            assert sep == DIGITS + 40 and len(set(keys)) == size and all(DIGITS <= k < DIGITS + 40 for k in keys)
+            assert all(0 <= v < DIGITS for v in values)
+            assert key in keys and values[keys.index(key)] == value
+
+
+def test_passkey_answer_is_the_hidden_number():
+    marker = DIGITS + FILLER
+    for size in (1, 9, 40):
+        batch = draw("passkey", size)
+        for row in batch.tolist():
+            prompt, sep, answer = row[: size + 1 + PASSKEY_DIGITS], row[size + 1 + PASSKEY_DIGITS], row[-PASSKEY_DIGITS:]
+            at = prompt.index(marker)
+            assert sep == marker + 1 and prompt[at + 1 : at + 1 + PASSKEY_DIGITS] == answer
+            filler = prompt[:at] + prompt[at + 1 + PASSKEY_DIGITS :]
+            assert filler == [DIGITS + i % FILLER for i in range(size)]
+        where = [row.index(marker) for row in batch.tolist()]
+        assert len(set(where)) > 1 or size == 1  # the number is hidden at varying depths
+
+
+def test_sizes_outside_the_range_are_refused():
+    with pytest.raises(ValueError, match="1 <= size <= max_size"):
+        TASKS["copy"].batch(0, 4, 10, torch.Generator())
+    with pytest.raises(ValueError, match="1 <= size <= max_size"):
+        TASKS["recall"].batch(11, 4, 10, torch.Generator())
+
+
+def test_training_sizes_are_1_to_L_only(monkeypatch):
+    from octlm import task_study
+
+    seen = []
+    real = TASKS["copy"].make
+    monkeypatch.setitem(TASKS, "copy", TASKS["copy"].__class__(**{**TASKS["copy"].__dict__, "make": lambda n, c, m, g: seen.append(n) or real(n, c, m, g)}))
+    opts = SimpleNamespace(task_length=3, d_model=16, n_heads=2, n_layers=1, max_steps=40, learning_rate=1e-2, batch_size=4)
+    task_study.train_task_model(TASKS["copy"], "rope", 0, opts, torch.device("cpu"))
+    assert len(seen) == 40 and set(seen) <= {1, 2, 3} and len(set(seen)) == 3
+
+
+def test_a_small_model_learns_copy_beyond_chance():
+    from octlm.task_study import exact_match, train_task_model
+
+    opts = SimpleNamespace(task_length=2, d_model=32, n_heads=2, n_layers=2, max_steps=150, learning_rate=1e-2, batch_size=32)
+    model, record = train_task_model(TASKS["copy"], "rope", 0, opts, torch.device("cpu"))
+    assert record["final_loss"] < 0.5 * math.log(DIGITS)  # uniform guessing costs ln 10 nats per answer symbol
+    assert exact_match(model, TASKS["copy"], 1, 8, 0, torch.device("cpu")) > 0.5  # chance: 1 in 10
+    assert exact_match(model, TASKS["copy"], 2, 8, 0, torch.device("cpu")) > 0.1  # chance: 1 in 100
+
+
+def test_the_study_writes_its_table_plot_and_jsonl(tmp_path, capsys):
+    import json
+
+    from octlm.cli import main
+
+    out = tmp_path / "copy"
+    args = ["length", "--task", "copy", "--out", str(out), "--max-steps", "5", "--task-length", "2", "--schemes", "learned", "rope",
+            "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--seeds", "1", "2", "--device", "cpu"]
+    assert main(args) == 0
+    assert "1x (2)" in capsys.readouterr().out
+    assert (out / "tasks.png").read_bytes()[:4] == b"\x89PNG" and "| `rope` |" in (out / "tasks.md").read_text()
+    records = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+    assert records[0]["record"] == "study" and records[0]["sizes"] == [2, 4, 6, 8]
+    evals = [r for r in records if r["record"] == "eval"]
+    assert len(evals) == 2 * 2 * 4  # schemes x seeds x sizes
+    assert all(r["exact_match"] is None for r in evals if r["position"] == "learned" and r["size"] > 2)  # past the table
+    assert all(0.0 <= r["exact_match"] <= 1.0 for r in evals if r["position"] == "rope")
