@@ -127,3 +127,61 @@ def test_scaling_options_are_checked(sources, small_corpus, tmp_path, capsys):
         from octlm.extend import source_config
 
         source_config(tmp_path / "missing")
+
+
+STUDY = ["--vocab-size", "280", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "4", "--train-length", "8",
+         "--multipliers", "1", "2", "--schemes", "rope", "learned", "--rope-scalings"]
+
+
+def _study(out, small_corpus, *extra):
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["length", "--text", str(small_corpus), "--out", str(out), "--json", *STUDY, *extra]) == 0
+    return [json.loads(line) for line in (out / "length.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def extended(tmp_path_factory, small_corpus):
+    root = tmp_path_factory.mktemp("study")
+    two = _study(root / "two", small_corpus, "--max-steps", "3", "--seeds", "2", "--extend-to", "2", "--extend-steps", "2")
+    one = _study(root / "one", small_corpus, "--max-steps", "3", "--extend-to", "2", "--extend-steps", "2")
+    return root, two, one
+
+
+def test_extension_stage_curves_and_scores(extended):
+    root, two, _ = extended
+    curves = [r for r in two if r["record"] == "curve"]
+    labels = ["rope", "rope+linear", "rope+ntk", "rope+yarn", "learned"]
+    assert sorted({c["label"] for c in curves}) == sorted(labels)
+    assert sorted({c["step"] for c in curves}) == [0, 1, 2] and {c["eval_length"] for c in curves} == {16}
+    evals = [r for r in two if r["record"] == "eval" and "extended_to" in r]
+    assert {r["label"] for r in evals} == {f"{label}@2x" for label in labels}
+    assert all(r["bpb"] is not None for r in evals)  # the learned table now has 2T rows, so 2x scores
+    trains = [r for r in two if r["record"] == "train"]
+    assert {r["steps"] for r in trains if "@" not in r["position"]} == {3} and {r["steps"] for r in trains if "@" in r["position"]} == {2}
+    # the length study reproduces the saved scaling: the linear fine-tune's config holds it, and load_run applies it
+    config = json.loads((root / "two" / "runs" / "rope+linear@2x-seed1337" / "config.json").read_text())
+    assert config["train"]["rope_scaling"] == {"method": "linear", "factor": 2.0, "original_length": 8}
+    assert load_run(root / "two" / "runs" / "rope+linear@2x-seed1337")[0].positions.scaling.method == "linear"
+    table = (root / "two" / "length.md").read_text()
+    assert "±" in table and "fine-tuning steps" in table
+    assert (root / "two" / "extend.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_same_seed_same_numbers_other_seed_differs(extended):
+    _, two, one = extended
+
+    def numbers(records, seed):
+        return [(r["label"], r["eval_length"], r["bpb"]) for r in records if r["record"] in ("eval", "curve") and r["seed"] == seed]
+
+    assert numbers(one, 1337) == numbers(two, 1337)
+    first, second = numbers(two, 1337), numbers(two, 1338)
+    assert len(first) == len(second) and all(a[2] != b[2] for a, b in zip(first, second) if a[2] is not None)
+
+
+def test_time_budget_becomes_one_step_count(tmp_path, small_corpus):
+    records = _study(tmp_path / "timed", small_corpus, "--time-budget", "1")
+    study = records[0]
+    assert study["equal_steps"]["steps"] >= 1 and study["equal_steps"]["timed_scheme"] == "rope"
+    assert {r["steps"] for r in records if r["record"] == "train"} == {study["equal_steps"]["steps"]}
+    assert not (tmp_path / "timed" / "runs" / ".timing").exists()
