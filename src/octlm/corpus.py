@@ -42,6 +42,8 @@ class SplitText:
 def split_and_tokenize(opts: TrainOptions) -> SplitText:
     """Read ``opts.text``, split it by ``opts.val_fraction`` and train the tokenizer on the training split.
 
+    With ``opts.init_from`` the source run's tokenizer is used instead.
+
     Deterministic, so a length study can count the validation tokens of the
     runs it is about to train.
 
@@ -50,7 +52,9 @@ def split_and_tokenize(opts: TrainOptions) -> SplitText:
     """
     docs, info = data.read_documents(opts.text or None, opts.encoding)
     train_texts, val_texts = data.split_documents(docs, opts.val_fraction)
-    return SplitText(docs, info, train_texts, val_texts, Tokenizer.train(train_texts, opts.vocab_size))
+    # A run started from another keeps that run's tokenizer: its token rows mean those ids.
+    tokenizer = RunFolder(opts.init_from, "--init-from").read_tokenizer() if opts.init_from else Tokenizer.train(train_texts, opts.vocab_size)
+    return SplitText(docs, info, train_texts, val_texts, tokenizer)
 
 
 def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> Corpus:

@@ -28,7 +28,6 @@ Protocol (the README repeats it):
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 import time
@@ -47,12 +46,13 @@ from octlm.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_s
 from octlm.report import Reporter
 from octlm.run import RunFolder
 from octlm.tasks import TASKS
+from octlm.study_extend import EXTEND_PLOT, EXTENSIONS, curve_markdown, curve_plot, fine_tune, labels_for, measure_steps
+from octlm.length_report import NOT_AVAILABLE, mean_rows, bucket_bpb, format_tables, markdown_tables, plot, position_buckets, position_curve
 
 #: Seconds of training per model by default: five models at four minutes and
 #: the evaluation took 20.7 minutes on two CPU cores (tinyshakespeare,
 #: measured), inside a budget of 30.
 DEFAULT_TIME_BUDGET = 240.0
-NOT_AVAILABLE = "n/a (no rows past T)"
 JSONL = "length.jsonl"
 PLOT = "length.png"
 TABLE = "length.md"
@@ -101,10 +101,17 @@ class LengthOptions:
     device: str = same_as(TrainOptions, "device")
     threads: int | None = same_as(TrainOptions, "threads")
     overwrite: bool = option(False, "replace an existing study folder at --out")
-    # The task study (octlm.task_study) reads the shape, schemes, steps and seeds above and these three.
+    # The task study (octlm.task_study) reads the shape, schemes, steps and seeds and these two.
     task: str | None = option(None, "train on a synthetic task instead of --text: sizes 1..--task-length, exact match at 1x-4x", choices=list(TASKS))
     task_length: int = option(16, "longest training instance of --task, L (items: symbols, pairs or filler tokens)", bounds=at_least(1, "items"))
-    seeds: list[int] | None = option(None, "seeds of the task study, one model per scheme and seed (default: --seed)", nargs="+", metavar="SEED")
+    seeds: int = option(1, "train every model (base and extended) with this many seeds (--seed, --seed + 1, ...); tables show mean ± std",
+                        bounds=at_least(1))
+    extend_to: int | None = option(None, "extension stage: fine-tune a copy of each model at this multiple M of T (octlm train --init-from); "
+                                   "off by default", bounds=at_least(2), metavar="M")
+    extend_steps: int = option(100, "fine-tuning steps of each extension (curve points after 0, N/4, N/2, 3N/4 and N)", bounds=at_least(1),
+                               metavar="N")
+    extend_learning_rate: float = option(1e-3, "peak learning rate of the fine-tunes", bounds=Bound(0, math.inf, low_open=True, high_open=True,
+                                                                                                  says="a finite number > 0"))
 
     def resolved(self) -> LengthOptions:
         """A copy with the defaults that depend on other options filled in: what the study runs and records."""
@@ -114,13 +121,17 @@ class LengthOptions:
             scalings = scalings_taken(self.schemes)
         # --max-steps replaces the budget (train_options drops it), so the record must not claim one.
         budget = None if self.max_steps is not None else self.time_budget
-        return dataclasses.replace(self, rope_scalings=list(scalings), time_budget=budget)
+        # The extension stage scores at M x T, so that length is among the evaluated ones.
+        multipliers = sorted(set(self.multipliers) | ({self.extend_to} if self.extend_to else set()))
+        return dataclasses.replace(self, rope_scalings=list(scalings), time_budget=budget, multipliers=multipliers)
 
-    def train_options(self, scheme: str, run_dir: Path) -> TrainOptions:
+    def train_options(self, scheme: str, run_dir: Path, seed: int | None = None) -> TrainOptions:
         """The ``octlm train`` options of one model of the study: the shared ones by name, the rest fixed."""
         unread = scheme_options(scheme)[1]
         shared = {f.metadata["same_as"]: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("same_as") not in unread | {None}}
         shared.update(text=list(self.text), time_budget=None if self.max_steps is not None else self.time_budget)
+        if seed is not None:
+            shared["seed"] = seed
         return TrainOptions(**shared, position=scheme, sample_tokens=0, out=str(run_dir), overwrite=True)
 
 
@@ -194,7 +205,7 @@ def prepare_study_dir(out: str, overwrite: bool) -> Path:
     path = Path(out)
 
     def refuse(folder: RunFolder) -> str | None:
-        is_study = (path / RUNS).is_dir() and all(p.name in {RUNS, JSONL, PLOT, TABLE} for p in path.iterdir())
+        is_study = (path / RUNS).is_dir() and all(p.name in {RUNS, JSONL, PLOT, TABLE, EXTEND_PLOT} for p in path.iterdir())
         return None if is_study else f"--out {path}: holds files that are not an octlm length study; refusing to touch them"
 
     study = RunFolder(path)
@@ -270,44 +281,6 @@ def _without_positions(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith("position_")}
 
 
-def position_curve(row: dict, first: int = 1, per_octave: int = 4) -> tuple[np.ndarray, np.ndarray]:
-    """Bits per byte along a window, in buckets evenly spaced on a log scale of the position.
-
-    Returns ``(centres, bpb)``: the geometric centre of each bucket of window
-    positions, counted from 1 (the first prediction), and the bits per byte of
-    the targets in it. Every bucket holds at least ``first`` positions, and
-    each ends ``2 ** (1 / per_octave)`` times further along than the one
-    before it when that is more, which averages out the noise of a few dozen
-    windows.
-    """
-    nats = np.asarray(row["position_loss"]) * row["windows"]
-    nbytes = np.asarray(row["position_bytes"])
-    n, first = len(nats), max(1, first)
-    edges = [0]
-    while edges[-1] < n:
-        edges.append(min(n, max(edges[-1] + first, round(edges[-1] * 2 ** (1 / per_octave)))))
-    centres, curve = [], []
-    for a, b in zip(edges, edges[1:]):
-        centres.append(math.sqrt((a + 1) * b))
-        curve.append(nats[a:b].sum() / math.log(2) / max(nbytes[a:b].sum(), 1))
-    return np.asarray(centres), np.asarray(curve)
-
-
-def position_buckets(train_length: int, length: int) -> list[tuple[int, int]]:
-    """Window position ranges [start, end): [0, T), [T, 2T), [2T, 4T), ... up to ``length``."""
-    edges = [0, train_length]
-    while edges[-1] < length:
-        edges.append(min(2 * edges[-1], length))
-    return [(a, b) for a, b in zip(edges, edges[1:]) if a < length]
-
-
-def bucket_bpb(row: dict, buckets: list[tuple[int, int]]) -> list[float | None]:
-    """Bits per byte of the targets at window positions within each bucket."""
-    nats = np.asarray(row["position_loss"]) * row["windows"]
-    nbytes = np.asarray(row["position_bytes"])
-    return [float(nats[a:b].sum() / math.log(2) / max(nbytes[a:b].sum(), 1)) for a, b in buckets]
-
-
 def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
     """Run ``octlm length``; returns the result dict (also the last ``--json`` line).
 
@@ -322,9 +295,7 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
             shorter than one window of the longest length (checked before
             anything is trained or written).
     """
-    from octlm.run import load_run
     from octlm.device import resolve_device
-    from octlm.train import train
 
     report = report or Reporter()
     check_options(opts)
@@ -332,58 +303,49 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
     device = resolve_device(opts.device)
     check_validation_length(validation_tokens(opts), opts)
     out = prepare_study_dir(opts.out, opts.overwrite)
-    T = opts.train_length
-    multipliers = sorted(set(opts.multipliers))
+    T, multipliers = opts.train_length, opts.multipliers
     lengths = [m * T for m in multipliers]
-    budget = f"{opts.max_steps} steps" if opts.max_steps is not None else f"{opts.time_budget:g}s"
-    report.event("study", f"length study: {len(opts.schemes)} models ({', '.join(opts.schemes)}), {budget} each, T={T}, "
-                 f"evaluated at {', '.join(map(str, lengths))} tokens", schemes=opts.schemes, lengths=lengths, options=dataclasses.asdict(opts))
     t0 = time.perf_counter()
-    trained: dict[str, dict] = {}
-    longest = max(lengths)
-    for scheme in opts.schemes:
-        result = train(opts.train_options(scheme, out / RUNS / scheme), _ScopedReporter(report, scheme))
-        trained[scheme] = result
-        if result.get("interrupted"):
-            raise KeyboardInterrupt
-    _same_data(trained)
-    val = _validation_stream(Path(trained[opts.schemes[0]]["run_dir"]))
+    steps = None
+    if opts.max_steps is None:  # equal training: the budget becomes one step count for every model
+        steps = measure_steps(opts, out / RUNS / ".timing", report)
+        opts = dataclasses.replace(opts, max_steps=steps["steps"])
+    report.event("study", f"length study: {len(opts.schemes)} models ({', '.join(opts.schemes)}) x {opts.seeds} seed(s), {opts.max_steps} steps "
+                 f"each, T={T}, evaluated at {', '.join(map(str, lengths))} tokens", schemes=opts.schemes, lengths=lengths, options=dataclasses.asdict(opts))
+    seeds = [opts.seed + i for i in range(opts.seeds)]
+    trained = _train_base(opts, out, seeds, report)
+    val = _validation_stream(Path(next(iter(trained.values()))["run_dir"]))
     n_windows = check_validation_length(len(val), opts)  # the stream scored, which the check above predicted
-    scored = np.asarray(val[: n_windows * longest + 1])
-    report.event("evaluate", f"evaluating on the first {len(scored) - 1:,} validation targets ({n_windows} windows of {longest})",
+    scored = np.asarray(val[: n_windows * max(lengths) + 1])
+    report.event("evaluate", f"evaluating on the first {len(scored) - 1:,} validation targets ({n_windows} windows of {max(lengths)})",
                  targets=len(scored) - 1)
-
-    rows: list[dict] = []
     t_eval = time.perf_counter()
-    for scheme in opts.schemes:
-        model, tokenizer = load_run(trained[scheme]["run_dir"], device)
-        methods: list[str | None] = [None, *(m for m in opts.rope_scalings if m in SCHEMES[scheme].scalings())]
-        for method in methods:
-            for m, length in zip(multipliers, lengths):
-                factor = None if method is None else (1.0 if method == "dynamic-ntk" else float(m))
-                row = _row(scheme, method, factor, m, length)
-                if model.max_length is not None and length > model.max_length:
-                    row.update(status=NOT_AVAILABLE, bpb=None)
-                else:
-                    model.set_rope_scaling(method, factor or 1.0)
-                    result = evaluate(model, scored, tokenizer.bytes_per_token, length, max(1, opts.eval_tokens // length), None, device, per_position=True)
-                    _scored(row, result)
-                rows.append(row)
-                shown = f"{row['bpb']:.4f} bits per byte" if row["bpb"] is not None else row["status"]
-                report.event("length", f"{row['label']:>18} at {length:>6} tokens: {shown}", **_without_positions(row))
-        model.set_rope_scaling(None)
-
-    train_rows = [{"record": "train", "position": s, **{k: v for k, v in r.items() if k in ("steps", "train_seconds", "tokens_per_second", "val_bpb", "run_dir")}} for s, r in trained.items()]
-    lines = [json.dumps({"record": "study", "train_length": T, "lengths": lengths, "targets": len(scored) - 1, "options": dataclasses.asdict(opts)})]
-    lines += [json.dumps(r) for r in train_rows + rows]
+    rows: list[dict] = []
+    for (scheme, seed), result in trained.items():
+        rows += _score_base(opts, scheme, seed, result["run_dir"], scored, device, report)
+    train_rows = [_train_row(scheme, seed, r, opts.seeds) for (scheme, seed), r in trained.items()]
+    curves: list[dict] = []
+    if opts.extend_to:
+        for seed in seeds:
+            for label in labels_for(opts.schemes):
+                ext_rows, ext_train, curve = _extend_one(opts, label, seed, trained, out, scored, device, report)
+                rows += ext_rows
+                train_rows.append(ext_train)
+                curves += curve
+    study = {"record": "study", "train_length": T, "lengths": lengths, "targets": len(scored) - 1, "equal_steps": steps, "options": dataclasses.asdict(opts)}
+    lines = [json.dumps(r) for r in [study, *train_rows, *rows, *curves]]
     atomic_write(out / JSONL, "\n".join(lines) + "\n")
-    tables = format_tables(rows, T, lengths, train_rows)
-    atomic_write(out / TABLE, markdown_tables(rows, T, lengths, train_rows))
-    atomic_write(out / PLOT, plot(rows, T, lengths))
+    shown = mean_rows(rows)
+    tables = format_tables(shown, T, lengths, train_rows)
+    atomic_write(out / TABLE, markdown_tables(shown, T, lengths, train_rows) + (f"\n{curve_markdown(curves)}" if curves else ""))
+    atomic_write(out / PLOT, plot(shown, T, lengths))
+    if curves:
+        atomic_write(out / EXTEND_PLOT, curve_plot(curves))
+        tables += "\n\n" + curve_markdown(curves)
     seconds = time.perf_counter() - t0
-    summary = [_without_positions(r) for r in rows]
     result = {
-        "out": str(out), "train_length": T, "lengths": lengths, "targets": len(scored) - 1, "trained": train_rows, "results": summary,
+        "out": str(out), "train_length": T, "lengths": lengths, "targets": len(scored) - 1, "trained": train_rows,
+        "results": [_without_positions(r) for r in rows], "curves": curves, "equal_steps": steps,
         "jsonl": str(out / JSONL), "plot": str(out / PLOT), "table": str(out / TABLE),
         "seconds": seconds, "eval_seconds": time.perf_counter() - t_eval,
     }
@@ -392,102 +354,84 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
     return result
 
 
-def _cell(row: dict | None) -> str:
-    if row is None:
-        return "-"
-    return f"{row['bpb']:.4f}" if row["bpb"] is not None else "n/a"
+def _run_dir(out: Path, name: str, seed: int, opts: LengthOptions) -> Path:
+    return out / RUNS / (name if opts.seeds == 1 else f"{name}-seed{seed}")
 
 
-def _grid(rows: list[dict], lengths: list[int]) -> dict[str, dict[int, dict]]:
-    grid: dict[str, dict[int, dict]] = {}
-    for row in rows:
-        grid.setdefault(row["label"], {})[row["eval_length"]] = row
-    return grid
+def _train_base(opts: LengthOptions, out: Path, seeds: list[int], report: Reporter) -> dict[tuple[str, int], dict]:
+    """Train every scheme with every seed; ``{(scheme, seed): train result}``."""
+    from octlm.train import train
+
+    trained: dict[tuple[str, int], dict] = {}
+    for seed in seeds:
+        for scheme in opts.schemes:
+            tag = scheme if opts.seeds == 1 else f"{scheme} seed {seed}"
+            result = train(opts.train_options(scheme, _run_dir(out, scheme, seed, opts), seed), _ScopedReporter(report, tag))
+            trained[(scheme, seed)] = result
+            if result.get("interrupted"):
+                raise KeyboardInterrupt
+    _same_data({f"{scheme} seed {seed}": r for (scheme, seed), r in trained.items()})
+    return trained
 
 
-def format_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list[dict]) -> str:
-    """The terminal tables: bits per byte by length, and by window position at the longest length."""
-    grid = _grid(rows, lengths)
-    width = max(len(label) for label in grid) + 2
-    head = "".join(f"{f'{L // T}x={L}':>12}" for L in lengths)
-    lines = [f"validation bits per byte by evaluation length, trained at T={T} (lower is better)", f"{'scheme':<{width}}{head}"]
-    for label, cells in grid.items():
-        lines.append(f"{label:<{width}}" + "".join(f"{_cell(cells.get(L)):>12}" for L in lengths))
-    if any(row["bpb"] is None for row in rows):
-        # The reason is too long for a cell and would push the row out of its columns.
-        lines.append(f"n/a: no rows past T={T} (a learned position table has T rows)")
-    longest = max(lengths)
-    buckets = position_buckets(T, longest)
-    if len(buckets) > 1:
-        lines += ["", f"where each scheme breaks: bits per byte by position in {longest}-token windows"]
-        lines.append(f"{'scheme':<{width}}" + "".join(f"{f'{a}-{b - 1}':>12}" for a, b in buckets))
-        for label, cells in grid.items():
-            row = cells.get(longest)
-            if row is None or row["bpb"] is None:
-                continue
-            lines.append(f"{label:<{width}}" + "".join(f"{v:>12.4f}" for v in bucket_bpb(row, buckets)))
-    lines += ["", "trained: " + "; ".join(f"{r['position']} {r['steps']} steps ({r['tokens_per_second']:,.0f} tokens/s)" for r in train_rows)]
-    return "\n".join(lines)
+def _train_row(name: str, seed: int, result: dict, n_seeds: int) -> dict:
+    keep = ("steps", "train_seconds", "tokens_per_second", "val_bpb", "run_dir")
+    return {"record": "train", "position": name, "seed": seed, **{k: v for k, v in result.items() if k in keep}}
 
 
-def markdown_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list[dict]) -> str:
-    """The same tables as Markdown, for a README."""
-    grid = _grid(rows, lengths)
-    lines = [f"Validation bits per byte by evaluation length (trained at T = {T}; lower is better):", ""]
-    lines.append("| scheme | " + " | ".join(f"{L // T}x ({L})" for L in lengths) + " |")
-    lines.append("| --- |" + " ---: |" * len(lengths))
-    for label, cells in grid.items():
-        values = []
-        for L in lengths:
-            row = cells.get(L)
-            values.append(NOT_AVAILABLE if row is not None and row["bpb"] is None else _cell(row))
-        lines.append(f"| `{label}` | " + " | ".join(values) + " |")
-    longest = max(lengths)
-    buckets = position_buckets(T, longest)
-    if len(buckets) > 1:
-        lines += ["", f"Bits per byte by position within {longest}-token windows:", ""]
-        lines.append("| scheme | " + " | ".join(f"{a}-{b - 1}" for a, b in buckets) + " |")
-        lines.append("| --- |" + " ---: |" * len(buckets))
-        for label, cells in grid.items():
-            row = cells.get(longest)
-            if row is not None and row["bpb"] is not None:
-                lines.append(f"| `{label}` | " + " | ".join(f"{v:.4f}" for v in bucket_bpb(row, buckets)) + " |")
-    lines += ["", "Training: " + "; ".join(f"`{r['position']}` {r['steps']} steps, {r['val_bpb']:.4f} bits per byte at T" for r in train_rows) + "."]
-    return "\n".join(lines) + "\n"
+def _score_lengths(opts: LengthOptions, model, tokenizer, make_row, scored: np.ndarray, device, report: Reporter, scale) -> list[dict]:
+    """Score ``model`` at every evaluation length; ``scale(m)`` sets its scaling first (or leaves it)."""
+    rows = []
+    for m in opts.multipliers:
+        length = m * opts.train_length
+        row = make_row(m, length)
+        if model.max_length is not None and length > model.max_length:
+            row.update(status=NOT_AVAILABLE, bpb=None)
+        else:
+            scale(m)
+            result = evaluate(model, scored, tokenizer.bytes_per_token, length, max(1, opts.eval_tokens // length), None, device, per_position=True)
+            _scored(row, result)
+        rows.append(row)
+        shown = f"{row['bpb']:.4f} bits per byte" if row["bpb"] is not None else row["status"]
+        report.event("length", f"{row['label']:>18} at {length:>6} tokens: {shown}", **_without_positions(row))
+    return rows
 
 
-def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
-    """PNG bytes: bits per byte against evaluation length (log x), and per position at the longest length."""
-    from matplotlib.figure import Figure
+def _score_base(opts: LengthOptions, scheme: str, seed: int, run_dir: str, scored: np.ndarray, device, report: Reporter) -> list[dict]:
+    """A base model at every length, plain and under each RoPE scaling it takes (factor = length / T)."""
+    from octlm.run import load_run
 
-    grid = _grid(rows, lengths)
-    fig = Figure(figsize=(13, 5), dpi=110)
-    left, right = fig.subplots(1, 2)
-    longest = max(lengths)
-    for label, cells in grid.items():
-        scaled = "+" in label
-        xs = [L for L in lengths if L in cells and cells[L]["bpb"] is not None]
-        ys = [cells[L]["bpb"] for L in xs]
-        style = dict(linestyle="--" if scaled else "-", marker="o" if not scaled else ".", linewidth=1.2 if scaled else 2.0)
-        (line,) = left.plot(xs, ys, label=label, **style)
-        if xs:  # per position at the longest length this label reached (a learned table stops at T)
-            centres, curve = position_curve(cells[xs[-1]], first=max(1, T // 16))
-            right.plot(centres, curve, color=line.get_color(), linestyle=style["linestyle"], linewidth=1.0, label=label)
-    for ax in (left, right):
-        ax.axvline(T, color="grey", linestyle=":", linewidth=1)
-        ax.set_xscale("log", base=2)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.set_ylabel("validation bits per byte")
-    left.set_xticks(lengths, [str(L) for L in lengths])
-    left.set_xlabel(f"evaluation length (tokens); dotted: training length T={T}")
-    left.set_title("bits per byte against evaluation length")
-    left.legend(fontsize=8)
-    right.set_xlabel(f"position in a {longest}-token window (1 = first prediction; buckets of at least {max(1, T // 16)}, log-spaced)")
-    right.set_title("where each scheme breaks: bits per byte along the window")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
+    model, tokenizer = load_run(run_dir, device)
+    rows: list[dict] = []
+    for method in [None, *(m for m in opts.rope_scalings if m in SCHEMES[scheme].scalings())]:
+        def factor(m: int, method=method) -> float | None:
+            return None if method is None else (1.0 if method == "dynamic-ntk" else float(m))
+
+        def make_row(m: int, length: int, method=method) -> dict:
+            return {**_row(scheme, method, factor(m), m, length), "seed": seed}
+
+        rows += _score_lengths(opts, model, tokenizer, make_row, scored, device, report,
+                               lambda m, method=method: model.set_rope_scaling(method, factor(m) or 1.0))
+    model.set_rope_scaling(None)
+    return rows
+
+
+def _extend_one(opts: LengthOptions, label: str, seed: int, trained: dict, out: Path, scored: np.ndarray, device, report: Reporter):
+    """Fine-tune one extension method from its base run and score it at every length under its saved scaling."""
+    from octlm.run import load_run
+
+    scheme, method = EXTENSIONS[label]
+    name = f"{label}@{opts.extend_to}x"
+    run_dir = _run_dir(out, name, seed, opts)
+    result, curve = fine_tune(opts, label, Path(trained[(scheme, seed)]["run_dir"]), run_dir, seed, scored, device, report)
+    model, tokenizer = load_run(run_dir, device)
+
+    def make_row(m: int, length: int) -> dict:
+        row = {**_row(scheme, method, float(opts.extend_to) if method else None, m, length), "seed": seed}
+        return {**row, "label": name, "extended_to": opts.extend_to, "extend_steps": result["steps"]}
+
+    rows = _score_lengths(opts, model, tokenizer, make_row, scored, device, report, lambda m: None)
+    return rows, _train_row(name, seed, result, opts.seeds), curve
 
 
 __all__ = ["DEFAULT_TIME_BUDGET", "LengthOptions", "bucket_bpb", "check_options", "format_tables", "length_study", "markdown_tables", "plot", "position_buckets", "position_curve"]

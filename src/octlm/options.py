@@ -25,7 +25,7 @@ from pathlib import Path
 
 from octlm.errors import OctlmError, RunError
 from octlm.model import ACTIVATIONS, DecoderConfig, DecoderFieldError
-from octlm.positions import DEFAULT_BASE, ROPE_LAYOUTS, SCHEME_NAMES, SCHEMES, SINUSOIDAL_LAYOUTS, random_position_schemes
+from octlm.positions import DEFAULT_BASE, ROPE_LAYOUTS, ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, SINUSOIDAL_LAYOUTS, random_position_schemes
 from octlm.tokenizer import MIN_VOCAB_SIZE
 
 #: Steps of the main job when neither --max-steps nor --time-budget is given;
@@ -242,6 +242,13 @@ class TrainOptions:
     t5_max_distance: int = option(128, "distance (tokens) where the t5 bias's last bucket starts", bounds=at_least(2, "tokens"))
     randomize_positions: int = option(1, "train at positions drawn from FACTOR x context length (Ruoss et al. 2023; "
                                       f"{', '.join(random_position_schemes())}); 1: off. Evaluation and sampling use positions 0, 1, 2, ...", bounds=at_least(1), metavar="FACTOR")
+    # fine-tuning from a run (octlm.extend)
+    init_from: str | None = option(None, "start from this run's weights and tokenizer, with a fresh optimizer and schedule; "
+                                   "the model shape is the source's, --context-length and the data may change", metavar="RUN_DIR")
+    rope_scaling: str | None = option(None, "train and run a RoPE model under this scaling (saved in config.json, so sample, "
+                                      "evaluation and export reproduce it)", choices=list(ROPE_SCALINGS), metavar="METHOD")
+    rope_factor: float | None = option(None, "scale of --rope-scaling: new length / trained length (dynamic-ntk: default 1)",
+                                       bounds=Bound(1, math.inf, high_open=True, says="a finite number >= 1"))
     # optimisation
     batch_size: int = option(32, "blocks per step (per process)", bounds=at_least(1), resume=FREE)
     learning_rate: float = option(5e-3, "peak AdamW learning rate", bounds=finite(low_open=True), resume=RETUNABLE)
@@ -326,6 +333,9 @@ def check_options(opts: TrainOptions) -> None:
     """
     check_fields(opts)
     check_scheme_options(opts)
+    from octlm.extend import check_scaling_options
+
+    check_scaling_options(opts)
     try:
         opts.model_config(vocab_size=opts.vocab_size)
     except DecoderFieldError as err:
@@ -362,6 +372,8 @@ def stored_options(run_dir: Path) -> dict:
     stored = load_config(run_dir).get("train", {})
     if not isinstance(stored, dict):
         raise RunError(f"{where}: its \"train\" section must be an object of options, got {type(stored).__name__}; the file is damaged")
+    if isinstance(stored.get("rope_scaling"), dict):  # stored resolved (octlm.extend.scaling_record); the option is its method
+        stored = {**stored, "rope_scaling": stored["rope_scaling"].get("method")}
     try:
         return checked_values(stored, where, stored=True)
     except OctlmError as err:

@@ -98,8 +98,9 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
     """Load a trained model and its tokenizer from a run folder.
 
     Returns:
-        ``(model, tokenizer)``; the model is in eval mode on ``device`` and
-        its head is tied to its token table again.
+        ``(model, tokenizer)``; the model is in eval mode on ``device``, its
+        head is tied to its token table again, and it runs under the RoPE
+        scaling the run saved (``train.rope_scaling``), if any.
 
     Raises:
         RunError: when the folder or one of its files is missing or corrupted
@@ -117,6 +118,10 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
         raise RunError(f"{run_dir / CONFIG}: invalid model config: {err}") from None
     model = Decoder(model_config)
     load_weights(run_dir / WEIGHTS, model)
+    from octlm.extend import apply_scaling
+
+    stored_scaling = (config.get("train") or {}).get("rope_scaling")
+    apply_scaling(model, stored_scaling if isinstance(stored_scaling, dict) else None)
     tokenizer = RunFolder(run_dir).read_tokenizer()
     tokenizer_path = run_dir / TOKENIZER
     if tokenizer.vocab_size != model_config.vocab_size:

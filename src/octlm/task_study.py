@@ -148,7 +148,7 @@ def task_study(opts: Any, report: Reporter | None = None) -> dict:
     task, device = TASKS[opts.task], resolve_device(opts.device)
     set_threads(opts.threads)
     out = prepare_task_dir(opts.out, opts.overwrite)
-    seeds = list(opts.seeds or [opts.seed])
+    seeds = [opts.seed + i for i in range(opts.seeds)]
     sizes = [m * opts.task_length for m in TASK_MULTIPLIERS]
     report.event("study", f"task study: {task.name}, {len(opts.schemes)} schemes x {len(seeds)} seeds, trained on sizes 1..{opts.task_length}, "
                  f"evaluated at {', '.join(map(str, sizes))}", task=task.name, schemes=opts.schemes, sizes=sizes, seeds=seeds)

@@ -66,6 +66,10 @@ def train(
     if run_dir is not None:
         opts, changes = _resumed_options(run_dir, opts, given)
     else:
+        if opts.init_from:
+            from octlm.extend import init_from_options
+
+            opts = init_from_options(opts, given_options(opts) if given is None else set(given))
         check_options(opts)
     group, device_name = distributed.setup(opts.device)
     try:

@@ -40,6 +40,7 @@ from octlm.diagnostics import embedding_diagnostic, frequent_tokens
 from octlm.distributed import Group
 from octlm.errors import OctlmError, RunError
 from octlm.evaluate import EvalResult, evaluate
+from octlm.extend import config_record, prepare_model
 from octlm.generation import sample_from
 from octlm.model import Decoder, DecoderConfig, cross_entropy
 from octlm.optim import lr_at, make_optimizer
@@ -126,7 +127,9 @@ class Trainer:
         self.config = self._fresh_config() if self.ckpt is None else self._resumed_config()
         opts, config, group = self.opts, self.config, self.group
         torch.manual_seed(opts.seed)
-        self.model = Decoder(config).to(self.device)
+        self.model = Decoder(config)
+        prepare_model(self.model, opts, load_source=self.ckpt is None)  # --init-from weights, --rope-scaling
+        self.model.to(self.device)
         if group.active:
             # Same initial weights everywhere (DDP also broadcasts them), different dropout masks per rank.
             torch.manual_seed(opts.seed + 1_000_003 * group.rank)
@@ -172,7 +175,7 @@ class Trainer:
 
     def _write_config(self, config: DecoderConfig) -> None:
         folder, opts = self.folder, self.opts
-        self.group.run_on_main(lambda: folder.write_config(config, {**opts.to_dict(), "max_steps": self.max_steps, "out": str(folder)}))
+        self.group.run_on_main(lambda: folder.write_config(config, {**opts.to_dict(), "max_steps": self.max_steps, "out": str(folder), **config_record(opts)}))
 
     def _fresh_config(self) -> DecoderConfig:
         folder, group = self.folder, self.group

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.train import train
 
     given = None
-    if args.resume:
+    if args.resume or args.init_from:  # both refuse options that contradict the run they start from
         given = given_options(args.parser, args.argv[1:]) - {"config", "resume", "json", "quiet"}
     result = train(options_from(args, TrainOptions), report, resume=args.resume, given=given)
     return 130 if result["interrupted"] else 0
