@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
         "n/a past T (their table has no rows there). Writes a table, a PNG plot and JSONL into --out.",
         epilog="examples:\n  octlm length --text tinyshakespeare --out runs/length\n"
         "  octlm length --text notes.txt --out runs/quick --time-budget 30 --train-length 64 --schemes rope alibi\n"
-        "  octlm length --task copy --out runs/copy --seeds 1 2 3\n\n"
+        "  octlm length --task copy --out runs/copy --seeds 3\n\n"
         + builtin_help(),
     )
     add_dataclass_options(p, LengthOptions)
