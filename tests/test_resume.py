@@ -350,3 +350,43 @@ def test_quiet_report_of_an_interrupted_run_still_says_how_to_resume(trained_run
               "interrupted": True, "val_loss": 5.0, "val_perplexity": 148.4, "val_bpb": 2.5, "val_tokens": 100}
     text = final_report(result, "", {}, brief=True)  # what --quiet prints
     assert text.endswith(f"continue exactly where it stopped with: octlm train --resume {trained_run}")
+
+
+def test_a_run_stopped_before_its_first_checkpoint_resumes_from_step_0(reference, small_corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+
+    def ctrl_c_twice(step):
+        if step == 3:
+            raise KeyboardInterrupt  # what a second Ctrl-C does: stop at once, nothing saved
+
+    with pytest.raises(TrainingError, match=f"octlm train --resume {run}"):
+        train(options(small_corpus, run, max_steps=12, save_every=0, log_interval=1), QUIET, step_hook=ctrl_c_twice)
+    assert not (run / CHECKPOINT).exists() and (run / "metrics.jsonl").read_text()
+
+    assert main(["train", "--resume", str(run), "--quiet"]) == 0
+    assert "starting it again from step 0" in capsys.readouterr().err
+    assert weights(run) == weights(reference / "12")
+    assert train_losses(run) == train_losses(reference / "12")
+
+
+def test_ctrl_c_during_the_final_evaluation_still_says_how_to_resume(small_corpus, tmp_path, monkeypatch, capsys):
+    import octlm.trainer as trainer_module
+
+    run = tmp_path / "run"
+    real = trainer_module.evaluate
+
+    def interrupted_final(model, *args, **kwargs):
+        if (run / CHECKPOINT).exists():
+            raise KeyboardInterrupt  # Ctrl-C pressed again (and again) while the final evaluation runs
+        return real(model, *args, **kwargs)
+
+    def ctrl_c(step):
+        if step == 6:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(trainer_module, "evaluate", interrupted_final)
+    with pytest.raises(KeyboardInterrupt):
+        train(options(small_corpus, run, max_steps=12, save_every=0, eval_interval=100), Reporter(), step_hook=ctrl_c)
+    err = capsys.readouterr().err
+    assert "interrupted during the final evaluation" in err and f"octlm train --resume {run}" in err
+    assert load_checkpoint(run / CHECKPOINT).step == 7

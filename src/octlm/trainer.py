@@ -161,7 +161,13 @@ class Trainer:
         else:
             self.folder = RunFolder(self.resume)
             self.lock = self.folder.lock() if group.is_main else None
-            self.ckpt = load_checkpoint(self.folder.path / CHECKPOINT)
+            checkpoint = self.folder.path / CHECKPOINT
+            if checkpoint.exists() or self.folder.weights_path.exists():
+                self.ckpt = load_checkpoint(checkpoint)
+            else:
+                # Stopped before its first checkpoint: the prepared corpus and config are all
+                # there is, and all a step-0 start needs (it is what a fresh run does next).
+                report.warn(f"{self.folder} stopped before its first checkpoint; starting it again from step 0 on its prepared corpus")
         self.data = open_corpus(self.folder)
         global_blocks = tokens_io.count_blocks(len(self.data.train), opts.context_length)
         if opts.batch_size * group.world_size > global_blocks:
@@ -236,6 +242,9 @@ class Trainer:
         The random generators come back last, so nothing here draws from them after.
         """
         ckpt, group = self.ckpt, self.group
+        if ckpt is None and self.resume is not None and group.is_main:
+            self.folder.rewind_metrics(0, self.report)
+            self.folder.remove_stale_temporaries(self.report)
         if ckpt is not None:
             state = ckpt.state
             self.step, self.elapsed, self.step_seconds, self.window = state["step"], state["elapsed_s"], state["step_seconds"], dict(state["window"])
@@ -291,11 +300,23 @@ class Trainer:
                     self.report.warn(f"interrupted at step {self.step}; saving a checkpoint")
                 self.save()
             except KeyboardInterrupt:
-                last = describe_checkpoint(self.folder.path / CHECKPOINT)
-                raise TrainingError(f"interrupted twice: stopped at once; the last checkpoint ({last}) is kept") from None
+                checkpoint = self.folder.path / CHECKPOINT
+                last = f"the last checkpoint ({describe_checkpoint(checkpoint)}) is kept" if checkpoint.exists() else "no checkpoint had been saved yet"
+                raise TrainingError(f"interrupted twice: stopped at once; {last}. {self._resume_hint()}") from None
             finally:
                 bar.close()
-        return self.finish()
+        try:
+            return self.finish()
+        except KeyboardInterrupt:
+            # Ctrl-C during the final evaluation: everything up to it is saved; say how to go on.
+            if self.interrupted:
+                self.report.warn(f"interrupted during the final evaluation; the checkpoint of step {self.step} is saved. {self._resume_hint()}")
+            else:
+                self.report.warn(f"interrupted during the final evaluation; the weights of step {self.step} are saved in {self.folder}")
+            raise
+
+    def _resume_hint(self) -> str:
+        return f"Continue exactly where it stopped with: octlm train --resume {shlex.quote(str(self.folder))}"
 
     def _announce(self) -> None:
         opts, max_steps = self.opts, self.max_steps
@@ -450,7 +471,7 @@ class Trainer:
             "train_tokens_seen": self.step * self.tokens_per_step,
             "epochs": self.sampler.epoch_of(self.step),
             "interrupted": self.interrupted,
-            "resumed_from": self.ckpt.step if self.ckpt is not None else None,
+            "resumed_from": self.ckpt.step if self.ckpt is not None else (0 if self.resume is not None else None),
             "world_size": group.world_size,
             **final.as_dict(),
         }
