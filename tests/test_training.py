@@ -33,3 +33,26 @@ def test_schedule_warms_up_then_decays_to_the_floor():
     assert lr_at(50, 0.5, opts) == pytest.approx(1e-4 + 0.5 * 9e-4)
     assert lr_at(99, 1.0, opts) == pytest.approx(1e-4)
     assert lr_at(500, 3.0, opts) == pytest.approx(1e-4)
+
+
+TINY_FLAGS = ["--vocab-size", "280", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",
+              "--batch-size", "4", "--eval-interval", "5", "--eval-blocks", "4", "--final-eval-blocks", "8", "--sample-tokens", "0"]
+
+
+def test_without_a_terminal_each_log_interval_prints_a_line_and_the_run_draws_its_loss(small_corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--text", str(small_corpus), "--out", str(out), "--max-steps", "12", "--log-interval", "4", *TINY_FLAGS]) == 0
+    stdout = capsys.readouterr().out  # pytest's stderr is no terminal, like nohup's or a CI log's
+    lines = [line for line in stdout.splitlines() if line.startswith("step ") and ": loss " in line]
+    assert [line.split(":")[0] for line in lines] == ["step 4", "step 8", "step 12"]
+    assert "lr " in lines[0] and lines[0].endswith("tokens/s")
+    figure = out / "loss.png"
+    assert figure.read_bytes().startswith(b"\x89PNG") and f"loss curve: {figure}" in stdout
+
+
+@pytest.mark.parametrize("mode", ["--json", "--quiet"])
+def test_json_and_quiet_modes_print_no_step_lines(small_corpus, tmp_path, capsys, mode):
+    out = tmp_path / "run"
+    assert main(["train", "--text", str(small_corpus), "--out", str(out), "--max-steps", "6", "--log-interval", "2", mode, *TINY_FLAGS]) == 0
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+    assert (out / "loss.png").exists()

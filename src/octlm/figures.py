@@ -127,6 +127,25 @@ def position_figure(positions: PositionVectors, title: str) -> Figure:
     return figure
 
 
+def loss_figure(records: list[dict], title: str) -> Figure:
+    """Training and validation loss (nats per token) against step, from the records of ``metrics.jsonl``."""
+    figure = Figure(figsize=(8, 4.8), dpi=110, layout="constrained")
+    axes = figure.subplots()
+    for kind, key, style in (("train", "loss", dict(color="#1f77b4", linewidth=1.2)),
+                             ("eval", "val_loss", dict(color="#d62728", linewidth=2, marker="o", markersize=4))):
+        points = [(r["step"], r[key]) for r in records if r.get("kind") == kind and isinstance(r.get(key), (int, float))]
+        if points:
+            steps, losses = zip(*points)
+            axes.plot(steps, losses, label="training" if kind == "train" else "validation", **style)
+    axes.set_xlabel("step")
+    axes.set_ylabel("loss (nats per token)")
+    axes.set_title(title, fontsize=11)
+    axes.grid(alpha=0.3)
+    if axes.lines:
+        axes.legend(loc="upper right", fontsize=9)
+    return figure
+
+
 def pca_figure(
     coords: np.ndarray,
     explained: np.ndarray,
@@ -236,4 +255,4 @@ def save_png(figure: Figure, path: str | Path) -> Path:
     return Path(path)
 
 
-__all__ = ["font_coverage", "mean_by_distance", "pca_figure", "position_figure", "save_png", "shown_label"]
+__all__ = ["font_coverage", "loss_figure", "mean_by_distance", "pca_figure", "position_figure", "save_png", "shown_label"]

@@ -48,6 +48,9 @@ from octlm.report import Reporter
 from octlm.run import RunFolder, save_weights
 
 
+LOSS_FIGURE = "loss.png"
+
+
 class TrainingError(OctlmError):
     """Training cannot go on (a non-finite loss, say); the message names the step."""
 
@@ -404,6 +407,7 @@ class Trainer:
         }
         self._log(record)
         bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_second']:.0f}", refresh=False)
+        self.report.log_line(f"step {self.step}: loss {record['loss']:.4f}, lr {lr:.3g}, {record['tokens_per_second']:,.0f} tokens/s")
         self.window = _empty_window()
 
     # -- evaluate -----------------------------------------------------------------------------------
@@ -450,6 +454,15 @@ class Trainer:
                 ) from None
         self.last_saved = at_step
 
+    def _write_loss_figure(self) -> str | None:
+        """``loss.png``: training and validation loss against step, from ``metrics.jsonl``; its path, or None."""
+        from octlm.figures import loss_figure, save_png  # matplotlib, only once a run ends
+
+        records = [json.loads(line) for line in self.folder.metrics_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not records:
+            return None
+        return str(save_png(loss_figure(records, f"{self.folder.path.name}: {self.config.position}, {self.step} steps"), self.folder.path / LOSS_FIGURE))
+
     # -- finish -------------------------------------------------------------------------------------
     def finish(self) -> dict:
         """The final evaluation, a sample and the embedding diagnostic: the result dict of :func:`octlm.train.train`."""
@@ -475,6 +488,8 @@ class Trainer:
             "world_size": group.world_size,
             **final.as_dict(),
         }
+        if group.is_main:
+            result["loss_figure"] = self._write_loss_figure()
         if opts.sample_tokens and not self.interrupted and group.is_main:
             result["sample"] = sample_from(self.model, data.tokenizer, "", opts.sample_tokens, 0.8, 40, opts.seed, self.device)
         result["nearest"] = embedding_diagnostic(self.model, data.tokenizer, frequent_tokens(data.train, data.tokenizer, 2))
