@@ -516,3 +516,11 @@ def test_binary_file_hint_names_utf16_only_when_it_decodes(tmp_path, capsys):
     blob.write_bytes(b"\x00\xd8\x00\xd8" + bytes(range(256)) + b"\x01")  # lone surrogates, odd length: not UTF-16
     err = train_fails(capsys, ["--text", str(blob)], tmp_path / "r")
     assert "binary" in err and "utf-16" not in err
+
+
+def test_no_run_folder_is_named_when_bad_input_leaves_none(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n")
+    assert main(["train", "--text", str(empty), "--out", str(tmp_path / "r"), *TINY]) == 1
+    captured = capsys.readouterr()
+    assert "run folder" not in captured.out + captured.err and not (tmp_path / "r").exists()

@@ -36,7 +36,7 @@ from octlm.checkpoint import (
 )
 from octlm.corpus import open_corpus, prepare_corpus
 from octlm.device import autocast_for, check_memory, resolve_device, set_threads
-from octlm.diagnostics import embedding_diagnostic, frequent_tokens
+from octlm.diagnostics import embedding_diagnostic, frequent_tokens, token_counts
 from octlm.distributed import Group
 from octlm.errors import OctlmError, RunError
 from octlm.evaluate import EvalResult, evaluate
@@ -153,9 +153,10 @@ class Trainer:
             def prepare() -> Path:
                 target = RunFolder.new(opts.out)
                 target.check_new_run(opts.overwrite)
-                report.event("run", f"run folder: {target}", run_dir=str(target))
                 with target.staged() as staging:
                     prepare_corpus(opts, RunFolder(staging), report)
+                # Named once it exists: bad input leaves no folder to name.
+                report.event("run", f"run folder: {target}", run_dir=str(target))
                 return target.path
 
             path = group.run_on_main(prepare)
@@ -492,7 +493,9 @@ class Trainer:
             result["loss_figure"] = self._write_loss_figure()
         if opts.sample_tokens and not self.interrupted and group.is_main:
             result["sample"] = sample_from(self.model, data.tokenizer, "", opts.sample_tokens, 0.8, 40, opts.seed, self.device)
-        result["nearest"] = embedding_diagnostic(self.model, data.tokenizer, frequent_tokens(data.train, data.tokenizer, 2))
+        # Neighbours among tokens the run saw, of frequent words: the rest is noise a person cannot learn from.
+        counts = token_counts(data.train, data.tokenizer.vocab_size)
+        result["nearest"] = embedding_diagnostic(self.model, data.tokenizer, queries=frequent_tokens(counts, data.tokenizer, 3), seen=counts > 0)
         return result
 
 
