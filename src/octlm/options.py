@@ -31,6 +31,7 @@ from octlm.tokenizer import MIN_VOCAB_SIZE
 #: Steps of the main job when neither --max-steps nor --time-budget is given;
 #: about four minutes on two CPU cores with the Day-1 model.
 DEFAULT_MAX_STEPS = 1200
+DEFAULT_WARMUP_STEPS = 50
 #: torch.manual_seed takes a signed 64-bit number.
 MAX_SEED = 2**63 - 1
 #: The default of an option that must be given (a required flag, or a positional argument).
@@ -242,7 +243,8 @@ class TrainOptions:
     batch_size: int = option(32, "blocks per step (per process)", bounds=at_least(1), resume=FREE)
     learning_rate: float = option(5e-3, "peak AdamW learning rate", bounds=finite(low_open=True), resume=RETUNABLE)
     min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak (cosine decay)", bounds=Bound(0, 1))
-    warmup_steps: int = option(50, "steps of linear warmup", bounds=at_least(0))
+    warmup_steps: int | None = option(None, f"steps of linear warmup, fewer than the run's steps (default: {DEFAULT_WARMUP_STEPS}, "
+                                      f"or a tenth of the run when it has {DEFAULT_WARMUP_STEPS} steps or fewer)", bounds=at_least(0))
     weight_decay: float = option(1.0, "AdamW weight decay on matrices (not on norms, biases)", bounds=finite(note="(0 turns it off)"))
     beta1: float = option(0.9, "AdamW beta1", bounds=Bound(0, 1, high_open=True))
     beta2: float = option(0.99, "AdamW beta2", bounds=Bound(0, 1, high_open=True))
@@ -289,15 +291,47 @@ def changeable_on_resume(cls=TrainOptions) -> frozenset[str]:
     return frozenset(name for name, policy in resume_policy(cls).items() if policy is not Resume.FIXED)
 
 
+def resolved_max_steps(opts: TrainOptions) -> int | None:
+    """The run's step limit: ``--max-steps``, else :data:`DEFAULT_MAX_STEPS` unless a ``--time-budget`` limits it (then ``None``)."""
+    if opts.max_steps is not None:
+        return opts.max_steps
+    return None if opts.time_budget else DEFAULT_MAX_STEPS
+
+
+def resolved_warmup_steps(opts: TrainOptions) -> int:
+    """The run's warm-up: ``--warmup-steps``, else :data:`DEFAULT_WARMUP_STEPS`, or a tenth of a run that short or shorter.
+
+    A default warm-up as long as the run would leave the learning rate below
+    its peak throughout and never decay (issue 10).
+    """
+    if opts.warmup_steps is not None:
+        return opts.warmup_steps
+    steps = resolved_max_steps(opts)
+    return steps // 10 if steps is not None and steps <= DEFAULT_WARMUP_STEPS else DEFAULT_WARMUP_STEPS
+
+
+def resolved(opts: TrainOptions) -> TrainOptions:
+    """``opts`` with the step limit and the warm-up the run uses written in: what its config.json records."""
+    return dataclasses.replace(opts, max_steps=resolved_max_steps(opts), warmup_steps=resolved_warmup_steps(opts))
+
+
 def check_options(opts: TrainOptions) -> None:
     """Reject option values that cannot work, naming the flag; nothing is read or written before this passes.
 
     Raises:
-        OctlmError: for a value outside its declared bounds, an unknown text
-            encoding, or a model shape :class:`~octlm.model.DecoderConfig`
-            refuses (named by its flag: ``--d-model=30 is not divisible ...``).
+        OctlmError: for a value outside its declared bounds, a warm-up not
+            shorter than the run, an unknown text encoding, or a model shape
+            :class:`~octlm.model.DecoderConfig` refuses (named by its flag:
+            ``--d-model=30 is not divisible ...``).
     """
     check_fields(opts)
+    steps, warmup = resolved_max_steps(opts), resolved_warmup_steps(opts)
+    if steps is not None and warmup >= steps:
+        raise OctlmError(
+            f"--warmup-steps {warmup} is not below the run's {steps} steps (--max-steps): the learning rate would stop at "
+            f"{min(steps, warmup)}/{warmup} of its peak and never decay, unlike the schedule --help describes; "
+            f"give --warmup-steps below {steps} (a tenth of the run, {steps // 10}, is common) or a larger --max-steps"
+        )
     try:
         opts.model_config(vocab_size=opts.vocab_size)
     except DecoderFieldError as err:
@@ -449,7 +483,8 @@ def check_seed(seed: int, flag: str = "--seed") -> None:
 
 
 __all__ = [
-    "DEFAULT_MAX_STEPS", "MAX_SEED", "REQUIRED", "Bound", "Resume", "TrainOptions", "at_least", "check_fields",
+    "DEFAULT_MAX_STEPS", "DEFAULT_WARMUP_STEPS", "MAX_SEED", "REQUIRED", "Bound", "Resume", "TrainOptions", "at_least", "check_fields",
     "check_options", "check_seed", "checked_values", "field_types", "finite", "changeable_on_resume", "flag", "given_options",
-    "option", "option_default", "resume_options", "resume_policy", "same_as", "stored_options",
+    "option", "option_default", "resolved", "resolved_max_steps", "resolved_warmup_steps", "resume_options", "resume_policy",
+    "same_as", "stored_options",
 ]

@@ -43,7 +43,7 @@ from octlm.evaluate import EvalResult, evaluate
 from octlm.generation import sample_from
 from octlm.model import Decoder, DecoderConfig, cross_entropy
 from octlm.optim import lr_at, make_optimizer
-from octlm.options import DEFAULT_MAX_STEPS, TrainOptions
+from octlm.options import TrainOptions, resolved
 from octlm.report import Reporter
 from octlm.run import RunFolder, save_weights
 
@@ -107,12 +107,14 @@ class Trainer:
 
     def __init__(self, opts: TrainOptions, report: Reporter, group: Group, device_name: str, resume: Path | None,
                  changes: list[str], step_hook: Callable[[int], None] | None = None) -> None:
+        # The step limit and warm-up resolved once; config.json records them as the run uses them.
+        opts = resolved(opts)
         self.opts, self.report, self.group, self.step_hook = opts, report, group, step_hook
         self.resume, self.changes = resume, changes
         self.device = resolve_device(device_name)
         check_memory(opts, self.device)
         set_threads(opts.threads)
-        self.max_steps = opts.max_steps if opts.max_steps is not None else (None if opts.time_budget else DEFAULT_MAX_STEPS)
+        self.max_steps = opts.max_steps
         self.tokens_per_step = opts.batch_size * group.world_size * opts.context_length
         # Where the run stands: fresh, or as restore() finds it in the checkpoint.
         self.ckpt = None
@@ -302,6 +304,12 @@ class Trainer:
                 self.interrupted = self.stop_requested
                 if self.interrupted:
                     self.report.warn(f"interrupted at step {self.step}; saving a checkpoint")
+                elif self.step < opts.warmup_steps:
+                    # Only a time budget can end a run this early (a step limit is checked against the warm-up).
+                    self.report.warn(
+                        f"the run ended at step {self.step}, still in its {opts.warmup_steps}-step warm-up: the learning rate never "
+                        f"reached its peak nor decayed; give a longer --time-budget or a smaller --warmup-steps"
+                    )
                 self.save()
             except KeyboardInterrupt:
                 checkpoint = self.folder.path / CHECKPOINT
