@@ -390,3 +390,40 @@ def test_ctrl_c_during_the_final_evaluation_still_says_how_to_resume(small_corpu
     err = capsys.readouterr().err
     assert "interrupted during the final evaluation" in err and f"octlm train --resume {run}" in err
     assert load_checkpoint(run / CHECKPOINT).step == 7
+
+
+@pytest.fixture
+def deferred_sync(monkeypatch):
+    """The GPU path on this CPU: losses and norms stay on the device until a log, evaluation or save."""
+    import octlm.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "defers_host_sync", lambda device, group: True)
+
+
+def test_the_gpu_path_without_a_sync_per_step_trains_the_same_bits(deferred_sync, reference, small_corpus, tmp_path):
+    run = tmp_path / "run"
+    train(options(small_corpus, run, max_steps=12, save_every=5, log_interval=1), QUIET)
+    assert weights(run) == weights(reference / "12")
+    assert train_losses(run) == train_losses(reference / "12")
+
+
+def test_the_gpu_paths_nan_guard_keeps_the_checkpoint_before_the_first_bad_step(deferred_sync, small_corpus, tmp_path, monkeypatch):
+    import octlm.trainer as train_module
+
+    run = tmp_path / "run"
+    real, calls = train_module.cross_entropy, []
+
+    def poisoned(logits, targets, reduction="mean"):
+        calls.append(None)
+        loss = real(logits, targets, reduction)
+        return loss * float("nan") if len(calls) == 7 else loss  # the loss of step 6
+
+    monkeypatch.setattr(train_module, "cross_entropy", poisoned)
+    with pytest.raises(TrainingError) as err:
+        train(options(small_corpus, run, max_steps=12, save_every=5, log_interval=20, eval_interval=100), QUIET)
+    message = str(err.value)
+    # found at the save of step 10, but named at the step it happened, with the checkpoint that predates it
+    assert "became nan at step 6" in message and "the 3 steps after it" in message and "step 5" in message
+    checkpoint = load_checkpoint(run / CHECKPOINT)
+    assert checkpoint.step == 5
+    assert all(torch.isfinite(t).all() for t in model_tensors(checkpoint).values())

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +147,16 @@ def loss_figure(records: list[dict], title: str) -> Figure:
     return figure
 
 
+LOSS_FIGURE = "loss.png"  # in a run folder, beside metrics.jsonl
+
+
+def write_loss_figure(metrics_path: str | Path, path: str | Path, title: str) -> Path | None:
+    """:func:`loss_figure` of a run's ``metrics.jsonl`` written to ``path`` (PNG, atomically); ``None`` when nothing was logged."""
+    lines = Path(metrics_path).read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    return save_png(loss_figure(records, title), path) if records else None
+
+
 def pca_figure(
     coords: np.ndarray,
     explained: np.ndarray,
@@ -255,4 +266,4 @@ def save_png(figure: Figure, path: str | Path) -> Path:
     return Path(path)
 
 
-__all__ = ["font_coverage", "loss_figure", "mean_by_distance", "pca_figure", "position_figure", "save_png", "shown_label"]
+__all__ = ["LOSS_FIGURE", "font_coverage", "loss_figure", "mean_by_distance", "pca_figure", "position_figure", "save_png", "shown_label", "write_loss_figure"]

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import math
 import shlex
-import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +33,7 @@ from octlm.checkpoint import (
     save_checkpoint,
 )
 from octlm.corpus import open_corpus, prepare_corpus
-from octlm.device import autocast_for, check_memory, resolve_device, set_threads
+from octlm.device import autocast_for, check_memory, defers_host_sync, resolve_device, set_threads, to_device
 from octlm.diagnostics import embedding_diagnostic, frequent_tokens, token_counts
 from octlm.distributed import Group
 from octlm.errors import OctlmError, RunError
@@ -46,44 +44,11 @@ from octlm.optim import lr_at, make_optimizer
 from octlm.options import TrainOptions, resolved
 from octlm.report import Reporter
 from octlm.run import RunFolder, save_weights
-
-
-LOSS_FIGURE = "loss.png"
+from octlm.signals import StopSignals
 
 
 class TrainingError(OctlmError):
     """Training cannot go on (a non-finite loss, say); the message names the step."""
-
-
-class StopSignals:
-    """Turn Ctrl-C (SIGINT) and SIGTERM into a request to stop after the current step.
-
-    The step in flight finishes, so the model and optimizer are never saved
-    half-updated. In one process a second Ctrl-C stops at once (the last
-    checkpoint on disk stays as it was); under torchrun, which forwards
-    signals to every process, repeats only confirm the request. Handlers are
-    installed only from the main thread and put back on exit.
-    """
-
-    def __init__(self, force_on_repeat: bool) -> None:
-        self.requested = False
-        self.force_on_repeat = force_on_repeat
-        self._previous: dict[int, object] = {}
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested and self.force_on_repeat and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __enter__(self) -> "StopSignals":
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
 
 
 def _empty_window() -> dict:
@@ -123,6 +88,10 @@ class Trainer:
         self.last_saved = -1
         self.stop_requested = self.interrupted = False
         self.metrics = None
+        # On a GPU in one process a step waits for nothing: its loss and gradient norm stay
+        # on the device until _settle() reads them at the next log, evaluation or save.
+        self.deferred = defers_host_sync(self.device, group)
+        self.pending: list[tuple[int, torch.Tensor]] = []
 
     # -- set up -------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -306,10 +275,8 @@ class Trainer:
                     self.report.warn(f"interrupted at step {self.step}; saving a checkpoint")
                 elif self.step < opts.warmup_steps:
                     # Only a time budget can end a run this early (a step limit is checked against the warm-up).
-                    self.report.warn(
-                        f"the run ended at step {self.step}, still in its {opts.warmup_steps}-step warm-up: the learning rate never "
-                        f"reached its peak nor decayed; give a longer --time-budget or a smaller --warmup-steps"
-                    )
+                    self.report.warn(f"the run ended at step {self.step}, still in its {opts.warmup_steps}-step warm-up: the learning rate "
+                                     f"never reached its peak nor decayed; give a longer --time-budget or a smaller --warmup-steps")
                 self.save()
             except KeyboardInterrupt:
                 checkpoint = self.folder.path / CHECKPOINT
@@ -362,21 +329,25 @@ class Trainer:
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
         t0 = time.perf_counter()
-        starts = self.sampler.starts(self.step)
-        blocks = torch.from_numpy(tokens_io.gather_blocks(self.data.train, starts, self.config.context_length)).to(self.device)
+        blocks = to_device(torch.from_numpy(tokens_io.gather_blocks(self.data.train, self.sampler.starts(self.step), self.config.context_length)), self.device)
         with self.autocast:
             loss = cross_entropy(self.forward(blocks[:, :-1]), blocks[:, 1:])
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), opts.grad_clip)) if opts.grad_clip > 0 else 0.0
-        # One exchange per step keeps the ranks in agreement: the mean loss, whether
-        # anyone was asked to stop, and rank 0's clock (which drives the schedule).
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), opts.grad_clip) if opts.grad_clip > 0 else loss.new_zeros(())
         now = self.elapsed_before + time.perf_counter() - self.session_start
-        loss_sum, norm_sum, stops, clock = group.all_sum(
-            [float(loss.detach()), grad_norm, float(signals.requested), now if group.is_main else 0.0], self.device
-        )
-        loss_value = loss_sum / group.world_size
-        self._check_finite(loss_value, norm_sum)
+        if self.deferred:
+            # One process: the clock and a stop request are its own; the NaN guard runs in _settle.
+            self.pending.append((self.step, torch.stack([loss.detach().float(), norm.detach().float()])))
+            clock, stops, loss_value = now, float(signals.requested), 0.0
+        else:
+            # One exchange per step keeps the ranks in agreement: the mean loss, whether
+            # anyone was asked to stop, and rank 0's clock (which drives the schedule).
+            loss_sum, norm_sum, stops, clock = group.all_sum(
+                [float(loss.detach()), float(norm), float(signals.requested), now if group.is_main else 0.0], self.device
+            )
+            loss_value = loss_sum / group.world_size
+            self._check_finite(loss_value, norm_sum, self.step)
         self.optimizer.step()
         dt = time.perf_counter() - t0
         self.step += 1
@@ -386,10 +357,28 @@ class Trainer:
             self.window[key] += value
         return lr
 
-    def _check_finite(self, loss: float, grad_norm: float) -> None:
+    def _settle(self) -> None:
+        """Read the losses and norms the device holds (one transfer) and run the NaN guard over them, in step order.
+
+        Raises:
+            TrainingError: naming the first step whose loss or norm is not
+                finite; the checkpoint on disk predates it (every save settles first).
+        """
+        if not self.pending:
+            return
+        steps = [step for step, _ in self.pending]
+        values = torch.stack([v for _, v in self.pending]).cpu().tolist()
+        self.pending = []
+        for step, (loss, norm) in zip(steps, values):
+            self._check_finite(loss, norm, step)
+            self.window["loss"] += loss
+
+    def _check_finite(self, loss: float, grad_norm: float, step: int) -> None:
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             what = f"the training loss became {loss}" if not math.isfinite(loss) else f"the gradient norm became {grad_norm}"
-            raise TrainingError(f"{what} at step {self.step}; stopped without saving this step. {self._recovery_hint()}")
+            unsaved = "this step" if step == self.step else f"it or the {self.step - step - 1} steps after it"
+            raise TrainingError(f"{what} at step {step}; stopped without saving {unsaved}. {self._recovery_hint()}")
+
 
     def _recovery_hint(self) -> str:
         opts, path, run = self.opts, self.folder.path / CHECKPOINT, shlex.quote(str(self.folder))
@@ -409,6 +398,7 @@ class Trainer:
             self.metrics.flush()
 
     def _log_window(self, lr: float, bar) -> None:
+        self._settle()
         window = self.window
         record = {
             "step": self.step, "kind": "train", "loss": window["loss"] / window["steps"], "lr": lr,
@@ -422,6 +412,7 @@ class Trainer:
     # -- evaluate -----------------------------------------------------------------------------------
     def evaluate(self, at_step: int, max_blocks: int | None) -> EvalResult:
         """Score the validation split (at most ``max_blocks`` blocks); every rank scores the same blocks, rank 0 logs."""
+        self._settle()
         with self.autocast:
             result = evaluate(self.model, self.data.val, self.data.tokenizer.bytes_per_token, self.config.context_length,
                               self.opts.batch_size, max_blocks, self.device)
@@ -439,6 +430,7 @@ class Trainer:
         at_step, opts, group, folder = self.step, self.opts, self.group, self.folder
         if at_step == self.last_saved:
             return
+        self._settle()  # never save past a non-finite step
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise TrainingError(f"the weights stopped being finite by step {at_step}; nothing was saved. {self._recovery_hint()}")
         rng = group.gather(capture_rng())
@@ -464,13 +456,10 @@ class Trainer:
         self.last_saved = at_step
 
     def _write_loss_figure(self) -> str | None:
-        """``loss.png``: training and validation loss against step, from ``metrics.jsonl``; its path, or None."""
-        from octlm.figures import loss_figure, save_png  # matplotlib, only once a run ends
+        from octlm.figures import LOSS_FIGURE, write_loss_figure  # matplotlib, only once a run ends
 
-        records = [json.loads(line) for line in self.folder.metrics_path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        if not records:
-            return None
-        return str(save_png(loss_figure(records, f"{self.folder.path.name}: {self.config.position}, {self.step} steps"), self.folder.path / LOSS_FIGURE))
+        path = write_loss_figure(self.folder.metrics_path, self.folder.path / LOSS_FIGURE, f"{self.folder.path.name}: {self.config.position}, {self.step} steps")
+        return None if path is None else str(path)
 
     # -- finish -------------------------------------------------------------------------------------
     def finish(self) -> dict:
