@@ -275,18 +275,23 @@ def test_restating_the_runs_own_options_is_fine(reference, tmp_path, capsys):
     assert main(["train", "--resume", str(run), "--max-steps", "13", "--d-model", "16", "--seed", "1337", "--quiet"]) == 0
 
 
-def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_path, monkeypatch):
+def poison_the_loss(monkeypatch, step: int) -> None:
+    """Make the training loss of ``step`` NaN (the trainer's cross_entropy is called once per step)."""
     import octlm.trainer as train_module
 
-    run = tmp_path / "run"
     real, calls = train_module.cross_entropy, []
 
     def poisoned(logits, targets, reduction="mean"):
         calls.append(None)
         loss = real(logits, targets, reduction)
-        return loss * float("nan") if len(calls) == 8 else loss  # the loss of step 7
+        return loss * float("nan") if len(calls) == step + 1 else loss
 
     monkeypatch.setattr(train_module, "cross_entropy", poisoned)
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    poison_the_loss(monkeypatch, 7)
     with pytest.raises(TrainingError) as err:
         train(options(small_corpus, run, max_steps=12, save_every=5), QUIET)
     message = str(err.value)
@@ -408,17 +413,8 @@ def test_the_gpu_path_without_a_sync_per_step_trains_the_same_bits(deferred_sync
 
 
 def test_the_gpu_paths_nan_guard_keeps_the_checkpoint_before_the_first_bad_step(deferred_sync, small_corpus, tmp_path, monkeypatch):
-    import octlm.trainer as train_module
-
     run = tmp_path / "run"
-    real, calls = train_module.cross_entropy, []
-
-    def poisoned(logits, targets, reduction="mean"):
-        calls.append(None)
-        loss = real(logits, targets, reduction)
-        return loss * float("nan") if len(calls) == 7 else loss  # the loss of step 6
-
-    monkeypatch.setattr(train_module, "cross_entropy", poisoned)
+    poison_the_loss(monkeypatch, 6)
     with pytest.raises(TrainingError) as err:
         train(options(small_corpus, run, max_steps=12, save_every=5, log_interval=20, eval_interval=100), QUIET)
     message = str(err.value)
