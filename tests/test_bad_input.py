@@ -8,6 +8,8 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | case                                          | test                                                      |
 | --------------------------------------------- | --------------------------------------------------------- |
 | an empty file                                 | test_empty_file                                           |
+| valid UTF-8 read with a wrong --encoding      | test_a_wrong_encoding_of_utf8_text_is_refused             |
+| a binary file that is not UTF-16 either       | test_binary_file_hint_names_utf16_only_when_it_decodes    |
 | a folder with no text files                   | test_folder_without_text_files                            |
 | text shorter than one block                   | test_text_shorter_than_one_block                          |
 | a binary file                                 | test_binary_file                                          |
@@ -486,3 +488,49 @@ def test_alibi_prompt_too_long_for_memory_is_refused(small_corpus, tmp_path, cap
     assert main(["sample", "--run", str(run), "--prompt", "a" * 400, "--max-new-tokens", "4"]) == 1
     err = capsys.readouterr().err
     assert "ALiBi's bias for that length needs about" in err and "keep it under" in err
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "latin-1", "cp1252"])
+def test_a_wrong_encoding_of_utf8_text_is_refused(shakespeare, tmp_path, capsys, encoding):
+    text = tmp_path / "utf8.txt"
+    body = "Café – naïve résumé\n" + shakespeare.read_text(encoding="utf-8")[:20_000]
+    raw = body.encode("utf-8")
+    text.write_bytes(raw if len(raw) % 2 == 0 else raw + b"\n")  # whole UTF-16 units, so only the meaning is wrong
+    err = train_fails(capsys, ["--text", str(text), "--encoding", encoding], tmp_path / "r")
+    assert str(text) in err and f"--encoding {encoding}" in err and "valid UTF-8" in err
+    assert "drop --encoding or give --encoding utf-8" in err and "Café" in err
+
+
+def test_an_encoding_that_reads_utf8_text_the_same_is_fine(shakespeare, tmp_path, capsys):
+    import json
+
+    ascii_text = tmp_path / "ascii.txt"
+    ascii_text.write_text(shakespeare.read_text(encoding="utf-8")[:20_000], encoding="ascii")
+    assert main(["train", "--text", str(ascii_text), "--encoding", "latin-1", "--out", str(tmp_path / "ok"), *TINY, "--json"]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    corpus = next(e for e in events if e["event"] == "corpus")
+    assert corpus["first_line"] == "First Citizen:"
+
+
+def test_the_corpus_line_shows_the_first_decoded_line(tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("\n\n  \x1b[31mred\tline " + "x" * 100 + "\n" + "more text here\n" * 400, encoding="utf-8")
+    main(["train", "--text", str(text), "--out", str(tmp_path / "r"), *TINY])
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("corpus:"))
+    assert 'first line: "\\x1b[31mred line xxx' in line and '..."' in line and "\x1b" not in line
+
+
+def test_binary_file_hint_names_utf16_only_when_it_decodes(tmp_path, capsys):
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(b"\x00\xd8\x00\xd8" + bytes(range(256)) + b"\x01")  # lone surrogates, odd length: not UTF-16
+    err = train_fails(capsys, ["--text", str(blob)], tmp_path / "r")
+    assert "binary" in err and "utf-16" not in err
+
+
+def test_no_run_folder_is_named_when_bad_input_leaves_none(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n")
+    assert main(["train", "--text", str(empty), "--out", str(tmp_path / "r"), *TINY]) == 1
+    captured = capsys.readouterr()
+    assert "run folder" not in captured.out + captured.err and not (tmp_path / "r").exists()

@@ -33,3 +33,36 @@ def test_position_vectors_per_scheme():
 def test_out_of_range_row():
     with pytest.raises(ValueError, match="outside"):
         cosine_neighbours(torch.zeros(4, 2), 4)
+
+
+def test_cosine_neighbours_keep_to_the_allowed_rows():
+    table = torch.randn(50, 8, generator=torch.Generator().manual_seed(2))
+    allowed = np.zeros(50, dtype=bool)
+    allowed[[3, 7, 11, 20]] = True
+    got = cosine_neighbours(table, 3, k=5, allowed=allowed)
+    assert sorted(i for i, _ in got) == [7, 11, 20]  # only the allowed rows, the query itself excluded
+    assert len(cosine_neighbours(table, 0, k=5, allowed=allowed)) == 4  # a query outside the mask is no candidate anyway
+
+
+def test_the_end_of_run_diagnostic_asks_about_frequent_words_among_seen_tokens(small_corpus, tmp_path):
+    from octlm.diagnostics import token_counts
+    from octlm.options import TrainOptions
+    from octlm.report import Reporter
+    from octlm.run import RunFolder
+    from octlm.train import train
+
+    run = tmp_path / "run"
+    opts = TrainOptions(text=[str(small_corpus)], out=str(run), vocab_size=400, context_length=16, d_model=16, n_heads=2,
+                        n_layers=1, batch_size=4, max_steps=4, sample_tokens=0, final_eval_blocks=4, threads=1)
+    result = train(opts, Reporter(json_mode=True))
+    folder = RunFolder(run)
+    tokenizer = folder.read_tokenizer()
+    counts = token_counts(folder.tokens("train", folder.read_manifest()), tokenizer.vocab_size)
+    assert (counts == 0).any()  # byte tokens the text never uses: the noise this test keeps out
+    queries = result["nearest"]["tokens"]
+    assert len(queries) == 3
+    for query in queries:
+        assert query["token"] != tokenizer.eot_id
+        word = query["text"].lstrip(" ")
+        assert word.isalpha() and len(word) >= 3, query["text"]
+        assert all(counts[n["index"]] > 0 for n in query["neighbours"])

@@ -275,18 +275,23 @@ def test_restating_the_runs_own_options_is_fine(reference, tmp_path, capsys):
     assert main(["train", "--resume", str(run), "--max-steps", "13", "--d-model", "16", "--seed", "1337", "--quiet"]) == 0
 
 
-def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_path, monkeypatch):
+def poison_the_loss(monkeypatch, step: int) -> None:
+    """Make the training loss of ``step`` NaN (the trainer's cross_entropy is called once per step)."""
     import octlm.trainer as train_module
 
-    run = tmp_path / "run"
     real, calls = train_module.cross_entropy, []
 
     def poisoned(logits, targets, reduction="mean"):
         calls.append(None)
         loss = real(logits, targets, reduction)
-        return loss * float("nan") if len(calls) == 8 else loss  # the loss of step 7
+        return loss * float("nan") if len(calls) == step + 1 else loss
 
     monkeypatch.setattr(train_module, "cross_entropy", poisoned)
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    poison_the_loss(monkeypatch, 7)
     with pytest.raises(TrainingError) as err:
         train(options(small_corpus, run, max_steps=12, save_every=5), QUIET)
     message = str(err.value)
@@ -350,3 +355,71 @@ def test_quiet_report_of_an_interrupted_run_still_says_how_to_resume(trained_run
               "interrupted": True, "val_loss": 5.0, "val_perplexity": 148.4, "val_bpb": 2.5, "val_tokens": 100}
     text = final_report(result, "", {}, brief=True)  # what --quiet prints
     assert text.endswith(f"continue exactly where it stopped with: octlm train --resume {trained_run}")
+
+
+def test_a_run_stopped_before_its_first_checkpoint_resumes_from_step_0(reference, small_corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+
+    def ctrl_c_twice(step):
+        if step == 3:
+            raise KeyboardInterrupt  # what a second Ctrl-C does: stop at once, nothing saved
+
+    with pytest.raises(TrainingError, match=f"octlm train --resume {run}"):
+        train(options(small_corpus, run, max_steps=12, save_every=0, log_interval=1), QUIET, step_hook=ctrl_c_twice)
+    assert not (run / CHECKPOINT).exists() and (run / "metrics.jsonl").read_text()
+
+    assert main(["train", "--resume", str(run), "--quiet"]) == 0
+    assert "starting it again from step 0" in capsys.readouterr().err
+    assert weights(run) == weights(reference / "12")
+    assert train_losses(run) == train_losses(reference / "12")
+
+
+def test_ctrl_c_during_the_final_evaluation_still_says_how_to_resume(small_corpus, tmp_path, monkeypatch, capsys):
+    import octlm.trainer as trainer_module
+
+    run = tmp_path / "run"
+    real = trainer_module.evaluate
+
+    def interrupted_final(model, *args, **kwargs):
+        if (run / CHECKPOINT).exists():
+            raise KeyboardInterrupt  # Ctrl-C pressed again (and again) while the final evaluation runs
+        return real(model, *args, **kwargs)
+
+    def ctrl_c(step):
+        if step == 6:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(trainer_module, "evaluate", interrupted_final)
+    with pytest.raises(KeyboardInterrupt):
+        train(options(small_corpus, run, max_steps=12, save_every=0, eval_interval=100), Reporter(), step_hook=ctrl_c)
+    err = capsys.readouterr().err
+    assert "interrupted during the final evaluation" in err and f"octlm train --resume {run}" in err
+    assert load_checkpoint(run / CHECKPOINT).step == 7
+
+
+@pytest.fixture
+def deferred_sync(monkeypatch):
+    """The GPU path on this CPU: losses and norms stay on the device until a log, evaluation or save."""
+    import octlm.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "defers_host_sync", lambda device, group: True)
+
+
+def test_the_gpu_path_without_a_sync_per_step_trains_the_same_bits(deferred_sync, reference, small_corpus, tmp_path):
+    run = tmp_path / "run"
+    train(options(small_corpus, run, max_steps=12, save_every=5, log_interval=1), QUIET)
+    assert weights(run) == weights(reference / "12")
+    assert train_losses(run) == train_losses(reference / "12")
+
+
+def test_the_gpu_paths_nan_guard_keeps_the_checkpoint_before_the_first_bad_step(deferred_sync, small_corpus, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    poison_the_loss(monkeypatch, 6)
+    with pytest.raises(TrainingError) as err:
+        train(options(small_corpus, run, max_steps=12, save_every=5, log_interval=20, eval_interval=100), QUIET)
+    message = str(err.value)
+    # found at the save of step 10, but named at the step it happened, with the checkpoint that predates it
+    assert "became nan at step 6" in message and "the 3 steps after it" in message and "step 5" in message
+    checkpoint = load_checkpoint(run / CHECKPOINT)
+    assert checkpoint.step == 5
+    assert all(torch.isfinite(t).all() for t in model_tensors(checkpoint).values())

@@ -33,3 +33,63 @@ def test_schedule_warms_up_then_decays_to_the_floor():
     assert lr_at(50, 0.5, opts) == pytest.approx(1e-4 + 0.5 * 9e-4)
     assert lr_at(99, 1.0, opts) == pytest.approx(1e-4)
     assert lr_at(500, 3.0, opts) == pytest.approx(1e-4)
+
+
+TINY_FLAGS = ["--vocab-size", "280", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",
+              "--batch-size", "4", "--eval-interval", "5", "--eval-blocks", "4", "--final-eval-blocks", "8", "--sample-tokens", "0"]
+
+
+def test_without_a_terminal_each_log_interval_prints_a_line_and_the_run_draws_its_loss(small_corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--text", str(small_corpus), "--out", str(out), "--max-steps", "12", "--log-interval", "4", *TINY_FLAGS]) == 0
+    stdout = capsys.readouterr().out  # pytest's stderr is no terminal, like nohup's or a CI log's
+    lines = [line for line in stdout.splitlines() if line.startswith("step ") and ": loss " in line]
+    assert [line.split(":")[0] for line in lines] == ["step 4", "step 8", "step 12"]
+    assert "lr " in lines[0] and lines[0].endswith("tokens/s")
+    figure = out / "loss.png"
+    assert figure.read_bytes().startswith(b"\x89PNG") and f"loss curve: {figure}" in stdout
+
+
+@pytest.mark.parametrize("mode", ["--json", "--quiet"])
+def test_json_and_quiet_modes_print_no_step_lines(small_corpus, tmp_path, capsys, mode):
+    out = tmp_path / "run"
+    assert main(["train", "--text", str(small_corpus), "--out", str(out), "--max-steps", "6", "--log-interval", "2", mode, *TINY_FLAGS]) == 0
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+    assert (out / "loss.png").exists()
+
+
+def test_a_warmup_not_below_the_runs_steps_is_refused(small_corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", "--text", str(small_corpus), "--out", str(out), *TINY_FLAGS]
+    assert main([*args, "--max-steps", "30", "--warmup-steps", "100"]) == 1
+    err = capsys.readouterr().err
+    assert "--warmup-steps 100" in err and "30 steps" in err and not out.exists()
+    assert main([*args, "--max-steps", "30", "--warmup-steps", "30"]) == 1
+    assert "--warmup-steps 30 is not below the run's 30 steps" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags,warmup", [(["--max-steps", "30"], 3), (["--max-steps", "50"], 5), (["--max-steps", "60"], 50),
+                                          (["--max-steps", "30", "--warmup-steps", "7"], 7)])
+def test_the_default_warmup_fits_the_run_and_config_json_records_it(flags, warmup):
+    from octlm.options import check_options, resolved
+
+    opts = TrainOptions(**{name.lstrip("-").replace("-", "_"): int(value) for name, value in zip(flags[::2], flags[1::2])})
+    check_options(opts)
+    assert resolved(opts).warmup_steps == warmup
+    assert resolved(TrainOptions()).warmup_steps == 50  # the default 1200-step run
+    assert resolved(TrainOptions(time_budget=60.0)).warmup_steps == 50
+    if warmup < 10:  # a short run still peaks and decays to the floor, as --help describes
+        rates = [lr_at(step, max((step - warmup) / (opts.max_steps - warmup), 0.0), resolved(opts)) for step in range(opts.max_steps)]
+        assert max(rates) == pytest.approx(opts.learning_rate)
+        assert rates[-1] < 0.2 * opts.learning_rate
+
+
+def test_config_json_records_the_warmup_used_and_a_run_ending_in_warmup_warns(small_corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--text", str(small_corpus), "--out", str(out), "--max-steps", "12", "--quiet", *TINY_FLAGS]) == 0
+    assert json.loads((out / "config.json").read_text())["train"]["warmup_steps"] == 1
+    capsys.readouterr()
+    budget = tmp_path / "budget"
+    assert main(["train", "--text", str(small_corpus), "--out", str(budget), "--time-budget", "1", "--warmup-steps", "1000000",
+                 "--quiet", *TINY_FLAGS]) == 0
+    assert "still in its 1000000-step warm-up" in capsys.readouterr().err

@@ -102,7 +102,10 @@ def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> C
 
 def _report_sources(docs: list[data.Document], info: dict, n_bytes: int, report: Reporter) -> None:
     source = "the Python standard library" if info["source"]["kind"] == "python-stdlib" else f"{len(docs)} file(s)"
-    report.event("corpus", f"corpus: {source}, {len(docs)} documents, {n_bytes / 1e6:.2f} MB", documents=len(docs), bytes=n_bytes, skipped=len(info["skipped"]))
+    # The first line as decoded: a wrong --encoding shows at a glance.
+    first = data.first_line(docs[0].text)
+    report.event("corpus", f"corpus: {source}, {len(docs)} documents, {n_bytes / 1e6:.2f} MB; first line: \"{first}\"",
+                 documents=len(docs), bytes=n_bytes, skipped=len(info["skipped"]), first_line=first)
     if info["skipped"]:
         report.warn(f"skipped {len(info['skipped'])} entries that are not text: empty, binary or special files, or octlm runs (manifest.json lists them)")
     # The standard library repeats a few files on purpose; only the person's own repeats are worth a warning.

@@ -159,6 +159,61 @@ def _read_candidate(item: Path | BuiltinCorpus, shown: str) -> bytes:
         raise DataError(f"{shown}: cannot read: {err.strerror}") from None
 
 
+def _is_utf8(encoding: str) -> bool:
+    return encoding.lower().replace("_", "-") in ("utf-8", "utf8", "utf-8-sig")
+
+
+def _decode_candidate(raw: bytes, shown: str, encoding: str) -> tuple[str | None, str | None]:
+    """``(text, None)``, or ``(None, "binary" | "empty")`` for a file that is no text.
+
+    Raises:
+        DataError: when the bytes do not decode, or when they are valid UTF-8
+            and ``encoding`` reads them as different text (a wrong --encoding
+            would train on mojibake).
+    """
+    if _looks_binary(raw, encoding):
+        return None, "binary"
+    text = decode_text(raw, shown, encoding)
+    if not text.strip():
+        return None, "empty"
+    if _wide_encoding(encoding) and "\x00" in text:
+        return None, "binary"
+    if not _is_utf8(encoding):
+        try:
+            as_utf8 = raw.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            as_utf8 = None
+        if as_utf8 is not None and as_utf8 != text:
+            raise DataError(
+                f"{shown}: the file is valid UTF-8, but --encoding {encoding} reads it as different text "
+                f"(first line: \"{first_line(text)}\" instead of \"{first_line(as_utf8)}\"); drop --encoding or give --encoding utf-8"
+            )
+    return text, None
+
+
+def _unusable(raw: bytes, reason: str, encoding: str) -> str:
+    """Why a named file cannot be trained on, and the fix; UTF-16 is suggested only when the bytes decode as it."""
+    if reason == "empty":
+        return "empty (or only whitespace); remove it from --text"
+    hint = "give text files (UTF-8 by default)"
+    if not _wide_encoding(encoding):
+        try:
+            if "\x00" not in raw.decode("utf-16"):
+                hint = "if it is UTF-16 text, give --encoding utf-16; otherwise give text files (UTF-8 by default)"
+        except UnicodeDecodeError:
+            pass
+    return f"binary (it holds NUL bytes); {hint}"
+
+
+def first_line(text: str, width: int = 60) -> str:
+    """The first non-blank line of ``text``, at most ``width`` characters, control characters escaped."""
+    from octlm.tokenizer import printable_text
+
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    shown = printable_text(line.replace("\t", " "))
+    return shown if len(shown) <= width else shown[: width - 3] + "..."
+
+
 def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") -> tuple[list[Document], dict]:
     """Read the corpus.
 
@@ -203,17 +258,12 @@ def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") 
             skipped.append({"path": shown, "reason": "not a regular file"})
             continue
         raw = _read_candidate(item, shown)
-        reason = "binary" if _looks_binary(raw, encoding) else None
-        text = None if reason else decode_text(raw, shown, encoding)
-        if reason is None and (not text.strip() or (_wide_encoding(encoding) and "\x00" in text)):
-            reason = "empty" if not text.strip() else "binary"
+        text, reason = _decode_candidate(raw, shown, encoding)
         if reason is not None:
             if from_folder:
                 skipped.append({"path": shown, "reason": reason})
                 continue
-            what = "empty (or only whitespace)" if reason == "empty" else "binary (it holds NUL bytes)"
-            hint = "remove it from --text" if reason == "empty" else "give text files (UTF-8 by default; --encoding utf-16 for UTF-16)"
-            raise DataError(f"{shown}: file is {what}; {hint}")
+            raise DataError(f"{shown}: file is {_unusable(raw, reason, encoding)}")
         digest = hashlib.sha256(raw).hexdigest()
         if digest in seen:
             duplicates.append({"path": shown, "same_as": seen[digest]})

@@ -92,4 +92,16 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-__all__ = ["autocast_for", "check_memory", "device_memory_bytes", "resolve_device", "set_threads", "step_memory_bytes"]
+def defers_host_sync(device: torch.device, group) -> bool:
+    """Whether a training step leaves its loss and norm on the device: on a GPU in one process (ranks agree every step)."""
+    return device.type == "cuda" and not group.active
+
+
+def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host batch on ``device``: on a GPU from pinned memory, without waiting for the copy."""
+    if device.type == "cuda":
+        return batch.pin_memory().to(device, non_blocking=True)
+    return batch.to(device)
+
+
+__all__ = ["autocast_for", "defers_host_sync", "to_device", "check_memory", "device_memory_bytes", "resolve_device", "set_threads", "step_memory_bytes"]

@@ -28,10 +28,11 @@ class Neighbour:
     label: str
 
 
-def cosine_neighbours(table: Tensor, index: int, k: int = 5) -> list[tuple[int, float]]:
+def cosine_neighbours(table: Tensor, index: int, k: int = 5, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
     """The ``k`` rows of ``table`` [N, C] most cosine-similar to row ``index``, itself excluded.
 
-    Returns ``(row, similarity)`` pairs, most similar first.
+    ``allowed`` (bool [N]) limits the candidates, e.g. to tokens seen in
+    training. Returns ``(row, similarity)`` pairs, most similar first.
 
     Raises:
         ValueError: when ``index`` is outside ``[0, N)``.
@@ -40,8 +41,13 @@ def cosine_neighbours(table: Tensor, index: int, k: int = 5) -> list[tuple[int, 
     if not 0 <= index < n:
         raise ValueError(f"row {index} is outside the table's {n} rows [0, {n})")
     sims = F.cosine_similarity(table[index].unsqueeze(0).float(), table.float(), dim=-1)
+    candidates = n
+    if allowed is not None:
+        mask = torch.from_numpy(np.asarray(allowed, dtype=bool)).to(sims.device)
+        sims[~mask] = float("-inf")
+        candidates = int(mask.sum()) + (0 if bool(mask[index]) else 1)
     sims[index] = float("-inf")
-    k = min(k, n - 1)
+    k = min(k, candidates - 1)
     values, rows = sims.topk(k)
     return [(int(r), float(v)) for r, v in zip(rows, values)]
 
@@ -60,11 +66,16 @@ def position_vectors(model: Decoder, length: int | None = None) -> Tensor | None
     return None if torch.count_nonzero(added) == 0 else added.detach()
 
 
-def nearest_tokens(model: Decoder, token_id: int, k: int = 5, token_str=None) -> list[Neighbour]:
-    """Nearest tokens to ``token_id`` in the token table, labelled by ``token_str(id)`` when given."""
+def nearest_tokens(model: Decoder, token_id: int, k: int = 5, token_str=None, seen: np.ndarray | None = None) -> list[Neighbour]:
+    """Nearest tokens to ``token_id`` in the token table, labelled by ``token_str(id)`` when given.
+
+    ``seen`` (bool [vocab]) keeps only tokens that occurred in training: the
+    rows of the others never received a gradient from the loss of their
+    own occurrence and sit near one another by weight decay alone.
+    """
     table = model.token_embedding.weight.detach()
     label = token_str or (lambda i: f"#{i}")
-    return [Neighbour(i, s, label(i)) for i, s in cosine_neighbours(table, token_id, k)]
+    return [Neighbour(i, s, label(i)) for i, s in cosine_neighbours(table, token_id, k, seen)]
 
 
 def nearest_positions(model: Decoder, position: int = 0, k: int = 5) -> list[Neighbour] | None:
@@ -75,24 +86,43 @@ def nearest_positions(model: Decoder, position: int = 0, k: int = 5) -> list[Nei
     return [Neighbour(i, s, f"pos {i}") for i, s in cosine_neighbours(vectors, position, k)]
 
 
-def frequent_tokens(tokens: np.ndarray, tokenizer: Tokenizer, k: int) -> list[int]:
-    """The ``k`` most frequent ordinary tokens of a stream (not ``<|endoftext|>``)."""
-    counts = np.bincount(np.asarray(tokens[: 2_000_000]), minlength=tokenizer.vocab_size)
-    counts[tokenizer.eot_id] = 0
-    return [int(i) for i in np.argsort(-counts, kind="stable")[:k]]
+def token_counts(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
+    """How often each id occurs in a token stream [N], as int64 [vocab_size] (read in pieces: a memmap may be large)."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for start in range(0, len(tokens), 1 << 24):
+        counts += np.bincount(np.asarray(tokens[start : start + (1 << 24)]), minlength=vocab_size)[:vocab_size]
+    return counts
 
 
-def embedding_diagnostic(model: Decoder, tokenizer: Tokenizer | None, extra_tokens: list[int] = (), k: int = 5) -> dict:
-    """Nearest tokens to token 0 and to ``extra_tokens``, and nearest positions to position 0.
+def frequent_tokens(counts: np.ndarray, tokenizer: Tokenizer, k: int) -> list[int]:
+    """The ``k`` most frequent word-like tokens (three or more letters, a leading space allowed) of ``counts`` [vocab].
 
+    Words are what a person can judge neighbours of; when the text has too
+    few, the most frequent ordinary tokens fill up (never ``<|endoftext|>``).
+    """
+    order = [int(i) for i in np.argsort(-counts, kind="stable") if counts[i] > 0 and i != tokenizer.eot_id]
+    words = [i for i in order if _word_like(tokenizer.token_str(i))]
+    return (words + [i for i in order if i not in set(words)])[:k]
+
+
+def _word_like(text: str) -> bool:
+    word = text[1:] if text.startswith(" ") else text
+    return len(word) >= 3 and word.isalpha()
+
+
+def embedding_diagnostic(model: Decoder, tokenizer: Tokenizer | None, extra_tokens: list[int] = (), k: int = 5,
+                         *, queries: list[int] | None = None, seen: np.ndarray | None = None) -> dict:
+    """Nearest tokens to ``queries`` (default: token 0 and ``extra_tokens``), and nearest positions to position 0.
+
+    ``seen`` (bool [vocab]) keeps neighbours to tokens that occurred in training.
     Returns ``{"tokens": [{"token", "text", "neighbours": [...]}], "positions": [...] or None}``
     with cosine similarities; ``positions`` is ``None`` for schemes that add
     no position vectors (RoPE).
     """
     label = tokenizer.token_str if tokenizer is not None else (lambda i: f"#{i}")
     tokens = []
-    for token_id in [0, *[t for t in extra_tokens if t != 0]]:
-        neighbours = nearest_tokens(model, token_id, k, label)
+    for token_id in queries if queries is not None else [0, *[t for t in extra_tokens if t != 0]]:
+        neighbours = nearest_tokens(model, token_id, k, label, seen)
         tokens.append({"token": token_id, "text": label(token_id), "neighbours": [n.__dict__ for n in neighbours]})
     positions = nearest_positions(model, 0, k)
     return {"tokens": tokens, "positions": None if positions is None else [n.__dict__ for n in positions]}
@@ -112,4 +142,4 @@ def format_diagnostic(diagnostic: dict, position_scheme: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Neighbour", "cosine_neighbours", "embedding_diagnostic", "format_diagnostic", "frequent_tokens", "nearest_positions", "nearest_tokens", "position_vectors"]
+__all__ = ["Neighbour", "cosine_neighbours", "embedding_diagnostic", "format_diagnostic", "frequent_tokens", "nearest_positions", "nearest_tokens", "position_vectors", "token_counts"]

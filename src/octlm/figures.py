@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -127,6 +128,35 @@ def position_figure(positions: PositionVectors, title: str) -> Figure:
     return figure
 
 
+def loss_figure(records: list[dict], title: str) -> Figure:
+    """Training and validation loss (nats per token) against step, from the records of ``metrics.jsonl``."""
+    figure = Figure(figsize=(8, 4.8), dpi=110, layout="constrained")
+    axes = figure.subplots()
+    for kind, key, style in (("train", "loss", dict(color="#1f77b4", linewidth=1.2)),
+                             ("eval", "val_loss", dict(color="#d62728", linewidth=2, marker="o", markersize=4))):
+        points = [(r["step"], r[key]) for r in records if r.get("kind") == kind and isinstance(r.get(key), (int, float))]
+        if points:
+            steps, losses = zip(*points)
+            axes.plot(steps, losses, label="training" if kind == "train" else "validation", **style)
+    axes.set_xlabel("step")
+    axes.set_ylabel("loss (nats per token)")
+    axes.set_title(title, fontsize=11)
+    axes.grid(alpha=0.3)
+    if axes.lines:
+        axes.legend(loc="upper right", fontsize=9)
+    return figure
+
+
+LOSS_FIGURE = "loss.png"  # in a run folder, beside metrics.jsonl
+
+
+def write_loss_figure(metrics_path: str | Path, path: str | Path, title: str) -> Path | None:
+    """:func:`loss_figure` of a run's ``metrics.jsonl`` written to ``path`` (PNG, atomically); ``None`` when nothing was logged."""
+    lines = Path(metrics_path).read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    return save_png(loss_figure(records, title), path) if records else None
+
+
 def pca_figure(
     coords: np.ndarray,
     explained: np.ndarray,
@@ -236,4 +266,4 @@ def save_png(figure: Figure, path: str | Path) -> Path:
     return Path(path)
 
 
-__all__ = ["font_coverage", "mean_by_distance", "pca_figure", "position_figure", "save_png", "shown_label"]
+__all__ = ["LOSS_FIGURE", "font_coverage", "loss_figure", "mean_by_distance", "pca_figure", "position_figure", "save_png", "shown_label", "write_loss_figure"]

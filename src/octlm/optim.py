@@ -7,18 +7,18 @@ import math
 import torch
 
 from octlm.model import Decoder
-from octlm.options import TrainOptions
+from octlm.options import TrainOptions, resolved_warmup_steps
 
 
 def lr_at(step: int, progress: float, opts: TrainOptions) -> float:
-    """Learning rate: linear warmup over ``warmup_steps``, then cosine decay to ``min_lr_ratio * peak``.
+    """Learning rate: linear warmup over the run's warm-up steps (:func:`~octlm.options.resolved_warmup_steps`), then cosine decay to ``min_lr_ratio * peak``.
 
     ``progress`` in [0, 1] is how far the run is towards its limit (steps or
     seconds, whichever is nearer), so a time-budgeted run decays fully too.
     """
-    peak = opts.learning_rate
-    if step < opts.warmup_steps:
-        return peak * (step + 1) / opts.warmup_steps
+    peak, warmup = opts.learning_rate, resolved_warmup_steps(opts)
+    if step < warmup:
+        return peak * (step + 1) / warmup
     floor = peak * opts.min_lr_ratio
     return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * min(max(progress, 0.0), 1.0)))
 

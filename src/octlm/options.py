@@ -1,6 +1,7 @@
 """Every option of every ``octlm`` command, declared once.
 
-A command's options are one dataclass whose fields are made by :func:`option`:
+A command's options are one dataclass whose fields are made by
+:func:`octlm.declare.option`:
 each carries its default, help text, argparse shape (choices, nargs), its
 bounds and, for ``octlm train``, what ``--resume`` may do with it. From that
 one declaration come the command-line flags (:func:`octlm.cli.add_dataclass_options`),
@@ -13,16 +14,18 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import enum
 import json
 import math
 import os
 import types
 import typing
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
+from octlm.declare import (
+    REQUIRED, Bound, Resume, at_least, check_fields, finite, flag, option, option_default, same_as,
+)
 from octlm.errors import OctlmError, RunError
 from octlm.model import ACTIVATIONS, DecoderConfig, DecoderFieldError
 from octlm.positions import DEFAULT_BASE, ROPE_LAYOUTS, ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, SINUSOIDAL_LAYOUTS, random_position_schemes
@@ -31,155 +34,9 @@ from octlm.tokenizer import MIN_VOCAB_SIZE
 #: Steps of the main job when neither --max-steps nor --time-budget is given;
 #: about four minutes on two CPU cores with the Day-1 model.
 DEFAULT_MAX_STEPS = 1200
+DEFAULT_WARMUP_STEPS = 50
 #: torch.manual_seed takes a signed 64-bit number.
 MAX_SEED = 2**63 - 1
-#: The default of an option that must be given (a required flag, or a positional argument).
-REQUIRED = dataclasses.MISSING
-
-
-class Resume(enum.Enum):
-    """What ``octlm train --resume`` may do with an option given again."""
-
-    #: Must match the run (model shape, data, seed, optimiser): part of the checkpoint's config digest.
-    FIXED = "fixed"
-    #: How long it runs, how it reports, where it computes: taken as given, the weights stay those of an
-    #: uninterrupted run (``batch_size``: the global batch is checked where the processes are known).
-    FREE = "free"
-    #: Allowed on purpose (say, after the loss became NaN), with a warning that the run now differs.
-    RETUNABLE = "re-tunable"
-    #: ``out`` and ``overwrite``: a resumed run stays in the folder it resumes.
-    RUN_FOLDER = "run folder"
-
-
-def flag(name: str) -> str:
-    """The command-line flag of option ``name``: ``max_steps`` -> ``--max-steps``."""
-    return "--" + name.replace("_", "-")
-
-
-@dataclass(frozen=True)
-class Bound:
-    """The range an option's value must lie in; ``says`` replaces the phrase derived from the limits.
-
-    A list option's every item must lie in it, and the list must not be empty.
-    """
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    note: str = ""
-    says: str | None = None
-
-    def admits(self, value) -> bool:
-        if isinstance(value, list):
-            return bool(value) and all(self.admits(v) for v in value)
-        # written as "not (v < low)" would let NaN through; every comparison with NaN is False
-        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
-        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
-        return above and below
-
-    def phrase(self) -> str:
-        if self.says is not None:
-            return self.says
-        low = f"{'>' if self.low_open else '>='} {self.low:g}"
-        if self.high is None:
-            text = low
-        elif self.high == math.inf:
-            text = f"a finite number {low}"
-        elif self.low_open and self.high_open:
-            text = f"between {self.low:g} and {self.high:g} (exclusive)"
-        else:
-            text = f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
-        return f"{text} {self.note}" if self.note else text
-
-    def message(self, name: str, value) -> str:
-        return f"{flag(name)} must be {self.phrase()}, got {value}"
-
-
-def at_least(low: float, note: str = "") -> Bound:
-    """``value >= low``."""
-    return Bound(low=low, note=note)
-
-
-def finite(low_open: bool = False, note: str = "", says: str | None = None) -> Bound:
-    """``0 <= value < inf`` (``0 < value < inf`` with ``low_open``)."""
-    return Bound(low=0, high=math.inf, low_open=low_open, high_open=True, note=note, says=says)
-
-
-def option(default, help: str, *, bounds: Bound | None = None, check: Callable | None = None,
-           resume: Resume = Resume.FIXED, resume_check: Callable | None = None, **cli) -> dataclasses.Field:
-    """A dataclass field that is also a flag, a TOML key and a ``config.json`` key.
-
-    Args:
-        default: the value when the option is not given; :data:`REQUIRED` for
-            one that must be (a positional argument with ``positional=True``);
-            a callable is called for each new value (a default read from a
-            registry when it is used).
-        help: the ``--help`` text, with units.
-        bounds: the range the value must lie in (:class:`Bound`); ``None``
-            values (an unset optional option) are not checked.
-        check: ``check(value)`` raising :class:`OctlmError` for rules a
-            range cannot say (an unknown text encoding).
-        resume: what ``octlm train --resume`` may do with it. A new option is
-            kept by a resumed run unless declared otherwise: the safe side.
-        resume_check: ``resume_check(name, value, then, run_dir)`` returning
-            the refusal message, or ``None``, in place of the plain "must match".
-        **cli: argparse keywords (``choices``, ``nargs``, ``metavar``,
-            ``action``) and ``positional=True``.
-    """
-    meta = {"help": help, "bounds": bounds, "check": check, "resume": resume, "resume_check": resume_check, "cli": cli}
-    if callable(default):
-        return field(default_factory=default, metadata=meta)
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
-    if default is REQUIRED:
-        return field(metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def same_as(cls, name: str, **changes) -> dataclasses.Field:
-    """Field ``name`` of options dataclass ``cls`` again, for another command that takes the same option.
-
-    ``changes`` replace parts of its declaration (``default``, ``help``,
-    ``bounds``). The field remembers where it came from (``same_as`` in its
-    metadata), so the other command can hand its value over by name.
-    """
-    source = next(f for f in dataclasses.fields(cls) if f.name == name)
-    default = source.default_factory() if source.default_factory is not dataclasses.MISSING else source.default
-    meta = {**source.metadata, "same_as": name}
-    for key in ("help", "bounds", "check"):
-        if key in changes:
-            meta[key] = changes.pop(key)
-    default = changes.pop("default", default)
-    if changes:
-        raise TypeError(f"same_as: unknown changes {sorted(changes)}")
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def option_default(f: dataclasses.Field):
-    """The default value of an option field (a fresh copy for a list)."""
-    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-
-
-def check_fields(opts) -> None:
-    """Check every option of ``opts`` against its declared bounds and check; unset (``None``) ones pass.
-
-    Raises:
-        OctlmError: for the first value out of range, naming the flag, what it
-            must be and the value (``--max-steps must be >= 1, got 0``).
-    """
-    for f in dataclasses.fields(opts):
-        value = getattr(opts, f.name)
-        if value is None:
-            continue
-        bounds, check = f.metadata.get("bounds"), f.metadata.get("check")
-        if bounds is not None and not bounds.admits(value):
-            raise OctlmError(bounds.message(f.name, value))
-        if check is not None:
-            check(value)
-
 
 def _check_encoding(encoding: str) -> None:
     from octlm.data import check_encoding
@@ -253,7 +110,8 @@ class TrainOptions:
     batch_size: int = option(32, "blocks per step (per process)", bounds=at_least(1), resume=FREE)
     learning_rate: float = option(5e-3, "peak AdamW learning rate", bounds=finite(low_open=True), resume=RETUNABLE)
     min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak (cosine decay)", bounds=Bound(0, 1))
-    warmup_steps: int = option(50, "steps of linear warmup", bounds=at_least(0))
+    warmup_steps: int | None = option(None, f"steps of linear warmup, fewer than the run's steps (default: {DEFAULT_WARMUP_STEPS}, "
+                                      f"or a tenth of the run when it has {DEFAULT_WARMUP_STEPS} steps or fewer)", bounds=at_least(0))
     weight_decay: float = option(1.0, "AdamW weight decay on matrices (not on norms, biases)", bounds=finite(note="(0 turns it off)"))
     beta1: float = option(0.9, "AdamW beta1", bounds=Bound(0, 1, high_open=True))
     beta2: float = option(0.99, "AdamW beta2", bounds=Bound(0, 1, high_open=True))
@@ -321,13 +179,37 @@ def check_scheme_options(opts) -> None:
                              f"reads it; drop {flag(name)}, or choose --position {readers.split(', ')[0]}")
 
 
+def resolved_max_steps(opts: TrainOptions) -> int | None:
+    """The run's step limit: ``--max-steps``, else :data:`DEFAULT_MAX_STEPS` unless a ``--time-budget`` limits it (then ``None``)."""
+    if opts.max_steps is not None:
+        return opts.max_steps
+    return None if opts.time_budget else DEFAULT_MAX_STEPS
+
+
+def resolved_warmup_steps(opts: TrainOptions) -> int:
+    """The run's warm-up: ``--warmup-steps``, else :data:`DEFAULT_WARMUP_STEPS`, or a tenth of a run that short or shorter.
+
+    A default warm-up as long as the run would leave the learning rate below
+    its peak throughout and never decay (issue 10).
+    """
+    if opts.warmup_steps is not None:
+        return opts.warmup_steps
+    steps = resolved_max_steps(opts)
+    return steps // 10 if steps is not None and steps <= DEFAULT_WARMUP_STEPS else DEFAULT_WARMUP_STEPS
+
+
+def resolved(opts: TrainOptions) -> TrainOptions:
+    """``opts`` with the step limit and the warm-up the run uses written in: what its config.json records."""
+    return dataclasses.replace(opts, max_steps=resolved_max_steps(opts), warmup_steps=resolved_warmup_steps(opts))
+
+
 def check_options(opts: TrainOptions) -> None:
     """Reject option values that cannot work, naming the flag; nothing is read or written before this passes.
 
     Raises:
-        OctlmError: for a value outside its declared bounds, an unknown text
-            encoding, a scheme option the chosen scheme does not read
-            (:func:`check_scheme_options`), or a model shape
+        OctlmError: for a value outside its declared bounds, a warm-up not
+            shorter than the run, an unknown text encoding, a scheme option the
+            chosen scheme does not read (:func:`check_scheme_options`), or a model shape
             :class:`~octlm.model.DecoderConfig` refuses (named by its flag:
             ``--d-model=30 is not divisible ...``).
     """
@@ -336,6 +218,13 @@ def check_options(opts: TrainOptions) -> None:
     from octlm.extend import check_scaling_options
 
     check_scaling_options(opts)
+    steps, warmup = resolved_max_steps(opts), resolved_warmup_steps(opts)
+    if steps is not None and warmup >= steps:
+        raise OctlmError(
+            f"--warmup-steps {warmup} is not below the run's {steps} steps (--max-steps): the learning rate would stop at "
+            f"{min(steps, warmup)}/{warmup} of its peak and never decay, unlike the schedule --help describes; "
+            f"give --warmup-steps below {steps} (a tenth of the run, {steps // 10}, is common) or a larger --max-steps"
+        )
     try:
         opts.model_config(vocab_size=opts.vocab_size)
     except DecoderFieldError as err:
@@ -489,7 +378,8 @@ def check_seed(seed: int, flag: str = "--seed") -> None:
 
 
 __all__ = [
-    "DEFAULT_MAX_STEPS", "MAX_SEED", "REQUIRED", "Bound", "Resume", "TrainOptions", "at_least", "check_fields",
-    "check_options", "check_scheme_options", "check_seed", "scheme_options", "checked_values", "field_types", "finite", "changeable_on_resume", "flag", "given_options",
-    "option", "option_default", "resume_options", "resume_policy", "same_as", "stored_options",
+    "DEFAULT_MAX_STEPS", "DEFAULT_WARMUP_STEPS", "MAX_SEED", "REQUIRED", "Bound", "Resume", "TrainOptions", "at_least", "check_fields",
+    "check_options", "check_scheme_options", "check_seed", "checked_values", "field_types", "finite", "changeable_on_resume", "flag",
+    "given_options", "option", "option_default", "resolved", "resolved_max_steps", "resolved_warmup_steps", "resume_options",
+    "resume_policy", "same_as", "scheme_options", "stored_options",
 ]

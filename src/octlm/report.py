@@ -25,6 +25,13 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
+
+
 class Reporter:
     """Routes events to the terminal or to JSON lines.
 
@@ -43,6 +50,13 @@ class Reporter:
             self._json({"event": kind, **fields})
         elif text is not None and not self.quiet:
             tqdm.write(text, file=sys.stdout)
+
+    def log_line(self, text: str) -> None:
+        """A plain progress line (``step N: loss X, ...``) for logs: printed in human mode when stderr is no
+        terminal, where the progress bar is hidden (nohup, CI, a log file); never in JSON or quiet mode."""
+        if not (self.json_mode or self.quiet or _is_terminal(sys.stderr)):
+            tqdm.write(text, file=sys.stdout)
+            sys.stdout.flush()
 
     def warn(self, text: str, **fields: Any) -> None:
         if self.json_mode:

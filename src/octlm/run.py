@@ -29,11 +29,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save
 
 from octlm import data
 from octlm.errors import OctlmError, RunError
-from octlm.fileio import atomic_write, atomic_write_json, read_safetensors, umask
+from octlm.fileio import atomic_write_json, umask
 from octlm.model import Decoder, DecoderConfig
 from octlm.tokenizer import Tokenizer
 from octlm.weights import load_weights, save_weights, weights_state

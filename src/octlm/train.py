@@ -123,7 +123,10 @@ def final_report(result: dict, sample_text: str, diagnostic: dict, brief: bool =
         return "\n".join(lines[1:] + [saved] + resume)
     if sample_text:
         lines += ["", "sample:", "-" * 60, printable_text(sample_text), "-" * 60]
-    lines += ["", format_diagnostic(diagnostic, scheme), "", saved]
+    lines += ["", format_diagnostic(diagnostic, scheme), ""]
+    if result.get("loss_figure"):
+        lines.append(f"loss curve: {result['loss_figure']}")
+    lines.append(saved)
     return "\n".join(lines + resume)
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import math
 import shlex
-import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,8 +33,8 @@ from octlm.checkpoint import (
     save_checkpoint,
 )
 from octlm.corpus import open_corpus, prepare_corpus
-from octlm.device import autocast_for, check_memory, resolve_device, set_threads
-from octlm.diagnostics import embedding_diagnostic, frequent_tokens
+from octlm.device import autocast_for, check_memory, defers_host_sync, resolve_device, set_threads, to_device
+from octlm.diagnostics import embedding_diagnostic, frequent_tokens, token_counts
 from octlm.distributed import Group
 from octlm.errors import OctlmError, RunError
 from octlm.evaluate import EvalResult, evaluate
@@ -44,44 +42,14 @@ from octlm.extend import config_record, prepare_model
 from octlm.generation import sample_from
 from octlm.model import Decoder, DecoderConfig, cross_entropy
 from octlm.optim import lr_at, make_optimizer
-from octlm.options import DEFAULT_MAX_STEPS, TrainOptions
+from octlm.options import TrainOptions, resolved
 from octlm.report import Reporter
 from octlm.run import RunFolder, save_weights
+from octlm.signals import StopSignals
 
 
 class TrainingError(OctlmError):
     """Training cannot go on (a non-finite loss, say); the message names the step."""
-
-
-class StopSignals:
-    """Turn Ctrl-C (SIGINT) and SIGTERM into a request to stop after the current step.
-
-    The step in flight finishes, so the model and optimizer are never saved
-    half-updated. In one process a second Ctrl-C stops at once (the last
-    checkpoint on disk stays as it was); under torchrun, which forwards
-    signals to every process, repeats only confirm the request. Handlers are
-    installed only from the main thread and put back on exit.
-    """
-
-    def __init__(self, force_on_repeat: bool) -> None:
-        self.requested = False
-        self.force_on_repeat = force_on_repeat
-        self._previous: dict[int, object] = {}
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested and self.force_on_repeat and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __enter__(self) -> "StopSignals":
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
 
 
 def _empty_window() -> dict:
@@ -105,12 +73,14 @@ class Trainer:
 
     def __init__(self, opts: TrainOptions, report: Reporter, group: Group, device_name: str, resume: Path | None,
                  changes: list[str], step_hook: Callable[[int], None] | None = None) -> None:
+        # The step limit and warm-up resolved once; config.json records them as the run uses them.
+        opts = resolved(opts)
         self.opts, self.report, self.group, self.step_hook = opts, report, group, step_hook
         self.resume, self.changes = resume, changes
         self.device = resolve_device(device_name)
         check_memory(opts, self.device)
         set_threads(opts.threads)
-        self.max_steps = opts.max_steps if opts.max_steps is not None else (None if opts.time_budget else DEFAULT_MAX_STEPS)
+        self.max_steps = opts.max_steps
         self.tokens_per_step = opts.batch_size * group.world_size * opts.context_length
         # Where the run stands: fresh, or as restore() finds it in the checkpoint.
         self.ckpt = None
@@ -119,6 +89,10 @@ class Trainer:
         self.last_saved = -1
         self.stop_requested = self.interrupted = False
         self.metrics = None
+        # On a GPU in one process a step waits for nothing: its loss and gradient norm stay
+        # on the device until _settle() reads them at the next log, evaluation or save.
+        self.deferred = defers_host_sync(self.device, group)
+        self.pending: list[tuple[int, torch.Tensor]] = []
 
     # -- set up -------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -153,9 +127,10 @@ class Trainer:
             def prepare() -> Path:
                 target = RunFolder.new(opts.out)
                 target.check_new_run(opts.overwrite)
-                report.event("run", f"run folder: {target}", run_dir=str(target))
                 with target.staged() as staging:
                     prepare_corpus(opts, RunFolder(staging), report)
+                # Named once it exists: bad input leaves no folder to name.
+                report.event("run", f"run folder: {target}", run_dir=str(target))
                 return target.path
 
             path = group.run_on_main(prepare)
@@ -164,7 +139,13 @@ class Trainer:
         else:
             self.folder = RunFolder(self.resume)
             self.lock = self.folder.lock() if group.is_main else None
-            self.ckpt = load_checkpoint(self.folder.path / CHECKPOINT)
+            checkpoint = self.folder.path / CHECKPOINT
+            if checkpoint.exists() or self.folder.weights_path.exists():
+                self.ckpt = load_checkpoint(checkpoint)
+            else:
+                # Stopped before its first checkpoint: the prepared corpus and config are all
+                # there is, and all a step-0 start needs (it is what a fresh run does next).
+                report.warn(f"{self.folder} stopped before its first checkpoint; starting it again from step 0 on its prepared corpus")
         self.data = open_corpus(self.folder)
         global_blocks = tokens_io.count_blocks(len(self.data.train), opts.context_length)
         if opts.batch_size * group.world_size > global_blocks:
@@ -188,7 +169,7 @@ class Trainer:
         return config
 
     def _resumed_config(self) -> DecoderConfig:
-        folder, ckpt, opts = self.folder, self.ckpt, self.opts
+        folder, ckpt = self.folder, self.ckpt
         stored = folder.read_config()
         # Each process checks the files it is about to read.
         check_digests(ckpt.path, ckpt.state["digests"], run_digests(folder.path, stored))
@@ -239,6 +220,9 @@ class Trainer:
         The random generators come back last, so nothing here draws from them after.
         """
         ckpt, group = self.ckpt, self.group
+        if ckpt is None and self.resume is not None and group.is_main:
+            self.folder.rewind_metrics(0, self.report)
+            self.folder.remove_stale_temporaries(self.report)
         if ckpt is not None:
             state = ckpt.state
             self.step, self.elapsed, self.step_seconds, self.window = state["step"], state["elapsed_s"], state["step_seconds"], dict(state["window"])
@@ -292,13 +276,29 @@ class Trainer:
                 self.interrupted = self.stop_requested
                 if self.interrupted:
                     self.report.warn(f"interrupted at step {self.step}; saving a checkpoint")
+                elif self.step < opts.warmup_steps:
+                    # Only a time budget can end a run this early (a step limit is checked against the warm-up).
+                    self.report.warn(f"the run ended at step {self.step}, still in its {opts.warmup_steps}-step warm-up: the learning rate "
+                                     f"never reached its peak nor decayed; give a longer --time-budget or a smaller --warmup-steps")
                 self.save()
             except KeyboardInterrupt:
-                last = describe_checkpoint(self.folder.path / CHECKPOINT)
-                raise TrainingError(f"interrupted twice: stopped at once; the last checkpoint ({last}) is kept") from None
+                checkpoint = self.folder.path / CHECKPOINT
+                last = f"the last checkpoint ({describe_checkpoint(checkpoint)}) is kept" if checkpoint.exists() else "no checkpoint had been saved yet"
+                raise TrainingError(f"interrupted twice: stopped at once; {last}. {self._resume_hint()}") from None
             finally:
                 bar.close()
-        return self.finish()
+        try:
+            return self.finish()
+        except KeyboardInterrupt:
+            # Ctrl-C during the final evaluation: everything up to it is saved; say how to go on.
+            if self.interrupted:
+                self.report.warn(f"interrupted during the final evaluation; the checkpoint of step {self.step} is saved. {self._resume_hint()}")
+            else:
+                self.report.warn(f"interrupted during the final evaluation; the weights of step {self.step} are saved in {self.folder}")
+            raise
+
+    def _resume_hint(self) -> str:
+        return f"Continue exactly where it stopped with: octlm train --resume {shlex.quote(str(self.folder))}"
 
     def _announce(self) -> None:
         opts, max_steps = self.opts, self.max_steps
@@ -332,21 +332,25 @@ class Trainer:
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
         t0 = time.perf_counter()
-        starts = self.sampler.starts(self.step)
-        blocks = torch.from_numpy(tokens_io.gather_blocks(self.data.train, starts, self.config.context_length)).to(self.device)
+        blocks = to_device(torch.from_numpy(tokens_io.gather_blocks(self.data.train, self.sampler.starts(self.step), self.config.context_length)), self.device)
         with self.autocast:
             loss = cross_entropy(self.forward(blocks[:, :-1]), blocks[:, 1:])
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), opts.grad_clip)) if opts.grad_clip > 0 else 0.0
-        # One exchange per step keeps the ranks in agreement: the mean loss, whether
-        # anyone was asked to stop, and rank 0's clock (which drives the schedule).
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), opts.grad_clip) if opts.grad_clip > 0 else loss.new_zeros(())
         now = self.elapsed_before + time.perf_counter() - self.session_start
-        loss_sum, norm_sum, stops, clock = group.all_sum(
-            [float(loss.detach()), grad_norm, float(signals.requested), now if group.is_main else 0.0], self.device
-        )
-        loss_value = loss_sum / group.world_size
-        self._check_finite(loss_value, norm_sum)
+        if self.deferred:
+            # One process: the clock and a stop request are its own; the NaN guard runs in _settle.
+            self.pending.append((self.step, torch.stack([loss.detach().float(), norm.detach().float()])))
+            clock, stops, loss_value = now, float(signals.requested), 0.0
+        else:
+            # One exchange per step keeps the ranks in agreement: the mean loss, whether
+            # anyone was asked to stop, and rank 0's clock (which drives the schedule).
+            loss_sum, norm_sum, stops, clock = group.all_sum(
+                [float(loss.detach()), float(norm), float(signals.requested), now if group.is_main else 0.0], self.device
+            )
+            loss_value = loss_sum / group.world_size
+            self._check_finite(loss_value, norm_sum, self.step)
         self.optimizer.step()
         dt = time.perf_counter() - t0
         self.step += 1
@@ -356,10 +360,28 @@ class Trainer:
             self.window[key] += value
         return lr
 
-    def _check_finite(self, loss: float, grad_norm: float) -> None:
+    def _settle(self) -> None:
+        """Read the losses and norms the device holds (one transfer) and run the NaN guard over them, in step order.
+
+        Raises:
+            TrainingError: naming the first step whose loss or norm is not
+                finite; the checkpoint on disk predates it (every save settles first).
+        """
+        if not self.pending:
+            return
+        steps = [step for step, _ in self.pending]
+        values = torch.stack([v for _, v in self.pending]).cpu().tolist()
+        self.pending = []
+        for step, (loss, norm) in zip(steps, values):
+            self._check_finite(loss, norm, step)
+            self.window["loss"] += loss
+
+    def _check_finite(self, loss: float, grad_norm: float, step: int) -> None:
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             what = f"the training loss became {loss}" if not math.isfinite(loss) else f"the gradient norm became {grad_norm}"
-            raise TrainingError(f"{what} at step {self.step}; stopped without saving this step. {self._recovery_hint()}")
+            unsaved = "this step" if step == self.step else f"it or the {self.step - step - 1} steps after it"
+            raise TrainingError(f"{what} at step {step}; stopped without saving {unsaved}. {self._recovery_hint()}")
+
 
     def _recovery_hint(self) -> str:
         opts, path, run = self.opts, self.folder.path / CHECKPOINT, shlex.quote(str(self.folder))
@@ -379,6 +401,7 @@ class Trainer:
             self.metrics.flush()
 
     def _log_window(self, lr: float, bar) -> None:
+        self._settle()
         window = self.window
         record = {
             "step": self.step, "kind": "train", "loss": window["loss"] / window["steps"], "lr": lr,
@@ -386,11 +409,13 @@ class Trainer:
         }
         self._log(record)
         bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_second']:.0f}", refresh=False)
+        self.report.log_line(f"step {self.step}: loss {record['loss']:.4f}, lr {lr:.3g}, {record['tokens_per_second']:,.0f} tokens/s")
         self.window = _empty_window()
 
     # -- evaluate -----------------------------------------------------------------------------------
     def evaluate(self, at_step: int, max_blocks: int | None) -> EvalResult:
         """Score the validation split (at most ``max_blocks`` blocks); every rank scores the same blocks, rank 0 logs."""
+        self._settle()
         with self.autocast:
             result = evaluate(self.model, self.data.val, self.data.tokenizer.bytes_per_token, self.config.context_length,
                               self.opts.batch_size, max_blocks, self.device)
@@ -408,6 +433,7 @@ class Trainer:
         at_step, opts, group, folder = self.step, self.opts, self.group, self.folder
         if at_step == self.last_saved:
             return
+        self._settle()  # never save past a non-finite step
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise TrainingError(f"the weights stopped being finite by step {at_step}; nothing was saved. {self._recovery_hint()}")
         rng = group.gather(capture_rng())
@@ -432,6 +458,12 @@ class Trainer:
                 ) from None
         self.last_saved = at_step
 
+    def _write_loss_figure(self) -> str | None:
+        from octlm.figures import LOSS_FIGURE, write_loss_figure  # matplotlib, only once a run ends
+
+        path = write_loss_figure(self.folder.metrics_path, self.folder.path / LOSS_FIGURE, f"{self.folder.path.name}: {self.config.position}, {self.step} steps")
+        return None if path is None else str(path)
+
     # -- finish -------------------------------------------------------------------------------------
     def finish(self) -> dict:
         """The final evaluation, a sample and the embedding diagnostic: the result dict of :func:`octlm.train.train`."""
@@ -453,13 +485,17 @@ class Trainer:
             "train_tokens_seen": self.step * self.tokens_per_step,
             "epochs": self.sampler.epoch_of(self.step),
             "interrupted": self.interrupted,
-            "resumed_from": self.ckpt.step if self.ckpt is not None else None,
+            "resumed_from": self.ckpt.step if self.ckpt is not None else (0 if self.resume is not None else None),
             "world_size": group.world_size,
             **final.as_dict(),
         }
+        if group.is_main:
+            result["loss_figure"] = self._write_loss_figure()
         if opts.sample_tokens and not self.interrupted and group.is_main:
             result["sample"] = sample_from(self.model, data.tokenizer, "", opts.sample_tokens, 0.8, 40, opts.seed, self.device)
-        result["nearest"] = embedding_diagnostic(self.model, data.tokenizer, frequent_tokens(data.train, data.tokenizer, 2))
+        # Neighbours among tokens the run saw, of frequent words: the rest is noise a person cannot learn from.
+        counts = token_counts(data.train, data.tokenizer.vocab_size)
+        result["nearest"] = embedding_diagnostic(self.model, data.tokenizer, queries=frequent_tokens(counts, data.tokenizer, 3), seen=counts > 0)
         return result
 
 
