@@ -18,19 +18,8 @@ import torch
 
 from octlm import data as tokens_io
 from octlm.checkpoint import (
-    CHECKPOINT,
-    CheckpointError,
-    capture_rng,
-    check_digests,
-    config_digest,
-    describe_checkpoint,
-    load_checkpoint,
-    load_optimizer_tensors,
-    model_tensors,
-    restore_rng,
-    rng_of,
-    run_digests,
-    save_checkpoint,
+    CHECKPOINT, CheckpointError, capture_rng, check_digests, config_digest, describe_checkpoint, load_checkpoint,
+    load_optimizer_tensors, model_tensors, restore_rng, rng_of, run_digests, save_checkpoint,
 )
 from octlm.corpus import open_corpus, prepare_corpus
 from octlm.device import autocast_for, check_memory, defers_host_sync, resolve_device, set_threads, to_device
