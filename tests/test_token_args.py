@@ -55,3 +55,19 @@ def test_a_superscript_token_is_one_line_not_a_traceback(trained_run, tmp_path, 
     assert "Traceback" not in err
     if code == 1:
         assert "--token '²'" in err
+
+
+def test_a_text_of_several_byte_tokens_is_named_once_escaped(tokenizer):
+    ids = tokenizer.encode("²")
+    if len(ids) < 2:
+        pytest.skip("this vocabulary holds '²' as one token")
+    with pytest.raises(OctlmError) as err:
+        parse_token("²", tokenizer, tokenizer.vocab_size)
+    assert "\\\\x" not in str(err.value) and "'\\xc2'" in str(err.value)
+
+
+def test_one_position_gets_a_word_not_an_empty_line():
+    from octlm.diagnostics import format_diagnostic
+
+    text = format_diagnostic({"tokens": [], "positions": []}, "learned")
+    assert "nearest positions: n/a (the model has one position)" in text

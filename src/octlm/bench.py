@@ -16,7 +16,7 @@ import torch
 from octlm.errors import OctlmError
 from octlm.model import Decoder, DecoderConfig
 from octlm.report import Reporter
-from octlm.tokenizer import Tokenizer
+from octlm.tokenizer import Tokenizer, visible_token
 from octlm.device import resolve_device
 from octlm.diagnostics import embedding_diagnostic, format_diagnostic
 from octlm.options import TrainOptions, at_least, check_fields, option, same_as
@@ -92,7 +92,8 @@ def parse_token(spec: str, tokenizer: Tokenizer | None, vocab_size: int) -> int:
         raise OctlmError(f"--token {spec!r}: text needs a tokenizer; give --run RUN_DIR or a numeric id")
     ids = tokenizer.encode(spec)
     if len(ids) != 1:
-        pieces = ", ".join(repr(tokenizer.token_str(i)) for i in ids) or "nothing"
+        # visible_token, not repr: a byte token's label already reads \xc2, which repr would double
+        pieces = ", ".join(f"'{visible_token(tokenizer.token_str(i))}'" for i in ids) or "nothing"
         raise OctlmError(f"--token {spec!r} is {len(ids)} tokens ({pieces}); give one of them")
     return ids[0]
 

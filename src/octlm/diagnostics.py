@@ -136,6 +136,8 @@ def format_diagnostic(diagnostic: dict, position_scheme: str) -> str:
         lines.append(f"  {visible_token(entry['text']):>15} (#{entry['token']}): {near}")
     if diagnostic["positions"] is None:
         lines.append(f"nearest positions: n/a ({position_scheme} adds no position vectors to the embedding)")
+    elif not diagnostic["positions"]:
+        lines.append("nearest positions: n/a (the model has one position)")
     else:
         near = ", ".join(f"{n['index']} {n['score']:+.2f}" for n in diagnostic["positions"])
         lines.append(f"nearest positions to position 0: {near}")
