@@ -257,11 +257,16 @@ def _place_labels(figure: Figure, axes, coords: np.ndarray, labels: list[str], i
         )
 
 
-def save_png(figure: Figure, path: str | Path) -> Path:
-    """Render ``figure`` to PNG and write it to ``path`` atomically."""
+def png_bytes(figure) -> bytes:
+    """``figure`` rendered as a PNG file's bytes."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
-    atomic_write(path, buffer.getvalue())
+    return buffer.getvalue()
+
+
+def save_png(figure: Figure, path: str | Path) -> Path:
+    """Render ``figure`` to PNG and write it to ``path`` atomically."""
+    atomic_write(path, png_bytes(figure))
     Path(path).chmod(0o644)
     return Path(path)
 

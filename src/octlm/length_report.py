@@ -6,7 +6,6 @@ several seeds :func:`mean_rows` folds them into one row per label and length.
 
 from __future__ import annotations
 
-import io
 import math
 
 import numpy as np
@@ -173,9 +172,9 @@ def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
     right.set_xlabel(f"position in a {longest}-token window (1 = first prediction; buckets of at least {max(1, T // 16)}, log-spaced)")
     right.set_title("where each scheme breaks: bits per byte along the window")
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
+    from octlm.figures import png_bytes
+
+    return png_bytes(fig)
 
 
 __all__ = ["NOT_AVAILABLE", "bucket_bpb", "format_tables", "markdown_tables", "mean_rows", "plot", "position_buckets", "position_curve"]

@@ -18,7 +18,6 @@ models are then scored at every multiplier like the base ones.
 from __future__ import annotations
 
 import dataclasses
-import io
 import shutil
 from pathlib import Path
 
@@ -163,9 +162,9 @@ def curve_plot(curves: list[dict]) -> bytes:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
+    from octlm.figures import png_bytes
+
+    return png_bytes(fig)
 
 
 __all__ = ["CURVE_POINTS", "EXTENSIONS", "EXTEND_PLOT", "curve_markdown", "curve_plot", "extension_options", "fine_tune", "labels_for", "measure_steps"]

@@ -24,7 +24,6 @@ table on the terminal; accuracy is the mean over ``--seeds``.
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 import time
@@ -227,9 +226,9 @@ def plot(grid: dict, task: Task, sizes: list[int]) -> bytes:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
+    from octlm.figures import png_bytes
+
+    return png_bytes(fig)
 
 
 __all__ = ["EVAL_COUNT", "EVAL_SEED_OFFSET", "TASK_MULTIPLIERS", "TASK_STEPS", "exact_match", "task_study", "train_task_model"]
