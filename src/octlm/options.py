@@ -174,9 +174,10 @@ def check_scheme_options(opts) -> None:
     defaults = {f.name: option_default(f) for f in dataclasses.fields(opts)}
     for name in sorted(scheme_options(opts.position)[1]):
         if name in defaults and getattr(opts, name) != defaults[name]:
-            readers = ", ".join(n for n, cls in SCHEMES.items() if name in cls.reads)
+            names = [n for n, cls in SCHEMES.items() if name in cls.reads]
+            readers = names[0] + " reads" if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]} read"
             raise OctlmError(f"{flag(name)} {getattr(opts, name)} means nothing for --position {opts.position}: only {readers} "
-                             f"reads it; drop {flag(name)}, or choose --position {readers.split(', ')[0]}")
+                             f"it; drop {flag(name)}, or choose --position {names[0]}")
 
 
 def resolved_max_steps(opts: TrainOptions) -> int | None:
