@@ -1,6 +1,6 @@
 """Training and evaluation throughput per position scheme, with MFU; prints JSON.
 
-    .venv/bin/python bench/throughput.py [--quick] [--compile] [--schemes rope alibi] [--device cpu]
+    .venv/bin/python bench/throughput.py [--quick] [--compile [--compile-schemes rope]] [--schemes rope alibi] [--shapes day1] [--device cpu]
 
 Shapes: the Day-1 decoder (vocab 1,024, d_model 128, 4 heads, 2 layers,
 T 128, batch 32) everywhere, and a GPT-2-small decoder (vocab 50,257,
@@ -76,7 +76,6 @@ import json
 import os
 import platform
 import resource
-import shutil
 import statistics
 import sys
 import time
@@ -297,14 +296,9 @@ def sdpa_kernels(model: Decoder, ids: torch.Tensor, train_step: Callable, eval_s
     return found
 
 
-def has_cpp_compiler() -> bool:
-    """Inductor's CPU code is C++: it needs ``$CXX``, ``g++``, ``c++`` or ``clang++``."""
-    return any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "c++", "clang++") if c)
-
-
 def measure_compile(model: Decoder, optimizer, ids: torch.Tensor, autocast, args, device: torch.device, tokens: int) -> dict:
     """Tokens per second of ``torch.compile(model)``, training and evaluation; ``{"error": ...}`` when it fails."""
-    if device.type == "cpu" and not has_cpp_compiler():
+    if device.type == "cpu" and not octlm_device.has_cpp_compiler():
         return {"error": "no C++ compiler (g++, c++, clang++ or $CXX) for inductor's CPU code"}
     torch._dynamo.reset()  # a fresh cache per scheme: the Decoder's code objects are shared between models
     try:
@@ -346,7 +340,7 @@ def measure_scheme(shape: str, position: str, args, device: torch.device, memory
         row[f"{name}_tokens_per_second"] = round(tokens / seconds, 1)
         row[f"{name}_flops_per_second"] = flops[name] * tokens / seconds
     row["sdpa"] = sdpa_kernels(model, ids, train_step, eval_step)
-    if args.compile:
+    if args.compile and position in (args.compile_schemes or args.schemes):
         compiled = measure_compile(model, optimizer, ids, autocast, args, device, tokens)
         for name in ("train", "eval"):
             if f"{name}_tokens_per_second" in compiled:
@@ -375,6 +369,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--matmul-size", type=int, default=None, help="side of the peak matmul (default 1024, 8192 on CUDA)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile(model) against eager")
+    parser.add_argument("--compile-schemes", nargs="+", choices=sorted(SCHEMES), help="with --compile: compile only these (default: all of --schemes)")
+    parser.add_argument("--out", help="also write the JSON to this file, rewritten after every scheme")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 warm-up, 3 repeats")
     args = parser.parse_args(argv)
     if args.quick:
@@ -382,35 +378,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def run(argv: list[str] | None = None) -> dict:
-    """Parse ``argv``, measure, return the JSON-ready result."""
-    args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    load_before = os.getloadavg()
-    _, dtype = autocast_for(device)
-    peak = PeakFlops(device, dtype, args.matmul_size or (8192 if device.type == "cuda" else 1024))
-    peak.sample(PEAK_REPEATS)
-    memory = PeakMemory(device)
-    shapes = []
-    for shape in args.shapes:
-        fields, batch_size, needs_cuda = SHAPES[shape]
-        entry: dict = {"name": shape, "config": fields, "batch_size": batch_size}
-        if needs_cuda and device.type != "cuda":
-            entry["skipped"] = "needs a CUDA device; none was used in this run"
-        else:
-            entry["flops_per_token"] = flops_per_token(DecoderConfig(**fields))
-            entry["schemes"] = []
-            for scheme in args.schemes:
-                entry["schemes"].append(measure_scheme(shape, scheme, args, device, memory, peak))
-        shapes.append(entry)
-    peak.sample(PEAK_REPEATS)
+def summary(args, device: torch.device, dtype: torch.dtype, peak: PeakFlops, memory: PeakMemory, shapes: list, load_before, complete: bool) -> dict:
+    """The JSON-ready result of the rows measured so far, their MFU against the best peak so far."""
     for row in (row for entry in shapes for row in entry.get("schemes", [])):
         for name in ("train", "eval"):
             row[f"{name}_mfu"] = round(row[f"{name}_flops_per_second"] / peak.measured, 4)
+            compiled = row.get("compile", {})
+            if f"{name}_tokens_per_second" in compiled:
+                per_token = row[f"{name}_flops_per_second"] / row[f"{name}_tokens_per_second"]
+                compiled[f"{name}_mfu"] = round(compiled[f"{name}_tokens_per_second"] * per_token / peak.measured, 4)
     return {
         "benchmark": "throughput",
+        "complete": complete,
         "device": str(device),
         "device_name": device_name(device),
         "dtype": str(dtype).removeprefix("torch."),
@@ -425,6 +404,42 @@ def run(argv: list[str] | None = None) -> dict:
         "memory_method": memory.method,
         "shapes": shapes,
     }
+
+
+def run(argv: list[str] | None = None) -> dict:
+    """Parse ``argv``, measure, return the JSON-ready result (with ``--out``, also written there after every scheme)."""
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    load_before = os.getloadavg()
+    _, dtype = autocast_for(device)
+    peak = PeakFlops(device, dtype, args.matmul_size or (8192 if device.type == "cuda" else 1024))
+    peak.sample(PEAK_REPEATS)
+    memory = PeakMemory(device)
+    shapes: list[dict] = []
+
+    def write(complete: bool) -> dict:
+        result = summary(args, device, dtype, peak, memory, shapes, load_before, complete)
+        if args.out:
+            # a run stopped by a time limit still leaves the schemes it measured
+            Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        return result
+
+    for shape in args.shapes:
+        fields, batch_size, needs_cuda = SHAPES[shape]
+        entry: dict = {"name": shape, "config": fields, "batch_size": batch_size}
+        shapes.append(entry)
+        if needs_cuda and device.type != "cuda":
+            entry["skipped"] = "needs a CUDA device; none was used in this run"
+            continue
+        entry["flops_per_token"] = flops_per_token(DecoderConfig(**fields))
+        entry["schemes"] = []
+        for scheme in args.schemes:
+            entry["schemes"].append(measure_scheme(shape, scheme, args, device, memory, peak))
+            write(complete=False)
+    peak.sample(PEAK_REPEATS)
+    return write(complete=True)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ def run(argv: list[str]) -> dict:
         result = json.loads(buffer.getvalue().strip().splitlines()[-1])
         config = json.loads((out / "config.json").read_text())
         baseline = unigram_bpb(out, config["model"]["context_length"])
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return {
         "benchmark": "train_tinyshakespeare",
         "time_budget_s": args.time_budget,
@@ -71,6 +72,9 @@ def run(argv: list[str]) -> dict:
         "val_loss": round(result["val_loss"], 4),
         "baseline_unigram_val_bpb": round(baseline, 4),
         "ratio_vs_unigram": round(result["val_bpb"] / baseline, 4),
+        # the periodic evaluations (their --eval-blocks), to see whether a long run overfits
+        "eval_curve": [[r["step"], round(r["val_bpb"], 4)] for r in records if r["kind"] == "eval"],
+        "device": result.get("device"),
         "sample": result.get("sample", ""),
     }
 

@@ -423,3 +423,44 @@ def test_the_gpu_paths_nan_guard_keeps_the_checkpoint_before_the_first_bad_step(
     checkpoint = load_checkpoint(run / CHECKPOINT)
     assert checkpoint.step == 5
     assert all(torch.isfinite(t).all() for t in model_tensors(checkpoint).values())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("octlm.device", fromlist=["x"]).has_cpp_compiler(), reason="torch.compile on a CPU needs a C++ compiler")
+def test_a_compiled_run_trains_the_eager_runs_weights_and_resumes_eagerly(small_corpus, tmp_path):
+    # Inductor fuses and reorders float arithmetic, so the bits may differ from eager: the same to float32 rounding.
+    # Without dropout: compiled code draws its masks from another generator (Philox), so they differ by design.
+    from safetensors.torch import load_file
+
+    run, eager_run = tmp_path / "run", tmp_path / "eager"
+    train(options(small_corpus, eager_run, max_steps=12, save_every=0, dropout=0.0), QUIET)
+    train(options(small_corpus, run, max_steps=12, save_every=0, dropout=0.0, compile="on"), QUIET)
+    compiled, eager = load_file(run / "model.safetensors"), load_file(eager_run / "model.safetensors")
+    assert compiled.keys() == eager.keys()  # the compiled wrapper adds no "_orig_mod." prefix
+    for name in eager:
+        torch.testing.assert_close(compiled[name], eager[name], rtol=1e-4, atol=1e-5)
+    # --compile may change on resume: the weights and optimizer state are the eager module's
+    train(options(small_corpus, run, max_steps=40, save_every=0, dropout=0.0, compile="off"), QUIET, resume=run, given={"max_steps", "compile"})
+    assert load_checkpoint(run / CHECKPOINT).step == 40
+
+
+def test_compile_settings_resolve_per_device(monkeypatch):
+    from octlm import device as device_module
+    from octlm.errors import OctlmError
+
+    cpu = torch.device("cpu")
+    assert device_module.compiles("auto", cpu) is False
+    assert device_module.compiles("off", torch.device("cuda")) is False
+    assert device_module.compiles("auto", torch.device("cuda")) is True
+    monkeypatch.setattr(device_module, "has_cpp_compiler", lambda: False)
+    with pytest.raises(OctlmError, match="--compile on.*no compiler was found.*--compile off"):
+        device_module.compiles("on", cpu)
+
+
+def test_compile_alone_means_on():
+    from octlm.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["train", "--compile"]).compile == "on"
+    assert parser.parse_args(["train"]).compile == "auto"
+    assert parser.parse_args(["train", "--compile", "off"]).compile == "off"

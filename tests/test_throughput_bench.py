@@ -74,5 +74,5 @@ def test_a_failing_compile_is_recorded_not_raised(monkeypatch):
     monkeypatch.setattr(bench.torch, "compile", broken)
     result = bench.measure_compile(model, optimizer, ids, bench.contextlib.nullcontext(), args, torch.device("cpu"), 16)
     assert result == {"error": "RuntimeError: inductor exploded"}
-    monkeypatch.setattr(bench, "has_cpp_compiler", lambda: False)
+    monkeypatch.setattr(bench.octlm_device, "has_cpp_compiler", lambda: False)
     assert "no C++ compiler" in bench.measure_compile(model, optimizer, ids, bench.contextlib.nullcontext(), args, torch.device("cpu"), 16)["error"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 
 import torch
 
@@ -92,6 +93,55 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+def has_cpp_compiler() -> bool:
+    """Whether inductor can build CPU code here: it needs ``$CXX``, ``g++``, ``c++`` or ``clang++``."""
+    return any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "c++", "clang++") if c)
+
+
+def compiles(setting: str, device: torch.device) -> bool:
+    """Whether ``--compile SETTING`` compiles on ``device``: ``auto`` means on a CUDA GPU only.
+
+    ``auto`` leaves the CPU eager because there the Day-1 model's step gains
+    little and the compile costs tens of seconds of a run of minutes
+    (bench/throughput.py --compile measures both; docs/results.md has the figures).
+
+    Raises:
+        OctlmError: for ``on`` with a CPU and no C++ compiler, or with MPS.
+    """
+    if setting == "off" or (setting == "auto" and device.type != "cuda"):
+        return False
+    if device.type == "cpu" and not has_cpp_compiler():
+        raise OctlmError("--compile on: torch.compile builds C++ for the CPU and no compiler was found (g++, c++, clang++ or $CXX); "
+                         "install one, or use --compile off")
+    if device.type == "mps":
+        raise OctlmError("--compile on: torch.compile does not support MPS well enough to train on; use --compile off")
+    return True
+
+
+def compile_model(module: torch.nn.Module, setting: str) -> torch.nn.Module:
+    """``torch.compile(module)`` (inductor); the weights stay ``module``'s, so saving and sampling use the eager module.
+
+    Under ``auto`` a graph that inductor cannot build runs eagerly instead of
+    stopping the run (torch logs why); ``on`` lets the error through.
+    """
+    if setting == "auto":
+        torch._dynamo.config.suppress_errors = True
+    return torch.compile(module)
+
+
+def set_deterministic(on: bool) -> None:
+    """``--deterministic``: kernels that give the same bits on every run (slower on a GPU; off by default).
+
+    cuBLAS needs a fixed workspace for that (``CUBLAS_WORKSPACE_CONFIG``, read
+    when its first handle is made, so this runs before the model's first
+    matmul). Operators with no deterministic kernel warn rather than stop the run.
+    """
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+
+
 def defers_host_sync(device: torch.device, group) -> bool:
     """Whether a training step leaves its loss and norm on the device: on a GPU in one process (ranks agree every step)."""
     return device.type == "cuda" and not group.active
@@ -104,4 +154,4 @@ def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
     return batch.to(device)
 
 
-__all__ = ["autocast_for", "defers_host_sync", "to_device", "check_memory", "device_memory_bytes", "resolve_device", "set_threads", "step_memory_bytes"]
+__all__ = ["autocast_for", "compile_model", "compiles", "defers_host_sync", "has_cpp_compiler", "set_deterministic", "to_device", "check_memory", "device_memory_bytes", "resolve_device", "set_threads", "step_memory_bytes"]

@@ -22,7 +22,9 @@ from octlm.checkpoint import (
     load_optimizer_tensors, model_tensors, restore_rng, rng_of, run_digests, save_checkpoint,
 )
 from octlm.corpus import open_corpus, prepare_corpus
-from octlm.device import autocast_for, check_memory, defers_host_sync, resolve_device, set_threads, to_device
+from octlm.device import (
+    autocast_for, check_memory, compile_model, compiles, defers_host_sync, resolve_device, set_deterministic, set_threads, to_device,
+)
 from octlm.diagnostics import embedding_diagnostic, frequent_tokens, token_counts
 from octlm.distributed import Group
 from octlm.errors import OctlmError, RunError
@@ -69,6 +71,8 @@ class Trainer:
         self.device = resolve_device(device_name)
         check_memory(opts, self.device)
         set_threads(opts.threads)
+        set_deterministic(opts.deterministic)
+        self.compiled = compiles(opts.compile, self.device)
         self.max_steps = opts.max_steps
         self.tokens_per_step = opts.batch_size * group.world_size * opts.context_length
         # Where the run stands: fresh, or as restore() finds it in the checkpoint.
@@ -102,8 +106,9 @@ class Trainer:
             "model",
             f"model: {model.num_parameters():,} parameters ({model.num_parameters(exclude_embeddings=True):,} without "
             f"embeddings), position={config.position}, device={self.device}, dtype={dtype_name}, threads={torch.get_num_threads()}"
+            + (", torch.compile" if self.compiled else "")
             + (f", {group.world_size} processes ({group.backend})" if group.active else ""),
-            parameters=model.num_parameters(), device=str(self.device), dtype=dtype_name, world_size=group.world_size,
+            parameters=model.num_parameters(), device=str(self.device), dtype=dtype_name, world_size=group.world_size, compiled=self.compiled,
         )
         self.optimizer = make_optimizer(model, opts, self.device)
         self.sampler = tokens_io.BlockSampler(len(self.data.train), config.context_length, opts.batch_size, opts.seed, group.rank, group.world_size)
@@ -222,11 +227,14 @@ class Trainer:
             if group.is_main:
                 self.folder.rewind_metrics(state["metrics_bytes"], self.report)
                 self.folder.remove_stale_temporaries(self.report)
-        self.forward = self.model
+        # Training and evaluation call self.forward and self.scorer; the weights stay self.model's,
+        # so saving, sampling and the diagnostics use the eager module.
+        self.scorer = compile_model(self.model, self.opts.compile) if self.compiled else self.model
+        self.forward = self.scorer
         if group.active:
             from torch.nn.parallel import DistributedDataParallel
 
-            self.forward = DistributedDataParallel(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+            self.forward = DistributedDataParallel(self.scorer, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         self.metrics = self.folder.metrics_path.open("a", encoding="utf-8") if group.is_main else None
         if ckpt is not None:
             saved = rng_of(ckpt, group.rank)
@@ -359,7 +367,12 @@ class Trainer:
         if not self.pending:
             return
         steps = [step for step, _ in self.pending]
+        t0 = time.perf_counter()
         values = torch.stack([v for _, v in self.pending]).cpu().tolist()
+        # The wait is the device finishing steps the host already queued: it is their time.
+        waited = time.perf_counter() - t0
+        self.step_seconds += waited
+        self.window["seconds"] += waited
         self.pending = []
         for step, (loss, norm) in zip(steps, values):
             self._check_finite(loss, norm, step)
@@ -406,7 +419,7 @@ class Trainer:
         """Score the validation split (at most ``max_blocks`` blocks); every rank scores the same blocks, rank 0 logs."""
         self._settle()
         with self.autocast:
-            result = evaluate(self.model, self.data.val, self.data.tokenizer.bytes_per_token, self.config.context_length,
+            result = evaluate(self.scorer, self.data.val, self.data.tokenizer.bytes_per_token, self.config.context_length,
                               self.opts.batch_size, max_blocks, self.device)
         self._log({"step": at_step, "kind": "eval", **result.as_dict()})
         return result
