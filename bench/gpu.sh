@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # One GPU session's measurements, each written as JSON into OUT_DIR:
 #
-#   bash bench/gpu.sh OUT_DIR [SECONDS]
+#   bash bench/gpu.sh OUT_DIR [SECONDS [GROUP ...]]
 #
 # SECONDS (default 560) is the whole session's wall-clock limit: every step has
 # its own limit inside it, and the last one (the 300 s tinyshakespeare run) is
 # shortened if the earlier ones left less time. GPU time is scarce and may come
 # as one try, so a failing step records its exit status and the next one runs.
+# GROUPs (default: throughput main resume tinyshakespeare) pick what runs; `compile`
+# (octlm train with and without torch.compile on a 25M-parameter model) runs only when named.
 #
 #   env.txt               nvidia-smi, torch and CUDA versions
 #   throughput-*.json     bench/throughput.py (eager and torch.compile, MFU, kernels)
-#   main-*.json           the main job (`octlm train`, defaults), --compile auto and off
-#   resume.json           a run stopped at step 30 and resumed to 60 against one of 60, --deterministic
+#   main-*.json           the main job (`octlm train`, defaults), --compile auto and on
+#   resume.json           a run stopped at step 30 and resumed to 60 against two of 60, --deterministic
+#   compile-*.json        octlm train, 300 steps of a d_model 512, 8-layer model, --compile on and off
 #   tinyshakespeare.json  bench/train_tinyshakespeare.py (300 s unless the session is short of time)
 #   steps.jsonl           each step's exit status and wall seconds
 set -u
-out=${1:?usage: bash bench/gpu.sh OUT_DIR [SECONDS]}
+out=${1:?usage: bash bench/gpu.sh OUT_DIR [SECONDS [GROUP ...]]}
 limit=${2:-560}
+shift $(( $# < 2 ? $# : 2 ))
+groups=" ${*:-throughput main resume tinyshakespeare} "
+wants() { [[ $groups == *" $1 "* ]]; }
 mkdir -p "$out"
 py=${PYTHON:-python3}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -37,38 +43,54 @@ step() {
 { nvidia-smi; "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; } >"$out/env.txt" 2>&1
 
 # The model's speed: every scheme eagerly on the Day-1 and GPT-2-small shapes, then torch.compile on RoPE.
-step throughput-day1 90 "$py" bench/throughput.py --shapes day1 --warmup 3 --repeats 20 --out "$out/throughput-day1.partial.json"
-step throughput-gpt2 90 "$py" bench/throughput.py --shapes gpt2-small --schemes rope learned alibi none --warmup 3 --repeats 10 \
-    --out "$out/throughput-gpt2.partial.json"
-step throughput-compile 150 "$py" bench/throughput.py --shapes day1 gpt2-small --schemes rope --compile --warmup 3 --repeats 10 \
-    --out "$out/throughput-compile.partial.json"
+if wants throughput; then
+    step throughput-day1 90 "$py" bench/throughput.py --shapes day1 --warmup 3 --repeats 20 --out "$out/throughput-day1.partial.json"
+    step throughput-gpt2 90 "$py" bench/throughput.py --shapes gpt2-small --schemes rope learned alibi none --warmup 3 --repeats 10 \
+        --out "$out/throughput-gpt2.partial.json"
+    step throughput-compile 150 "$py" bench/throughput.py --shapes day1 gpt2-small --schemes rope --compile --warmup 3 --repeats 10 \
+        --out "$out/throughput-compile.partial.json"
+fi
 
-# The main job as the README runs it, with and without torch.compile (auto compiles on CUDA).
-step main-auto 90 "$py" -m octlm train --out "$work/main-auto" --json
-step main-off 75 "$py" -m octlm train --out "$work/main-off" --compile off --json
+# The main job as the README runs it (auto leaves the Day-1 model eager), and compiled.
+if wants main; then
+    step main-auto 90 "$py" -m octlm train --out "$work/main-auto" --json
+    step main-on 75 "$py" -m octlm train --out "$work/main-on" --compile on --json
+fi
+
+# Whether compiling pays in octlm train itself for a mid-sized model (about 4e12 FLOPs per step).
+if wants compile; then
+    mid=(--text tinyshakespeare --d-model 512 --n-layers 8 --n-heads 8 --context-length 512 --batch-size 32 --max-steps 300
+         --eval-interval 100 --sample-tokens 0 --json)
+    step compile-on 120 "$py" -m octlm train --out "$work/mid-on" --compile on "${mid[@]}"
+    step compile-off 120 "$py" -m octlm train --out "$work/mid-off" --compile off "${mid[@]}"
+fi
 
 # Resume on CUDA: the dropout generator (CUDA's) and the data order must come back; deterministic kernels make it bitwise.
-resume_flags=(--text tinyshakespeare --dropout 0.1 --deterministic --compile off --save-every 0 --eval-interval 1000 --sample-tokens 0 --json)
-step resume-straight 60 "$py" -m octlm train --out "$work/straight" --max-steps 60 "${resume_flags[@]}"
-step resume-first 60 "$py" -m octlm train --out "$work/resumed" --max-steps 30 "${resume_flags[@]}"
-step resume-second 60 "$py" -m octlm train --resume "$work/resumed" --max-steps 60 "${resume_flags[@]}"
-"$py" - "$work/straight/model.safetensors" "$work/resumed/model.safetensors" >"$out/resume.json" 2>>"$out/resume-second.log" <<'EOF'
+if wants resume; then
+    resume_flags=(--text tinyshakespeare --dropout 0.1 --deterministic --compile off --save-every 0 --eval-interval 1000 --sample-tokens 0 --json)
+    step resume-straight 60 "$py" -m octlm train --out "$work/straight" --max-steps 60 "${resume_flags[@]}"
+    step resume-again 60 "$py" -m octlm train --out "$work/again" --max-steps 60 "${resume_flags[@]}"
+    step resume-first 60 "$py" -m octlm train --out "$work/resumed" --max-steps 30 "${resume_flags[@]}"
+    step resume-second 60 "$py" -m octlm train --resume "$work/resumed" --max-steps 60 "${resume_flags[@]}"
+    "$py" - "$work"/{straight,again,resumed}/model.safetensors >"$out/resume.json" 2>>"$out/resume-second.log" <<'PY'
 import hashlib, json, sys
 from safetensors.torch import load_file
-a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
-print(json.dumps({
-    "sha256_straight": hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest(),
-    "sha256_resumed": hashlib.sha256(open(sys.argv[2], "rb").read()).hexdigest(),
-    "max_abs_difference": max(float((a[k].float() - b[k].float()).abs().max()) for k in a),
-}))
-EOF
+def sha(path): return hashlib.sha256(open(path, "rb").read()).hexdigest()
+def gap(x, y): return max(float((x[k].float() - y[k].float()).abs().max()) for k in x)
+a, b, c = (load_file(p) for p in sys.argv[1:4])
+print(json.dumps({"sha256": dict(zip(["straight", "again", "resumed"], map(sha, sys.argv[1:4]))),
+                  "max_abs_difference": {"again": gap(a, b), "resumed": gap(a, c)}}))
+PY
+fi
 
 # Whatever time is left, up to 300 s, for the tinyshakespeare benchmark (its evaluation and sample need about 40 s more).
-budget=$(( deadline - ${EPOCHREALTIME%.*} - 45 ))
-(( budget > 300 )) && budget=300
-if (( budget >= 30 )); then
-    step tinyshakespeare $(( budget + 45 )) "$py" bench/train_tinyshakespeare.py --time-budget "$budget"
-else
-    echo "tinyshakespeare: skipped, only $budget s left" | tee -a "$out/steps.jsonl"
+if wants tinyshakespeare; then
+    budget=$(( deadline - ${EPOCHREALTIME%.*} - 45 ))
+    (( budget > 300 )) && budget=300
+    if (( budget >= 30 )); then
+        step tinyshakespeare $(( budget + 45 )) "$py" bench/train_tinyshakespeare.py --time-budget "$budget"
+    else
+        echo "tinyshakespeare: skipped, only $budget s left" | tee -a "$out/steps.jsonl"
+    fi
 fi
 rm -rf "$work"

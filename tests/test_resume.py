@@ -448,13 +448,15 @@ def test_compile_settings_resolve_per_device(monkeypatch):
     from octlm import device as device_module
     from octlm.errors import OctlmError
 
-    cpu = torch.device("cpu")
-    assert device_module.compiles("auto", cpu) is False
-    assert device_module.compiles("off", torch.device("cuda")) is False
-    assert device_module.compiles("auto", torch.device("cuda")) is True
+    cpu, cuda, big = torch.device("cpu"), torch.device("cuda"), device_module.COMPILE_FLOPS_PER_STEP
+    assert device_module.compiles("auto", cpu, 100 * big) is False
+    assert device_module.compiles("off", cuda, 100 * big) is False
+    assert device_module.compiles("auto", cuda, big) is True
+    assert device_module.compiles("auto", cuda, big / 2) is False  # the Day-1 model stays eager
+    assert device_module.compiles("on", cuda, 1.0) is True
     monkeypatch.setattr(device_module, "has_cpp_compiler", lambda: False)
     with pytest.raises(OctlmError, match="--compile on.*no compiler was found.*--compile off"):
-        device_module.compiles("on", cpu)
+        device_module.compiles("on", cpu, big)
 
 
 def test_compile_alone_means_on():
@@ -464,3 +466,18 @@ def test_compile_alone_means_on():
     assert parser.parse_args(["train", "--compile"]).compile == "on"
     assert parser.parse_args(["train"]).compile == "auto"
     assert parser.parse_args(["train", "--compile", "off"]).compile == "off"
+
+
+@pytest.mark.parametrize("position", sorted(__import__("octlm.positions", fromlist=["SCHEMES"]).SCHEMES))
+def test_deterministic_mode_has_a_kernel_for_every_scheme_here(position):
+    # --deterministic is strict: an operator without a deterministic kernel would stop the run.
+    from octlm.model import Decoder, DecoderConfig, cross_entropy
+
+    model = Decoder(DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=1, position=position))
+    ids = torch.randint(0, 64, (2, 17))
+    torch.use_deterministic_algorithms(True)
+    try:
+        cross_entropy(model(ids[:, :-1]), ids[:, 1:]).backward()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)

@@ -98,17 +98,25 @@ def has_cpp_compiler() -> bool:
     return any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "c++", "clang++") if c)
 
 
-def compiles(setting: str, device: torch.device) -> bool:
-    """Whether ``--compile SETTING`` compiles on ``device``: ``auto`` means on a CUDA GPU only.
+#: ``--compile auto`` compiles on CUDA from this many FLOPs per training step (6 x parameters x tokens per step).
+#: Measured on an H200 (docs/results.md): the GPT-2-small shape (about 1.2e13) trained 1.88x faster
+#: compiled; the Day-1 shape (about 1e10) no faster in ``octlm train``, where its 20 s compile made
+#: the main job 42 s instead of 17 s. The threshold lies between those two, nearer the large end.
+COMPILE_FLOPS_PER_STEP = 1e12
 
-    ``auto`` leaves the CPU eager because there the Day-1 model's step gains
-    little and the compile costs tens of seconds of a run of minutes
-    (bench/throughput.py --compile measures both; docs/results.md has the figures).
+
+def compiles(setting: str, device: torch.device, flops_per_step: float) -> bool:
+    """Whether ``--compile SETTING`` compiles: ``auto`` means on a CUDA GPU, for a step of ``flops_per_step`` or more.
+
+    ``auto`` leaves small models eager, where a step is bound by kernel
+    launches that the GPU overlaps anyway and the compile (tens of seconds)
+    costs more than it saves, and the CPU eager, where the Day-1 model's step
+    gained nothing measurable (bench/throughput.py --compile).
 
     Raises:
         OctlmError: for ``on`` with a CPU and no C++ compiler, or with MPS.
     """
-    if setting == "off" or (setting == "auto" and device.type != "cuda"):
+    if setting == "off" or (setting == "auto" and (device.type != "cuda" or flops_per_step < COMPILE_FLOPS_PER_STEP)):
         return False
     if device.type == "cpu" and not has_cpp_compiler():
         raise OctlmError("--compile on: torch.compile builds C++ for the CPU and no compiler was found (g++, c++, clang++ or $CXX); "
@@ -134,11 +142,13 @@ def set_deterministic(on: bool) -> None:
 
     cuBLAS needs a fixed workspace for that (``CUBLAS_WORKSPACE_CONFIG``, read
     when its first handle is made, so this runs before the model's first
-    matmul). Operators with no deterministic kernel warn rather than stop the run.
+    matmul). Strict, not warn-only: in warn-only mode cuDNN's attention keeps its
+    non-deterministic backward (seen on an H200), while strict mode selects a
+    deterministic one; an operator with none then stops the run with torch's error naming it.
     """
     if on:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.benchmark = False
 
 
@@ -154,4 +164,4 @@ def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
     return batch.to(device)
 
 
-__all__ = ["autocast_for", "compile_model", "compiles", "defers_host_sync", "has_cpp_compiler", "set_deterministic", "to_device", "check_memory", "device_memory_bytes", "resolve_device", "set_threads", "step_memory_bytes"]
+__all__ = ["COMPILE_FLOPS_PER_STEP", "autocast_for", "compile_model", "compiles", "defers_host_sync", "has_cpp_compiler", "set_deterministic", "to_device", "check_memory", "device_memory_bytes", "resolve_device", "set_threads", "step_memory_bytes"]

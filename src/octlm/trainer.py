@@ -72,7 +72,6 @@ class Trainer:
         check_memory(opts, self.device)
         set_threads(opts.threads)
         set_deterministic(opts.deterministic)
-        self.compiled = compiles(opts.compile, self.device)
         self.max_steps = opts.max_steps
         self.tokens_per_step = opts.batch_size * group.world_size * opts.context_length
         # Where the run stands: fresh, or as restore() finds it in the checkpoint.
@@ -102,6 +101,7 @@ class Trainer:
             torch.manual_seed(opts.seed + 1_000_003 * group.rank)
         self.autocast, dtype_name = autocast_for(self.device, opts.dtype)
         model = self.model
+        self.compiled = compiles(opts.compile, self.device, 6 * model.num_parameters() * self.tokens_per_step)
         self.report.event(
             "model",
             f"model: {model.num_parameters():,} parameters ({model.num_parameters(exclude_embeddings=True):,} without "
