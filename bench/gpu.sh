@@ -13,7 +13,7 @@
 #   env.txt               nvidia-smi, torch and CUDA versions
 #   throughput-*.json     bench/throughput.py (eager and torch.compile, MFU, kernels)
 #   main-*.json           the main job (`octlm train`, defaults), --compile auto and on
-#   resume.json           a run stopped at step 30 and resumed to 60 against two of 60, --deterministic
+#   resume.json           bench/resume_check.py: a 60-step run stopped at step 30 and resumed, against two uninterrupted
 #   compile-*.json        octlm train, 300 steps of a d_model 512, 8-layer model, --compile on and off
 #   tinyshakespeare.json  bench/train_tinyshakespeare.py (300 s unless the session is short of time)
 #   steps.jsonl           each step's exit status and wall seconds
@@ -67,20 +67,7 @@ fi
 
 # Resume on CUDA: the dropout generator (CUDA's) and the data order must come back; deterministic kernels make it bitwise.
 if wants resume; then
-    resume_flags=(--text tinyshakespeare --dropout 0.1 --deterministic --compile off --save-every 0 --eval-interval 1000 --sample-tokens 0 --json)
-    step resume-straight 60 "$py" -m octlm train --out "$work/straight" --max-steps 60 "${resume_flags[@]}"
-    step resume-again 60 "$py" -m octlm train --out "$work/again" --max-steps 60 "${resume_flags[@]}"
-    step resume-first 60 "$py" -m octlm train --out "$work/resumed" --max-steps 30 "${resume_flags[@]}"
-    step resume-second 60 "$py" -m octlm train --resume "$work/resumed" --max-steps 60 "${resume_flags[@]}"
-    "$py" - "$work"/{straight,again,resumed}/model.safetensors >"$out/resume.json" 2>>"$out/resume-second.log" <<'PY'
-import hashlib, json, sys
-from safetensors.torch import load_file
-def sha(path): return hashlib.sha256(open(path, "rb").read()).hexdigest()
-def gap(x, y): return max(float((x[k].float() - y[k].float()).abs().max()) for k in x)
-a, b, c = (load_file(p) for p in sys.argv[1:4])
-print(json.dumps({"sha256": dict(zip(["straight", "again", "resumed"], map(sha, sys.argv[1:4]))),
-                  "max_abs_difference": {"again": gap(a, b), "resumed": gap(a, c)}}))
-PY
+    step resume 90 "$py" bench/resume_check.py --device cuda --deterministic
 fi
 
 # Whatever time is left, up to 300 s, for the tinyshakespeare benchmark (its evaluation and sample need about 40 s more).

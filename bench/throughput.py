@@ -274,8 +274,8 @@ def quiet_stderr():
         os.close(saved)
 
 
-def sdpa_kernels(model: Decoder, ids: torch.Tensor, train_step: Callable, eval_step: Callable) -> dict:
-    """Which SDPA operators a training step and an evaluation pass call, and which backends can run alone."""
+def sdpa_kernels(model: Decoder, ids: torch.Tensor, train_step: Callable, eval_step: Callable, autocast) -> dict:
+    """Which SDPA operators a training step and an evaluation pass call, and which backends can run alone (in the step's dtype)."""
     found = {}
     for name, fn in (("train_ops", train_step), ("eval_ops", eval_step)):
         with quiet_stderr(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -285,10 +285,12 @@ def sdpa_kernels(model: Decoder, ids: torch.Tensor, train_step: Callable, eval_s
     found["backends_that_run"] = []
     for backend in BACKENDS:
         try:
-            with warnings.catch_warnings(), sdpa_kernel([backend]):
+            # under the step's autocast: flash and cuDNN take 16-bit inputs only
+            with warnings.catch_warnings(), sdpa_kernel([backend]), autocast:
                 warnings.simplefilter("ignore")  # SDPA warns for every backend it cannot use
                 model.train()
-                cross_entropy(model(ids[:, :-1]), ids[:, 1:]).backward()
+                loss = cross_entropy(model(ids[:, :-1]), ids[:, 1:])
+            loss.backward()
             found["backends_that_run"].append(backend.name)
         except RuntimeError:
             pass
@@ -339,7 +341,7 @@ def measure_scheme(shape: str, position: str, args, device: torch.device, memory
         row[f"{name}_peak_memory_bytes"] = memory.read()
         row[f"{name}_tokens_per_second"] = round(tokens / seconds, 1)
         row[f"{name}_flops_per_second"] = flops[name] * tokens / seconds
-    row["sdpa"] = sdpa_kernels(model, ids, train_step, eval_step)
+    row["sdpa"] = sdpa_kernels(model, ids, train_step, eval_step, autocast)
     if args.compile and position in (args.compile_schemes or args.schemes):
         compiled = measure_compile(model, optimizer, ids, autocast, args, device, tokens)
         for name in ("train", "eval"):

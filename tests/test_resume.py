@@ -449,14 +449,17 @@ def test_compile_settings_resolve_per_device(monkeypatch):
     from octlm.errors import OctlmError
 
     cpu, cuda, big = torch.device("cpu"), torch.device("cuda"), device_module.COMPILE_FLOPS_PER_STEP
-    assert device_module.compiles("auto", cpu, 100 * big) is False
-    assert device_module.compiles("off", cuda, 100 * big) is False
-    assert device_module.compiles("auto", cuda, big) is True
-    assert device_module.compiles("auto", cuda, big / 2) is False  # the Day-1 model stays eager
-    assert device_module.compiles("on", cuda, 1.0) is True
+    long_steps, long_seconds = device_module.COMPILE_MIN_STEPS, device_module.COMPILE_MIN_SECONDS
+    assert device_module.compiles("auto", cpu, 100 * big, 10 * long_steps, None) is False
+    assert device_module.compiles("off", cuda, 100 * big, 10 * long_steps, None) is False
+    assert device_module.compiles("auto", cuda, big, long_steps, None) is True
+    assert device_module.compiles("auto", cuda, big, None, long_seconds) is True
+    assert device_module.compiles("auto", cuda, big / 2, 10 * long_steps, None) is False  # the Day-1 model stays eager
+    assert device_module.compiles("auto", cuda, 100 * big, long_steps - 1, long_seconds - 1) is False  # too short to pay back
+    assert device_module.compiles("on", cuda, 1.0, 1, None) is True
     monkeypatch.setattr(device_module, "has_cpp_compiler", lambda: False)
     with pytest.raises(OctlmError, match="--compile on.*no compiler was found.*--compile off"):
-        device_module.compiles("on", cpu, big)
+        device_module.compiles("on", cpu, big, long_steps, None)
 
 
 def test_compile_alone_means_on():

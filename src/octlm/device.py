@@ -98,25 +98,35 @@ def has_cpp_compiler() -> bool:
     return any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "c++", "clang++") if c)
 
 
-#: ``--compile auto`` compiles on CUDA from this many FLOPs per training step (6 x parameters x tokens per step).
-#: Measured on an H200 (docs/results.md): the GPT-2-small shape (about 1.2e13) trained 1.88x faster
-#: compiled; the Day-1 shape (about 1e10) no faster in ``octlm train``, where its 20 s compile made
-#: the main job 42 s instead of 17 s. The threshold lies between those two, nearer the large end.
+#: ``--compile auto`` compiles on CUDA a run whose step is at least this many FLOPs
+#: (6 x parameters x tokens per step) and which is long (:data:`COMPILE_MIN_STEPS`, :data:`COMPILE_MIN_SECONDS`).
+#: Measured on an H200 (docs/results.md): the GPT-2-small step (about 1.2e13 FLOPs) ran 1.88x faster compiled
+#: after 26 s of compiling; the Day-1 step (about 1e10) gained nothing in ``octlm train`` and its 20 s
+#: compile made the main job 45 s instead of 17 to 22 s.
 COMPILE_FLOPS_PER_STEP = 1e12
+#: GPT-2-small saves about 44 ms a step compiled and compiles in about 38 s (training and evaluation
+#: graphs): it pays from about 900 steps. A 300-step run of a 25M-parameter model took 40 s compiled, 17 s eager.
+COMPILE_MIN_STEPS = 1000
+COMPILE_MIN_SECONDS = 300.0
 
 
-def compiles(setting: str, device: torch.device, flops_per_step: float) -> bool:
-    """Whether ``--compile SETTING`` compiles: ``auto`` means on a CUDA GPU, for a step of ``flops_per_step`` or more.
+def compiles(setting: str, device: torch.device, flops_per_step: float, steps: int | None, seconds: float | None) -> bool:
+    """Whether ``--compile SETTING`` compiles a run of ``steps`` steps or ``seconds`` of training (whichever is set).
 
-    ``auto`` leaves small models eager, where a step is bound by kernel
-    launches that the GPU overlaps anyway and the compile (tens of seconds)
-    costs more than it saves, and the CPU eager, where the Day-1 model's step
-    gained nothing measurable (bench/throughput.py --compile).
+    ``auto`` compiles on a CUDA GPU when the step is at least
+    :data:`COMPILE_FLOPS_PER_STEP` and the run at least :data:`COMPILE_MIN_STEPS`
+    steps or :data:`COMPILE_MIN_SECONDS` seconds: a small model's step is bound
+    by kernel launches the GPU already overlaps, and a short run spends more
+    compiling than it saves. The CPU stays eager: the Day-1 step gained nothing
+    measurable there (bench/throughput.py --compile).
 
     Raises:
         OctlmError: for ``on`` with a CPU and no C++ compiler, or with MPS.
     """
-    if setting == "off" or (setting == "auto" and (device.type != "cuda" or flops_per_step < COMPILE_FLOPS_PER_STEP)):
+    if setting == "auto":
+        long_run = (steps is not None and steps >= COMPILE_MIN_STEPS) or (seconds is not None and seconds >= COMPILE_MIN_SECONDS)
+        return device.type == "cuda" and flops_per_step >= COMPILE_FLOPS_PER_STEP and long_run
+    if setting == "off":
         return False
     if device.type == "cpu" and not has_cpp_compiler():
         raise OctlmError("--compile on: torch.compile builds C++ for the CPU and no compiler was found (g++, c++, clang++ or $CXX); "
@@ -164,4 +174,4 @@ def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
     return batch.to(device)
 
 
-__all__ = ["COMPILE_FLOPS_PER_STEP", "autocast_for", "compile_model", "compiles", "defers_host_sync", "has_cpp_compiler", "set_deterministic", "to_device", "check_memory", "device_memory_bytes", "resolve_device", "set_threads", "step_memory_bytes"]
+__all__ = ["COMPILE_FLOPS_PER_STEP", "COMPILE_MIN_SECONDS", "COMPILE_MIN_STEPS", "autocast_for", "compile_model", "compiles", "defers_host_sync", "has_cpp_compiler", "set_deterministic", "to_device", "check_memory", "device_memory_bytes", "resolve_device", "set_threads", "step_memory_bytes"]

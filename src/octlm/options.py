@@ -134,7 +134,7 @@ class TrainOptions:
     device: str = option("auto", "auto (GPU when there is one), cpu, cuda, cuda:N or mps", resume=FREE)
     dtype: str = option("auto", "compute dtype: auto (bfloat16 on CUDA, float32 elsewhere), float32 or bfloat16", choices=["auto", "float32", "bfloat16"], resume=FREE)
     compile: str = option("auto", "torch.compile the model for training and evaluation: auto (on with CUDA for a step of 1e12 FLOPs "
-                          "or more, 6 x parameters x tokens per step; off for smaller models and on CPU), on (--compile alone) or off", choices=["auto", "on", "off"], nargs="?", const="on", resume=FREE)
+                          "or more, 6 x parameters x tokens per step, in a run of 1000 steps or 300 s or more; else off), on (--compile alone) or off", choices=["auto", "on", "off"], nargs="?", const="on", resume=FREE)
     deterministic: bool = option(False, "deterministic kernels (torch.use_deterministic_algorithms): the same bits on every GPU run, "
                                  "slower; CPU runs are bitwise reproducible without it", resume=FREE)
     threads: int | None = option(None, "CPU threads for torch (default: torch's choice), at most this machine's CPU count",

@@ -101,7 +101,7 @@ class Trainer:
             torch.manual_seed(opts.seed + 1_000_003 * group.rank)
         self.autocast, dtype_name = autocast_for(self.device, opts.dtype)
         model = self.model
-        self.compiled = compiles(opts.compile, self.device, 6 * model.num_parameters() * self.tokens_per_step)
+        self.compiled = compiles(opts.compile, self.device, 6 * model.num_parameters() * self.tokens_per_step, self.max_steps, opts.time_budget)
         self.report.event(
             "model",
             f"model: {model.num_parameters():,} parameters ({model.num_parameters(exclude_embeddings=True):,} without "
