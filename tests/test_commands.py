@@ -117,7 +117,9 @@ def test_token_rule_is_in_the_help(command):
 def test_length_help_shows_no_empty_default_and_reads_naturally():
     help_text = " ".join(build_parser().subcommands["length"].format_help().split())
     assert "(default: [])" not in help_text
-    assert "budget 30)" not in help_text and "(default 240;" in help_text
+    from octlm.length import DEFAULT_TIME_BUDGET
+
+    assert "budget 30)" not in help_text and f"(default {DEFAULT_TIME_BUDGET:g};" in help_text
 
 
 def test_each_command_takes_a_declared_options_class():

@@ -133,10 +133,13 @@ STUDY = ["--vocab-size", "280", "--d-model", "16", "--n-heads", "2", "--n-layers
          "--multipliers", "1", "2", "--schemes", "rope", "learned", "--rope-scalings"]
 
 
-def _study(out, small_corpus, *extra):
+def _study(out, small_corpus, *extra, stdout: list | None = None):
+    """Run a tiny study in --json mode; its length.jsonl records. ``stdout`` receives the printed lines."""
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         assert main(["length", "--text", str(small_corpus), "--out", str(out), "--json", *STUDY, *extra]) == 0
+    if stdout is not None:
+        stdout += buffer.getvalue().splitlines()
     return [json.loads(line) for line in (out / "length.jsonl").read_text().splitlines()]
 
 
@@ -179,8 +182,33 @@ def test_same_seed_same_numbers_other_seed_differs(extended):
     assert len(first) == len(second) and all(a[2] != b[2] for a, b in zip(first, second) if a[2] is not None)
 
 
+def test_the_default_study_fine_tunes_at_4x_and_extend_to_0_turns_it_off(tmp_path, small_corpus, capsys):
+    from octlm.cli import build_parser, options_from
+    from octlm.length import DEFAULT_EXTEND_TO, LengthOptions
+
+    defaults = options_from(build_parser().parse_args(["length", "--text", "x.txt", "--out", "s"]), LengthOptions)
+    assert defaults.extend_to == DEFAULT_EXTEND_TO == 4 and 4 in defaults.resolved().multipliers
+    off = options_from(build_parser().parse_args(["length", "--text", "x.txt", "--out", "s", "--extend-to", "0"]), LengthOptions)
+    assert off.resolved().multipliers == [1, 2, 4, 8, 16] and not off.extend_to
+    # sinusoidal has no extension method, so a study of it alone adds no length for one
+    assert LengthOptions(schemes=["sinusoidal"], multipliers=[1, 2]).resolved().multipliers == [1, 2]
+    assert LengthOptions(schemes=["alibi"], multipliers=[1, 2]).resolved().multipliers == [1, 2, 4]
+    # no --extend-to: the study runs the stage at 4 x T, and 4x joins the evaluation lengths
+    records = _study(tmp_path / "default", small_corpus, "--schemes", "learned", "--max-steps", "2", "--extend-steps", "2")
+    assert records[0]["lengths"] == [8, 16, 32]
+    assert {(c["label"], c["eval_length"]) for c in records if c["record"] == "curve"} == {("learned", 32)}
+    assert [r["bpb"] is not None for r in records if r["record"] == "eval" and r["label"] == "learned@4x"] == [True] * 3
+    for value in ("1", "-2"):
+        assert main(["length", "--text", str(small_corpus), "--out", str(tmp_path / "bad"), *STUDY, "--extend-to", value]) == 1
+        assert f"--extend-to must be 0 (no extension stage) or an integer >= 2, got {value}" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_time_budget_becomes_one_step_count(tmp_path, small_corpus):
-    records = _study(tmp_path / "timed", small_corpus, "--time-budget", "1")
+    printed: list[str] = []
+    records = _study(tmp_path / "timed", small_corpus, "--time-budget", "1", "--extend-to", "0", stdout=printed)
+    # the timing run prints nothing of its own: --json keeps stdout to JSON lines
+    assert [json.loads(line)["event"] for line in printed][-1] == "result"
     study = records[0]
     assert study["equal_steps"]["steps"] >= 1 and study["equal_steps"]["timed_scheme"] == "rope"
     assert {r["steps"] for r in records if r["record"] == "train"} == {study["equal_steps"]["steps"]}

@@ -16,6 +16,8 @@ T = 8
 MULTIPLIERS = [1, 2, 4]
 TINY = ["--vocab-size", "280", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "4", "--max-steps", "3",
         "--train-length", str(T), "--multipliers", *map(str, MULTIPLIERS)]
+#: The tests here are about the base study; tests/test_extend.py covers the extension stage, which is on by default.
+TINY += ["--extend-to", "0"]
 
 
 def json_lines(text):
@@ -158,19 +160,26 @@ def test_validation_too_short_stops_before_training_and_writes_nothing(small_cor
 def alibi_study(tmp_path_factory, small_corpus):
     out = tmp_path_factory.mktemp("alibi") / "study"
     assert main(["length", "--text", str(small_corpus), "--out", str(out), "--quiet", *TINY, "--schemes", "alibi", "--max-steps", "2"]) == 0
-    return json_lines((out / "length.jsonl").read_text())
+    return out, json_lines((out / "length.jsonl").read_text())
 
 
 def test_without_rope_the_default_scalings_are_dropped(alibi_study):
-    study, *rows = alibi_study
+    study, *rows = alibi_study[1]
     assert study["options"]["rope_scalings"] == []
     assert [(r["label"], r["eval_length"]) for r in rows if r["record"] == "eval"] == [("alibi", m * T) for m in MULTIPLIERS]
+
+
+def test_extend_to_zero_skips_the_extension_stage(alibi_study):
+    out, (study, *rows) = alibi_study
+    assert study["options"]["extend_to"] == 0 and study["options"]["multipliers"] == MULTIPLIERS
+    assert not [r for r in rows if r["record"] == "curve" or "@" in r.get("label", r.get("position", ""))]
+    assert not (out / "extend.png").exists() and "fine-tuning steps" not in (out / "length.md").read_text()
 
 
 def test_max_steps_is_recorded_as_the_limit_not_the_default_budget(alibi_study):
     from octlm.length import DEFAULT_TIME_BUDGET, LengthOptions
 
-    study, *rows = alibi_study
+    study, *rows = alibi_study[1]
     assert study["options"]["max_steps"] == 2 and study["options"]["time_budget"] is None
     assert [r["steps"] for r in rows if r["record"] == "train"] == [2]
     assert LengthOptions().resolved().time_budget == DEFAULT_TIME_BUDGET
@@ -226,15 +235,17 @@ def test_position_buckets_and_curve_cover_every_position(study):
     assert np.all(np.isfinite(curve)) and curve.min() <= row["bpb"] <= curve.max()
 
 
-def test_help_and_readme_give_the_measured_duration_of_the_default_study(capsys):
+def test_help_and_docs_give_the_measured_duration_of_the_default_study(capsys):
     import re
     from pathlib import Path
 
-    # The study's reference moved from the README into docs/length-study.md.
-    readme = " ".join((Path(__file__).resolve().parents[1] / "docs" / "length-study.md").read_text(encoding="utf-8").split())
-    measured = float(re.search(r"whole study took \*\*([\d.]+) minutes\*\*", readme)[1])
+    from octlm.length import MEASURED_MINUTES
+
+    doc = " ".join((Path(__file__).resolve().parents[1] / "docs" / "length-study.md").read_text(encoding="utf-8").split())
+    measured = float(re.search(r"whole study took \*\*([\d.]+) minutes\*\*", doc)[1])
     with pytest.raises(SystemExit):
         main(["length", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert f"took about {round(measured)} minutes on tinyshakespeare, measured on 2 CPU cores" in help_text
-    assert f"the study takes about {round(measured)} minutes on two CPU cores ({measured} measured" in readme
+    assert measured == MEASURED_MINUTES
+    assert f"extension stage included, took {measured} minutes on tinyshakespeare with --threads 1" in help_text
+    assert "within the 30 minutes it is sized for on 2 CPU cores" in help_text

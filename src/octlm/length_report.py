@@ -148,12 +148,18 @@ def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
     fig = Figure(figsize=(13, 5), dpi=110)
     left, right = fig.subplots(1, 2)
     longest = max(lengths)
+    # A fine-tuned model ("rope+yarn@4x") shares its method's colour and differs in line style, so each
+    # pair reads at a glance and the nine methods stay within the ten colours of the default cycle.
+    families = list(dict.fromkeys(label.split("@")[0] for label in grid))
     for label, cells in grid.items():
-        scaled = "+" in label
+        scaled, extended = "+" in label, "@" in label
         xs = [L for L in lengths if L in cells and cells[L]["bpb"] is not None]
         ys = [cells[L]["bpb"] for L in xs]
         style = dict(linestyle="--" if scaled else "-", marker="o" if not scaled else ".", linewidth=1.2 if scaled else 2.0)
-        (line,) = left.plot(xs, ys, label=label, **style)
+        if extended:
+            style = dict(linestyle=":", marker="s", linewidth=1.6)
+        colour = f"C{families.index(label.split('@')[0]) % 10}"
+        (line,) = left.plot(xs, ys, label=label, color=colour, **style)
         spread = [cells[L].get("bpb_std") for L in xs]
         if xs and None not in spread:  # mean ± std over seeds
             left.fill_between(xs, np.subtract(ys, spread), np.add(ys, spread), color=line.get_color(), alpha=0.15)
@@ -168,7 +174,7 @@ def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
     left.set_xticks(lengths, [str(L) for L in lengths])
     left.set_xlabel(f"evaluation length (tokens); dotted: training length T={T}")
     left.set_title("bits per byte against evaluation length")
-    left.legend(fontsize=8)
+    left.legend(fontsize=8, ncol=2 if len(grid) > 9 else 1)  # one column of 16 labels would hide the lines
     right.set_xlabel(f"position in a {longest}-token window (1 = first prediction; buckets of at least {max(1, T // 16)}, log-spaced)")
     right.set_title("where each scheme breaks: bits per byte along the window")
     fig.tight_layout()

@@ -19,9 +19,12 @@ def add_parser(sub) -> None:
         "then measures validation bits per byte at 1x, 2x, 4x, 8x and 16x the training length T, and the\n"
         "RoPE model again under each context-extension method (factor = length / T). Every length scores\n"
         "the same validation targets, in non-overlapping windows of that length. Learned positions show\n"
-        "n/a past T (their table has no rows there). Writes a table, a PNG plot and JSONL into --out.",
+        "n/a past T (their table has no rows there). Then the extension stage fine-tunes copies of the rope\n"
+        "(plain, linear, NTK, YaRN), learned, alibi and none models at 4 x T for 100 steps (--extend-to,\n"
+        "--extend-steps; --extend-to 0 skips it) and scores them at every length. Writes tables, PNG plots\n"
+        "and JSONL into --out.",
         epilog="examples:\n  octlm length --text tinyshakespeare --out runs/length\n"
-        "  octlm length --text notes.txt --out runs/quick --time-budget 30 --train-length 64 --schemes rope alibi\n"
+        "  octlm length --text notes.txt --out runs/quick --time-budget 30 --train-length 64 --schemes rope alibi --extend-to 0\n"
         "  octlm length --task copy --out runs/copy --seeds 3\n\n"
         + builtin_help(),
     )
