@@ -105,3 +105,21 @@ def test_the_study_writes_its_table_plot_and_jsonl(tmp_path, capsys):
     assert len(evals) == 2 * 2 * 4  # schemes x seeds x sizes
     assert all(r["exact_match"] is None for r in evals if r["position"] == "learned" and r["size"] > 2)  # past the table
     assert all(0.0 <= r["exact_match"] <= 1.0 for r in evals if r["position"] == "rope")
+
+
+def test_the_task_study_has_its_own_defaults_and_flags_still_win():
+    from octlm.cli import build_parser, options_from
+    from octlm.length import LengthOptions
+    from octlm.options import TrainOptions
+    from octlm.positions import SCHEMES, length_study_schemes
+    from octlm.task_study import TASK_DEFAULTS
+
+    text, task = LengthOptions(), LengthOptions(task="copy")
+    train = TrainOptions()
+    assert (text.d_model, text.n_layers, text.learning_rate) == (train.d_model, train.n_layers, train.learning_rate)
+    assert text.schemes == length_study_schemes() and task.schemes == list(SCHEMES)  # every scheme, t5, fire and xpos included
+    assert {name: getattr(task, name) for name in TASK_DEFAULTS} == TASK_DEFAULTS
+    assert TASK_DEFAULTS["d_model"] != train.d_model  # else this test checks nothing
+    args = build_parser().parse_args(["length", "--task", "copy", "--out", "x", "--n-layers", "2", "--schemes", "rope"])
+    parsed = options_from(args, LengthOptions)
+    assert (parsed.n_layers, parsed.d_model, parsed.schemes) == (2, TASK_DEFAULTS["d_model"], ["rope"])

@@ -46,7 +46,9 @@ EVAL_COUNT = 256
 #: The evaluation generator's seed is the run's seed plus this, so its data never meets training's.
 EVAL_SEED_OFFSET = 10**6
 #: Steps per model when --max-steps is not given.
-TASK_STEPS = 1000
+TASK_STEPS = 6000
+#: The task study's model and learning rate when the flags are not given (the text study uses octlm train's).
+TASK_DEFAULTS = {"d_model": 64, "n_layers": 3, "learning_rate": 3e-3}
 JSONL, PLOT, TABLE = "tasks.jsonl", "tasks.png", "tasks.md"
 
 
@@ -231,4 +233,4 @@ def plot(grid: dict, task: Task, sizes: list[int]) -> bytes:
     return png_bytes(fig)
 
 
-__all__ = ["EVAL_COUNT", "EVAL_SEED_OFFSET", "TASK_MULTIPLIERS", "TASK_STEPS", "exact_match", "task_study", "train_task_model"]
+__all__ = ["EVAL_COUNT", "EVAL_SEED_OFFSET", "TASK_DEFAULTS", "TASK_MULTIPLIERS", "TASK_STEPS", "exact_match", "task_study", "train_task_model"]
