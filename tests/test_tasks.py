@@ -98,7 +98,9 @@ def test_the_study_writes_its_table_plot_and_jsonl(tmp_path, capsys):
             "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--seeds", "2", "--device", "cpu"]
     assert main(args) == 0
     assert "1x (2)" in capsys.readouterr().out
-    assert (out / "tasks.png").read_bytes()[:4] == b"\x89PNG" and "| `rope` |" in (out / "tasks.md").read_text()
+    table = (out / "tasks.md").read_text()
+    assert (out / "tasks.png").read_bytes()[:4] == b"\x89PNG" and "| `rope` |" in table
+    assert "mean ± sample std over seeds 1337, 1338" in table and table.count("% ± ") == 4 + 1  # rope's four sizes, learned's 1x
     records = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
     assert records[0]["record"] == "study" and records[0]["sizes"] == [2, 4, 6, 8]
     evals = [r for r in records if r["record"] == "eval"]
