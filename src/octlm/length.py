@@ -45,7 +45,7 @@ from octlm.options import check_options as check_train_options
 from octlm.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking
 from octlm.report import Reporter
 from octlm.run import RunFolder
-from octlm.task_study import TASK_DEFAULTS, TASK_STEPS
+from octlm.task_study import TASK_DEFAULTS, TASK_SEEDS, TASK_STEPS
 from octlm.tasks import TASKS
 from octlm.study_extend import EXTEND_PLOT, EXTENSIONS, curve_markdown, curve_plot, fine_tune, labels_for, measure_steps
 from octlm.length_report import NOT_AVAILABLE, mean_rows, bucket_bpb, format_tables, markdown_tables, plot, position_buckets, position_curve
@@ -78,10 +78,11 @@ class LengthOptions:
     declarations (:func:`octlm.options.same_as`): the same default, help and
     bounds, handed to every model's :class:`TrainOptions` by name.
 
-    Model width, depth, learning rate and the schemes default to ``None``,
-    filled on construction (:meth:`__post_init__`): with ``--task``, the task
-    study's values (:data:`octlm.task_study.TASK_DEFAULTS`, every registered
-    scheme); without it, ``octlm train``'s and the text study's own.
+    Model width, depth, learning rate, seeds and the schemes default to
+    ``None``, filled on construction (:meth:`__post_init__`): with ``--task``,
+    the task study's values (:data:`octlm.task_study.TASK_DEFAULTS`,
+    ``TASK_SEEDS``, every registered scheme); without it, ``octlm train``'s
+    and the text study's own.
     """
 
     text: list[str] = same_as(TrainOptions, "text", help="UTF-8 text files or folders (the same split, tokenizer and seed for every model)")
@@ -123,8 +124,8 @@ class LengthOptions:
     # The task study (octlm.task_study) reads the shape, schemes, steps and seeds and these two.
     task: str | None = option(None, "train on a synthetic task instead of --text: sizes 1..--task-length, exact match at 1x-4x", choices=list(TASKS))
     task_length: int = option(16, "longest training instance of --task, L (items: symbols, pairs or filler tokens)", bounds=at_least(1, "items"))
-    seeds: int = option(1, "train every model (base and extended) with this many seeds (--seed, --seed + 1, ...); tables show mean ± std",
-                        bounds=at_least(1))
+    seeds: int | None = option(None, "train every model (base and extended) with this many seeds (--seed, --seed + 1, ...); tables show "
+                               f"mean ± std (default: 1; with --task {TASK_SEEDS})", bounds=at_least(1))
     extend_to: int | None = option(None, "extension stage: fine-tune a copy of each model at this multiple M of T (octlm train --init-from); "
                                    "off by default", bounds=at_least(2), metavar="M")
     extend_steps: int = option(100, "fine-tuning steps of each extension (curve points after 0, N/4, N/2, 3N/4 and N)", bounds=at_least(1),
@@ -137,6 +138,8 @@ class LengthOptions:
         for name, task_value in TASK_DEFAULTS.items():
             if getattr(self, name) is None:
                 setattr(self, name, task_value if self.task else _train_default(name))
+        if self.seeds is None:
+            self.seeds = TASK_SEEDS if self.task else 1
         if self.schemes is None:
             # Read from the registry now, so a plug-in scheme registered after import takes part.
             self.schemes = list(SCHEMES) if self.task else length_study_schemes()

@@ -49,7 +49,9 @@ EVAL_SEED_OFFSET = 10**6
 #: Steps per model when --max-steps is not given.
 TASK_STEPS = 5000
 #: The task study's model and learning rate when the flags are not given (the text study uses octlm train's).
-TASK_DEFAULTS = {"d_model": 64, "n_layers": 3, "learning_rate": 3e-3}
+TASK_DEFAULTS = {"d_model": 64, "n_layers": 3, "learning_rate": 1e-3}
+#: Seeds per scheme when --seeds is not given: whether one model learns copy in the budget varies by seed.
+TASK_SEEDS = 2
 JSONL, PLOT, TABLE = "tasks.jsonl", "tasks.png", "tasks.md"
 
 
@@ -247,4 +249,4 @@ def plot(grid: dict, task: Task, sizes: list[int]) -> bytes:
     return png_bytes(fig)
 
 
-__all__ = ["EVAL_COUNT", "EVAL_SEED_OFFSET", "TASK_DEFAULTS", "TASK_MULTIPLIERS", "TASK_STEPS", "exact_match", "task_study", "train_task_model"]
+__all__ = ["EVAL_COUNT", "EVAL_SEED_OFFSET", "TASK_DEFAULTS", "TASK_MULTIPLIERS", "TASK_SEEDS", "TASK_STEPS", "exact_match", "task_study", "train_task_model"]
