@@ -126,3 +126,23 @@ def test_the_task_study_has_its_own_defaults_and_flags_still_win():
     args = build_parser().parse_args(["length", "--task", "copy", "--out", "x", "--n-layers", "2", "--schemes", "rope"])
     parsed = options_from(args, LengthOptions)
     assert (parsed.n_layers, parsed.d_model, parsed.schemes) == (2, TASK_DEFAULTS["d_model"], ["rope"])
+
+
+def test_help_and_docs_give_the_measured_task_study(capsys):
+    import re
+
+    from octlm.cli import main
+    from octlm.task_study import TASK_SEEDS, TASK_STEPS
+    from tests.conftest import REPO
+
+    docs = " ".join((REPO / "docs" / "length-study.md").read_text(encoding="utf-8").split())
+    measured = docs[docs.index("### Measured: copy") :]
+    minutes = re.search(r"took \*\*([\d.]+) minutes\*\*", measured)[1]
+    best, percent = re.search(r"The best scheme at 1x, `(\w+)`, copies \*\*([\d.]+)%\*\*", measured).groups()
+    assert float(percent) >= 90 and float(minutes) <= 30  # the bar, as measured
+    assert f"`{best}` | {percent}%" in measured  # the sentence quotes the table
+    assert f"x {TASK_SEEDS} seeds x {TASK_STEPS:,} steps" in measured  # measured with today's defaults
+    with pytest.raises(SystemExit):
+        main(["length", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"took {minutes} minutes with --threads 1" in help_text and f"({best}) copied {percent}% of instances" in help_text
