@@ -102,7 +102,7 @@ def test_the_study_writes_its_table_plot_and_jsonl(tmp_path, capsys):
     assert (out / "tasks.png").read_bytes()[:4] == b"\x89PNG" and "| `rope` |" in table
     assert "mean ± sample std over seeds 1337, 1338" in table and table.count("% ± ") == 4 + 1  # rope's four sizes, learned's 1x
     records = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
-    assert records[0]["record"] == "study" and records[0]["sizes"] == [2, 4, 6, 8]
+    assert records[0]["record"] == "study" and records[0]["sizes"] == [2, 4, 6, 8] and records[0]["steps"] == 5
     evals = [r for r in records if r["record"] == "eval"]
     assert len(evals) == 2 * 2 * 4  # schemes x seeds x sizes
     assert all(r["exact_match"] is None for r in evals if r["position"] == "learned" and r["size"] > 2)  # past the table

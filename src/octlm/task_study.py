@@ -167,7 +167,7 @@ def task_study(opts: Any, report: Reporter | None = None) -> dict:
             shown = ", ".join("n/a" if r["exact_match"] is None else f"{r['exact_match']:.2f}" for r in records[-len(sizes):])
             report.event("task", f"{scheme:>10} seed {seed}: {record['steps']} steps in {record['train_seconds']:.0f}s; exact match {shown}")
     grid, spread = mean_accuracy(records, opts.schemes, sizes)
-    header = {"record": "study", "task": task.name, "task_length": opts.task_length, "sizes": sizes, "seeds": seeds,
+    header = {"record": "study", "task": task.name, "task_length": opts.task_length, "sizes": sizes, "seeds": seeds, "steps": opts.max_steps or TASK_STEPS,
               "eval_count": EVAL_COUNT, "options": dataclasses.asdict(opts)}
     atomic_write(out / JSONL, "\n".join(json.dumps(r) for r in [header, *records]) + "\n")
     atomic_write(out / TABLE, markdown_table(grid, spread, task, sizes, seeds))
