@@ -60,6 +60,10 @@ def test_fixtures_cover_every_formula_the_page_computes():
     assert any(c["offset"] >= 1000 for c in fixtures["rope"]), "far positions"
     assert any(n & (n - 1) for n in (c["n_heads"] for c in fixtures["alibi"]["slopes"])), "a head count that is not a power of two"
     assert fixtures["alibi"]["biases"] and fixtures["cosine"]
+    assert any((c["num_buckets"], c["max_distance"]) == (32, 128) for c in fixtures["t5"]), "T5's own buckets"
+    assert all(min(c["distances"]) < 0 and max(c["distances"]) > c["max_distance"] for c in fixtures["t5"]), "future keys and the last bucket"
+    assert any(c["offset"] + c["q_len"] > c["threshold"] for c in fixtures["fire"]), "queries past FIRE's threshold"
+    assert {c["layout"] for c in fixtures["xpos"]} == {"interleaved", "half"} and any(c["offset"] >= 1000 for c in fixtures["xpos"])
 
 
 @pytest.mark.parametrize("case", range(3))

@@ -98,10 +98,51 @@ def test_the_study_writes_its_table_plot_and_jsonl(tmp_path, capsys):
             "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--seeds", "2", "--device", "cpu"]
     assert main(args) == 0
     assert "1x (2)" in capsys.readouterr().out
-    assert (out / "tasks.png").read_bytes()[:4] == b"\x89PNG" and "| `rope` |" in (out / "tasks.md").read_text()
+    table = (out / "tasks.md").read_text()
+    assert (out / "tasks.png").read_bytes()[:4] == b"\x89PNG" and "| `rope` |" in table
+    assert "mean ± sample std over seeds 1337, 1338" in table and table.count("% ± ") == 4 + 1  # rope's four sizes, learned's 1x
     records = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
-    assert records[0]["record"] == "study" and records[0]["sizes"] == [2, 4, 6, 8]
+    assert records[0]["record"] == "study" and records[0]["sizes"] == [2, 4, 6, 8] and records[0]["steps"] == 5
     evals = [r for r in records if r["record"] == "eval"]
     assert len(evals) == 2 * 2 * 4  # schemes x seeds x sizes
     assert all(r["exact_match"] is None for r in evals if r["position"] == "learned" and r["size"] > 2)  # past the table
     assert all(0.0 <= r["exact_match"] <= 1.0 for r in evals if r["position"] == "rope")
+
+
+def test_the_task_study_has_its_own_defaults_and_flags_still_win():
+    from octlm.cli import build_parser, options_from
+    from octlm.length import LengthOptions
+    from octlm.options import TrainOptions
+    from octlm.positions import SCHEMES, length_study_schemes
+    from octlm.task_study import TASK_DEFAULTS, TASK_SEEDS
+
+    text, task = LengthOptions(), LengthOptions(task="copy")
+    train = TrainOptions()
+    assert (text.d_model, text.n_layers, text.learning_rate) == (train.d_model, train.n_layers, train.learning_rate)
+    assert text.schemes == length_study_schemes() and task.schemes == list(SCHEMES)  # every scheme, t5, fire and xpos included
+    assert {name: getattr(task, name) for name in TASK_DEFAULTS} == TASK_DEFAULTS
+    assert (text.seeds, task.seeds) == (1, TASK_SEEDS)
+    assert TASK_DEFAULTS["d_model"] != train.d_model  # else this test checks nothing
+    args = build_parser().parse_args(["length", "--task", "copy", "--out", "x", "--n-layers", "2", "--schemes", "rope"])
+    parsed = options_from(args, LengthOptions)
+    assert (parsed.n_layers, parsed.d_model, parsed.schemes) == (2, TASK_DEFAULTS["d_model"], ["rope"])
+
+
+def test_help_and_docs_give_the_measured_task_study(capsys):
+    import re
+
+    from octlm.cli import main
+    from octlm.task_study import TASK_SEEDS, TASK_STEPS
+    from tests.conftest import REPO
+
+    docs = " ".join((REPO / "docs" / "length-study.md").read_text(encoding="utf-8").split())
+    measured = docs[docs.index("### Measured: copy") :]
+    minutes = re.search(r"took \*\*([\d.]+) minutes\*\*", measured)[1]
+    best, percent = re.search(r"The best scheme at 1x, `(\w+)`, copies \*\*([\d.]+)%\*\*", measured).groups()
+    assert float(percent) >= 90 and float(minutes) <= 30  # the bar, as measured
+    assert f"`{best}` | {percent}%" in measured  # the sentence quotes the table
+    assert f"x {TASK_SEEDS} seeds x {TASK_STEPS:,} steps" in measured  # measured with today's defaults
+    with pytest.raises(SystemExit):
+        main(["length", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"took {minutes} minutes with --threads 1" in help_text and f"({best}) copied {percent}% of instances" in help_text

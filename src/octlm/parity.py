@@ -3,7 +3,9 @@
 The page (``web/src/math.ts``) recomputes every formula it shows in
 TypeScript: the sinusoidal table in both layouts (Vaswani et al. 2017 §3.5),
 RoPE's inverse frequencies, angles and rotation in both layouts (Su et al.
-2021), ALiBi's slopes and biases (Press et al. 2022 §3), cosine similarity
+2021), ALiBi's slopes and biases (Press et al. 2022 §3), T5's distance
+buckets (Raffel et al. 2020 §2.1), FIRE's interpolated distance (Li et al.
+2023 §3.2), xPos's decayed rotation (Sun et al. 2023 §3.2), cosine similarity
 and the labels it gives tokens. :func:`parity_fixtures` evaluates the Python implementations of
 the same formulas (:mod:`octlm.positions`, :mod:`octlm.diagnostics`) on a
 fixed set of cases; the page's Vitest test reads the result from
@@ -26,7 +28,8 @@ import torch.nn.functional as F
 from octlm.diagnostics import cosine_neighbours
 from octlm.fileio import atomic_write
 from octlm.model import DecoderConfig
-from octlm.positions import ALiBiPositions, RotaryPositions, alibi_slopes, rope_inverse_frequencies, sinusoidal_positions
+from octlm.biases import t5_buckets
+from octlm.positions import FIRE_THRESHOLD, ALiBiPositions, FIREBias, RotaryPositions, XPosRotation, alibi_slopes, rope_inverse_frequencies, sinusoidal_positions
 from octlm.tokenizer import visible_token
 
 #: (length, width, offset, base, layout): odd widths, far offsets and a small base included.
@@ -51,6 +54,13 @@ ROPE_CASES = [
 ALIBI_HEADS = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24]
 #: (n_heads, q_len, k_len, offset)
 ALIBI_BIAS_CASES = [(4, 6, 6, 0), (6, 5, 5, 0), (3, 2, 7, 5)]
+
+#: (num_buckets, max_distance): T5's own (32, 128) and small ones whose log bins are easy to check by eye.
+T5_CASES = [(32, 128), (8, 20), (2, 5), (16, 64)]
+#: (q_len, k_len, offset, c, threshold scale): FIRE's defaults, a threshold the queries pass, a cached step.
+FIRE_CASES = [(8, 8, 0, 0.1, 1.0), (12, 12, 0, 0.5, 0.01), (3, 9, 6, 1.0, 0.005)]
+#: (d_model, n_heads, rope_layout, length, offset): both layouts, and positions far enough for the decay to show.
+XPOS_CASES = [(16, 2, "interleaved", 6, 0), (16, 2, "half", 6, 0), (8, 1, "interleaved", 4, 3000)]
 
 #: Token texts whose labels the page must show as the terminal does: spaces, line ends, C0, DEL and
 #: C1 controls, a no-break space and a zero-width space (both kept), a split UTF-8 byte, non-BMP text.
@@ -106,6 +116,30 @@ def _alibi() -> dict:
     return {"slopes": slopes, "biases": biases}
 
 
+def _relative() -> dict:
+    """T5 buckets of distances -3 .. 300, FIRE's interpolated distances and xPos rotations."""
+    distances = torch.arange(-3, 301)
+    t5 = [{"num_buckets": n, "max_distance": m, "distances": distances.tolist(), "buckets": t5_buckets(distances, n, m).tolist()}
+          for n, m in T5_CASES]
+    fire = []
+    for q_len, k_len, offset, c, scale in FIRE_CASES:
+        module = FIREBias(DecoderConfig(vocab_size=300, d_model=16, n_heads=2, position="fire"))
+        with torch.no_grad():
+            module.c.fill_(c)
+            module.threshold_scale.fill_(scale)
+        fire.append({"q_len": q_len, "k_len": k_len, "offset": offset, "c": c, "threshold": scale * FIRE_THRESHOLD,
+                     "interpolated": _values(module.interpolated(q_len, k_len, offset))})
+    xpos = []
+    generator = torch.Generator().manual_seed(11)
+    for d_model, n_heads, layout, length, offset in XPOS_CASES:
+        config = DecoderConfig(vocab_size=300, d_model=d_model, n_heads=n_heads, position="xpos", rope_layout=layout)
+        q, k = (torch.randn(1, 1, length, config.head_dim, generator=generator) for _ in range(2))
+        q_rot, k_rot = XPosRotation(config).rotate(q, k, offset)
+        xpos.append({"head_dim": config.head_dim, "theta": config.rope_theta, "layout": layout, "length": length, "offset": offset,
+                     "q": _values(q[0, 0]), "k": _values(k[0, 0]), "q_rotated": _values(q_rot[0, 0]), "k_rotated": _values(k_rot[0, 0])})
+    return {"t5": t5, "fire": fire, "xpos": xpos}
+
+
 def _cosine() -> list[dict]:
     cases = []
     for rows, cols, seed, index, k in COSINE_CASES:
@@ -124,7 +158,7 @@ def _cosine() -> list[dict]:
 def parity_fixtures() -> dict:
     """Every case the page's parity test checks, as a JSON-ready dict.
 
-    Keys: ``sinusoidal``, ``rope``, ``alibi``, ``cosine``, ``token_labels``
+    Keys: ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``fire``, ``xpos``, ``cosine``, ``token_labels``
     (:func:`octlm.tokenizer.visible_token`); each case carries
     its inputs next to Python's outputs. Deterministic: the random inputs come
     from fixed seeds.
@@ -134,6 +168,7 @@ def parity_fixtures() -> dict:
         "sinusoidal": _sinusoidal(),
         "rope": _rope(),
         "alibi": _alibi(),
+        **_relative(),
         "cosine": _cosine(),
         "token_labels": [{"text": t, "label": visible_token(t)} for t in TOKEN_LABEL_CASES],
     }

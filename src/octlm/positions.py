@@ -362,13 +362,16 @@ class FIREBias(PositionScheme):
         """``log(|c| x + 1)``, elementwise on float ``x`` >= 0."""
         return torch.log1p(self.c.abs() * x)
 
-    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
-        """Bias [H, q_len, k_len]: queries at ``offset ..``, keys ending where the queries end."""
+    def interpolated(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
+        """The MLP's input ``psi(i - j) / psi(max(L, i))`` [q_len, k_len], in [0, 1]; the explainer page draws it."""
         distance = causal_distances(q_len, k_len, offset, self.c.device)
         query = torch.arange(offset, offset + q_len, device=self.c.device, dtype=torch.float32)
         threshold = self.threshold_scale.abs() * FIRE_THRESHOLD
-        normalized = self.psi(distance.clamp(min=0).float()) / self.psi(torch.maximum(query, threshold))[:, None]
-        return self.mlp(normalized.unsqueeze(-1)).permute(2, 0, 1)
+        return self.psi(distance.clamp(min=0).float()) / self.psi(torch.maximum(query, threshold))[:, None]
+
+    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
+        """Bias [H, q_len, k_len]: queries at ``offset ..``, keys ending where the queries end."""
+        return self.mlp(self.interpolated(q_len, k_len, offset).unsqueeze(-1)).permute(2, 0, 1)
 
     @classmethod
     def explorer_note(cls) -> str:

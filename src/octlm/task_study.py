@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,11 @@ EVAL_COUNT = 256
 #: The evaluation generator's seed is the run's seed plus this, so its data never meets training's.
 EVAL_SEED_OFFSET = 10**6
 #: Steps per model when --max-steps is not given.
-TASK_STEPS = 1000
+TASK_STEPS = 5000
+#: The task study's model and learning rate when the flags are not given (the text study uses octlm train's).
+TASK_DEFAULTS = {"d_model": 64, "n_layers": 3, "learning_rate": 1e-3}
+#: Seeds per scheme when --seeds is not given: whether one model learns copy in the budget varies by seed.
+TASK_SEEDS = 2
 JSONL, PLOT, TABLE = "tasks.jsonl", "tasks.png", "tasks.md"
 
 
@@ -161,50 +166,63 @@ def task_study(opts: Any, report: Reporter | None = None) -> dict:
                 records.append({"record": "eval", "position": scheme, "seed": seed, "multiplier": m, "size": size, "exact_match": accuracy})
             shown = ", ".join("n/a" if r["exact_match"] is None else f"{r['exact_match']:.2f}" for r in records[-len(sizes):])
             report.event("task", f"{scheme:>10} seed {seed}: {record['steps']} steps in {record['train_seconds']:.0f}s; exact match {shown}")
-    grid = mean_accuracy(records, opts.schemes, sizes)
-    header = {"record": "study", "task": task.name, "task_length": opts.task_length, "sizes": sizes, "seeds": seeds,
+    grid, spread = mean_accuracy(records, opts.schemes, sizes)
+    header = {"record": "study", "task": task.name, "task_length": opts.task_length, "sizes": sizes, "seeds": seeds, "steps": opts.max_steps or TASK_STEPS,
               "eval_count": EVAL_COUNT, "options": dataclasses.asdict(opts)}
     atomic_write(out / JSONL, "\n".join(json.dumps(r) for r in [header, *records]) + "\n")
-    atomic_write(out / TABLE, markdown_table(grid, task, sizes, seeds))
+    atomic_write(out / TABLE, markdown_table(grid, spread, task, sizes, seeds))
     atomic_write(out / PLOT, plot(grid, task, sizes))
     seconds = time.perf_counter() - t0
-    result = {"out": str(out), "task": task.name, "sizes": sizes, "seeds": seeds, "accuracy": grid, "seconds": seconds,
+    result = {"out": str(out), "task": task.name, "sizes": sizes, "seeds": seeds, "accuracy": grid, "accuracy_std": spread, "seconds": seconds,
               "jsonl": str(out / JSONL), "plot": str(out / PLOT), "table": str(out / TABLE)}
-    report.result(result, f"{terminal_table(grid, task, sizes)}\n\nwrote {out / JSONL}, {out / PLOT} and {out / TABLE} in {seconds / 60:.1f} minutes")
+    report.result(result, f"{terminal_table(grid, spread, task, sizes)}\n\nwrote {out / JSONL}, {out / PLOT} and {out / TABLE} in {seconds / 60:.1f} minutes")
     return result
 
 
-def mean_accuracy(records: list[dict], schemes: list[str], sizes: list[int]) -> dict[str, list[float | None]]:
-    """``{scheme: [mean exact match over seeds at each size, or None where no model could read it]}``."""
-    grid = {}
+Grid = dict[str, list[float | None]]
+
+
+def mean_accuracy(records: list[dict], schemes: list[str], sizes: list[int]) -> tuple[Grid, Grid]:
+    """``({scheme: [mean exact match over seeds at each size]}, {scheme: [their sample std]})``.
+
+    ``None`` where no model could read the size (a learned table's end); the
+    std is ``None`` with a single seed too, where there is no spread to show.
+    """
+    means: Grid = {}
+    spreads: Grid = {}
     for scheme in schemes:
-        row = []
+        means[scheme], spreads[scheme] = [], []
         for size in sizes:
             values = [r["exact_match"] for r in records if r["record"] == "eval" and r["position"] == scheme and r["size"] == size]
-            row.append(None if not values or None in values else sum(values) / len(values))
-        grid[scheme] = row
-    return grid
+            known = bool(values) and None not in values
+            means[scheme].append(sum(values) / len(values) if known else None)
+            spreads[scheme].append(statistics.stdev(values) if known and len(values) > 1 else None)
+    return means, spreads
 
 
-def _cell(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
+def _cell(value: float | None, std: float | None = None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{100 * value:.1f}%" + ("" if std is None else f" ± {100 * std:.1f}")
 
 
-def terminal_table(grid: dict, task: Task, sizes: list[int]) -> str:
-    """The exact-match table for the terminal: one row per scheme, one column per size."""
+def terminal_table(grid: Grid, spread: Grid, task: Task, sizes: list[int]) -> str:
+    """The exact-match table for the terminal: one row per scheme, one column per size (mean ± std over seeds)."""
+    width = 14 if any(v is not None for row in spread.values() for v in row) else 12
     lines = [f"{task.name}: exact match of the whole answer (trained on sizes 1..{sizes[0]})",
-             f"{'scheme':>10} " + " ".join(f"{f'{m}x ({s})':>12}" for m, s in zip(TASK_MULTIPLIERS, sizes))]
-    lines += [f"{scheme:>10} " + " ".join(f"{_cell(v):>12}" for v in row) for scheme, row in grid.items()]
+             f"{'scheme':>10} " + " ".join(f"{f'{m}x ({s})':>{width}}" for m, s in zip(TASK_MULTIPLIERS, sizes))]
+    lines += [f"{scheme:>10} " + " ".join(f"{_cell(v, d):>{width}}" for v, d in zip(row, spread[scheme])) for scheme, row in grid.items()]
     return "\n".join(lines)
 
 
-def markdown_table(grid: dict, task: Task, sizes: list[int], seeds: list[int]) -> str:
+def markdown_table(grid: Grid, spread: Grid, task: Task, sizes: list[int], seeds: list[int]) -> str:
     """The same table in Markdown, with the protocol in a sentence."""
+    over = f"mean ± sample std over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else f"seed {seeds[0]}"
     lines = [f"# Task study: {task.name}", "", f"{task.description}. Exact match of the whole answer on {EVAL_COUNT} fresh instances "
-             f"per size, mean over seeds {', '.join(map(str, seeds))}; trained on sizes 1..{sizes[0]}.", "",
+             f"per size, {over}; trained on sizes 1..{sizes[0]}.", "",
              "| scheme | " + " | ".join(f"{m}x ({s})" for m, s in zip(TASK_MULTIPLIERS, sizes)) + " |",
-             "| --- |" + " --- |" * len(sizes)]
-    lines += [f"| `{scheme}` | " + " | ".join(_cell(v) for v in row) + " |" for scheme, row in grid.items()]
+             "| --- |" + " ---: |" * len(sizes)]
+    lines += [f"| `{scheme}` | " + " | ".join(_cell(v, d) for v, d in zip(row, spread[scheme])) + " |" for scheme, row in grid.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -231,4 +249,4 @@ def plot(grid: dict, task: Task, sizes: list[int]) -> bytes:
     return png_bytes(fig)
 
 
-__all__ = ["EVAL_COUNT", "EVAL_SEED_OFFSET", "TASK_MULTIPLIERS", "TASK_STEPS", "exact_match", "task_study", "train_task_model"]
+__all__ = ["EVAL_COUNT", "EVAL_SEED_OFFSET", "TASK_DEFAULTS", "TASK_MULTIPLIERS", "TASK_SEEDS", "TASK_STEPS", "exact_match", "task_study", "train_task_model"]

@@ -50,7 +50,7 @@ try {
   });
   await page.goto(url, { waitUntil: "load" });
   await page.waitForSelector("body[data-ready=true]", { timeout: 20000 });
-  check("page has five playgrounds and the run", (await page.locator("section.playground").count()) === 6, await page.locator("section.playground h2").allTextContents());
+  check("page has eight playgrounds and the run", (await page.locator("section.playground").count()) === 9, await page.locator("section.playground h2").allTextContents());
   check("the run is loaded", (await page.locator("[data-testid=no-run]").count()) === 0, await page.locator("#run h2").textContent());
 
   // Every control has a label.
@@ -92,6 +92,15 @@ try {
     check("run map switches to the sinusoidal formula", (await runMap.getAttribute("data-source")) === "sinusoidal" && (await runMap.evaluate((c) => c.toDataURL())) !== own, await runMap.getAttribute("data-source"));
     await page.locator("input[name=run-positions][value=run]").check();
   }
+
+  // The relative-position playgrounds draw their pictures, and xPos's score ignores a shift of both positions.
+  check("T5 and FIRE maps are drawn", (await page.locator("#t5-map").getAttribute("data-shape")) === "48x48" && (await page.locator("#fire-map").getAttribute("data-shape")) === "64x64",
+    [await page.locator("#t5-map").getAttribute("data-shape"), await page.locator("#fire-map").getAttribute("data-shape")]);
+  const xposBase = await page.locator("[data-testid=xpos-score-base]").textContent();
+  await page.locator("input[name=xpos-shift]").focus();
+  await page.keyboard.press("End");
+  const xposShifted = await page.locator("[data-testid=xpos-score-shifted]").textContent();
+  check("xPos score unchanged by a shift of both positions", xposShifted === xposBase && (await page.locator("[data-testid=xpos-decay] svg polyline").count()) === 4, { xposBase, xposShifted });
 
   // Type a token and read its neighbours.
   const query = page.locator("#token-query");

@@ -1,10 +1,12 @@
-// The explainer page: five playgrounds about the first layer, then the user's own run.
+// The explainer page: eight playgrounds about the first layer and the position schemes, then the user's own run.
 import "./style.css";
 import { alibiPlayground } from "./playgrounds/alibi";
+import { firePlayground, t5Playground } from "./playgrounds/biases";
 import { oneHotPlayground } from "./playgrounds/onehot";
 import { ropePlayground } from "./playgrounds/rope";
 import { sinusoidalPlayground } from "./playgrounds/sinusoidal";
 import { sumPlayground } from "./playgrounds/sum";
+import { xposPlayground } from "./playgrounds/xpos";
 import { runSection } from "./run/view";
 import { el } from "./ui";
 
@@ -12,7 +14,7 @@ function main(): void {
   const app = document.getElementById("app") ?? document.body;
   const run = window.OCTLM_RUN;
   const nav = el("nav", { "aria-label": "sections" },
-    ...[["onehot", "Lookup"], ["sum", "Token + position"], ["sinusoidal", "Sinusoidal"], ["rope", "RoPE"], ["alibi", "ALiBi"], ["run", "Your model"]].map(([id, text]) => el("a", { href: `#${id}` }, text)),
+    ...[["onehot", "Lookup"], ["sum", "Token + position"], ["sinusoidal", "Sinusoidal"], ["rope", "RoPE"], ["alibi", "ALiBi"], ["t5", "T5"], ["fire", "FIRE"], ["xpos", "xPos"], ["run", "Your model"]].map(([id, text]) => el("a", { href: `#${id}` }, text)),
   );
   app.append(
     el("header", {},
@@ -22,7 +24,7 @@ function main(): void {
         "Play with each piece below; every formula here is checked against octlm's Python to 1e-5."),
       nav,
     ),
-    el("main", {}, oneHotPlayground(), sumPlayground(), sinusoidalPlayground(), ropePlayground(), alibiPlayground(), runSection(run)),
+    el("main", {}, oneHotPlayground(), sumPlayground(), sinusoidalPlayground(), ropePlayground(), alibiPlayground(), t5Playground(), firePlayground(), xposPlayground(), runSection(run)),
     el("footer", {}, "octlm · the page runs entirely in your browser; nothing is fetched from the network."),
   );
   document.body.dataset.ready = "true";

@@ -139,6 +139,80 @@ export function alibiBias(slope: number, qLen: number, kLen: number, offset = 0)
   return out;
 }
 
+/**
+ * T5's bucket of a causal distance n = i - j (Raffel et al. 2020 §2.1; octlm.biases.t5_buckets):
+ * distances below numBuckets/2 get a bucket each, longer ones logarithmically wider buckets up to
+ * maxDistance, and every distance from maxDistance on the last bucket. Negative (future) distances
+ * fall into bucket 0. The model learns one bias per head and bucket; the picture shows the buckets.
+ */
+export function t5Bucket(distance: number, numBuckets: number, maxDistance: number): number {
+  const exact = Math.floor(numBuckets / 2);
+  if (!(numBuckets >= 2 && maxDistance > exact)) {
+    throw new RangeError(`T5: need numBuckets >= 2 and maxDistance > numBuckets / 2, got ${numBuckets} and ${maxDistance}`);
+  }
+  const n = Math.max(0, distance);
+  if (n < exact) return n;
+  const wide = Math.floor((Math.log(n / exact) / Math.log(maxDistance / exact)) * (numBuckets - exact));
+  return Math.min(numBuckets - 1, exact + wide);
+}
+
+/** T5 buckets of every query i and key j (keys ending where the queries end: a distance needs no offset), [qLen, kLen] (T5RelativeBias.score_bias). */
+export function t5Buckets(qLen: number, kLen: number, numBuckets: number, maxDistance: number): Matrix {
+  const out = matrix(qLen, kLen);
+  for (let r = 0; r < qLen; r++) {
+    for (let c = 0; c < kLen; c++) out.data[r * kLen + c] = t5Bucket(r - (qLen - kLen + c), numBuckets, maxDistance);
+  }
+  return out;
+}
+
+/**
+ * FIRE's interpolated distance, the input of its learned MLP (Li et al. 2023 §3.2, eq. 4;
+ * FIREBias.interpolated): psi(i - j) / psi(max(threshold, i)) with psi(x) = log(|c| x + 1),
+ * [qLen, kLen] for queries at offset.. and keys ending where the queries end. Every entry lies in
+ * [0, 1] at any length; future keys get distance 0.
+ */
+export function fireInterpolated(qLen: number, kLen: number, c: number, threshold: number, offset = 0): Matrix {
+  const psi = (x: number) => Math.log1p(Math.abs(c) * x);
+  const out = matrix(qLen, kLen);
+  for (let r = 0; r < qLen; r++) {
+    const i = offset + r;
+    const scale = psi(Math.max(i, threshold));
+    for (let col = 0; col < kLen; col++) {
+      const j = offset + qLen - kLen + col;
+      out.data[r * kLen + col] = psi(Math.max(0, i - j)) / scale;
+    }
+  }
+  return out;
+}
+
+/** xPos's constants (Sun et al. 2023 §3.2; octlm.positions.XPosRotation): gamma and the scale base (tokens). */
+export const XPOS_GAMMA = 0.4;
+export const XPOS_SCALE_BASE = 512;
+
+/** xPos's decay base of each channel pair, zeta_i = (i / (d/2) + gamma) / (1 + gamma), [headDim / 2]. */
+export function xposZeta(headDim: number): Float64Array {
+  if (headDim < 2 || headDim % 2) throw new RangeError(`xPos: head_dim must be even and >= 2, got ${headDim}`);
+  return Float64Array.from({ length: headDim / 2 }, (_, i) => (i / (headDim / 2) + XPOS_GAMMA) / (1 + XPOS_GAMMA));
+}
+
+/**
+ * xPos on queries or keys x [T, headDim] at positions offset..: RoPE's rotation, then channel pair i
+ * of row t multiplied by zeta_i^(+-(offset + t) / scaleBase) (sign +1 for queries, -1 for keys), so
+ * a query at n and a key at m score with the factor zeta_i^((n - m) / scaleBase) (XPosRotation.rotate).
+ */
+export function xposRotate(x: Matrix, offset: number, theta: number, layout: RopeLayout, sign: 1 | -1): Matrix {
+  const { cos, sin } = ropeAngles(x.rows, offset, ropeInverseFrequencies(x.cols, theta));
+  const out = ropeRotate(x, cos, sin, layout);
+  const zeta = xposZeta(x.cols);
+  for (let t = 0; t < x.rows; t++) {
+    for (let i = 0; i < zeta.length; i++) {
+      const factor = Math.pow(zeta[i], (sign * (offset + t)) / XPOS_SCALE_BASE);
+      for (const ch of ropePair(i, x.cols, layout)) out.data[t * x.cols + ch] *= factor;
+    }
+  }
+  return out;
+}
+
 export function dot(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let s = 0;
   for (let i = 0; i < a.length; i++) s += a[i] * b[i];

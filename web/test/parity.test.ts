@@ -6,12 +6,16 @@ import {
   alibiSlopes,
   cosine,
   cosineMatrix,
+  fireInterpolated,
   nearest,
   ropeAngles,
   ropeInverseFrequencies,
   ropeRotate,
   sinusoidal,
+  t5Bucket,
+  t5Buckets,
   toRows,
+  xposRotate,
   type Matrix,
   type RopeLayout,
   type SinusoidalLayout,
@@ -32,6 +36,12 @@ function maxDiff(a: number[] | number[][], b: number[] | number[][]): number {
   expect(fa.length).toBe(fb.length);
   expect(fa.length).toBeGreaterThan(0);
   return Math.max(...fa.map((v, i) => Math.abs(v - fb[i])));
+}
+
+/** maxDiff relative to the size of Python's numbers (at least 1): float32 keeps 7 digits of xPos's large far-key factors. */
+function relDiff(a: number[][], b: number[][]): number {
+  const scaled = (m: number[][], ref: number[][]) => m.map((r, i) => r.map((v, j) => v / Math.max(1, Math.abs(ref[i][j]))));
+  return maxDiff(scaled(a, b), scaled(b, b));
 }
 
 describe("sinusoidal table (Vaswani et al. 2017 §3.5)", () => {
@@ -74,6 +84,35 @@ describe("ALiBi (Press et al. 2022)", () => {
       const slopes = alibiSlopes(c.n_heads);
       const ts = Array.from(slopes, (m) => toRows(alibiBias(m, c.q_len, c.k_len, c.offset)));
       expect(maxDiff(ts.flat(), (c.bias as number[][][]).flat())).toBeLessThan(TOL);
+    });
+  }
+});
+
+describe("T5 relative buckets (Raffel et al. 2020 §2.1)", () => {
+  for (const c of fixtures.t5) {
+    it(`${c.num_buckets} buckets up to distance ${c.max_distance}`, () => {
+      // Bucket ids are integers: they must agree exactly, bin edges included.
+      expect(c.distances.map((d) => t5Bucket(d, c.num_buckets, c.max_distance))).toEqual(c.buckets);
+      const grid = t5Buckets(6, 6, c.num_buckets, c.max_distance);
+      expect(grid.data[5 * 6]).toBe(t5Bucket(5, c.num_buckets, c.max_distance));
+    });
+  }
+});
+
+describe("FIRE's interpolated distance (Li et al. 2023 §3.2)", () => {
+  for (const c of fixtures.fire) {
+    it(`${c.q_len} queries from ${c.offset}, ${c.k_len} keys, c ${c.c}, threshold ${c.threshold}`, () => {
+      expect(maxDiff(toRows(fireInterpolated(c.q_len, c.k_len, c.c, c.threshold, c.offset)), c.interpolated)).toBeLessThan(TOL);
+    });
+  }
+});
+
+describe("xPos (Sun et al. 2023 §3.2)", () => {
+  for (const c of fixtures.xpos) {
+    it(`head_dim ${c.head_dim}, ${c.layout}, ${c.length} positions from ${c.offset}`, () => {
+      const layout = c.layout as RopeLayout;
+      expect(relDiff(toRows(xposRotate(fromRows(c.q), c.offset, c.theta, layout, 1)), c.q_rotated)).toBeLessThan(TOL);
+      expect(relDiff(toRows(xposRotate(fromRows(c.k), c.offset, c.theta, layout, -1)), c.k_rotated)).toBeLessThan(TOL);
     });
   }
 });

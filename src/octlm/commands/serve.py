@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
         "serve",
         help="serve the explainer page with a trained run's embeddings",
         formatter_class=Formatter,
-        description="Serve the explainer page (five playgrounds) and a run's position similarity map, nearest tokens,\n"
+        description="Serve the explainer page (eight playgrounds) and a run's position similarity map, nearest tokens,\n"
         "embedding scatter and loss curve at http://HOST:PORT/. Listens on loopback unless --host says otherwise;\n"
         "serves only the page's own files. Ctrl-C stops it.",
         epilog="example:\n  octlm serve --run runs/shakespeare --port 8000",
