@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from safetensors.torch import save
 
-from octlm.errors import RunError
+from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write, read_safetensors
 
 CHECKPOINT = "checkpoint.safetensors"
@@ -284,6 +284,39 @@ def rng_of(checkpoint: Checkpoint, rank: int) -> tuple[dict[str, torch.Tensor], 
     return generators, checkpoint.state["rng"][rank]
 
 
+def check_resumable(state: dict, step: int, opts, world_size: int, max_steps: int | None, folder) -> str | None:
+    """Whether a run at ``step`` (its checkpoint's ``state``) may go on under ``opts``: the note of a new limit, or ``None``.
+
+    Raises:
+        OctlmError: for a global batch (``--batch-size`` x ``world_size``
+            processes, blocks per step) that differs from the run's, or a limit
+            (``--max-steps``, ``--time-budget`` in seconds) the run has reached.
+    """
+    global_batch = opts.batch_size * world_size
+    if global_batch != state["global_batch"]:
+        then = state["global_batch"]
+        raise OctlmError(
+            f"--batch-size {opts.batch_size} x {world_size} process(es) = {global_batch} blocks per step, but the run "
+            f"trained on {then} ({state['world_size']} x {then // state['world_size']}); "
+            f"keep the global batch: --batch-size {then // world_size if then % world_size == 0 else '?'}"
+        )
+    done_steps = max_steps is not None and step >= max_steps
+    done_time = opts.time_budget is not None and state["elapsed_s"] >= opts.time_budget
+    if done_steps or done_time:
+        limit = f"--max-steps {max_steps}" if done_steps else f"--time-budget {opts.time_budget:g}s"
+        raise OctlmError(
+            f"--resume {folder}: the run is at step {step}, already at or past {limit}; to train further give a larger "
+            f"--max-steps or --time-budget (the total for the run, not an addition)"
+        )
+    if (max_steps, opts.time_budget) == (state["max_steps"], state["time_budget"]):
+        return None
+    return (
+        f"the run's limit is now {max_steps} steps" + (f" / {opts.time_budget:g}s" if opts.time_budget else "")
+        + f" (was {state['max_steps']} steps" + (f" / {state['time_budget']:g}s" if state["time_budget"] else "")
+        + "): the learning-rate schedule stretches to the new end"
+    )
+
+
 __all__ = [
     "CHECKPOINT",
     "Checkpoint",
@@ -291,6 +324,7 @@ __all__ = [
     "describe_checkpoint",
     "capture_rng",
     "check_digests",
+    "check_resumable",
     "config_digest",
     "load_checkpoint",
     "model_tensors",

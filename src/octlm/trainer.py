@@ -18,7 +18,7 @@ import torch
 
 from octlm import data as tokens_io
 from octlm.checkpoint import (
-    CHECKPOINT, CheckpointError, capture_rng, check_digests, config_digest, describe_checkpoint, load_checkpoint,
+    CHECKPOINT, CheckpointError, capture_rng, check_digests, check_resumable, config_digest, describe_checkpoint, load_checkpoint,
     load_optimizer_tensors, model_tensors, restore_rng, rng_of, run_digests, save_checkpoint,
 )
 from octlm.corpus import open_corpus, prepare_corpus
@@ -171,7 +171,9 @@ class Trainer:
             config = DecoderConfig.from_dict(stored["model"])
         except (TypeError, ValueError) as err:
             raise RunError(f"{folder.config_path}: invalid model config: {err}") from None
-        self._check_resumable()
+        note = check_resumable(self.ckpt.state, self.ckpt.step, self.opts, self.group.world_size, self.max_steps, self.folder)
+        if note:
+            self.changes.append(note)
         self._write_config(config)
         # The rewrite may add options this octlm knows and the run's did not (at their
         # defaults); later checkpoints record the config as it now is.
@@ -180,32 +182,6 @@ class Trainer:
         for change in self.changes:
             self.report.warn(f"{change}; the result will differ from an uninterrupted run")
         return config
-
-    def _check_resumable(self) -> None:
-        """Refuse a global batch that differs from the run's, or a limit the run has reached; note a new limit."""
-        opts, state, step, world, max_steps = self.opts, self.ckpt.state, self.ckpt.step, self.group.world_size, self.max_steps
-        global_batch = opts.batch_size * world
-        if global_batch != state["global_batch"]:
-            then = state["global_batch"]
-            raise OctlmError(
-                f"--batch-size {opts.batch_size} x {world} process(es) = {global_batch} blocks per step, but the run "
-                f"trained on {then} ({state['world_size']} x {then // state['world_size']}); "
-                f"keep the global batch: --batch-size {then // world if then % world == 0 else '?'}"
-            )
-        done_steps = max_steps is not None and step >= max_steps
-        done_time = opts.time_budget is not None and state["elapsed_s"] >= opts.time_budget
-        if done_steps or done_time:
-            limit = f"--max-steps {max_steps}" if done_steps else f"--time-budget {opts.time_budget:g}s"
-            raise OctlmError(
-                f"--resume {self.folder}: the run is at step {step}, already at or past {limit}; to train further give a larger "
-                f"--max-steps or --time-budget (the total for the run, not an addition)"
-            )
-        if (max_steps, opts.time_budget) != (state["max_steps"], state["time_budget"]):
-            self.changes.append(
-                f"the run's limit is now {max_steps} steps" + (f" / {opts.time_budget:g}s" if opts.time_budget else "")
-                + f" (was {state['max_steps']} steps" + (f" / {state['time_budget']:g}s" if state["time_budget"] else "")
-                + "): the learning-rate schedule stretches to the new end"
-            )
 
     # -- restore ------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -371,8 +347,7 @@ class Trainer:
         values = torch.stack([v for _, v in self.pending]).cpu().tolist()
         # The wait is the device finishing steps the host already queued: it is their time.
         waited = time.perf_counter() - t0
-        self.step_seconds += waited
-        self.window["seconds"] += waited
+        self.step_seconds, self.window["seconds"] = self.step_seconds + waited, self.window["seconds"] + waited
         self.pending = []
         for step, (loss, norm) in zip(steps, values):
             self._check_finite(loss, norm, step)
@@ -383,7 +358,6 @@ class Trainer:
             what = f"the training loss became {loss}" if not math.isfinite(loss) else f"the gradient norm became {grad_norm}"
             unsaved = "this step" if step == self.step else f"it or the {self.step - step - 1} steps after it"
             raise TrainingError(f"{what} at step {step}; stopped without saving {unsaved}. {self._recovery_hint()}")
-
 
     def _recovery_hint(self) -> str:
         opts, path, run = self.opts, self.folder.path / CHECKPOINT, shlex.quote(str(self.folder))
