@@ -146,3 +146,25 @@ def test_help_and_docs_give_the_measured_task_study(capsys):
         main(["length", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert f"took {minutes} minutes with --threads 1" in help_text and f"({best}) copied {percent}% of instances" in help_text
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+    (["--max-steps", "0"], "--max-steps must be >= 1, got 0"),
+    (["--max-steps", "-5"], "--max-steps must be >= 1, got -5"),
+    (["--learning-rate", "nan"], "--learning-rate must be"),
+    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["--d-model", "0"], "--d-model must be a positive integer, got 0"),
+    (["--text", "tinyshakespeare"], "--text means nothing with --task"),
+    (["--time-budget", "30"], "--time-budget means nothing with --task"),
+    (["--extend-to", "8"], "--extend-to means nothing with --task"),
+    (["--rope-theta", "500"], "--rope-theta means nothing with --task"),
+])
+def test_bad_or_unread_task_options_are_refused_before_anything_is_written(tmp_path, capsys, flags, message):
+    from octlm.cli import main
+
+    out = tmp_path / "copy"
+    assert main(["length", "--task", "copy", "--out", str(out), *flags]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists()

@@ -33,9 +33,10 @@ from typing import Any
 
 import torch
 
+from octlm.declare import check_fields, flag, option_default
 from octlm.errors import OctlmError
 from octlm.fileio import atomic_write
-from octlm.model import Decoder, DecoderConfig, cross_entropy
+from octlm.model import Decoder, DecoderConfig, DecoderFieldError, cross_entropy
 from octlm.report import Reporter
 from octlm.run import RunFolder
 from octlm.tasks import TASKS, Task
@@ -108,12 +109,29 @@ def exact_match(model: Decoder, task: Task, size: int, longest: int, seed: int, 
     return float((guess == tokens[:, -answer:]).all(dim=1).float().mean())
 
 
+#: The options of ``octlm length`` the task study reads; any other given away from its default is refused, not ignored.
+TASK_READS = frozenset({"task", "task_length", "out", "overwrite", "schemes", "d_model", "n_heads", "n_layers", "batch_size",
+                        "learning_rate", "max_steps", "seed", "seeds", "device", "threads"})
+
+
 def check_task_options(opts: Any) -> None:
-    """Reject task-study options that cannot work, naming the flag."""
+    """Reject task-study options that cannot work, naming the flag, before anything is written.
+
+    Raises:
+        OctlmError: for a value out of its declared range (``--seeds 0``,
+            ``--max-steps -5``, ``--learning-rate nan``), or an option of the
+            text study the task study does not read (``--text``, ``--time-budget``).
+    """
     if opts.task not in TASKS:
         raise OctlmError(f"--task must be one of {', '.join(TASKS)}, got {opts.task!r}")
     if opts.out is None:
         raise OctlmError("--out: give the study folder to create, e.g. --out runs/copy")
+    check_fields(opts)
+    for f in dataclasses.fields(opts):
+        if f.name not in TASK_READS and getattr(opts, f.name) != option_default(f):
+            raise OctlmError(f"{flag(f.name)} means nothing with --task: the task study generates its own sequences, trains "
+                             f"--max-steps steps and scores exact match at {', '.join(f'{m}x' for m in TASK_MULTIPLIERS)} --task-length; "
+                             f"drop {flag(f.name)}")
     if opts.task_length < 1:
         raise OctlmError(f"--task-length must be >= 1 item, got {opts.task_length}")
     if len(set(opts.schemes)) != len(opts.schemes):
@@ -121,6 +139,8 @@ def check_task_options(opts: Any) -> None:
     for scheme in opts.schemes:
         try:
             DecoderConfig(d_model=opts.d_model, n_heads=opts.n_heads, n_layers=opts.n_layers, position=scheme)
+        except DecoderFieldError as err:
+            raise OctlmError(flag(err.field) + err.rest) from None
         except ValueError as err:
             raise OctlmError(str(err)) from None
 
