@@ -6,12 +6,19 @@ so the suite needs nothing beside the clone.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
 REPO = Path(__file__).resolve().parents[1]
+
+# A suite started in the background by a non-interactive shell (`cmd &`) inherits SIGINT ignored,
+# and so would every octlm it starts: the tests that press Ctrl-C on one would see nothing happen.
+# A handler (not "ignore") is reset to the default in each child, which then gets Python's own.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 settings.register_profile("octlm", deadline=None, max_examples=60)
 settings.load_profile("octlm")
