@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import save
 
 from octlm.errors import OctlmError, RunError
-from octlm.fileio import atomic_write, read_safetensors
+from octlm.fileio import atomic_write, read_safetensors, sha256_file
 
 CHECKPOINT = "checkpoint.safetensors"
 FORMAT = "octlm-checkpoint/1"
@@ -51,15 +51,6 @@ class Checkpoint:
     @property
     def step(self) -> int:
         return int(self.state["step"])
-
-
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file's bytes, read in pieces."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
@@ -332,6 +323,5 @@ __all__ = [
     "rng_of",
     "run_digests",
     "save_checkpoint",
-    "sha256_file",
     "tensors_sha256",
 ]
