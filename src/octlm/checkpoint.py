@@ -32,6 +32,9 @@ from safetensors.torch import save
 
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write, read_safetensors, sha256_file
+from octlm.options import changeable_on_resume
+from octlm.run import TOKENIZER
+from octlm.weights import weights_state
 
 CHECKPOINT = "checkpoint.safetensors"
 FORMAT = "octlm-checkpoint/1"
@@ -76,8 +79,6 @@ def config_digest(config: dict) -> str:
     its checkpoint, and any other edit is caught. Keys this version does not
     know are kept too.
     """
-    from octlm.options import changeable_on_resume
-
     may_change = changeable_on_resume()
     kept = {"model": config.get("model"), "train": {k: v for k, v in sorted(config.get("train", {}).items()) if k not in may_change}}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
@@ -89,8 +90,6 @@ def run_digests(run_dir: Path, config: dict, token_files: dict[str, str] | None 
     ``token_files`` may give the token files' digests already known (from the
     manifest written with them) to save hashing them again.
     """
-    from octlm.run import TOKENIZER
-
     digests = {"config.json": config_digest(config), TOKENIZER: sha256_file(run_dir / TOKENIZER)}
     for name in ("train.bin", "val.bin"):
         digests[name] = (token_files or {}).get(name) or sha256_file(run_dir / name)
@@ -210,8 +209,6 @@ def save_checkpoint(
         OSError: when the file cannot be written (a full disk, say); the
             previous checkpoint at ``path`` is then untouched.
     """
-    from octlm.run import weights_state
-
     tensors = {f"model.{k}": v for k, v in weights_state(model).items()}
     tensors.update(optimizer_tensors(model, optimizer))
     for rank, (generators, _) in enumerate(rng):
