@@ -227,12 +227,36 @@ def test_bench_untrained_and_trained(trained_run, capsys):
     assert "tokens" in capsys.readouterr().err
 
 
-def test_unknown_option_shows_the_subcommands_usage(capsys):
+def test_unknown_option_names_the_subcommand_and_its_help(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["sample", "--run", "x", "--bogus"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert "usage: octlm sample" in err and "unrecognized arguments: --bogus" in err
+    assert err.splitlines() == ["octlm sample: error: unrecognized arguments: --bogus", "`octlm sample --help` lists every option"]
+
+
+@pytest.mark.parametrize(
+    "argv,said,guess",
+    [
+        (["train", "--d-modle", "64"], "unrecognized arguments: --d-modle 64", "did you mean --d-model?"),
+        (["train", "--n-lyers=3"], "unrecognized arguments: --n-lyers=3", "did you mean --n-layers?"),
+        (["trian"], "invalid choice: 'trian'", "did you mean 'train'?"),
+        (["train", "--position", "rpoe"], "invalid choice: 'rpoe'", "did you mean 'rope'?"),
+        (["length", "--schemes", "rope", "alibbi"], "invalid choice: 'alibbi'", "did you mean 'alibi'?"),
+    ],
+)
+def test_usage_error_is_one_line_with_the_close_spelling(capsys, argv, said, guess):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    first, *rest = capsys.readouterr().err.splitlines()
+    assert said in first and first.endswith(guess) and len(rest) == 1 and "--help` lists every option" in rest[0]
+
+
+def test_usage_error_without_a_close_spelling_guesses_nothing(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--zzzzzz"])
+    assert "did you mean" not in capsys.readouterr().err
 
 
 def test_bench_takes_several_tokens_after_one_flag(trained_run, capsys):

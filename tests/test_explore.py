@@ -14,7 +14,8 @@ import torch
 from octlm import Decoder, DecoderConfig
 from octlm.cli import main
 from octlm.errors import RunError
-from octlm.explore import cosine_similarity_matrix, loss_curve, pca_2d, run_position_vectors, token_counts
+from octlm.diagnostics import cosine_similarity_matrix
+from octlm.explore import loss_curve, pca_2d, run_position_vectors, token_counts
 from tests.test_cli import TINY, json_lines
 
 

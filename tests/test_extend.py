@@ -69,7 +69,7 @@ def test_init_from_keeps_tokenizer_and_weights_at_step_0(sources, small_corpus, 
             assert torch.equal(after[key], expected), key
         config = json.loads(trainer.folder.config_path.read_text())
         assert config["model"]["context_length"] == T * factor and config["model"]["d_model"] == 16
-        from octlm.checkpoint import sha256_file
+        from octlm.fileio import sha256_file
 
         assert config["train"]["source"] == {"run_dir": str(source.resolve()), "weights_sha256": sha256_file(source / "model.safetensors")}
         trainer.lock.close()

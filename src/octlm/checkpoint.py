@@ -31,7 +31,10 @@ import torch
 from safetensors.torch import save
 
 from octlm.errors import OctlmError, RunError
-from octlm.fileio import atomic_write, read_safetensors
+from octlm.fileio import atomic_write, read_safetensors, sha256_file
+from octlm.options import changeable_on_resume
+from octlm.run import TOKENIZER
+from octlm.weights import weights_state
 
 CHECKPOINT = "checkpoint.safetensors"
 FORMAT = "octlm-checkpoint/1"
@@ -51,15 +54,6 @@ class Checkpoint:
     @property
     def step(self) -> int:
         return int(self.state["step"])
-
-
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file's bytes, read in pieces."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
@@ -85,8 +79,6 @@ def config_digest(config: dict) -> str:
     its checkpoint, and any other edit is caught. Keys this version does not
     know are kept too.
     """
-    from octlm.options import changeable_on_resume
-
     may_change = changeable_on_resume()
     kept = {"model": config.get("model"), "train": {k: v for k, v in sorted(config.get("train", {}).items()) if k not in may_change}}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
@@ -98,8 +90,6 @@ def run_digests(run_dir: Path, config: dict, token_files: dict[str, str] | None 
     ``token_files`` may give the token files' digests already known (from the
     manifest written with them) to save hashing them again.
     """
-    from octlm.run import TOKENIZER
-
     digests = {"config.json": config_digest(config), TOKENIZER: sha256_file(run_dir / TOKENIZER)}
     for name in ("train.bin", "val.bin"):
         digests[name] = (token_files or {}).get(name) or sha256_file(run_dir / name)
@@ -219,8 +209,6 @@ def save_checkpoint(
         OSError: when the file cannot be written (a full disk, say); the
             previous checkpoint at ``path`` is then untouched.
     """
-    from octlm.run import weights_state
-
     tensors = {f"model.{k}": v for k, v in weights_state(model).items()}
     tensors.update(optimizer_tensors(model, optimizer))
     for rank, (generators, _) in enumerate(rng):
@@ -332,6 +320,5 @@ __all__ = [
     "rng_of",
     "run_digests",
     "save_checkpoint",
-    "sha256_file",
     "tensors_sha256",
 ]

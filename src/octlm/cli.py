@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import importlib
 import signal
 import os
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -32,6 +34,32 @@ class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionH
         if action.required or action.default in (None, "", []):
             return action.help
         return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors: what was wrong, a close spelling when there is one, where the options are listed.
+
+    argparse prints the whole usage block (twenty lines for ``octlm train``)
+    above its error; the error is the line a person needs. Exit status 2, as argparse.
+    """
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        hint = self._spelling_hint(message)
+        self.exit(2, f"{self.prog}: error: {message}{hint}\n`{self.prog} --help` lists every option\n")
+
+    def _spelling_hint(self, message: str) -> str:
+        if message.startswith("unrecognized arguments:"):
+            flags = [word.split("=", 1)[0] for word in message.split(":", 1)[1].split() if word.startswith("--")]
+            known = [name for name in self._option_string_actions if name.startswith("--")]
+        elif (choice := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)) is not None:
+            # Python 3.11 quotes the choices and later versions do not; a choice is quoted in the hint either way.
+            flags = [f"'{choice.group(1)}'"]
+            names = [name.strip().strip("'") for name in choice.group(2).split(",")]
+            known = [f"'{name}'" for name in names]
+        else:
+            return ""
+        guesses = [close[0] for flag in flags if (close := difflib.get_close_matches(flag, known, n=1))]
+        return f"; did you mean {' or '.join(guesses)}?" if guesses else ""
 
 
 def add_dataclass_options(parser: argparse.ArgumentParser, cls) -> None:
@@ -104,7 +132,7 @@ WRITE_NO_FILES = {"sample", "bench", "serve"}
 def build_parser() -> argparse.ArgumentParser:
     from octlm import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="octlm",
         description="octlm: train small decoders and look inside their token embeddings and position encodings.",
         formatter_class=Formatter,

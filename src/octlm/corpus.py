@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -39,6 +40,11 @@ class SplitText:
     tokenizer: Tokenizer
 
 
+def _earlier_run(folder: Path) -> str | None:
+    # An earlier run's JSON and token files are octlm's output, not the person's text.
+    return "an octlm run folder" if RunFolder(folder).is_octlm_run() else None
+
+
 def split_and_tokenize(opts: TrainOptions) -> SplitText:
     """Read ``opts.text``, split it by ``opts.val_fraction`` and train the tokenizer on the training split.
 
@@ -50,7 +56,7 @@ def split_and_tokenize(opts: TrainOptions) -> SplitText:
     Raises:
         DataError: for unreadable input or a split that leaves one side empty.
     """
-    docs, info = data.read_documents(opts.text or None, opts.encoding)
+    docs, info = data.read_documents(opts.text or None, opts.encoding, skip_folder=_earlier_run)
     train_texts, val_texts = data.split_documents(docs, opts.val_fraction)
     # A run started from another keeps that run's tokenizer: its token rows mean those ids.
     tokenizer = RunFolder(opts.init_from, "--init-from").read_tokenizer() if opts.init_from else Tokenizer.train(train_texts, opts.vocab_size)

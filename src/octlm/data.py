@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,16 +62,17 @@ def default_corpus_files() -> list[Path]:
 #: Folders of installed code and caches, never a person's text.
 _SKIPPED_FOLDERS = {"__pycache__", "node_modules"}
 
+#: Why a folder met while walking ``--text`` is not the person's text (e.g. an earlier run's
+#: output, which :mod:`octlm.corpus` recognises), or None to read it.
+FolderRule = Callable[[Path], "str | None"]
 
-def _folder_files(folder: Path, skipped: list[dict]) -> list[Path]:
-    from octlm.run import RunFolder  # run.py reads token files through this module
 
+def _folder_files(folder: Path, skipped: list[dict], skip_folder: FolderRule | None) -> list[Path]:
     files = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIPPED_FOLDERS)
-        if RunFolder(dirpath).is_octlm_run():
-            # An earlier run's JSON and token files are octlm's output, not the person's text.
-            skipped.append({"path": dirpath, "reason": "an octlm run folder"})
+        if skip_folder is not None and (reason := skip_folder(Path(dirpath))):
+            skipped.append({"path": dirpath, "reason": reason})
             dirnames[:] = []
             continue
         files.extend(Path(dirpath, f) for f in filenames if not f.startswith("."))
@@ -120,7 +121,7 @@ def check_encoding(encoding: str) -> None:
         raise DataError(f"--encoding {encoding}: unknown text encoding; use a Python codec name such as utf-8 or cp1252") from None
 
 
-def _given_candidates(paths: Sequence[str | Path], skipped: list[dict]) -> tuple[list[tuple], list[dict]]:
+def _given_candidates(paths: Sequence[str | Path], skipped: list[dict], skip_folder: FolderRule | None) -> tuple[list[tuple], list[dict]]:
     """What each ``--text`` argument names: ``(path or built-in, shown, from_folder)`` and the built-ins used.
 
     A path that exists on disk wins over a built-in corpus of the same name,
@@ -134,7 +135,7 @@ def _given_candidates(paths: Sequence[str | Path], skipped: list[dict]) -> tuple
             raise DataError("--text got an empty path ''; give a file or folder (. for the current folder)")
         path = Path(given)
         if path.is_dir():
-            found = _folder_files(path, skipped)
+            found = _folder_files(path, skipped, skip_folder)
             candidates.extend((f, str(f), True) for f in found)
             if not found:
                 raise DataError(f"{path}: folder holds no files; give a folder of text files or the files themselves")
@@ -214,7 +215,9 @@ def first_line(text: str, width: int = 60) -> str:
     return shown if len(shown) <= width else shown[: width - 3] + "..."
 
 
-def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") -> tuple[list[Document], dict]:
+def read_documents(
+    paths: Sequence[str | Path] | None, encoding: str = "utf-8", skip_folder: FolderRule | None = None
+) -> tuple[list[Document], dict]:
     """Read the corpus.
 
     Args:
@@ -222,11 +225,13 @@ def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") 
             (:mod:`octlm.corpora`, e.g. ``tinyshakespeare``; a path that
             exists wins over a built-in name). Folders are walked recursively
             in sorted order, skipping hidden entries, ``__pycache__``,
-            ``node_modules`` and octlm run folders, files that are not regular files (FIFOs,
+            ``node_modules``, folders ``skip_folder`` rules out, files that are not regular files (FIFOs,
             sockets), empty files and binary files (a NUL byte in the first
             8 KiB, or in the text for UTF-16/32). ``None`` or empty: the
             default corpus, :func:`default_corpus_files`.
         encoding: codec of every file (UTF-8 by default).
+        skip_folder: called on each folder met while walking; a reason
+            (recorded in ``info["skipped"]``) leaves it and all below it out.
 
     Returns:
         ``(documents, info)`` where ``info`` names the source (with each
@@ -247,7 +252,7 @@ def read_documents(paths: Sequence[str | Path] | None, encoding: str = "utf-8") 
         candidates = [(p, p.relative_to(root).as_posix(), True) for p in default_corpus_files()]
     else:
         source = {"kind": "files", "paths": [str(p) for p in paths]}
-        candidates, builtins = _given_candidates(paths, skipped)
+        candidates, builtins = _given_candidates(paths, skipped, skip_folder)
         if builtins:
             source["builtin"] = builtins
     seen: dict[str, str] = {}
@@ -434,6 +439,7 @@ class BlockSampler:
 __all__ = [
     "BlockSampler",
     "Document",
+    "FolderRule",
     "block_starts",
     "count_blocks",
     "decode_text",

@@ -52,6 +52,12 @@ def cosine_neighbours(table: Tensor, index: int, k: int = 5, allowed: np.ndarray
     return [(int(r), float(v)) for r, v in zip(rows, values)]
 
 
+def cosine_similarity_matrix(vectors: Tensor) -> Tensor:
+    """Cosine similarity of every pair of rows of ``vectors`` [N, C] -> [N, N] float32."""
+    v = vectors.float()
+    return F.cosine_similarity(v.unsqueeze(1), v.unsqueeze(0), dim=-1)
+
+
 def position_vectors(model: Decoder, length: int | None = None) -> Tensor | None:
     """The vectors a scheme adds for positions 0..length-1, [length, d_model], or ``None``.
 
@@ -144,4 +150,4 @@ def format_diagnostic(diagnostic: dict, position_scheme: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Neighbour", "cosine_neighbours", "embedding_diagnostic", "format_diagnostic", "frequent_tokens", "nearest_positions", "nearest_tokens", "position_vectors", "token_counts"]
+__all__ = ["Neighbour", "cosine_neighbours", "cosine_similarity_matrix", "embedding_diagnostic", "format_diagnostic", "frequent_tokens", "nearest_positions", "nearest_tokens", "position_vectors", "token_counts"]

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from octlm.bench import TOKEN_RULE
@@ -58,12 +57,6 @@ def run_position_vectors(model: Decoder, length: int | None = None) -> PositionV
 def position_note(scheme: str) -> str:
     """Why a scheme has no position vectors to compare, for schemes where :func:`run_position_vectors` gives ``None``."""
     return SCHEMES[scheme].explorer_note()
-
-
-def cosine_similarity_matrix(vectors: Tensor) -> Tensor:
-    """Cosine similarity of every pair of rows of ``vectors`` [N, C] -> [N, N] float32."""
-    v = vectors.float()
-    return F.cosine_similarity(v.unsqueeze(1), v.unsqueeze(0), dim=-1)
 
 
 def pca_2d(table: Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -302,7 +295,6 @@ __all__ = [
     "EmbeddingsOptions",
     "embeddings",
     "PositionVectors",
-    "cosine_similarity_matrix",
     "loss_curve",
     "pca_2d",
     "position_note",

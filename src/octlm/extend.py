@@ -19,7 +19,11 @@ import torch
 from torch import Tensor
 
 from octlm.errors import OctlmError, RunError
+from octlm.fileio import read_safetensors, sha256_file
 from octlm.model import Decoder, DecoderConfig
+from octlm.positions import SCHEMES, schemes_taking
+from octlm.run import RunFolder, apply_scaling
+from octlm.weights import load_weights, weights_state
 
 #: Model options a fine-tuning run must share with its source (``context_length`` and ``dropout`` may change).
 SHAPE_OPTIONS = tuple(f.name for f in dataclasses.fields(DecoderConfig) if f.name not in ("context_length", "dropout"))
@@ -67,8 +71,6 @@ def source_config(init_from: str | Path) -> dict:
         OctlmError: naming ``--init-from`` when the folder is missing, a file,
             or holds no ``model.safetensors``; RunError for a damaged config.
     """
-    from octlm.run import RunFolder
-
     path = Path(init_from)
     if not path.is_dir():
         what = "is a file; give the run folder that holds it" if path.is_file() else "no such run folder"
@@ -101,9 +103,6 @@ def init_from_options(opts, given: set[str]):
 
 def source_record(init_from: str | Path) -> dict:
     """``{"run_dir": absolute path, "weights_sha256": ...}`` of the source run, for ``config.json``."""
-    from octlm.checkpoint import sha256_file
-    from octlm.run import RunFolder
-
     folder = RunFolder(init_from)
     return {"run_dir": str(folder.path.resolve()), "weights_sha256": sha256_file(folder.weights_path)}
 
@@ -142,8 +141,6 @@ def check_scaling_options(opts) -> None:
             other than ``dynamic-ntk`` without a factor, or a position scheme
             that does not take the method.
     """
-    from octlm.positions import SCHEMES, schemes_taking
-
     if opts.rope_scaling is None:
         if opts.rope_factor is not None:
             raise OctlmError("--rope-factor needs --rope-scaling (linear, ntk, dynamic-ntk or yarn)")
@@ -174,16 +171,11 @@ def load_source_weights(model: Decoder, path: Path) -> None:
     Raises:
         RunError: naming the file when it cannot be read or a tensor does not fit.
     """
-    from octlm.fileio import read_safetensors
-    from octlm.run import load_weights
-
     if TABLE_KEY in model.state_dict():
         try:
             state, _ = read_safetensors(path)
         except (OSError, ValueError) as err:
             raise RunError(f"{path}: cannot read weights ({err}); the file is truncated or corrupted") from None
-        from octlm.run import weights_state
-
         if set(state) != set(weights_state(model)):
             raise RunError(f"{path}: weights do not match the model of --init-from's config.json")
         rows = model.state_dict()[TABLE_KEY].shape[0]
@@ -197,26 +189,7 @@ def load_source_weights(model: Decoder, path: Path) -> None:
     load_weights(path, model)
 
 
-def apply_scaling(model: Decoder, record: dict | None) -> None:
-    """Run ``model`` under a stored RoPE scaling (``config.json``'s ``train.rope_scaling``); ``None`` leaves it plain.
-
-    Raises:
-        RunError: when the record is malformed or the model's scheme does not take its method.
-    """
-    if record is None:
-        return
-    from octlm.rope_scaling import RopeScaling
-
-    try:
-        scaling = RopeScaling(**record)
-        model.set_rope_scaling(scaling.method, scaling.factor, scaling.original_length)
-        if model.positions.scalings():
-            model.positions.set_rope_scaling(scaling)  # keeps YaRN's beta bounds an imported run records
-    except (TypeError, ValueError) as err:
-        raise RunError(f"config.json: train.rope_scaling {record}: {err}") from None
-
-
 __all__ = [
-    "SHAPE_OPTIONS", "apply_scaling", "check_scaling_options", "config_record", "init_from_options", "interpolate_table", "load_source_weights",
+    "SHAPE_OPTIONS", "check_scaling_options", "config_record", "init_from_options", "interpolate_table", "load_source_weights",
     "prepare_model", "scaling_record", "source_config", "source_record",
 ]

@@ -24,9 +24,9 @@ from matplotlib import patheffects
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from octlm.explore import PositionVectors, cosine_similarity_matrix
+from octlm.diagnostics import cosine_similarity_matrix
 from octlm.fileio import atomic_write
-from octlm.positions import sinusoidal_positions
+from octlm.positions import PositionVectors, sinusoidal_positions
 from octlm.tokenizer import visible_token
 
 

@@ -43,7 +43,7 @@ from octlm.fileio import atomic_write
 from octlm.options import Bound, TrainOptions, at_least, check_fields, flag, option, option_default, same_as, scheme_options
 from octlm.options import check_options as check_train_options
 from octlm.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking
-from octlm.report import Reporter
+from octlm.report import Reporter, TaggedReporter
 from octlm.run import RunFolder
 from octlm.task_study import TASK_DEFAULTS, TASK_SEEDS, TASK_STEPS
 from octlm.tasks import TASKS
@@ -263,35 +263,6 @@ def prepare_study_dir(out: str, overwrite: bool) -> Path:
     return path
 
 
-class _ScopedReporter(Reporter):
-    """Passes a training run's events to the study's reporter, tagged with its scheme.
-
-    The run's result becomes a ``trained`` event, so the study's own result
-    stays the last JSON line.
-    """
-
-    def __init__(self, parent: Reporter, scheme: str) -> None:
-        super().__init__(parent.json_mode, parent.quiet)
-        self.parent, self.scheme = parent, scheme
-
-    def event(self, kind: str, text: str | None = None, **fields: Any) -> None:
-        self.parent.event(kind, None if text is None else f"[{self.scheme}] {text}", scheme=self.scheme, **fields)
-
-    def warn(self, text: str, **fields: Any) -> None:
-        self.parent.warn(f"[{self.scheme}] {text}", scheme=self.scheme, **fields)
-
-    def result(self, fields: dict, text: str | None = None) -> None:
-        keep = ("steps", "train_seconds", "tokens_per_second", "val_bpb", "val_loss", "interrupted", "run_dir")
-        summary = {k: fields[k] for k in keep if k in fields}
-        self.parent.event(
-            "trained",
-            f"[{self.scheme}] trained: {summary['steps']} steps in {summary['train_seconds']:.0f}s, "
-            f"val {summary['val_bpb']:.4f} bits per byte at T",
-            scheme=self.scheme,
-            **summary,
-        )
-
-
 def _same_data(results: dict[str, dict]) -> None:
     """Every run must hold the same tokenizer and token streams (octlm's data preparation is deterministic)."""
     fingerprints = {}
@@ -414,7 +385,7 @@ def _train_base(opts: LengthOptions, out: Path, seeds: list[int], report: Report
     for seed in seeds:
         for scheme in opts.schemes:
             tag = scheme if opts.seeds == 1 else f"{scheme} seed {seed}"
-            result = train(opts.train_options(scheme, _run_dir(out, scheme, seed, opts), seed), _ScopedReporter(report, tag))
+            result = train(opts.train_options(scheme, _run_dir(out, scheme, seed, opts), seed), TaggedReporter(report, tag))
             trained[(scheme, seed)] = result
             if result.get("interrupted"):
                 raise KeyboardInterrupt

@@ -26,9 +26,12 @@ from pathlib import Path
 from octlm.declare import (
     REQUIRED, Bound, Resume, at_least, check_fields, finite, flag, option, option_default, same_as,
 )
+from octlm.data import check_encoding
 from octlm.errors import OctlmError, RunError
+from octlm.extend import check_scaling_options
 from octlm.model import ACTIVATIONS, DecoderConfig, DecoderFieldError
 from octlm.positions import DEFAULT_BASE, ROPE_LAYOUTS, ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, SINUSOIDAL_LAYOUTS, random_position_schemes
+from octlm.run import CONFIG, load_config
 from octlm.tokenizer import MIN_VOCAB_SIZE
 
 #: Steps of the main job when neither --max-steps nor --time-budget is given;
@@ -37,12 +40,6 @@ DEFAULT_MAX_STEPS = 1200
 DEFAULT_WARMUP_STEPS = 50
 #: torch.manual_seed takes a signed 64-bit number.
 MAX_SEED = 2**63 - 1
-
-def _check_encoding(encoding: str) -> None:
-    from octlm.data import check_encoding
-
-    check_encoding(encoding)
-
 
 #: The range torch.manual_seed takes.
 SEED = Bound(low=0, high=MAX_SEED, says=f"between 0 and {MAX_SEED} (2**63 - 1)")
@@ -79,7 +76,7 @@ class TrainOptions:
     # data
     text: list[str] = option([], "UTF-8 text files or folders to train on (default: the Python standard library's .py files)",
                              resume_check=_text_on_resume, nargs="+", metavar="PATH")
-    encoding: str = option("utf-8", "text encoding of the input files, e.g. cp1252", check=_check_encoding)
+    encoding: str = option("utf-8", "text encoding of the input files, e.g. cp1252", check=check_encoding)
     val_fraction: float = option(0.1, "fraction of each file (its end) held out for validation", bounds=Bound(0, 1, True, True))
     vocab_size: int = option(1024, "BPE vocabulary size in tokens, including <|endoftext|>",
                              bounds=Bound(MIN_VOCAB_SIZE, says=f"at least {MIN_VOCAB_SIZE} (the 256 byte values and <|endoftext|>)"))
@@ -220,8 +217,6 @@ def check_options(opts: TrainOptions) -> None:
     """
     check_fields(opts)
     check_scheme_options(opts)
-    from octlm.extend import check_scaling_options
-
     check_scaling_options(opts)
     steps, warmup = resolved_max_steps(opts), resolved_warmup_steps(opts)
     if steps is not None and warmup >= steps:
@@ -260,8 +255,6 @@ def stored_options(run_dir: Path) -> dict:
         RunError: naming the file when the section is not an object or holds
             a value of the wrong type (the file is damaged).
     """
-    from octlm.run import CONFIG, load_config
-
     where = f"--resume {run_dir}: {run_dir / CONFIG}"
     stored = load_config(run_dir).get("train", {})
     if not isinstance(stored, dict):

@@ -86,4 +86,33 @@ class Reporter:
         sys.stdout.flush()
 
 
-__all__ = ["Reporter"]
+class TaggedReporter(Reporter):
+    """Passes the events of one training run inside a study (``octlm length``) to the study's reporter, tagged.
+
+    The run's result becomes a ``trained`` event, so the study's own result
+    stays the last JSON line.
+    """
+
+    def __init__(self, parent: Reporter, scheme: str) -> None:
+        super().__init__(parent.json_mode, parent.quiet)
+        self.parent, self.scheme = parent, scheme
+
+    def event(self, kind: str, text: str | None = None, **fields: Any) -> None:
+        self.parent.event(kind, None if text is None else f"[{self.scheme}] {text}", scheme=self.scheme, **fields)
+
+    def warn(self, text: str, **fields: Any) -> None:
+        self.parent.warn(f"[{self.scheme}] {text}", scheme=self.scheme, **fields)
+
+    def result(self, fields: dict, text: str | None = None) -> None:
+        keep = ("steps", "train_seconds", "tokens_per_second", "val_bpb", "val_loss", "interrupted", "run_dir")
+        summary = {k: fields[k] for k in keep if k in fields}
+        self.parent.event(
+            "trained",
+            f"[{self.scheme}] trained: {summary['steps']} steps in {summary['train_seconds']:.0f}s, "
+            f"val {summary['val_bpb']:.4f} bits per byte at T",
+            scheme=self.scheme,
+            **summary,
+        )
+
+
+__all__ = ["Reporter", "TaggedReporter"]

@@ -34,6 +34,7 @@ from octlm import data
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write_json, umask
 from octlm.model import Decoder, DecoderConfig
+from octlm.rope_scaling import RopeScaling
 from octlm.tokenizer import Tokenizer
 from octlm.weights import load_weights, save_weights, weights_state
 
@@ -79,8 +80,6 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
         raise RunError(f"{run_dir / CONFIG}: invalid model config: {err}") from None
     model = Decoder(model_config)
     load_weights(run_dir / WEIGHTS, model)
-    from octlm.extend import apply_scaling
-
     stored_scaling = (config.get("train") or {}).get("rope_scaling")
     apply_scaling(model, stored_scaling if isinstance(stored_scaling, dict) else None)
     tokenizer = RunFolder(run_dir).read_tokenizer()
@@ -91,9 +90,27 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
         )
     return model.to(device).eval(), tokenizer
 
+
 def load_config(run_dir: str | Path) -> dict:
     """:meth:`RunFolder.read_config` of ``run_dir``."""
     return RunFolder(run_dir).read_config()
+
+
+def apply_scaling(model: Decoder, record: dict | None) -> None:
+    """Run ``model`` under a stored RoPE scaling (``config.json``'s ``train.rope_scaling``); ``None`` leaves it plain.
+
+    Raises:
+        RunError: when the record is malformed or the model's scheme does not take its method.
+    """
+    if record is None:
+        return
+    try:
+        scaling = RopeScaling(**record)
+        model.set_rope_scaling(scaling.method, scaling.factor, scaling.original_length)
+        if model.positions.scalings():
+            model.positions.set_rope_scaling(scaling)  # keeps YaRN's beta bounds an imported run records
+    except (TypeError, ValueError) as err:
+        raise RunError(f"config.json: train.rope_scaling {record}: {err}") from None
 
 
 class RunFolder:
@@ -463,4 +480,4 @@ def _json_object(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-__all__ = ["CONFIG", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "load_config", "load_run", "check_out_folder", "remove_stale_staging", "load_weights", "make_folder", "read_json", "save_weights", "weights_state"]
+__all__ = ["CONFIG", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "apply_scaling", "load_config", "load_run", "check_out_folder", "remove_stale_staging", "load_weights", "make_folder", "read_json", "save_weights", "weights_state"]

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from octlm.evaluate import evaluate
-from octlm.report import Reporter
+from octlm.report import Reporter, TaggedReporter
 
 #: ``label: (base scheme, RoPE scaling method or None)`` in table order.
 EXTENSIONS = {
@@ -131,9 +131,8 @@ def fine_tune(opts, label: str, source_dir: Path, run_dir: Path, seed: int, scor
         if step > 0 and step % tuned.save_every == 0:
             score(load_run(run_dir, device)[0], step)
 
-    from octlm.length import _ScopedReporter
 
-    result = train(tuned, _ScopedReporter(report, f"{label}@{opts.extend_to}x"), step_hook=hook)
+    result = train(tuned, TaggedReporter(report, f"{label}@{opts.extend_to}x"), step_hook=hook)
     score(load_run(run_dir, device)[0], result["steps"])
     return result, curve
 
