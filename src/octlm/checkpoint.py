@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -270,6 +271,15 @@ def describe_checkpoint(path: Path) -> str:
         return f"none yet: {path} does not exist" if not path.exists() else f"{path}, unreadable"
 
 
+def resume_hint(run_dir: Path) -> str:
+    """The sentence that tells how to go on with the run in ``run_dir``: from its checkpoint, or from step 0 when it has none."""
+    run = shlex.quote(str(run_dir))
+    if (run_dir / CHECKPOINT).exists():
+        return f"Continue exactly where it stopped with: octlm train --resume {run}"
+    # Resuming a run without a checkpoint trains it from step 0 on its prepared corpus, bit for bit as a fresh run would.
+    return f"Resume trains it from step 0, on the corpus already prepared: octlm train --resume {run}"
+
+
 def model_tensors(checkpoint: Checkpoint) -> dict[str, torch.Tensor]:
     """The checkpoint's weights by parameter name (no ``model.`` prefix)."""
     return {k[len("model.") :]: v for k, v in checkpoint.tensors.items() if k.startswith("model.")}
@@ -327,6 +337,7 @@ __all__ = [
     "check_resumable",
     "config_digest",
     "load_checkpoint",
+    "resume_hint",
     "model_tensors",
     "restore_rng",
     "rng_of",

@@ -19,7 +19,7 @@ import torch
 from octlm import data as tokens_io
 from octlm.checkpoint import (
     CHECKPOINT, CheckpointError, capture_rng, check_digests, check_resumable, config_digest, describe_checkpoint, load_checkpoint,
-    load_optimizer_tensors, model_tensors, restore_rng, rng_of, run_digests, save_checkpoint,
+    load_optimizer_tensors, model_tensors, restore_rng, resume_hint, rng_of, run_digests, save_checkpoint,
 )
 from octlm.corpus import open_corpus, prepare_corpus
 from octlm.device import (
@@ -122,8 +122,11 @@ class Trainer:
                 target = RunFolder.new(opts.out)
                 target.check_new_run(opts.overwrite)
                 with target.staged() as staging:
-                    prepare_corpus(opts, RunFolder(staging), report)
-                # Named once it exists: bad input leaves no folder to name.
+                    corpus = prepare_corpus(opts, RunFolder(staging), report)
+                    # Written with the corpus, so whenever training stops, the folder that appears can be resumed.
+                    RunFolder(staging).write_config(opts.model_config(corpus.tokenizer.vocab_size), self._config_record(target))
+                # Named once it exists: bad input leaves no folder to name. Ctrl-C from here on says how to go on.
+                self.folder = target
                 report.event("run", f"run folder: {target}", run_dir=str(target))
                 return target.path
 
@@ -148,9 +151,12 @@ class Trainer:
                 f"every step repeats blocks (lower --batch-size or give more text)"
             )
 
+    def _config_record(self, folder: RunFolder) -> dict:
+        return {**self.opts.to_dict(), "max_steps": self.max_steps, "out": str(folder), **config_record(self.opts)}
+
     def _write_config(self, config: DecoderConfig) -> None:
-        folder, opts = self.folder, self.opts
-        self.group.run_on_main(lambda: folder.write_config(config, {**opts.to_dict(), "max_steps": self.max_steps, "out": str(folder), **config_record(opts)}))
+        folder = self.folder
+        self.group.run_on_main(lambda: folder.write_config(config, self._config_record(folder)))
 
     def _fresh_config(self) -> DecoderConfig:
         folder, group = self.folder, self.group
@@ -271,7 +277,7 @@ class Trainer:
             raise
 
     def _resume_hint(self) -> str:
-        return f"Continue exactly where it stopped with: octlm train --resume {shlex.quote(str(self.folder))}"
+        return resume_hint(self.folder.path)
 
     def _announce(self) -> None:
         opts, max_steps = self.opts, self.max_steps
