@@ -34,6 +34,7 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | bad sampling values and prompts               | test_sample_refuses_nan_temperature_and_non_utf8_prompt   |
 | seeds torch cannot take, in every command      | test_seed_out_of_range_in_sample_and_bench                |
 | an empty --text path                          | test_empty_text_path_is_refused                           |
+| a symbolic link loop or dangling link         | test_a_symlink_loop_is_named_as_one                       |
 | an earlier run inside a --text folder         | test_run_folder_inside_a_text_folder_is_skipped           |
 | --out below a file, not UTF-8, unwritable     | test_out_paths_that_cannot_become_a_folder                |
 | a damaged config.json on --resume             | test_resume_with_a_damaged_config_names_the_file          |
@@ -369,6 +370,28 @@ def test_empty_text_path_is_refused(tmp_path, capsys):
     # "$DATA" with DATA unset: Path("") would be the current folder, read whole.
     err = train_fails(capsys, ["--text", ""], tmp_path / "r")
     assert "--text got an empty path" in err
+
+
+def test_a_symlink_loop_is_named_as_one(tmp_path, capsys):
+    # Path.exists() is False for a loop, which read as "no such file or folder" while `ls` shows the link.
+    loop, ring, dangling = tmp_path / "loop", tmp_path / "ring", tmp_path / "dangling"
+    loop.symlink_to("loop")
+    ring.symlink_to("ring2")
+    (tmp_path / "ring2").symlink_to("ring")
+    dangling.symlink_to("nowhere.txt")
+    err = train_fails(capsys, ["--text", str(loop)], tmp_path / "r")
+    assert f"{loop}: a symbolic link loop ({loop} -> loop leads back to itself" in err and f"ln -sfn TARGET {loop}" in err
+    assert "no such file" not in err
+    err = train_fails(capsys, ["--text", str(ring)], tmp_path / "r")
+    assert f"{ring}: a symbolic link loop ({ring} -> ring2" in err
+    err = train_fails(capsys, ["--text", str(loop / "a.txt")], tmp_path / "r")
+    assert f"{loop / 'a.txt'}: a symbolic link loop in the path" in err
+    err = train_fails(capsys, ["--text", str(dangling)], tmp_path / "r")
+    assert f"{dangling}: a symbolic link to nowhere.txt, which does not exist" in err
+    # a link on disk wins over a built-in corpus of the same name, as a file would
+    (tmp_path / "tinyshakespeare").symlink_to("tinyshakespeare")
+    err = train_fails(capsys, ["--text", str(tmp_path / "tinyshakespeare")], tmp_path / "r")
+    assert "symbolic link loop" in err
 
 
 def test_run_folder_inside_a_text_folder_is_skipped(trained_run, shakespeare, tmp_path, capsys):

@@ -364,7 +364,7 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_from_step_0(reference
         if step == 3:
             raise KeyboardInterrupt  # what a second Ctrl-C does: stop at once, nothing saved
 
-    with pytest.raises(TrainingError, match=f"octlm train --resume {run}"):
+    with pytest.raises(TrainingError, match=f"no checkpoint had been saved yet. Resume trains it from step 0.*octlm train --resume {run}"):
         train(options(small_corpus, run, max_steps=12, save_every=0, log_interval=1), QUIET, step_hook=ctrl_c_twice)
     assert not (run / CHECKPOINT).exists() and (run / "metrics.jsonl").read_text()
 
@@ -395,6 +395,97 @@ def test_ctrl_c_during_the_final_evaluation_still_says_how_to_resume(small_corpu
     err = capsys.readouterr().err
     assert "interrupted during the final evaluation" in err and f"octlm train --resume {run}" in err
     assert load_checkpoint(run / CHECKPOINT).step == 7
+
+
+#: octlm train in a child whose ``octlm.trainer.<name>`` first prints PAUSED and sleeps (once the file
+#: ``after`` exists, when one is given): a Ctrl-C sent then lands in that phase every time, not by luck.
+PAUSING_CHILD = """
+import os, sys, time
+import octlm.trainer as trainer
+name, after = sys.argv[1], sys.argv[2]
+real = getattr(trainer, name)
+def paused(*args, **kwargs):
+    if not after or os.path.exists(after):
+        print("PAUSED", flush=True)
+        time.sleep(120)
+    return real(*args, **kwargs)
+setattr(trainer, name, paused)
+from octlm.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def ctrl_c_while_paused(name: str, args: list[str], after: Path | None = None) -> tuple[int, str, str]:
+    """Run ``octlm train ARGS`` under :data:`PAUSING_CHILD`, send SIGINT once it pauses; its status, stdout and stderr."""
+    child = subprocess.Popen([sys.executable, "-c", PAUSING_CHILD, name, str(after or ""), "train", *args],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=CHILD_ENV)
+    seen = ""
+    while "PAUSED" not in seen:
+        line = child.stdout.readline()
+        assert line, f"octlm ended before it paused in {name}: {seen}{child.stderr.read()}"
+        seen += line
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    return child.returncode, seen + out, err
+
+
+def evals(run: Path) -> list[dict]:
+    return [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "eval"]
+
+
+# Ctrl-C while the corpus is opened (the folder has just appeared) and while the model is built.
+@pytest.mark.parametrize("phase", ["open_corpus", "make_optimizer"])
+def test_ctrl_c_before_the_first_step_names_the_resume_and_a_rerun_agrees(reference, small_corpus, tmp_path, capsys, phase):
+    run = tmp_path / "run"
+    command = ["--text", str(small_corpus), "--out", str(run), "--max-steps", "12", "--save-every", "0", "--log-interval", "1", *TINY_FLAGS]
+    code, out, err = ctrl_c_while_paused(phase, command)
+    assert code == 130 and "Traceback" not in err, err
+    assert (f"interrupted before the first training step; nothing was trained. Resume trains it from step 0, on the corpus "
+            f"already prepared: octlm train --resume {run}") in err
+    assert (run / "config.json").is_file() and not (run / CHECKPOINT).exists()
+    # the same command again names that fix, not only --overwrite
+    assert main(["train", *command]) == 1
+    assert (f"holds a run stopped before its first checkpoint (nothing trained was saved); train it on its prepared corpus "
+            f"with `octlm train --resume {run}`, or pass --overwrite") in capsys.readouterr().err
+    # and the fix gives the run an uninterrupted one would have
+    assert main(["train", "--resume", str(run), "--quiet"]) == 0
+    assert weights(run) == weights(reference / "12")
+
+
+def test_ctrl_c_during_the_final_evaluation_then_resume_finishes_it(reference, small_corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    command = ["--text", str(small_corpus), "--out", str(run), "--max-steps", "12", "--save-every", "0", "--log-interval", "1", *TINY_FLAGS]
+    code, out, err = ctrl_c_while_paused("evaluate", command, after=run / CHECKPOINT)  # the checkpoint is saved just before it
+    assert code == 130 and "Traceback" not in err, err
+    assert (f"interrupted during the final evaluation; the checkpoint of step 12 is saved. Do the final evaluation, loss curve "
+            f"and report with: octlm train --resume {run}") in err
+    assert not (run / "loss.png").exists()
+    trained = weights(run)
+
+    assert main(["train", "--resume", str(run)]) == 0
+    shown = capsys.readouterr().out
+    assert f"{run} is at step 12, its limit (--max-steps 12), with no record of a finished final evaluation" in shown
+    assert "training for" not in shown and "done: 12 steps" in shown and f"loss curve: {run / 'loss.png'}" in shown
+    assert (run / "loss.png").is_file()
+    assert weights(run) == trained == weights(reference / "12")  # no training step
+    assert evals(run) == evals(reference / "12")  # the uninterrupted run's final evaluation, logged once
+    # finished now: --resume alone refuses, as for any run that finished its limit
+    assert main(["train", "--resume", str(run)]) == 1
+    assert "already at or past --max-steps 12" in capsys.readouterr().err
+
+
+def test_a_stop_on_the_last_step_leaves_the_full_final_evaluation_to_resume(reference, small_corpus, tmp_path):
+    run = tmp_path / "run"
+
+    def ctrl_c(step):
+        if step == 11:  # the stop lands on the step that reaches the limit
+            os.kill(os.getpid(), signal.SIGINT)
+
+    first = train(options(small_corpus, run, max_steps=12, save_every=0, log_interval=1), QUIET, step_hook=ctrl_c)
+    assert first["interrupted"] and first["steps"] == 12  # scored on --eval-blocks only: the person wanted out
+    second = train(TrainOptions(), QUIET, resume=run, given=set())
+    assert not second["interrupted"] and second["resumed_from"] == 12
+    assert evals(run) == evals(reference / "12")  # the full final evaluation, in place of the short one
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -258,6 +259,15 @@ def describe_checkpoint(path: Path) -> str:
         return f"none yet: {path} does not exist" if not path.exists() else f"{path}, unreadable"
 
 
+def resume_hint(run_dir: Path) -> str:
+    """The sentence that tells how to go on with the run in ``run_dir``: from its checkpoint, or from step 0 when it has none."""
+    run = shlex.quote(str(run_dir))
+    if (run_dir / CHECKPOINT).exists():
+        return f"Continue exactly where it stopped with: octlm train --resume {run}"
+    # Resuming a run without a checkpoint trains it from step 0 on its prepared corpus, bit for bit as a fresh run would.
+    return f"Resume trains it from step 0, on the corpus already prepared: octlm train --resume {run}"
+
+
 def model_tensors(checkpoint: Checkpoint) -> dict[str, torch.Tensor]:
     """The checkpoint's weights by parameter name (no ``model.`` prefix)."""
     return {k[len("model.") :]: v for k, v in checkpoint.tensors.items() if k.startswith("model.")}
@@ -272,13 +282,51 @@ def rng_of(checkpoint: Checkpoint, rank: int) -> tuple[dict[str, torch.Tensor], 
     return generators, checkpoint.state["rng"][rank]
 
 
+#: The kind of the record ``metrics.jsonl`` ends with once a run's full final evaluation and report are done.
+FINISHED = "finished"
+
+
+def reached_limit(state: dict, step: int, max_steps: int | None, time_budget: float | None) -> str | None:
+    """The limit a run at ``step`` (its checkpoint's ``state``) has reached, as the flag that set it (``--max-steps 12``), or ``None``."""
+    if max_steps is not None and step >= max_steps:
+        return f"--max-steps {max_steps}"
+    if time_budget is not None and state["elapsed_s"] >= time_budget:
+        return f"--time-budget {time_budget:g}s"
+    return None
+
+
+def finished_after(folder, state: dict) -> bool:
+    """Whether ``folder``'s ``metrics.jsonl``, past the place the checkpoint recorded, holds the :data:`FINISHED` record.
+
+    A run stopped at its limit during the final evaluation, the loss curve or the
+    report has none: resuming it does them, instead of refusing a finished run.
+    """
+    try:
+        with folder.metrics_path.open("rb") as handle:
+            handle.seek(state["metrics_bytes"])
+            tail = handle.read()
+    except OSError:
+        return False
+    for line in tail.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill: not the record
+        if isinstance(record, dict) and record.get("kind") == FINISHED:
+            return True
+    return False
+
+
 def check_resumable(state: dict, step: int, opts, world_size: int, max_steps: int | None, folder) -> str | None:
     """Whether a run at ``step`` (its checkpoint's ``state``) may go on under ``opts``: the note of a new limit, or ``None``.
+
+    A run at its limit may go on only when it never finished its final
+    evaluation and report (:func:`finished_after`): it then does just those.
 
     Raises:
         OctlmError: for a global batch (``--batch-size`` x ``world_size``
             processes, blocks per step) that differs from the run's, or a limit
-            (``--max-steps``, ``--time-budget`` in seconds) the run has reached.
+            (``--max-steps``, ``--time-budget`` in seconds) the run has reached and finished.
     """
     global_batch = opts.batch_size * world_size
     if global_batch != state["global_batch"]:
@@ -288,10 +336,8 @@ def check_resumable(state: dict, step: int, opts, world_size: int, max_steps: in
             f"trained on {then} ({state['world_size']} x {then // state['world_size']}); "
             f"keep the global batch: --batch-size {then // world_size if then % world_size == 0 else '?'}"
         )
-    done_steps = max_steps is not None and step >= max_steps
-    done_time = opts.time_budget is not None and state["elapsed_s"] >= opts.time_budget
-    if done_steps or done_time:
-        limit = f"--max-steps {max_steps}" if done_steps else f"--time-budget {opts.time_budget:g}s"
+    limit = reached_limit(state, step, max_steps, opts.time_budget)
+    if limit is not None and finished_after(folder, state):
         raise OctlmError(
             f"--resume {folder}: the run is at step {step}, already at or past {limit}; to train further give a larger "
             f"--max-steps or --time-budget (the total for the run, not an addition)"
@@ -305,6 +351,15 @@ def check_resumable(state: dict, step: int, opts, world_size: int, max_steps: in
     )
 
 
+def resume_line(state: dict, step: int, time_budget: float | None, max_steps: int | None, folder) -> str:
+    """The line a resumed session opens with: where training goes on, or that only the final evaluation and report are left."""
+    limit = reached_limit(state, step, max_steps, time_budget)
+    if limit is None:
+        return f"resuming {folder} at step {step}"
+    return (f"{folder} is at step {step}, its limit ({limit}), with no record of a finished final evaluation; "
+            f"doing the final evaluation, loss curve and report now (no training step)")
+
+
 __all__ = [
     "CHECKPOINT",
     "Checkpoint",
@@ -312,9 +367,14 @@ __all__ = [
     "describe_checkpoint",
     "capture_rng",
     "check_digests",
+    "FINISHED",
     "check_resumable",
+    "finished_after",
+    "reached_limit",
+    "resume_line",
     "config_digest",
     "load_checkpoint",
+    "resume_hint",
     "model_tensors",
     "restore_rng",
     "rng_of",

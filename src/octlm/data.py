@@ -10,6 +10,7 @@ tokens (inputs and shifted targets), so that every position row trains.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import sysconfig
@@ -143,12 +144,36 @@ def _given_candidates(paths: Sequence[str | Path], skipped: list[dict], skip_fol
             candidates.append((path, str(path), False))
         elif path.exists():
             raise DataError(f"{path}: not a regular file or folder")
+        elif (broken := _broken_link(path)) is not None:
+            raise DataError(broken)
         elif (shipped := builtin_corpus(str(given))) is not None:
             candidates.append((shipped, shipped.name, False))
             builtins.append({"name": shipped.name, "sha256": shipped.sha256, "source": shipped.source})
         else:
             raise DataError(f"{path}: no such file or folder (built-in corpora: {', '.join(BUILTIN_CORPORA)})")
     return candidates, builtins
+
+
+def _broken_link(path: Path) -> str | None:
+    """For a path that does not resolve because of a symbolic link (a loop, or a link to nothing): the message; else ``None``.
+
+    ``Path.exists`` is False for both, which would read as "no such file"
+    while ``ls`` shows the link; a link on disk also wins over a built-in name.
+    """
+    try:
+        os.stat(path)
+    except OSError as err:
+        target = os.readlink(path) if path.is_symlink() else None
+        if err.errno == errno.ELOOP and target is None:
+            return (f"{path}: a symbolic link loop in the path (a link above it leads back to itself); "
+                    f"fix that link or give --text the real path")
+        if err.errno == errno.ELOOP:
+            return (f"{path}: a symbolic link loop ({path} -> {target} leads back to itself and never reaches a file or folder); "
+                    f"point it at the real text (ln -sfn TARGET {path}) or give --text the real path")
+        if target is not None:
+            return (f"{path}: a symbolic link to {target}, which does not exist; "
+                    f"point it at the real text (ln -sfn TARGET {path}) or give --text the real path")
+    return None
 
 
 def _read_candidate(item: Path | BuiltinCorpus, shown: str) -> bytes:
@@ -239,7 +264,8 @@ def read_documents(
         and which files repeat an earlier one byte for byte, for the manifest.
 
     Raises:
-        DataError: for a missing path that names no built-in corpus, a named
+        DataError: for a missing path that names no built-in corpus, a symbolic
+            link loop or a link to nothing (the link named), a named
             file that is empty or binary, a folder with no text files, text
             that does not decode (file and byte offset named), or a built-in
             corpus whose shipped file is damaged.

@@ -21,6 +21,7 @@ import datetime
 import json
 import glob
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 
 from octlm import data
+from octlm.checkpoint import CHECKPOINT
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write_json, umask
 from octlm.model import Decoder, DecoderConfig
@@ -197,6 +199,13 @@ class RunFolder:
             return f"this is a page written by octlm export-web, not a run; open {self.path / 'index.html'}, or give the run folder it came from"
         return None
 
+    def stopped_before_first_checkpoint(self) -> bool:
+        """Whether the folder holds a run that never saved a trained step: its ``config.json``, no checkpoint, no weights.
+
+        ``octlm train --resume`` trains such a run from step 0 on its prepared corpus.
+        """
+        return self.config_path.is_file() and not (self.path / CHECKPOINT).exists() and not self.weights_path.exists()
+
     def has_files(self) -> bool:
         """Whether the folder exists and holds anything."""
         return self.path.is_dir() and any(self.path.iterdir())
@@ -301,7 +310,12 @@ class RunFolder:
                 return f"{flag} {path}: holds files that are not an octlm run, which octlm never replaces; choose a new or empty folder"
             return None
 
-        self.check_target(overwrite, refuse, f"{flag} {path}: already holds an octlm run; choose another {flag} or pass --overwrite to replace it")
+        occupied = f"{flag} {path}: already holds an octlm run; choose another {flag} or pass --overwrite to replace it"
+        if self.stopped_before_first_checkpoint():
+            # What is there is a prepared corpus (Ctrl-C or a kill before the first checkpoint): resume uses it.
+            occupied = (f"{flag} {path}: holds a run stopped before its first checkpoint (nothing trained was saved); train it on its "
+                        f"prepared corpus with `octlm train --resume {shlex.quote(str(path))}`, or pass --overwrite to prepare it anew")
+        self.check_target(overwrite, refuse, occupied)
         if (path / LOCK).exists():
             lock = self.lock()  # raises while another process trains it: --overwrite must not pull it away
             if lock is not None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from octlm import distributed
+from octlm.checkpoint import CHECKPOINT, describe_checkpoint, resume_hint
 from octlm.diagnostics import format_diagnostic
 from octlm.errors import OctlmError
 from octlm.options import TrainOptions, check_options, given_options, resume_options
@@ -76,13 +77,29 @@ def train(
         if not group.is_main:
             report = distributed.SilentReporter()
         trainer = Trainer(opts, report, group, device_name, run_dir, changes, step_hook)
-        trainer.setup()
-        trainer.restore()
+        try:
+            trainer.setup()
+            trainer.restore()
+        except KeyboardInterrupt:
+            # Before the loop no stop handler runs yet: Ctrl-C ends the command here, with the way on.
+            if (note := _stopped_before_training(trainer)) is not None:
+                report.warn(note)
+            raise
         result = trainer.run()
     finally:
         group.close()
     report.result(result, final_report(result, result.get("sample", ""), result["nearest"], brief=report.quiet))
     return result
+
+
+def _stopped_before_training(trainer: Trainer) -> str | None:
+    """What Ctrl-C during set-up left, and the command that goes on; ``None`` before the run folder appears."""
+    folder = getattr(trainer, "folder", None)
+    if folder is None or not folder.config_path.is_file():
+        return None  # interrupted while the corpus was prepared: the staging folder is gone, nothing is left
+    checkpoint = folder.path / CHECKPOINT
+    kept = f"the last checkpoint ({describe_checkpoint(checkpoint)}) is kept" if checkpoint.exists() else "nothing was trained"
+    return f"interrupted before the first training step; {kept}. {resume_hint(folder.path)}"
 
 
 def _resumed_options(run_dir: Path, opts: TrainOptions, given: set[str] | None) -> tuple[TrainOptions, list[str]]:

@@ -18,8 +18,8 @@ import torch
 
 from octlm import data as tokens_io
 from octlm.checkpoint import (
-    CHECKPOINT, CheckpointError, capture_rng, check_digests, check_resumable, config_digest, describe_checkpoint, load_checkpoint,
-    load_optimizer_tensors, model_tensors, restore_rng, rng_of, run_digests, save_checkpoint,
+    CHECKPOINT, FINISHED, CheckpointError, capture_rng, check_digests, check_resumable, config_digest, describe_checkpoint, load_checkpoint,
+    load_optimizer_tensors, model_tensors, restore_rng, resume_hint, resume_line, rng_of, run_digests, save_checkpoint,
 )
 from octlm.corpus import open_corpus, prepare_corpus
 from octlm.device import (
@@ -122,8 +122,11 @@ class Trainer:
                 target = RunFolder.new(opts.out)
                 target.check_new_run(opts.overwrite)
                 with target.staged() as staging:
-                    prepare_corpus(opts, RunFolder(staging), report)
-                # Named once it exists: bad input leaves no folder to name.
+                    corpus = prepare_corpus(opts, RunFolder(staging), report)
+                    # Written with the corpus, so whenever training stops, the folder that appears can be resumed.
+                    RunFolder(staging).write_config(opts.model_config(corpus.tokenizer.vocab_size), self._config_record(target))
+                # Named once it exists: bad input leaves no folder to name. Ctrl-C from here on says how to go on.
+                self.folder = target
                 report.event("run", f"run folder: {target}", run_dir=str(target))
                 return target.path
 
@@ -148,9 +151,12 @@ class Trainer:
                 f"every step repeats blocks (lower --batch-size or give more text)"
             )
 
+    def _config_record(self, folder: RunFolder) -> dict:
+        return {**self.opts.to_dict(), "max_steps": self.max_steps, "out": str(folder), **config_record(self.opts)}
+
     def _write_config(self, config: DecoderConfig) -> None:
-        folder, opts = self.folder, self.opts
-        self.group.run_on_main(lambda: folder.write_config(config, {**opts.to_dict(), "max_steps": self.max_steps, "out": str(folder), **config_record(opts)}))
+        folder = self.folder
+        self.group.run_on_main(lambda: folder.write_config(config, self._config_record(folder)))
 
     def _fresh_config(self) -> DecoderConfig:
         folder, group = self.folder, self.group
@@ -178,7 +184,8 @@ class Trainer:
         # The rewrite may add options this octlm knows and the run's did not (at their
         # defaults); later checkpoints record the config as it now is.
         self.digests = {**ckpt.state["digests"], "config.json": config_digest(folder.read_config())}
-        self.report.event("resume", f"resuming {folder} at step {ckpt.step}", run_dir=str(folder), step=ckpt.step)
+        line = resume_line(ckpt.state, ckpt.step, self.opts.time_budget, self.max_steps, folder)
+        self.report.event("resume", line, run_dir=str(folder), step=ckpt.step)
         for change in self.changes:
             self.report.warn(f"{change}; the result will differ from an uninterrupted run")
         return config
@@ -223,7 +230,8 @@ class Trainer:
     def run(self) -> dict:
         """Train until the step or time limit, or a stop request; then evaluate and return the result dict."""
         opts, max_steps = self.opts, self.max_steps
-        self._announce()
+        if not self._finished():  # a resume at the limit only finishes (checkpoint.resume_line says so)
+            self._announce()
         bar = self.report.progress(max_steps if max_steps else opts.time_budget, "train", "step" if max_steps else "s")
         bar.update(self.step if max_steps else min(self.elapsed, opts.time_budget))
         self.session_start, self.elapsed_before = time.perf_counter(), self.elapsed
@@ -263,15 +271,14 @@ class Trainer:
         try:
             return self.finish()
         except KeyboardInterrupt:
-            # Ctrl-C during the final evaluation: everything up to it is saved; say how to go on.
-            if self.interrupted:
-                self.report.warn(f"interrupted during the final evaluation; the checkpoint of step {self.step} is saved. {self._resume_hint()}")
-            else:
-                self.report.warn(f"interrupted during the final evaluation; the weights of step {self.step} are saved in {self.folder}")
+            # Ctrl-C during the final evaluation: everything up to it is saved, and --resume does what is left.
+            left = "Continue exactly where it stopped" if self.interrupted else "Do the final evaluation, loss curve and report"
+            self.report.warn(f"interrupted during the final evaluation; the checkpoint of step {self.step} is saved. "
+                             f"{left} with: octlm train --resume {shlex.quote(str(self.folder))}")
             raise
 
     def _resume_hint(self) -> str:
-        return f"Continue exactly where it stopped with: octlm train --resume {shlex.quote(str(self.folder))}"
+        return resume_hint(self.folder.path)
 
     def _announce(self) -> None:
         opts, max_steps = self.opts, self.max_steps
@@ -449,10 +456,6 @@ class Trainer:
         n_val_blocks = tokens_io.count_blocks(len(data.val), self.config.context_length)
         self.report.event("final_eval", f"final evaluation on {min(n_val_blocks, final_blocks or n_val_blocks):,} validation blocks...")
         final = self.evaluate(self.step, final_blocks)
-        if self.lock is not None:
-            self.lock.close()  # the run may be resumed by another process from here on
-        if self.metrics is not None:
-            self.metrics.close()
         result = {
             "run_dir": str(self.folder),
             "steps": self.step,
@@ -472,6 +475,13 @@ class Trainer:
         # Neighbours among tokens the run saw, of frequent words: the rest is noise a person cannot learn from.
         counts = token_counts(data.train, data.tokenizer.vocab_size)
         result["nearest"] = embedding_diagnostic(self.model, data.tokenizer, queries=frequent_tokens(counts, data.tokenizer, 3), seen=counts > 0)
+        if not self.interrupted:
+            # Last, so a run stopped anywhere before it has none, and --resume at its limit does all of this again.
+            self._log({"step": self.step, "kind": FINISHED})
+        if self.lock is not None:
+            self.lock.close()  # the run may be resumed by another process from here on
+        if self.metrics is not None:
+            self.metrics.close()
         return result
 
 
