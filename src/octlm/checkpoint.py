@@ -34,10 +34,9 @@ from safetensors.torch import save
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write, read_safetensors, sha256_file
 from octlm.options import changeable_on_resume
-from octlm.run import TOKENIZER
+from octlm.run import CHECKPOINT, TOKENIZER
 from octlm.weights import weights_state
 
-CHECKPOINT = "checkpoint.safetensors"
 FORMAT = "octlm-checkpoint/1"
 
 class CheckpointError(RunError):

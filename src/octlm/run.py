@@ -32,7 +32,6 @@ import numpy as np
 import torch
 
 from octlm import data
-from octlm.checkpoint import CHECKPOINT
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write_json, umask
 from octlm.model import Decoder, DecoderConfig
@@ -45,6 +44,8 @@ WEIGHTS = "model.safetensors"
 TOKENIZER = "tokenizer.json"
 MANIFEST = "manifest.json"
 METRICS = "metrics.jsonl"
+#: Written by :mod:`octlm.checkpoint` while the run trains.
+CHECKPOINT = "checkpoint.safetensors"
 #: Held by the process that trains the run (:meth:`RunFolder.lock`).
 LOCK = ".lock"
 
@@ -494,4 +495,4 @@ def _json_object(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-__all__ = ["CONFIG", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "apply_scaling", "load_config", "load_run", "check_out_folder", "remove_stale_staging", "load_weights", "make_folder", "read_json", "save_weights", "weights_state"]
+__all__ = ["CHECKPOINT", "CONFIG", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "apply_scaling", "load_config", "load_run", "check_out_folder", "remove_stale_staging", "load_weights", "make_folder", "read_json", "save_weights", "weights_state"]
