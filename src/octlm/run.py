@@ -8,6 +8,7 @@ A run folder holds
 * ``manifest.json``     -- what was read (paths, bytes, sha256) and the token files
 * ``train.bin``, ``val.bin`` -- token streams (numpy memmaps)
 * ``metrics.jsonl``     -- one JSON object per training or evaluation event
+* ``checkpoint.safetensors`` -- weights, AdamW state, generators and step (:mod:`octlm.checkpoint`)
 * ``.lock``             -- held while a process trains the run
 
 Every file is written atomically (:mod:`octlm.fileio`); :class:`RunFolder` owns the
@@ -19,12 +20,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import glob
 import os
 import shlex
 import shutil
-import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -34,6 +32,7 @@ import torch
 from octlm import data
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write_json, umask
+from octlm.folders import check_out_folder, make_folder, make_staging
 from octlm.model import Decoder, DecoderConfig
 from octlm.rope_scaling import RopeScaling
 from octlm.tokenizer import Tokenizer
@@ -414,78 +413,6 @@ class RunFolder:
             report.warn(f"removed {len(stale)} temporary file(s) left by an interrupted write")
 
 
-def check_out_folder(path: Path, flag: str = "--out") -> None:
-    """Refuse, before anything is written, an output path that cannot become a folder.
-
-    Raises:
-        OctlmError: naming ``flag`` and the path when the path is not valid
-            UTF-8 (run files record paths as UTF-8 text), when it exists and
-            is not a folder, or when a folder above it is a file.
-    """
-    try:
-        os.fsencode(path).decode("utf-8")
-    except UnicodeDecodeError:
-        raise OctlmError(f"{flag} {str(path)!r}: the path is not valid UTF-8; choose a name that is") from None
-    for above in (path, *path.parents):
-        if above.exists():
-            if not above.is_dir():
-                what = "exists and is not a folder" if above == path else f"{above} is a file, not a folder"
-                raise OctlmError(f"{flag} {path}: {what}; choose another {flag}")
-            return
-
-
-def make_folder(path: Path, flag: str = "--out") -> None:
-    """``mkdir -p`` for an output folder, with the file system's refusal as an :class:`OctlmError` naming ``flag``."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise OctlmError(f"{flag} {path}: cannot create it ({err.strerror or err}); choose a folder you can write to") from None
-
-
-def make_staging(path: Path, flag: str = "--out") -> Path:
-    """A new hidden folder beside ``path`` to build it in, so that ``path`` appears only when complete.
-
-    Raises:
-        OctlmError: naming ``flag`` when the folder above cannot be created or written to.
-    """
-    make_folder(path.parent, flag)
-    remove_stale_staging(path)
-    try:
-        # The pid in the name tells a later command whether the owner still runs (remove_stale_staging).
-        return Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-{os.getpid()}-", dir=path.parent))
-    except OSError as err:
-        raise OctlmError(f"{flag} {path}: cannot write in {path.parent} ({err.strerror or err}); choose a folder you can write to") from None
-
-
-def remove_stale_staging(path: Path) -> list[Path]:
-    """Remove the hidden staging folders beside ``path`` whose owning process is gone (killed with -9), and say so on stderr.
-
-    A staging folder is named ``.NAME.partial-PID-XXXX`` (:func:`make_staging`);
-    one whose process still runs, or whose name holds no pid (made by an
-    older octlm), is left alone. Returns the folders removed.
-    """
-    removed = []
-    for staging in path.parent.glob(f".{glob.escape(path.name)}.partial-*"):
-        pid = staging.name[len(path.name) + len(".") + len(".partial-"):].split("-")[0]
-        if pid.isascii() and pid.isdigit() and not _process_alive(int(pid)):
-            shutil.rmtree(staging, ignore_errors=True)
-            removed.append(staging)
-    if removed:
-        print(f"warning: removed {len(removed)} staging folder(s) beside {path} left by an octlm process that no longer runs: "
-              f"{', '.join(p.name for p in removed)}", file=sys.stderr)
-    return removed
-
-
-def _process_alive(pid: int) -> bool:
-    try:  # on Windows os.kill ends the process instead of asking about it: there a folder is never stale
-        os.name == "nt" or os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        pass  # another user's process, or a system that cannot tell: keep its folder
-    return True
-
-
 def _json_object(path: Path) -> dict:
     # For questions about a folder, not for reading a run: an absent or broken file is no answer.
     try:
@@ -495,4 +422,4 @@ def _json_object(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-__all__ = ["CHECKPOINT", "CONFIG", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "apply_scaling", "load_config", "load_run", "check_out_folder", "remove_stale_staging", "load_weights", "make_folder", "read_json", "save_weights", "weights_state"]
+__all__ = ["CHECKPOINT", "CONFIG", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "apply_scaling", "load_config", "load_run", "load_weights", "read_json", "save_weights", "weights_state"]
