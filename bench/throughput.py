@@ -1,12 +1,19 @@
 """Training and evaluation throughput per position scheme, with MFU; prints JSON.
 
-    .venv/bin/python bench/throughput.py [--quick] [--compile [--compile-schemes rope]] [--schemes rope alibi] [--shapes day1] [--device cpu]
+    .venv/bin/python bench/throughput.py [--quick] [--compile [--compile-schemes rope] [--compile-mode MODE]]
+        [--schemes rope alibi] [--shapes day1] [--batch-size N [N ...]] [--phases train eval] [--device cpu]
 
 Shapes: the Day-1 decoder (vocab 1,024, d_model 128, 4 heads, 2 layers,
 T 128, batch 32) everywhere, and a GPT-2-small decoder (vocab 50,257,
 d_model 768, 12 heads, 12 layers, T 1,024, batch 16) on CUDA only. Every
 scheme in :data:`octlm.positions.SCHEMES` runs on each shape, untrained, on
 random token ids (speed does not depend on the weights or the text).
+``--batch-size 16 32`` (or ``--batch-sizes``) runs every shape named at each
+of those batch sizes instead of its own, one after another in the same
+process, so a sweep shares one measured peak; each (shape, batch size) is its
+own entry of ``shapes`` in the JSON, with ``batch_size`` and
+``default_batch_size``. A batch that runs out of GPU memory is recorded as the
+row's ``error`` and the sweep goes on.
 
 What is timed:
   * a training step: forward, next-token cross entropy, ``zero_grad``,
@@ -18,6 +25,9 @@ What is timed:
     logging, so this is the model's and the optimizer's speed, an upper
     bound on ``octlm train``'s;
   * evaluation: a forward pass under ``torch.no_grad`` in eval mode.
+``--phases train`` times training alone (eager and compiled), which saves the
+evaluation graph's compile (12 of GPT-2-small's 38 s on an H200); the JSON
+then has no ``eval_*`` keys.
 Each is run ``--warmup`` times untimed, then ``--repeats`` times, each
 repeat one step between device synchronisations; tokens per second is
 B x T over the median step time.
@@ -61,9 +71,14 @@ operators they call are named (``sdpa.train_ops``, ``sdpa.eval_ops``); each
 backend is also forced alone with ``torch.nn.attention.sdpa_kernel`` to list
 the ones that can run the scheme's call (``sdpa.backends_that_run``).
 
-``--compile`` also times ``torch.compile(model)`` (inductor; on CPU it needs
-a C++ compiler) in the same run, with the compile time and the ratio to
-eager; a failure is recorded in the JSON, not raised.
+``--compile`` also times ``torch.compile(model, mode=--compile-mode)``
+(inductor; on CPU it needs a C++ compiler) in the same run, with the compile
+time, the peak memory and the ratio to eager; a failure is recorded in the
+JSON, not raised. The mode (``default``, ``reduce-overhead``: CUDA graphs,
+``max-autotune``: matmul autotuning and CUDA graphs, or
+``max-autotune-no-cudagraphs``) is recorded at the top (``compile_mode``) and
+in each row's ``compile``. Only the model is compiled: the loss, clipping and
+the optimizer step run eagerly around it, as in ``octlm train --compile``.
 """
 
 from __future__ import annotations
@@ -92,7 +107,7 @@ from octlm.model import Decoder, DecoderConfig, cross_entropy
 from octlm.options import TrainOptions
 from octlm.positions import SCHEMES
 
-#: The shapes: name -> (DecoderConfig fields, batch size, needs CUDA).
+#: The shapes: name -> (DecoderConfig fields, default batch size, needs CUDA).
 SHAPES = {
     "day1": (dict(vocab_size=1024, context_length=128, d_model=128, n_heads=4, n_layers=2), 32, False),
     "gpt2-small": (dict(vocab_size=50257, context_length=1024, d_model=768, n_heads=12, n_layers=12), 16, True),
@@ -113,6 +128,9 @@ SDPA_OPS = {
 #: Timed matmuls per peak measurement; many small ones beat a few big ones on a shared machine.
 PEAK_REPEATS = 20
 BACKENDS = [SDPBackend.MATH, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+#: torch.compile's modes (``torch._inductor.list_mode_options``), ``default`` first.
+COMPILE_MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+PHASES = ["train", "eval"]
 
 
 def flops_per_token(config: DecoderConfig) -> dict[str, float]:
@@ -274,10 +292,12 @@ def quiet_stderr():
         os.close(saved)
 
 
-def sdpa_kernels(model: Decoder, ids: torch.Tensor, train_step: Callable, eval_step: Callable, autocast) -> dict:
-    """Which SDPA operators a training step and an evaluation pass call, and which backends can run alone (in the step's dtype)."""
+def sdpa_kernels(
+    model: Decoder, ids: torch.Tensor, train_step: Callable, eval_step: Callable, autocast, phases: list[str] = PHASES
+) -> dict:
+    """Which SDPA operators the steps of ``phases`` call, and which backends can run alone (in the step's dtype)."""
     found = {}
-    for name, fn in (("train_ops", train_step), ("eval_ops", eval_step)):
+    for name, fn in ((f"{phase}_ops", step) for phase, step in (("train", train_step), ("eval", eval_step)) if phase in phases):
         with quiet_stderr(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             fn()
         names = sorted({e.key for e in prof.key_averages() if e.key in SDPA_OPS})
@@ -298,17 +318,27 @@ def sdpa_kernels(model: Decoder, ids: torch.Tensor, train_step: Callable, eval_s
     return found
 
 
-def measure_compile(model: Decoder, optimizer, ids: torch.Tensor, autocast, args, device: torch.device, tokens: int) -> dict:
-    """Tokens per second of ``torch.compile(model)``, training and evaluation; ``{"error": ...}`` when it fails."""
+def measure_compile(
+    model: Decoder, optimizer, ids: torch.Tensor, autocast, args, device: torch.device, tokens: int, memory: PeakMemory | None = None
+) -> dict:
+    """Tokens per second of ``torch.compile(model, mode=args.compile_mode)`` for ``args.phases``, with ``"mode"``.
+
+    A failure adds ``"error"`` to what was measured before it (a compiled
+    training step's figures stay when the evaluation graph fails).
+    """
+    result: dict = {"mode": args.compile_mode}
     if device.type == "cpu" and not octlm_device.has_cpp_compiler():
-        return {"error": "no C++ compiler (g++, c++, clang++ or $CXX) for inductor's CPU code"}
-    torch._dynamo.reset()  # a fresh cache per scheme: the Decoder's code objects are shared between models
+        return {**result, "error": "no C++ compiler (g++, c++, clang++ or $CXX) for inductor's CPU code"}
+    torch._dynamo.reset()  # a fresh cache per scheme and batch size: the Decoder's code objects are shared between models
     try:
-        compiled = torch.compile(model)
+        compiled = torch.compile(model, mode=args.compile_mode)
         params = list({id(p): p for p in model.parameters()}.values())
         train_step, eval_step = step_functions(compiled, params, optimizer, ids, autocast)
-        result = {}
         for name, fn in (("train", train_step), ("eval", eval_step)):
+            if name not in args.phases:
+                continue
+            if memory is not None:
+                memory.reset()
             synchronize(device)
             t0 = time.perf_counter()
             fn()  # compiles
@@ -316,14 +346,16 @@ def measure_compile(model: Decoder, optimizer, ids: torch.Tensor, autocast, args
             result[f"{name}_compile_seconds"] = round(time.perf_counter() - t0, 1)
             seconds = median_seconds(fn, args.warmup, args.repeats, device)
             result[f"{name}_tokens_per_second"] = round(tokens / seconds, 1)
+            if memory is not None:
+                result[f"{name}_peak_memory_bytes"] = memory.read()
         return result
     except Exception as error:  # noqa: BLE001 -- any compiler failure is a result to record
-        return {"error": f"{type(error).__name__}: {str(error)[:600]}"}
+        return {**result, "error": f"{type(error).__name__}: {str(error)[:600]}"}
 
 
-def measure_scheme(shape: str, position: str, args, device: torch.device, memory: PeakMemory, peak: PeakFlops) -> dict:
-    """One scheme on one shape: tokens/s, achieved FLOP/s and peak memory for training and evaluation, the SDPA kernels."""
-    fields, batch_size, _ = SHAPES[shape]
+def measure_scheme(shape: str, position: str, batch_size: int, args, device: torch.device, memory: PeakMemory, peak: PeakFlops) -> dict:
+    """One scheme on one shape at one batch size: tokens/s, achieved FLOP/s and peak memory for ``args.phases``, the SDPA kernels."""
+    fields = SHAPES[shape][0]
     config = DecoderConfig(position=position, **fields)
     torch.manual_seed(0)
     model = Decoder(config).to(device)
@@ -336,15 +368,17 @@ def measure_scheme(shape: str, position: str, args, device: torch.device, memory
     train_step, eval_step = step_functions(model, params, optimizer, ids, autocast)
     row: dict = {"position": position}
     for name, fn in (("train", train_step), ("eval", eval_step)):
+        if name not in args.phases:
+            continue
         row[f"rss_before_{name}_bytes" if device.type == "cpu" else f"allocated_before_{name}_bytes"] = memory.reset()
         seconds = median_seconds(fn, args.warmup, args.repeats, device, between=peak.sample)
         row[f"{name}_peak_memory_bytes"] = memory.read()
         row[f"{name}_tokens_per_second"] = round(tokens / seconds, 1)
         row[f"{name}_flops_per_second"] = flops[name] * tokens / seconds
-    row["sdpa"] = sdpa_kernels(model, ids, train_step, eval_step, autocast)
+    row["sdpa"] = sdpa_kernels(model, ids, train_step, eval_step, autocast, args.phases)
     if args.compile and position in (args.compile_schemes or args.schemes):
-        compiled = measure_compile(model, optimizer, ids, autocast, args, device, tokens)
-        for name in ("train", "eval"):
+        compiled = measure_compile(model, optimizer, ids, autocast, args, device, tokens, memory)
+        for name in args.phases:
             if f"{name}_tokens_per_second" in compiled:
                 compiled[f"{name}_speedup"] = round(compiled[f"{name}_tokens_per_second"] / row[f"{name}_tokens_per_second"], 2)
         row["compile"] = compiled
@@ -366,15 +400,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda[:N]")
     parser.add_argument("--schemes", nargs="+", default=sorted(SCHEMES), choices=sorted(SCHEMES), help="position schemes")
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES), help="shapes (gpt2-small needs CUDA)")
+    parser.add_argument("--batch-size", "--batch-sizes", dest="batch_sizes", nargs="+", type=int, default=None, metavar="N",
+                        help="run every shape at each of these batch sizes, in this order (default: the shape's own, "
+                        + ", ".join(f"{name} {batch}" for name, (_, batch, _) in SHAPES.items()) + ")")
+    parser.add_argument("--phases", nargs="+", default=PHASES, choices=PHASES, help="what to time: training steps, evaluation passes")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps before timing")
     parser.add_argument("--repeats", type=int, default=20, help="timed steps; the median counts")
     parser.add_argument("--matmul-size", type=int, default=None, help="side of the peak matmul (default 1024, 8192 on CUDA)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile(model) against eager")
     parser.add_argument("--compile-schemes", nargs="+", choices=sorted(SCHEMES), help="with --compile: compile only these (default: all of --schemes)")
+    parser.add_argument("--compile-mode", choices=COMPILE_MODES, default=None,
+                        help="with --compile: torch.compile's mode (default: default)")
     parser.add_argument("--out", help="also write the JSON to this file, rewritten after every scheme")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 warm-up, 3 repeats")
     args = parser.parse_args(argv)
+    if args.compile_mode and not args.compile:
+        parser.error("--compile-mode needs --compile")
+    if args.batch_sizes and min(args.batch_sizes) < 1:
+        parser.error("--batch-size must be at least 1")
+    args.compile_mode = args.compile_mode or "default"
+    args.phases = [phase for phase in PHASES if phase in args.phases]  # train first, whatever the order given
     if args.quick:
         args.warmup, args.repeats = 1, 3
     return args
@@ -383,7 +429,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def summary(args, device: torch.device, dtype: torch.dtype, peak: PeakFlops, memory: PeakMemory, shapes: list, load_before, complete: bool) -> dict:
     """The JSON-ready result of the rows measured so far, their MFU against the best peak so far."""
     for row in (row for entry in shapes for row in entry.get("schemes", [])):
-        for name in ("train", "eval"):
+        for name in (name for name in PHASES if f"{name}_flops_per_second" in row):  # not the phases left out, nor a row that failed
             row[f"{name}_mfu"] = round(row[f"{name}_flops_per_second"] / peak.measured, 4)
             compiled = row.get("compile", {})
             if f"{name}_tokens_per_second" in compiled:
@@ -400,6 +446,8 @@ def summary(args, device: torch.device, dtype: torch.dtype, peak: PeakFlops, mem
         "warmup": args.warmup,
         "repeats": args.repeats,
         "quick": args.quick,
+        "phases": args.phases,
+        "compile_mode": args.compile_mode if args.compile else None,
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "peak_flops": peak.as_dict(),
@@ -428,9 +476,9 @@ def run(argv: list[str] | None = None) -> dict:
             Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
         return result
 
-    for shape in args.shapes:
-        fields, batch_size, needs_cuda = SHAPES[shape]
-        entry: dict = {"name": shape, "config": fields, "batch_size": batch_size}
+    for shape, batch_size in ((shape, batch) for shape in args.shapes for batch in args.batch_sizes or [SHAPES[shape][1]]):
+        fields, default_batch_size, needs_cuda = SHAPES[shape]
+        entry: dict = {"name": shape, "config": fields, "batch_size": batch_size, "default_batch_size": default_batch_size}
         shapes.append(entry)
         if needs_cuda and device.type != "cuda":
             entry["skipped"] = "needs a CUDA device; none was used in this run"
@@ -438,7 +486,15 @@ def run(argv: list[str] | None = None) -> dict:
         entry["flops_per_token"] = flops_per_token(DecoderConfig(**fields))
         entry["schemes"] = []
         for scheme in args.schemes:
-            entry["schemes"].append(measure_scheme(shape, scheme, args, device, memory, peak))
+            try:
+                row = measure_scheme(shape, scheme, batch_size, args, device, memory, peak)
+            except torch.cuda.OutOfMemoryError as error:
+                # a batch too large for this GPU is a result of the sweep; the next, smaller or not, still runs
+                row = {"position": scheme, "error": f"OutOfMemoryError: {str(error)[:300]}"}
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            entry["schemes"].append(row)
             write(complete=False)
     peak.sample(PEAK_REPEATS)
     return write(complete=True)

@@ -1,4 +1,5 @@
-"""bench/throughput.py: its --quick run prints the promised JSON, and a failing torch.compile is recorded, not raised."""
+"""bench/throughput.py: its --quick run prints the promised JSON, a failing torch.compile is recorded, not raised,
+and a sweep (--batch-size, --compile-mode, --phases) records what it ran."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from octlm.model import Decoder, DecoderConfig
@@ -65,7 +67,7 @@ def test_a_failing_compile_is_recorded_not_raised(monkeypatch):
     bench = _bench_module()
     model = Decoder(DecoderConfig(vocab_size=300, context_length=8, d_model=16, n_heads=2, n_layers=1))
     ids = torch.randint(0, 300, (2, 9))
-    args = SimpleNamespace(warmup=0, repeats=1)
+    args = SimpleNamespace(warmup=0, repeats=1, compile_mode="default", phases=["train", "eval"])
     optimizer = bench.make_optimizer(model, torch.device("cpu"))
 
     def broken(*a, **k):
@@ -73,6 +75,95 @@ def test_a_failing_compile_is_recorded_not_raised(monkeypatch):
 
     monkeypatch.setattr(bench.torch, "compile", broken)
     result = bench.measure_compile(model, optimizer, ids, bench.contextlib.nullcontext(), args, torch.device("cpu"), 16)
-    assert result == {"error": "RuntimeError: inductor exploded"}
+    assert result == {"mode": "default", "error": "RuntimeError: inductor exploded"}
     monkeypatch.setattr(bench.octlm_device, "has_cpp_compiler", lambda: False)
     assert "no C++ compiler" in bench.measure_compile(model, optimizer, ids, bench.contextlib.nullcontext(), args, torch.device("cpu"), 16)["error"]
+
+
+def _tiny_shapes(bench, monkeypatch):
+    """One tiny CPU shape (default batch 3) and one that needs CUDA, so a sweep runs in seconds."""
+    tiny = dict(vocab_size=300, context_length=16, d_model=16, n_heads=2, n_layers=1)
+    monkeypatch.setattr(bench, "SHAPES", {"tiny": (tiny, 3, False), "big": (tiny, 5, True)})
+
+
+def test_batch_sizes_compile_mode_and_phases_parse_and_default():
+    bench = _bench_module()
+    args = bench.parse_args([])
+    assert args.batch_sizes is None and args.compile_mode == "default" and args.phases == ["train", "eval"]
+    args = bench.parse_args(["--batch-sizes", "32", "16", "--phases", "eval", "train",
+                             "--compile", "--compile-mode", "max-autotune-no-cudagraphs"])
+    assert args.batch_sizes == [32, 16]  # the order given is the order run
+    assert args.phases == ["train", "eval"]
+    assert args.compile_mode == "max-autotune-no-cudagraphs"
+    assert bench.parse_args(["--batch-size", "8"]).batch_sizes == [8]
+    for bad in (["--compile-mode", "max-autotune"], ["--batch-size", "0"], ["--compile", "--compile-mode", "fast"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)
+
+
+def test_a_batch_sweep_writes_one_entry_per_shape_and_batch(monkeypatch, tmp_path):
+    bench = _bench_module()
+    _tiny_shapes(bench, monkeypatch)
+    out = tmp_path / "sweep.json"
+    result = bench.run(["--device", "cpu", "--shapes", "tiny", "big", "--schemes", "none", "--batch-size", "4", "2",
+                        "--phases", "train", "--quick", "--matmul-size", "64", "--out", str(out)])
+    assert json.loads(out.read_text()) == result and result["complete"]
+    assert result["phases"] == ["train"] and result["compile_mode"] is None
+    entries = [(e["name"], e["batch_size"], e["default_batch_size"]) for e in result["shapes"]]
+    assert entries == [("tiny", 4, 3), ("tiny", 2, 3), ("big", 4, 5), ("big", 2, 5)]
+    assert all("skipped" in e for e in result["shapes"][2:])
+    for entry in result["shapes"][:2]:
+        (row,) = entry["schemes"]
+        assert row["train_tokens_per_second"] > 0
+        assert row["train_mfu"] == round(row["train_flops_per_second"] / result["peak_flops"]["measured"], 4)
+        assert not [key for key in row if key.startswith("eval")]
+        assert list(row["sdpa"]) == ["train_ops", "backends_that_run"]
+    # without --batch-size every shape keeps its own batch, as before
+    result = bench.run(["--device", "cpu", "--shapes", "tiny", "--schemes", "none", "--quick", "--matmul-size", "64"])
+    (entry,) = result["shapes"]
+    assert entry["batch_size"] == entry["default_batch_size"] == 3
+    assert result["phases"] == ["train", "eval"] and "eval_mfu" in entry["schemes"][0]
+
+
+def test_the_compile_mode_reaches_torch_compile_and_the_json(monkeypatch):
+    bench = _bench_module()
+    _tiny_shapes(bench, monkeypatch)
+    modes = []
+
+    def fake_compile(model, **kwargs):
+        modes.append(kwargs.get("mode"))
+        return model  # eager: this test is about what is passed and recorded, not about inductor
+
+    monkeypatch.setattr(bench.torch, "compile", fake_compile)
+    monkeypatch.setattr(bench.octlm_device, "has_cpp_compiler", lambda: True)
+    result = bench.run(["--device", "cpu", "--shapes", "tiny", "--schemes", "none", "rope", "--batch-size", "2", "--quick",
+                        "--matmul-size", "64", "--compile", "--compile-schemes", "rope", "--compile-mode", "max-autotune-no-cudagraphs"])
+    assert modes == ["max-autotune-no-cudagraphs"]
+    assert result["compile_mode"] == "max-autotune-no-cudagraphs"
+    none, rope = result["shapes"][0]["schemes"]
+    assert "compile" not in none
+    compiled = rope["compile"]
+    assert compiled["mode"] == "max-autotune-no-cudagraphs"
+    for name in ("train", "eval"):
+        assert compiled[f"{name}_tokens_per_second"] > 0 and compiled[f"{name}_peak_memory_bytes"] > 0
+        assert compiled[f"{name}_speedup"] == round(compiled[f"{name}_tokens_per_second"] / rope[f"{name}_tokens_per_second"], 2)
+        per_token = rope[f"{name}_flops_per_second"] / rope[f"{name}_tokens_per_second"]
+        assert compiled[f"{name}_mfu"] == round(compiled[f"{name}_tokens_per_second"] * per_token / result["peak_flops"]["measured"], 4)
+
+
+def test_a_batch_that_runs_out_of_memory_is_a_row_and_the_sweep_goes_on(monkeypatch):
+    bench = _bench_module()
+    _tiny_shapes(bench, monkeypatch)
+    measure = bench.measure_scheme
+
+    def measure_or_oom(shape, position, batch_size, *rest):
+        if batch_size > 4:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB")
+        return measure(shape, position, batch_size, *rest)
+
+    monkeypatch.setattr(bench, "measure_scheme", measure_or_oom)
+    result = bench.run(["--device", "cpu", "--shapes", "tiny", "--schemes", "none", "--batch-size", "8", "2",
+                        "--quick", "--matmul-size", "64"])
+    big, small = result["shapes"]
+    assert big["schemes"] == [{"position": "none", "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB"}]
+    assert small["batch_size"] == 2 and "train_mfu" in small["schemes"][0] and result["complete"]
