@@ -575,3 +575,17 @@ def test_deterministic_mode_has_a_kernel_for_every_scheme_here(position):
     finally:
         torch.use_deterministic_algorithms(False)
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_threads_and_deterministic_hold_for_the_run_and_are_put_back_after_it(small_corpus, tmp_path):
+    # Process-wide torch settings: a program that trains twice must not keep the first run's.
+    original = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen = []
+        hook = lambda step: seen.append((torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()))  # noqa: E731
+        train(options(small_corpus, tmp_path / "r", max_steps=3, threads=1, deterministic=True), QUIET, step_hook=hook)
+        assert seen == [(1, True)] * 3
+        assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == (2, False)
+    finally:
+        torch.set_num_threads(original)

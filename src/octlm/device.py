@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 
 import torch
 
@@ -162,6 +163,25 @@ def set_deterministic(on: bool) -> None:
         torch.backends.cudnn.benchmark = False
 
 
+@contextlib.contextmanager
+def torch_settings(threads: int | None, deterministic: bool) -> Iterator[None]:
+    """``--threads`` and ``--deterministic`` for one run or study, put back as they were when it ends.
+
+    Both are process-wide torch settings; without this, a Python program that
+    trains twice (a notebook, a test) would keep the first run's.
+    """
+    before = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled(), torch.backends.cudnn.benchmark)
+    set_threads(threads)
+    set_deterministic(deterministic)
+    try:
+        yield
+    finally:
+        threads_before, strict, warn_only, torch.backends.cudnn.benchmark = before
+        torch.set_num_threads(threads_before)
+        torch.use_deterministic_algorithms(strict, warn_only=warn_only)
+
+
 def defers_host_sync(device: torch.device, group) -> bool:
     """Whether a training step leaves its loss and norm on the device: on a GPU in one process (ranks agree every step)."""
     return device.type == "cuda" and not group.active
@@ -174,4 +194,4 @@ def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
     return batch.to(device)
 
 
-__all__ = ["COMPILE_FLOPS_PER_STEP", "COMPILE_MIN_SECONDS", "COMPILE_MIN_STEPS", "autocast_for", "compile_model", "compiles", "defers_host_sync", "has_cpp_compiler", "set_deterministic", "to_device", "check_memory", "device_memory_bytes", "resolve_device", "set_threads", "step_memory_bytes"]
+__all__ = ["COMPILE_FLOPS_PER_STEP", "COMPILE_MIN_SECONDS", "COMPILE_MIN_STEPS", "autocast_for", "compile_model", "compiles", "defers_host_sync", "has_cpp_compiler", "set_deterministic", "to_device", "check_memory", "device_memory_bytes", "resolve_device", "set_threads", "step_memory_bytes", "torch_settings"]

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from octlm.device import resolve_device, torch_settings
 from octlm.errors import OctlmError
 from octlm.evaluate import evaluate
 from octlm.fileio import atomic_write
@@ -314,11 +315,12 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
             shorter than one window of the longest length (checked before
             anything is trained or written).
     """
-    from octlm.device import resolve_device
-
-    report = report or Reporter()
     check_options(opts)
-    opts = opts.resolved()
+    with torch_settings(opts.threads, False):
+        return _study(opts.resolved(), report or Reporter())
+
+
+def _study(opts: LengthOptions, report: Reporter) -> dict:
     device = resolve_device(opts.device)
     check_validation_length(validation_tokens(opts), opts)
     out = prepare_study_dir(opts.out, opts.overwrite)

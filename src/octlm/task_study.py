@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from octlm.declare import check_fields, flag, option_default
+from octlm.device import resolve_device, torch_settings
 from octlm.errors import OctlmError
 from octlm.fileio import atomic_write
 from octlm.model import Decoder, DecoderConfig, DecoderFieldError, cross_entropy
@@ -165,12 +166,13 @@ def task_study(opts: Any, report: Reporter | None = None) -> dict:
     Raises:
         OctlmError: for bad options or an existing folder (before anything is trained).
     """
-    from octlm.device import resolve_device, set_threads
-
-    report = report or Reporter()
     check_task_options(opts)
+    with torch_settings(opts.threads, False):
+        return _study(opts, report or Reporter())
+
+
+def _study(opts: Any, report: Reporter) -> dict:
     task, device = TASKS[opts.task], resolve_device(opts.device)
-    set_threads(opts.threads)
     out = prepare_task_dir(opts.out, opts.overwrite)
     seeds = [opts.seed + i for i in range(opts.seeds)]
     sizes = [m * opts.task_length for m in TASK_MULTIPLIERS]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from octlm import distributed
 from octlm.checkpoint import CHECKPOINT, describe_checkpoint, resume_hint
+from octlm.device import torch_settings
 from octlm.diagnostics import format_diagnostic
 from octlm.errors import OctlmError
 from octlm.options import TrainOptions, check_options, given_options, resume_options
@@ -76,16 +77,17 @@ def train(
     try:
         if not group.is_main:
             report = distributed.SilentReporter()
-        trainer = Trainer(opts, report, group, device_name, run_dir, changes, step_hook)
-        try:
-            trainer.setup()
-            trainer.restore()
-        except KeyboardInterrupt:
-            # Before the loop no stop handler runs yet: Ctrl-C ends the command here, with the way on.
-            if (note := _stopped_before_training(trainer)) is not None:
-                report.warn(note)
-            raise
-        result = trainer.run()
+        with torch_settings(opts.threads, opts.deterministic):
+            trainer = Trainer(opts, report, group, device_name, run_dir, changes, step_hook)
+            try:
+                trainer.setup()
+                trainer.restore()
+            except KeyboardInterrupt:
+                # Before the loop no stop handler runs yet: Ctrl-C ends the command here, with the way on.
+                if (note := _stopped_before_training(trainer)) is not None:
+                    report.warn(note)
+                raise
+            result = trainer.run()
     finally:
         group.close()
     report.result(result, final_report(result, result.get("sample", ""), result["nearest"], brief=report.quiet))

@@ -23,7 +23,7 @@ from octlm.checkpoint import (
 )
 from octlm.corpus import open_corpus, prepare_corpus
 from octlm.device import (
-    autocast_for, check_memory, compile_model, compiles, defers_host_sync, resolve_device, set_deterministic, set_threads, to_device,
+    autocast_for, check_memory, compile_model, compiles, defers_host_sync, resolve_device, to_device,
 )
 from octlm.diagnostics import embedding_diagnostic, frequent_tokens, token_counts
 from octlm.distributed import Group
@@ -70,8 +70,6 @@ class Trainer:
         self.resume, self.changes = resume, changes
         self.device = resolve_device(device_name)
         check_memory(opts, self.device)
-        set_threads(opts.threads)
-        set_deterministic(opts.deterministic)
         self.max_steps = opts.max_steps
         self.tokens_per_step = opts.batch_size * group.world_size * opts.context_length
         # Where the run stands: fresh, or as restore() finds it in the checkpoint.
