@@ -43,7 +43,7 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | a damaged train.bin, for every reader         | test_damaged_token_file_is_named_by_every_reader          |
 | an ALiBi prompt too long for memory           | test_alibi_prompt_too_long_for_memory_is_refused          |
 | an option the chosen scheme does not read     | ELSEWHERE                                                 |
-| embeddings --out holding other files          | ELSEWHERE                                                 |
+| embeddings --out holding other files or a run | ELSEWHERE                                                 |
 | staging folders left by a kill -9             | ELSEWHERE                                                 |
 | a folder of the wrong kind (transformers/run) | ELSEWHERE                                                 |
 """
@@ -75,7 +75,7 @@ ELSEWHERE = {
     "short training text for the sampler": ("test_data", "test_short_training_text_is_refused"),
     "--rope-layout and the like for a scheme that does not read them": ("test_commands", "test_train_refuses_an_option_its_scheme_does_not_read"),
     "the same in a length study none of whose schemes reads it": ("test_commands", "test_length_refuses_a_scheme_option_no_chosen_scheme_reads"),
-    "embeddings --out holding other files": ("test_commands", "test_embeddings_out_keeps_other_files_unless_overwrite"),
+    "embeddings --out holding other files or a run": ("test_commands", "test_embeddings_out_never_replaces_other_files_or_a_run"),
     "staging folders left by a kill -9": ("test_commands", "test_staging_left_by_a_killed_process_is_removed_and_reported"),
     "--resume or --run on a transformers checkpoint": ("test_commands", "test_resume_of_a_transformers_checkpoint_points_at_import_hf"),
     "import-hf of an octlm run": ("test_commands", "test_import_hf_of_an_octlm_run_names_it"),

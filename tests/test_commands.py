@@ -58,15 +58,22 @@ def test_length_refuses_a_scheme_option_no_chosen_scheme_reads(tmp_path, capsys)
     assert "--rope-layout half means nothing for --schemes learned alibi" in capsys.readouterr().err
 
 
-def test_embeddings_out_keeps_other_files_unless_overwrite(trained_run, tmp_path, capsys):
+def test_embeddings_out_never_replaces_other_files_or_a_run(trained_run, tmp_path, capsys):
     out = tmp_path / "figures"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    assert main(["embeddings", "--run", str(trained_run), "--out", str(out), "--quiet"]) == 1
-    assert "holds files that are not octlm embeddings figures" in capsys.readouterr().err
-    assert (out / "notes.txt").read_text() == "mine"
-    # an earlier output is replaced without a word; --overwrite replaces anything
-    assert main(["embeddings", "--run", str(trained_run), "--out", str(out), "--overwrite", "--quiet"]) == 0
+    for extra in ([], ["--overwrite"]):
+        assert main(["embeddings", "--run", str(trained_run), "--out", str(out), "--quiet", *extra]) == 1
+        assert "holds files that are not octlm embeddings figures" in capsys.readouterr().err
+        assert (out / "notes.txt").read_text() == "mine"
+    # --out naming the run it reads (a new user's trial emptied it this way)
+    before = sorted(p.name for p in trained_run.iterdir())
+    assert main(["embeddings", "--run", str(trained_run), "--out", str(trained_run), "--overwrite", "--quiet"]) == 1
+    assert "holds an octlm run" in capsys.readouterr().err
+    assert sorted(p.name for p in trained_run.iterdir()) == before
+    # an earlier output is replaced without a word
+    (out / "notes.txt").unlink()
+    assert main(["embeddings", "--run", str(trained_run), "--out", str(out), "--quiet"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["positions.png", "tokens-pca.png"]
     assert main(["embeddings", "--run", str(trained_run), "--out", str(out), "--quiet"]) == 0
     assert not list(tmp_path.glob(".figures.partial-*"))

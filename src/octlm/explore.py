@@ -213,9 +213,9 @@ class EmbeddingsOptions:
     token: list[str] = option([], f"tokens whose neighbours to show (default: the 5 most frequent): {TOKEN_RULE}",
                               nargs="+", action="extend", metavar="TEXT")
     k: int = option(8, "neighbours per token", bounds=at_least(1))
-    out: str | None = option(None, "folder for the figures (default: RUN_DIR/embeddings); a folder holding other files "
-                             "is refused unless --overwrite", metavar="DIR")
-    overwrite: bool = option(False, "replace --out even when it holds files other than earlier embeddings figures")
+    out: str | None = option(None, "folder for the figures (default: RUN_DIR/embeddings); earlier figures there are "
+                             "replaced, a folder holding anything else is refused", metavar="DIR")
+    overwrite: bool = option(False, "accepted for scripts written for other commands; earlier figures are always replaced and other files never are")
 
 
 def _chosen_tokens(opts: EmbeddingsOptions, tokenizer: Tokenizer, counts: np.ndarray | None, vocab_size: int) -> list[int]:
@@ -229,13 +229,18 @@ def _chosen_tokens(opts: EmbeddingsOptions, tokenizer: Tokenizer, counts: np.nda
     return list(range(1, min(6, vocab_size)))
 
 
-def _check_out(folder: RunFolder, overwrite: bool) -> None:
-    """The one overwrite policy (:meth:`RunFolder.check_target`): earlier figures are replaced, other files only with --overwrite."""
-    earlier = folder.has_files() and {p.name for p in folder.path.iterdir()} <= set(FIGURES.values())
-    folder.check_target(
-        overwrite or earlier, lambda found: None,
-        f"--out {folder}: holds files that are not octlm embeddings figures; choose a new or empty folder, or add --overwrite to replace it",
-    )
+def _check_out(folder: RunFolder) -> None:
+    """The one overwrite policy (:meth:`RunFolder.check_target`): earlier figures are replaced, a folder holding anything else never is.
+
+    Even with ``--overwrite``: ``--out`` naming the run itself, or a folder of a person's files, must never be emptied.
+    """
+    def refuse(found: RunFolder) -> str | None:
+        if {p.name for p in found.path.iterdir()} <= set(FIGURES.values()):
+            return None
+        what = "an octlm run" if found.is_octlm_run() else "files that are not octlm embeddings figures"
+        return f"--out {found}: holds {what}, which octlm embeddings never replaces; choose a new or empty folder (default: RUN_DIR/embeddings)"
+
+    folder.check_target(True, refuse, "")
 
 
 def embeddings(opts: EmbeddingsOptions, report: Reporter) -> dict:
@@ -261,7 +266,7 @@ def embeddings(opts: EmbeddingsOptions, report: Reporter) -> dict:
     counts = token_counts(opts.run, config.vocab_size)
     ids = _chosen_tokens(opts, tokenizer, counts, config.vocab_size)
     out = RunFolder(Path(opts.out) if opts.out else Path(opts.run) / "embeddings")
-    _check_out(out, opts.overwrite)
+    _check_out(out)
 
     entries, lines = [], ["nearest tokens by cosine similarity:"]
     for token_id in ids:
