@@ -210,21 +210,19 @@ def export_site(files: dict[str, bytes], out: str | Path, overwrite: bool = Fals
     place, so ``out`` never holds half a page.
 
     Raises:
-        OctlmError: when ``out`` exists and is not an empty folder, unless
-            ``overwrite`` (which replaces it only if it looks like an export:
-            it holds ``index.html`` and ``run-data.js`` or is empty).
+        OctlmError: when ``out`` holds anything but an earlier export (it
+            holds ``index.html`` and ``run-data.js``), and for an earlier export
+            without ``overwrite``.
     """
     out = Path(out)
     folder = RunFolder(out)
 
     def refuse(found: RunFolder) -> str | None:
-        if not overwrite:
-            return None  # the plain "not empty" comes first
         if not {"index.html", RUN_DATA} <= {p.name for p in found.path.iterdir()}:
-            return f"--out {out}: holds files that are not an exported page; refusing to replace it even with --overwrite"
+            return f"--out {out}: holds files that are not an exported page, which octlm never replaces, --overwrite or not; choose a new or empty folder"
         return None
 
-    folder.check_target(overwrite, refuse, f"--out {out}: folder is not empty; choose another --out or add --overwrite")
+    folder.check_target(overwrite, refuse, f"--out {out}: holds an earlier export; add --overwrite to replace it, or choose another --out")
     with folder.staged(mode=0o755) as staging:
         for name, data in files.items():
             target = staging / name
