@@ -98,6 +98,15 @@ def test_conflicting_shape_is_refused_naming_the_source_value(sources, small_cor
         assert not (tmp_path / "x").exists()
 
 
+def test_out_that_is_or_holds_the_source_is_refused_and_the_source_kept(sources, small_corpus, capsys):
+    before = {p.name: p.read_bytes() for p in (sources / "rope").iterdir() if p.is_file()}
+    for out in (sources / "rope", sources):
+        code = main(["train", "--text", str(small_corpus), "--init-from", str(sources / "rope"), "--out", str(out), "--overwrite", "--max-steps", "1"])
+        err = capsys.readouterr().err
+        assert code == 1 and "the run --init-from" in err and "choose another --out" in err
+    assert {p.name: p.read_bytes() for p in (sources / "rope").iterdir() if p.is_file()} == before
+
+
 def test_scaling_round_trips_through_config_load_run_and_sample(sources, small_corpus, tmp_path, capsys):
     out = tmp_path / "yarn"
     _train(["--text", str(small_corpus), "--init-from", str(sources / "rope"), "--context-length", str(2 * T), "--rope-scaling", "yarn",

@@ -86,8 +86,10 @@ def init_from_options(opts, given: set[str]):
 
     Raises:
         OctlmError: naming the first option in :data:`SHAPE_OPTIONS` that was
-            given with another value than the source's, and the source's value.
+            given with another value than the source's, and the source's value;
+            or when ``--out`` is or holds the source run.
     """
+    _check_out_spares_source(opts.out, opts.init_from)
     stored = source_config(opts.init_from)["model"]
     shape = {}
     for name in SHAPE_OPTIONS:
@@ -99,6 +101,19 @@ def init_from_options(opts, given: set[str]):
             )
         shape[name] = then
     return dataclasses.replace(opts, **shape)
+
+
+def _check_out_spares_source(out: str | None, init_from: str) -> None:
+    # A new run replaces --out (with --overwrite); the source must not be in it.
+    if out is None:
+        return
+    target, source = Path(out).resolve(), Path(init_from).resolve()
+    if target == source or target in source.parents:
+        where = "is" if target == source else "holds"
+        raise OctlmError(
+            f"--out {out} {where} the run --init-from {init_from} reads, and a new run replaces its --out; "
+            f"choose another --out (the source is never changed)"
+        )
 
 
 def source_record(init_from: str | Path) -> dict:
