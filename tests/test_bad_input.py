@@ -37,6 +37,7 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | a symbolic link loop or dangling link         | test_a_symlink_loop_is_named_as_one                       |
 | an earlier run inside a --text folder         | test_run_folder_inside_a_text_folder_is_skipped           |
 | --out below a file, not UTF-8, unwritable     | test_out_paths_that_cannot_become_a_folder                |
+| --out . (the current folder) in every command | test_out_that_is_the_current_folder_is_refused            |
 | a damaged config.json on --resume             | test_resume_with_a_damaged_config_names_the_file          |
 | --resume on a file or an imported model       | test_resume_on_a_file_or_an_imported_run                  |
 | --overwrite of a run that is training         | test_overwrite_refuses_a_run_another_process_is_training  |
@@ -557,3 +558,25 @@ def test_no_run_folder_is_named_when_bad_input_leaves_none(tmp_path, capsys):
     assert main(["train", "--text", str(empty), "--out", str(tmp_path / "r"), *TINY]) == 1
     captured = capsys.readouterr()
     assert "run folder" not in captured.out + captured.err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "embeddings", "export-web", "export-hf", "length"])
+@pytest.mark.parametrize("out", [".", "HERE", ".."])
+def test_out_that_is_the_current_folder_is_refused(trained_run, small_corpus, tmp_path, monkeypatch, capsys, command, out):
+    # Each command builds its output beside the target and renames it in: `--out .` ended in a traceback
+    # and left a staging folder inside the current folder (a new user's trial).
+    here = tmp_path / "parent" / "here"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    out = str(here) if out == "HERE" else out
+    argv = {
+        "train": ["train", "--text", str(small_corpus), "--out", out, *TINY],
+        "embeddings": ["embeddings", "--run", str(trained_run), "--out", out],
+        "export-web": ["export-web", "--run", str(trained_run), "--out", out],
+        "export-hf": ["export-hf", str(trained_run), out],
+        "length": ["length", "--text", str(small_corpus), "--out", out, "--max-steps", "2"],
+    }[command]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "folder you are in" in err and "give a new folder instead" in err and "Traceback" not in err
+    assert not any(here.iterdir()) and sorted(p.name for p in here.parent.iterdir()) == ["here"]

@@ -25,18 +25,35 @@ def check_out_folder(path: Path, flag: str = "--out") -> None:
     Raises:
         OctlmError: naming ``flag`` and the path when the path is not valid
             UTF-8 (run files record paths as UTF-8 text), when it exists and
-            is not a folder, or when a folder above it is a file.
+            is not a folder, when a folder above it is a file, or when it is
+            the current folder or one above it (``--out .``).
     """
     try:
         os.fsencode(path).decode("utf-8")
     except UnicodeDecodeError:
         raise OctlmError(f"{flag} {str(path)!r}: the path is not valid UTF-8; choose a name that is") from None
+    _check_not_where_you_are(path, flag)
     for above in (path, *path.parents):
         if above.exists():
             if not above.is_dir():
                 what = "exists and is not a folder" if above == path else f"{above} is a file, not a folder"
                 raise OctlmError(f"{flag} {path}: {what}; choose another {flag}")
             return
+
+
+def _check_not_where_you_are(path: Path, flag: str) -> None:
+    # The output is built beside the target and renamed over it: the folder a shell stands in cannot be replaced that way.
+    try:
+        here = Path.cwd()
+    except OSError:  # the current folder was deleted: nothing to protect
+        return
+    target = path.resolve()
+    if target == here or target in here.parents:
+        where = "the folder you are in" if target == here else f"above the folder you are in ({here})"
+        raise OctlmError(
+            f"{flag} {path}: is {where}; octlm builds its output beside {flag} and moves it into place, which cannot replace "
+            f"that folder; give a new folder instead, e.g. {path / 'out' if target != here else 'out'}"
+        )
 
 
 def make_folder(path: Path, flag: str = "--out") -> None:
