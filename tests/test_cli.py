@@ -253,9 +253,10 @@ def test_usage_error_is_one_line_with_the_close_spelling(capsys, argv, said, gue
     assert said in first and first.endswith(guess) and len(rest) == 1 and "--help` lists every option" in rest[0]
 
 
-def test_usage_error_without_a_close_spelling_guesses_nothing(capsys):
+@pytest.mark.parametrize("argv", [["train", "--zzzzzz"], ["length", "--schemes", "bogus"]])
+def test_usage_error_without_a_close_spelling_guesses_nothing(capsys, argv):
     with pytest.raises(SystemExit):
-        main(["train", "--zzzzzz"])
+        main(argv)
     assert "did you mean" not in capsys.readouterr().err
 
 

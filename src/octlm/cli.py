@@ -49,16 +49,14 @@ class Parser(argparse.ArgumentParser):
 
     def _spelling_hint(self, message: str) -> str:
         if message.startswith("unrecognized arguments:"):
-            flags = [word.split("=", 1)[0] for word in message.split(":", 1)[1].split() if word.startswith("--")]
-            known = [name for name in self._option_string_actions if name.startswith("--")]
+            given = [word.split("=", 1)[0] for word in message.split(":", 1)[1].split() if word.startswith("--")]
+            known, quote = [name for name in self._option_string_actions if name.startswith("--")], "{}"
         elif (choice := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)) is not None:
             # Python 3.11 quotes the choices and later versions do not; a choice is quoted in the hint either way.
-            flags = [f"'{choice.group(1)}'"]
-            names = [name.strip().strip("'") for name in choice.group(2).split(",")]
-            known = [f"'{name}'" for name in names]
+            given, known, quote = [choice.group(1)], [name.strip().strip("'") for name in choice.group(2).split(",")], "'{}'"
         else:
             return ""
-        guesses = [close[0] for flag in flags if (close := difflib.get_close_matches(flag, known, n=1))]
+        guesses = [quote.format(close[0]) for word in given if (close := difflib.get_close_matches(word, known, n=1))]
         return f"; did you mean {' or '.join(guesses)}?" if guesses else ""
 
 
