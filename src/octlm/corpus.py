@@ -112,10 +112,12 @@ def _report_sources(docs: list[data.Document], info: dict, n_bytes: int, report:
     first = data.first_line(docs[0].text)
     report.event("corpus", f"corpus: {source}, {len(docs)} documents, {n_bytes / 1e6:.2f} MB; first line: \"{first}\"",
                  documents=len(docs), bytes=n_bytes, skipped=len(info["skipped"]), first_line=first)
-    if info["skipped"]:
+    # The standard library has empty files and repeats a few on purpose (the default corpus, same every time);
+    # only what was skipped or repeated in the person's own text is worth a warning. manifest.json lists both.
+    own = info["source"]["kind"] != "python-stdlib"
+    if info["skipped"] and own:
         report.warn(f"skipped {len(info['skipped'])} entries that are not text: empty, binary or special files, or octlm runs (manifest.json lists them)")
-    # The standard library repeats a few files on purpose; only the person's own repeats are worth a warning.
-    repeats = info["duplicates"] if info["source"]["kind"] != "python-stdlib" else []
+    repeats = info["duplicates"] if own else []
     for dup in repeats[:3]:
         report.warn(f"{dup['path']} repeats {dup['same_as']} byte for byte; it is trained on twice")
     if len(repeats) > 3:
