@@ -447,6 +447,10 @@ def test_ctrl_c_before_the_first_step_names_the_resume_and_a_rerun_agrees(refere
     assert main(["train", *command]) == 1
     assert (f"holds a run stopped before its first checkpoint (nothing trained was saved); train it on its prepared corpus "
             f"with `octlm train --resume {run}`, or pass --overwrite") in capsys.readouterr().err
+    # so do the commands that read a run
+    for command in (["sample", "--run", str(run)], ["embeddings", "--run", str(run)], ["bench", "--run", str(run)]):
+        assert main(command) == 1
+        assert f"its training stopped before it wrote model.safetensors; finish it with `octlm train --resume {run}`" in capsys.readouterr().err
     # and the fix gives the run an uninterrupted one would have
     assert main(["train", "--resume", str(run), "--quiet"]) == 0
     assert weights(run) == weights(reference / "12")
