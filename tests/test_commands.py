@@ -145,3 +145,17 @@ def test_each_command_takes_a_declared_options_class():
     # a shared option is the training option's declaration, not a copy
     seed = next(f for f in dataclasses.fields(SampleOptions) if f.name == "seed")
     assert seed.metadata["same_as"] == "seed" and seed.metadata["bounds"] is next(f for f in dataclasses.fields(TrainOptions) if f.name == "seed").metadata["bounds"]
+
+
+def test_an_interrupted_length_study_says_what_it_keeps_and_how_to_start_again(monkeypatch, small_corpus, tmp_path, capsys):
+    import octlm.length
+
+    def stopped_after_one_model(opts, report):
+        (Path(opts.out) / "runs" / "rope").mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(octlm.length, "length_study", stopped_after_one_model)
+    out = tmp_path / "study"
+    assert main(["length", "--text", str(small_corpus), "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert f"the models trained so far stay in {out / 'runs'}" in err and "--overwrite starts it again" in err

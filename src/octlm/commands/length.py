@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
 from octlm.corpora import builtin_help
-from octlm.length import LengthOptions
+from octlm.length import RUNS, LengthOptions
 from octlm.report import Reporter
 
 
@@ -38,5 +39,12 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.task_study import task_study
 
     opts = options_from(args, LengthOptions)
-    (task_study if opts.task else length_study)(opts, report)
+    try:
+        (task_study if opts.task else length_study)(opts, report)
+    except KeyboardInterrupt:
+        runs = Path(opts.out or "") / RUNS
+        if not opts.task and runs.is_dir() and any(runs.iterdir()):
+            report.warn(f"the models trained so far stay in {runs} (each an octlm run: sample, embeddings); a study is not continued "
+                        f"where it stopped: the same command with --overwrite starts it again")
+        raise
     return 0
