@@ -38,6 +38,9 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | an earlier run inside a --text folder         | test_run_folder_inside_a_text_folder_is_skipped           |
 | --out below a file, not UTF-8, unwritable     | test_out_paths_that_cannot_become_a_folder                |
 | --out . (the current folder) in every command | test_out_that_is_the_current_folder_is_refused            |
+| --overwrite of a folder holding a person's files | test_overwrite_replaces_only_what_the_command_wrote    |
+| a length study's --out holding its --text     | test_a_length_study_never_replaces_its_own_text           |
+| --out that is a link or a mount point         | test_out_that_is_a_link_or_a_mount_point_is_refused       |
 | a damaged config.json on --resume             | test_resume_with_a_damaged_config_names_the_file          |
 | --resume on a file or an imported model       | test_resume_on_a_file_or_an_imported_run                  |
 | --overwrite of a run that is training         | test_overwrite_refuses_a_run_another_process_is_training  |
@@ -580,3 +583,54 @@ def test_out_that_is_the_current_folder_is_refused(trained_run, small_corpus, tm
     err = capsys.readouterr().err
     assert "folder you are in" in err and "give a new folder instead" in err and "Traceback" not in err
     assert not any(here.iterdir()) and sorted(p.name for p in here.parent.iterdir()) == ["here"]
+
+
+def test_overwrite_replaces_only_what_the_command_wrote(trained_run, small_corpus, tmp_path, capsys):
+    # A second new-user trial: --overwrite deleted notes put in a run folder, a run nested in it, and the --text it read.
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    (run / "NOTES.md").write_text("mine")
+    assert main(["train", "--text", str(small_corpus), "--out", str(run), "--overwrite", *TINY]) == 1
+    err = capsys.readouterr().err
+    assert "holds NOTES.md besides what this command writes" in err and "move them out" in err
+    (run / "NOTES.md").unlink()
+    notes = run / "embeddings"  # octlm's own output inside a run may go with it; a person's text given as --text may not
+    notes.mkdir()
+    (notes / "text.txt").write_text(small_corpus.read_text())
+    assert main(["train", "--text", str(notes / "text.txt"), "--out", str(run), "--overwrite", *TINY]) == 1
+    assert "holds --text" in capsys.readouterr().err and (notes / "text.txt").exists()
+    page = tmp_path / "page"
+    assert main(["export-web", "--run", str(trained_run), "--out", str(page)]) == 0
+    (page / "MYNOTES.txt").write_text("mine")
+    assert main(["export-web", "--run", str(trained_run), "--out", str(page), "--overwrite"]) == 1
+    assert "holds MYNOTES.txt besides" in capsys.readouterr().err and (page / "MYNOTES.txt").exists()
+
+
+def test_a_length_study_never_replaces_its_own_text(small_corpus, tmp_path, capsys):
+    study = tmp_path / "study"
+    (study / "runs").mkdir(parents=True)
+    (study / "length.md").write_text(small_corpus.read_text())  # a study folder, and the text the next study reads
+    assert main(["length", "--text", str(study / "length.md"), "--out", str(study), "--overwrite", "--max-steps", "2"]) == 1
+    assert "holds --text" in capsys.readouterr().err and (study / "length.md").exists()
+
+
+@pytest.mark.parametrize("kind", ["link to a folder", "dangling link", "mount point"])
+def test_out_that_is_a_link_or_a_mount_point_is_refused(trained_run, tmp_path, monkeypatch, capsys, kind):
+    # Built beside --out and renamed over it, the output replaced a link with a folder, and a mount point
+    # failed with "Device or resource busy" leaving a staging folder (a second new-user trial).
+    import os
+
+    out = tmp_path / "out"
+    if kind == "mount point":
+        out.mkdir()
+        real_ismount = os.path.ismount
+        monkeypatch.setattr(os.path, "ismount", lambda p: str(p) == str(out) or real_ismount(p))
+    else:
+        (tmp_path / "real").mkdir()
+        out.symlink_to(tmp_path / ("real" if kind == "link to a folder" else "nowhere"))
+    assert main(["export-web", "--run", str(trained_run), "--out", str(out), "--overwrite"]) == 1
+    err = capsys.readouterr().err
+    assert ("mount point" if kind == "mount point" else "is a symbolic link") in err and "Traceback" not in err
+    assert not list(tmp_path.glob(".out.*")) and (out.is_symlink() or kind == "mount point")

@@ -103,7 +103,7 @@ def test_out_that_is_or_holds_the_source_is_refused_and_the_source_kept(sources,
     for out in (sources / "rope", sources):
         code = main(["train", "--text", str(small_corpus), "--init-from", str(sources / "rope"), "--out", str(out), "--overwrite", "--max-steps", "1"])
         err = capsys.readouterr().err
-        assert code == 1 and "the run --init-from" in err and "choose another --out" in err
+        assert code == 1 and "--init-from" in err and "which this command reads" in err and "choose another --out" in err
     assert {p.name: p.read_bytes() for p in (sources / "rope").iterdir() if p.is_file()} == before
 
 

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import read_safetensors, sha256_file
+from octlm.folders import check_out_spares
 from octlm.model import Decoder, DecoderConfig
 from octlm.positions import SCHEMES, schemes_taking
 from octlm.run import RunFolder, apply_scaling
@@ -89,7 +90,8 @@ def init_from_options(opts, given: set[str]):
             given with another value than the source's, and the source's value;
             or when ``--out`` is or holds the source run.
     """
-    _check_out_spares_source(opts.out, opts.init_from)
+    if opts.out is not None:
+        check_out_spares(Path(opts.out), "--out", [("--init-from", opts.init_from)])
     stored = source_config(opts.init_from)["model"]
     shape = {}
     for name in SHAPE_OPTIONS:
@@ -101,19 +103,6 @@ def init_from_options(opts, given: set[str]):
             )
         shape[name] = then
     return dataclasses.replace(opts, **shape)
-
-
-def _check_out_spares_source(out: str | None, init_from: str) -> None:
-    # A new run replaces --out (with --overwrite); the source must not be in it.
-    if out is None:
-        return
-    target, source = Path(out).resolve(), Path(init_from).resolve()
-    if target == source or target in source.parents:
-        where = "is" if target == source else "holds"
-        raise OctlmError(
-            f"--out {out} {where} the run --init-from {init_from} reads, and a new run replaces its --out; "
-            f"choose another --out (the source is never changed)"
-        )
 
 
 def source_record(init_from: str | Path) -> dict:

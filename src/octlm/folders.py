@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from octlm.errors import OctlmError
@@ -25,14 +26,21 @@ def check_out_folder(path: Path, flag: str = "--out") -> None:
     Raises:
         OctlmError: naming ``flag`` and the path when the path is not valid
             UTF-8 (run files record paths as UTF-8 text), when it exists and
-            is not a folder, when a folder above it is a file, or when it is
-            the current folder or one above it (``--out .``).
+            is not a folder, when a folder above it is a file, when it is
+            the current folder or one above it (``--out .``), a symbolic
+            link or a mount point.
     """
     try:
         os.fsencode(path).decode("utf-8")
     except UnicodeDecodeError:
         raise OctlmError(f"{flag} {str(path)!r}: the path is not valid UTF-8; choose a name that is") from None
     _check_not_where_you_are(path, flag)
+    # The output is built beside the path and renamed over it: a link would be replaced by a folder (its
+    # target kept) and a mount point cannot be renamed at all.
+    if path.is_symlink():
+        raise OctlmError(f"{flag} {path}: is a symbolic link (to {os.readlink(path)}); give the folder it points to, or a new folder")
+    if os.path.ismount(path):
+        raise OctlmError(f"{flag} {path}: is a mount point, which octlm cannot replace; give a new folder inside it, e.g. {path / 'out'}")
     for above in (path, *path.parents):
         if above.exists():
             if not above.is_dir():
@@ -54,6 +62,25 @@ def _check_not_where_you_are(path: Path, flag: str) -> None:
             f"{flag} {path}: is {where}; octlm builds its output beside {flag} and moves it into place, which cannot replace "
             f"that folder; give a new folder instead, e.g. {path / 'out' if target != here else 'out'}"
         )
+
+
+def check_out_spares(out: Path, flag: str, inputs: Iterable[tuple[str, str | Path | None]]) -> None:
+    """Refuse an output folder that is, or holds, one of the command's inputs: a new output replaces it, input and all.
+
+    ``inputs`` are ``(flag, path)`` pairs; paths that name nothing on disk (a built-in corpus) are skipped.
+
+    Raises:
+        OctlmError: naming both flags and the fix.
+    """
+    target = out.resolve()
+    for name, given in inputs:
+        if not given or not Path(given).exists():
+            continue
+        source = Path(given).resolve()
+        if source == target or target in source.parents:
+            where = "is" if source == target else "holds"
+            raise OctlmError(f"{flag} {out} {where} {name} {given}, which this command reads, and a new output replaces {flag}; "
+                             f"choose another {flag} (the input is never changed)")
 
 
 def make_folder(path: Path, flag: str = "--out") -> None:
@@ -108,4 +135,4 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["check_out_folder", "make_folder", "make_staging", "remove_stale_staging"]
+__all__ = ["check_out_folder", "check_out_spares", "make_folder", "make_staging", "remove_stale_staging"]

@@ -95,6 +95,10 @@ class ImportHfOptions:
     overwrite: bool = option(False, "replace RUN_DIR when it already holds an octlm run")
 
 
+#: What export-hf writes, all that ``--overwrite`` may replace in OUT_DIR.
+EXPORT_FILES = frozenset({"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
+
+
 def export_hf(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False,
               rope_scaling: str | None = None, rope_factor: float | None = None) -> dict:
     """Write a run as a transformers checkpoint of the architecture its position scheme maps to.
@@ -294,10 +298,11 @@ def _check_export_target(target: RunFolder, overwrite: bool) -> None:
         if found.is_octlm_run():
             return f"OUT_DIR {folder}: holds an octlm run, which export-hf never replaces; choose another OUT_DIR"
         if not found.config_path.is_file():
-            return f"{folder}: holds files that are not a model checkpoint; refusing to overwrite them"
+            return f"OUT_DIR {folder}: holds files that are not a model checkpoint, which export-hf never replaces; choose another OUT_DIR"
         return None
 
-    target.check_target(overwrite, refuse, f"{folder}: already holds files; choose another folder or pass --overwrite to replace it")
+    target.check_target(overwrite, refuse, f"OUT_DIR {folder}: already holds files; choose another OUT_DIR or pass --overwrite to replace it",
+                        own=EXPORT_FILES)
 
 
 #: The names these functions had when GPT-2 was the only architecture.

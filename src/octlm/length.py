@@ -41,6 +41,7 @@ from octlm.device import resolve_device, torch_settings
 from octlm.errors import OctlmError
 from octlm.evaluate import evaluate
 from octlm.fileio import atomic_write
+from octlm.folders import check_out_spares
 from octlm.options import Bound, TrainOptions, at_least, check_fields, flag, option, option_default, same_as, scheme_options
 from octlm.options import check_options as check_train_options
 from octlm.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking
@@ -249,13 +250,14 @@ def check_validation_length(n_tokens: int, opts: LengthOptions) -> int:
     )
 
 
-def prepare_study_dir(out: str, overwrite: bool) -> Path:
-    """Create the study folder; an existing study is replaced only with ``overwrite``, anything else never."""
+def prepare_study_dir(out: str, overwrite: bool, texts: list[str] = ()) -> Path:
+    """Create the study folder; an existing study is replaced only with ``overwrite``, anything else (its own ``--text`` included) never."""
     path = Path(out)
+    check_out_spares(path, "--out", [("--text", text) for text in texts])
 
     def refuse(folder: RunFolder) -> str | None:
         is_study = (path / RUNS).is_dir() and all(p.name in {RUNS, JSONL, PLOT, TABLE, EXTEND_PLOT} for p in path.iterdir())
-        return None if is_study else f"--out {path}: holds files that are not an octlm length study; refusing to touch them"
+        return None if is_study else f"--out {path}: holds files that are not an octlm length study, which octlm never replaces; choose a new or empty folder"
 
     study = RunFolder(path)
     study.check_target(overwrite, refuse, f"--out {path}: already holds a length study; choose another --out or pass --overwrite to replace it")
@@ -323,7 +325,7 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
 def _study(opts: LengthOptions, report: Reporter) -> dict:
     device = resolve_device(opts.device)
     check_validation_length(validation_tokens(opts), opts)
-    out = prepare_study_dir(opts.out, opts.overwrite)
+    out = prepare_study_dir(opts.out, opts.overwrite, opts.text)
     T, multipliers = opts.train_length, opts.multipliers
     lengths = [m * T for m in multipliers]
     t0 = time.perf_counter()

@@ -23,7 +23,7 @@ import json
 import os
 import shlex
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +45,9 @@ MANIFEST = "manifest.json"
 METRICS = "metrics.jsonl"
 #: Written by :mod:`octlm.checkpoint` while the run trains.
 CHECKPOINT = "checkpoint.safetensors"
+#: Everything octlm writes into a run folder (``train.bin``/``val.bin``, ``loss.png``, and
+#: ``embeddings/``, the figures ``octlm embeddings`` puts there by default): what ``--overwrite`` may replace.
+RUN_FILES = frozenset({CONFIG, WEIGHTS, TOKENIZER, MANIFEST, METRICS, CHECKPOINT, "train.bin", "val.bin", "loss.png", "embeddings"})
 #: Held by the process that trains the run (:meth:`RunFolder.lock`).
 LOCK = ".lock"
 
@@ -276,7 +279,8 @@ class RunFolder:
         return load_run(self.path, device)
 
     # -- creating and replacing -----------------------------------------------------------------
-    def check_target(self, overwrite: bool, refuse: Callable[["RunFolder"], str | None], occupied: str) -> None:
+    def check_target(self, overwrite: bool, refuse: Callable[["RunFolder"], str | None], occupied: str,
+                     own: Collection[str] | None = None) -> None:
         """Refuse, before anything is written, a folder that this command may not (re)write.
 
         Args:
@@ -286,6 +290,9 @@ class RunFolder:
                 may be replaced.
             occupied: the message when the folder holds files and
                 ``overwrite`` is not set.
+            own: the names this command writes there; with ``overwrite``,
+                a folder that holds anything else (a person's notes, a run
+                put inside a run) is refused, naming what (``None``: no check).
 
         Raises:
             OctlmError: with one of those messages, or when the path cannot be
@@ -298,6 +305,11 @@ class RunFolder:
                 raise OctlmError(reason)
             if not overwrite:
                 raise OctlmError(occupied)
+            foreign = [] if own is None else sorted(p.name for p in self.path.iterdir() if p.name not in own and not p.name.startswith("."))
+            if foreign:
+                shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+                raise OctlmError(f"{self.flag} {self.path}: holds {shown} besides what this command writes; --overwrite replaces only "
+                                 f"its own output: move them out, or choose another {self.flag}")
 
     def check_new_run(self, overwrite: bool) -> None:
         """:meth:`check_target` for a run folder: only an octlm run is ever replaced, and not while it trains.
@@ -319,7 +331,7 @@ class RunFolder:
             # What is there is a prepared corpus (Ctrl-C or a kill before the first checkpoint): resume uses it.
             occupied = (f"{flag} {path}: holds a run stopped before its first checkpoint (nothing trained was saved); train it on its "
                         f"prepared corpus with `octlm train --resume {shlex.quote(str(path))}`, or pass --overwrite to prepare it anew")
-        self.check_target(overwrite, refuse, occupied)
+        self.check_target(overwrite, refuse, occupied, own=RUN_FILES)
         if (path / LOCK).exists():
             lock = self.lock()  # raises while another process trains it: --overwrite must not pull it away
             if lock is not None:
@@ -426,4 +438,4 @@ def _json_object(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-__all__ = ["CHECKPOINT", "CONFIG", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "apply_scaling", "load_config", "load_run", "load_weights", "read_json", "save_weights", "weights_state"]
+__all__ = ["CHECKPOINT", "CONFIG", "RUN_FILES", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "apply_scaling", "load_config", "load_run", "load_weights", "read_json", "save_weights", "weights_state"]

@@ -152,7 +152,7 @@ def prepare_task_dir(out: str, overwrite: bool) -> Path:
 
     def refuse(folder: RunFolder) -> str | None:
         is_study = all(p.name in {JSONL, PLOT, TABLE} for p in path.iterdir())
-        return None if is_study else f"--out {path}: holds files that are not an octlm task study; refusing to touch them"
+        return None if is_study else f"--out {path}: holds files that are not an octlm task study, which octlm never replaces; choose a new or empty folder"
 
     study = RunFolder(path)
     study.check_target(overwrite, refuse, f"--out {path}: already holds a task study; choose another --out or pass --overwrite to replace it")

@@ -30,6 +30,7 @@ from octlm.distributed import Group
 from octlm.errors import OctlmError, RunError
 from octlm.evaluate import EvalResult, evaluate
 from octlm.extend import config_record, prepare_model
+from octlm.folders import check_out_spares
 from octlm.generation import sample_from
 from octlm.model import Decoder, DecoderConfig, cross_entropy
 from octlm.optim import lr_at, make_optimizer
@@ -118,6 +119,7 @@ class Trainer:
 
             def prepare() -> Path:
                 target = RunFolder.new(opts.out)
+                check_out_spares(target.path, "--out", [("--text", text) for text in opts.text or []])
                 target.check_new_run(opts.overwrite)
                 with target.staged() as staging:
                     corpus = prepare_corpus(opts, RunFolder(staging), report)

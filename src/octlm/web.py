@@ -203,6 +203,10 @@ def make_server(files: dict[str, bytes], host: str = "127.0.0.1", port: int = 80
     return server
 
 
+#: Files an export of any octlm version may hold (its page and assets): --overwrite replaces them, and nothing else.
+PAGE_SUFFIXES = {".html", ".js", ".css", ".map"}
+
+
 def export_site(files: dict[str, bytes], out: str | Path, overwrite: bool = False) -> Path:
     """Write ``files`` into folder ``out`` so ``out/index.html`` opens from disk.
 
@@ -222,7 +226,8 @@ def export_site(files: dict[str, bytes], out: str | Path, overwrite: bool = Fals
             return f"--out {out}: holds files that are not an exported page, which octlm never replaces, --overwrite or not; choose a new or empty folder"
         return None
 
-    folder.check_target(overwrite, refuse, f"--out {out}: holds an earlier export; add --overwrite to replace it, or choose another --out")
+    folder.check_target(overwrite, refuse, f"--out {out}: holds an earlier export; add --overwrite to replace it, or choose another --out",
+                        own=set(files) | {p.name for p in out.glob("*") if p.is_file() and p.suffix in PAGE_SUFFIXES})
     with folder.staged(mode=0o755) as staging:
         for name, data in files.items():
             target = staging / name
