@@ -41,6 +41,7 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | --overwrite of a folder holding a person's files | test_overwrite_replaces_only_what_the_command_wrote    |
 | a length study's --out holding its --text     | test_a_length_study_never_replaces_its_own_text           |
 | --out that is a link or a mount point         | test_out_that_is_a_link_or_a_mount_point_is_refused       |
+| an empty --out, --init-from or --config path  | test_an_empty_path_is_refused_not_ignored                 |
 | a damaged config.json on --resume             | test_resume_with_a_damaged_config_names_the_file          |
 | --resume on a file or an imported model       | test_resume_on_a_file_or_an_imported_run                  |
 | --overwrite of a run that is training         | test_overwrite_refuses_a_run_another_process_is_training  |
@@ -634,3 +635,11 @@ def test_out_that_is_a_link_or_a_mount_point_is_refused(trained_run, tmp_path, m
     err = capsys.readouterr().err
     assert ("mount point" if kind == "mount point" else "is a symbolic link") in err and "Traceback" not in err
     assert not list(tmp_path.glob(".out.*")) and (out.is_symlink() or kind == "mount point")
+
+
+@pytest.mark.parametrize("flag", ["--out", "--init-from", "--config"])
+def test_an_empty_path_is_refused_not_ignored(tmp_path, monkeypatch, capsys, flag):
+    # `--init-from ""` trained from scratch and `--config ""` ran the defaults, silently (a second new-user trial).
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", flag, "", "--text", "tinyshakespeare", *TINY]) == 1
+    assert f"{flag} got an empty path ''" in capsys.readouterr().err and not any(tmp_path.iterdir())

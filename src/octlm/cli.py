@@ -102,7 +102,9 @@ def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> 
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
-    if not known.config:
+    if known.config == "":
+        raise OctlmError("--config got an empty path ''; give a TOML file, or leave --config out")
+    if known.config is None:
         return
     path = Path(known.config)
     try:

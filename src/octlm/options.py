@@ -215,6 +215,9 @@ def check_options(opts: TrainOptions) -> None:
             :class:`~octlm.model.DecoderConfig` refuses (named by its flag:
             ``--d-model=30 is not divisible ...``).
     """
+    for name, value, give in (("--out", opts.out, "a folder for the run, e.g. runs/NAME"), ("--init-from", opts.init_from, "the run folder to start from")):
+        if value == "":  # argparse takes '' as a value, which would quietly mean '.' or nothing
+            raise OctlmError(f"{name} got an empty path ''; give {give}, or leave {name} out")
     check_fields(opts)
     check_scheme_options(opts)
     check_scaling_options(opts)
