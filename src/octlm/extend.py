@@ -20,7 +20,6 @@ from torch import Tensor
 
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import read_safetensors, sha256_file
-from octlm.folders import check_out_spares
 from octlm.model import Decoder, DecoderConfig
 from octlm.positions import SCHEMES, schemes_taking
 from octlm.run import RunFolder, apply_scaling
@@ -87,11 +86,8 @@ def init_from_options(opts, given: set[str]):
 
     Raises:
         OctlmError: naming the first option in :data:`SHAPE_OPTIONS` that was
-            given with another value than the source's, and the source's value;
-            or when ``--out`` is or holds the source run.
+            given with another value than the source's, and the source's value.
     """
-    if opts.out is not None:
-        check_out_spares(Path(opts.out), "--out", [("--init-from", opts.init_from)])
     stored = source_config(opts.init_from)["model"]
     shape = {}
     for name in SHAPE_OPTIONS:

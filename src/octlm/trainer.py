@@ -119,7 +119,8 @@ class Trainer:
 
             def prepare() -> Path:
                 target = RunFolder.new(opts.out)
-                check_out_spares(target.path, "--out", [("--text", text) for text in opts.text or []])
+                inputs = [("--text", text) for text in opts.text or []] + [("--init-from", opts.init_from)]
+                check_out_spares(target.path, "--out", inputs)
                 target.check_new_run(opts.overwrite)
                 with target.staged() as staging:
                     corpus = prepare_corpus(opts, RunFolder(staging), report)
