@@ -42,6 +42,7 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | a length study's --out holding its --text     | test_a_length_study_never_replaces_its_own_text           |
 | --out that is a link or a mount point         | test_out_that_is_a_link_or_a_mount_point_is_refused       |
 | an empty --out, --init-from or --config path  | test_an_empty_path_is_refused_not_ignored                 |
+| a person's files inside octlm's own subfolders | test_overwrite_looks_inside_the_folders_octlm_wrote      |
 | a damaged config.json on --resume             | test_resume_with_a_damaged_config_names_the_file          |
 | --resume on a file or an imported model       | test_resume_on_a_file_or_an_imported_run                  |
 | --overwrite of a run that is training         | test_overwrite_refuses_a_run_another_process_is_training  |
@@ -643,3 +644,27 @@ def test_an_empty_path_is_refused_not_ignored(tmp_path, monkeypatch, capsys, fla
     monkeypatch.chdir(tmp_path)
     assert main(["train", flag, "", "--text", "tinyshakespeare", *TINY]) == 1
     assert f"{flag} got an empty path ''" in capsys.readouterr().err and not any(tmp_path.iterdir())
+
+
+def test_overwrite_looks_inside_the_folders_octlm_wrote(trained_run, small_corpus, tmp_path, capsys):
+    # A third new-user trial: notes in RUN/embeddings/ went with train --overwrite, and notes anywhere under a
+    # length study's runs/ went with length --overwrite.
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    assert main(["embeddings", "--run", str(run), "--quiet"]) == 0
+    (run / "embeddings" / "NOTES.md").write_text("mine")
+    assert main(["train", "--text", str(small_corpus), "--out", str(run), "--overwrite", *TINY]) == 1
+    assert "holds embeddings/NOTES.md besides" in capsys.readouterr().err and (run / "embeddings" / "NOTES.md").exists()
+    (run / "embeddings" / "NOTES.md").unlink()
+    assert main(["train", "--text", str(small_corpus), "--out", str(run), "--overwrite", "--quiet", *TINY]) == 0
+    study = tmp_path / "study"
+    for placed in ("runs/NOTES.md", "runs/mine/notes.txt", "runs/rope/NOTES.md"):
+        shutil.rmtree(study, ignore_errors=True)
+        shutil.copytree(trained_run, study / "runs" / "rope")
+        (study / placed).parent.mkdir(parents=True, exist_ok=True)
+        (study / placed).write_text("mine")
+        assert main(["length", "--text", str(small_corpus), "--out", str(study), "--overwrite", "--max-steps", "2"]) == 1
+        assert f"holds {placed.rsplit('/', 1)[0] if placed.startswith('runs/mine') else placed} besides" in capsys.readouterr().err
+        assert (study / placed).read_text() == "mine"

@@ -32,7 +32,7 @@ from octlm.model import Decoder
 from octlm.options import REQUIRED, at_least, check_fields, option
 from octlm.positions import SCHEMES, PositionVectors
 from octlm.report import Reporter
-from octlm.run import METRICS, RunFolder
+from octlm.run import EMBEDDINGS, EMBEDDINGS_FIGURES, METRICS, RunFolder
 from octlm.tokenizer import Tokenizer
 
 #: Version of the data layout the page reads (web/src/run/data.ts).
@@ -202,7 +202,7 @@ def run_view(run_dir: str | Path, model: Decoder, tokenizer: Tokenizer) -> dict:
 
 
 #: The files ``octlm embeddings`` writes: a folder holding only these is its earlier output.
-FIGURES = {"positions": "positions.png", "pca": "tokens-pca.png"}
+FIGURES = dict(zip(("positions", "pca"), EMBEDDINGS_FIGURES))
 
 
 @dataclass
@@ -265,7 +265,7 @@ def embeddings(opts: EmbeddingsOptions, report: Reporter) -> dict:
     config = model.config
     counts = token_counts(opts.run, config.vocab_size)
     ids = _chosen_tokens(opts, tokenizer, counts, config.vocab_size)
-    out = RunFolder(Path(opts.out) if opts.out else Path(opts.run) / "embeddings")
+    out = RunFolder(Path(opts.out) if opts.out else Path(opts.run) / EMBEDDINGS)
     _check_out(out)
 
     entries, lines = [], ["nearest tokens by cosine similarity:"]

@@ -302,7 +302,7 @@ def _check_export_target(target: RunFolder, overwrite: bool) -> None:
         return None
 
     target.check_target(overwrite, refuse, f"OUT_DIR {folder}: already holds files; choose another OUT_DIR or pass --overwrite to replace it",
-                        own=EXPORT_FILES)
+                        foreign=lambda found: [name for name in found.names() if name not in EXPORT_FILES])
 
 
 #: The names these functions had when GPT-2 was the only architecture.

@@ -259,8 +259,19 @@ def prepare_study_dir(out: str, overwrite: bool, texts: list[str] = ()) -> Path:
         is_study = (path / RUNS).is_dir() and all(p.name in {RUNS, JSONL, PLOT, TABLE, EXTEND_PLOT} for p in path.iterdir())
         return None if is_study else f"--out {path}: holds files that are not an octlm length study, which octlm never replaces; choose a new or empty folder"
 
+    def foreign(folder: RunFolder) -> list[str]:
+        # The study's runs/ holds only its runs, each only what octlm wrote there.
+        found = []
+        for run in (RunFolder(path / RUNS / name) for name in RunFolder(path / RUNS).names()):
+            if not (run.path.is_dir() and run.is_octlm_run()):
+                found.append(f"{RUNS}/{run.path.name}")
+            else:
+                found += [f"{RUNS}/{run.path.name}/{name}" for name in run.foreign_files()]
+        return found
+
     study = RunFolder(path)
-    study.check_target(overwrite, refuse, f"--out {path}: already holds a length study; choose another --out or pass --overwrite to replace it")
+    study.check_target(overwrite, refuse, f"--out {path}: already holds a length study; choose another --out or pass --overwrite to replace it",
+                       foreign=foreign)
     study.recreate()
     RunFolder(path / RUNS).create()
     return path

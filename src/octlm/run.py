@@ -23,7 +23,7 @@ import json
 import os
 import shlex
 import shutil
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -45,9 +45,11 @@ MANIFEST = "manifest.json"
 METRICS = "metrics.jsonl"
 #: Written by :mod:`octlm.checkpoint` while the run trains.
 CHECKPOINT = "checkpoint.safetensors"
-#: Everything octlm writes into a run folder (``train.bin``/``val.bin``, ``loss.png``, and
-#: ``embeddings/``, the figures ``octlm embeddings`` puts there by default): what ``--overwrite`` may replace.
-RUN_FILES = frozenset({CONFIG, WEIGHTS, TOKENIZER, MANIFEST, METRICS, CHECKPOINT, "train.bin", "val.bin", "loss.png", "embeddings"})
+#: Where ``octlm embeddings`` puts its figures by default, inside the run folder, and their names.
+EMBEDDINGS = "embeddings"
+EMBEDDINGS_FIGURES = ("positions.png", "tokens-pca.png")
+#: Everything octlm writes into a run folder: what ``--overwrite`` may replace (:meth:`RunFolder.foreign_files`).
+RUN_FILES = frozenset({CONFIG, WEIGHTS, TOKENIZER, MANIFEST, METRICS, CHECKPOINT, "train.bin", "val.bin", "loss.png", EMBEDDINGS})
 #: Held by the process that trains the run (:meth:`RunFolder.lock`).
 LOCK = ".lock"
 
@@ -213,6 +215,20 @@ class RunFolder:
         """
         return self.config_path.is_file() and not (self.path / CHECKPOINT).exists() and not self.weights_path.exists()
 
+    def names(self) -> list[str]:
+        """The folder's entries, hidden ones (octlm's lock and temporaries) left out."""
+        return [p.name for p in self.path.iterdir() if not p.name.startswith(".")]
+
+    def foreign_files(self) -> list[str]:
+        """What in this run folder octlm did not write (relative paths): all that ``--overwrite`` must not delete."""
+        found = [name for name in self.names() if name not in RUN_FILES]
+        figures = RunFolder(self.path / EMBEDDINGS)
+        if figures.path.is_dir():
+            found += [f"{EMBEDDINGS}/{name}" for name in figures.names() if name not in EMBEDDINGS_FIGURES]
+        elif figures.path.exists():
+            found.append(EMBEDDINGS)
+        return found
+
     def has_files(self) -> bool:
         """Whether the folder exists and holds anything."""
         return self.path.is_dir() and any(self.path.iterdir())
@@ -280,7 +296,7 @@ class RunFolder:
 
     # -- creating and replacing -----------------------------------------------------------------
     def check_target(self, overwrite: bool, refuse: Callable[["RunFolder"], str | None], occupied: str,
-                     own: Collection[str] | None = None) -> None:
+                     foreign: Callable[["RunFolder"], list[str]] | None = None) -> None:
         """Refuse, before anything is written, a folder that this command may not (re)write.
 
         Args:
@@ -290,9 +306,9 @@ class RunFolder:
                 may be replaced.
             occupied: the message when the folder holds files and
                 ``overwrite`` is not set.
-            own: the names this command writes there; with ``overwrite``,
-                a folder that holds anything else (a person's notes, a run
-                put inside a run) is refused, naming what (``None``: no check).
+            foreign: for a folder that ``overwrite`` would replace, what it
+                holds that this command did not write (a person's notes, a run
+                put inside a run); any is refused, by name (``None``: no check).
 
         Raises:
             OctlmError: with one of those messages, or when the path cannot be
@@ -305,9 +321,9 @@ class RunFolder:
                 raise OctlmError(reason)
             if not overwrite:
                 raise OctlmError(occupied)
-            foreign = [] if own is None else sorted(p.name for p in self.path.iterdir() if p.name not in own and not p.name.startswith("."))
-            if foreign:
-                shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            found = [] if foreign is None else sorted(foreign(self))
+            if found:
+                shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
                 raise OctlmError(f"{self.flag} {self.path}: holds {shown} besides what this command writes; --overwrite replaces only "
                                  f"its own output: move them out, or choose another {self.flag}")
 
@@ -331,7 +347,7 @@ class RunFolder:
             # What is there is a prepared corpus (Ctrl-C or a kill before the first checkpoint): resume uses it.
             occupied = (f"{flag} {path}: holds a run stopped before its first checkpoint (nothing trained was saved); train it on its "
                         f"prepared corpus with `octlm train --resume {shlex.quote(str(path))}`, or pass --overwrite to prepare it anew")
-        self.check_target(overwrite, refuse, occupied, own=RUN_FILES)
+        self.check_target(overwrite, refuse, occupied, foreign=RunFolder.foreign_files)
         if (path / LOCK).exists():
             lock = self.lock()  # raises while another process trains it: --overwrite must not pull it away
             if lock is not None:
@@ -438,4 +454,4 @@ def _json_object(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-__all__ = ["CHECKPOINT", "CONFIG", "RUN_FILES", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "apply_scaling", "load_config", "load_run", "load_weights", "read_json", "save_weights", "weights_state"]
+__all__ = ["CHECKPOINT", "CONFIG", "EMBEDDINGS", "EMBEDDINGS_FIGURES", "RUN_FILES", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "apply_scaling", "load_config", "load_run", "load_weights", "read_json", "save_weights", "weights_state"]

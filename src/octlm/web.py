@@ -227,7 +227,8 @@ def export_site(files: dict[str, bytes], out: str | Path, overwrite: bool = Fals
         return None
 
     folder.check_target(overwrite, refuse, f"--out {out}: holds an earlier export; add --overwrite to replace it, or choose another --out",
-                        own=set(files) | {p.name for p in out.glob("*") if p.is_file() and p.suffix in PAGE_SUFFIXES})
+                        foreign=lambda found: [p.name for p in found.path.iterdir() if not p.name.startswith(".") and p.name not in files
+                                               and not (p.is_file() and p.suffix in PAGE_SUFFIXES)])
     with folder.staged(mode=0o755) as staging:
         for name, data in files.items():
             target = staging / name
