@@ -25,8 +25,8 @@ CHILD = r"""
 import hashlib, json, resource, sys, time
 import numpy as np
 from tokenizers import Tokenizer as HF, decoders, models, pre_tokenizers, trainers
-from octlm import data
-from octlm.tokenizer import END_OF_TEXT, Tokenizer
+from octlm.data import text as data
+from octlm.data.tokenizer import END_OF_TEXT, Tokenizer
 
 mode, corpus, megabytes, vocab = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 base = data.read_documents([corpus])[0][0].text.replace("\n", " ")

@@ -6,8 +6,8 @@ For each size, two texts of the same length and alphabet (base64's 64
 characters): ``no_space`` is one word (a base64 blob, a DNA-like sequence),
 ``spaced`` has a space after every 1 to 10 characters (the baseline, measured
 in the same run). Preparation is what ``octlm train`` does with the text before
-training: BPE training on it (octlm.tokenizer.Tokenizer.train) and encoding it
-(octlm.data.encode_stream). ``ratio`` is no_space / spaced; ``growth`` is each
+training: BPE training on it (octlm.data.tokenizer.Tokenizer.train) and encoding it
+(octlm.data.text.encode_stream). ``ratio`` is no_space / spaced; ``growth`` is each
 size's no_space seconds over the smallest size's, which stays near the size
 ratio when the work is linear.
 """
@@ -19,8 +19,8 @@ import json
 import random
 import time
 
-from octlm import data
-from octlm.tokenizer import Tokenizer
+from octlm.data import text as data
+from octlm.data.tokenizer import Tokenizer
 
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-from octlm.options import TrainOptions
+from octlm.train.options import TrainOptions
 from octlm.report import Reporter
-from octlm.train import train
+from octlm.train.launch import train
 
 
 def sha256(path: Path) -> str:

@@ -6,7 +6,7 @@
 Shapes: the Day-1 decoder (vocab 1,024, d_model 128, 4 heads, 2 layers,
 T 128, batch 32) everywhere, and a GPT-2-small decoder (vocab 50,257,
 d_model 768, 12 heads, 12 layers, T 1,024, batch 16) on CUDA only. Every
-scheme in :data:`octlm.positions.SCHEMES` runs on each shape, untrained, on
+scheme in :data:`octlm.model.positions.schemes.SCHEMES` runs on each shape, untrained, on
 random token ids (speed does not depend on the weights or the text).
 ``--batch-size 16 32`` (or ``--batch-sizes``) runs every shape named at each
 of those batch sizes instead of its own, one after another in the same
@@ -18,8 +18,8 @@ row's ``error`` and the sweep goes on.
 What is timed:
   * a training step: forward, next-token cross entropy, ``zero_grad``,
     backward, gradient clipping at 1.0 and an AdamW step, with octlm's own
-    optimizer (:func:`octlm.optim.make_optimizer`, default options; fused on
-    CUDA) and autocast (:func:`octlm.device.autocast_for` with ``auto``:
+    optimizer (:func:`octlm.train.optim.make_optimizer`, default options; fused on
+    CUDA) and autocast (:func:`octlm.train.device.autocast_for` with ``auto``:
     bfloat16 on CUDA, float32 on CPU). The
     learning rate stays at the peak: no schedule, no data loading, no
     logging, so this is the model's and the optimizer's speed, an upper
@@ -101,11 +101,11 @@ from pathlib import Path
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from octlm import device as octlm_device
-from octlm import optim
-from octlm.model import Decoder, DecoderConfig, cross_entropy
-from octlm.options import TrainOptions
-from octlm.positions import SCHEMES
+from octlm.train import device as octlm_device
+from octlm.train import optim
+from octlm.model.decoder import Decoder, DecoderConfig, cross_entropy
+from octlm.train.options import TrainOptions
+from octlm.model.positions.schemes import SCHEMES
 
 #: The shapes: name -> (DecoderConfig fields, default batch size, needs CUDA).
 SHAPES = {
@@ -246,12 +246,12 @@ class PeakMemory:
 
 
 def make_optimizer(model: Decoder, device: torch.device) -> torch.optim.AdamW:
-    """octlm's own AdamW (:func:`octlm.optim.make_optimizer`) with the default options."""
+    """octlm's own AdamW (:func:`octlm.train.optim.make_optimizer`) with the default options."""
     return optim.make_optimizer(model, TrainOptions(), device)
 
 
 def autocast_for(device: torch.device):
-    """``--dtype auto`` (:func:`octlm.device.autocast_for`): the autocast context and the compute dtype."""
+    """``--dtype auto`` (:func:`octlm.train.device.autocast_for`): the autocast context and the compute dtype."""
     context, name = octlm_device.autocast_for(device, "auto")
     return context, getattr(torch, name)
 

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from octlm.cli import main as octlm_main
-from octlm.data import block_starts, open_tokens
-from octlm.tokenizer import Tokenizer
+from octlm.data.text import block_starts, open_tokens
+from octlm.data.tokenizer import Tokenizer
 
-#: The corpus built into octlm (octlm.corpora), so the benchmark runs on a fresh clone.
+#: The corpus built into octlm (octlm.data.corpora), so the benchmark runs on a fresh clone.
 CORPUS = "tinyshakespeare"
 
 

@@ -27,7 +27,7 @@ settings.load_profile("octlm")
 @pytest.fixture(scope="session")
 def shakespeare(tmp_path_factory) -> Path:
     """tinyshakespeare, the built-in corpus, written out as an ordinary file for tests that need a path."""
-    from octlm.corpora import read_builtin
+    from octlm.data.corpora import read_builtin
 
     path = tmp_path_factory.mktemp("corpus") / "tinyshakespeare.txt"
     path.write_bytes(read_builtin("tinyshakespeare"))

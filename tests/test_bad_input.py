@@ -64,8 +64,8 @@ import torch
 
 from octlm import Decoder, DecoderConfig
 from octlm.cli import main
-from octlm.data import open_tokens
-from octlm.tokenizer import Tokenizer
+from octlm.data.text import open_tokens
+from octlm.data.tokenizer import Tokenizer
 
 TINY = ["--vocab-size", "280", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",
         "--batch-size", "4", "--eval-interval", "50", "--eval-blocks", "4", "--final-eval-blocks", "4", "--sample-tokens", "0",
@@ -199,7 +199,7 @@ def test_sequence_past_the_learned_table(model):
 
 
 def test_infinite_loss_stops_and_reports_the_step(small_corpus, tmp_path, capsys, monkeypatch):
-    import octlm.trainer as train_module
+    import octlm.train.trainer as train_module
 
     real, calls = train_module.cross_entropy, []
 
@@ -320,7 +320,7 @@ def test_repeated_file_is_named(small_corpus, tmp_path, capsys):
 
 def test_a_second_process_cannot_train_the_same_run(tmp_path):
     from octlm.errors import OctlmError
-    from octlm.run import RunFolder
+    from octlm.run.folder import RunFolder
 
     first = RunFolder(tmp_path).lock()  # flock locks belong to an open file, so a second open conflicts even here
     with pytest.raises(OctlmError, match=f"pid {__import__('os').getpid()}.*is training this run"):
@@ -481,7 +481,7 @@ def test_resume_on_a_file_or_an_imported_run(small_corpus, tmp_path, capsys):
 def test_overwrite_refuses_a_run_another_process_is_training(trained_run, small_corpus, tmp_path, capsys):
     import shutil
 
-    from octlm.run import RunFolder
+    from octlm.run.folder import RunFolder
 
     run = tmp_path / "busy"
     shutil.copytree(trained_run, run)
@@ -509,11 +509,11 @@ def test_damaged_token_file_is_named_by_every_reader(trained_run, tmp_path, caps
 
 
 def test_alibi_prompt_too_long_for_memory_is_refused(small_corpus, tmp_path, capsys, monkeypatch):
-    import octlm.device
+    import octlm.train.device
 
     run = tmp_path / "alibi"
     assert main(["train", "--text", str(small_corpus), "--out", str(run), *TINY, "--position", "alibi", "--quiet"]) == 0
-    monkeypatch.setattr(octlm.device, "device_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
+    monkeypatch.setattr(octlm.train.device, "device_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
     assert main(["sample", "--run", str(run), "--prompt", "a" * 400, "--max-new-tokens", "4"]) == 1
     err = capsys.readouterr().err
     assert "ALiBi's bias for that length needs about" in err and "keep it under" in err

@@ -144,18 +144,18 @@ def test_sample_past_the_table_slides_the_window(trained_run, capsys):
 
 
 def test_sample_streams_each_piece_as_it_is_generated(trained_run, capsys, monkeypatch):
-    import octlm.model
+    import octlm.model.decoder
 
     common = ["sample", "--run", str(trained_run), "--prompt", "ROMEO:", "--max-new-tokens", "12", "--seed", "7", "--num-samples", "2"]
     assert main([*common, "--json"]) == 0
     samples = json_lines(capsys.readouterr().out)[-1]["samples"]
-    pick, seen = octlm.model.sample_next, []
+    pick, seen = octlm.model.decoder.sample_next, []
 
     def watched(*args, **kwargs):
         seen.append(sys.stdout.getvalue())  # stdout as it stands when the next token is about to be picked
         return pick(*args, **kwargs)
 
-    monkeypatch.setattr(octlm.model, "sample_next", watched)
+    monkeypatch.setattr(octlm.model.decoder, "sample_next", watched)
     assert main(common) == 0
     out = capsys.readouterr().out
     assert out == "ROMEO:" + samples[0] + "\n" + "-" * 60 + "\nROMEO:" + samples[1] + "\n"
@@ -166,12 +166,12 @@ def test_sample_streams_each_piece_as_it_is_generated(trained_run, capsys, monke
 
 @pytest.mark.parametrize("streamed", [True, False])
 def test_sample_ctrl_c_keeps_the_printed_text(trained_run, capsys, monkeypatch, streamed):
-    import octlm.model
+    import octlm.model.decoder
 
     common = ["sample", "--run", str(trained_run), "--prompt", "ROMEO:", "--seed", "7"]
     assert main([*common, "--max-new-tokens", "5", "--json"]) == 0
     first_five = json_lines(capsys.readouterr().out)[-1]["samples"][0]
-    pick, calls = octlm.model.sample_next, []
+    pick, calls = octlm.model.decoder.sample_next, []
 
     def interrupted_at_the_sixth(*args, **kwargs):
         calls.append(1)
@@ -179,7 +179,7 @@ def test_sample_ctrl_c_keeps_the_printed_text(trained_run, capsys, monkeypatch, 
             raise KeyboardInterrupt
         return pick(*args, **kwargs)
 
-    monkeypatch.setattr(octlm.model, "sample_next", interrupted_at_the_sixth)
+    monkeypatch.setattr(octlm.model.decoder, "sample_next", interrupted_at_the_sixth)
     assert main([*common, "--max-new-tokens", "50", *([] if streamed else ["--quiet"])]) == 130
     out, err = capsys.readouterr()
     assert out == ("ROMEO:" + first_five.rstrip("\ufffd") + "\n" if streamed else "")
@@ -202,7 +202,7 @@ def test_ctrl_c_promises_about_files_only_where_files_are_written(command, args,
     def interrupted(args, report):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(importlib.import_module(f"octlm.commands.{command}"), "run", interrupted)
+    monkeypatch.setattr(importlib.import_module(f"octlm.cli.commands.{command}"), "run", interrupted)
     assert main([command, *args]) == 130
     assert capsys.readouterr().err == message
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from octlm.cli import build_parser, main
-from octlm.length import LengthOptions
-from octlm.positions import SCHEMES
+from octlm.studies.length import LengthOptions
+from octlm.model.positions.schemes import SCHEMES
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ def test_embeddings_out_never_replaces_other_files_or_a_run(trained_run, tmp_pat
 
 
 def test_staging_left_by_a_killed_process_is_removed_and_reported(tmp_path, capsys):
-    from octlm.run import RunFolder
+    from octlm.run.folder import RunFolder
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
     pid = int(dead.stdout)
@@ -124,18 +124,18 @@ def test_token_rule_is_in_the_help(command):
 def test_length_help_shows_no_empty_default_and_reads_naturally():
     help_text = " ".join(build_parser().subcommands["length"].format_help().split())
     assert "(default: [])" not in help_text
-    from octlm.length import DEFAULT_TIME_BUDGET
+    from octlm.studies.length import DEFAULT_TIME_BUDGET
 
     assert "budget 30)" not in help_text and f"(default {DEFAULT_TIME_BUDGET:g};" in help_text
 
 
 def test_each_command_takes_a_declared_options_class():
-    from octlm.bench import BenchOptions
-    from octlm.explore import EmbeddingsOptions
-    from octlm.generation import SampleOptions
-    from octlm.hf import ExportHfOptions, ImportHfOptions
-    from octlm.options import TrainOptions
-    from octlm.web import ExportWebOptions, ServeOptions
+    from octlm.inspect.bench import BenchOptions
+    from octlm.inspect.embeddings import EmbeddingsOptions
+    from octlm.inspect.sample import SampleOptions
+    from octlm.export.hf import ExportHfOptions, ImportHfOptions
+    from octlm.train.options import TrainOptions
+    from octlm.export.web import ExportWebOptions, ServeOptions
 
     parser = build_parser()
     for command, cls in [("sample", SampleOptions), ("bench", BenchOptions), ("embeddings", EmbeddingsOptions), ("serve", ServeOptions),
@@ -148,13 +148,13 @@ def test_each_command_takes_a_declared_options_class():
 
 
 def test_an_interrupted_length_study_says_what_it_keeps_and_how_to_start_again(monkeypatch, small_corpus, tmp_path, capsys):
-    import octlm.length
+    import octlm.studies.length
 
     def stopped_after_one_model(opts, report):
         (Path(opts.out) / "runs" / "rope").mkdir(parents=True)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(octlm.length, "length_study", stopped_after_one_model)
+    monkeypatch.setattr(octlm.studies.length, "length_study", stopped_after_one_model)
     out = tmp_path / "study"
     assert main(["length", "--text", str(small_corpus), "--out", str(out)]) == 130
     err = capsys.readouterr().err

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from octlm import corpora
+from octlm.data import corpora
 from octlm.cli import main
-from octlm.data import read_documents
+from octlm.data.text import read_documents
 from octlm.errors import DataError
 from tests.conftest import REPO
 
@@ -23,7 +23,7 @@ TINYSHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca5
 
 
 def test_shipped_tinyshakespeare_is_the_known_text():
-    shipped = REPO / "src" / "octlm" / "corpora" / "tinyshakespeare.txt.xz"
+    shipped = REPO / "src" / "octlm" / "data" / "corpora" / "tinyshakespeare.txt.xz"
     raw = lzma.decompress(shipped.read_bytes())
     assert hashlib.sha256(raw).hexdigest() == TINYSHAKESPEARE_SHA256
     assert len(raw) == 1_115_394
@@ -34,9 +34,9 @@ def test_shipped_tinyshakespeare_is_the_known_text():
 def test_every_builtin_corpus_is_package_data():
     """A pip install carries the compressed files: pyproject's package data matches each one."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    patterns = pyproject["tool"]["setuptools"]["package-data"]["octlm.corpora"]
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["octlm.data.corpora"]
     for corpus in corpora.BUILTIN_CORPORA.values():
-        assert (REPO / "src" / "octlm" / "corpora" / corpus.filename).is_file()
+        assert (REPO / "src" / "octlm" / "data" / "corpora" / corpus.filename).is_file()
         assert any(fnmatch.fnmatch(corpus.filename, p) for p in patterns), corpus.filename
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from octlm import data
+from octlm.data import text as data
 from octlm.errors import DataError
 
 

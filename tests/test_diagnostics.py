@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from octlm import Decoder, DecoderConfig
-from octlm.diagnostics import cosine_neighbours, nearest_positions, position_vectors
+from octlm.inspect.diagnostics import cosine_neighbours, nearest_positions, position_vectors
 
 
 def test_cosine_neighbours_match_numpy():
@@ -45,11 +45,11 @@ def test_cosine_neighbours_keep_to_the_allowed_rows():
 
 
 def test_the_end_of_run_diagnostic_asks_about_frequent_words_among_seen_tokens(small_corpus, tmp_path):
-    from octlm.diagnostics import token_counts
-    from octlm.options import TrainOptions
+    from octlm.inspect.diagnostics import token_counts
+    from octlm.train.options import TrainOptions
     from octlm.report import Reporter
-    from octlm.run import RunFolder
-    from octlm.train import train
+    from octlm.run.folder import RunFolder
+    from octlm.train.launch import train
 
     run = tmp_path / "run"
     opts = TrainOptions(text=[str(small_corpus)], out=str(run), vocab_size=400, context_length=16, d_model=16, n_heads=2,

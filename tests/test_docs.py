@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from octlm.cli import build_parser
-from octlm.corpora import BUILTIN_CORPORA
+from octlm.data.corpora import BUILTIN_CORPORA
 from tests.conftest import REPO
 
 README = REPO / "README.md"

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from octlm import Decoder, DecoderConfig
-from octlm.evaluate import evaluate, evenly_spaced
-from octlm.tokenizer import Tokenizer
+from octlm.train.evaluate import evaluate, evenly_spaced
+from octlm.data.tokenizer import Tokenizer
 
 
 def test_bits_per_byte_matches_direct_computation(shakespeare):

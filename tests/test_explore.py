@@ -14,8 +14,8 @@ import torch
 from octlm import Decoder, DecoderConfig
 from octlm.cli import main
 from octlm.errors import RunError
-from octlm.diagnostics import cosine_similarity_matrix
-from octlm.explore import loss_curve, pca_2d, run_position_vectors, token_counts
+from octlm.inspect.diagnostics import cosine_similarity_matrix
+from octlm.inspect.embeddings import loss_curve, pca_2d, run_position_vectors, token_counts
 from tests.test_cli import TINY, json_lines
 
 
@@ -93,7 +93,7 @@ def test_position_vectors_per_scheme(scheme):
 
 
 def test_embeddings_command_neighbours_and_figures(trained_run, tmp_path, capsys):
-    from octlm.run import load_run
+    from octlm.run.folder import load_run
 
     model, tokenizer = load_run(trained_run)
     text_token = next(tokenizer.token_str(i) for i in range(257, 300) if len(tokenizer.encode(tokenizer.token_str(i))) == 1)
@@ -146,8 +146,8 @@ def test_every_token_stand_in_has_a_glyph_in_the_figure_font(tmp_path):
     from matplotlib import font_manager
     from matplotlib.ft2font import FT2Font
 
-    from octlm.figures import pca_figure, save_png
-    from octlm.tokenizer import _VISIBLE
+    from octlm.inspect.figures import pca_figure, save_png
+    from octlm.data.tokenizer import _VISIBLE
 
     font = font_manager.findfont(font_manager.FontProperties(), fallback_to_default=False)
     charmap = FT2Font(font).get_charmap()
@@ -167,7 +167,7 @@ def test_tokens_no_font_can_draw_are_labelled_by_code_point_without_warnings(tmp
     """CJK and emoji tokens: drawn with a font that has them, else as \\uXXXX, never as boxes."""
     import warnings
 
-    from octlm.figures import font_coverage, pca_figure, save_png, shown_label
+    from octlm.inspect.figures import font_coverage, pca_figure, save_png, shown_label
 
     labels = ["世界", "\U0001f600!", " é", "a$b"]
     for label in labels:
@@ -190,7 +190,7 @@ def test_tokens_no_font_can_draw_are_labelled_by_code_point_without_warnings(tmp
 
 
 def test_a_font_that_has_the_glyph_is_asked_for(monkeypatch):
-    from octlm import figures
+    from octlm.inspect import figures
 
     monkeypatch.setattr(figures, "font_coverage", lambda: (("DejaVu Sans", frozenset(map(ord, "ab"))), ("Noto Sans CJK JP", frozenset([ord("世")]))))
     assert figures.shown_label("a世\U0001f600") == ("a世\\U0001f600", ["DejaVu Sans", "Noto Sans CJK JP"])

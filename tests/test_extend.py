@@ -12,8 +12,8 @@ import torch
 
 from octlm.cli import main
 from octlm.errors import OctlmError
-from octlm.extend import interpolate_table
-from octlm.run import RunFolder, load_run
+from octlm.train.init_from import interpolate_table
+from octlm.run.folder import RunFolder, load_run
 
 T = 16
 TINY = ["--vocab-size", "280", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "4",
@@ -35,12 +35,12 @@ def sources(tmp_path_factory, small_corpus):
 
 
 def _setup_trainer(opts):
-    from octlm import distributed
+    from octlm.train import distributed
     from octlm.report import Reporter
-    from octlm.train import train  # noqa: F401  (the entry point resolves options the same way)
-    from octlm.extend import init_from_options
-    from octlm.options import check_options, given_options
-    from octlm.trainer import Trainer
+    from octlm.train.launch import train  # noqa: F401  (the entry point resolves options the same way)
+    from octlm.train.init_from import init_from_options
+    from octlm.train.options import check_options, given_options
+    from octlm.train.trainer import Trainer
 
     opts = init_from_options(opts, given_options(opts))
     check_options(opts)
@@ -52,7 +52,7 @@ def _setup_trainer(opts):
 
 @pytest.mark.parametrize("factor", [1, 2])
 def test_init_from_keeps_tokenizer_and_weights_at_step_0(sources, small_corpus, tmp_path, factor):
-    from octlm.options import TrainOptions
+    from octlm.train.options import TrainOptions
 
     for position in ("learned", "rope"):
         source = sources / position
@@ -133,7 +133,7 @@ def test_scaling_options_are_checked(sources, small_corpus, tmp_path, capsys):
         assert main([*base, *extra]) != 0
         assert says in capsys.readouterr().err
     with pytest.raises(OctlmError, match="no such run folder"):
-        from octlm.extend import source_config
+        from octlm.train.init_from import source_config
 
         source_config(tmp_path / "missing")
 
@@ -193,7 +193,7 @@ def test_same_seed_same_numbers_other_seed_differs(extended):
 
 def test_the_default_study_fine_tunes_at_4x_and_extend_to_0_turns_it_off(tmp_path, small_corpus, capsys):
     from octlm.cli import build_parser, options_from
-    from octlm.length import DEFAULT_EXTEND_TO, LengthOptions
+    from octlm.studies.length import DEFAULT_EXTEND_TO, LengthOptions
 
     defaults = options_from(build_parser().parse_args(["length", "--text", "x.txt", "--out", "s"]), LengthOptions)
     assert defaults.extend_to == DEFAULT_EXTEND_TO == 4 and 4 in defaults.resolved().multipliers

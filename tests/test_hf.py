@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from octlm.cli import main
-from octlm.hf import InteropError, export_hf, import_hf
-from octlm.run import load_run
-from octlm.tokenizer import Tokenizer
+from octlm.export.hf import InteropError, export_hf, import_hf
+from octlm.run.folder import load_run
+from octlm.data.tokenizer import Tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is read from local folders
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel  # noqa: E402  (in the test extra)
@@ -73,8 +73,8 @@ def test_export_then_import_gives_back_the_same_weights(trained_run, exported, t
 
 @pytest.mark.parametrize("position", ["rope", "alibi", "sinusoidal", "none"])
 def test_gpt2_refuses_positions_it_lacks(position):
-    from octlm.hf import gpt2_config
-    from octlm.model import DecoderConfig
+    from octlm.export.hf import gpt2_config
+    from octlm.model.decoder import DecoderConfig
 
     with pytest.raises(InteropError) as err:
         gpt2_config(DecoderConfig(vocab_size=64, d_model=16, n_heads=2, position=position), 0)

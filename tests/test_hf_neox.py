@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from octlm.cli import main
-from octlm.hf import InteropError, export_hf, import_hf
-from octlm.model import Decoder, DecoderConfig
-from octlm.positions import alibi_slopes
-from octlm.rope_scaling import ntk_theta
-from octlm.run import RunFolder, load_run, save_weights
-from octlm.tokenizer import Tokenizer
+from octlm.export.hf import InteropError, export_hf, import_hf
+from octlm.model.decoder import Decoder, DecoderConfig
+from octlm.model.positions.schemes import alibi_slopes
+from octlm.model.positions.rope_scaling import ntk_theta
+from octlm.run.folder import RunFolder, load_run, save_weights
+from octlm.data.tokenizer import Tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM  # noqa: E402

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from octlm.checkpoint import config_digest
+from octlm.train.checkpoint import config_digest
 from octlm.cli import build_parser, main
 from octlm.errors import OctlmError
-from octlm.length import LengthOptions
-from octlm.options import Bound, Resume, TrainOptions, checked_values, field_types, flag, option_default, resume_options
+from octlm.studies.length import LengthOptions
+from octlm.train.options import Bound, Resume, TrainOptions, checked_values, field_types, flag, option_default, resume_options
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainOptions)}
 BOUNDED = sorted(name for name, f in FIELDS.items() if f.metadata["bounds"] is not None)

@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from octlm.parity import fixtures_json, main, parity_fixtures
+from octlm.export.parity import fixtures_json, main, parity_fixtures
 from tests.conftest import REPO
 
 FIXTURE = REPO / "web" / "test" / "fixtures" / "parity.json"
@@ -35,11 +35,11 @@ def drift(committed, fresh, path="$"):
 
 
 def test_committed_fixtures_match_python():
-    assert FIXTURE.is_file(), f"{FIXTURE} is missing; write it with `python -m octlm.parity {FIXTURE.relative_to(REPO)}`"
+    assert FIXTURE.is_file(), f"{FIXTURE} is missing; write it with `python -m octlm.export.parity {FIXTURE.relative_to(REPO)}`"
     differences = drift(json.loads(FIXTURE.read_text()), json.loads(fixtures_json()))
     assert not differences, (
         f"{FIXTURE.relative_to(REPO)} drifted from the Python formulas ({len(differences)} differences, first: "
-        f"{differences[:3]}); regenerate it with `python -m octlm.parity {FIXTURE.relative_to(REPO)}` and rerun Vitest"
+        f"{differences[:3]}); regenerate it with `python -m octlm.export.parity {FIXTURE.relative_to(REPO)}` and rerun Vitest"
     )
 
 

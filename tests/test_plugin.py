@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from octlm import Decoder, DecoderConfig
-from octlm.positions import SCHEMES, PositionScheme, register
+from octlm.model.positions.schemes import SCHEMES, PositionScheme, register
 from tests.test_generate import test_a_chunk_of_tokens_on_top_of_a_cache as chunk_check
 from tests.test_generate import test_cached_logits_equal_full_recompute_at_every_step as cache_check
 from tests.test_generate import test_greedy_generation_is_the_same_with_and_without_the_cache as greedy_check
@@ -69,7 +69,7 @@ def test_cached_decoding_equals_recompute(toy, prompt_length):
 
 
 def test_explorer_has_no_vectors_and_a_note(toy):
-    from octlm.explore import position_note, run_position_vectors
+    from octlm.inspect.embeddings import position_note, run_position_vectors
 
     assert run_position_vectors(small(toy)) is None
     assert position_note(toy) == "This run's scheme (toy) adds no position vectors."
@@ -77,8 +77,8 @@ def test_explorer_has_no_vectors_and_a_note(toy):
 
 def test_cli_and_length_study_take_it_from_the_registry(toy):
     from octlm.cli import build_parser, options_from
-    from octlm.length import LengthOptions, check_options
-    from octlm.positions import SCHEME_NAMES
+    from octlm.studies.length import LengthOptions, check_options
+    from octlm.model.positions.schemes import SCHEME_NAMES
 
     assert "toy" in SCHEME_NAMES and list(SCHEME_NAMES) == sorted(SCHEMES)
     assert build_parser().parse_args(["train", "--position", toy]).position == toy
@@ -99,21 +99,21 @@ def test_cli_and_length_study_take_it_from_the_registry(toy):
 
 
 def test_sample_memory_check_counts_its_score_bias(toy, monkeypatch):
-    import octlm.device
-    from octlm.generation import check_bias_memory
+    import octlm.train.device
+    from octlm.inspect.sample import check_bias_memory
     from octlm.errors import OctlmError
 
     model = small(toy)
     assert model.positions.score_bias_bytes(4, 100) == 12 * 4 * 100**2
     assert small("rope").positions.score_bias_bytes(4, 100) == 0
-    monkeypatch.setattr(octlm.device, "device_memory_bytes", lambda device: 2**20)
+    monkeypatch.setattr(octlm.train.device, "device_memory_bytes", lambda device: 2**20)
     with pytest.raises(OctlmError, match="the toy's bias for that length needs about .* keep it under 147 tokens"):
         check_bias_memory(model, 400, torch.device("cpu"))
     check_bias_memory(model, 100, torch.device("cpu"))
 
 
 def test_rope_scaling_and_gpt2_export_refuse_it(toy):
-    from octlm.hf import InteropError, gpt2_config
+    from octlm.export.hf import InteropError, gpt2_config
 
     model = small(toy)
     with pytest.raises(ValueError, match=r"RoPE scaling \(linear\) needs position='rope'( or '[a-z0-9]+')*; this model uses position='toy'"):

@@ -19,13 +19,13 @@ import pytest
 import torch
 
 from octlm import fileio
-from octlm.checkpoint import CHECKPOINT, CheckpointError, load_checkpoint, model_tensors
+from octlm.train.checkpoint import CHECKPOINT, CheckpointError, load_checkpoint, model_tensors
 from octlm.cli import main
-from octlm.options import TrainOptions
+from octlm.train.options import TrainOptions
 from octlm.report import Reporter
-from octlm.run import load_run
-from octlm.train import train
-from octlm.trainer import TrainingError
+from octlm.run.folder import load_run
+from octlm.train.launch import train
+from octlm.train.trainer import TrainingError
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
@@ -277,7 +277,7 @@ def test_restating_the_runs_own_options_is_fine(reference, tmp_path, capsys):
 
 def poison_the_loss(monkeypatch, step: int) -> None:
     """Make the training loss of ``step`` NaN (the trainer's cross_entropy is called once per step)."""
-    import octlm.trainer as train_module
+    import octlm.train.trainer as train_module
 
     real, calls = train_module.cross_entropy, []
 
@@ -329,7 +329,7 @@ def test_a_run_from_an_older_octlm_resumes_twice(reference, tmp_path, capsys):
     # and the next resume must still accept the run.
     import shutil
 
-    from octlm.checkpoint import config_digest
+    from octlm.train.checkpoint import config_digest
     from octlm.fileio import atomic_write
     from safetensors import safe_open
     from safetensors.torch import save
@@ -349,7 +349,7 @@ def test_a_run_from_an_older_octlm_resumes_twice(reference, tmp_path, capsys):
 
 
 def test_quiet_report_of_an_interrupted_run_still_says_how_to_resume(trained_run):
-    from octlm.train import final_report
+    from octlm.train.launch import final_report
 
     result = {"run_dir": str(trained_run), "steps": 12, "train_seconds": 3.0, "tokens_per_second": 1000.0, "epochs": 0.1,
               "interrupted": True, "val_loss": 5.0, "val_perplexity": 148.4, "val_bpb": 2.5, "val_tokens": 100}
@@ -375,7 +375,7 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_from_step_0(reference
 
 
 def test_ctrl_c_during_the_final_evaluation_still_says_how_to_resume(small_corpus, tmp_path, monkeypatch, capsys):
-    import octlm.trainer as trainer_module
+    import octlm.train.trainer as trainer_module
 
     run = tmp_path / "run"
     real = trainer_module.evaluate
@@ -397,11 +397,11 @@ def test_ctrl_c_during_the_final_evaluation_still_says_how_to_resume(small_corpu
     assert load_checkpoint(run / CHECKPOINT).step == 7
 
 
-#: octlm train in a child whose ``octlm.trainer.<name>`` first prints PAUSED and sleeps (once the file
+#: octlm train in a child whose ``octlm.train.trainer.<name>`` first prints PAUSED and sleeps (once the file
 #: ``after`` exists, when one is given): a Ctrl-C sent then lands in that phase every time, not by luck.
 PAUSING_CHILD = """
 import os, sys, time
-import octlm.trainer as trainer
+import octlm.train.trainer as trainer
 name, after = sys.argv[1], sys.argv[2]
 real = getattr(trainer, name)
 def paused(*args, **kwargs):
@@ -495,7 +495,7 @@ def test_a_stop_on_the_last_step_leaves_the_full_final_evaluation_to_resume(refe
 @pytest.fixture
 def deferred_sync(monkeypatch):
     """The GPU path on this CPU: losses and norms stay on the device until a log, evaluation or save."""
-    import octlm.trainer as trainer_module
+    import octlm.train.trainer as trainer_module
 
     monkeypatch.setattr(trainer_module, "defers_host_sync", lambda device, group: True)
 
@@ -521,7 +521,7 @@ def test_the_gpu_paths_nan_guard_keeps_the_checkpoint_before_the_first_bad_step(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not __import__("octlm.device", fromlist=["x"]).has_cpp_compiler(), reason="torch.compile on a CPU needs a C++ compiler")
+@pytest.mark.skipif(not __import__("octlm.train.device", fromlist=["x"]).has_cpp_compiler(), reason="torch.compile on a CPU needs a C++ compiler")
 def test_a_compiled_run_trains_the_eager_runs_weights_and_resumes_eagerly(small_corpus, tmp_path):
     # Inductor fuses and reorders float arithmetic, so the bits may differ from eager: the same to float32 rounding.
     # Without dropout: compiled code draws its masks from another generator (Philox), so they differ by design.
@@ -540,7 +540,7 @@ def test_a_compiled_run_trains_the_eager_runs_weights_and_resumes_eagerly(small_
 
 
 def test_compile_settings_resolve_per_device(monkeypatch):
-    from octlm import device as device_module
+    from octlm.train import device as device_module
     from octlm.errors import OctlmError
 
     cpu, cuda, big = torch.device("cpu"), torch.device("cuda"), device_module.COMPILE_FLOPS_PER_STEP
@@ -566,10 +566,10 @@ def test_compile_alone_means_on():
     assert parser.parse_args(["train", "--compile", "off"]).compile == "off"
 
 
-@pytest.mark.parametrize("position", sorted(__import__("octlm.positions", fromlist=["SCHEMES"]).SCHEMES))
+@pytest.mark.parametrize("position", sorted(__import__("octlm.model.positions.schemes", fromlist=["SCHEMES"]).SCHEMES))
 def test_deterministic_mode_has_a_kernel_for_every_scheme_here(position):
     # --deterministic is strict: an operator without a deterministic kernel would stop the run.
-    from octlm.model import Decoder, DecoderConfig, cross_entropy
+    from octlm.model.decoder import Decoder, DecoderConfig, cross_entropy
 
     model = Decoder(DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=1, position=position))
     ids = torch.randint(0, 64, (2, 17))

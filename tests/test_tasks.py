@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from octlm.tasks import DIGITS, FILLER, PASSKEY_DIGITS, TASKS
+from octlm.studies.tasks import DIGITS, FILLER, PASSKEY_DIGITS, TASKS
 
 
 def draw(name, size, count=64, max_size=40, seed=0):
@@ -68,7 +68,7 @@ def test_sizes_outside_the_range_are_refused():
 
 
 def test_training_sizes_are_1_to_L_only(monkeypatch):
-    from octlm import task_study
+    from octlm.studies import task as task_study
 
     seen = []
     real = TASKS["copy"].make
@@ -79,7 +79,7 @@ def test_training_sizes_are_1_to_L_only(monkeypatch):
 
 
 def test_a_small_model_learns_copy_beyond_chance():
-    from octlm.task_study import exact_match, train_task_model
+    from octlm.studies.task import exact_match, train_task_model
 
     opts = SimpleNamespace(task_length=2, d_model=32, n_heads=2, n_layers=2, max_steps=150, learning_rate=1e-2, batch_size=32)
     model, record = train_task_model(TASKS["copy"], "rope", 0, opts, torch.device("cpu"))
@@ -111,10 +111,10 @@ def test_the_study_writes_its_table_plot_and_jsonl(tmp_path, capsys):
 
 def test_the_task_study_has_its_own_defaults_and_flags_still_win():
     from octlm.cli import build_parser, options_from
-    from octlm.length import LengthOptions
-    from octlm.options import TrainOptions
-    from octlm.positions import SCHEMES, length_study_schemes
-    from octlm.task_study import TASK_DEFAULTS, TASK_SEEDS
+    from octlm.studies.length import LengthOptions
+    from octlm.train.options import TrainOptions
+    from octlm.model.positions.schemes import SCHEMES, length_study_schemes
+    from octlm.studies.task import TASK_DEFAULTS, TASK_SEEDS
 
     text, task = LengthOptions(), LengthOptions(task="copy")
     train = TrainOptions()
@@ -132,7 +132,7 @@ def test_help_and_docs_give_the_measured_task_study(capsys):
     import re
 
     from octlm.cli import main
-    from octlm.task_study import TASK_SEEDS, TASK_STEPS
+    from octlm.studies.task import TASK_SEEDS, TASK_STEPS
     from tests.conftest import REPO
 
     docs = " ".join((REPO / "docs" / "length-study.md").read_text(encoding="utf-8").split())

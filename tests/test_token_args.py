@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from octlm.bench import parse_token
+from octlm.inspect.bench import parse_token
 from octlm.cli import main
 from octlm.errors import OctlmError
-from octlm.tokenizer import Tokenizer
+from octlm.data.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_a_text_of_several_byte_tokens_is_named_once_escaped(tokenizer):
 
 
 def test_one_position_gets_a_word_not_an_empty_line():
-    from octlm.diagnostics import format_diagnostic
+    from octlm.inspect.diagnostics import format_diagnostic
 
     text = format_diagnostic({"tokens": [], "positions": []}, "learned")
     assert "nearest positions: n/a (the model has one position)" in text

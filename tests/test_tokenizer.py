@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from octlm.tokenizer import END_OF_TEXT, Tokenizer, byte_alphabet, pretoken_chunks
+from octlm.data.tokenizer import END_OF_TEXT, Tokenizer, byte_alphabet, pretoken_chunks
 from tokenizers import pre_tokenizers
 
 
@@ -101,7 +101,7 @@ def test_training_on_pieces_learns_the_same_merges(shakespeare):
 
 
 def test_visible_token_marks_whitespace_and_controls():
-    from octlm.tokenizer import visible_token
+    from octlm.data.tokenizer import visible_token
 
     assert visible_token(" the\n\t\r") == "␣the↵⇥⇤"
     assert visible_token("a\x06") == "a\\x06"
@@ -113,7 +113,7 @@ def test_visible_token_marks_whitespace_and_controls():
 def test_labels_and_printed_text_hold_no_control_characters(text):
     import unicodedata
 
-    from octlm.tokenizer import printable_text, visible_token
+    from octlm.data.tokenizer import printable_text, visible_token
 
     label = visible_token(text)
     assert not any(unicodedata.category(c) == "Cc" for c in label)
@@ -127,7 +127,7 @@ def test_labels_and_printed_text_hold_no_control_characters(text):
 
 
 def test_text_stream_holds_a_character_split_over_tokens(tokenizer):
-    from octlm.tokenizer import TextStream
+    from octlm.data.tokenizer import TextStream
 
     ids = tokenizer.encode("a世é")
     assert [tokenizer.token_bytes(i) for i in ids[1:4]] == [b"\xe4", b"\xb8", b"\x96"]  # one character, three tokens
@@ -142,7 +142,7 @@ def test_text_stream_holds_a_character_split_over_tokens(tokenizer):
 
 @given(text=st.text())
 def test_text_stream_pieces_add_up_to_the_decoded_text(tokenizer, text):
-    from octlm.tokenizer import TextStream
+    from octlm.data.tokenizer import TextStream
 
     stream = TextStream(tokenizer)
     pieces = [stream.push(i) for i in tokenizer.encode(text)]
@@ -154,7 +154,7 @@ def test_text_stream_pieces_add_up_to_the_decoded_text(tokenizer, text):
 @given(data=st.data())
 def test_text_stream_of_any_ids_adds_up_to_decode(tokenizer, data):
     # Arbitrary ids, so stray continuation bytes and cut characters come in any order.
-    from octlm.tokenizer import TextStream
+    from octlm.data.tokenizer import TextStream
 
     ids = data.draw(st.lists(st.integers(0, tokenizer.vocab_size - 1), max_size=40))
     stream = TextStream(tokenizer)
@@ -187,7 +187,7 @@ def test_saved_tokenizer_keeps_the_marker_id_and_its_text(tokenizer, tmp_path):
 
 
 def test_training_pieces_cut_only_runs_longer_than_the_limit():
-    from octlm.tokenizer import training_pieces
+    from octlm.data.tokenizer import training_pieces
 
     prose = "The quick brown fox, 12345 jumps_over; the lazy dog.\n" * 50
     assert list(training_pieces(prose, max_word=8)) == [prose]  # no run of one class reaches 8
@@ -204,7 +204,7 @@ def test_bpe_training_never_sees_a_word_longer_than_the_limit(alphabet):
     back to the text."""
     import random
 
-    from octlm.tokenizer import MAX_TRAINING_WORD, training_pieces
+    from octlm.data.tokenizer import MAX_TRAINING_WORD, training_pieces
 
     rng = random.Random(0)
     text = "".join(rng.choice(alphabet) for _ in range(50_000))

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from octlm.cli import main
-from octlm.options import TrainOptions
-from octlm.optim import lr_at
+from octlm.train.options import TrainOptions
+from octlm.train.optim import lr_at
 
 
 @pytest.mark.slow
@@ -71,7 +71,7 @@ def test_a_warmup_not_below_the_runs_steps_is_refused(small_corpus, tmp_path, ca
 @pytest.mark.parametrize("flags,warmup", [(["--max-steps", "30"], 3), (["--max-steps", "50"], 5), (["--max-steps", "60"], 50),
                                           (["--max-steps", "30", "--warmup-steps", "7"], 7)])
 def test_the_default_warmup_fits_the_run_and_config_json_records_it(flags, warmup):
-    from octlm.options import check_options, resolved
+    from octlm.train.options import check_options, resolved
 
     opts = TrainOptions(**{name.lstrip("-").replace("-", "_"): int(value) for name, value in zip(flags[::2], flags[1::2])})
     check_options(opts)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from octlm.cli import main
 from octlm.errors import OctlmError
-from octlm.web import PAGE_FILES, RUN_DATA, export_site, host_name, is_loopback, make_server, resolve_path, site_files
+from octlm.export.web import PAGE_FILES, RUN_DATA, export_site, host_name, is_loopback, make_server, resolve_path, site_files
 
 
 def parse_run_data(script: bytes) -> dict:
@@ -38,7 +38,7 @@ def unpack(packed: dict) -> np.ndarray:
 @pytest.fixture(scope="module")
 def served(trained_run):
     """A server on a free loopback port, in this process, serving the trained run."""
-    from octlm.web import load_view
+    from octlm.export.web import load_view
 
     files = site_files(load_view(trained_run))
     server = make_server(files, "127.0.0.1", 0)
@@ -76,7 +76,7 @@ def test_serves_the_page_and_the_run(served, trained_run):
 
 def test_run_data_is_the_run(served, trained_run):
     """The data the page gets, against the run loaded independently."""
-    from octlm.run import load_run
+    from octlm.run.folder import load_run
 
     port, _ = served
     _, _, body = request(port, f"/{RUN_DATA}")
@@ -229,14 +229,14 @@ def test_export_web_overwrite_replaces_an_export(trained_run, tmp_path):
 
 
 def test_missing_built_page_is_a_clear_error(tmp_path):
-    from octlm.web import page_files
+    from octlm.export.web import page_files
 
     with pytest.raises(OctlmError, match="npm run build"):
         page_files(tmp_path)
 
 
 def test_run_data_escapes_script_end():
-    from octlm.web import run_data_script
+    from octlm.export.web import run_data_script
 
     script = run_data_script({"tokens": ["</script><script>alert(1)</script>"]})
     assert b"</script>" not in script
@@ -244,7 +244,7 @@ def test_run_data_escapes_script_end():
 
 
 def test_built_page_is_package_data():
-    from octlm.web import WEB_DIST
+    from octlm.export.web import WEB_DIST
 
     assert WEB_DIST == Path(__import__("octlm").__file__).parent / "web_dist"
     for name in PAGE_FILES:

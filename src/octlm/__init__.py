@@ -1,7 +1,7 @@
 """octlm: a small language-model lab about token embeddings and position encodings."""
 
-from octlm.model import Decoder, DecoderConfig, KVCache
-from octlm.positions import alibi_slopes, sinusoidal_positions
+from octlm.model.decoder import Decoder, DecoderConfig, KVCache
+from octlm.model.positions.schemes import alibi_slopes, sinusoidal_positions
 
 __version__ = "0.1.0"
 
@@ -11,7 +11,7 @@ __all__ = ["Decoder", "DecoderConfig", "KVCache", "__version__", "alibi_slopes",
 def __getattr__(name: str):
     # load_run pulls in tokenizers and safetensors; keep `import octlm` light.
     if name == "load_run":
-        from octlm.run import load_run
+        from octlm.run.folder import load_run
 
         return load_run
     raise AttributeError(f"module 'octlm' has no attribute {name!r}")

@@ -3,7 +3,7 @@
 :func:`option` makes such a field, :func:`same_as` declares another command's
 option again, :class:`Bound` is a range with the message that names it, and
 :func:`check_fields` checks a whole options object against its declarations.
-:mod:`octlm.options` declares the training options with them, and each other
+:mod:`octlm.train.options` declares the training options with them, and each other
 command's options sit beside the function that takes them.
 """
 

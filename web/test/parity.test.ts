@@ -1,4 +1,4 @@
-// The page's formulas against the numbers Python exported (python -m octlm.parity).
+// The page's formulas against the numbers Python exported (python -m octlm.export.parity).
 import { describe, expect, it } from "vitest";
 import fixtures from "./fixtures/parity.json";
 import {

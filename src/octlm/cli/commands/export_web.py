@@ -1,0 +1,30 @@
+"""``octlm export-web``."""
+
+from __future__ import annotations
+
+import argparse
+
+from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
+from octlm.report import Reporter
+from octlm.export.web import ExportWebOptions
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "export-web",
+        help="write the explainer page with a run's data, to open from disk",
+        formatter_class=Formatter,
+        description="Write the page octlm serve shows, with the run's data embedded, into a folder: open\n"
+        "OUT/index.html in a browser straight from disk (no server, no network).",
+        epilog="example:\n  octlm export-web --run runs/shakespeare --out shakespeare-page",
+    )
+    add_dataclass_options(p, ExportWebOptions)
+    add_common(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, report: Reporter) -> int:
+    from octlm.export.web import export_web
+
+    export_web(options_from(args, ExportWebOptions), report)
+    return 0

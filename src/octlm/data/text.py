@@ -1,0 +1,481 @@
+"""From text files to packed blocks of token ids.
+
+The path a corpus takes: read the files (strict UTF-8, nothing dropped
+silently), split each file into its first 90% for training and last 10% for
+validation, train the tokenizer on the training part only, encode both parts
+into token streams with ``<|endoftext|>`` between documents, store each stream
+as a numpy memmap, and cut it into full blocks of ``context_length + 1``
+tokens (inputs and shifted targets), so that every position row trains.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import sysconfig
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from octlm.data.corpora import BUILTIN_CORPORA, BuiltinCorpus, builtin_corpus, read_builtin
+from octlm.errors import DataError
+from octlm.fileio import atomic_write
+
+#: Folders of the standard library that hold test suites or third-party code.
+_NOT_STDLIB = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
+_BINARY_SNIFF_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class Document:
+    """One source file: its display path, text and the identity of its bytes."""
+
+    path: str
+    text: str
+    n_bytes: int
+    sha256: str
+
+
+def default_corpus_root() -> Path:
+    """The running interpreter's standard library folder (the embedded default corpus)."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def default_corpus_files() -> list[Path]:
+    """The standard library's ``.py`` files outside its test suites, sorted by path.
+
+    Every Python installation has them, they are written by people, and the
+    order is fixed, so the default run is reproducible on one interpreter.
+    """
+    root = default_corpus_root()
+    files = []
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).parts[:-1]
+        if any(part in _NOT_STDLIB or part.startswith(".") for part in parts):
+            continue
+        files.append(path)
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+#: Folders of installed code and caches, never a person's text.
+_SKIPPED_FOLDERS = {"__pycache__", "node_modules"}
+
+#: Why a folder met while walking ``--text`` is not the person's text (e.g. an earlier run's
+#: output, which :mod:`octlm.data.corpus` recognises), or None to read it.
+FolderRule = Callable[[Path], "str | None"]
+
+
+def _folder_files(folder: Path, skipped: list[dict], skip_folder: FolderRule | None) -> list[Path]:
+    files = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIPPED_FOLDERS)
+        if skip_folder is not None and (reason := skip_folder(Path(dirpath))):
+            skipped.append({"path": dirpath, "reason": reason})
+            dirnames[:] = []
+            continue
+        files.extend(Path(dirpath, f) for f in filenames if not f.startswith("."))
+    return sorted(files, key=lambda p: p.as_posix())
+
+
+def _wide_encoding(encoding: str) -> bool:
+    # UTF-16 and UTF-32 hold NUL bytes in ordinary text, so only their decoded text can tell.
+    name = encoding.lower().replace("_", "-")
+    return name.startswith(("utf-16", "utf-32", "utf16", "utf32"))
+
+
+def _looks_binary(raw: bytes, encoding: str = "utf-8") -> bool:
+    if _wide_encoding(encoding):
+        return False
+    return b"\x00" in raw[:_BINARY_SNIFF_BYTES]
+
+
+def decode_text(raw: bytes, path: str, encoding: str = "utf-8") -> str:
+    """Decode a file's bytes strictly; a byte-order mark is dropped, line endings are kept.
+
+    Raises:
+        DataError: naming the file and the byte offset of the first byte that
+            is not valid in ``encoding``, with the ``--encoding`` fix.
+    """
+    codec = "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
+    try:
+        return raw.decode(codec)
+    except UnicodeDecodeError as err:
+        raise DataError(
+            f"{path}: not valid {encoding} at byte offset {err.start} (byte 0x{raw[err.start]:02x}); "
+            f"if the file uses another encoding, pass it, e.g. --encoding cp1252 or --encoding latin-1"
+        ) from None
+    except LookupError:
+        check_encoding(encoding)
+        raise  # not reached: check_encoding raises for every codec that raised here
+
+
+def check_encoding(encoding: str) -> None:
+    """Raise :class:`DataError` unless ``encoding`` names a Python text codec."""
+    try:
+        b"a".decode(encoding)  # unknown names and codecs that are not text (rot13, base64) raise LookupError
+    except UnicodeDecodeError:
+        pass  # a real text codec (UTF-16 wants two bytes)
+    except LookupError:
+        raise DataError(f"--encoding {encoding}: unknown text encoding; use a Python codec name such as utf-8 or cp1252") from None
+
+
+def _given_candidates(paths: Sequence[str | Path], skipped: list[dict], skip_folder: FolderRule | None) -> tuple[list[tuple], list[dict]]:
+    """What each ``--text`` argument names: ``(path or built-in, shown, from_folder)`` and the built-ins used.
+
+    A path that exists on disk wins over a built-in corpus of the same name,
+    so a person's own ``tinyshakespeare`` folder is never shadowed.
+    """
+    candidates: list[tuple] = []
+    builtins: list[dict] = []
+    for given in paths:
+        if not str(given):
+            # Path("") is ".", which would quietly read the whole current folder.
+            raise DataError("--text got an empty path ''; give a file or folder (. for the current folder)")
+        path = Path(given)
+        if path.is_dir():
+            found = _folder_files(path, skipped, skip_folder)
+            candidates.extend((f, str(f), True) for f in found)
+            if not found:
+                raise DataError(f"{path}: folder holds no files; give a folder of text files or the files themselves")
+        elif path.is_file():
+            candidates.append((path, str(path), False))
+        elif path.exists():
+            raise DataError(f"{path}: not a regular file or folder")
+        elif (broken := _broken_link(path)) is not None:
+            raise DataError(broken)
+        elif (shipped := builtin_corpus(str(given))) is not None:
+            candidates.append((shipped, shipped.name, False))
+            builtins.append({"name": shipped.name, "sha256": shipped.sha256, "source": shipped.source})
+        else:
+            raise DataError(f"{path}: no such file or folder (built-in corpora: {', '.join(BUILTIN_CORPORA)})")
+    return candidates, builtins
+
+
+def _broken_link(path: Path) -> str | None:
+    """For a path that does not resolve because of a symbolic link (a loop, or a link to nothing): the message; else ``None``.
+
+    ``Path.exists`` is False for both, which would read as "no such file"
+    while ``ls`` shows the link; a link on disk also wins over a built-in name.
+    """
+    try:
+        os.stat(path)
+    except OSError as err:
+        target = os.readlink(path) if path.is_symlink() else None
+        if err.errno == errno.ELOOP and target is None:
+            return (f"{path}: a symbolic link loop in the path (a link above it leads back to itself); "
+                    f"fix that link or give --text the real path")
+        if err.errno == errno.ELOOP:
+            return (f"{path}: a symbolic link loop ({path} -> {target} leads back to itself and never reaches a file or folder); "
+                    f"point it at the real text (ln -sfn TARGET {path}) or give --text the real path")
+        if target is not None:
+            return (f"{path}: a symbolic link to {target}, which does not exist; "
+                    f"point it at the real text (ln -sfn TARGET {path}) or give --text the real path")
+    return None
+
+
+def _read_candidate(item: Path | BuiltinCorpus, shown: str) -> bytes:
+    if isinstance(item, BuiltinCorpus):
+        return read_builtin(item.name)
+    try:
+        return item.read_bytes()
+    except OSError as err:
+        raise DataError(f"{shown}: cannot read: {err.strerror}") from None
+
+
+def _is_utf8(encoding: str) -> bool:
+    return encoding.lower().replace("_", "-") in ("utf-8", "utf8", "utf-8-sig")
+
+
+def _decode_candidate(raw: bytes, shown: str, encoding: str) -> tuple[str | None, str | None]:
+    """``(text, None)``, or ``(None, "binary" | "empty")`` for a file that is no text.
+
+    Raises:
+        DataError: when the bytes do not decode, or when they are valid UTF-8
+            and ``encoding`` reads them as different text (a wrong --encoding
+            would train on mojibake).
+    """
+    if _looks_binary(raw, encoding):
+        return None, "binary"
+    text = decode_text(raw, shown, encoding)
+    if not text.strip():
+        return None, "empty"
+    if _wide_encoding(encoding) and "\x00" in text:
+        return None, "binary"
+    if not _is_utf8(encoding):
+        try:
+            as_utf8 = raw.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            as_utf8 = None
+        if as_utf8 is not None and as_utf8 != text:
+            raise DataError(
+                f"{shown}: the file is valid UTF-8, but --encoding {encoding} reads it as different text "
+                f"(first line: \"{first_line(text)}\" instead of \"{first_line(as_utf8)}\"); drop --encoding or give --encoding utf-8"
+            )
+    return text, None
+
+
+def _unusable(raw: bytes, reason: str, encoding: str) -> str:
+    """Why a named file cannot be trained on, and the fix; UTF-16 is suggested only when the bytes decode as it."""
+    if reason == "empty":
+        return "empty (or only whitespace); remove it from --text"
+    hint = "give text files (UTF-8 by default)"
+    if not _wide_encoding(encoding):
+        try:
+            if "\x00" not in raw.decode("utf-16"):
+                hint = "if it is UTF-16 text, give --encoding utf-16; otherwise give text files (UTF-8 by default)"
+        except UnicodeDecodeError:
+            pass
+    return f"binary (it holds NUL bytes); {hint}"
+
+
+def first_line(text: str, width: int = 60) -> str:
+    """The first non-blank line of ``text``, at most ``width`` characters, control characters escaped."""
+    from octlm.data.tokenizer import printable_text
+
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    shown = printable_text(line.replace("\t", " "))
+    return shown if len(shown) <= width else shown[: width - 3] + "..."
+
+
+def read_documents(
+    paths: Sequence[str | Path] | None, encoding: str = "utf-8", skip_folder: FolderRule | None = None
+) -> tuple[list[Document], dict]:
+    """Read the corpus.
+
+    Args:
+        paths: files, folders or names of built-in corpora
+            (:mod:`octlm.data.corpora`, e.g. ``tinyshakespeare``; a path that
+            exists wins over a built-in name). Folders are walked recursively
+            in sorted order, skipping hidden entries, ``__pycache__``,
+            ``node_modules``, folders ``skip_folder`` rules out, files that are not regular files (FIFOs,
+            sockets), empty files and binary files (a NUL byte in the first
+            8 KiB, or in the text for UTF-16/32). ``None`` or empty: the
+            default corpus, :func:`default_corpus_files`.
+        encoding: codec of every file (UTF-8 by default).
+        skip_folder: called on each folder met while walking; a reason
+            (recorded in ``info["skipped"]``) leaves it and all below it out.
+
+    Returns:
+        ``(documents, info)`` where ``info`` names the source (with each
+        built-in corpus used, by name and sha256) and lists what was skipped
+        and which files repeat an earlier one byte for byte, for the manifest.
+
+    Raises:
+        DataError: for a missing path that names no built-in corpus, a symbolic
+            link loop or a link to nothing (the link named), a named
+            file that is empty or binary, a folder with no text files, text
+            that does not decode (file and byte offset named), or a built-in
+            corpus whose shipped file is damaged.
+    """
+    skipped: list[dict] = []
+    docs: list[Document] = []
+    if not paths:
+        root = default_corpus_root()
+        source = {"kind": "python-stdlib", "root": str(root)}
+        candidates = [(p, p.relative_to(root).as_posix(), True) for p in default_corpus_files()]
+    else:
+        source = {"kind": "files", "paths": [str(p) for p in paths]}
+        candidates, builtins = _given_candidates(paths, skipped, skip_folder)
+        if builtins:
+            source["builtin"] = builtins
+    seen: dict[str, str] = {}
+    duplicates: list[dict] = []
+    for item, shown, from_folder in candidates:
+        if from_folder and not item.is_file():
+            # a FIFO, socket or device inside a folder: reading it could block forever
+            skipped.append({"path": shown, "reason": "not a regular file"})
+            continue
+        raw = _read_candidate(item, shown)
+        text, reason = _decode_candidate(raw, shown, encoding)
+        if reason is not None:
+            if from_folder:
+                skipped.append({"path": shown, "reason": reason})
+                continue
+            raise DataError(f"{shown}: file is {_unusable(raw, reason, encoding)}")
+        digest = hashlib.sha256(raw).hexdigest()
+        if digest in seen:
+            duplicates.append({"path": shown, "same_as": seen[digest]})
+        seen.setdefault(digest, shown)
+        docs.append(Document(shown, text, len(raw), digest))
+    if not docs:
+        where = ", ".join(str(p) for p in paths) if paths else str(default_corpus_root())
+        raise DataError(
+            f"no text files found in {where} ({len(skipped)} skipped as empty or binary); "
+            f"give --text a folder that holds text files, or the files themselves"
+        )
+    return docs, {"source": source, "skipped": skipped, "duplicates": duplicates}
+
+
+def split_documents(docs: Sequence[Document], val_fraction: float) -> tuple[list[str], list[str]]:
+    """Split every document: the first ``1 - val_fraction`` of its characters train, the rest validate.
+
+    Each source contributes to both splits, and a single file splits exactly
+    the way nanoGPT's ``prepare.py`` splits it.
+
+    Raises:
+        DataError: when ``val_fraction`` is not in (0, 1).
+    """
+    if not 0.0 < val_fraction < 1.0:
+        raise DataError(f"--val-fraction must be between 0 and 1 (exclusive), got {val_fraction}")
+    train, val = [], []
+    for doc in docs:
+        cut = int(len(doc.text) * (1.0 - val_fraction))
+        train.append(doc.text[:cut])
+        val.append(doc.text[cut:])
+    return train, val
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits in 16 bits, else uint32."""
+    return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
+
+
+def encode_stream(tokenizer, texts: Sequence[str]) -> np.ndarray:
+    """Encode documents into one stream ``doc0 <eot> doc1 <eot> ...``, ids [N] in the token dtype."""
+    dtype = token_dtype(tokenizer.vocab_size)
+    pieces = []
+    eot = np.array([tokenizer.eot_id], dtype=dtype)
+    # In pieces, so one huge document (or line) needs no more memory than a piece.
+    for ids in tokenizer.encode_arrays([t for t in texts if t], dtype):
+        pieces.append(ids)
+        pieces.append(eot)
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
+
+
+def write_tokens(path: Path, ids: np.ndarray) -> dict:
+    """Store a token stream as raw little-endian ids (a numpy memmap file), atomically.
+
+    Returns the manifest entry: file name, dtype, count and sha256.
+    """
+    data = np.ascontiguousarray(ids, dtype=ids.dtype.newbyteorder("<")).tobytes()
+    atomic_write(path, data)
+    return {"file": path.name, "dtype": ids.dtype.name, "count": int(ids.size), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def open_tokens(path: Path, dtype: str, count: int | None = None) -> np.ndarray:
+    """Open a token file written by :func:`write_tokens` as a read-only memmap [N].
+
+    Args:
+        count: the number of tokens the manifest recorded, when known.
+
+    Raises:
+        DataError: naming the file when its size is not a whole number of
+            tokens, or it holds a different number of tokens than ``count``
+            (truncated or replaced).
+    """
+    dtype = np.dtype(dtype).newbyteorder("<")
+    size = Path(path).stat().st_size
+    if size % dtype.itemsize:
+        raise DataError(f"{path}: {size} bytes is not a whole number of {dtype.itemsize}-byte tokens; the file is damaged (train again)")
+    if count is not None and size // dtype.itemsize != count:
+        raise DataError(f"{path}: holds {size // dtype.itemsize} tokens, manifest.json says {count}; the file is truncated or replaced (train again)")
+    if size == 0:
+        return np.zeros(0, dtype=dtype)  # mmap cannot map an empty file
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+def count_blocks(n_tokens: int, context_length: int, offset: int = 0) -> int:
+    """Full blocks of ``context_length + 1`` tokens, stride ``context_length``, starting at ``offset``."""
+    return max(0, (n_tokens - 1 - offset) // context_length)
+
+
+def block_starts(n_tokens: int, context_length: int) -> np.ndarray:
+    """Starts of the non-overlapping validation blocks: 0, T, 2T, ... (int64 [n_blocks]).
+
+    Each block holds ``T + 1`` tokens; consecutive blocks share one token, so
+    every token after the first is a target exactly once, up to a tail of
+    fewer than ``T`` tokens that fills no block.
+    """
+    return np.arange(count_blocks(n_tokens, context_length), dtype=np.int64) * context_length
+
+
+def gather_blocks(tokens: np.ndarray, starts: np.ndarray, context_length: int) -> np.ndarray:
+    """Blocks [len(starts), T + 1] as int64."""
+    index = starts[:, None] + np.arange(context_length + 1)[None, :]
+    return np.asarray(tokens[index], dtype=np.int64)
+
+
+class BlockSampler:
+    """Training batches of packed blocks, a pure function of ``(seed, step)``.
+
+    Each epoch picks a random phase in ``[0, T)``, cuts the stream into the
+    full blocks that fit after it (stride ``T``, ``T + 1`` tokens each) and
+    visits them in a random order; epochs follow each other. Step ``s`` takes
+    items ``s*G .. (s+1)*G - 1`` of that endless sequence, ``G`` being the
+    global batch (``batch_size * world_size``), and rank ``r`` keeps its
+    ``batch_size`` share. Because the batch depends on the step alone, a
+    resumed run sees exactly the blocks an uninterrupted one would.
+
+    Raises:
+        DataError: when the stream holds fewer than ``T + 1`` tokens.
+    """
+
+    def __init__(self, n_tokens: int, context_length: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1):
+        if n_tokens < 2 * context_length:
+            # The phase can reach T - 1, and a full block must still fit after it.
+            raise DataError(
+                f"training text holds {n_tokens} tokens but blocks of context_length={context_length} need at "
+                f"least {2 * context_length}; give more text or a smaller --context-length"
+            )
+        self.n_tokens, self.T, self.batch_size = n_tokens, context_length, batch_size
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self._epoch_end: list[int] = []  # cumulative item counts
+        self._cache: dict[int, np.ndarray] = {}
+
+    def _epoch(self, epoch: int) -> np.ndarray:
+        if epoch not in self._cache:
+            rng = np.random.default_rng([self.seed, epoch])
+            phase = int(rng.integers(self.T))
+            order = rng.permutation(count_blocks(self.n_tokens, self.T, phase))
+            if len(self._cache) > 2:
+                self._cache.pop(min(self._cache))
+            self._cache[epoch] = phase + order * self.T
+        return self._cache[epoch]
+
+    def _locate(self, item: int) -> tuple[int, int]:
+        while not self._epoch_end or self._epoch_end[-1] <= item:
+            epoch = len(self._epoch_end)
+            rng = np.random.default_rng([self.seed, epoch])
+            size = count_blocks(self.n_tokens, self.T, int(rng.integers(self.T)))
+            self._epoch_end.append((self._epoch_end[-1] if self._epoch_end else 0) + size)
+        epoch = int(np.searchsorted(self._epoch_end, item, side="right"))
+        first = self._epoch_end[epoch - 1] if epoch else 0
+        return epoch, item - first
+
+    def starts(self, step: int) -> np.ndarray:
+        """Start offsets (tokens) of this rank's blocks at ``step``, int64 [batch_size]."""
+        first = (step * self.world_size + self.rank) * self.batch_size
+        out = np.empty(self.batch_size, dtype=np.int64)
+        for i in range(self.batch_size):
+            epoch, index = self._locate(first + i)
+            out[i] = self._epoch(epoch)[index]
+        return out
+
+    def epoch_of(self, step: int) -> float:
+        """Fractional epochs completed before ``step``."""
+        item = step * self.world_size * self.batch_size
+        epoch, index = self._locate(item)
+        size = self._epoch_end[epoch] - (self._epoch_end[epoch - 1] if epoch else 0)
+        return epoch + index / size
+
+
+__all__ = [
+    "BlockSampler",
+    "Document",
+    "FolderRule",
+    "block_starts",
+    "count_blocks",
+    "decode_text",
+    "default_corpus_files",
+    "default_corpus_root",
+    "encode_stream",
+    "gather_blocks",
+    "open_tokens",
+    "read_documents",
+    "split_documents",
+    "token_dtype",
+    "write_tokens",
+]

@@ -1,0 +1,315 @@
+"""Moving decoders between octlm and Hugging Face transformers.
+
+Each position scheme names the transformers ``model_type`` that holds it
+(``PositionScheme.hf_model_type``) or says why none does (``hf_refusal``);
+one mapper per architecture translates config and tensors both ways:
+
+==================  =====================================  ==========================
+octlm position      transformers                           mapper
+==================  =====================================  ==========================
+learned             ``GPT2LMHeadModel`` (gpt2)             :mod:`octlm.export.hf_gpt2`
+rope                ``GPTNeoXForCausalLM`` (gpt_neox)      :mod:`octlm.export.hf_neox`
+none (NoPE)         GPT-NeoX with partial_rotary_factor 0  :mod:`octlm.export.hf_neox`
+alibi, sinusoidal   refused, with the scheme's reason
+==================  =====================================  ==========================
+
+This module holds what they share: the folder checks, reading safetensors
+weights (only those: a checkpoint that has only ``pytorch_model.bin``, a
+pickle, is refused) and the tokenizer files written beside every export.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save
+
+from octlm.errors import OctlmError
+from octlm.fileio import atomic_write, atomic_write_json
+from octlm.inspect.sample import RopeScalingOptions
+from octlm.export.hf_common import EXPORT_ACTIVATION, IMPORT_ACTIVATION, InteropError, Mapper
+from octlm.export.hf_gpt2 import Gpt2Mapper, decoder_config, from_gpt2_state, gpt2_config, name_map, to_gpt2_state
+from octlm.export.hf_neox import NeoxMapper
+from octlm.model.decoder import Decoder, DecoderConfig
+from octlm.train.options import REQUIRED, option, same_as
+from octlm.model.positions.schemes import SCHEMES, RopeScaling
+from octlm.run.folder import RunFolder
+from octlm.data.tokenizer import END_OF_TEXT, Tokenizer
+
+#: One mapper per transformers ``model_type``.
+MAPPERS: dict[str, Mapper] = {m.model_type: m for m in (Gpt2Mapper(), NeoxMapper())}
+
+
+def exportable_schemes() -> list[str]:
+    """The position schemes some transformers architecture holds."""
+    return sorted(name for name, cls in SCHEMES.items() if cls.hf_model_type in MAPPERS)
+
+
+def mapper_for(config: DecoderConfig) -> Mapper:
+    """The mapper that writes ``config``'s scheme.
+
+    Raises:
+        InteropError: with the scheme's reason, when no transformers architecture holds it.
+    """
+    scheme = SCHEMES[config.position]
+    if scheme.hf_model_type not in MAPPERS:
+        raise InteropError(f"position={config.position!r} has no transformers form: {scheme.hf_refusal}; export-hf takes "
+                           f"runs trained with --position {' or '.join(exportable_schemes())}")
+    return MAPPERS[scheme.hf_model_type]
+
+
+def _precheck(run_dir: Path, method: str | None, factor: float | None) -> None:
+    # Refuse from config.json alone, before the weights are read; load_run names any other problem.
+    source = RunFolder(run_dir, "RUN_DIR")
+    if not source.config_path.is_file():
+        return
+    try:
+        config = DecoderConfig.from_dict(source.read_config()["model"])
+        scaling = RopeScaling(method, factor, config.context_length) if method and factor else None
+    except (TypeError, ValueError, KeyError, OctlmError):
+        return
+    mapper_for(config).check(config, scaling)
+
+
+@dataclass
+class ExportHfOptions:
+    """Everything ``octlm export-hf`` takes (the arguments of :func:`export_hf`)."""
+
+    run_dir: str = option(REQUIRED, "run folder made by octlm train (or import-hf)", positional=True, metavar="RUN_DIR")
+    out_dir: str = option(REQUIRED, "folder to write the transformers checkpoint to", positional=True, metavar="OUT_DIR")
+    overwrite: bool = option(False, "replace OUT_DIR when it already holds a checkpoint")
+    rope_scaling: str | None = same_as(RopeScalingOptions, "rope_scaling")
+    rope_factor: float | None = same_as(RopeScalingOptions, "rope_factor")
+
+
+@dataclass
+class ImportHfOptions:
+    """Everything ``octlm import-hf`` takes (the arguments of :func:`import_hf`)."""
+
+    in_dir: str = option(REQUIRED, "local transformers GPT-2 or GPT-NeoX checkpoint folder", positional=True, metavar="IN_DIR")
+    run_dir: str = option(REQUIRED, "octlm run folder to create", positional=True, metavar="RUN_DIR")
+    overwrite: bool = option(False, "replace RUN_DIR when it already holds an octlm run")
+
+
+#: What export-hf writes, all that ``--overwrite`` may replace in OUT_DIR.
+EXPORT_FILES = frozenset({"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
+
+
+def export_hf(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False,
+              rope_scaling: str | None = None, rope_factor: float | None = None) -> dict:
+    """Write a run as a transformers checkpoint of the architecture its position scheme maps to.
+
+    ``out_dir`` gets ``config.json``, ``model.safetensors`` (the head tied:
+    stored once, as the token table), ``generation_config.json``, and the
+    tokenizer (:func:`write_tokenizer`), so ``AutoModelForCausalLM`` and
+    ``AutoTokenizer`` ``.from_pretrained(out_dir)`` load it with octlm's
+    logits and ids. ``rope_scaling``/``rope_factor`` (as ``octlm sample``
+    takes them) write a RoPE scaling into the checkpoint where transformers
+    computes that method alike.
+
+    Returns a summary dict (``out_dir``, ``files``, ``parameters``,
+    ``architecture``, ``config``).
+
+    Raises:
+        RunError: when the run cannot be loaded; InteropError for a run no
+            transformers architecture represents (the message says why);
+            OctlmError when ``out_dir`` holds files and ``overwrite`` is not
+            set, or for a bad scaling option.
+    """
+    from octlm.inspect.sample import apply_rope_scaling
+
+    run_dir, target = Path(run_dir), RunFolder(out_dir, "OUT_DIR")
+    _precheck(run_dir, rope_scaling, rope_factor)
+    model, tokenizer = RunFolder(run_dir, "RUN_DIR").load()
+    mapper = mapper_for(model.config)
+    apply_rope_scaling(model, rope_scaling, rope_factor)
+    mapper.check(model.config, getattr(model.positions, "scaling", None))
+    config = mapper.hf_config(model, tokenizer.eot_id)
+    _check_export_target(target, overwrite)
+    with target.staged() as staging:
+        atomic_write(staging / "model.safetensors", save(mapper.to_hf_state(model), metadata={"format": "pt"}))
+        atomic_write_json(staging / "config.json", config)
+        atomic_write_json(staging / "generation_config.json", {"bos_token_id": tokenizer.eot_id, "eos_token_id": tokenizer.eot_id})
+        write_tokenizer(staging, tokenizer, model.config.context_length)
+    files = sorted(p.name for p in target.path.iterdir())
+    return {"out_dir": str(out_dir), "files": files, "parameters": model.num_parameters(), "architecture": mapper.architecture,
+            "config": config}
+
+
+def write_tokenizer(out_dir: Path, tokenizer: Tokenizer, context_length: int) -> None:
+    """Write ``tokenizer.json`` and ``tokenizer_config.json``: ``AutoTokenizer`` then gives octlm's ids."""
+    atomic_write(out_dir / "tokenizer.json", tokenizer.to_str())
+    atomic_write_json(out_dir / "tokenizer_config.json", {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": END_OF_TEXT,
+        "eos_token": END_OF_TEXT,
+        "unk_token": END_OF_TEXT,
+        "model_max_length": context_length,
+        "add_prefix_space": False,
+        "clean_up_tokenization_spaces": False,
+        # transformers registers eos_token as an added token that it matches in
+        # raw text; octlm reads a literal "<|endoftext|>" in a text as text.
+        "split_special_tokens": True,
+    })
+
+
+def read_hf_tensors(in_dir: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a transformers checkpoint folder: ``model.safetensors``, or the shards its index names.
+
+    Raises:
+        InteropError: when there is no safetensors file (``pytorch_model.bin``
+            alone is refused: loading it would unpickle), or a file is damaged.
+    """
+    single, index = in_dir / "model.safetensors", in_dir / "model.safetensors.index.json"
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as err:
+            raise InteropError(f"{index}: not a safetensors index ({err})") from None
+        files = [in_dir / name for name in sorted(set(weight_map.values()))]
+    elif (in_dir / "pytorch_model.bin").is_file():
+        raise InteropError(
+            f"{in_dir / 'pytorch_model.bin'}: a pickle, which octlm never loads (unpickling can run code); convert it to "
+            f"safetensors first, e.g. AutoModelForCausalLM.from_pretrained(IN).save_pretrained(OUT) with transformers"
+        )
+    else:
+        raise InteropError(f"{in_dir}: no model.safetensors; is this a transformers checkpoint folder?")
+    tensors = {}
+    for path in files:
+        try:
+            with safe_open(str(path), framework="pt", device="cpu") as handle:
+                tensors.update({key: handle.get_tensor(key) for key in handle.keys()})
+        except (SafetensorError, OSError) as err:
+            raise InteropError(f"{path}: cannot read weights ({err}); the file is missing, truncated or corrupted") from None
+    return tensors
+
+
+def read_hf_tokenizer(in_dir: Path) -> Tokenizer:
+    """The checkpoint's byte-level BPE: ``tokenizer.json``, else ``vocab.json`` + ``merges.txt``.
+
+    Raises:
+        InteropError: when neither is there or the vocabulary has no ``<|endoftext|>``.
+    """
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers
+
+    try:
+        if (in_dir / "tokenizer.json").is_file():
+            hf = HFTokenizer.from_file(str(in_dir / "tokenizer.json"))
+        elif (in_dir / "vocab.json").is_file() and (in_dir / "merges.txt").is_file():
+            hf = HFTokenizer(models.BPE.from_file(str(in_dir / "vocab.json"), str(in_dir / "merges.txt")))
+            hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+            hf.decoder = decoders.ByteLevel()
+        else:
+            raise InteropError(f"{in_dir}: no tokenizer.json (or vocab.json and merges.txt); octlm needs the model's tokenizer")
+    except InteropError:
+        raise
+    except Exception as err:  # tokenizers raises plain Exception on a bad file
+        raise InteropError(f"{in_dir}: cannot read the tokenizer ({err})") from None
+    try:
+        return Tokenizer(hf)
+    except ValueError:
+        raise InteropError(f"{in_dir}: the tokenizer has no {END_OF_TEXT} token, which octlm uses between documents") from None
+
+
+def read_hf_config(in_dir: Path) -> dict:
+    """The ``config.json`` object of a checkpoint folder.
+
+    Raises:
+        InteropError: when the folder or file is missing, or it is not a JSON object.
+    """
+    if not in_dir.is_dir():
+        raise InteropError(f"{in_dir}: no such folder; give a local transformers checkpoint folder (config.json, model.safetensors, tokenizer)")
+    config_path = in_dir / "config.json"
+    try:
+        hf = json.loads(config_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InteropError(f"{config_path}: missing; is {in_dir} a transformers checkpoint folder?") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InteropError(f"{config_path}: not valid JSON ({err})") from None
+    if not isinstance(hf, dict):
+        raise InteropError(f"{config_path}: holds a JSON {type(hf).__name__}, not the object of a transformers config")
+    if RunFolder(in_dir).kind() == "octlm run":
+        raise InteropError(f"{in_dir}: this is an octlm run, not a transformers checkpoint; octlm reads it as it is "
+                           f"(`octlm sample --run {in_dir}`), and `octlm export-hf {in_dir} OUT_DIR` writes it as one")
+    if hf.get("model_type") not in MAPPERS:
+        raise InteropError(f"{config_path}: model_type={hf.get('model_type')!r}: import-hf reads {', '.join(sorted(MAPPERS))} "
+                           f"checkpoints; octlm cannot represent this model")
+    return hf
+
+
+def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) -> dict:
+    """Bring a local transformers checkpoint (GPT-2 or GPT-NeoX) into an octlm run folder.
+
+    The folder gets ``config.json``, ``model.safetensors`` and
+    ``tokenizer.json``, which :func:`octlm.load_run`, ``octlm sample`` and
+    ``octlm bench`` read. Nothing is downloaded. A RoPE scaling the
+    checkpoint applies is a run-time setting in octlm: it is recorded in the
+    run's ``config.json`` (``train.rope_scaling``) and returned, for
+    ``--rope-scaling``/``--rope-factor``.
+
+    Raises:
+        InteropError: for a checkpoint octlm cannot represent or read (the
+            message names the key or file); OctlmError when ``run_dir`` holds
+            files and ``overwrite`` is not set.
+    """
+    from octlm.run.folder import CONFIG, TOKENIZER, WEIGHTS, save_weights
+
+    in_dir, run_dir = Path(in_dir), Path(run_dir)
+    hf = read_hf_config(in_dir)
+    mapper = MAPPERS[hf["model_type"]]
+    config, record = mapper.import_config(hf, in_dir / "config.json")
+    state = mapper.from_hf_state(read_hf_tensors(in_dir), config, record, in_dir)
+    tokenizer = read_hf_tokenizer(in_dir)
+    if tokenizer.vocab_size != config.vocab_size:
+        raise InteropError(
+            f"{in_dir}: the tokenizer has {tokenizer.vocab_size} tokens but config.json says vocab_size={config.vocab_size}; "
+            f"octlm needs one row of the token table per token"
+        )
+    model = Decoder(config)
+    model.load_state_dict(state, strict=False)
+    model.tie_weights()
+    if run_dir.resolve() == in_dir.resolve():
+        raise InteropError(f"RUN_DIR {run_dir} is IN_DIR; the import would replace the checkpoint it reads: choose another RUN_DIR")
+    target = RunFolder(run_dir, "RUN_DIR")
+    target.check_new_run(overwrite)
+    with target.staged() as staging:
+        save_weights(staging / WEIGHTS, model)
+        tokenizer.save(staging / TOKENIZER)
+        RunFolder(staging).write_config(config, {"imported_from": str(in_dir.resolve()), "architecture": mapper.architecture, **record})
+    files = sorted([CONFIG, WEIGHTS, TOKENIZER])
+    return {"run_dir": str(run_dir), "files": files, "parameters": model.num_parameters(), "architecture": mapper.architecture,
+            "model": config.to_dict(), **record}
+
+
+def _check_export_target(target: RunFolder, overwrite: bool) -> None:
+    # Like a run folder: never replaced without --overwrite, and then only when it is an export.
+    folder = target.path
+
+    def refuse(found: RunFolder) -> str | None:
+        if not overwrite:
+            return None  # the plain "already holds files" comes first
+        if found.is_octlm_run():
+            return f"OUT_DIR {folder}: holds an octlm run, which export-hf never replaces; choose another OUT_DIR"
+        if not found.config_path.is_file():
+            return f"OUT_DIR {folder}: holds files that are not a model checkpoint, which export-hf never replaces; choose another OUT_DIR"
+        return None
+
+    target.check_target(overwrite, refuse, f"OUT_DIR {folder}: already holds files; choose another OUT_DIR or pass --overwrite to replace it",
+                        foreign=lambda found: [name for name in found.names() if name not in EXPORT_FILES])
+
+
+#: The names these functions had when GPT-2 was the only architecture.
+read_gpt2_tensors, read_gpt2_tokenizer = read_hf_tensors, read_hf_tokenizer
+
+__all__ = [
+    "EXPORT_ACTIVATION", "IMPORT_ACTIVATION", "MAPPERS", "ExportHfOptions", "ImportHfOptions", "InteropError", "decoder_config", "export_hf", "exportable_schemes",
+    "from_gpt2_state", "gpt2_config", "import_hf", "mapper_for", "name_map", "read_gpt2_tensors", "read_gpt2_tokenizer",
+    "read_hf_config", "read_hf_tensors", "read_hf_tokenizer", "to_gpt2_state", "write_tokenizer",
+]

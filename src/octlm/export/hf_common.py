@@ -1,0 +1,127 @@
+"""What every transformers architecture mapper shares: the error, the block checks, the tensor checks.
+
+A mapper (:mod:`octlm.export.hf_gpt2`, :mod:`octlm.export.hf_neox`) translates one
+transformers ``model_type`` both ways. :mod:`octlm.export.hf` picks it by the
+``hf_model_type`` a position scheme names on export, and by the checkpoint's
+``model_type`` on import.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from octlm.errors import OctlmError
+from octlm.model.decoder import Decoder, DecoderConfig
+
+#: octlm activation -> transformers activation name written on export (both are ACT2FN keys).
+EXPORT_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
+#: transformers activation name -> octlm activation accepted on import.
+IMPORT_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
+#: octlm's LayerNorms use torch's default eps.
+LAYER_NORM_EPS = 1e-5
+
+
+class InteropError(OctlmError):
+    """A model or checkpoint has no faithful form on the other side; the message says which option."""
+
+
+class Mapper(Protocol):
+    """One transformers architecture, both ways.
+
+    ``import_config`` returns the octlm config and what the run folder records
+    beside it (e.g. a RoPE scaling, which octlm applies at run time).
+    """
+
+    model_type: str
+    architecture: str
+
+    def check(self, config: DecoderConfig, scaling: object | None) -> None: ...
+    def hf_config(self, model: Decoder, eot_id: int) -> dict: ...
+    def to_hf_state(self, model: Decoder) -> dict[str, torch.Tensor]: ...
+    def import_config(self, hf: dict, source: Path) -> tuple[DecoderConfig, dict]: ...
+    def from_hf_state(self, tensors: dict[str, torch.Tensor], config: DecoderConfig, extra: dict, source: Path) -> dict[str, torch.Tensor]: ...
+
+
+def refusal(hf: dict, source: Path, key: str, why: str, default: object = None) -> InteropError:
+    """The error for a config key octlm cannot compute alike: ``SOURCE: key=value: why; ...``."""
+    return InteropError(f"{source}: {key}={hf.get(key, default)!r}: {why}; octlm cannot represent this model")
+
+
+def import_block(hf: dict, source: Path, d_model: int, activation: tuple[str, str], eps_key: str, width_key: str) -> str:
+    """Check what octlm's block fixes (MLP width 4 x d_model, LayerNorm eps, GELU kind); return octlm's activation.
+
+    Each architecture names these keys its own way, hence the key arguments;
+    ``activation`` is the activation key and the architecture's default for it.
+
+    Raises:
+        InteropError: naming the key whose value octlm's block would compute differently.
+    """
+    activation_key, default = activation
+    name = hf.get(activation_key, default)
+    if name not in IMPORT_ACTIVATION:
+        raise refusal(hf, source, activation_key, f"octlm's MLP computes {', '.join(IMPORT_ACTIVATION)}", default)
+    if hf.get(width_key) not in (None, 4 * d_model):
+        raise refusal(hf, source, width_key, f"octlm's MLP is 4 x hidden size = {4 * d_model} wide")
+    if not math.isclose(hf.get(eps_key, LAYER_NORM_EPS), LAYER_NORM_EPS, rel_tol=1e-9):
+        raise refusal(hf, source, eps_key, f"octlm's LayerNorms use {LAYER_NORM_EPS}", LAYER_NORM_EPS)
+    return IMPORT_ACTIVATION[name]
+
+
+def export_activation(config: DecoderConfig, architecture: str) -> str:
+    """The transformers activation name of ``config.activation``; ``InteropError`` when it has none."""
+    if config.activation not in EXPORT_ACTIVATION:
+        raise InteropError(f"activation={config.activation!r} has no {architecture} name; it takes {' or '.join(EXPORT_ACTIVATION)}")
+    return EXPORT_ACTIVATION[config.activation]
+
+
+def build_config(source: Path, **fields) -> DecoderConfig:
+    """``DecoderConfig(**fields)``, its ``ValueError`` turned into an ``InteropError`` naming ``source``."""
+    try:
+        return DecoderConfig(**fields)
+    except ValueError as err:
+        raise InteropError(f"{source}: {err}") from None
+
+
+def take_tensors(named: dict[str, torch.Tensor], pairs: list[tuple[str, str]], source: Path) -> dict[str, torch.Tensor]:
+    """Move ``named[theirs]`` to ``out[ours]`` for each pair; every tensor must be used exactly once.
+
+    Raises:
+        InteropError: naming a missing tensor, or the ones octlm has no place for.
+    """
+    out = {}
+    for ours, theirs in pairs:
+        if theirs not in named:
+            raise InteropError(f"{source}: tensor {theirs} missing; the checkpoint does not match its config.json")
+        out[ours] = named.pop(theirs)
+    if named:
+        raise InteropError(f"{source}: tensors octlm has no place for: {', '.join(sorted(named)[:5])}")
+    return out
+
+
+def check_state(out: dict[str, torch.Tensor], head: torch.Tensor | None, head_name: str, table_name: str,
+                config: DecoderConfig, source: Path) -> dict[str, torch.Tensor]:
+    """Check a converted state against ``config`` and return it as float32.
+
+    ``head`` is the checkpoint's output head, if it stores one: it must equal
+    the token table, because octlm's head is always tied to it.
+
+    Raises:
+        InteropError: naming a tensor with the wrong shape, or a head that is not the token table.
+    """
+    if head is not None and not torch.equal(head, out["token_embedding.weight"]):
+        raise InteropError(f"{source}: {head_name} differs from the token table ({table_name}); octlm's head is always tied to it")
+    reference = Decoder(config).state_dict()
+    for key, value in out.items():
+        if tuple(value.shape) != tuple(reference[key].shape):
+            raise InteropError(f"{source}: {key} has shape {list(value.shape)}, the config implies {list(reference[key].shape)}")
+    return {k: v.float() for k, v in out.items()}
+
+
+__all__ = [
+    "EXPORT_ACTIVATION", "IMPORT_ACTIVATION", "LAYER_NORM_EPS", "InteropError", "Mapper", "build_config", "check_state",
+    "export_activation", "import_block", "refusal", "take_tensors",
+]

@@ -1,0 +1,251 @@
+"""octlm's rotary and position-free decoders as transformers' GPT-NeoX, and back.
+
+GPT-NeoX (Black et al. 2022) with ``use_parallel_residual=False`` is octlm's
+block: pre-LayerNorm (eps 1e-5), ``x + attn(ln(x))`` then ``x + mlp(ln(x))``,
+biases on every linear layer, a 4x GELU MLP, scores scaled by
+1/sqrt(head_dim), rotary queries and keys. Two layouts differ:
+
+* the fused query/key/value rows: octlm's are ``[q | k | v]``, each
+  ``[head, head_dim]``; GPT-NeoX's are ``[head, (q | k | v), head_dim]``;
+* the rotated channel pairs: GPT-NeoX turns ``(i, i + rotary_dim/2)``
+  (octlm's ``rope_layout="half"``). For an ``interleaved`` octlm model
+  (pairs ``(2i, 2i+1)``) the query and key rows of each head are reordered,
+  even channels first, then odd ones; a query and a key reordered alike give
+  the same dot product, so the logits are the same. The layout is recorded
+  under ``"octlm"`` in ``config.json`` (transformers ignores it), so import
+  puts the rows back.
+
+===========================  ==================================================
+octlm                        GPT-NeoX ``config.json``
+===========================  ==================================================
+``d_model``, ``n_heads``     ``hidden_size``, ``num_attention_heads``
+``n_layers``                 ``num_hidden_layers`` (``intermediate_size`` = 4 x)
+``context_length``           ``max_position_embeddings``
+``dropout``                  ``hidden_dropout``, ``attention_dropout``
+``activation``               ``hidden_act``: gelu, or gelu_pytorch_tanh
+``rope_theta``               ``rope_parameters.rope_theta``
+``partial_rotary_factor``    ``rope_parameters.partial_rotary_factor`` (0: NoPE)
+RoPE scaling (run time)      ``rope_parameters``: linear -> "linear", yarn ->
+                             "yarn", ntk -> a larger ``rope_theta``;
+                             dynamic-ntk is refused (see below)
+tied head                    ``tie_word_embeddings`` true (``lm_head`` not stored)
+===========================  ==================================================
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from octlm.export.hf_common import LAYER_NORM_EPS, InteropError, build_config, check_state, export_activation, import_block, refusal, take_tensors
+from octlm.model.decoder import Decoder, DecoderConfig
+from octlm.model.positions.schemes import SCHEMES, PositionScheme, RopeScaling
+from octlm.model.positions.rope_scaling import ntk_theta
+
+MODEL_TYPE = "gpt_neox"
+#: GPT-NeoX's tanh GELU is torch's own (``F.gelu(approximate="tanh")``), bit for bit what octlm computes.
+_TANH_GELU = "gelu_pytorch_tanh"
+
+_BLOCK = [
+    ("ln_attn", "input_layernorm"),
+    ("attn.qkv", "attention.query_key_value"),
+    ("attn.proj", "attention.dense"),
+    ("ln_mlp", "post_attention_layernorm"),
+    ("mlp.up", "mlp.dense_h_to_4h"),
+    ("mlp.down", "mlp.dense_4h_to_h"),
+]
+_TOP = [("token_embedding.weight", "gpt_neox.embed_in.weight"),
+        ("ln_final.weight", "gpt_neox.final_layer_norm.weight"), ("ln_final.bias", "gpt_neox.final_layer_norm.bias")]
+
+#: octlm RoPE scalings transformers cannot compute alike, and why.
+REFUSED_SCALINGS = {
+    "dynamic-ntk": "transformers' dynamic RoPE keeps the keys it cached under earlier, shorter-length frequencies, where octlm "
+    "computes them again, so generation past the training length differs",
+}
+
+
+def rotates(position: str) -> bool:
+    """Whether the scheme turns queries and keys (it overrides ``rotate``)."""
+    return SCHEMES[position].rotate is not PositionScheme.rotate
+
+
+def neox_scheme(rotary: bool) -> str:
+    """The scheme a GPT-NeoX checkpoint is: the one with ``hf_model_type`` gpt_neox that rotates iff ``rotary``."""
+    return next(n for n, c in SCHEMES.items() if c.hf_model_type == MODEL_TYPE and rotates(n) == rotary)
+
+
+def name_map(n_layers: int) -> list[tuple[str, str]]:
+    """``(octlm name, GPTNeoXForCausalLM name)`` for every stored tensor (the tied head excluded)."""
+    pairs = list(_TOP)
+    for i in range(n_layers):
+        for ours, theirs in _BLOCK:
+            pairs += [(f"blocks.{i}.{ours}.{p}", f"gpt_neox.layers.{i}.{theirs}.{p}") for p in ("weight", "bias")]
+    return pairs
+
+
+def qkv_rows(config: DecoderConfig) -> torch.Tensor:
+    """Index [3 * d_model]: GPT-NeoX's fused row ``r`` is octlm's row ``rows[r]``.
+
+    Rows go head by head, each head's query, key and value in turn; with the
+    interleaved RoPE layout a head's query and key rows list its rotated even
+    channels, then its rotated odd ones, then the channels passed through.
+    """
+    C, H, D = config.d_model, config.n_heads, config.head_dim
+    plain = torch.arange(D)
+    turned = plain
+    if rotates(config.position) and config.rope_layout == "interleaved":
+        dim = int(D * config.partial_rotary_factor)
+        turned = torch.cat((torch.arange(0, dim, 2), torch.arange(1, dim, 2), torch.arange(dim, D)))
+    return torch.cat([part * C + h * D + (turned if part < 2 else plain) for h in range(H) for part in range(3)])
+
+
+def scaling_parameters(scaling: RopeScaling | None, config: DecoderConfig) -> dict:
+    """The ``rope_parameters`` entries that make transformers compute ``scaling`` (none for ``None``).
+
+    Raises:
+        InteropError: naming a method transformers cannot compute alike.
+    """
+    if scaling is None:
+        return {}
+    if scaling.method == "linear":
+        return {"rope_type": "linear", "factor": scaling.factor}
+    if scaling.method == "yarn":
+        return {"rope_type": "yarn", "factor": scaling.factor, "original_max_position_embeddings": scaling.original_length,
+                "beta_fast": scaling.beta_fast, "beta_slow": scaling.beta_slow}
+    if scaling.method == "ntk":  # a fixed NTK scale is plain RoPE with a larger base
+        return {"rope_theta": ntk_theta(config.rope_theta, scaling.factor, int(config.head_dim * config.partial_rotary_factor))}
+    why = REFUSED_SCALINGS.get(scaling.method, "transformers has no such RoPE type")
+    raise InteropError(f"RoPE scaling {scaling.method!r} has no GPT-NeoX form: {why}; export without --rope-scaling")
+
+
+def neox_config(model: Decoder, eot_id: int) -> dict:
+    """The ``config.json`` of the GPT-NeoX equivalent of ``model`` (with its run-time RoPE scaling, if set).
+
+    Raises:
+        InteropError: for a scheme GPT-NeoX does not hold, an activation it
+            does not name, or a RoPE scaling it cannot compute alike.
+    """
+    config = model.config
+    check_config(config)
+    rotary = rotates(config.position)
+    rope = {"rope_type": "default", "rope_theta": float(config.rope_theta),
+            "partial_rotary_factor": config.partial_rotary_factor if rotary else 0.0}
+    rope.update(scaling_parameters(getattr(model.positions, "scaling", None), config))
+    out = {
+        "architectures": ["GPTNeoXForCausalLM"], "model_type": MODEL_TYPE,
+        "vocab_size": config.vocab_size, "hidden_size": config.d_model, "num_hidden_layers": config.n_layers,
+        "num_attention_heads": config.n_heads, "intermediate_size": 4 * config.d_model,
+        "hidden_act": _TANH_GELU if config.activation == "gelu_tanh" else export_activation(config, "GPT-NeoX"),
+        "hidden_dropout": config.dropout, "attention_dropout": config.dropout,
+        "max_position_embeddings": config.context_length, "layer_norm_eps": LAYER_NORM_EPS,
+        "use_parallel_residual": False, "attention_bias": True, "rope_parameters": rope,
+        "tie_word_embeddings": True, "initializer_range": 0.02, "use_cache": True,
+        "bos_token_id": eot_id, "eos_token_id": eot_id, "dtype": "float32",
+    }
+    if rotary:
+        out["octlm"] = {"rope_layout": config.rope_layout}
+    return out
+
+
+def check_config(config: DecoderConfig) -> None:
+    """Raise ``InteropError`` when GPT-NeoX cannot hold ``config``'s scheme or activation."""
+    if SCHEMES[config.position].hf_model_type != MODEL_TYPE:
+        raise InteropError(f"position={config.position!r} has no GPT-NeoX form: GPT-NeoX rotates queries and keys, or with "
+                           f"partial_rotary_factor 0 adds no position at all")
+    export_activation(config, "GPT-NeoX")
+
+
+def import_rope(hf: dict, source: Path, context_length: int) -> tuple[float, float, dict]:
+    """``(rope_theta, partial_rotary_factor, record)`` of a GPT-NeoX config, in transformers 4 or 5 spelling.
+
+    ``record`` holds the RoPE scaling the checkpoint applies (``{"rope_scaling": {...}}``), for the run's config.
+
+    Raises:
+        InteropError: naming a RoPE type octlm cannot compute alike.
+    """
+    params = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    theta = float(params.get("rope_theta", hf.get("rope_theta", hf.get("rotary_emb_base", 10000.0))))
+    factor = float(params.get("partial_rotary_factor", hf.get("partial_rotary_factor", hf.get("rotary_pct", 0.25))))
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind == "default":
+        return theta, factor, {}
+    if kind == "dynamic":
+        raise InteropError(f"{source}: rope_type='dynamic': {REFUSED_SCALINGS['dynamic-ntk']}; octlm cannot represent this model")
+    odd = [k for k in ("attention_factor", "mscale", "mscale_all_dim") if params.get(k) is not None]
+    if kind not in ("linear", "yarn") or odd or params.get("truncate", True) is not True:
+        what = f"rope_type={kind!r}" + (f" with {', '.join(odd)}" if odd else "")
+        raise InteropError(f"{source}: {what}: octlm scales RoPE by linear, ntk, dynamic-ntk or yarn (Peng et al. 2023 defaults); "
+                           f"octlm cannot represent this model")
+    original = int(params.get("original_max_position_embeddings", context_length)) if kind == "yarn" else context_length
+    scaling = RopeScaling(kind, float(params["factor"]), original, float(params.get("beta_fast") or 32), float(params.get("beta_slow") or 1))
+    return theta, factor, {"rope_scaling": {"method": scaling.method, "factor": scaling.factor, "original_length": scaling.original_length,
+                                            "beta_fast": scaling.beta_fast, "beta_slow": scaling.beta_slow}}
+
+
+def decoder_config(hf: dict, source: Path) -> tuple[DecoderConfig, dict]:
+    """The octlm config of a GPT-NeoX ``config.json`` dict, and what the run records beside it.
+
+    Raises:
+        InteropError: naming the key, for anything octlm's decoder would
+            compute differently (parallel residual, no attention biases, MLP
+            width, eps, activation, a RoPE type octlm lacks).
+    """
+    d_model = hf.get("hidden_size", 6144)
+    activation = import_block(hf, source, d_model, ("hidden_act", "gelu"), "layer_norm_eps", "intermediate_size")
+    if hf.get("use_parallel_residual", True):
+        raise refusal(hf, source, "use_parallel_residual", "octlm's MLP reads the output of attention (sequential residual)", True)
+    if not hf.get("attention_bias", True):
+        raise refusal(hf, source, "attention_bias", "octlm's attention projections have biases")
+    context_length = hf.get("max_position_embeddings", 2048)
+    theta, factor, record = import_rope(hf, source, context_length)
+    shape = dict(vocab_size=hf.get("vocab_size", 50432), context_length=context_length, d_model=d_model,
+                 n_heads=hf.get("num_attention_heads", 64), n_layers=hf.get("num_hidden_layers", 44),
+                 dropout=float(hf.get("hidden_dropout", 0.0)), activation=activation)
+    if factor == 0:
+        return build_config(source, **shape, position=neox_scheme(False)), {}
+    layout = (hf.get("octlm") or {}).get("rope_layout", "half")
+    return build_config(source, **shape, position=neox_scheme(True), rope_theta=theta, rope_layout=layout, partial_rotary_factor=factor), record
+
+
+class NeoxMapper:
+    """:class:`octlm.export.hf_common.Mapper` for ``GPTNeoXForCausalLM``."""
+
+    model_type = MODEL_TYPE
+    architecture = "GPTNeoXForCausalLM"
+
+    def check(self, config: DecoderConfig, scaling: RopeScaling | None) -> None:
+        check_config(config)
+        scaling_parameters(scaling, config)
+
+    def hf_config(self, model: Decoder, eot_id: int) -> dict:
+        return neox_config(model, eot_id)
+
+    def to_hf_state(self, model: Decoder) -> dict[str, torch.Tensor]:
+        """``model``'s weights under GPTNeoXForCausalLM's names, the fused rows reordered (no ``lm_head``: tied)."""
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        rows = qkv_rows(model.config)
+        for i in range(model.config.n_layers):
+            for p in ("weight", "bias"):
+                state[f"blocks.{i}.attn.qkv.{p}"] = state[f"blocks.{i}.attn.qkv.{p}"][rows]
+        return {theirs: state[ours].contiguous() for ours, theirs in name_map(model.config.n_layers)}
+
+    def import_config(self, hf: dict, source: Path) -> tuple[DecoderConfig, dict]:
+        return decoder_config(hf, source)
+
+    def from_hf_state(self, tensors: dict[str, torch.Tensor], config: DecoderConfig, extra: dict, source: Path) -> dict[str, torch.Tensor]:
+        """GPT-NeoX tensors as an octlm state dict; a stored head (``lm_head`` or the older ``embed_out``) must be the token table."""
+        named = {k: v for k, v in tensors.items() if not k.endswith((".attention.bias", ".attention.masked_bias"))}
+        head_name = next((k for k in ("lm_head.weight", "embed_out.weight") if k in named), "lm_head.weight")
+        head = named.pop(head_name, None)
+        out = take_tensors(named, name_map(config.n_layers), source)
+        order = torch.argsort(qkv_rows(config))
+        for i in range(config.n_layers):
+            for p in ("weight", "bias"):
+                key = f"blocks.{i}.attn.qkv.{p}"
+                if out[key].shape[0] == order.shape[0]:  # a wrong shape is named by check_state
+                    out[key] = out[key][order].contiguous()
+        return check_state(out, head, head_name, "gpt_neox.embed_in", config, source)
+
+
+__all__ = ["NeoxMapper", "REFUSED_SCALINGS", "decoder_config", "name_map", "neox_config", "qkv_rows", "scaling_parameters"]

@@ -1,0 +1,316 @@
+"""The explainer page with a run's data: ``octlm serve`` and ``octlm export-web``.
+
+The page is built from ``web/`` by Vite into ``src/octlm/web_dist/``
+(``index.html``, ``app.js``, ``app.css``), which is committed and installed
+as package data, so a pip-installed octlm serves it without Node. The page
+reads the run from ``run-data.js`` (``window.OCTLM_RUN = {...}``, see
+:func:`octlm.inspect.embeddings.run_view`); classic scripts rather than a fetched JSON
+file keep an exported copy working straight from disk (``file://``), where
+browsers refuse ``fetch`` and module scripts.
+
+The server is the standard library's :class:`http.server.ThreadingHTTPServer`
+with a handler that answers only from a fixed table of in-memory files made
+at start-up: a request path is never joined to a filesystem path, so no
+``..``, encoded or absolute path can reach anything else on disk.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from octlm.errors import OctlmError
+from octlm.train.options import REQUIRED, option
+from octlm.report import Reporter
+from octlm.run.folder import RunFolder
+
+#: Where the built page lives inside the installed package.
+WEB_DIST = Path(__file__).resolve().parents[1] / "web_dist"
+PAGE_FILES = ("index.html", "app.js", "app.css")
+RUN_DATA = "run-data.js"
+
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
+
+# The page needs nothing from elsewhere; forbid it, so a token string shown on
+# the page can never make the browser reach out.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def page_files(dist: Path = WEB_DIST) -> dict[str, bytes]:
+    """The built page: ``{file name: bytes}`` for ``index.html``, ``app.js`` and ``app.css``.
+
+    Raises:
+        OctlmError: when a file is missing (the page was not built).
+    """
+    missing = [name for name in PAGE_FILES if not (dist / name).is_file()]
+    if missing:
+        raise OctlmError(
+            f"{dist}: the built page is missing {', '.join(missing)}; build it with `npm ci && npm run build` in web/ "
+            f"(or reinstall octlm)"
+        )
+    return {name: (dist / name).read_bytes() for name in PAGE_FILES}
+
+
+def run_data_script(view: dict) -> bytes:
+    """``run-data.js``: a classic script that sets ``window.OCTLM_RUN`` to ``view``.
+
+    ``<`` is escaped as ``\\u003c`` so a token such as ``</script>`` stays
+    inert even if the script is ever inlined into HTML.
+    """
+    payload = json.dumps(view, ensure_ascii=False, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    return f"window.OCTLM_RUN = {payload};\n".encode()
+
+
+def site_files(view: dict, dist: Path = WEB_DIST) -> dict[str, bytes]:
+    """Every file of the page with the run: the built page plus ``run-data.js``."""
+    return {**page_files(dist), RUN_DATA: run_data_script(view)}
+
+
+def load_view(run_dir: str | Path) -> dict:
+    """Load a run folder and compute what the page shows (:func:`octlm.inspect.embeddings.run_view`)."""
+    from octlm.inspect.embeddings import run_view
+    from octlm.run.folder import load_run
+
+    model, tokenizer = load_run(run_dir, "cpu")
+    return run_view(run_dir, model, tokenizer)
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and ``localhost``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_path(raw_path: str) -> str | None:
+    """The file name a request path asks for, or ``None`` when it names nothing served.
+
+    ``/`` is ``index.html``; the query string and fragment are ignored. Only
+    a bare name of the served table qualifies: anything with a further ``/``,
+    a backslash, ``..`` or a NUL, even percent-encoded, is refused.
+    """
+    path = unquote(urlsplit(raw_path).path)
+    if path in ("", "/"):
+        return "index.html"
+    if not path.startswith("/"):
+        return None
+    name = path[1:]
+    if not name or "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
+        return None
+    return name
+
+
+def host_name(header: str) -> str:
+    """The host part of a ``Host`` header, lower-cased, without the port: ``[::1]:80`` -> ``[::1]``."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header.split("]", 1)[0] + "]"
+    return header.rsplit(":", 1)[0] if ":" in header else header
+
+
+def make_handler(files: dict[str, bytes], allowed_hosts: set[str] | None):
+    """A request handler class answering GET and HEAD from ``files`` only.
+
+    ``allowed_hosts``: when set, a request whose ``Host`` header names another
+    host gets 421, which stops a DNS-rebinding page elsewhere from reading the
+    run through a loopback server.
+    """
+
+    class PageHandler(BaseHTTPRequestHandler):
+        server_version = "octlm"
+        sys_version = ""
+
+        def do_GET(self) -> None:
+            self._answer(send_body=True)
+
+        def do_HEAD(self) -> None:
+            self._answer(send_body=False)
+
+        def _answer(self, send_body: bool) -> None:
+            if allowed_hosts is not None and host_name(self.headers.get("Host") or "") not in allowed_hosts:
+                return self._error(HTTPStatus.MISDIRECTED_REQUEST, "unknown Host header", send_body)
+            name = resolve_path(self.path)
+            if name is None or name not in files:
+                return self._error(HTTPStatus.NOT_FOUND, "not found", send_body)
+            content_type = CONTENT_TYPES.get(Path(name).suffix, "application/octet-stream")
+            self._send(HTTPStatus.OK, content_type, files[name], send_body)
+
+        def _error(self, status: HTTPStatus, text: str, send_body: bool) -> None:
+            self._send(status, "text/plain; charset=utf-8", f"{status.value} {text}\n".encode(), send_body)
+
+        def _send(self, status: HTTPStatus, content_type: str, body: bytes, send_body: bool) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            for key, value in SECURITY_HEADERS.items():
+                self.send_header(key, value)
+            self.end_headers()
+            if send_body:
+                self.wfile.write(body)
+
+        def log_message(self, format: str, *args) -> None:
+            # Quiet by default: the terminal shows the URL and errors, not every request.
+            return
+
+    return PageHandler
+
+
+def make_server(files: dict[str, bytes], host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
+    """Bind a threading HTTP server serving ``files`` on ``host:port`` (port 0: a free one).
+
+    On a loopback host, requests must name a loopback ``Host``.
+
+    Raises:
+        OctlmError: when the address cannot be bound (in use, not this machine's).
+    """
+    allowed = None
+    if is_loopback(host):
+        allowed = {"127.0.0.1", "localhost", "[::1]", host.lower() if ":" not in host else f"[{host.strip('[]')}]"}
+    if not 0 <= port <= 65535:
+        raise OctlmError(f"--port {port}: must be between 0 and 65535 (0 picks a free port)")
+    server_class = ThreadingHTTPServer
+    if ":" in host:
+        import socket
+
+        class V6Server(ThreadingHTTPServer):
+            address_family = socket.AF_INET6
+
+        server_class = V6Server
+    try:
+        server = server_class((host.strip("[]"), port), make_handler(files, allowed))
+    except OSError as err:
+        hint = "pick another with --port, or --port 0 for a free one" if port else "check --host"
+        raise OctlmError(f"cannot listen on {host}:{port} ({err.strerror or err}); {hint}") from None
+    server.daemon_threads = True
+    return server
+
+
+#: Files an export of any octlm version may hold (its page and assets): --overwrite replaces them, and nothing else.
+PAGE_SUFFIXES = {".html", ".js", ".css", ".map"}
+
+
+def export_site(files: dict[str, bytes], out: str | Path, overwrite: bool = False) -> Path:
+    """Write ``files`` into folder ``out`` so ``out/index.html`` opens from disk.
+
+    The files go to a temporary folder beside ``out`` that is renamed into
+    place, so ``out`` never holds half a page.
+
+    Raises:
+        OctlmError: when ``out`` holds anything but an earlier export (it
+            holds ``index.html`` and ``run-data.js``), and for an earlier export
+            without ``overwrite``.
+    """
+    out = Path(out)
+    folder = RunFolder(out)
+
+    def refuse(found: RunFolder) -> str | None:
+        if not {"index.html", RUN_DATA} <= {p.name for p in found.path.iterdir()}:
+            return f"--out {out}: holds files that are not an exported page, which octlm never replaces, --overwrite or not; choose a new or empty folder"
+        return None
+
+    folder.check_target(overwrite, refuse, f"--out {out}: holds an earlier export; add --overwrite to replace it, or choose another --out",
+                        foreign=lambda found: [p.name for p in found.path.iterdir() if not p.name.startswith(".") and p.name not in files
+                                               and not (p.is_file() and p.suffix in PAGE_SUFFIXES)])
+    with folder.staged(mode=0o755) as staging:
+        for name, data in files.items():
+            target = staging / name
+            target.write_bytes(data)
+            target.chmod(0o644)
+    return out
+
+
+@dataclass
+class ServeOptions:
+    """Everything ``octlm serve`` takes."""
+
+    run: str = option(REQUIRED, "run folder made by octlm train", metavar="RUN_DIR")
+    host: str = option("127.0.0.1", "address to listen on; anything but loopback lets other machines read the run")
+    port: int = option(8000, "port to listen on (0: a free one, printed at start)")
+
+
+@dataclass
+class ExportWebOptions:
+    """Everything ``octlm export-web`` takes."""
+
+    run: str = option(REQUIRED, "run folder made by octlm train", metavar="RUN_DIR")
+    out: str = option(REQUIRED, "folder to write (must be new or empty)", metavar="DIR")
+    overwrite: bool = option(False, "replace an earlier export in --out")
+
+
+def serve(opts: ServeOptions, report: Reporter) -> dict:
+    """Run ``octlm serve``: serve the page with the run's data until Ctrl-C; returns the result dict (url, stopped).
+
+    Raises:
+        OctlmError: for a missing or damaged run, or an address or port the
+            server cannot listen on.
+    """
+    server = make_server(site_files(load_view(opts.run)), opts.host, opts.port)
+    host, port = server.server_address[:2]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/"
+    if not is_loopback(opts.host):
+        report.warn(f"listening on {opts.host}: anyone who can reach this machine on port {port} can read the run's embeddings")
+    report.event("serving", f"serving {opts.run} at {url} (Ctrl-C stops)", url=url, host=host, port=port, run=str(opts.run))
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    result = {"url": url, "stopped": True}
+    report.result(result, "stopped")
+    return result
+
+
+def export_web(opts: ExportWebOptions, report: Reporter) -> dict:
+    """Run ``octlm export-web``: write the page with the run's data into ``--out`` (:func:`export_site`); returns the result dict.
+
+    Raises:
+        OctlmError: for a missing or damaged run, or an ``--out`` that
+            :func:`export_site` refuses.
+    """
+    files = site_files(load_view(opts.run))
+    out = export_site(files, opts.out, opts.overwrite)
+    index = (out / "index.html").resolve()
+    size = sum(len(b) for b in files.values())
+    result = {"out": str(out), "index": str(index), "url": index.as_uri(), "files": sorted(files), "bytes": size}
+    report.result(result, f"wrote {out}/ ({size / 1e6:.1f} MB); open {index.as_uri()}")
+    return result
+
+
+__all__ = [
+    "ExportWebOptions",
+    "ServeOptions",
+    "export_web",
+    "serve",
+    "PAGE_FILES",
+    "RUN_DATA",
+    "WEB_DIST",
+    "export_site",
+    "is_loopback",
+    "load_view",
+    "make_handler",
+    "make_server",
+    "page_files",
+    "resolve_path",
+    "run_data_script",
+    "site_files",
+]

@@ -1,0 +1,198 @@
+"""Sampling text from a model: ``octlm sample`` (:func:`sample`) and the end-of-training report (:func:`sample_from`)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from octlm.errors import OctlmError
+from octlm.model.decoder import Decoder
+from octlm.train.options import REQUIRED, TrainOptions, at_least, finite, option, same_as
+from octlm.model.positions.schemes import ROPE_SCALINGS
+from octlm.report import Reporter
+from octlm.data.tokenizer import Tokenizer
+
+
+def _check_utf8(prompt: str) -> None:
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as err:
+        # argv bytes that are not UTF-8 arrive as lone surrogates (PEP 383)
+        raise OctlmError(f"--prompt is not valid UTF-8 (at character {err.start}); pass the prompt as UTF-8 text") from None
+
+
+@dataclass
+class RopeScalingOptions:
+    """``--rope-scaling`` and ``--rope-factor``: run a trained RoPE model past its training length (sample, export-hf)."""
+
+    rope_scaling: str | None = option(
+        None, "run a RoPE model past its training length without training: linear position interpolation, "
+        "NTK-aware base, dynamic NTK or YaRN (default: none, plain RoPE)", choices=list(ROPE_SCALINGS))
+    rope_factor: float | None = option(
+        None, "scale of --rope-scaling, >= 1: target length / training length (for dynamic-ntk the multiplier of "
+        "current length / training length; default 1 there); required for linear, ntk and yarn")
+
+
+@dataclass
+class SampleOptions:
+    """Everything ``octlm sample`` takes."""
+
+    run: str = option(REQUIRED, "run folder made by octlm train", metavar="RUN_DIR")
+    prompt: str = option("", "text to continue (empty: start a new document)", check=_check_utf8)
+    max_new_tokens: int = option(200, "tokens to generate", bounds=at_least(0))
+    temperature: float = option(0.8, "softmax temperature (0: greedy)", bounds=finite(note="(0: greedy)"))
+    top_k: int = option(40, "sample among the k most likely tokens (0: all)", bounds=at_least(0, "(0 means all tokens)"))
+    num_samples: int = option(1, "independent samples to draw", bounds=at_least(1))
+    seed: int = same_as(TrainOptions, "seed", help="random seed")
+    device: str = same_as(TrainOptions, "device")
+    rope_scaling: str | None = same_as(RopeScalingOptions, "rope_scaling")
+    rope_factor: float | None = same_as(RopeScalingOptions, "rope_factor")
+    no_cache: bool = option(False, "recompute the whole sequence at every step (slow; for comparison)")
+
+
+def sample_from(model: Decoder, tokenizer: Tokenizer, prompt: str, max_new_tokens: int, temperature: float, top_k: int | None, seed: int, device: torch.device) -> str:
+    """Generate ``max_new_tokens`` after ``prompt`` (after ``<|endoftext|>`` when empty); returns only the new text."""
+    ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]
+    generator = torch.Generator(device=device).manual_seed(seed)
+    was_training = model.training
+    model.eval()
+    try:
+        out = model.generate(torch.tensor([ids], device=device), max_new_tokens, temperature, top_k, generator=generator)
+    finally:
+        model.train(was_training)
+    return tokenizer.decode(out[0, len(ids) :].tolist())
+
+
+def check_bias_memory(model: Decoder, length: int, device: torch.device) -> None:
+    """Refuse a sequence whose attention score bias would not fit in memory, instead of failing inside torch.
+
+    A score bias (ALiBi's, for one) grows with the length squared; the
+    scheme estimates it (``PositionScheme.score_bias_bytes``).
+
+    Raises:
+        OctlmError: when the bias for ``length`` tokens exceeds the device's memory.
+    """
+    from octlm.train.device import device_memory_bytes
+
+    need = model.positions.score_bias_bytes(model.config.n_heads, length)
+    if not need:
+        return
+    total = device_memory_bytes(device)
+    if total is not None and need > total:
+        longest = int((total * length**2 / need) ** 0.5)
+        raise OctlmError(
+            f"the prompt plus --max-new-tokens is {length:,} tokens; {model.positions.label}'s bias for that length needs about "
+            f"{need / 2**30:,.0f} GiB, more than this {device.type} has ({total / 2**30:.0f} GiB): keep it under {longest:,} tokens"
+        )
+
+
+def apply_rope_scaling(model: Decoder, method: str | None, factor: float | None) -> None:
+    """Set ``--rope-scaling``/``--rope-factor`` on a loaded model.
+
+    Raises:
+        OctlmError: when the model is not a RoPE model, or the factor is
+            missing or below 1.
+    """
+    if method is None:
+        if factor is not None:
+            raise OctlmError("--rope-factor needs --rope-scaling (linear, ntk, dynamic-ntk or yarn)")
+        return
+    if factor is None:
+        if method != "dynamic-ntk":
+            raise OctlmError(f"--rope-scaling {method} needs --rope-factor F (target length / training length, e.g. 4)")
+        factor = 1.0
+    try:
+        model.set_rope_scaling(method, factor)
+    except ValueError as err:
+        raise OctlmError(f"--rope-scaling {method} --rope-factor {factor:g}: {err}") from None
+
+
+def _show(text: str) -> None:
+    """Print generated text at once, its control characters escaped (a barely trained model emits them)."""
+    from octlm.data.tokenizer import printable_text
+
+    sys.stdout.write(printable_text(text))
+    sys.stdout.flush()
+
+
+def _show_token(stream, token: torch.Tensor) -> None:
+    """``on_token`` of :meth:`Decoder.generate`: print what the new token [1, 1] made final."""
+    _show(stream.push(int(token[0, 0])))
+
+
+#: Printed between two samples.
+SEPARATOR = "\n" + "-" * 60 + "\n"
+
+
+def _draw(model: Decoder, tokenizer: Tokenizer, ids: list[int], opts: SampleOptions, device: torch.device, streaming: bool) -> list[str]:
+    """``opts.num_samples`` continuations of ``ids``; each piece is printed as it comes when ``streaming``."""
+    from octlm.data.tokenizer import TextStream
+
+    generator = torch.Generator(device=device).manual_seed(opts.seed)
+    samples = []
+    try:
+        for n in range(opts.num_samples):
+            stream = TextStream(tokenizer)
+            if streaming:
+                _show((SEPARATOR if n else "") + opts.prompt)
+            out = model.generate(
+                torch.tensor([ids], device=device), opts.max_new_tokens, opts.temperature, opts.top_k or None, not opts.no_cache,
+                generator=generator, on_token=functools.partial(_show_token, stream) if streaming else None,
+            )
+            samples.append(tokenizer.decode(out[0, len(ids) :].tolist()))
+            if streaming:
+                _show(stream.finish())
+    except KeyboardInterrupt:
+        if streaming:
+            _show("\n")  # the interrupted line ends, so the message after it starts a line of its own
+        raise
+    if streaming:
+        _show("\n")
+    return samples
+
+
+def sample(opts: SampleOptions, report: Reporter) -> dict:
+    """Run ``octlm sample``: load the run, apply any RoPE scaling, draw the samples and report them.
+
+    People see each piece as it is generated (Ctrl-C keeps what they saw);
+    with ``--json`` or ``--quiet`` only the finished result is printed.
+    Returns the result dict (prompt, samples, prompt_tokens, use_cache, rope_scaling).
+
+    Raises:
+        OctlmError: for an option out of range, a missing or damaged run, a
+            RoPE scaling the model cannot take, or a length whose score bias
+            would not fit in the device's memory.
+    """
+    from octlm.train.device import resolve_device
+    from octlm.train.options import check_fields
+    from octlm.run.folder import load_run
+    from octlm.data.tokenizer import printable_text
+
+    check_fields(opts)
+    device = resolve_device(opts.device)
+    model, tokenizer = load_run(opts.run, device)
+    apply_rope_scaling(model, opts.rope_scaling, opts.rope_factor)
+    ids = tokenizer.encode(opts.prompt) if opts.prompt else [tokenizer.eot_id]
+    limit = model.max_length
+    if limit is not None and len(ids) > limit:
+        report.warn(f"the prompt is {len(ids)} tokens; this learned-position model sees only its last {limit}")
+    check_bias_memory(model, len(ids) + opts.max_new_tokens, device)
+    streaming = not (report.json_mode or report.quiet)
+    samples = _draw(model, tokenizer, ids, opts, device, streaming)
+    text = None if streaming else printable_text(SEPARATOR.join(opts.prompt + s for s in samples))
+    scaling = getattr(model.positions, "scaling", None)
+    result = {
+        "prompt": opts.prompt,
+        "samples": samples,
+        "prompt_tokens": len(ids),
+        "use_cache": not opts.no_cache,
+        "rope_scaling": None if scaling is None else {"method": scaling.method, "factor": scaling.factor, "original_length": scaling.original_length},
+    }
+    report.result(result, text)
+    return result
+
+
+__all__ = ["RopeScalingOptions", "SampleOptions", "apply_rope_scaling", "check_bias_memory", "sample", "sample_from"]

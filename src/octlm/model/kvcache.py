@@ -1,0 +1,71 @@
+"""The key/value cache of cached decoding: what each attention layer has seen so far.
+
+:class:`octlm.model.decoder.Decoder` appends to it in ``forward(..., cache=...)``, and
+``Decoder.generate`` uses it so each step computes one token instead of the
+whole sequence.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+
+class LayerCache:
+    """Keys and values one attention layer has seen, for cached decoding.
+
+    Holds ``keys`` and ``values`` [B, H, capacity, head_dim] of which the
+    first ``length`` rows along the third axis are filled; the buffers grow
+    by doubling when a step needs more than ``capacity``. Keys are stored
+    after the scheme's rotation (RoPE), so a cached key is never rotated
+    again.
+    """
+
+    def __init__(self, capacity: int = 0) -> None:
+        self.capacity = capacity
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+        self.length = 0
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add ``k``, ``v`` [B, H, T, D]; return all keys and values so far, [B, H, length, D] each."""
+        end = self.length + k.shape[-2]
+        if self.keys is None or end > self.keys.shape[-2]:
+            size = max(end, self.capacity, 2 * (0 if self.keys is None else self.keys.shape[-2]))
+            keys, values = k.new_empty(*k.shape[:-2], size, k.shape[-1]), v.new_empty(*v.shape[:-2], size, v.shape[-1])
+            if self.keys is not None:
+                keys[..., : self.length, :] = self.keys[..., : self.length, :]
+                values[..., : self.length, :] = self.values[..., : self.length, :]
+            self.keys, self.values = keys, values
+        self.keys[..., self.length : end, :] = k
+        self.values[..., self.length : end, :] = v
+        self.length = end
+        return self.keys[..., :end, :], self.values[..., :end, :]
+
+
+class KVCache:
+    """One :class:`LayerCache` per block: what a decoder has seen of the sequence so far.
+
+    The cached tokens are always positions ``0 .. length - 1``; the next call
+    of ``Decoder.forward(ids, offset=cache.length, cache=cache)`` continues
+    them. ``capacity`` (tokens) pre-allocates the buffers when the final
+    length is known.
+    """
+
+    def __init__(self, n_layers: int, capacity: int = 0) -> None:
+        self.capacity = capacity
+        self.layers = [LayerCache(capacity) for _ in range(n_layers)]
+        #: the position scheme's ``length_state`` the cached entries were computed under
+        self.state: object = None
+
+    @property
+    def length(self) -> int:
+        """Tokens (positions) cached."""
+        return self.layers[0].length
+
+    def reset(self) -> None:
+        """Forget everything (to prefill a cropped window or new frequencies again)."""
+        self.layers = [LayerCache(self.capacity) for _ in self.layers]
+        self.state = None
+
+
+__all__ = ["KVCache", "LayerCache"]

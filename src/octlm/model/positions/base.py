@@ -1,0 +1,217 @@
+"""The plug-in interface of position schemes: the base class, the registry, and what is asked of them.
+
+:mod:`octlm.model.positions.schemes` holds the schemes themselves, one class each,
+registered here by :func:`register`; this module names none of them. Every
+question another module asks about a scheme (its label, the memory its score
+bias costs, whether the length study trains it, which RoPE scalings it
+takes) is answered by a class attribute or method of :class:`PositionScheme`
+or by one of the registry queries below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:  # pragma: no cover
+    from octlm.model.decoder import DecoderConfig
+
+SCHEMES: dict[str, type["PositionScheme"]] = {}
+
+#: Bytes per score entry [head, query, key] that a score bias costs inside
+#: attention: the float32 bias, the masked scores and the weights beside them.
+SCORE_BIAS_BYTES = 3 * 4
+
+
+def register(name: str) -> Callable[[type["PositionScheme"]], type["PositionScheme"]]:
+    """Class decorator adding a scheme to :data:`SCHEMES` under ``name``."""
+
+    def wrap(cls: type[PositionScheme]) -> type[PositionScheme]:
+        cls.name = name
+        SCHEMES[name] = cls
+        return cls
+
+    return wrap
+
+
+class _SchemeNames:
+    """The names in :data:`SCHEMES`, sorted and read afresh at every use, so argparse choices follow the registry."""
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in SCHEMES
+
+    def __iter__(self):
+        return iter(sorted(SCHEMES))
+
+    def __repr__(self) -> str:
+        return repr(sorted(SCHEMES))
+
+
+#: Live, sorted view of the registered names (``choices`` of ``--position``).
+SCHEME_NAMES = _SchemeNames()
+
+
+def unbounded_schemes() -> list[str]:
+    """Names of the schemes that can address any position (no table limit)."""
+    return sorted(name for name, cls in SCHEMES.items() if not cls.has_table_limit)
+
+
+def length_study_schemes() -> list[str]:
+    """Schemes ``octlm length`` trains by default, in registration order (the order of its table)."""
+    return [name for name, cls in SCHEMES.items() if cls.in_length_study]
+
+
+def schemes_taking(method: str) -> list[str]:
+    """Names of the schemes that accept the RoPE scaling ``method`` (:data:`ROPE_SCALINGS`)."""
+    return [name for name, cls in SCHEMES.items() if method in cls.scalings()]
+
+
+def random_position_schemes() -> list[str]:
+    """Names of the schemes that can train at randomized positions (``randomize_positions`` > 1)."""
+    return [name for name, cls in SCHEMES.items() if cls.takes_random_positions]
+
+
+@dataclass
+class PositionVectors:
+    """Position vectors of a run, [length, width], and where they come from (for the explorer).
+
+    ``source`` is ``"learned"`` (trained rows) or ``"computed"`` (from a
+    formula); ``description`` says what they are in a sentence.
+    """
+
+    vectors: Tensor
+    source: str
+    description: str
+
+
+class PositionScheme(nn.Module):
+    """Base class: no position signal anywhere.
+
+    Subclasses override ``embed``, ``rotate`` or ``score_bias``, and the
+    class attributes below where the default does not fit. ``max_length`` is
+    the number of positions the scheme can address, or ``None`` when any
+    length works.
+    """
+
+    name = "base"
+    #: what people call it, in messages ("ALiBi's bias ...")
+    label = "no position"
+    #: one line for people: where the scheme puts position
+    description = "no position signal: the causal mask is the only order information"
+    has_table_limit = False
+    reads: tuple[str, ...] = ()  #: DecoderConfig fields beyond the shape it reads: options meaningful for it alone
+    #: trained by ``octlm length`` unless ``--schemes`` says otherwise (each model costs its time budget)
+    in_length_study = True
+    #: transformers ``model_type`` export-hf writes the scheme as (a mapper in octlm.export.hf), or None: then ``hf_refusal`` says why
+    hf_model_type: str | None = None
+    hf_refusal = "no transformers architecture computes this scheme"
+    #: reads its positions through :meth:`position_ids`, so ``randomize_positions`` > 1 can train it
+    takes_random_positions = False
+
+    def __init__(self, config: "DecoderConfig") -> None:
+        super().__init__()
+        #: training positions are drawn from ``0 .. random_range - 1`` (Ruoss et al. 2023); T: no drawing
+        self.random_range = config.context_length * config.randomize_positions
+        self.drawn: Tensor | None = None
+
+    def draw_positions(self, length: int) -> None:
+        """Start a forward pass of ``length`` tokens: in training, draw its positions when randomizing.
+
+        Randomized positions (Ruoss et al. 2023, §3): each training sequence
+        sits at a sorted random subset of ``0 .. random_range - 1`` instead of
+        ``0 .. length - 1``, so a model trained on ``T`` tokens has seen the
+        positions of sequences up to ``random_range`` long. The draw comes from
+        torch's global generator (a seeded run draws the same positions) and
+        is shared by every layer of the pass. In evaluation, and without
+        randomization, nothing is drawn and positions are ``0, 1, 2, ...``.
+        """
+        if self.training and self.random_range > length:
+            self.drawn = torch.randperm(self.random_range)[:length].sort().values
+
+    def position_ids(self, length: int, offset: int, device: torch.device) -> Tensor:
+        """Positions of ``length`` tokens starting at ``offset``, int64 [length]: ``offset ..``, or the training draw."""
+        if self.training and self.drawn is not None and offset == 0 and len(self.drawn) == length:
+            return self.drawn.to(device)
+        return torch.arange(offset, offset + length, device=device)
+
+    @classmethod
+    def check_config(cls, config: "DecoderConfig") -> None:
+        """Raise ``ValueError`` naming the field when ``config`` cannot use this scheme."""
+        if config.randomize_positions > 1 and not cls.takes_random_positions:
+            takers = ", ".join(random_position_schemes())
+            raise ValueError(f"randomize_positions={config.randomize_positions} needs a scheme that reads positions ({takers}), not position={cls.name!r}")
+
+    @classmethod
+    def scalings(cls) -> tuple[str, ...]:
+        """Names in :data:`ROPE_SCALINGS` this scheme takes at run time; none here.
+
+        A scheme that names any also defines ``set_rope_scaling(scaling: RopeScaling | None)``.
+        """
+        return ()
+
+    @property
+    def max_length(self) -> int | None:
+        return None
+
+    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Return token vectors ``x`` [B, T, C] with position added (here: unchanged)."""
+        return x
+
+    def rotate(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
+        """Return queries [B, H, Tq, D] and keys [B, H, Tk, D] with position applied (here: unchanged).
+
+        Queries sit at positions ``offset .. offset + Tq - 1``; keys end where
+        the queries end, at ``offset + Tq - Tk .. offset + Tq - 1`` (a cached
+        step has ``Tk >= Tq``).
+        """
+        return q, k
+
+    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor | None:
+        """Additive bias for attention scores [H, q_len, k_len], or ``None``."""
+        return None
+
+    def length_state(self, seq_len: int) -> object:
+        """What the position signal of a ``seq_len``-token sequence depends on besides the positions; ``None`` here.
+
+        Keys and values cached under one state are stale under another: a
+        position's signal feeds every later layer, so the cache must be
+        refilled (``Decoder.next_token_logits`` does that). RoPE under
+        dynamic NTK is the case today: its frequencies change with the length.
+        """
+        return None
+
+    def score_bias_bytes(self, n_heads: int, length: int) -> int:
+        """Bytes the score bias of a ``length``-token sequence takes in attention, 0 without one.
+
+        A bias goes to attention as a float mask [n_heads, T, T] with the
+        weights beside it, so it grows with T squared (sample checks it
+        against the device's memory).
+        """
+        if type(self).score_bias is PositionScheme.score_bias:
+            return 0
+        return SCORE_BIAS_BYTES * n_heads * length**2
+
+    def explorer_vectors(self, added: Tensor | None, length: int) -> PositionVectors | None:
+        """What the embedding explorer shows for positions ``0 .. length - 1``, or ``None``.
+
+        ``added`` is what the scheme adds to zero token vectors there,
+        [length, C] (:func:`octlm.inspect.diagnostics.position_vectors`), or ``None``
+        when it adds nothing. Here: those rows, computed by formula.
+        """
+        if added is None:
+            return None
+        return PositionVectors(added.float().cpu(), "computed", f"The {self.name} rows this run adds, computed by formula: {length} rows of {added.shape[1]}.")
+
+    @classmethod
+    def explorer_note(cls) -> str:
+        """Why the explorer shows no position vectors, when :meth:`explorer_vectors` gives ``None``."""
+        return f"This run's scheme ({cls.name}) adds no position vectors."
+
+
+__all__ = [
+    "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "PositionScheme", "PositionVectors", "length_study_schemes",
+    "random_position_schemes", "register", "schemes_taking", "unbounded_schemes",
+]

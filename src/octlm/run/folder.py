@@ -1,0 +1,457 @@
+"""Run folders: what a training run leaves on disk, and loading it back.
+
+A run folder holds
+
+* ``config.json``       -- ``{"model": DecoderConfig fields, "train": resolved options}``
+* ``model.safetensors`` -- the weights; the tied head is stored once, as the token table
+* ``tokenizer.json``    -- the Hugging Face tokenizer
+* ``manifest.json``     -- what was read (paths, bytes, sha256) and the token files
+* ``train.bin``, ``val.bin`` -- token streams (numpy memmaps)
+* ``metrics.jsonl``     -- one JSON object per training or evaluation event
+* ``checkpoint.safetensors`` -- weights, AdamW state, generators and step (:mod:`octlm.train.checkpoint`)
+* ``.lock``             -- held while a process trains the run
+
+Every file is written atomically (:mod:`octlm.fileio`); :class:`RunFolder` owns the
+folder itself: its names, creating and replacing it, and reading it back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import shlex
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from octlm.data import text as data
+from octlm.errors import OctlmError, RunError
+from octlm.fileio import atomic_write_json, umask
+from octlm.run.outputs import check_out_folder, make_folder, make_staging
+from octlm.model.decoder import Decoder, DecoderConfig
+from octlm.model.positions.rope_scaling import RopeScaling
+from octlm.data.tokenizer import Tokenizer
+from octlm.model.weights import load_weights, save_weights, weights_state
+
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+TOKENIZER = "tokenizer.json"
+MANIFEST = "manifest.json"
+METRICS = "metrics.jsonl"
+#: Written by :mod:`octlm.train.checkpoint` while the run trains.
+CHECKPOINT = "checkpoint.safetensors"
+#: Where ``octlm embeddings`` puts its figures by default, inside the run folder, and their names.
+EMBEDDINGS = "embeddings"
+EMBEDDINGS_FIGURES = ("positions.png", "tokens-pca.png")
+#: Everything octlm writes into a run folder: what ``--overwrite`` may replace (:meth:`RunFolder.foreign_files`).
+RUN_FILES = frozenset({CONFIG, WEIGHTS, TOKENIZER, MANIFEST, METRICS, CHECKPOINT, "train.bin", "val.bin", "loss.png", EMBEDDINGS})
+#: Held by the process that trains the run (:meth:`RunFolder.lock`).
+LOCK = ".lock"
+
+def read_json(path: Path) -> dict:
+    """Parse a JSON file of a run, raising ``RunError`` naming it when absent or malformed."""
+    if not path.is_file():
+        raise RunError(f"{path}: missing; is {path.parent} an octlm run folder?")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise RunError(f"{path}: not valid JSON ({err}); the file is corrupted") from None
+
+
+def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[Decoder, Tokenizer]:
+    """Load a trained model and its tokenizer from a run folder.
+
+    Returns:
+        ``(model, tokenizer)``; the model is in eval mode on ``device``, its
+        head is tied to its token table again, and it runs under the RoPE
+        scaling the run saved (``train.rope_scaling``), if any.
+
+    Raises:
+        RunError: when the folder or one of its files is missing or corrupted
+            (the message names the file).
+    """
+    run_dir = Path(run_dir)
+    if run_dir.is_file():
+        raise RunError(f"{run_dir}: is a file; give the run folder that holds it ({run_dir.parent})")
+    if not run_dir.is_dir():
+        raise RunError(f"{run_dir}: no such run folder; train one with `octlm train --out {run_dir}`")
+    config = RunFolder(run_dir).read_config()
+    try:
+        model_config = DecoderConfig.from_dict(config["model"])
+    except (TypeError, ValueError) as err:
+        raise RunError(f"{run_dir / CONFIG}: invalid model config: {err}") from None
+    model = Decoder(model_config)
+    folder = RunFolder(run_dir)
+    if not folder.weights_path.is_file() and (folder.stopped_before_first_checkpoint() or (run_dir / CHECKPOINT).is_file()):
+        # Stopped (Ctrl-C, a kill) before training finished: the weights come with the end of training.
+        raise RunError(f"{run_dir}: its training stopped before it wrote {WEIGHTS}; finish it with `octlm train --resume {shlex.quote(str(run_dir))}`")
+    load_weights(run_dir / WEIGHTS, model)
+    stored_scaling = (config.get("train") or {}).get("rope_scaling")
+    apply_scaling(model, stored_scaling if isinstance(stored_scaling, dict) else None)
+    tokenizer = RunFolder(run_dir).read_tokenizer()
+    tokenizer_path = run_dir / TOKENIZER
+    if tokenizer.vocab_size != model_config.vocab_size:
+        raise RunError(
+            f"{tokenizer_path}: has {tokenizer.vocab_size} tokens but the model's vocab_size is {model_config.vocab_size}"
+        )
+    return model.to(device).eval(), tokenizer
+
+
+def load_config(run_dir: str | Path) -> dict:
+    """:meth:`RunFolder.read_config` of ``run_dir``."""
+    return RunFolder(run_dir).read_config()
+
+
+def apply_scaling(model: Decoder, record: dict | None) -> None:
+    """Run ``model`` under a stored RoPE scaling (``config.json``'s ``train.rope_scaling``); ``None`` leaves it plain.
+
+    Raises:
+        RunError: when the record is malformed or the model's scheme does not take its method.
+    """
+    if record is None:
+        return
+    try:
+        scaling = RopeScaling(**record)
+        model.set_rope_scaling(scaling.method, scaling.factor, scaling.original_length)
+        if model.positions.scalings():
+            model.positions.set_rope_scaling(scaling)  # keeps YaRN's beta bounds an imported run records
+    except (TypeError, ValueError) as err:
+        raise RunError(f"config.json: train.rope_scaling {record}: {err}") from None
+
+
+class RunFolder:
+    """One run or output folder: its file names, checking and creating it, and reading it back.
+
+    Every command that writes a folder (train, length, import-hf, export-hf,
+    embeddings, export-web) goes through here, and so does every reader of a
+    run's ``config.json`` and ``manifest.json``. The one overwrite policy:
+    :meth:`check_target` refuses, before anything is written, a folder that
+    holds files octlm may not replace (or any files without ``overwrite``);
+    :meth:`staged` then builds the new folder hidden beside it and swaps it
+    in only when complete, so bad input never loses the old folder.
+
+    ``flag`` is how error messages name the folder (``--out``, ``RUN_DIR``...).
+    """
+
+    def __init__(self, path: str | Path, flag: str = "--out") -> None:
+        self.path = Path(path)
+        self.flag = flag
+
+    @classmethod
+    def new(cls, out: str | None, flag: str = "--out") -> "RunFolder":
+        """The folder ``out`` names, or ``runs/<date>-<time>`` when ``out`` is ``None``."""
+        if out is None:
+            out = f"runs/{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        return cls(out, flag)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    # -- file names -----------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    @property
+    def weights_path(self) -> Path:
+        return self.path / WEIGHTS
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.path / TOKENIZER
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS
+
+    def token_path(self, split: str) -> Path:
+        """``train.bin`` or ``val.bin``."""
+        return self.path / f"{split}.bin"
+
+    # -- what the folder holds ------------------------------------------------------------------
+    def is_octlm_run(self) -> bool:
+        """Whether the folder holds an octlm run (trained, imported or half-made), by its own files.
+
+        A ``manifest.json`` that lists token files, or a ``config.json`` that
+        octlm wrote (it records ``octlm_version``); a transformers checkpoint's
+        ``config.json``, or a person's own ``manifest.json``, does not count.
+        """
+        return "tokens" in _json_object(self.manifest_path) or "octlm_version" in _json_object(self.config_path)
+
+    def kind(self) -> str | None:
+        """What the folder holds, by its own files: ``"octlm run"``, ``"transformers checkpoint"``, ``"web page"``, or ``None``."""
+        if self.is_octlm_run():
+            return "octlm run"
+        if "model_type" in _json_object(self.config_path):
+            return "transformers checkpoint"
+        if (self.path / "index.html").is_file() and (self.path / "run-data.js").is_file():
+            return "web page"
+        return None
+
+    def kind_hint(self) -> str | None:
+        """For a folder that is not what a command wanted: what it is and the command that fits it, or ``None``."""
+        kind = self.kind()
+        if kind == "transformers checkpoint":
+            model_type = _json_object(self.config_path)["model_type"]
+            return (f"this is a transformers checkpoint (model_type {model_type!r}), not an octlm run; "
+                    f"bring it into octlm with `octlm import-hf {self.path} RUN_DIR`")
+        if kind == "web page":
+            return f"this is a page written by octlm export-web, not a run; open {self.path / 'index.html'}, or give the run folder it came from"
+        return None
+
+    def stopped_before_first_checkpoint(self) -> bool:
+        """Whether the folder holds a run that never saved a trained step: its ``config.json``, no checkpoint, no weights.
+
+        ``octlm train --resume`` trains such a run from step 0 on its prepared corpus.
+        """
+        return self.config_path.is_file() and not (self.path / CHECKPOINT).exists() and not self.weights_path.exists()
+
+    def names(self) -> list[str]:
+        """The folder's entries, hidden ones (octlm's lock and temporaries) left out."""
+        return [p.name for p in self.path.iterdir() if not p.name.startswith(".")]
+
+    def foreign_files(self) -> list[str]:
+        """What in this run folder octlm did not write (relative paths): all that ``--overwrite`` must not delete."""
+        found = [name for name in self.names() if name not in RUN_FILES]
+        figures = RunFolder(self.path / EMBEDDINGS)
+        if figures.path.is_dir():
+            found += [f"{EMBEDDINGS}/{name}" for name in figures.names() if name not in EMBEDDINGS_FIGURES]
+        elif figures.path.exists():
+            found.append(EMBEDDINGS)
+        return found
+
+    def has_files(self) -> bool:
+        """Whether the folder exists and holds anything."""
+        return self.path.is_dir() and any(self.path.iterdir())
+
+    def read_config(self) -> dict:
+        """``config.json`` as a dict with ``model`` and ``train`` sections.
+
+        Raises:
+            RunError: naming the file when it is missing, malformed or has no ``model`` section.
+        """
+        if hint := self.kind_hint():
+            raise RunError(f"{self.path}: {hint}")
+        config = read_json(self.config_path)
+        if "model" not in config:
+            raise RunError(f"{self.config_path}: has no 'model' section; not an octlm run config")
+        return config
+
+    def train_section(self) -> dict | None:
+        """The ``train`` section of ``config.json`` when the file is there, else ``None``."""
+        return self.read_config().get("train") if self.config_path.is_file() else None
+
+    def write_config(self, model_config: DecoderConfig, train_options: dict) -> None:
+        """Write ``config.json`` (model shape plus the resolved training options), atomically."""
+        from octlm import __version__
+
+        atomic_write_json(self.config_path, {"octlm_version": __version__, "model": model_config.to_dict(), "train": train_options})
+
+    def read_tokenizer(self) -> Tokenizer:
+        """``tokenizer.json``. Raises RunError naming it when it is missing or unreadable."""
+        if not self.tokenizer_path.is_file():
+            raise RunError(f"{self.tokenizer_path}: missing; is {self.path} an octlm run folder?")
+        try:
+            return Tokenizer.load(self.tokenizer_path)
+        except Exception as err:  # tokenizers raises plain Exception on a bad file
+            raise RunError(f"{self.tokenizer_path}: cannot read tokenizer ({err})") from None
+
+    def read_manifest(self) -> dict:
+        """``manifest.json``: what was read and the token files. Raises RunError naming it when absent or malformed."""
+        return read_json(self.manifest_path)
+
+    def write_manifest(self, manifest: dict) -> None:
+        """Write ``manifest.json`` atomically."""
+        atomic_write_json(self.manifest_path, manifest)
+
+    def write_tokens(self, split: str, ids: np.ndarray) -> dict:
+        """Store a token stream as ``<split>.bin``; returns its manifest entry."""
+        return data.write_tokens(self.token_path(split), ids)
+
+    def tokens(self, split: str, manifest: dict | None = None) -> np.ndarray:
+        """The ``train`` or ``val`` token stream [N] as a read-only memmap, checked against the manifest.
+
+        Raises:
+            RunError: when the manifest lists no such file or the file is missing.
+            DataError: naming the file when it is damaged (:func:`octlm.data.text.open_tokens`).
+        """
+        manifest = self.read_manifest() if manifest is None else manifest
+        entry = manifest.get("tokens", {}).get(split)
+        if entry is None or not (self.path / entry["file"]).is_file():
+            raise RunError(f"{self.token_path(split)}: token file missing; the run folder is incomplete")
+        return data.open_tokens(self.path / entry["file"], entry["dtype"], entry["count"])
+
+    def load(self, device: str | torch.device = "cpu") -> tuple[Decoder, Tokenizer]:
+        """:func:`load_run` of this folder."""
+        return load_run(self.path, device)
+
+    # -- creating and replacing -----------------------------------------------------------------
+    def check_target(self, overwrite: bool, refuse: Callable[["RunFolder"], str | None], occupied: str,
+                     foreign: Callable[["RunFolder"], list[str]] | None = None) -> None:
+        """Refuse, before anything is written, a folder that this command may not (re)write.
+
+        Args:
+            overwrite: whether the person allowed replacing what is there.
+            refuse: for a folder that holds files, the message that forbids
+                replacing them even with ``overwrite``, or ``None`` when they
+                may be replaced.
+            occupied: the message when the folder holds files and
+                ``overwrite`` is not set.
+            foreign: for a folder that ``overwrite`` would replace, what it
+                holds that this command did not write (a person's notes, a run
+                put inside a run); any is refused, by name (``None``: no check).
+
+        Raises:
+            OctlmError: with one of those messages, or when the path cannot be
+                a folder (:func:`check_out_folder`).
+        """
+        check_out_folder(self.path, self.flag)
+        if self.has_files():
+            reason = refuse(self)
+            if reason is not None:
+                raise OctlmError(reason)
+            if not overwrite:
+                raise OctlmError(occupied)
+            found = [] if foreign is None else sorted(foreign(self))
+            if found:
+                shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+                raise OctlmError(f"{self.flag} {self.path}: holds {shown} besides what this command writes; --overwrite replaces only "
+                                 f"its own output: move them out, or choose another {self.flag}")
+
+    def check_new_run(self, overwrite: bool) -> None:
+        """:meth:`check_target` for a run folder: only an octlm run is ever replaced, and not while it trains.
+
+        Raises:
+            OctlmError: naming the flag, when the folder holds files that are
+                not an octlm run, holds a run and ``overwrite`` is not set, or
+                another process is training that run.
+        """
+        flag, path = self.flag, self.path
+
+        def refuse(folder: RunFolder) -> str | None:
+            if not folder.is_octlm_run():
+                return f"{flag} {path}: holds files that are not an octlm run, which octlm never replaces; choose a new or empty folder"
+            return None
+
+        occupied = f"{flag} {path}: already holds an octlm run; choose another {flag} or pass --overwrite to replace it"
+        if self.stopped_before_first_checkpoint():
+            # What is there is a prepared corpus (Ctrl-C or a kill before the first checkpoint): resume uses it.
+            occupied = (f"{flag} {path}: holds a run stopped before its first checkpoint (nothing trained was saved); train it on its "
+                        f"prepared corpus with `octlm train --resume {shlex.quote(str(path))}`, or pass --overwrite to prepare it anew")
+        self.check_target(overwrite, refuse, occupied, foreign=RunFolder.foreign_files)
+        if (path / LOCK).exists():
+            lock = self.lock()  # raises while another process trains it: --overwrite must not pull it away
+            if lock is not None:
+                lock.close()
+
+    def create(self) -> None:
+        """Check the path and create the folder (``mkdir -p``), keeping what it holds."""
+        check_out_folder(self.path, self.flag)
+        make_folder(self.path, self.flag)
+
+    def recreate(self) -> None:
+        """Replace the folder with an empty one in place, for work whose files must record their final paths.
+
+        Only after :meth:`check_target`, and after every check of the input:
+        the old folder is gone once this returns. ``octlm length`` uses it,
+        since its runs record where they live and an interrupted study keeps
+        the runs it finished.
+        """
+        if self.path.exists():
+            shutil.rmtree(self.path)
+        make_folder(self.path, self.flag)
+
+    @contextlib.contextmanager
+    def staged(self, mode: int | None = None) -> Iterator[Path]:
+        """A hidden folder beside this one to build it in; it replaces this folder only on success.
+
+        On an exception the hidden folder is removed and this folder is left
+        as it was. On success the old folder is first renamed aside, so that
+        the folder's name always points at a whole folder, old or new. Call
+        :meth:`check_target` first: whatever is here is replaced.
+
+        Args:
+            mode: the new folder's permissions; by default what ``mkdir`` gives.
+        """
+        staging = make_staging(self.path, self.flag)
+        staging.chmod(0o777 & ~umask() if mode is None else mode)
+        try:
+            yield staging
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        if not self.path.exists():
+            os.replace(staging, self.path)
+            return
+        old = self.path.with_name(f".{self.path.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(self.path, old)
+        os.replace(staging, self.path)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def lock(self):
+        """Hold an exclusive lock on the folder for this process's lifetime (released even by kill -9).
+
+        Returns the open lock file (close it to release), or ``None`` where
+        the system has no advisory locks (Windows).
+
+        Raises:
+            OctlmError: when another octlm process is training the same run.
+        """
+        try:
+            import fcntl
+        except ImportError:  # Windows: no advisory locks; resume stays the user's responsibility
+            return None
+        handle = (self.path / LOCK).open("a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise OctlmError(f"{self.path}: another octlm process ({holder}) is training this run; wait for it or stop it first") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        return handle
+
+    def rewind_metrics(self, size: int, report) -> None:
+        """Cut ``metrics.jsonl`` back to ``size`` bytes (its length at a checkpoint), so no step is logged twice."""
+        path = self.metrics_path
+        if not path.exists():
+            return
+        if path.stat().st_size < size:
+            report.warn(f"{path} is shorter than when the checkpoint was saved; keeping it as it is")
+            return
+        with path.open("r+b") as handle:
+            handle.truncate(size)
+
+    def remove_stale_temporaries(self, report) -> None:
+        """Remove the temporary files a process killed while writing left behind (the real files are intact)."""
+        stale = list(self.path.glob(".*.tmp"))
+        for path in stale:
+            path.unlink(missing_ok=True)
+        if stale:
+            report.warn(f"removed {len(stale)} temporary file(s) left by an interrupted write")
+
+
+def _json_object(path: Path) -> dict:
+    # For questions about a folder, not for reading a run: an absent or broken file is no answer.
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+__all__ = ["CHECKPOINT", "CONFIG", "EMBEDDINGS", "EMBEDDINGS_FIGURES", "RUN_FILES", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "apply_scaling", "load_config", "load_run", "load_weights", "read_json", "save_weights", "weights_state"]

@@ -1,0 +1,383 @@
+"""Checkpoints: everything a training run needs to continue exactly where it stopped.
+
+A run folder's ``checkpoint.safetensors`` is one safetensors file holding
+
+* ``model.<name>``             -- the weights (the tied head stored once, as the token table);
+* ``optimizer.<name>.<key>``   -- AdamW's state of each parameter (``step``, ``exp_avg``, ``exp_avg_sq``);
+* ``rng.<rank>.<generator>``   -- every random generator of every process: torch's CPU
+  generator, each CUDA device's, numpy's global one (Python's ``random`` goes to the metadata);
+
+and, as JSON in the safetensors metadata, the step, the training seconds spent, the
+position in ``metrics.jsonl``, the global batch, and the sha256 of the config, the
+tokenizer and the token files it was trained with. The data position needs no state of
+its own: the batch of step *s* is a pure function of the seed and *s*
+(:class:`octlm.data.text.BlockSampler`).
+
+Nothing here unpickles anything: tensors come back through safetensors and everything
+else through JSON, so a checkpoint from elsewhere cannot run code. A file whose tensors
+do not hash to the digest in its own metadata is reported as corrupted, naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import save
+
+from octlm.errors import OctlmError, RunError
+from octlm.fileio import atomic_write, read_safetensors, sha256_file
+from octlm.train.options import changeable_on_resume
+from octlm.run.folder import CHECKPOINT, TOKENIZER
+from octlm.model.weights import weights_state
+
+FORMAT = "octlm-checkpoint/1"
+
+class CheckpointError(RunError):
+    """A checkpoint is missing, damaged, or does not belong to the files beside it."""
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: ``tensors`` by name (CPU) and ``state``, the JSON metadata."""
+
+    path: Path
+    tensors: dict[str, torch.Tensor]
+    state: dict
+
+    @property
+    def step(self) -> int:
+        return int(self.state["step"])
+
+
+def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    """Hex sha256 over names, dtypes, shapes and raw bytes of ``tensors`` in sorted order.
+
+    Stored in a safetensors file's own metadata, it catches flipped bits in the
+    tensor data that the format itself would load without complaint.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{list(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def config_digest(config: dict) -> str:
+    """sha256 of what a resumed run must keep from ``config.json``.
+
+    That is the ``model`` section and every training option a resume may
+    not change (all but :func:`octlm.train.options.changeable_on_resume`), as canonical JSON,
+    so a resume may rewrite ``max_steps`` in the file without invalidating
+    its checkpoint, and any other edit is caught. Keys this version does not
+    know are kept too.
+    """
+    may_change = changeable_on_resume()
+    kept = {"model": config.get("model"), "train": {k: v for k, v in sorted(config.get("train", {}).items()) if k not in may_change}}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+
+
+def run_digests(run_dir: Path, config: dict, token_files: dict[str, str] | None = None) -> dict[str, str]:
+    """The digests a checkpoint records: config, ``tokenizer.json``, ``train.bin``, ``val.bin``.
+
+    ``token_files`` may give the token files' digests already known (from the
+    manifest written with them) to save hashing them again.
+    """
+    digests = {"config.json": config_digest(config), TOKENIZER: sha256_file(run_dir / TOKENIZER)}
+    for name in ("train.bin", "val.bin"):
+        digests[name] = (token_files or {}).get(name) or sha256_file(run_dir / name)
+    return digests
+
+
+def check_digests(path: Path, recorded: dict[str, str], now: dict[str, str]) -> None:
+    """Refuse to resume when a file differs from the one the checkpoint was trained with.
+
+    Raises:
+        CheckpointError: naming the first file whose digest differs.
+    """
+    for name, then in recorded.items():
+        current = now.get(name)
+        if current != then:
+            what = "its model section or the training options a resume must keep" if name == "config.json" else "its bytes"
+            raise CheckpointError(
+                f"{path.parent / name}: differs from the one {path.name} was trained with ({what} changed: sha256 "
+                f"{then[:12]}... then, {str(current)[:12]}... now); put the original file back (or, if {path.name} was copied from another run, that run's), or start a new run with --out"
+            )
+
+
+# -- random generators -------------------------------------------------------
+
+
+def capture_rng() -> tuple[dict[str, torch.Tensor], dict]:
+    """This process's generator states: tensors (torch CPU, CUDA, numpy) and JSON (Python's ``random``)."""
+    tensors = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for index, state in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"cuda{index}"] = state
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    tensors["numpy"] = torch.from_numpy(np.asarray(keys, dtype=np.int64))
+    version, internal, gauss = random.getstate()
+    meta = {"numpy": [kind, int(pos), int(has_gauss), float(cached)], "python": [version, list(internal), gauss]}
+    return tensors, meta
+
+
+def restore_rng(tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    """Put back what :func:`capture_rng` took (CUDA states only on as many devices as exist)."""
+    torch.set_rng_state(tensors["torch"])
+    cuda = sorted((k for k in tensors if k.startswith("cuda")), key=lambda k: int(k[4:]))
+    if cuda and torch.cuda.is_available():
+        for key in cuda[: torch.cuda.device_count()]:
+            torch.cuda.set_rng_state(tensors[key], int(key[4:]))
+    kind, pos, has_gauss, cached = meta["numpy"]
+    np.random.set_state((kind, tensors["numpy"].numpy().astype(np.uint32), pos, has_gauss, cached))
+    version, internal, gauss = meta["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+# -- optimizer state by parameter name ----------------------------------------
+
+
+def _parameter_names(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[int, str]:
+    """Map the optimizer's integer parameter ids (``state_dict`` numbering) to parameter names."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    index, out = 0, {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            out[index] = names[id(p)]
+            index += 1
+    return out
+
+
+def optimizer_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """The optimizer's per-parameter state as ``optimizer.<param>.<key>`` tensors (CPU)."""
+    names = _parameter_names(model, optimizer)
+    out = {}
+    for index, state in optimizer.state_dict()["state"].items():
+        for key, value in state.items():
+            if not torch.is_tensor(value):
+                raise TypeError(f"optimizer state {key!r} is not a tensor; octlm stores tensors only")
+            out[f"optimizer.{names[index]}.{key}"] = value.detach().cpu().contiguous()
+    return out
+
+
+def load_optimizer_tensors(path: Path, tensors: dict[str, torch.Tensor], model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Put ``optimizer.*`` tensors back into ``optimizer`` (hyper-parameters stay those it was built with).
+
+    Raises:
+        CheckpointError: when the state names parameters the model lacks.
+    """
+    by_name = {name: index for index, name in _parameter_names(model, optimizer).items()}
+    state: dict[int, dict] = {}
+    for key, value in tensors.items():
+        if not key.startswith("optimizer."):
+            continue
+        name, field = key[len("optimizer.") :].rsplit(".", 1)
+        if name not in by_name:
+            raise CheckpointError(f"{path}: optimizer state for {name!r}, a parameter this model does not have")
+        state.setdefault(by_name[name], {})[field] = value
+    current = optimizer.state_dict()
+    optimizer.load_state_dict({"state": state, "param_groups": current["param_groups"]})
+
+
+# -- the file ------------------------------------------------------------------
+
+
+def save_checkpoint(
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: dict,
+    rng: list[tuple[dict[str, torch.Tensor], dict]],
+) -> None:
+    """Write a checkpoint atomically (temporary file, fsync, rename).
+
+    Args:
+        path: the checkpoint file.
+        model: the bare decoder (not a DistributedDataParallel wrapper).
+        optimizer: its AdamW.
+        state: JSON-able run state; must hold ``step``.
+        rng: one ``capture_rng()`` result per process, in rank order.
+
+    Raises:
+        OSError: when the file cannot be written (a full disk, say); the
+            previous checkpoint at ``path`` is then untouched.
+    """
+    tensors = {f"model.{k}": v for k, v in weights_state(model).items()}
+    tensors.update(optimizer_tensors(model, optimizer))
+    for rank, (generators, _) in enumerate(rng):
+        tensors.update({f"rng.{rank}.{k}": v.detach().cpu().contiguous() for k, v in generators.items()})
+    meta = {**state, "format": FORMAT, "rng": [m for _, m in rng], "tensors_sha256": tensors_sha256(tensors)}
+    atomic_write(path, save(tensors, metadata={"octlm": json.dumps(meta)}))
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Read a checkpoint file (safetensors and JSON only; nothing is unpickled).
+
+    Raises:
+        CheckpointError: naming the file when it is missing, truncated, not a
+            safetensors file, not an octlm checkpoint, or its tensors do not
+            match the digest it recorded (corrupted bytes).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(
+            f"{path}: no checkpoint; the run stopped before its first one (see --save-every) or is not an octlm "
+            f"training run. Start it again with the same --out and --overwrite (which replaces the folder)"
+        )
+    try:
+        tensors, meta = read_safetensors(path)
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: cannot read checkpoint ({err}); the file is truncated or corrupted") from None
+    try:
+        state = json.loads(meta["octlm"])
+    except (KeyError, json.JSONDecodeError):
+        raise CheckpointError(f"{path}: a safetensors file but not an octlm checkpoint (no 'octlm' metadata)") from None
+    if state.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: checkpoint format {state.get('format')!r}; this octlm reads {FORMAT!r}")
+    if tensors_sha256(tensors) != state.get("tensors_sha256"):
+        raise CheckpointError(f"{path}: tensor bytes do not match the digest the checkpoint recorded; the file is corrupted")
+    return Checkpoint(path, tensors, state)
+
+
+def describe_checkpoint(path: Path) -> str:
+    """The checkpoint at ``path`` for a message: its step, or that there is none yet or it is unreadable."""
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as handle:
+            step = json.loads(handle.metadata()["octlm"])["step"]
+        return f"step {step}, {path}"
+    except Exception:
+        return f"none yet: {path} does not exist" if not path.exists() else f"{path}, unreadable"
+
+
+def resume_hint(run_dir: Path) -> str:
+    """The sentence that tells how to go on with the run in ``run_dir``: from its checkpoint, or from step 0 when it has none."""
+    run = shlex.quote(str(run_dir))
+    if (run_dir / CHECKPOINT).exists():
+        return f"Continue exactly where it stopped with: octlm train --resume {run}"
+    # Resuming a run without a checkpoint trains it from step 0 on its prepared corpus, bit for bit as a fresh run would.
+    return f"Resume trains it from step 0, on the corpus already prepared: octlm train --resume {run}"
+
+
+def model_tensors(checkpoint: Checkpoint) -> dict[str, torch.Tensor]:
+    """The checkpoint's weights by parameter name (no ``model.`` prefix)."""
+    return {k[len("model.") :]: v for k, v in checkpoint.tensors.items() if k.startswith("model.")}
+
+
+def rng_of(checkpoint: Checkpoint, rank: int) -> tuple[dict[str, torch.Tensor], dict] | None:
+    """The generator states process ``rank`` saved, or ``None`` when it did not exist then."""
+    prefix = f"rng.{rank}."
+    generators = {k[len(prefix) :]: v for k, v in checkpoint.tensors.items() if k.startswith(prefix)}
+    if not generators or rank >= len(checkpoint.state.get("rng", [])):
+        return None
+    return generators, checkpoint.state["rng"][rank]
+
+
+#: The kind of the record ``metrics.jsonl`` ends with once a run's full final evaluation and report are done.
+FINISHED = "finished"
+
+
+def reached_limit(state: dict, step: int, max_steps: int | None, time_budget: float | None) -> str | None:
+    """The limit a run at ``step`` (its checkpoint's ``state``) has reached, as the flag that set it (``--max-steps 12``), or ``None``."""
+    if max_steps is not None and step >= max_steps:
+        return f"--max-steps {max_steps}"
+    if time_budget is not None and state["elapsed_s"] >= time_budget:
+        return f"--time-budget {time_budget:g}s"
+    return None
+
+
+def finished_after(folder, state: dict) -> bool:
+    """Whether ``folder``'s ``metrics.jsonl``, past the place the checkpoint recorded, holds the :data:`FINISHED` record.
+
+    A run stopped at its limit during the final evaluation, the loss curve or the
+    report has none: resuming it does them, instead of refusing a finished run.
+    """
+    try:
+        with folder.metrics_path.open("rb") as handle:
+            handle.seek(state["metrics_bytes"])
+            tail = handle.read()
+    except OSError:
+        return False
+    for line in tail.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill: not the record
+        if isinstance(record, dict) and record.get("kind") == FINISHED:
+            return True
+    return False
+
+
+def check_resumable(state: dict, step: int, opts, world_size: int, max_steps: int | None, folder) -> str | None:
+    """Whether a run at ``step`` (its checkpoint's ``state``) may go on under ``opts``: the note of a new limit, or ``None``.
+
+    A run at its limit may go on only when it never finished its final
+    evaluation and report (:func:`finished_after`): it then does just those.
+
+    Raises:
+        OctlmError: for a global batch (``--batch-size`` x ``world_size``
+            processes, blocks per step) that differs from the run's, or a limit
+            (``--max-steps``, ``--time-budget`` in seconds) the run has reached and finished.
+    """
+    global_batch = opts.batch_size * world_size
+    if global_batch != state["global_batch"]:
+        then = state["global_batch"]
+        raise OctlmError(
+            f"--batch-size {opts.batch_size} x {world_size} process(es) = {global_batch} blocks per step, but the run "
+            f"trained on {then} ({state['world_size']} x {then // state['world_size']}); "
+            f"keep the global batch: --batch-size {then // world_size if then % world_size == 0 else '?'}"
+        )
+    limit = reached_limit(state, step, max_steps, opts.time_budget)
+    if limit is not None and finished_after(folder, state):
+        raise OctlmError(
+            f"--resume {folder}: the run is at step {step}, already at or past {limit}; to train further give a larger "
+            f"--max-steps or --time-budget (the total for the run, not an addition)"
+        )
+    if (max_steps, opts.time_budget) == (state["max_steps"], state["time_budget"]):
+        return None
+    return (
+        f"the run's limit is now {max_steps} steps" + (f" / {opts.time_budget:g}s" if opts.time_budget else "")
+        + f" (was {state['max_steps']} steps" + (f" / {state['time_budget']:g}s" if state["time_budget"] else "")
+        + "): the learning-rate schedule stretches to the new end"
+    )
+
+
+def resume_line(state: dict, step: int, time_budget: float | None, max_steps: int | None, folder) -> str:
+    """The line a resumed session opens with: where training goes on, or that only the final evaluation and report are left."""
+    limit = reached_limit(state, step, max_steps, time_budget)
+    if limit is None:
+        return f"resuming {folder} at step {step}"
+    return (f"{folder} is at step {step}, its limit ({limit}), with no record of a finished final evaluation; "
+            f"doing the final evaluation, loss curve and report now (no training step)")
+
+
+__all__ = [
+    "CHECKPOINT",
+    "Checkpoint",
+    "CheckpointError",
+    "describe_checkpoint",
+    "capture_rng",
+    "check_digests",
+    "FINISHED",
+    "check_resumable",
+    "finished_after",
+    "reached_limit",
+    "resume_line",
+    "config_digest",
+    "load_checkpoint",
+    "resume_hint",
+    "model_tensors",
+    "restore_rng",
+    "rng_of",
+    "run_digests",
+    "save_checkpoint",
+    "tensors_sha256",
+]

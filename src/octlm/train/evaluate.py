@@ -1,0 +1,127 @@
+"""Validation loss, perplexity and bits per byte.
+
+Loss is the mean next-token cross-entropy in nats per token. It depends on
+the tokenizer (a bigger vocabulary packs more text into each token), so
+octlm also reports bits per byte: the total information in bits divided by
+the UTF-8 bytes the predicted tokens stand for. Runs with different
+tokenizers, or a character-level model, compare on that scale.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from octlm.data.text import block_starts, gather_blocks
+from octlm.model.decoder import Decoder, cross_entropy
+
+
+@dataclass
+class EvalResult:
+    """Totals over the evaluated blocks.
+
+    Attributes:
+        loss: mean cross-entropy, nats per target token.
+        perplexity: ``exp(loss)``.
+        bpb: bits per byte, ``sum(nats) / ln 2 / sum(bytes of targets)``.
+        tokens: target tokens scored.
+        bytes: UTF-8 bytes those targets stand for.
+        blocks: blocks evaluated.
+        position_nats: with ``per_position``, the nats summed over blocks at
+            each position of a block [context_length] (position ``p`` is
+            predicted from ``p + 1`` tokens of context); else ``None``.
+        position_bytes: with ``per_position``, the bytes of the targets at
+            each position, summed over blocks [context_length]; else ``None``.
+    """
+
+    loss: float
+    perplexity: float
+    bpb: float
+    tokens: int
+    bytes: int
+    blocks: int
+    position_nats: list[float] | None = None
+    position_bytes: list[int] | None = None
+
+    def as_dict(self, prefix: str = "val_") -> dict:
+        """The totals as flat ``{prefix + name: value}`` (the per-position lists are left out)."""
+        return {f"{prefix}{k}": v for k, v in asdict(self).items() if not k.startswith("position_")}
+
+
+def evenly_spaced(n: int, k: int | None) -> np.ndarray:
+    """Indices of ``min(n, k)`` items spread evenly over ``range(n)`` (all when ``k`` is None)."""
+    if k is None or k >= n:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, k).round().astype(np.int64))
+
+
+@torch.no_grad()
+def evaluate(
+    model: Decoder,
+    tokens: np.ndarray,
+    bytes_per_token: np.ndarray,
+    context_length: int,
+    batch_size: int = 32,
+    max_blocks: int | None = None,
+    device: str | torch.device = "cpu",
+    per_position: bool = False,
+) -> EvalResult:
+    """Score the model on the non-overlapping blocks of a token stream.
+
+    Every block holds ``context_length + 1`` tokens (stride
+    ``context_length``): the model sees the first ``context_length`` and is
+    scored on predicting the last ``context_length``, so each scored token
+    has between 0 and ``context_length - 1`` tokens of context.
+
+    Args:
+        model: the decoder (left in the mode it was in).
+        tokens: the validation stream [N].
+        bytes_per_token: bytes of each token id [vocab_size].
+        context_length: tokens the model sees per block.
+        batch_size: blocks per forward pass.
+        max_blocks: evaluate this many evenly spaced blocks (``None``: all).
+        device: where to run.
+        per_position: also total the nats and bytes at each position of a
+            block (``EvalResult.position_nats``, ``position_bytes``), to see
+            where along a window a model's loss changes.
+
+    Raises:
+        ValueError: when the stream holds no full block.
+    """
+    starts = block_starts(len(tokens), context_length)
+    if len(starts) == 0:
+        raise ValueError(f"validation text holds {len(tokens)} tokens, fewer than one block of {context_length + 1}")
+    starts = starts[evenly_spaced(len(starts), max_blocks)]
+    was_training = model.training
+    model.eval()
+    position_nats = torch.zeros(context_length, dtype=torch.float64)
+    position_bytes = np.zeros(context_length, dtype=np.int64)
+    try:
+        for i in range(0, len(starts), batch_size):
+            blocks = gather_blocks(tokens, starts[i : i + batch_size], context_length)
+            targets = blocks[:, 1:]
+            x = torch.from_numpy(blocks[:, :-1]).to(device)
+            y = torch.from_numpy(targets).to(device)
+            position_nats += cross_entropy(model(x), y, reduction="none").sum(dim=0).double().cpu()
+            position_bytes += bytes_per_token[targets].sum(axis=0)
+    finally:
+        model.train(was_training)
+    nats, n_bytes = float(position_nats.sum()), int(position_bytes.sum())
+    n_tokens = len(starts) * context_length
+    loss = nats / n_tokens
+    return EvalResult(
+        loss=loss,
+        perplexity=math.exp(min(loss, 700.0)),
+        bpb=nats / math.log(2) / max(n_bytes, 1),
+        tokens=n_tokens,
+        bytes=n_bytes,
+        blocks=len(starts),
+        position_nats=position_nats.tolist() if per_position else None,
+        position_bytes=position_bytes.tolist() if per_position else None,
+    )
+
+
+__all__ = ["EvalResult", "evaluate", "evenly_spaced"]

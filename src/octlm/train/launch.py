@@ -1,0 +1,152 @@
+"""Training: corpus to run folder.
+
+:func:`train` is the library entry point of ``octlm train``: it checks the
+options (merging them with a resumed run's), starts the process group, and
+runs a :class:`octlm.train.trainer.Trainer`, which reads and splits the text, trains
+the tokenizer, packs the token files, builds the decoder, optimises it with
+AdamW (linear warmup, cosine decay, gradient clipping) until a step or time
+limit, evaluates periodically, and writes the run folder described in
+:mod:`octlm.run.folder`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+from octlm.train import distributed
+from octlm.train.checkpoint import CHECKPOINT, describe_checkpoint, resume_hint
+from octlm.train.device import torch_settings
+from octlm.inspect.diagnostics import format_diagnostic
+from octlm.errors import OctlmError
+from octlm.train.options import TrainOptions, check_options, given_options, resume_options
+from octlm.report import Reporter
+from octlm.run.folder import CONFIG, RunFolder
+from octlm.data.tokenizer import printable_text
+from octlm.train.trainer import Trainer
+
+
+def train(
+    opts: TrainOptions,
+    report: Reporter | None = None,
+    *,
+    resume: str | Path | None = None,
+    given: set[str] | None = None,
+    step_hook: Callable[[int], None] | None = None,
+) -> dict:
+    """Run ``octlm train``: returns the result dict (also the last ``--json`` line).
+
+    The result holds at least ``val_bpb`` (bits per byte), ``val_loss`` (nats
+    per token), ``val_perplexity``, ``tokens_per_second``, ``steps``,
+    ``train_seconds``, ``interrupted`` and ``run_dir``.
+
+    Args:
+        opts: the options; with ``resume``, only those in ``given`` count.
+        report: where progress goes.
+        resume: a run folder to continue from its ``checkpoint.safetensors``.
+            On CPU a step-limited run then ends with weights bitwise equal
+            to an uninterrupted run's.
+        given: the option names the person gave (flags or TOML keys); by
+            default those that differ from their defaults.
+        step_hook: called with the step number before each optimizer step
+            (tests use it to send a signal or break the weights).
+
+    Under torchrun (``WORLD_SIZE`` > 1) every process calls this; rank 0
+    prepares the data and writes every file, and the processes train one
+    model with DistributedDataParallel, each on its share of every batch.
+
+    Raises:
+        OctlmError: for bad options or input (nothing is written for bad
+            options); CheckpointError when a checkpoint cannot be read, does
+            not match the run's files or cannot be written (the previous one
+            is kept); TrainingError when the loss stops being finite.
+    """
+    report = report or Reporter()
+    run_dir = Path(resume) if resume is not None else None
+    changes: list[str] = []
+    if run_dir is not None:
+        opts, changes = _resumed_options(run_dir, opts, given)
+    else:
+        if opts.init_from:
+            from octlm.train.init_from import init_from_options
+
+            opts = init_from_options(opts, given_options(opts) if given is None else set(given))
+        check_options(opts)
+    group, device_name = distributed.setup(opts.device)
+    try:
+        if not group.is_main:
+            report = distributed.SilentReporter()
+        with torch_settings(opts.threads, opts.deterministic):
+            trainer = Trainer(opts, report, group, device_name, run_dir, changes, step_hook)
+            try:
+                trainer.setup()
+                trainer.restore()
+            except KeyboardInterrupt:
+                # Before the loop no stop handler runs yet: Ctrl-C ends the command here, with the way on.
+                if (note := _stopped_before_training(trainer)) is not None:
+                    report.warn(note)
+                raise
+            result = trainer.run()
+    finally:
+        group.close()
+    report.result(result, final_report(result, result.get("sample", ""), result["nearest"], brief=report.quiet))
+    return result
+
+
+def _stopped_before_training(trainer: Trainer) -> str | None:
+    """What Ctrl-C during set-up left, and the command that goes on; ``None`` before the run folder appears."""
+    folder = getattr(trainer, "folder", None)
+    if folder is None or not folder.config_path.is_file():
+        return None  # interrupted while the corpus was prepared: the staging folder is gone, nothing is left
+    checkpoint = folder.path / CHECKPOINT
+    kept = f"the last checkpoint ({describe_checkpoint(checkpoint)}) is kept" if checkpoint.exists() else "nothing was trained"
+    return f"interrupted before the first training step; {kept}. {resume_hint(folder.path)}"
+
+
+def _resumed_options(run_dir: Path, opts: TrainOptions, given: set[str] | None) -> tuple[TrainOptions, list[str]]:
+    """:func:`resume_options` for ``train(resume=...)``, after refusing what is no run to continue."""
+    if run_dir.is_file():
+        raise OctlmError(f"--resume {run_dir}: is a file; give the run folder that holds it ({run_dir.parent})")
+    if not run_dir.is_dir():
+        raise OctlmError(f"--resume {run_dir}: no such run folder")
+    stored_train = RunFolder(run_dir).train_section()
+    if isinstance(stored_train, dict) and "imported_from" in stored_train:
+        raise OctlmError(
+            f"--resume {run_dir}: this run was made by octlm import-hf and holds no training state to continue; "
+            f"sample from it, or train a new run with --out"
+        )
+    opts, changes = resume_options(run_dir, opts, given_options(opts) if given is None else set(given))
+    try:
+        check_options(opts)
+    except OctlmError as err:
+        raise OctlmError(f"{err} (from the flags given now or the run's {run_dir / CONFIG})") from None
+    return opts, changes
+
+
+def final_report(result: dict, sample_text: str, diagnostic: dict, brief: bool = False) -> str:
+    """The end-of-training report for people; ``brief`` (``--quiet``) keeps the figures and the path only."""
+    scheme = RunFolder(result["run_dir"]).read_config()["model"]["position"]
+    saved = f"saved to {result['run_dir']}/; try: octlm sample --run {shlex.quote(result['run_dir'])} --prompt \"...\""
+    lines = [
+        "",
+        f"done: {result['steps']} steps in {result['train_seconds']:.0f}s, {result['tokens_per_second']:,.0f} tokens/s, "
+        f"{result['epochs']:.2f} epochs" + (" (interrupted)" if result["interrupted"] else ""),
+        f"validation: loss {result['val_loss']:.4f} nats/token, perplexity {result['val_perplexity']:.2f}, "
+        f"{result['val_bpb']:.4f} bits per byte ({result['val_tokens']:,} tokens)",
+    ]
+    resume = []
+    if result["interrupted"]:
+        resume = [f"interrupted at step {result['steps']}; continue exactly where it stopped with: octlm train --resume {shlex.quote(result['run_dir'])}"]
+    if brief:
+        return "\n".join(lines[1:] + [saved] + resume)
+    if sample_text:
+        lines += ["", "sample:", "-" * 60, printable_text(sample_text), "-" * 60]
+    lines += ["", format_diagnostic(diagnostic, scheme), ""]
+    if result.get("loss_figure"):
+        lines.append(f"loss curve: {result['loss_figure']}")
+    lines.append(saved)
+    return "\n".join(lines + resume)
+
+
+__all__ = ["final_report", "train"]

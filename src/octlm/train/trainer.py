@@ -1,0 +1,489 @@
+"""The training loop, in plain phases: set up, restore, step, evaluate, save, finish.
+
+:class:`Trainer` holds the run's state in plain attributes; :meth:`Trainer.run`
+is the loop, which reads top to bottom like the table of contents of a
+training step. :func:`octlm.train.launch.train` builds one and runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from octlm.data import text as tokens_io
+from octlm.train.checkpoint import (
+    CHECKPOINT, FINISHED, CheckpointError, capture_rng, check_digests, check_resumable, config_digest, describe_checkpoint, load_checkpoint,
+    load_optimizer_tensors, model_tensors, restore_rng, resume_hint, resume_line, rng_of, run_digests, save_checkpoint,
+)
+from octlm.data.corpus import open_corpus, prepare_corpus
+from octlm.train.device import (
+    autocast_for, check_memory, compile_model, compiles, defers_host_sync, resolve_device, to_device,
+)
+from octlm.inspect.diagnostics import embedding_diagnostic, frequent_tokens, token_counts
+from octlm.train.distributed import Group
+from octlm.errors import OctlmError, RunError
+from octlm.train.evaluate import EvalResult, evaluate
+from octlm.train.init_from import config_record, prepare_model
+from octlm.run.outputs import check_out_spares
+from octlm.inspect.sample import sample_from
+from octlm.model.decoder import Decoder, DecoderConfig, cross_entropy
+from octlm.train.optim import lr_at, make_optimizer
+from octlm.train.options import TrainOptions, resolved
+from octlm.report import Reporter
+from octlm.run.folder import RunFolder, save_weights
+from octlm.train.signals import StopSignals
+
+
+class TrainingError(OctlmError):
+    """Training cannot go on (a non-finite loss, say); the message names the step."""
+
+
+def _empty_window() -> dict:
+    # What the next metrics line averages over: the steps since the last one.
+    return {"tokens": 0, "seconds": 0.0, "loss": 0.0, "steps": 0}
+
+
+class Trainer:
+    """One training run, fresh or resumed, in one process of a (possibly one-process) group.
+
+    Call :meth:`setup`, :meth:`restore`, then :meth:`run`, which returns the
+    result dict of :func:`octlm.train.launch.train`. Rank 0 writes every file; every
+    rank trains.
+
+    Args:
+        opts: checked options (for a resumed run, already merged with the run's).
+        resume: the run folder to continue, or ``None`` for a new run in ``opts.out``.
+        changes: for a resumed run, what makes it differ from an uninterrupted one.
+        step_hook: called with the step number before each optimizer step.
+    """
+
+    def __init__(self, opts: TrainOptions, report: Reporter, group: Group, device_name: str, resume: Path | None,
+                 changes: list[str], step_hook: Callable[[int], None] | None = None) -> None:
+        # The step limit and warm-up resolved once; config.json records them as the run uses them.
+        opts = resolved(opts)
+        self.opts, self.report, self.group, self.step_hook = opts, report, group, step_hook
+        self.resume, self.changes = resume, changes
+        self.device = resolve_device(device_name)
+        check_memory(opts, self.device)
+        self.max_steps = opts.max_steps
+        self.tokens_per_step = opts.batch_size * group.world_size * opts.context_length
+        # Where the run stands: fresh, or as restore() finds it in the checkpoint.
+        self.ckpt = None
+        self.step, self.elapsed, self.step_seconds = 0, 0.0, 0.0
+        self.window = _empty_window()
+        self.last_saved = -1
+        self.stop_requested = self.interrupted = False
+        self.metrics = None
+        # On a GPU in one process a step waits for nothing: its loss and gradient norm stay
+        # on the device until _settle() reads them at the next log, evaluation or save.
+        self.deferred = defers_host_sync(self.device, group)
+        self.pending: list[tuple[int, torch.Tensor]] = []
+
+    # -- set up -------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        """The run folder (made, or found and locked), its data and config, the model and optimizer."""
+        self._open_folder()
+        self.config = self._fresh_config() if self.ckpt is None else self._resumed_config()
+        opts, config, group = self.opts, self.config, self.group
+        torch.manual_seed(opts.seed)
+        self.model = Decoder(config)
+        prepare_model(self.model, opts, load_source=self.ckpt is None)  # --init-from weights, --rope-scaling
+        self.model.to(self.device)
+        if group.active:
+            # Same initial weights everywhere (DDP also broadcasts them), different dropout masks per rank.
+            torch.manual_seed(opts.seed + 1_000_003 * group.rank)
+        self.autocast, dtype_name = autocast_for(self.device, opts.dtype)
+        model = self.model
+        self.compiled = compiles(opts.compile, self.device, 6 * model.num_parameters() * self.tokens_per_step, self.max_steps, opts.time_budget)
+        self.report.event(
+            "model",
+            f"model: {model.num_parameters():,} parameters ({model.num_parameters(exclude_embeddings=True):,} without "
+            f"embeddings), position={config.position}, device={self.device}, dtype={dtype_name}, threads={torch.get_num_threads()}"
+            + (", torch.compile" if self.compiled else "")
+            + (f", {group.world_size} processes ({group.backend})" if group.active else ""),
+            parameters=model.num_parameters(), device=str(self.device), dtype=dtype_name, world_size=group.world_size, compiled=self.compiled,
+        )
+        self.optimizer = make_optimizer(model, opts, self.device)
+        self.sampler = tokens_io.BlockSampler(len(self.data.train), config.context_length, opts.batch_size, opts.seed, group.rank, group.world_size)
+
+    def _open_folder(self) -> None:
+        # Made once, by rank 0 (staged, so bad input leaves nothing behind); read by everyone.
+        opts, group, report = self.opts, self.group, self.report
+        if self.resume is None:
+
+            def prepare() -> Path:
+                target = RunFolder.new(opts.out)
+                inputs = [("--text", text) for text in opts.text or []] + [("--init-from", opts.init_from)]
+                check_out_spares(target.path, "--out", inputs)
+                target.check_new_run(opts.overwrite)
+                with target.staged() as staging:
+                    corpus = prepare_corpus(opts, RunFolder(staging), report)
+                    # Written with the corpus, so whenever training stops, the folder that appears can be resumed.
+                    RunFolder(staging).write_config(opts.model_config(corpus.tokenizer.vocab_size), self._config_record(target))
+                # Named once it exists: bad input leaves no folder to name. Ctrl-C from here on says how to go on.
+                self.folder = target
+                report.event("run", f"run folder: {target}", run_dir=str(target))
+                return target.path
+
+            path = group.run_on_main(prepare)
+            self.folder = RunFolder(group.gather(str(path) if group.is_main else None)[0])
+            self.lock = self.folder.lock() if group.is_main else None
+        else:
+            self.folder = RunFolder(self.resume)
+            self.lock = self.folder.lock() if group.is_main else None
+            checkpoint = self.folder.path / CHECKPOINT
+            if checkpoint.exists() or self.folder.weights_path.exists():
+                self.ckpt = load_checkpoint(checkpoint)
+            else:
+                # Stopped before its first checkpoint: the prepared corpus and config are all
+                # there is, and all a step-0 start needs (it is what a fresh run does next).
+                report.warn(f"{self.folder} stopped before its first checkpoint; starting it again from step 0 on its prepared corpus")
+        self.data = open_corpus(self.folder)
+        global_blocks = tokens_io.count_blocks(len(self.data.train), opts.context_length)
+        if opts.batch_size * group.world_size > global_blocks:
+            report.warn(
+                f"a step takes {opts.batch_size * group.world_size} blocks but the training text holds only {global_blocks}; "
+                f"every step repeats blocks (lower --batch-size or give more text)"
+            )
+
+    def _config_record(self, folder: RunFolder) -> dict:
+        return {**self.opts.to_dict(), "max_steps": self.max_steps, "out": str(folder), **config_record(self.opts)}
+
+    def _write_config(self, config: DecoderConfig) -> None:
+        folder = self.folder
+        self.group.run_on_main(lambda: folder.write_config(config, self._config_record(folder)))
+
+    def _fresh_config(self) -> DecoderConfig:
+        folder, group = self.folder, self.group
+        config = self.opts.model_config(self.data.tokenizer.vocab_size)
+        self._write_config(config)
+        stored = folder.read_config()
+        known = {e["file"]: e["sha256"] for e in self.data.manifest["tokens"].values()}
+        digests = group.run_on_main(lambda: run_digests(folder.path, stored, known))
+        self.digests = group.gather(digests)[0]
+        return config
+
+    def _resumed_config(self) -> DecoderConfig:
+        folder, ckpt = self.folder, self.ckpt
+        stored = folder.read_config()
+        # Each process checks the files it is about to read.
+        check_digests(ckpt.path, ckpt.state["digests"], run_digests(folder.path, stored))
+        try:
+            config = DecoderConfig.from_dict(stored["model"])
+        except (TypeError, ValueError) as err:
+            raise RunError(f"{folder.config_path}: invalid model config: {err}") from None
+        note = check_resumable(self.ckpt.state, self.ckpt.step, self.opts, self.group.world_size, self.max_steps, self.folder)
+        if note:
+            self.changes.append(note)
+        self._write_config(config)
+        # The rewrite may add options this octlm knows and the run's did not (at their
+        # defaults); later checkpoints record the config as it now is.
+        self.digests = {**ckpt.state["digests"], "config.json": config_digest(folder.read_config())}
+        line = resume_line(ckpt.state, ckpt.step, self.opts.time_budget, self.max_steps, folder)
+        self.report.event("resume", line, run_dir=str(folder), step=ckpt.step)
+        for change in self.changes:
+            self.report.warn(f"{change}; the result will differ from an uninterrupted run")
+        return config
+
+    # -- restore ------------------------------------------------------------------------------------
+    def restore(self) -> None:
+        """Put the run where its checkpoint left it (a fresh run starts at step 0), then wrap the model for the ranks.
+
+        The random generators come back last, so nothing here draws from them after.
+        """
+        ckpt, group = self.ckpt, self.group
+        if ckpt is None and self.resume is not None and group.is_main:
+            self.folder.rewind_metrics(0, self.report)
+            self.folder.remove_stale_temporaries(self.report)
+        if ckpt is not None:
+            state = ckpt.state
+            self.step, self.elapsed, self.step_seconds, self.window = state["step"], state["elapsed_s"], state["step_seconds"], dict(state["window"])
+            self.last_saved = self.step
+            self.model.load_state_dict(model_tensors(ckpt), strict=False)
+            self.model.tie_weights()
+            load_optimizer_tensors(ckpt.path, ckpt.tensors, self.model, self.optimizer)
+            if group.is_main:
+                self.folder.rewind_metrics(state["metrics_bytes"], self.report)
+                self.folder.remove_stale_temporaries(self.report)
+        # Training and evaluation call self.forward and self.scorer; the weights stay self.model's,
+        # so saving, sampling and the diagnostics use the eager module.
+        self.scorer = compile_model(self.model, self.opts.compile) if self.compiled else self.model
+        self.forward = self.scorer
+        if group.active:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.forward = DistributedDataParallel(self.scorer, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.metrics = self.folder.metrics_path.open("a", encoding="utf-8") if group.is_main else None
+        if ckpt is not None:
+            saved = rng_of(ckpt, group.rank)
+            if saved is not None:
+                restore_rng(*saved)
+            else:
+                self.report.warn(f"the run had {ckpt.state['world_size']} process(es); rank {group.rank} starts a fresh dropout generator")
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def run(self) -> dict:
+        """Train until the step or time limit, or a stop request; then evaluate and return the result dict."""
+        opts, max_steps = self.opts, self.max_steps
+        if not self._finished():  # a resume at the limit only finishes (checkpoint.resume_line says so)
+            self._announce()
+        bar = self.report.progress(max_steps if max_steps else opts.time_budget, "train", "step" if max_steps else "s")
+        bar.update(self.step if max_steps else min(self.elapsed, opts.time_budget))
+        self.session_start, self.elapsed_before = time.perf_counter(), self.elapsed
+        self.model.train()
+        with StopSignals(force_on_repeat=not self.group.active) as signals:
+            try:
+                while not self._finished():
+                    # evaluate now and then, on the weights before this step
+                    if self.step > 0 and self.step % opts.eval_interval == 0:
+                        result = self.evaluate(self.step, opts.eval_blocks)
+                        self.report.event("eval", f"step {self.step}: val loss {result.loss:.4f}, val bpb {result.bpb:.4f}", step=self.step, **result.as_dict())
+                    if self.step_hook is not None:
+                        self.step_hook(self.step)
+                    # one optimizer step, agreed on by every rank
+                    lr = self.train_step(signals)
+                    # metrics and progress
+                    if self.step % opts.log_interval == 0 or self.step == max_steps:
+                        self._log_window(lr, bar)
+                    bar.update(1 if max_steps else min(self.elapsed, opts.time_budget) - bar.n)
+                    # a checkpoint now and then (a stop request saves below, once)
+                    if opts.save_every and self.step % opts.save_every == 0 and not self.stop_requested:
+                        self.save()
+                self.interrupted = self.stop_requested
+                if self.interrupted:
+                    self.report.warn(f"interrupted at step {self.step}; saving a checkpoint")
+                elif self.step < opts.warmup_steps:
+                    # Only a time budget can end a run this early (a step limit is checked against the warm-up).
+                    self.report.warn(f"the run ended at step {self.step}, still in its {opts.warmup_steps}-step warm-up: the learning rate "
+                                     f"never reached its peak nor decayed; give a longer --time-budget or a smaller --warmup-steps")
+                self.save()
+            except KeyboardInterrupt:
+                checkpoint = self.folder.path / CHECKPOINT
+                last = f"the last checkpoint ({describe_checkpoint(checkpoint)}) is kept" if checkpoint.exists() else "no checkpoint had been saved yet"
+                raise TrainingError(f"interrupted twice: stopped at once; {last}. {self._resume_hint()}") from None
+            finally:
+                bar.close()
+        try:
+            return self.finish()
+        except KeyboardInterrupt:
+            # Ctrl-C during the final evaluation: everything up to it is saved, and --resume does what is left.
+            left = "Continue exactly where it stopped" if self.interrupted else "Do the final evaluation, loss curve and report"
+            self.report.warn(f"interrupted during the final evaluation; the checkpoint of step {self.step} is saved. "
+                             f"{left} with: octlm train --resume {shlex.quote(str(self.folder))}")
+            raise
+
+    def _resume_hint(self) -> str:
+        return resume_hint(self.folder.path)
+
+    def _announce(self) -> None:
+        opts, max_steps = self.opts, self.max_steps
+        budget_text = " and ".join(filter(None, [f"{max_steps} steps" if max_steps else None, f"{opts.time_budget:g}s" if opts.time_budget else None]))
+        text = f"training for {budget_text}, {self.tokens_per_step} tokens per step"
+        self.report.event(
+            "train", f"{text}, a checkpoint every {opts.save_every} steps" if opts.save_every else text,
+            max_steps=max_steps, time_budget=opts.time_budget, start_step=self.step,
+        )
+
+    def _finished(self) -> bool:
+        limit_reached = (self.max_steps is not None and self.step >= self.max_steps) or (
+            self.opts.time_budget is not None and self.elapsed >= self.opts.time_budget
+        )
+        return limit_reached or self.stop_requested
+
+    # -- step ---------------------------------------------------------------------------------------
+    def train_step(self, signals: StopSignals) -> float:
+        """One optimizer step on the batch of the current step; returns its learning rate.
+
+        Raises:
+            TrainingError: when the loss or the gradient norm is not finite
+                (the step is not applied, nothing is saved).
+        """
+        opts, group, max_steps = self.opts, self.group, self.max_steps
+        progress = max(
+            (self.step - opts.warmup_steps) / max(max_steps - opts.warmup_steps, 1) if max_steps else 0.0,
+            self.elapsed / opts.time_budget if opts.time_budget else 0.0,
+        )
+        lr = lr_at(self.step, progress, opts)
+        for param_group in self.optimizer.param_groups:
+            param_group["lr"] = lr
+        t0 = time.perf_counter()
+        blocks = to_device(torch.from_numpy(tokens_io.gather_blocks(self.data.train, self.sampler.starts(self.step), self.config.context_length)), self.device)
+        with self.autocast:
+            loss = cross_entropy(self.forward(blocks[:, :-1]), blocks[:, 1:])
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), opts.grad_clip) if opts.grad_clip > 0 else loss.new_zeros(())
+        now = self.elapsed_before + time.perf_counter() - self.session_start
+        if self.deferred:
+            # One process: the clock and a stop request are its own; the NaN guard runs in _settle.
+            self.pending.append((self.step, torch.stack([loss.detach().float(), norm.detach().float()])))
+            clock, stops, loss_value = now, float(signals.requested), 0.0
+        else:
+            # One exchange per step keeps the ranks in agreement: the mean loss, whether
+            # anyone was asked to stop, and rank 0's clock (which drives the schedule).
+            loss_sum, norm_sum, stops, clock = group.all_sum(
+                [float(loss.detach()), float(norm), float(signals.requested), now if group.is_main else 0.0], self.device
+            )
+            loss_value = loss_sum / group.world_size
+            self._check_finite(loss_value, norm_sum, self.step)
+        self.optimizer.step()
+        dt = time.perf_counter() - t0
+        self.step += 1
+        self.step_seconds += dt
+        self.elapsed, self.stop_requested = clock, stops > 0
+        for key, value in (("tokens", self.tokens_per_step), ("seconds", dt), ("loss", loss_value), ("steps", 1)):
+            self.window[key] += value
+        return lr
+
+    def _settle(self) -> None:
+        """Read the losses and norms the device holds (one transfer) and run the NaN guard over them, in step order.
+
+        Raises:
+            TrainingError: naming the first step whose loss or norm is not
+                finite; the checkpoint on disk predates it (every save settles first).
+        """
+        if not self.pending:
+            return
+        steps = [step for step, _ in self.pending]
+        t0 = time.perf_counter()
+        values = torch.stack([v for _, v in self.pending]).cpu().tolist()
+        # The wait is the device finishing steps the host already queued: it is their time.
+        waited = time.perf_counter() - t0
+        self.step_seconds, self.window["seconds"] = self.step_seconds + waited, self.window["seconds"] + waited
+        self.pending = []
+        for step, (loss, norm) in zip(steps, values):
+            self._check_finite(loss, norm, step)
+            self.window["loss"] += loss
+
+    def _check_finite(self, loss: float, grad_norm: float, step: int) -> None:
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            what = f"the training loss became {loss}" if not math.isfinite(loss) else f"the gradient norm became {grad_norm}"
+            unsaved = "this step" if step == self.step else f"it or the {self.step - step - 1} steps after it"
+            raise TrainingError(f"{what} at step {step}; stopped without saving {unsaved}. {self._recovery_hint()}")
+
+    def _recovery_hint(self) -> str:
+        opts, path, run = self.opts, self.folder.path / CHECKPOINT, shlex.quote(str(self.folder))
+        if path.exists():
+            return (
+                f"The last good checkpoint ({describe_checkpoint(path)}) is kept: lower --learning-rate (now {opts.learning_rate:g}) "
+                f"and resume with `octlm train --resume {run} --learning-rate ...`, or start again"
+            )
+        return (
+            f"No checkpoint had been saved yet (--save-every {opts.save_every}): start again with a lower --learning-rate "
+            f"(now {opts.learning_rate:g}){'' if opts.grad_clip > 0 else ' and --grad-clip on'}, adding --overwrite"
+        )
+
+    def _log(self, record: dict) -> None:
+        if self.metrics is not None:
+            self.metrics.write(json.dumps(record) + "\n")
+            self.metrics.flush()
+
+    def _log_window(self, lr: float, bar) -> None:
+        self._settle()
+        window = self.window
+        record = {
+            "step": self.step, "kind": "train", "loss": window["loss"] / window["steps"], "lr": lr,
+            "tokens_per_second": window["tokens"] / max(window["seconds"], 1e-9), "elapsed_s": self.elapsed,
+        }
+        self._log(record)
+        bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_second']:.0f}", refresh=False)
+        self.report.log_line(f"step {self.step}: loss {record['loss']:.4f}, lr {lr:.3g}, {record['tokens_per_second']:,.0f} tokens/s")
+        self.window = _empty_window()
+
+    # -- evaluate -----------------------------------------------------------------------------------
+    def evaluate(self, at_step: int, max_blocks: int | None) -> EvalResult:
+        """Score the validation split (at most ``max_blocks`` blocks); every rank scores the same blocks, rank 0 logs."""
+        self._settle()
+        with self.autocast:
+            result = evaluate(self.scorer, self.data.val, self.data.tokenizer.bytes_per_token, self.config.context_length,
+                              self.opts.batch_size, max_blocks, self.device)
+        self._log({"step": at_step, "kind": "eval", **result.as_dict()})
+        return result
+
+    # -- save ---------------------------------------------------------------------------------------
+    def save(self) -> None:
+        """Write the checkpoint and the weights of the current step (once per step), atomically.
+
+        Raises:
+            TrainingError: when the weights are not finite (nothing is written).
+            CheckpointError: when the files cannot be written; the previous ones are kept.
+        """
+        at_step, opts, group, folder = self.step, self.opts, self.group, self.folder
+        if at_step == self.last_saved:
+            return
+        self._settle()  # never save past a non-finite step
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            raise TrainingError(f"the weights stopped being finite by step {at_step}; nothing was saved. {self._recovery_hint()}")
+        rng = group.gather(capture_rng())
+        if group.is_main:
+            if self.metrics is not None:
+                self.metrics.flush()
+            state = {
+                "step": at_step, "elapsed_s": self.elapsed, "step_seconds": self.step_seconds, "window": dict(self.window),
+                "metrics_bytes": folder.metrics_path.stat().st_size, "world_size": group.world_size,
+                "global_batch": opts.batch_size * group.world_size, "max_steps": self.max_steps,
+                "time_budget": opts.time_budget, "digests": self.digests, "torch": torch.__version__,
+            }
+            checkpoint = folder.path / CHECKPOINT
+            try:
+                save_checkpoint(checkpoint, self.model, self.optimizer, state, rng)
+                save_weights(folder.weights_path, self.model, {"step": str(at_step)})
+            except OSError as err:
+                raise CheckpointError(
+                    f"{checkpoint}: could not save the checkpoint of step {at_step}: {err.strerror or err}; "
+                    f"the previous one ({describe_checkpoint(checkpoint)}) is kept. "
+                    f"Free some disk space and resume with: octlm train --resume {shlex.quote(str(folder))}"
+                ) from None
+        self.last_saved = at_step
+
+    def _write_loss_figure(self) -> str | None:
+        from octlm.inspect.figures import LOSS_FIGURE, write_loss_figure  # matplotlib, only once a run ends
+
+        path = write_loss_figure(self.folder.metrics_path, self.folder.path / LOSS_FIGURE, f"{self.folder.path.name}: {self.config.position}, {self.step} steps")
+        return None if path is None else str(path)
+
+    # -- finish -------------------------------------------------------------------------------------
+    def finish(self) -> dict:
+        """The final evaluation, a sample and the embedding diagnostic: the result dict of :func:`octlm.train.launch.train`."""
+        opts, data, group = self.opts, self.data, self.group
+        # An interrupted run is scored on the periodic blocks only: the person wants out.
+        final_blocks = opts.eval_blocks if self.interrupted else opts.final_eval_blocks
+        n_val_blocks = tokens_io.count_blocks(len(data.val), self.config.context_length)
+        self.report.event("final_eval", f"final evaluation on {min(n_val_blocks, final_blocks or n_val_blocks):,} validation blocks...")
+        final = self.evaluate(self.step, final_blocks)
+        result = {
+            "run_dir": str(self.folder),
+            "steps": self.step,
+            "train_seconds": self.elapsed,
+            "tokens_per_second": self.step * self.tokens_per_step / self.step_seconds if self.step_seconds else 0.0,
+            "train_tokens_seen": self.step * self.tokens_per_step,
+            "epochs": self.sampler.epoch_of(self.step),
+            "interrupted": self.interrupted,
+            "resumed_from": self.ckpt.step if self.ckpt is not None else (0 if self.resume is not None else None),
+            "world_size": group.world_size,
+            **final.as_dict(),
+        }
+        if group.is_main:
+            result["loss_figure"] = self._write_loss_figure()
+        if opts.sample_tokens and not self.interrupted and group.is_main:
+            result["sample"] = sample_from(self.model, data.tokenizer, "", opts.sample_tokens, 0.8, 40, opts.seed, self.device)
+        # Neighbours among tokens the run saw, of frequent words: the rest is noise a person cannot learn from.
+        counts = token_counts(data.train, data.tokenizer.vocab_size)
+        result["nearest"] = embedding_diagnostic(self.model, data.tokenizer, queries=frequent_tokens(counts, data.tokenizer, 3), seen=counts > 0)
+        if not self.interrupted:
+            # Last, so a run stopped anywhere before it has none, and --resume at its limit does all of this again.
+            self._log({"step": self.step, "kind": FINISHED})
+        if self.lock is not None:
+            self.lock.close()  # the run may be resumed by another process from here on
+        if self.metrics is not None:
+            self.metrics.close()
+        return result
+
+
+__all__ = ["StopSignals", "Trainer", "TrainingError"]
