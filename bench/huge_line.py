@@ -6,7 +6,7 @@ The line is tinyshakespeare with its newlines turned into spaces, repeated to
 the requested size. Each measurement runs in a fresh subprocess so its peak
 resident memory (ru_maxrss) is its own:
 
-* ``pieces``: octlm's path -- Tokenizer.train and data.encode_stream, which cut
+* ``pieces``: octlm's path -- Tokenizer.train and tokens.encode_stream, which cut
   the text at pre-token boundaries (tokenizer.pretoken_chunks);
 * ``whole``: the baseline -- tokenizers trained on and encoding the uncut line.
 
@@ -26,6 +26,7 @@ import hashlib, json, resource, sys, time
 import numpy as np
 from tokenizers import Tokenizer as HF, decoders, models, pre_tokenizers, trainers
 from octlm.data import text as data
+from octlm.data import tokens
 from octlm.data.tokenizer import END_OF_TEXT, Tokenizer
 
 mode, corpus, megabytes, vocab = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
@@ -36,7 +37,7 @@ t0 = time.perf_counter()
 if mode == "pieces":
     tokenizer = Tokenizer.train([text], vocab)
     t1 = time.perf_counter()
-    ids = data.encode_stream(tokenizer, [text])[:-1]
+    ids = tokens.encode_stream(tokenizer, [text])[:-1]
 else:
     hf = HF(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)

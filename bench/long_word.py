@@ -19,7 +19,7 @@ import json
 import random
 import time
 
-from octlm.data import text as data
+from octlm.data import tokens
 from octlm.data.tokenizer import Tokenizer
 
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
@@ -40,7 +40,7 @@ def prepare_seconds(text: str, vocab_size: int) -> dict[str, float]:
     t0 = time.perf_counter()
     tokenizer = Tokenizer.train([text], vocab_size)
     t1 = time.perf_counter()
-    data.encode_stream(tokenizer, [text])
+    tokens.encode_stream(tokenizer, [text])
     t2 = time.perf_counter()
     return {"train_s": round(t1 - t0, 3), "encode_s": round(t2 - t1, 3), "total_s": round(t2 - t0, 3)}
 

@@ -54,7 +54,7 @@ def main() -> dict:
     quiet = Reporter(json_mode=True)
 
     def options(out: Path) -> TrainOptions:
-        return TrainOptions(text=["tinyshakespeare"], out=str(out), max_steps=args.steps, dropout=0.1, device=args.device,
+        return TrainOptions.of(text=["tinyshakespeare"], out=str(out), max_steps=args.steps, dropout=0.1, device=args.device,
                             deterministic=args.deterministic, compile=args.compile, save_every=0, eval_interval=10**6, sample_tokens=0)
 
     def ctrl_c(step: int) -> None:

@@ -6,7 +6,7 @@
 Shapes: the Day-1 decoder (vocab 1,024, d_model 128, 4 heads, 2 layers,
 T 128, batch 32) everywhere, and a GPT-2-small decoder (vocab 50,257,
 d_model 768, 12 heads, 12 layers, T 1,024, batch 16) on CUDA only. Every
-scheme in :data:`octlm.model.positions.schemes.SCHEMES` runs on each shape, untrained, on
+scheme in :data:`octlm.model.positions.SCHEMES` runs on each shape, untrained, on
 random token ids (speed does not depend on the weights or the text).
 ``--batch-size 16 32`` (or ``--batch-sizes``) runs every shape named at each
 of those batch sizes instead of its own, one after another in the same
@@ -103,9 +103,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from octlm.train import device as octlm_device
 from octlm.train import optim
-from octlm.model.decoder import Decoder, DecoderConfig, cross_entropy
+from octlm.model import Decoder, DecoderConfig, cross_entropy
 from octlm.train.options import TrainOptions
-from octlm.model.positions.schemes import SCHEMES
+from octlm.model.positions import SCHEMES
 
 #: The shapes: name -> (DecoderConfig fields, default batch size, needs CUDA).
 SHAPES = {

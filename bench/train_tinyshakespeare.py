@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from octlm.cli import main as octlm_main
-from octlm.data.text import block_starts, open_tokens
+from octlm.data.tokens import block_starts, open_tokens
 from octlm.data.tokenizer import Tokenizer
 
 #: The corpus built into octlm (octlm.data.corpora), so the benchmark runs on a fresh clone.

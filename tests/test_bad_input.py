@@ -64,7 +64,7 @@ import torch
 
 from octlm import Decoder, DecoderConfig
 from octlm.cli import main
-from octlm.data.text import open_tokens
+from octlm.data.tokens import open_tokens
 from octlm.data.tokenizer import Tokenizer
 
 TINY = ["--vocab-size", "280", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from octlm.cli import build_parser, main
+from octlm.declare import option_fields
 from octlm.studies.length import LengthOptions
-from octlm.model.positions.schemes import SCHEMES
+from octlm.model.positions import SCHEMES
 
 
 @pytest.mark.parametrize(
@@ -48,9 +49,9 @@ def test_length_hands_scheme_options_to_the_schemes_that_read_them(tmp_path):
                          rope_layout="half", sinusoidal_layout="concatenated")
     rope, learned = opts.train_options("rope", tmp_path / "r"), opts.train_options("learned", tmp_path / "l")
     sinusoidal = opts.train_options("sinusoidal", tmp_path / "s")
-    assert rope.rope_layout == "half" and rope.sinusoidal_layout == "interleaved"
-    assert learned.rope_layout == "interleaved" and learned.sinusoidal_layout == "interleaved"
-    assert sinusoidal.sinusoidal_layout == "concatenated" and sinusoidal.rope_layout == "interleaved"
+    assert rope.model.rope_layout == "half" and rope.model.sinusoidal_layout == "interleaved"
+    assert learned.model.rope_layout == "interleaved" and learned.model.sinusoidal_layout == "interleaved"
+    assert sinusoidal.model.sinusoidal_layout == "concatenated" and sinusoidal.model.rope_layout == "interleaved"
 
 
 def test_length_refuses_a_scheme_option_no_chosen_scheme_reads(tmp_path, capsys):
@@ -144,7 +145,7 @@ def test_each_command_takes_a_declared_options_class():
         assert {f.name for f in dataclasses.fields(cls)} <= dests, command
     # a shared option is the training option's declaration, not a copy
     seed = next(f for f in dataclasses.fields(SampleOptions) if f.name == "seed")
-    assert seed.metadata["same_as"] == "seed" and seed.metadata["bounds"] is next(f for f in dataclasses.fields(TrainOptions) if f.name == "seed").metadata["bounds"]
+    assert seed.metadata["same_as"] == "seed" and seed.metadata["bounds"] is next(f for f in option_fields(TrainOptions) if f.name == "seed").metadata["bounds"]
 
 
 def test_an_interrupted_length_study_says_what_it_keeps_and_how_to_start_again(monkeypatch, small_corpus, tmp_path, capsys):

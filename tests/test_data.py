@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from octlm.data import text as data
+from octlm.data import tokens as token_files
 from octlm.errors import DataError
 
 
@@ -24,8 +25,8 @@ def test_packing_yields_only_full_blocks(n_tokens, context_length, batch_size, s
     if n_tokens < 2 * context_length:
         return
     tokens = np.arange(n_tokens, dtype=np.uint32)
-    sampler = data.BlockSampler(n_tokens, context_length, batch_size, seed)
-    blocks = data.gather_blocks(tokens, sampler.starts(step), context_length)
+    sampler = token_files.BlockSampler(n_tokens, context_length, batch_size, seed)
+    blocks = token_files.gather_blocks(tokens, sampler.starts(step), context_length)
     assert blocks.shape == (batch_size, context_length + 1)
     # consecutive ids: a full, unbroken run of T + 1 stream positions in every row
     assert (np.diff(blocks, axis=1) == 1).all()
@@ -36,7 +37,7 @@ def test_packing_yields_only_full_blocks(n_tokens, context_length, batch_size, s
 def test_an_epoch_visits_each_block_once(n_tokens, context_length, seed):
     if n_tokens < 2 * context_length:
         return
-    sampler = data.BlockSampler(n_tokens, context_length, 1, seed)
+    sampler = token_files.BlockSampler(n_tokens, context_length, 1, seed)
     first_epoch = sampler._epoch(0)
     steps = [sampler.starts(i)[0] for i in range(len(first_epoch))]
     assert sorted(steps) == sorted(first_epoch.tolist())
@@ -46,22 +47,22 @@ def test_an_epoch_visits_each_block_once(n_tokens, context_length, seed):
 
 
 def test_batches_depend_on_step_and_seed_only():
-    a = data.BlockSampler(10_000, 16, 4, seed=3)
-    b = data.BlockSampler(10_000, 16, 4, seed=3)
+    a = token_files.BlockSampler(10_000, 16, 4, seed=3)
+    b = token_files.BlockSampler(10_000, 16, 4, seed=3)
     later = [b.starts(s) for s in (900, 5, 300)]
     assert all((a.starts(s) == got).all() for s, got in zip((900, 5, 300), later))
-    assert not (data.BlockSampler(10_000, 16, 4, seed=4).starts(0) == a.starts(0)).all()
+    assert not (token_files.BlockSampler(10_000, 16, 4, seed=4).starts(0) == a.starts(0)).all()
 
 
 def test_ranks_split_the_global_batch():
-    whole = data.BlockSampler(10_000, 16, 8, seed=1)
-    halves = [data.BlockSampler(10_000, 16, 4, seed=1, rank=r, world_size=2) for r in (0, 1)]
+    whole = token_files.BlockSampler(10_000, 16, 8, seed=1)
+    halves = [token_files.BlockSampler(10_000, 16, 4, seed=1, rank=r, world_size=2) for r in (0, 1)]
     for step in (0, 7, 100):
         assert whole.starts(step).tolist() == halves[0].starts(step).tolist() + halves[1].starts(step).tolist()
 
 
 def test_validation_blocks_cover_every_target_once():
-    starts = data.block_starts(1000, 10)
+    starts = token_files.block_starts(1000, 10)
     targets = np.concatenate([np.arange(s + 1, s + 11) for s in starts])
     assert len(set(targets)) == len(targets) and targets.min() == 1 and 1000 - 1 - targets.max() < 10
 
@@ -129,12 +130,12 @@ def test_missing_path(tmp_path):
 
 def test_token_files_round_trip(tmp_path):
     ids = np.array([0, 5, 65535], dtype=np.uint16)
-    entry = data.write_tokens(tmp_path / "t.bin", ids)
+    entry = token_files.write_tokens(tmp_path / "t.bin", ids)
     assert entry["sha256"] == hashlib.sha256((tmp_path / "t.bin").read_bytes()).hexdigest()
-    assert data.open_tokens(tmp_path / "t.bin", entry["dtype"]).tolist() == [0, 5, 65535]
-    assert data.token_dtype(70000) == np.uint32 and data.token_dtype(1024) == np.uint16
+    assert token_files.open_tokens(tmp_path / "t.bin", entry["dtype"]).tolist() == [0, 5, 65535]
+    assert token_files.token_dtype(70000) == np.uint32 and token_files.token_dtype(1024) == np.uint16
 
 
 def test_short_training_text_is_refused():
     with pytest.raises(DataError, match="context_length=128"):
-        data.BlockSampler(200, 128, 4, 0)
+        token_files.BlockSampler(200, 128, 4, 0)

@@ -52,7 +52,7 @@ def test_the_end_of_run_diagnostic_asks_about_frequent_words_among_seen_tokens(s
     from octlm.train.launch import train
 
     run = tmp_path / "run"
-    opts = TrainOptions(text=[str(small_corpus)], out=str(run), vocab_size=400, context_length=16, d_model=16, n_heads=2,
+    opts = TrainOptions.of(text=[str(small_corpus)], out=str(run), vocab_size=400, context_length=16, d_model=16, n_heads=2,
                         n_layers=1, batch_size=4, max_steps=4, sample_tokens=0, final_eval_blocks=4, threads=1)
     result = train(opts, Reporter(json_mode=True))
     folder = RunFolder(run)

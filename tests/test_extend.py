@@ -56,7 +56,7 @@ def test_init_from_keeps_tokenizer_and_weights_at_step_0(sources, small_corpus, 
 
     for position in ("learned", "rope"):
         source = sources / position
-        opts = TrainOptions(text=[str(small_corpus)], init_from=str(source), context_length=T * factor, max_steps=2,
+        opts = TrainOptions.of(text=[str(small_corpus)], init_from=str(source), context_length=T * factor, max_steps=2,
                             out=str(tmp_path / f"{position}{factor}"), batch_size=4, sample_tokens=0)
         trainer = _setup_trainer(opts)
         assert trainer.folder.tokenizer_path.read_bytes() == (source / "tokenizer.json").read_bytes()

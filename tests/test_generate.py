@@ -8,8 +8,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from octlm import Decoder, DecoderConfig
-from octlm.model.decoder import KVCache, LayerCache
-from octlm.model.positions.schemes import SCHEMES, RotaryPositions, SinusoidalPositions
+from octlm.model import KVCache, LayerCache
+from octlm.model.positions import SCHEMES, RotaryPositions, SinusoidalPositions
 
 CONTEXT = 12
 
@@ -147,7 +147,7 @@ def test_layer_cache_grows_past_its_capacity():
 )
 def test_any_tiny_temperature_samples_the_argmax(logits, temperature, top_k):
     """Dividing logits by a temperature near 0 must not overflow: the draw becomes greedy."""
-    from octlm.model.decoder import sample_next
+    from octlm.model import sample_next
 
     row = torch.tensor([logits], dtype=torch.float32)
     assume(int((row == row.max()).sum()) == 1)  # a tie has no single greedy answer

@@ -74,7 +74,7 @@ def test_export_then_import_gives_back_the_same_weights(trained_run, exported, t
 @pytest.mark.parametrize("position", ["rope", "alibi", "sinusoidal", "none"])
 def test_gpt2_refuses_positions_it_lacks(position):
     from octlm.export.hf import gpt2_config
-    from octlm.model.decoder import DecoderConfig
+    from octlm.model import DecoderConfig
 
     with pytest.raises(InteropError) as err:
         gpt2_config(DecoderConfig(vocab_size=64, d_model=16, n_heads=2, position=position), 0)

@@ -15,8 +15,8 @@ import torch
 
 from octlm.cli import main
 from octlm.export.hf import InteropError, export_hf, import_hf
-from octlm.model.decoder import Decoder, DecoderConfig
-from octlm.model.positions.schemes import alibi_slopes
+from octlm.model import Decoder, DecoderConfig
+from octlm.model.positions import alibi_slopes
 from octlm.model.positions.rope_scaling import ntk_theta
 from octlm.run.folder import RunFolder, load_run, save_weights
 from octlm.data.tokenizer import Tokenizer

@@ -15,9 +15,11 @@ from octlm.train.checkpoint import config_digest
 from octlm.cli import build_parser, main
 from octlm.errors import OctlmError
 from octlm.studies.length import LengthOptions
-from octlm.train.options import Bound, Resume, TrainOptions, checked_values, field_types, flag, option_default, resume_options
+from octlm.declare import Bound, Resume, checked_values, field_types, flag, option_default, option_fields, replaced
+from octlm.train.options import TrainOptions
+from octlm.train.resume import resume_options
 
-FIELDS = {f.name: f for f in dataclasses.fields(TrainOptions)}
+FIELDS = {f.name: f for f in option_fields(TrainOptions)}
 BOUNDED = sorted(name for name, f in FIELDS.items() if f.metadata["bounds"] is not None)
 
 
@@ -43,9 +45,10 @@ def test_every_option_is_a_flag_a_toml_key_and_a_config_json_key(trained_run):
     assert {flag(name) for name in FIELDS} <= flags
     values = {name: option_default(f) or ["a.txt"] if name == "text" else option_default(f) for name, f in FIELDS.items()}
     values = {name: value for name, value in values.items() if value is not None}
-    assert checked_values(values, "test") == values
-    stored = json.loads((trained_run / "config.json").read_text())["train"]
-    assert set(stored) == set(FIELDS)
+    assert checked_values(values, "test", TrainOptions) == values
+    config = json.loads((trained_run / "config.json").read_text())
+    # the model's options are keys of its "model" section, the rest of the "train" section
+    assert set(config["train"]) | set(config["model"]) == set(FIELDS)
 
 
 def test_every_option_says_what_resume_may_do():
@@ -78,8 +81,28 @@ def test_a_bound_says_the_same_from_a_flag_toml_and_a_resumed_config(name, small
     assert not (tmp_path / "r").exists()
 
 
+def _buildable(name: str, value) -> bool:
+    """Whether options holding ``value`` can exist: the nested model checks its own fields on construction."""
+    try:
+        replaced(TrainOptions(), **{name: value})
+    except ValueError:
+        return False
+    return True
+
+
 def _other_value(name: str, data):
-    """A value of option ``name`` unlike its default (range checks come after the merge)."""
+    """A value of option ``name`` unlike its default (range checks come after the merge; the model's own checks come first)."""
+    value = _any_other_value(name, data)
+    return value if _buildable(name, value) else _valid_other(name)
+
+
+def _valid_other(name: str):
+    kind = field_types(TrainOptions)[name][0]
+    candidates = [2, 8, 16, 64] if kind is int else [0.5, 0.25, 2.0]
+    return next(v for v in candidates if v != option_default(FIELDS[name]) and _buildable(name, v))
+
+
+def _any_other_value(name: str, data):
     kind, is_list, _ = field_types(TrainOptions)[name]
     default, choices = option_default(FIELDS[name]), FIELDS[name].metadata["cli"].get("choices")
     if is_list:
@@ -105,7 +128,7 @@ def test_resume_follows_the_declared_policy(data, tmp_path_factory):
     name = data.draw(st.sampled_from(sorted(set(FIELDS) - SPECIAL)))
     value = _other_value(name, data)
     policy = FIELDS[name].metadata["resume"]
-    opts = dataclasses.replace(TrainOptions(), **{name: value})
+    opts = replaced(TrainOptions(), **{name: value})
     if policy is Resume.FIXED:
         with pytest.raises(OctlmError, match=rf"--{name.replace('_', '-')} .*(contradicts|with --resume)"):
             resume_options(run, opts, {name})

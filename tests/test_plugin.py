@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from octlm import Decoder, DecoderConfig
-from octlm.model.positions.schemes import SCHEMES, PositionScheme, register
+from octlm.model.positions import SCHEMES, PositionScheme, register
 from tests.test_generate import test_a_chunk_of_tokens_on_top_of_a_cache as chunk_check
 from tests.test_generate import test_cached_logits_equal_full_recompute_at_every_step as cache_check
 from tests.test_generate import test_greedy_generation_is_the_same_with_and_without_the_cache as greedy_check
@@ -78,7 +78,7 @@ def test_explorer_has_no_vectors_and_a_note(toy):
 def test_cli_and_length_study_take_it_from_the_registry(toy):
     from octlm.cli import build_parser, options_from
     from octlm.studies.length import LengthOptions, check_options
-    from octlm.model.positions.schemes import SCHEME_NAMES
+    from octlm.model.positions import SCHEME_NAMES
 
     assert "toy" in SCHEME_NAMES and list(SCHEME_NAMES) == sorted(SCHEMES)
     assert build_parser().parse_args(["train", "--position", toy]).position == toy

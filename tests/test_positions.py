@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from octlm import Decoder, DecoderConfig, sinusoidal_positions
-from octlm.model.positions.schemes import SCHEMES, RotaryPositions, rope_inverse_frequencies
+from octlm.model.positions import SCHEMES, RotaryPositions, rope_inverse_frequencies
 
 
 def formula_table(length, width, offset=0, base=10000.0):
@@ -205,7 +205,7 @@ def test_alibi_slopes_match_the_paper(n_heads):
 
 
 def test_alibi_bias_is_minus_slope_times_distance():
-    from octlm.model.positions.schemes import ALiBiPositions
+    from octlm.model.positions import ALiBiPositions
 
     scheme = ALiBiPositions(DecoderConfig(n_heads=4, position="alibi"))
     bias = scheme.score_bias(5, 5)

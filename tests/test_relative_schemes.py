@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from octlm import Decoder, DecoderConfig
-from octlm.model.positions.schemes import FIREBias, T5RelativeBias, XPosRotation
+from octlm.model.positions import FIREBias, T5RelativeBias, XPosRotation
 from tests.test_positions import rotate_by_hand
 
 
@@ -179,7 +179,9 @@ def test_randomized_positions_need_a_scheme_that_reads_positions(position):
 
 def test_the_option_is_declared_once_and_reaches_the_model():
     from octlm.cli import build_parser, options_from
-    from octlm.train.options import Resume, TrainOptions, resume_policy
+    from octlm.declare import Resume
+    from octlm.train.options import TrainOptions
+    from octlm.train.resume import resume_policy
 
     args = build_parser().parse_args(["train", "--position", "rope", "--randomize-positions", "4"])
     opts = options_from(args, TrainOptions)

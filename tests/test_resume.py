@@ -37,7 +37,7 @@ QUIET = Reporter(json_mode=True)
 
 
 def options(corpus, out, **extra) -> TrainOptions:
-    return TrainOptions(text=[str(corpus)], out=str(out), **{**TINY, **extra})
+    return TrainOptions.of(text=[str(corpus)], out=str(out), **{**TINY, **extra})
 
 
 def weights(run: Path) -> bytes:
@@ -337,7 +337,7 @@ def test_a_run_from_an_older_octlm_resumes_twice(reference, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(reference / "12", run)
     config = json.loads((run / "config.json").read_text())
-    del config["train"]["activation"]  # as if this run predates --activation
+    del config["model"]["activation"]  # as if this run predates --activation
     (run / "config.json").write_text(json.dumps(config))
     path = run / CHECKPOINT
     with safe_open(str(path), framework="pt") as handle:
@@ -566,10 +566,10 @@ def test_compile_alone_means_on():
     assert parser.parse_args(["train", "--compile", "off"]).compile == "off"
 
 
-@pytest.mark.parametrize("position", sorted(__import__("octlm.model.positions.schemes", fromlist=["SCHEMES"]).SCHEMES))
+@pytest.mark.parametrize("position", sorted(__import__("octlm.model.positions", fromlist=["SCHEMES"]).SCHEMES))
 def test_deterministic_mode_has_a_kernel_for_every_scheme_here(position):
     # --deterministic is strict: an operator without a deterministic kernel would stop the run.
-    from octlm.model.decoder import Decoder, DecoderConfig, cross_entropy
+    from octlm.model import Decoder, DecoderConfig, cross_entropy
 
     model = Decoder(DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=1, position=position))
     ids = torch.randint(0, 64, (2, 17))

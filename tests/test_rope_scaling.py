@@ -18,8 +18,8 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from octlm import Decoder, DecoderConfig
-from octlm.model.decoder import KVCache
-from octlm.model.positions.schemes import ROPE_SCALINGS, RopeScaling, RotaryPositions
+from octlm.model import KVCache
+from octlm.model.positions import ROPE_SCALINGS, RopeScaling, RotaryPositions
 
 FACTORS = [1.0, 2.0, 4.0, 8.0, 16.0]
 DIMS = [4, 16, 32, 64]

@@ -113,16 +113,16 @@ def test_the_task_study_has_its_own_defaults_and_flags_still_win():
     from octlm.cli import build_parser, options_from
     from octlm.studies.length import LengthOptions
     from octlm.train.options import TrainOptions
-    from octlm.model.positions.schemes import SCHEMES, length_study_schemes
+    from octlm.model.positions import SCHEMES, length_study_schemes
     from octlm.studies.task import TASK_DEFAULTS, TASK_SEEDS
 
     text, task = LengthOptions(), LengthOptions(task="copy")
     train = TrainOptions()
-    assert (text.d_model, text.n_layers, text.learning_rate) == (train.d_model, train.n_layers, train.learning_rate)
+    assert (text.d_model, text.n_layers, text.learning_rate) == (train.model.d_model, train.model.n_layers, train.learning_rate)
     assert text.schemes == length_study_schemes() and task.schemes == list(SCHEMES)  # every scheme, t5, fire and xpos included
     assert {name: getattr(task, name) for name in TASK_DEFAULTS} == TASK_DEFAULTS
     assert (text.seeds, task.seeds) == (1, TASK_SEEDS)
-    assert TASK_DEFAULTS["d_model"] != train.d_model  # else this test checks nothing
+    assert TASK_DEFAULTS["d_model"] != train.model.d_model  # else this test checks nothing
     args = build_parser().parse_args(["length", "--task", "copy", "--out", "x", "--n-layers", "2", "--schemes", "rope"])
     parsed = options_from(args, LengthOptions)
     assert (parsed.n_layers, parsed.d_model, parsed.schemes) == (2, TASK_DEFAULTS["d_model"], ["rope"])

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from octlm.model.decoder import Decoder, DecoderConfig
-from octlm.model.positions.schemes import SCHEMES
+from octlm.model import Decoder, DecoderConfig
+from octlm.model.positions import SCHEMES
 from tests.conftest import REPO
 
 BENCH = REPO / "bench" / "throughput.py"

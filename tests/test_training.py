@@ -73,7 +73,7 @@ def test_a_warmup_not_below_the_runs_steps_is_refused(small_corpus, tmp_path, ca
 def test_the_default_warmup_fits_the_run_and_config_json_records_it(flags, warmup):
     from octlm.train.options import check_options, resolved
 
-    opts = TrainOptions(**{name.lstrip("-").replace("-", "_"): int(value) for name, value in zip(flags[::2], flags[1::2])})
+    opts = TrainOptions.of(**{name.lstrip("-").replace("-", "_"): int(value) for name, value in zip(flags[::2], flags[1::2])})
     check_options(opts)
     assert resolved(opts).warmup_steps == warmup
     assert resolved(TrainOptions()).warmup_steps == 50  # the default 1200-step run

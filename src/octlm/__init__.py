@@ -1,7 +1,7 @@
 """octlm: a small language-model lab about token embeddings and position encodings."""
 
-from octlm.model.decoder import Decoder, DecoderConfig, KVCache
-from octlm.model.positions.schemes import alibi_slopes, sinusoidal_positions
+from octlm.model import Decoder, DecoderConfig, KVCache
+from octlm.model.positions import alibi_slopes, sinusoidal_positions
 
 __version__ = "0.1.0"
 

@@ -8,7 +8,6 @@ one line naming the value and the fix, never as a traceback.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import difflib
 import importlib
 import signal
@@ -19,7 +18,7 @@ import tomllib
 from pathlib import Path
 
 from octlm.errors import OctlmError
-from octlm.train.options import REQUIRED, checked_values, field_types, flag, option_default
+from octlm.declare import REQUIRED, build, checked_values, field_types, flag, option_default, option_fields, refused
 from octlm.report import Reporter
 from octlm.data.tokenizer import left_running
 
@@ -69,7 +68,7 @@ def add_dataclass_options(parser: argparse.ArgumentParser, cls) -> None:
     required, and a ``bool`` field is a switch.
     """
     kinds = field_types(cls)
-    for f in dataclasses.fields(cls):
+    for f in option_fields(cls):
         cli = dict(f.metadata["cli"])
         kind, default = kinds[f.name][0], option_default(f)
         if cli.pop("positional", False):
@@ -160,8 +159,17 @@ def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
 
 
 def options_from(args: argparse.Namespace, cls):
-    """Build dataclass ``cls`` from the parsed flags of the same names."""
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+    """Build options dataclass ``cls`` (nested groups too) from the parsed flags of the same names.
+
+    Raises:
+        OctlmError: when the options refuse a value on construction (the
+            model's shape: ``--d-model=30 is not divisible by n_heads=4``),
+            naming its flag.
+    """
+    try:
+        return build(cls, {f.name: getattr(args, f.name) for f in option_fields(cls)})
+    except ValueError as err:
+        raise refused(err) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,9 +34,9 @@ from octlm.inspect.sample import RopeScalingOptions
 from octlm.export.hf_common import EXPORT_ACTIVATION, IMPORT_ACTIVATION, InteropError, Mapper
 from octlm.export.hf_gpt2 import Gpt2Mapper, decoder_config, from_gpt2_state, gpt2_config, name_map, to_gpt2_state
 from octlm.export.hf_neox import NeoxMapper
-from octlm.model.decoder import Decoder, DecoderConfig
-from octlm.train.options import REQUIRED, option, same_as
-from octlm.model.positions.schemes import SCHEMES, RopeScaling
+from octlm.model import Decoder, DecoderConfig
+from octlm.declare import REQUIRED, option, same_as
+from octlm.model.positions import SCHEMES, RopeScaling
 from octlm.run.folder import RunFolder
 from octlm.data.tokenizer import END_OF_TEXT, Tokenizer
 

@@ -15,7 +15,7 @@ from typing import Protocol
 import torch
 
 from octlm.errors import OctlmError
-from octlm.model.decoder import Decoder, DecoderConfig
+from octlm.model import Decoder, DecoderConfig
 
 #: octlm activation -> transformers activation name written on export (both are ACT2FN keys).
 EXPORT_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new"}

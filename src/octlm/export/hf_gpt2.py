@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 
 from octlm.export.hf_common import LAYER_NORM_EPS, InteropError, build_config, check_state, export_activation, import_block, refusal, take_tensors
-from octlm.model.decoder import Decoder, DecoderConfig
-from octlm.model.positions.schemes import SCHEMES
+from octlm.model import Decoder, DecoderConfig
+from octlm.model.positions import SCHEMES
 
 MODEL_TYPE = "gpt2"
 

@@ -7,7 +7,7 @@ RoPE's inverse frequencies, angles and rotation in both layouts (Su et al.
 buckets (Raffel et al. 2020 §2.1), FIRE's interpolated distance (Li et al.
 2023 §3.2), xPos's decayed rotation (Sun et al. 2023 §3.2), cosine similarity
 and the labels it gives tokens. :func:`parity_fixtures` evaluates the Python implementations of
-the same formulas (:mod:`octlm.model.positions.schemes`, :mod:`octlm.inspect.diagnostics`) on a
+the same formulas (:mod:`octlm.model.positions`, :mod:`octlm.inspect.diagnostics`) on a
 fixed set of cases; the page's Vitest test reads the result from
 ``web/test/fixtures/parity.json`` and checks its own numbers to 1e-5, and
 ``tests/test_parity_fixtures.py`` fails when that committed file no longer
@@ -27,9 +27,9 @@ import torch.nn.functional as F
 
 from octlm.inspect.diagnostics import cosine_neighbours
 from octlm.fileio import atomic_write
-from octlm.model.decoder import DecoderConfig
+from octlm.model import DecoderConfig
 from octlm.model.positions.distances import t5_buckets
-from octlm.model.positions.schemes import FIRE_THRESHOLD, ALiBiPositions, FIREBias, RotaryPositions, XPosRotation, alibi_slopes, rope_inverse_frequencies, sinusoidal_positions
+from octlm.model.positions import FIRE_THRESHOLD, ALiBiPositions, FIREBias, RotaryPositions, XPosRotation, alibi_slopes, rope_inverse_frequencies, sinusoidal_positions
 from octlm.data.tokenizer import visible_token
 
 #: (length, width, offset, base, layout): odd widths, far offsets and a small base included.

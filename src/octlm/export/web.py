@@ -25,7 +25,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from octlm.errors import OctlmError
-from octlm.train.options import REQUIRED, option
+from octlm.declare import REQUIRED, option
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
 

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 import torch
 
 from octlm.errors import OctlmError
-from octlm.model.decoder import Decoder, DecoderConfig
+from octlm.model import Decoder, DecoderConfig
 from octlm.report import Reporter
 from octlm.data.tokenizer import Tokenizer, visible_token
 from octlm.train.device import resolve_device
 from octlm.inspect.diagnostics import embedding_diagnostic, format_diagnostic
-from octlm.train.options import TrainOptions, at_least, check_fields, option, same_as
+from octlm.declare import at_least, check_fields, option, same_as
+from octlm.train.options import TrainOptions
 
 #: How a --token argument is read (parse_token), for the --help of every command that takes tokens.
 TOKEN_RULE = "an argument of ASCII digits is a token id; any other argument is text that must be exactly one token"

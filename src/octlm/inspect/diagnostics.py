@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from octlm.model.decoder import Decoder
+from octlm.model import Decoder
 from octlm.data.tokenizer import Tokenizer, visible_token
 
 

@@ -28,9 +28,9 @@ from torch import Tensor
 from octlm.inspect.bench import TOKEN_RULE
 from octlm.inspect.diagnostics import position_vectors
 from octlm.errors import RunError
-from octlm.model.decoder import Decoder
-from octlm.train.options import REQUIRED, at_least, check_fields, option
-from octlm.model.positions.schemes import SCHEMES, PositionVectors
+from octlm.model import Decoder
+from octlm.declare import REQUIRED, at_least, check_fields, option
+from octlm.model.positions import SCHEMES, PositionVectors
 from octlm.report import Reporter
 from octlm.run.folder import EMBEDDINGS, EMBEDDINGS_FIGURES, METRICS, RunFolder
 from octlm.data.tokenizer import Tokenizer

@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 
 from octlm.inspect.diagnostics import cosine_similarity_matrix
 from octlm.fileio import atomic_write
-from octlm.model.positions.schemes import PositionVectors, sinusoidal_positions
+from octlm.model.positions import PositionVectors, sinusoidal_positions
 from octlm.data.tokenizer import visible_token
 
 

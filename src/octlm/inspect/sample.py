@@ -9,9 +9,10 @@ from dataclasses import dataclass
 import torch
 
 from octlm.errors import OctlmError
-from octlm.model.decoder import Decoder
-from octlm.train.options import REQUIRED, TrainOptions, at_least, finite, option, same_as
-from octlm.model.positions.schemes import ROPE_SCALINGS
+from octlm.model import Decoder
+from octlm.declare import REQUIRED, at_least, finite, option, same_as
+from octlm.train.options import TrainOptions
+from octlm.model.positions import ROPE_SCALINGS
 from octlm.report import Reporter
 from octlm.data.tokenizer import Tokenizer
 
@@ -167,7 +168,7 @@ def sample(opts: SampleOptions, report: Reporter) -> dict:
             would not fit in the device's memory.
     """
     from octlm.train.device import resolve_device
-    from octlm.train.options import check_fields
+    from octlm.declare import check_fields
     from octlm.run.folder import load_run
     from octlm.data.tokenizer import printable_text
 

@@ -1,205 +1,23 @@
 """The decoder: token table, position scheme, pre-LayerNorm blocks, tied head.
 
-Read top to bottom: config, attention, MLP, block, decoder. The first layer
-(``_embed``) is the part octlm exists to study; position schemes live in
-:mod:`octlm.model.positions.schemes`.
+Its shape is a :class:`~octlm.model.config.DecoderConfig`, its blocks are in
+:mod:`octlm.model.blocks`. The first layer (``_embed``) is the part octlm
+exists to study; position schemes live in :mod:`octlm.model.positions`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from octlm.model.positions import schemes as position_schemes
-from octlm.model.kvcache import KVCache, LayerCache
-
-
-#: MLP nonlinearities by name: the ``approximate`` argument of ``F.gelu``.
-ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}
-
-
-class DecoderFieldError(ValueError):
-    """A :class:`DecoderConfig` value that cannot work.
-
-    ``field`` names it and ``rest`` says the rest, so the command line can
-    name its own flag (``--d-model=30 is not ...``) where Python reads
-    ``DecoderConfig.d_model=30 is not ...``.
-    """
-
-    def __init__(self, field: str, rest: str) -> None:
-        super().__init__(f"DecoderConfig.{field}{rest}")
-        self.field, self.rest = field, rest
-
-
-@dataclass
-class DecoderConfig:
-    """Shape of a decoder. Defaults are octlm's Day-1 baseline.
-
-    Attributes:
-        vocab_size: rows of the token table (tokens). Day 1: 1,024.
-        context_length: tokens per training block; also the number of rows of
-            a learned position table. Day 1: 128.
-        d_model: model width C (columns of every table). Day 1: 128.
-        n_heads: attention heads; ``head_dim = d_model // n_heads``.
-        n_layers: transformer blocks.
-        dropout: dropout probability on attention weights and residual
-            branches (0 disables it).
-        activation: the MLP's GELU: ``gelu`` (exact, with erf) or
-            ``gelu_tanh`` (its tanh approximation, GPT-2's ``gelu_new``;
-            Hendrycks & Gimpel 2016), kept so imported GPT-2 weights compute
-            what they were trained to.
-        position: a name in :data:`octlm.model.positions.schemes.SCHEMES`.
-        rope_theta: RoPE wavelength base (Su et al. 2021), used by ``rope``.
-        rope_layout: which channels RoPE pairs: ``interleaved`` (2i, 2i+1) or
-            ``half`` (i, i + d/2, GPT-NeoX/LLaMA).
-        partial_rotary_factor: fraction of each head RoPE rotates (1: all).
-        sinusoidal_layout: ``interleaved`` (sin, cos, sin, ...) or
-            ``concatenated`` ([sin | cos]).
-        t5_num_buckets, t5_max_distance: T5 bias buckets and the distance
-            (tokens) where the last one starts (Raffel et al. 2020: 32, 128).
-        randomize_positions: F >= 1; with F > 1, training positions are a
-            sorted random subset of ``0 .. F * context_length - 1`` (Ruoss et
-            al. 2023), for schemes that take it (learned, sinusoidal, RoPE).
-
-    Raises:
-        ValueError: on construction, naming the field and value, when a size
-            is not positive, ``d_model`` is not divisible by ``n_heads``,
-            dropout is outside [0, 1), the position name is unknown, or the
-            scheme cannot use the shape (odd ``head_dim`` with RoPE).
-    """
-
-    vocab_size: int = 1024
-    context_length: int = 128
-    d_model: int = 128
-    n_heads: int = 4
-    n_layers: int = 2
-    dropout: float = 0.0
-    activation: str = "gelu"
-    position: str = "learned"
-    rope_theta: float = position_schemes.DEFAULT_BASE
-    rope_layout: str = "interleaved"
-    partial_rotary_factor: float = 1.0
-    sinusoidal_layout: str = "interleaved"
-    t5_num_buckets: int = 32
-    t5_max_distance: int = 128
-    randomize_positions: int = 1
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_layers", "t5_num_buckets", "t5_max_distance", "randomize_positions"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise DecoderFieldError(name, f" must be a positive integer, got {value!r}")
-        if self.d_model % self.n_heads:
-            raise DecoderFieldError(
-                "d_model", f"={self.d_model} is not divisible by n_heads={self.n_heads}; pick n_heads among the divisors of d_model"
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise DecoderFieldError("dropout", f" must be in [0, 1), got {self.dropout!r}")
-        if self.activation not in ACTIVATIONS:
-            raise DecoderFieldError("activation", f" must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
-        position_schemes.check(self)
-
-    @property
-    def head_dim(self) -> int:
-        """Channels per attention head: ``d_model // n_heads``."""
-        return self.d_model // self.n_heads
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "DecoderConfig":
-        """Build from a dict, rejecting unknown keys with a ``ValueError`` naming them."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown DecoderConfig field(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        return cls(**data)
-
-
-class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention through ``scaled_dot_product_attention``.
-
-    Input and output [B, T, C]. The position scheme may rotate queries and
-    keys or bias the scores; with neither, the causal mask is the only order
-    information attention gets.
-
-    Every path goes through ``F.scaled_dot_product_attention``: without a
-    score bias and without a cache it passes ``is_causal=True`` and no mask
-    (any fused kernel may run); a one-token cached step needs no mask at all;
-    a multi-token step on top of a cache passes a boolean mask [T, S]; ALiBi
-    passes its bias as an additive float mask [1, H, T, S] with ``-inf`` on
-    future keys.
-    """
-
-    def __init__(self, config: DecoderConfig) -> None:
-        super().__init__()
-        self.n_heads = config.n_heads
-        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
-        self.proj = nn.Linear(config.d_model, config.d_model)
-        self.dropout = config.dropout
-        self.resid_dropout = nn.Dropout(config.dropout)
-
-    def forward(
-        self, x: Tensor, positions: position_schemes.PositionScheme, offset: int = 0, cache: LayerCache | None = None
-    ) -> Tensor:
-        """[B, T, C] at positions ``offset ..`` -> [B, T, C]; with ``cache``, attend to its keys too and extend it."""
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
-        q, k = positions.rotate(q, k, offset)
-        if cache is not None:
-            k, v = cache.append(k, v)
-        S = k.shape[-2]
-        bias = positions.score_bias(T, S, offset)
-        dropout = self.dropout if self.training else 0.0
-        if bias is None and (T == S or T == 1):
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=T > 1)
-        else:
-            # Query i (at offset + i) may see key j (at offset + T - S + j) when j <= i + S - T.
-            causal = None if T == 1 else torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
-            if bias is None:
-                mask = causal
-            else:
-                mask = bias.to(q.dtype) if causal is None else bias.to(q.dtype).masked_fill(~causal, float("-inf"))
-                mask = mask.unsqueeze(0)  # [1, H, T, S]: the 4-D shape the CPU flash kernel also accepts
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-        return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
-
-
-class MLP(nn.Module):
-    """Position-wise feed-forward layer: C -> 4C -> GELU -> C, on [B, T, C]."""
-
-    def __init__(self, config: DecoderConfig) -> None:
-        super().__init__()
-        self.up = nn.Linear(config.d_model, 4 * config.d_model)
-        self.down = nn.Linear(4 * config.d_model, config.d_model)
-        self.dropout = nn.Dropout(config.dropout)
-        self.approximate = ACTIVATIONS[config.activation]
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.down(F.gelu(self.up(x), approximate=self.approximate)))
-
-
-class Block(nn.Module):
-    """Pre-LayerNorm transformer block: ``x + attn(ln(x))``, then ``x + mlp(ln(x))``."""
-
-    def __init__(self, config: DecoderConfig) -> None:
-        super().__init__()
-        self.ln_attn = nn.LayerNorm(config.d_model)
-        self.attn = CausalSelfAttention(config)
-        self.ln_mlp = nn.LayerNorm(config.d_model)
-        self.mlp = MLP(config)
-
-    def forward(
-        self, x: Tensor, positions: position_schemes.PositionScheme, offset: int = 0, cache: LayerCache | None = None
-    ) -> Tensor:
-        x = x + self.attn(self.ln_attn(x), positions, offset, cache)
-        return x + self.mlp(self.ln_mlp(x))
+from octlm.model import positions
+from octlm.model.blocks import Block
+from octlm.model.config import DecoderConfig
+from octlm.model.kvcache import KVCache
+from octlm.model.sampling import sample_next
 
 
 class Decoder(nn.Module):
@@ -208,7 +26,7 @@ class Decoder(nn.Module):
     Attributes:
         token_embedding: ``nn.Embedding(vocab_size, d_model)``; token id ``i``
             becomes row ``E[i]``.
-        positions: the position scheme (:mod:`octlm.model.positions.schemes`).
+        positions: the position scheme (:mod:`octlm.model.positions`).
         position_embedding: the scheme's ``nn.Embedding`` when positions are
             a learned table, else ``None``.
         lm_head: ``nn.Linear(d_model, vocab_size, bias=False)`` whose weight
@@ -221,7 +39,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
-        self.positions = position_schemes.build(config)
+        self.positions = positions.build(config)
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.ln_final = nn.LayerNorm(config.d_model)
@@ -271,9 +89,9 @@ class Decoder(nn.Module):
             ValueError: when the model's scheme does not take the method
                 (its ``scalings()``), the method is unknown or the factor is below 1.
         """
-        scaling = None if method is None else position_schemes.RopeScaling(method, factor, original_length or self.config.context_length)
+        scaling = None if method is None else positions.RopeScaling(method, factor, original_length or self.config.context_length)
         if method is not None and method not in self.positions.scalings():
-            takers = " or ".join(map(repr, position_schemes.schemes_taking(method)))
+            takers = " or ".join(map(repr, positions.schemes_taking(method)))
             raise ValueError(f"RoPE scaling ({method}) needs position={takers}; this model uses position={self.config.position!r}")
         if self.positions.scalings():
             self.positions.set_rope_scaling(scaling)
@@ -448,32 +266,11 @@ def _init_weights(module: nn.Module) -> None:
         nn.init.zeros_(module.bias)
 
 
-def sample_next(logits: Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None = None) -> Tensor:
-    """Pick one token per row of ``logits`` [B, V]; returns int64 [B, 1].
-
-    ``temperature`` 0 is greedy (argmax). Any positive temperature samples from
-    softmax(logits / temperature), however small: the row's maximum is taken
-    off before dividing, so every scaled logit is <= 0 and the largest is 0,
-    where dividing raw logits by 1e-38 overflows float32 to inf and softmax to
-    NaN; and the division is in float64, where every positive Python float is
-    still positive (5e-324 is 0 in float32). As the temperature goes to 0 the
-    draw becomes the argmax.
-    """
-    if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = (logits - logits.amax(dim=-1, keepdim=True)).double() / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator)
-
-
 def cross_entropy(logits: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
     """Next-token loss in nats: logits [B, T, V], targets [B, T] -> scalar (or [B, T])."""
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), reduction=reduction)
     return loss if reduction != "none" else loss.view(targets.shape)
 
 
-__all__ = ["Decoder", "DecoderConfig", "DecoderFieldError", "KVCache", "LayerCache", "cross_entropy", "sample_next"]
+__all__ = ["Decoder", "cross_entropy"]
 

@@ -29,11 +29,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from octlm.data import text as data
+from octlm.data import tokens
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write_json, umask
 from octlm.run.outputs import check_out_folder, make_folder, make_staging
-from octlm.model.decoder import Decoder, DecoderConfig
+from octlm.model import Decoder, DecoderConfig
 from octlm.model.positions.rope_scaling import RopeScaling
 from octlm.data.tokenizer import Tokenizer
 from octlm.model.weights import load_weights, save_weights, weights_state
@@ -275,7 +275,7 @@ class RunFolder:
 
     def write_tokens(self, split: str, ids: np.ndarray) -> dict:
         """Store a token stream as ``<split>.bin``; returns its manifest entry."""
-        return data.write_tokens(self.token_path(split), ids)
+        return tokens.write_tokens(self.token_path(split), ids)
 
     def tokens(self, split: str, manifest: dict | None = None) -> np.ndarray:
         """The ``train`` or ``val`` token stream [N] as a read-only memmap, checked against the manifest.
@@ -288,7 +288,7 @@ class RunFolder:
         entry = manifest.get("tokens", {}).get(split)
         if entry is None or not (self.path / entry["file"]).is_file():
             raise RunError(f"{self.token_path(split)}: token file missing; the run folder is incomplete")
-        return data.open_tokens(self.path / entry["file"], entry["dtype"], entry["count"])
+        return tokens.open_tokens(self.path / entry["file"], entry["dtype"], entry["count"])
 
     def load(self, device: str | torch.device = "cpu") -> tuple[Decoder, Tokenizer]:
         """:func:`load_run` of this folder."""

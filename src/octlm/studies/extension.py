@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from octlm.declare import replaced
 from octlm.train.evaluate import evaluate
 from octlm.report import Reporter, TaggedReporter
 
@@ -89,7 +90,7 @@ def extension_options(opts, label: str, source_dir: Path, run_dir: Path, seed: i
     M = opts.extend_to
     base = opts.train_options(scheme, run_dir, seed)
     steps = opts.extend_steps
-    tuned = dataclasses.replace(
+    tuned = replaced(
         base, init_from=str(source_dir), context_length=M * opts.train_length, batch_size=max(1, opts.batch_size // M),
         max_steps=steps, time_budget=None, learning_rate=opts.extend_learning_rate, warmup_steps=max(1, steps // 10),
         save_every=max(1, steps // CURVE_POINTS), eval_interval=10**9, rope_scaling=method, rope_factor=float(M) if method else None,
@@ -108,13 +109,13 @@ def fine_tune(opts, label: str, source_dir: Path, run_dir: Path, seed: int, scor
     The curve points are read from the run's own ``model.safetensors``, which
     the run saves every ``N / 4`` steps, before the step after it runs.
     """
-    from octlm.model.decoder import Decoder
+    from octlm.model import Decoder
     from octlm.train.init_from import prepare_model
     from octlm.run.folder import RunFolder, load_run
     from octlm.train.launch import train
 
     tuned = extension_options(opts, label, source_dir, run_dir, seed)
-    length = tuned.context_length
+    length = tuned.model.context_length
     tokenizer = RunFolder(source_dir).read_tokenizer()
     curve: list[dict] = []
 

@@ -4,7 +4,7 @@
 with the same seed, shape and budget (through :func:`octlm.train.launch.train`), then
 scores every model on the validation split at 1x, 2x, 4x, 8x and 16x the
 training length ``T``, and the RoPE model once more under each context
-extension method of :data:`octlm.model.positions.schemes.ROPE_SCALINGS`.
+extension method of :data:`octlm.model.positions.ROPE_SCALINGS`.
 
 Protocol (the README repeats it):
 
@@ -42,9 +42,11 @@ from octlm.errors import OctlmError
 from octlm.train.evaluate import evaluate
 from octlm.fileio import atomic_write
 from octlm.run.outputs import check_out_spares
-from octlm.train.options import Bound, TrainOptions, at_least, check_fields, flag, option, option_default, same_as, scheme_options
+from octlm.declare import Bound, at_least, check_fields, flag, option, option_default, option_fields, refused, same_as
+from octlm.train.options import TrainOptions, scheme_options
 from octlm.train.options import check_options as check_train_options
-from octlm.model.positions.schemes import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking
+from octlm.model.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking
+from octlm.model.positions.base import with_scheme_options
 from octlm.report import Reporter, TaggedReporter
 from octlm.run.folder import RunFolder
 from octlm.studies.task import TASK_DEFAULTS, TASK_SEEDS, TASK_STEPS
@@ -76,7 +78,7 @@ def _check_extend_to(value: int) -> None:
 
 def _train_default(name: str) -> Any:
     """``octlm train``'s default for option ``name``."""
-    return option_default(next(f for f in dataclasses.fields(TrainOptions) if f.name == name))
+    return option_default(next(f for f in option_fields(TrainOptions) if f.name == name))
 
 
 def _task_default(name: str, what: str) -> str:
@@ -85,6 +87,7 @@ def _task_default(name: str, what: str) -> str:
 
 
 @dataclass
+@with_scheme_options(handed_over=True)
 class LengthOptions:
     """Everything ``octlm length`` takes. Units are in each help text.
 
@@ -124,11 +127,6 @@ class LengthOptions:
     n_layers: int | None = same_as(TrainOptions, "n_layers", default=None, help=_task_default("n_layers", "transformer blocks"))
     batch_size: int = same_as(TrainOptions, "batch_size")
     learning_rate: float | None = same_as(TrainOptions, "learning_rate", default=None, help=_task_default("learning_rate", "peak AdamW learning rate"))
-    # Scheme options: each model of the study takes those its scheme reads (PositionScheme.reads).
-    rope_theta: float = same_as(TrainOptions, "rope_theta")
-    rope_layout: str = same_as(TrainOptions, "rope_layout")
-    partial_rotary_factor: float = same_as(TrainOptions, "partial_rotary_factor")
-    sinusoidal_layout: str = same_as(TrainOptions, "sinusoidal_layout")
     eval_tokens: int = option(8192, "tokens per evaluation forward pass (windows per batch = this / length)", bounds=at_least(1))
     encoding: str = same_as(TrainOptions, "encoding")
     val_fraction: float = same_as(TrainOptions, "val_fraction")
@@ -150,6 +148,8 @@ class LengthOptions:
                                metavar="N")
     extend_learning_rate: float = option(1e-3, "peak learning rate of the fine-tunes", bounds=Bound(0, math.inf, low_open=True, high_open=True,
                                                                                                   says="a finite number > 0"))
+
+    # ... then every position scheme's options (with_scheme_options): each model takes those its scheme reads.
 
     def __post_init__(self) -> None:
         # The text study trains octlm train's model; the task study a deeper, narrower one that learns copy in minutes.
@@ -182,7 +182,7 @@ class LengthOptions:
         shared.update(text=list(self.text), time_budget=None if self.max_steps is not None else self.time_budget)
         if seed is not None:
             shared["seed"] = seed
-        return TrainOptions(**shared, position=scheme, sample_tokens=0, out=str(run_dir), overwrite=True)
+        return TrainOptions.of(**shared, position=scheme, sample_tokens=0, out=str(run_dir), overwrite=True)
 
 
 def scalings_taken(schemes: list[str]) -> list[str]:
@@ -211,18 +211,22 @@ def check_options(opts: LengthOptions) -> None:
             raise OctlmError(f"{flag(name)} {getattr(opts, name)} means nothing for --schemes {' '.join(opts.schemes)}: none of them reads it; "
                              f"drop {flag(name)}, or add a scheme that reads it")
     for scheme in opts.schemes:
-        check_train_options(opts.train_options(scheme, Path(opts.out) / RUNS / scheme))
+        try:
+            train_opts = opts.train_options(scheme, Path(opts.out) / RUNS / scheme)
+        except ValueError as err:  # the model refuses the shape (--d-model 30 --n-heads 4)
+            raise refused(err) from None
+        check_train_options(train_opts)
 
 
 def validation_tokens(opts: LengthOptions) -> int:
-    """Tokens in the validation split, read, split and tokenized as :func:`octlm.data.corpus.prepare_corpus` does.
+    """Tokens in the validation split, read, split and tokenized as :func:`octlm.train.corpus.prepare_corpus` does.
 
     Costs one tokenizer training (under a second for tinyshakespeare), which
     is what lets the study refuse a too-long evaluation length before it
     trains anything.
     """
-    from octlm.data.corpus import split_and_tokenize
-    from octlm.data.text import encode_stream
+    from octlm.train.corpus import split_and_tokenize
+    from octlm.data.tokens import encode_stream
 
     # Every model of the study reads the same text; only the text options matter here, not the folder.
     text = split_and_tokenize(opts.train_options(opts.schemes[0], Path(RUNS)))

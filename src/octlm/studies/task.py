@@ -37,7 +37,7 @@ from octlm.declare import check_fields, flag, option_default
 from octlm.train.device import resolve_device, torch_settings
 from octlm.errors import OctlmError
 from octlm.fileio import atomic_write
-from octlm.model.decoder import Decoder, DecoderConfig, DecoderFieldError, cross_entropy
+from octlm.model import Decoder, DecoderConfig, DecoderFieldError, cross_entropy
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
 from octlm.studies.tasks import TASKS, Task

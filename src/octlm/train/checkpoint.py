@@ -33,7 +33,7 @@ from safetensors.torch import save
 
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write, read_safetensors, sha256_file
-from octlm.train.options import changeable_on_resume
+from octlm.train.resume import changeable_on_resume
 from octlm.run.folder import CHECKPOINT, TOKENIZER
 from octlm.model.weights import weights_state
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import torch
 
 from octlm.errors import OctlmError
-from octlm.train.options import TrainOptions
+from octlm.model import DecoderConfig
 
 
 def resolve_device(name: str) -> torch.device:
@@ -47,7 +47,7 @@ def autocast_for(device: torch.device, dtype: str):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16), "bfloat16"
 
 
-def step_memory_bytes(opts: TrainOptions) -> int:
+def step_memory_bytes(config: DecoderConfig, batch_size: int) -> int:
     """A rough upper estimate of one training step's activation memory (bytes, float32).
 
     Per token: the logits with their softmax and gradient (3 x vocab_size
@@ -55,8 +55,8 @@ def step_memory_bytes(opts: TrainOptions) -> int:
     plus two rows of attention weights per head when the fused kernel is
     not used. Weights and optimizer state are small beside it at octlm's sizes.
     """
-    tokens = opts.batch_size * opts.context_length
-    per_token = 3 * opts.vocab_size + opts.n_layers * (24 * opts.d_model + 2 * opts.n_heads * opts.context_length)
+    tokens = batch_size * config.context_length
+    per_token = 3 * config.vocab_size + config.n_layers * (24 * config.d_model + 2 * config.n_heads * config.context_length)
     return 4 * tokens * per_token
 
 
@@ -70,21 +70,21 @@ def device_memory_bytes(device: torch.device) -> int | None:
         return None
 
 
-def check_memory(opts: TrainOptions, device: torch.device) -> None:
+def check_memory(config: DecoderConfig, batch_size: int, device: torch.device) -> None:
     """Refuse a batch whose activations alone would not fit the device's memory (instead of being OOM-killed)."""
     total = device_memory_bytes(device)
     if total is None:
         return
-    need = step_memory_bytes(opts)
+    need = step_memory_bytes(config, batch_size)
     if need > total:
-        logits = 3 * opts.vocab_size
-        layers = opts.n_layers * (24 * opts.d_model + 2 * opts.n_heads * opts.context_length)
+        logits = 3 * config.vocab_size
+        layers = config.n_layers * (24 * config.d_model + 2 * config.n_heads * config.context_length)
         fix = "--batch-size, or " + ("--vocab-size" if logits >= layers else "--n-layers or --d-model")
         raise OctlmError(
             f"this model and batch need about {need / 2**30:,.0f} GiB of activations per step, more than this {device.type} "
-            f"has ({total / 2**30:.0f} GiB): --batch-size {opts.batch_size} x --context-length {opts.context_length} tokens, "
-            f"each holding about 3 x --vocab-size {opts.vocab_size} logits and --n-layers {opts.n_layers} x "
-            f"(24 x --d-model {opts.d_model} + 2 x --n-heads {opts.n_heads} x --context-length) activations; lower {fix}"
+            f"has ({total / 2**30:.0f} GiB): --batch-size {batch_size} x --context-length {config.context_length} tokens, "
+            f"each holding about 3 x --vocab-size {config.vocab_size} logits and --n-layers {config.n_layers} x "
+            f"(24 x --d-model {config.d_model} + 2 x --n-heads {config.n_heads} x --context-length) activations; lower {fix}"
         )
 
 

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from octlm.data.text import block_starts, gather_blocks
-from octlm.model.decoder import Decoder, cross_entropy
+from octlm.data.tokens import block_starts, gather_blocks
+from octlm.model import Decoder, cross_entropy
 
 
 @dataclass

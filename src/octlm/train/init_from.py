@@ -18,10 +18,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from octlm.declare import option_default, replaced
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import read_safetensors, sha256_file
-from octlm.model.decoder import Decoder, DecoderConfig
-from octlm.model.positions.schemes import SCHEMES, schemes_taking
+from octlm.model import Decoder, DecoderConfig
+from octlm.model.positions import SCHEMES, schemes_taking
 from octlm.run.folder import RunFolder, apply_scaling
 from octlm.model.weights import load_weights, weights_state
 
@@ -89,16 +90,18 @@ def init_from_options(opts, given: set[str]):
             given with another value than the source's, and the source's value.
     """
     stored = source_config(opts.init_from)["model"]
+    defaults = {f.name: option_default(f) for f in dataclasses.fields(DecoderConfig)}
+    values = opts.to_dict()
     shape = {}
     for name in SHAPE_OPTIONS:
-        then = stored.get(name, getattr(DecoderConfig, name, None))
-        if name in given and getattr(opts, name) != then:
+        then = stored.get(name, defaults[name])
+        if name in given and values[name] != then:
             raise OctlmError(
-                f"--{name.replace('_', '-')} {getattr(opts, name)} contradicts --init-from {opts.init_from}, whose model has "
+                f"--{name.replace('_', '-')} {values[name]} contradicts --init-from {opts.init_from}, whose model has "
                 f"{name}={then!r}; a fine-tuning run keeps its source's tokenizer and shape: drop --{name.replace('_', '-')}"
             )
         shape[name] = then
-    return dataclasses.replace(opts, **shape)
+    return replaced(opts, **shape)
 
 
 def source_record(init_from: str | Path) -> dict:
@@ -116,7 +119,7 @@ def scaling_record(opts) -> dict | None:
     """
     if opts.rope_scaling is None:
         return None
-    original = opts.context_length
+    original = opts.model.context_length
     if opts.init_from:
         train = source_config(opts.init_from).get("train") or {}
         before = train.get("rope_scaling") if isinstance(train.get("rope_scaling"), dict) else None
@@ -147,9 +150,9 @@ def check_scaling_options(opts) -> None:
         return
     if opts.rope_factor is None and opts.rope_scaling != "dynamic-ntk":
         raise OctlmError(f"--rope-scaling {opts.rope_scaling} needs --rope-factor F (new length / trained length, e.g. 4)")
-    if opts.position in SCHEMES and opts.rope_scaling not in SCHEMES[opts.position].scalings():
+    if opts.model.position in SCHEMES and opts.rope_scaling not in SCHEMES[opts.model.position].scalings():
         takers = " or ".join(schemes_taking(opts.rope_scaling))
-        raise OctlmError(f"--rope-scaling {opts.rope_scaling} needs --position {takers}; this run's position is {opts.position}")
+        raise OctlmError(f"--rope-scaling {opts.rope_scaling} needs --position {takers}; this run's position is {opts.model.position}")
 
 
 def prepare_model(model: Decoder, opts, load_source: bool) -> None:

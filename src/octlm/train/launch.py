@@ -1,11 +1,11 @@
-"""Training: corpus to run folder.
+"""``octlm train`` as a library call: options in, a finished run folder and its report out.
 
-:func:`train` is the library entry point of ``octlm train``: it checks the
-options (merging them with a resumed run's), starts the process group, and
-runs a :class:`octlm.train.trainer.Trainer`, which reads and splits the text, trains
-the tokenizer, packs the token files, builds the decoder, optimises it with
-AdamW (linear warmup, cosine decay, gradient clipping) until a step or time
-limit, evaluates periodically, and writes the run folder described in
+:func:`train` checks the options (merging them with a resumed run's), starts
+the process group and runs a :class:`octlm.train.trainer.Trainer`, which
+prepares the corpus, builds the decoder, trains it until a step or time limit
+and evaluates it. Then the command shows the finished run
+(:func:`show_finished_run`: loss curve, sample, nearest tokens) and prints
+its report (:func:`final_report`). The run folder is described in
 :mod:`octlm.run.folder`.
 """
 
@@ -18,9 +18,11 @@ from pathlib import Path
 from octlm.train import distributed
 from octlm.train.checkpoint import CHECKPOINT, describe_checkpoint, resume_hint
 from octlm.train.device import torch_settings
-from octlm.inspect.diagnostics import format_diagnostic
+from octlm.inspect.diagnostics import embedding_diagnostic, format_diagnostic, frequent_tokens, token_counts
+from octlm.inspect.sample import sample_from
 from octlm.errors import OctlmError
-from octlm.train.options import TrainOptions, check_options, given_options, resume_options
+from octlm.train.options import TrainOptions, check_options, given_options
+from octlm.train.resume import resume_options
 from octlm.report import Reporter
 from octlm.run.folder import CONFIG, RunFolder
 from octlm.data.tokenizer import printable_text
@@ -88,10 +90,39 @@ def train(
                     report.warn(note)
                 raise
             result = trainer.run()
+            try:
+                result.update(show_finished_run(trainer))
+            except KeyboardInterrupt:
+                trainer.stopped_while_finishing()
+                raise
+            trainer.close()
     finally:
         group.close()
     report.result(result, final_report(result, result.get("sample", ""), result["nearest"], brief=report.quiet))
     return result
+
+
+def show_finished_run(trainer: Trainer) -> dict:
+    """What ``octlm train`` shows of a run that has ended: its loss curve (PNG), a sample and the nearest tokens.
+
+    Returns the result keys ``loss_figure`` (path or ``None``; rank 0 draws
+    it), ``sample`` (text; rank 0, not after Ctrl-C, ``--sample-tokens`` 0
+    skips it) and ``nearest`` (:func:`octlm.inspect.diagnostics.embedding_diagnostic`
+    of frequent words, among tokens the run saw: the rest is noise a person
+    cannot learn from).
+    """
+    from octlm.inspect.figures import LOSS_FIGURE, write_loss_figure  # matplotlib, only once a run ends
+
+    opts, data, folder, shown = trainer.opts, trainer.data, trainer.folder, {}
+    if trainer.group.is_main:
+        title = f"{folder.path.name}: {trainer.config.position}, {trainer.step} steps"
+        path = write_loss_figure(folder.metrics_path, folder.path / LOSS_FIGURE, title)
+        shown["loss_figure"] = None if path is None else str(path)
+        if opts.sample_tokens and not trainer.interrupted:
+            shown["sample"] = sample_from(trainer.model, data.tokenizer, "", opts.sample_tokens, 0.8, 40, opts.seed, trainer.device)
+    counts = token_counts(data.train, data.tokenizer.vocab_size)
+    shown["nearest"] = embedding_diagnostic(trainer.model, data.tokenizer, queries=frequent_tokens(counts, data.tokenizer, 3), seen=counts > 0)
+    return shown
 
 
 def _stopped_before_training(trainer: Trainer) -> str | None:

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from octlm.model.decoder import Decoder
+from octlm.model import Decoder
 from octlm.train.options import TrainOptions, resolved_warmup_steps
 
 

@@ -1,38 +1,36 @@
-"""Every option of every ``octlm`` command, declared once.
+"""The options of ``octlm train``: :class:`TrainOptions`, and the checks a run's options must pass.
 
-A command's options are one dataclass whose fields are made by
-:func:`octlm.declare.option`:
-each carries its default, help text, argparse shape (choices, nargs), its
-bounds and, for ``octlm train``, what ``--resume`` may do with it. From that
-one declaration come the command-line flags (:func:`octlm.cli.add_dataclass_options`),
-the keys of a ``--config`` TOML file and of ``config.json`` (:func:`checked_values`),
-the range checks and their messages (:func:`check_fields`) and the resume merge
-(:func:`resume_merge`).
+Each option is declared once (:func:`octlm.declare.option`): its default, help
+text, argparse shape, bounds and what ``--resume`` may do with it. The model's
+shape and position options are not declared here: :class:`TrainOptions` nests
+the model's own :class:`~octlm.model.DecoderConfig`, whose fields (and the
+position schemes' options) are flags of ``octlm train`` like the rest. From
+the declarations come the flags (:func:`octlm.cli.add_dataclass_options`), the
+keys of a ``--config`` TOML file and of ``config.json``
+(:func:`octlm.declare.checked_values`), the range checks and their messages
+(:func:`octlm.declare.check_fields`) and the resume merge
+(:mod:`octlm.train.resume`). Other commands declare their options beside the
+function that takes them, sharing these with :func:`octlm.declare.same_as`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import json
 import math
 import os
-import types
-import typing
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from octlm.declare import (
-    REQUIRED, Bound, Resume, at_least, check_fields, finite, flag, option, option_default, same_as,
+    REQUIRED, Bound, Resume, at_least, build, check_fields, finite, flag, flat_values, nested, option, option_default, option_fields,
+    refused, replaced, same_as,
 )
 from octlm.data.text import check_encoding
-from octlm.errors import OctlmError, RunError
-from octlm.train.init_from import check_scaling_options
-from octlm.model.decoder import ACTIVATIONS, DecoderConfig, DecoderFieldError
-from octlm.model.positions.schemes import DEFAULT_BASE, ROPE_LAYOUTS, ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, SINUSOIDAL_LAYOUTS, random_position_schemes
-from octlm.run.folder import CONFIG, load_config
 from octlm.data.tokenizer import MIN_VOCAB_SIZE
+from octlm.errors import OctlmError
+from octlm.model import DecoderConfig
+from octlm.model.positions import ROPE_SCALINGS, SCHEMES
+from octlm.train.init_from import check_scaling_options
 
 #: Steps of the main job when neither --max-steps nor --time-budget is given;
 #: about four minutes on two CPU cores with the Day-1 model.
@@ -80,22 +78,8 @@ class TrainOptions:
     val_fraction: float = option(0.1, "fraction of each file (its end) held out for validation", bounds=Bound(0, 1, True, True))
     vocab_size: int = option(1024, "BPE vocabulary size in tokens, including <|endoftext|>",
                              bounds=Bound(MIN_VOCAB_SIZE, says=f"at least {MIN_VOCAB_SIZE} (the 256 byte values and <|endoftext|>)"))
-    # model
-    context_length: int = option(128, "tokens per training block (rows of a learned position table)")
-    d_model: int = option(128, "model width C")
-    n_heads: int = option(4, "attention heads")
-    n_layers: int = option(2, "transformer blocks")
-    dropout: float = option(0.0, "dropout probability")
-    activation: str = option("gelu", "MLP nonlinearity: exact gelu, or gelu_tanh (GPT-2's gelu_new)", choices=list(ACTIVATIONS))
-    position: str = option("learned", "position scheme", choices=SCHEME_NAMES)
-    rope_theta: float = option(DEFAULT_BASE, "RoPE wavelength base")
-    rope_layout: str = option("interleaved", "RoPE channel pairs: interleaved (2i, 2i+1) or half (i, i+d/2, GPT-NeoX/LLaMA)", choices=list(ROPE_LAYOUTS))
-    partial_rotary_factor: float = option(1.0, "fraction of each head that RoPE rotates")
-    sinusoidal_layout: str = option("interleaved", "sinusoidal columns: interleaved (sin, cos, ...) or concatenated ([sin | cos])", choices=list(SINUSOIDAL_LAYOUTS))
-    t5_num_buckets: int = option(32, "distance buckets of the t5 bias (Raffel et al. 2020)", bounds=at_least(2))
-    t5_max_distance: int = option(128, "distance (tokens) where the t5 bias's last bucket starts", bounds=at_least(2, "tokens"))
-    randomize_positions: int = option(1, "train at positions drawn from FACTOR x context length (Ruoss et al. 2023; "
-                                      f"{', '.join(random_position_schemes())}); 1: off. Evaluation and sampling use positions 0, 1, 2, ...", bounds=at_least(1), metavar="FACTOR")
+    # model: its shape and position scheme, with each scheme's options (the model's vocab_size is the tokenizer's)
+    model: DecoderConfig = nested(DecoderConfig)
     # fine-tuning from a run (octlm.train.init_from)
     init_from: str | None = option(None, "start from this run's weights and tokenizer, with a fresh optimizer and schedule; "
                                    "the model shape is the source's, --context-length and the data may change", metavar="RUN_DIR")
@@ -140,23 +124,26 @@ class TrainOptions:
     out: str | None = option(None, "run folder to create (default: runs/<date>-<time>)", resume=Resume.RUN_FOLDER, resume_check=_out_on_resume)
     overwrite: bool = option(False, "replace an existing run folder at --out", resume=Resume.RUN_FOLDER, resume_check=_overwrite_on_resume)
 
+    @classmethod
+    def of(cls, **options) -> "TrainOptions":
+        """Options from flat names, the model's among them: ``TrainOptions.of(d_model=64, max_steps=100)``."""
+        return build(cls, options)
+
     def model_config(self, vocab_size: int) -> DecoderConfig:
-        """The decoder shape these options ask for, with the tokenizer's actual vocabulary size."""
-        names = {f.name for f in dataclasses.fields(DecoderConfig)} - {"vocab_size"}
-        return DecoderConfig(vocab_size=vocab_size, **{n: getattr(self, n) for n in names})
+        """The decoder these options ask for, with the tokenizer's actual vocabulary size."""
+        return dataclasses.replace(self.model, vocab_size=vocab_size)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every option as ``{name: value}``, the model's flat among them (as flags and TOML keys name them)."""
+        return flat_values(self)
+
+    def train_section(self) -> dict:
+        """The options ``config.json`` keeps under ``train``: all but the model's, which its ``model`` section holds."""
+        return {name: value for name, value in flat_values(self).items() if name not in MODEL_OPTIONS}
 
 
-def resume_policy(cls=TrainOptions) -> dict[str, Resume]:
-    """``{option: what --resume may do with it}``, read from the declarations."""
-    return {f.name: f.metadata["resume"] for f in dataclasses.fields(cls)}
-
-
-def changeable_on_resume(cls=TrainOptions) -> frozenset[str]:
-    """The options a resumed run may take anew: those left out of a checkpoint's config digest."""
-    return frozenset(name for name, policy in resume_policy(cls).items() if policy is not Resume.FIXED)
+#: The options the nested DecoderConfig declares (the model's shape, its scheme and the schemes' options).
+MODEL_OPTIONS = frozenset(f.name for f in option_fields(DecoderConfig))
 
 
 def scheme_options(position: str) -> tuple[set[str], set[str]]:
@@ -172,12 +159,13 @@ def check_scheme_options(opts) -> None:
     Raises:
         OctlmError: naming the option, the scheme and the schemes that read it.
     """
-    defaults = {f.name: option_default(f) for f in dataclasses.fields(opts)}
-    for name in sorted(scheme_options(opts.position)[1]):
-        if name in defaults and getattr(opts, name) != defaults[name]:
+    values, position = flat_values(opts), opts.model.position
+    defaults = {f.name: option_default(f) for f in option_fields(type(opts))}
+    for name in sorted(scheme_options(position)[1]):
+        if name in defaults and values[name] != defaults[name]:
             names = [n for n, cls in SCHEMES.items() if name in cls.reads]
             readers = names[0] + " reads" if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]} read"
-            raise OctlmError(f"{flag(name)} {getattr(opts, name)} means nothing for --position {opts.position}: only {readers} "
+            raise OctlmError(f"{flag(name)} {values[name]} means nothing for --position {position}: only {readers} "
                              f"it; drop {flag(name)}, or choose --position {names[0]}")
 
 
@@ -229,147 +217,15 @@ def check_options(opts: TrainOptions) -> None:
             f"give --warmup-steps below {steps} (a tenth of the run, {steps // 10}, is common) or a larger --max-steps"
         )
     try:
-        opts.model_config(vocab_size=opts.vocab_size)
-    except DecoderFieldError as err:
-        raise OctlmError(flag(err.field) + err.rest) from None
+        DecoderConfig(**dataclasses.asdict(opts.model))  # validated again: a Python caller may have changed fields after construction
     except ValueError as err:
-        raise OctlmError(str(err)) from None
+        raise refused(err) from None
 
 
 def given_options(opts: TrainOptions) -> set[str]:
     """Options that differ from their defaults: what a Python caller asked for."""
-    defaults = TrainOptions()
-    return {f.name for f in dataclasses.fields(TrainOptions) if getattr(opts, f.name) != getattr(defaults, f.name)}
-
-
-def _must_match(name: str, value, then, run_dir: Path) -> str | None:
-    if value == then:
-        return None
-    return (
-        f"{flag(name)} {value} contradicts the run being resumed, which has {name}={then!r} ({run_dir / 'config.json'}); "
-        f"a resumed run keeps its model shape, data, seed and optimiser settings: drop {flag(name)}, or start a new run with --out"
-    )
-
-
-def stored_options(run_dir: Path) -> dict:
-    """The ``train`` section of a run's ``config.json``, checked and keyed by option name.
-
-    Raises:
-        RunError: naming the file when the section is not an object or holds
-            a value of the wrong type (the file is damaged).
-    """
-    where = f"--resume {run_dir}: {run_dir / CONFIG}"
-    stored = load_config(run_dir).get("train", {})
-    if not isinstance(stored, dict):
-        raise RunError(f"{where}: its \"train\" section must be an object of options, got {type(stored).__name__}; the file is damaged")
-    if isinstance(stored.get("rope_scaling"), dict):  # stored resolved (octlm.train.init_from.scaling_record); the option is its method
-        stored = {**stored, "rope_scaling": stored["rope_scaling"].get("method")}
-    try:
-        return checked_values(stored, where, stored=True)
-    except OctlmError as err:
-        raise RunError(f"{err} (the file is damaged: put the run's own config.json back, or start a new run with --out)") from None
-
-
-def resume_options(run_dir: Path, opts: TrainOptions, given: set[str]) -> tuple[TrainOptions, list[str]]:
-    """The options of a resumed run: the run's own, with the ones given now that its declaration lets change.
-
-    Each option given now goes by its :class:`Resume` policy: ``FIXED`` ones
-    must equal the run's, ``FREE`` and ``RETUNABLE`` ones replace it, and
-    ``RUN_FOLDER`` ones may only name the run itself.
-
-    Returns ``(options, changes)`` where ``changes`` lists, for the person,
-    re-tuned options that make the run differ from an uninterrupted one.
-
-    Raises:
-        OctlmError: when an option given now contradicts the run (a different
-            model shape, data, seed or optimiser setting), naming it and the
-            run's value; or for ``--overwrite`` or another ``--out``.
-        RunError: when the run's ``config.json`` is damaged.
-    """
-    stored = stored_options(run_dir)
-    merged, changes = dict(stored), []
-    fields = {f.name: f for f in dataclasses.fields(TrainOptions)}
-    for name in sorted(given):
-        meta = fields[name].metadata
-        value, then = getattr(opts, name), stored.get(name, option_default(fields[name]))
-        refuse = meta["resume_check"] or (_must_match if meta["resume"] is Resume.FIXED else None)
-        if refuse is not None and (message := refuse(name, value, then, run_dir)):
-            raise OctlmError(message)
-        if meta["resume"] is Resume.RETUNABLE and value != then:
-            changes.append(f"{flag(name)} {value} (was {then})")
-        if meta["resume"] in (Resume.FREE, Resume.RETUNABLE):
-            merged[name] = value
-    merged.update(out=str(run_dir), overwrite=False)
-    return TrainOptions(**merged), changes
-
-
-def field_types(cls) -> dict[str, tuple[type, bool, bool]]:
-    """``{field: (item type, is a list, may be None)}`` for an options dataclass."""
-    out = {}
-    for name, hint in typing.get_type_hints(cls).items():
-        optional = False
-        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-            optional = type(None) in typing.get_args(hint)
-            hint = next(a for a in typing.get_args(hint) if a is not type(None))
-        is_list = typing.get_origin(hint) is list
-        out[name] = (typing.get_args(hint)[0] if is_list else hint, is_list, optional)
-    return out
-
-
-def _is_a(value, kind: type) -> bool:
-    if isinstance(value, bool):  # bool is an int to Python, never to a person
-        return kind is bool
-    if kind is float:
-        return isinstance(value, (int, float))
-    return isinstance(value, kind)
-
-
-def checked_values(values: Mapping, where: str, cls=TrainOptions, stored: bool = False) -> dict:
-    """Option values read from a file, checked against the fields of ``cls`` and keyed by field name.
-
-    Keys may be spelled with dashes or underscores (``max-steps``,
-    ``max_steps``). Values are shown back as JSON (``true``, ``[5]``), the
-    way the person wrote them. ``stored`` marks a run's own ``config.json``:
-    there ``null`` stands for an unset option, an empty ``text`` list for the
-    default corpus, and keys this version no longer has are ignored.
-
-    Raises:
-        OctlmError: naming ``where`` and the key: an unknown key (with the
-            closest option name), one option given twice, a value of the
-            wrong type or outside the option's choices.
-    """
-    kinds = field_types(cls)
-    choices = {f.name: f.metadata["cli"].get("choices") for f in dataclasses.fields(cls)}
-    checked: dict = {}
-    spelled: dict[str, str] = {}
-    for key, value in values.items():
-        name = str(key).replace("-", "_")
-        shown = json.dumps(value, ensure_ascii=False, default=str)
-        if name not in kinds:
-            if stored:
-                continue
-            close = difflib.get_close_matches(name, kinds, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise OctlmError(f"{where}: unknown key {key!r}; {hint}the keys are this command's options: {', '.join(sorted(kinds))}")
-        if name in spelled:
-            raise OctlmError(f"{where}: {spelled[name]!r} and {key!r} are the same option; keep one of them")
-        spelled[name] = key
-        kind, is_list, optional = kinds[name]
-        if value is None and stored and (optional or is_list):
-            checked[name] = [] if is_list else None
-            continue
-        if is_list and not isinstance(value, list):
-            value = [value]
-        items = value if is_list else [value]
-        if not all(_is_a(v, kind) for v in items):
-            expected = f"a list of {kind.__name__}" if is_list else kind.__name__
-            raise OctlmError(f"{where}: key {key!r} must be {expected}, got {shown}")
-        if is_list and not items and not stored:
-            raise OctlmError(f"{where}: key {key!r} is an empty list; give at least one value, or leave the key out for the default")
-        if choices[name] and value not in choices[name]:
-            raise OctlmError(f"{where}: key {key!r} must be one of {', '.join(choices[name])}, got {shown}")
-        checked[name] = kind(value) if kind is float else value
-    return checked
+    values, defaults = opts.to_dict(), TrainOptions().to_dict()
+    return {name for name, value in values.items() if value != defaults[name]}
 
 
 def check_seed(seed: int, flag: str = "--seed") -> None:
@@ -379,8 +235,6 @@ def check_seed(seed: int, flag: str = "--seed") -> None:
 
 
 __all__ = [
-    "DEFAULT_MAX_STEPS", "DEFAULT_WARMUP_STEPS", "MAX_SEED", "REQUIRED", "Bound", "Resume", "TrainOptions", "at_least", "check_fields",
-    "check_options", "check_scheme_options", "check_seed", "checked_values", "field_types", "finite", "changeable_on_resume", "flag",
-    "given_options", "option", "option_default", "resolved", "resolved_max_steps", "resolved_warmup_steps", "resume_options",
-    "resume_policy", "same_as", "scheme_options", "stored_options",
+    "DEFAULT_MAX_STEPS", "DEFAULT_WARMUP_STEPS", "MAX_SEED", "MODEL_OPTIONS", "TrainOptions", "check_options", "check_scheme_options",
+    "check_seed", "given_options", "resolved", "resolved_max_steps", "resolved_warmup_steps", "scheme_options",
 ]

@@ -16,23 +16,21 @@ from pathlib import Path
 
 import torch
 
-from octlm.data import text as tokens_io
+from octlm.data.tokens import BlockSampler, count_blocks, gather_blocks
 from octlm.train.checkpoint import (
     CHECKPOINT, FINISHED, CheckpointError, capture_rng, check_digests, check_resumable, config_digest, describe_checkpoint, load_checkpoint,
     load_optimizer_tensors, model_tensors, restore_rng, resume_hint, resume_line, rng_of, run_digests, save_checkpoint,
 )
-from octlm.data.corpus import open_corpus, prepare_corpus
+from octlm.train.corpus import open_corpus, prepare_corpus
 from octlm.train.device import (
     autocast_for, check_memory, compile_model, compiles, defers_host_sync, resolve_device, to_device,
 )
-from octlm.inspect.diagnostics import embedding_diagnostic, frequent_tokens, token_counts
 from octlm.train.distributed import Group
 from octlm.errors import OctlmError, RunError
 from octlm.train.evaluate import EvalResult, evaluate
 from octlm.train.init_from import config_record, prepare_model
 from octlm.run.outputs import check_out_spares
-from octlm.inspect.sample import sample_from
-from octlm.model.decoder import Decoder, DecoderConfig, cross_entropy
+from octlm.model import Decoder, DecoderConfig, cross_entropy
 from octlm.train.optim import lr_at, make_optimizer
 from octlm.train.options import TrainOptions, resolved
 from octlm.report import Reporter
@@ -70,9 +68,9 @@ class Trainer:
         self.opts, self.report, self.group, self.step_hook = opts, report, group, step_hook
         self.resume, self.changes = resume, changes
         self.device = resolve_device(device_name)
-        check_memory(opts, self.device)
+        check_memory(opts.model_config(opts.vocab_size), opts.batch_size, self.device)
         self.max_steps = opts.max_steps
-        self.tokens_per_step = opts.batch_size * group.world_size * opts.context_length
+        self.tokens_per_step = opts.batch_size * group.world_size * opts.model.context_length
         # Where the run stands: fresh, or as restore() finds it in the checkpoint.
         self.ckpt = None
         self.step, self.elapsed, self.step_seconds = 0, 0.0, 0.0
@@ -110,7 +108,7 @@ class Trainer:
             parameters=model.num_parameters(), device=str(self.device), dtype=dtype_name, world_size=group.world_size, compiled=self.compiled,
         )
         self.optimizer = make_optimizer(model, opts, self.device)
-        self.sampler = tokens_io.BlockSampler(len(self.data.train), config.context_length, opts.batch_size, opts.seed, group.rank, group.world_size)
+        self.sampler = BlockSampler(len(self.data.train), config.context_length, opts.batch_size, opts.seed, group.rank, group.world_size)
 
     def _open_folder(self) -> None:
         # Made once, by rank 0 (staged, so bad input leaves nothing behind); read by everyone.
@@ -145,7 +143,7 @@ class Trainer:
                 # there is, and all a step-0 start needs (it is what a fresh run does next).
                 report.warn(f"{self.folder} stopped before its first checkpoint; starting it again from step 0 on its prepared corpus")
         self.data = open_corpus(self.folder)
-        global_blocks = tokens_io.count_blocks(len(self.data.train), opts.context_length)
+        global_blocks = count_blocks(len(self.data.train), opts.model.context_length)
         if opts.batch_size * group.world_size > global_blocks:
             report.warn(
                 f"a step takes {opts.batch_size * group.world_size} blocks but the training text holds only {global_blocks}; "
@@ -153,7 +151,7 @@ class Trainer:
             )
 
     def _config_record(self, folder: RunFolder) -> dict:
-        return {**self.opts.to_dict(), "max_steps": self.max_steps, "out": str(folder), **config_record(self.opts)}
+        return {**self.opts.train_section(), "max_steps": self.max_steps, "out": str(folder), **config_record(self.opts)}
 
     def _write_config(self, config: DecoderConfig) -> None:
         folder = self.folder
@@ -272,11 +270,14 @@ class Trainer:
         try:
             return self.finish()
         except KeyboardInterrupt:
-            # Ctrl-C during the final evaluation: everything up to it is saved, and --resume does what is left.
-            left = "Continue exactly where it stopped" if self.interrupted else "Do the final evaluation, loss curve and report"
-            self.report.warn(f"interrupted during the final evaluation; the checkpoint of step {self.step} is saved. "
-                             f"{left} with: octlm train --resume {shlex.quote(str(self.folder))}")
+            self.stopped_while_finishing()
             raise
+
+    def stopped_while_finishing(self) -> None:
+        """Say what Ctrl-C during the final evaluation or what follows it left: the checkpoint, and the --resume that does the rest."""
+        left = "Continue exactly where it stopped" if self.interrupted else "Do the final evaluation, loss curve and report"
+        self.report.warn(f"interrupted during the final evaluation; the checkpoint of step {self.step} is saved. "
+                         f"{left} with: octlm train --resume {shlex.quote(str(self.folder))}")
 
     def _resume_hint(self) -> str:
         return resume_hint(self.folder.path)
@@ -313,7 +314,7 @@ class Trainer:
         for param_group in self.optimizer.param_groups:
             param_group["lr"] = lr
         t0 = time.perf_counter()
-        blocks = to_device(torch.from_numpy(tokens_io.gather_blocks(self.data.train, self.sampler.starts(self.step), self.config.context_length)), self.device)
+        blocks = to_device(torch.from_numpy(gather_blocks(self.data.train, self.sampler.starts(self.step), self.config.context_length)), self.device)
         with self.autocast:
             loss = cross_entropy(self.forward(blocks[:, :-1]), blocks[:, 1:])
         self.optimizer.zero_grad(set_to_none=True)
@@ -442,19 +443,18 @@ class Trainer:
                 ) from None
         self.last_saved = at_step
 
-    def _write_loss_figure(self) -> str | None:
-        from octlm.inspect.figures import LOSS_FIGURE, write_loss_figure  # matplotlib, only once a run ends
-
-        path = write_loss_figure(self.folder.metrics_path, self.folder.path / LOSS_FIGURE, f"{self.folder.path.name}: {self.config.position}, {self.step} steps")
-        return None if path is None else str(path)
-
     # -- finish -------------------------------------------------------------------------------------
     def finish(self) -> dict:
-        """The final evaluation, a sample and the embedding diagnostic: the result dict of :func:`octlm.train.launch.train`."""
+        """The final evaluation and the run's figures: the result dict of :func:`octlm.train.launch.train`, before what it shows.
+
+        What a finished run shows (its loss curve, a sample, the nearest
+        tokens) is the command's (:func:`octlm.train.launch.train`), which then
+        calls :meth:`close`.
+        """
         opts, data, group = self.opts, self.data, self.group
         # An interrupted run is scored on the periodic blocks only: the person wants out.
         final_blocks = opts.eval_blocks if self.interrupted else opts.final_eval_blocks
-        n_val_blocks = tokens_io.count_blocks(len(data.val), self.config.context_length)
+        n_val_blocks = count_blocks(len(data.val), self.config.context_length)
         self.report.event("final_eval", f"final evaluation on {min(n_val_blocks, final_blocks or n_val_blocks):,} validation blocks...")
         final = self.evaluate(self.step, final_blocks)
         result = {
@@ -469,21 +469,21 @@ class Trainer:
             "world_size": group.world_size,
             **final.as_dict(),
         }
-        if group.is_main:
-            result["loss_figure"] = self._write_loss_figure()
-        if opts.sample_tokens and not self.interrupted and group.is_main:
-            result["sample"] = sample_from(self.model, data.tokenizer, "", opts.sample_tokens, 0.8, 40, opts.seed, self.device)
-        # Neighbours among tokens the run saw, of frequent words: the rest is noise a person cannot learn from.
-        counts = token_counts(data.train, data.tokenizer.vocab_size)
-        result["nearest"] = embedding_diagnostic(self.model, data.tokenizer, queries=frequent_tokens(counts, data.tokenizer, 3), seen=counts > 0)
+        return result
+
+    def close(self) -> None:
+        """Mark a run that reached its end as finished, and let go of the run folder.
+
+        Called once the command has shown the finished run: a run stopped
+        anywhere before has no :data:`FINISHED` record, and ``--resume`` at its
+        limit does the final evaluation and what follows it again.
+        """
         if not self.interrupted:
-            # Last, so a run stopped anywhere before it has none, and --resume at its limit does all of this again.
             self._log({"step": self.step, "kind": FINISHED})
         if self.lock is not None:
             self.lock.close()  # the run may be resumed by another process from here on
         if self.metrics is not None:
             self.metrics.close()
-        return result
 
 
 __all__ = ["StopSignals", "Trainer", "TrainingError"]

@@ -1,1 +1,51 @@
-"""model/positions"""
+"""Position schemes: how a decoder learns where each token sits.
+
+Attention by itself is blind to order (the seed, "Attention doesn't know the
+order"), so every scheme injects position at exactly one of three places:
+
+* ``embed``      -- added to the token vectors before the first block
+                    (learned table, sinusoidal waves);
+* ``rotate``     -- applied to queries and keys inside every attention layer
+                    (RoPE);
+* ``score_bias`` -- added to the attention scores (ALiBi).
+
+A scheme is a small ``nn.Module`` that overrides only the hooks it needs; the
+base class makes every hook a no-op. Schemes are found by name in
+:data:`SCHEMES`, so adding one means writing one class in a module of this
+package (by the hook it uses), decorating it with :func:`register` and
+importing the module below. Nothing else in octlm names a scheme:
+what other modules need to know (a name for people, the explorer's vectors,
+the memory a score bias takes, which RoPE scalings apply, which transformers
+model holds it, whether the length study trains it) they ask the scheme, through the
+class attributes and methods of :class:`PositionScheme`.
+
+All hooks take ``offset``: the absolute position of the first token they see,
+so cached decoding (which feeds one new token at position ``offset``) gives the
+same vectors as a full forward pass. In a cached step the keys reach further
+back than the queries: they always *end* where the queries end.
+
+The waves the sinusoidal table and RoPE share are in :mod:`octlm.model.positions.waves`; RoPE's
+context-extension methods (linear, NTK, dynamic NTK, YaRN) in :mod:`octlm.model.positions.rope_scaling`.
+"""
+
+# Registration order is table order (octlm length, the page): importing the modules registers their schemes.
+from octlm.model.positions.base import (
+    SCHEMES, SCHEME_NAMES, SCORE_BIAS_BYTES, PositionScheme, PositionVectors, build, check, default_scheme, length_study_schemes,
+    random_position_schemes, register, scheme_option_fields, schemes_taking, unbounded_schemes,
+)
+from octlm.model.positions.absolute import LearnedPositions, SinusoidalPositions
+from octlm.model.positions.rotary import ROPE_LAYOUTS, RotaryPositions, rotary_dim
+from octlm.model.positions.attention_bias import FIRE_THRESHOLD, ALiBiPositions, FIREBias, T5RelativeBias
+from octlm.model.positions.xpos import XPosRotation
+from octlm.model.positions.nope import NoPositions
+from octlm.model.positions.distances import alibi_slopes
+from octlm.model.positions.rope_scaling import ROPE_SCALINGS, RopeScaling
+from octlm.model.positions.waves import DEFAULT_BASE, SINUSOIDAL_LAYOUTS, rope_inverse_frequencies, sinusoidal_positions
+
+__all__ = [
+    "DEFAULT_BASE", "FIRE_THRESHOLD", "ROPE_LAYOUTS", "ROPE_SCALINGS", "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "SINUSOIDAL_LAYOUTS",
+    "ALiBiPositions", "FIREBias", "LearnedPositions", "NoPositions", "PositionScheme", "PositionVectors", "RopeScaling",
+    "RotaryPositions", "SinusoidalPositions", "T5RelativeBias", "XPosRotation", "alibi_slopes", "build", "check", "default_scheme",
+    "length_study_schemes", "random_position_schemes", "register", "rope_inverse_frequencies", "rotary_dim", "scheme_option_fields",
+    "schemes_taking", "sinusoidal_positions", "unbounded_schemes",
+]

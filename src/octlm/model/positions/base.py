@@ -1,6 +1,6 @@
 """The plug-in interface of position schemes: the base class, the registry, and what is asked of them.
 
-:mod:`octlm.model.positions.schemes` holds the schemes themselves, one class each,
+The modules beside this one hold the schemes themselves, one class each,
 registered here by :func:`register`; this module names none of them. Every
 question another module asks about a scheme (its label, the memory its score
 bias costs, whether the length study trains it, which RoPE scalings it
@@ -10,6 +10,7 @@ or by one of the registry queries below.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -17,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 if TYPE_CHECKING:  # pragma: no cover
-    from octlm.model.decoder import DecoderConfig
+    from octlm.model.config import DecoderConfig
 
 SCHEMES: dict[str, type["PositionScheme"]] = {}
 
@@ -31,6 +32,7 @@ def register(name: str) -> Callable[[type["PositionScheme"]], type["PositionSche
 
     def wrap(cls: type[PositionScheme]) -> type[PositionScheme]:
         cls.name = name
+        cls.reads = tuple(cls.options)
         SCHEMES[name] = cls
         return cls
 
@@ -102,7 +104,13 @@ class PositionScheme(nn.Module):
     #: one line for people: where the scheme puts position
     description = "no position signal: the causal mask is the only order information"
     has_table_limit = False
-    reads: tuple[str, ...] = ()  #: DecoderConfig fields beyond the shape it reads: options meaningful for it alone
+    #: the options meaningful for this scheme alone, ``{name: octlm.declare.option(...)}``: each becomes a
+    #: DecoderConfig field (so a flag of octlm train and octlm length) and is refused by name for other schemes
+    options: dict[str, dataclasses.Field] = {}
+    #: the names in ``options`` (set by :func:`register`)
+    reads: tuple[str, ...] = ()
+    #: the scheme a DecoderConfig gets when none is named (one scheme sets it)
+    is_default = False
     #: trained by ``octlm length`` unless ``--schemes`` says otherwise (each model costs its time budget)
     in_length_study = True
     #: transformers ``model_type`` export-hf writes the scheme as (a mapper in octlm.export.hf), or None: then ``hf_refusal`` says why
@@ -211,7 +219,70 @@ class PositionScheme(nn.Module):
         return f"This run's scheme ({cls.name}) adds no position vectors."
 
 
+def default_scheme() -> str:
+    """The name of the scheme marked ``is_default`` (the Day-1 baseline's)."""
+    return next(name for name, cls in SCHEMES.items() if cls.is_default)
+
+
+def scheme_option_fields() -> dict[str, dataclasses.Field]:
+    """Every registered scheme's ``options``, by name, in registration order (a subclass's inherited ones once).
+
+    Raises:
+        TypeError: when two schemes declare different options under one name.
+    """
+    out: dict[str, dataclasses.Field] = {}
+    for cls in SCHEMES.values():
+        for name, declared in cls.options.items():
+            if out.setdefault(name, declared) is not declared:
+                raise TypeError(f"position schemes declare the option {name!r} twice ({cls.name} and another); share one declaration")
+    return out
+
+
+def with_scheme_options(cls=None, *, handed_over: bool = False):
+    """Class decorator (under ``@dataclass``): add every registered scheme's options to an options class as fields.
+
+    The fields come after the class's own, typed by their defaults, so
+    ``DecoderConfig(rope_theta=...)`` works and a scheme's option is a flag of
+    every command that builds a model. With ``handed_over`` each field is
+    marked as the model option of the same name (``same_as``), for a command
+    that builds models of several schemes (``octlm length``). A scheme
+    registered after the class is made (in a test, say) can have no options
+    of its own.
+    """
+
+    def add(cls):
+        for name, declared in scheme_option_fields().items():
+            default = declared.default if declared.default is not dataclasses.MISSING else declared.default_factory()
+            cls.__annotations__[name] = type(default)
+            metadata = {**declared.metadata, "same_as": name} if handed_over else declared.metadata
+            setattr(cls, name, dataclasses.field(default=default, metadata=metadata))
+        return cls
+
+    return add if cls is None else add(cls)
+
+
+def check(config: "DecoderConfig") -> None:
+    """Validate ``config.position`` and the fields that scheme depends on (``ValueError`` naming them)."""
+    if config.position not in SCHEMES:
+        raise ValueError(
+            f"position={config.position!r} is not a known scheme; choose one of: {', '.join(sorted(SCHEMES))}"
+        )
+    SCHEMES[config.position].check_config(config)
+
+
+def build(config: "DecoderConfig") -> PositionScheme:
+    """Instantiate the scheme named by ``config.position``.
+
+    Raises:
+        ValueError: for an unknown name (listing the known ones) or a config
+            the scheme cannot use.
+    """
+    check(config)
+    return SCHEMES[config.position](config)
+
+
 __all__ = [
+    "build", "check", "default_scheme", "scheme_option_fields", "with_scheme_options",
     "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "PositionScheme", "PositionVectors", "length_study_schemes",
     "random_position_schemes", "register", "schemes_taking", "unbounded_schemes",
 ]

@@ -1,9 +1,9 @@
 """The arithmetic of score-bias schemes: distances between queries and keys, ALiBi's slopes, T5's buckets.
 
-A score-bias scheme (:mod:`octlm.model.positions.schemes`) adds a number to the attention
+A score-bias scheme (:mod:`octlm.model.positions`) adds a number to the attention
 score of query position ``i`` on key position ``j`` that depends on ``i - j``
 (and, for FIRE, on ``i``). The helpers here compute those inputs; the schemes
-themselves are in :mod:`octlm.model.positions.schemes`, and this module names none.
+themselves are in :mod:`octlm.model.positions`, and this module names none.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """RoPE's frequencies, and how they are stretched past the training length without training.
 
-RoPE (:class:`octlm.model.positions.schemes.RotaryPositions`) turns channel pair ``i`` by
+RoPE (:class:`octlm.model.positions.rotary.RotaryPositions`) turns channel pair ``i`` by
 ``t * inv_freq[i]`` at position ``t``. A model trained on ``T`` tokens has
 never seen the angles of positions past ``T``; the methods here change the
 frequencies (and an attention factor) so that longer sequences land on angles

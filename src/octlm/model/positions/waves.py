@@ -6,7 +6,7 @@ sinusoidal scheme adds ``sin``/``cos`` of those angles to the token vectors,
 RoPE turns channel pairs by them. Angles are formed in float64 wherever the
 device has it (:func:`supports_float64`), because an angle near 10**4 held in
 float32 is already off by about 1e-3 radians. The schemes themselves are in
-:mod:`octlm.model.positions.schemes`; this module names none.
+:mod:`octlm.model.positions`; this module names none.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from octlm.data import text as data
+from octlm.data import tokens
 from octlm.train.options import TrainOptions
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
@@ -78,7 +79,7 @@ def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> C
     if tokenizer.vocab_size < opts.vocab_size:
         report.warn(f"the training text supports only {tokenizer.vocab_size} tokens; using that instead of --vocab-size {opts.vocab_size}")
     tokenizer.save(folder.tokenizer_path)
-    streams = {split: folder.write_tokens(split, data.encode_stream(tokenizer, texts)) for split, texts in (("train", text.train_texts), ("val", text.val_texts))}
+    streams = {split: folder.write_tokens(split, tokens.encode_stream(tokenizer, texts)) for split, texts in (("train", text.train_texts), ("val", text.val_texts))}
     manifest = {
         **info,
         "files": [{"path": d.path, "bytes": d.n_bytes, "sha256": d.sha256} for d in docs],
@@ -89,7 +90,7 @@ def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> C
     }
     folder.write_manifest(manifest)
     train, val = folder.tokens("train", manifest), folder.tokens("val", manifest)
-    need = opts.context_length + 1
+    need = opts.model.context_length + 1
     if len(val) < need:
         raise data.DataError(
             f"the validation split holds {len(val)} tokens, fewer than one block of context_length + 1 = {need}; "

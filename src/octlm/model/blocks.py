@@ -1,0 +1,103 @@
+"""The transformer block: causal self-attention (where a position scheme rotates or biases), the MLP, pre-LayerNorm.
+
+Input and output of every module here are [B, T, C]. The position scheme is
+handed in by the decoder (:mod:`octlm.model.positions`); attention always
+goes through ``F.scaled_dot_product_attention``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from octlm.model.config import ACTIVATIONS, DecoderConfig
+from octlm.model.kvcache import LayerCache
+
+if TYPE_CHECKING:  # pragma: no cover
+    from octlm.model.positions import PositionScheme
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention through ``scaled_dot_product_attention``.
+
+    Input and output [B, T, C]. The position scheme may rotate queries and
+    keys or bias the scores; with neither, the causal mask is the only order
+    information attention gets.
+
+    Every path goes through ``F.scaled_dot_product_attention``: without a
+    score bias and without a cache it passes ``is_causal=True`` and no mask
+    (any fused kernel may run); a one-token cached step needs no mask at all;
+    a multi-token step on top of a cache passes a boolean mask [T, S]; ALiBi
+    passes its bias as an additive float mask [1, H, T, S] with ``-inf`` on
+    future keys.
+    """
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
+        self.proj = nn.Linear(config.d_model, config.d_model)
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None
+    ) -> Tensor:
+        """[B, T, C] at positions ``offset ..`` -> [B, T, C]; with ``cache``, attend to its keys too and extend it."""
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
+        q, k = positions.rotate(q, k, offset)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        S = k.shape[-2]
+        bias = positions.score_bias(T, S, offset)
+        dropout = self.dropout if self.training else 0.0
+        if bias is None and (T == S or T == 1):
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=T > 1)
+        else:
+            # Query i (at offset + i) may see key j (at offset + T - S + j) when j <= i + S - T.
+            causal = None if T == 1 else torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
+            if bias is None:
+                mask = causal
+            else:
+                mask = bias.to(q.dtype) if causal is None else bias.to(q.dtype).masked_fill(~causal, float("-inf"))
+                mask = mask.unsqueeze(0)  # [1, H, T, S]: the 4-D shape the CPU flash kernel also accepts
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward layer: C -> 4C -> GELU -> C, on [B, T, C]."""
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(config.d_model, 4 * config.d_model)
+        self.down = nn.Linear(4 * config.d_model, config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        self.approximate = ACTIVATIONS[config.activation]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.down(F.gelu(self.up(x), approximate=self.approximate)))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: ``x + attn(ln(x))``, then ``x + mlp(ln(x))``."""
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.ln_attn = nn.LayerNorm(config.d_model)
+        self.attn = CausalSelfAttention(config)
+        self.ln_mlp = nn.LayerNorm(config.d_model)
+        self.mlp = MLP(config)
+
+    def forward(
+        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None
+    ) -> Tensor:
+        x = x + self.attn(self.ln_attn(x), positions, offset, cache)
+        return x + self.mlp(self.ln_mlp(x))
+
+
+__all__ = ["MLP", "Block", "CausalSelfAttention"]

@@ -1,0 +1,141 @@
+"""The shape of a decoder and its position scheme, declared once: :class:`DecoderConfig`.
+
+Each field is an option (default, help, bounds) that ``octlm train``, the
+studies and ``config.json`` read from here; the options of a position scheme
+are declared by the scheme itself and added as fields
+(:func:`octlm.model.positions.base.with_scheme_options`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from octlm.declare import at_least, option, option_default, option_fields
+from octlm.model import positions
+from octlm.model.positions.base import with_scheme_options
+
+#: MLP nonlinearities by name: the ``approximate`` argument of ``F.gelu``.
+ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}
+
+
+class DecoderFieldError(ValueError):
+    """A :class:`DecoderConfig` value that cannot work.
+
+    ``field`` names it and ``rest`` says the rest, so the command line can
+    name its own flag (``--d-model=30 is not ...``) where Python reads
+    ``DecoderConfig.d_model=30 is not ...``.
+    """
+
+    def __init__(self, field: str, rest: str) -> None:
+        super().__init__(f"DecoderConfig.{field}{rest}")
+        self.field, self.rest = field, rest
+
+
+@dataclass
+@with_scheme_options
+class DecoderConfig:
+    """Shape of a decoder. Defaults are octlm's Day-1 baseline.
+
+    Attributes:
+        vocab_size: rows of the token table (tokens). Day 1: 1,024.
+        context_length: tokens per training block; also the number of rows of
+            a learned position table. Day 1: 128.
+        d_model: model width C (columns of every table). Day 1: 128.
+        n_heads: attention heads; ``head_dim = d_model // n_heads``.
+        n_layers: transformer blocks.
+        dropout: dropout probability on attention weights and residual
+            branches (0 disables it).
+        activation: the MLP's GELU: ``gelu`` (exact, with erf) or
+            ``gelu_tanh`` (its tanh approximation, GPT-2's ``gelu_new``;
+            Hendrycks & Gimpel 2016), kept so imported GPT-2 weights compute
+            what they were trained to.
+        position: a name in :data:`octlm.model.positions.SCHEMES` (default:
+            the scheme marked ``is_default``, the learned table).
+        randomize_positions: F >= 1; with F > 1, training positions are a
+            sorted random subset of ``0 .. F * context_length - 1`` (Ruoss et
+            al. 2023), for schemes that take it (learned, sinusoidal, RoPE).
+
+    The options of the position schemes follow, one field each, declared by
+    the scheme that reads them (``PositionScheme.options``):
+
+        rope_theta: RoPE wavelength base (Su et al. 2021), used by ``rope``.
+        rope_layout: which channels RoPE pairs: ``interleaved`` (2i, 2i+1) or
+            ``half`` (i, i + d/2, GPT-NeoX/LLaMA).
+        partial_rotary_factor: fraction of each head RoPE rotates (1: all).
+        sinusoidal_layout: ``interleaved`` (sin, cos, sin, ...) or
+            ``concatenated`` ([sin | cos]).
+        t5_num_buckets, t5_max_distance: T5 bias buckets and the distance
+            (tokens) where the last one starts (Raffel et al. 2020: 32, 128).
+
+    Every field but ``vocab_size`` (which the tokenizer decides) is declared
+    as an option (:func:`octlm.declare.option`): ``octlm train`` nests this
+    class in its options, so the flags, the TOML keys, ``config.json``'s
+    ``model`` section and the range checks all come from here.
+
+    Raises:
+        ValueError: on construction, naming the field and value, when a size
+            is not positive, ``d_model`` is not divisible by ``n_heads``,
+            dropout is outside [0, 1), a value is outside its declared bounds,
+            the position name is unknown, or the scheme cannot use the shape
+            (odd ``head_dim`` with RoPE). It is a :class:`DecoderFieldError`
+            naming the field wherever one field is at fault.
+    """
+
+    # Not an option: the run's tokenizer decides it (octlm train's --vocab-size asks the tokenizer for a size).
+    vocab_size: int = 1024
+    context_length: int = option(128, "tokens per training block (rows of a learned position table)")
+    d_model: int = option(128, "model width C")
+    n_heads: int = option(4, "attention heads")
+    n_layers: int = option(2, "transformer blocks")
+    dropout: float = option(0.0, "dropout probability")
+    activation: str = option("gelu", "MLP nonlinearity: exact gelu, or gelu_tanh (GPT-2's gelu_new)", choices=list(ACTIVATIONS))
+    position: str = option(positions.default_scheme, "position scheme", choices=positions.SCHEME_NAMES)
+    randomize_positions: int = option(1, "train at positions drawn from FACTOR x context length (Ruoss et al. 2023; "
+                                      f"{', '.join(positions.random_position_schemes())}); 1: off. Evaluation and sampling use positions "
+                                      "0, 1, 2, ...", bounds=at_least(1), metavar="FACTOR")
+    # ... then one field per option of a position scheme (with_scheme_options).
+
+    def __post_init__(self) -> None:
+        integers = [f.name for f in dataclasses.fields(self) if isinstance(option_default(f), int) and not isinstance(option_default(f), bool)]
+        for name in integers:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise DecoderFieldError(name, f" must be a positive integer, got {value!r}")
+        # A declared bound says more than "positive" (--t5-num-buckets must be >= 2), in the words of every other option.
+        for f in option_fields(type(self)):
+            bounds = f.metadata["bounds"]
+            if bounds is not None and not bounds.admits(getattr(self, f.name)):
+                raise DecoderFieldError(f.name, f" must be {bounds.phrase()}, got {getattr(self, f.name)}")
+        for name in integers:
+            if getattr(self, name) <= 0:
+                raise DecoderFieldError(name, f" must be a positive integer, got {getattr(self, name)!r}")
+        if self.d_model % self.n_heads:
+            raise DecoderFieldError(
+                "d_model", f"={self.d_model} is not divisible by n_heads={self.n_heads}; pick n_heads among the divisors of d_model"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise DecoderFieldError("dropout", f" must be in [0, 1), got {self.dropout!r}")
+        if self.activation not in ACTIVATIONS:
+            raise DecoderFieldError("activation", f" must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
+        positions.check(self)
+
+    @property
+    def head_dim(self) -> int:
+        """Channels per attention head: ``d_model // n_heads``."""
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DecoderConfig":
+        """Build from a dict, rejecting unknown keys with a ``ValueError`` naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown DecoderConfig field(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**data)
+
+
+__all__ = ["ACTIVATIONS", "DecoderConfig", "DecoderFieldError"]

@@ -1,0 +1,153 @@
+"""Schemes that add a number to every attention score, by the distance between query and key: ALiBi, T5's bias, FIRE.
+
+Their arithmetic (distances, ALiBi's slopes, T5's buckets) is in
+:mod:`octlm.model.positions.distances`. Each returns a bias [H, Tq, Tk] that
+attention adds to its scores as a float mask, so these schemes take the
+masked SDPA path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+from octlm.declare import at_least, option
+from octlm.model.positions.base import PositionScheme, register
+from octlm.model.positions.distances import alibi_slopes, causal_distances, t5_buckets
+
+if TYPE_CHECKING:  # pragma: no cover
+    from octlm.model.config import DecoderConfig
+
+
+@register("alibi")
+class ALiBiPositions(PositionScheme):
+    """Attention with Linear Biases, ALiBi (Press et al. 2022).
+
+    Adds nothing to the embedding and rotates nothing. Head ``h`` adds
+    ``-m_h * (i - j)`` to the score of query position ``i`` on key position
+    ``j <= i`` (:func:`alibi_slopes`), so attention fades with distance at a
+    per-head rate. No table, so no maximum length; the bias goes to
+    ``scaled_dot_product_attention`` as an additive float mask.
+    """
+
+    label = "ALiBi"
+    description = "a penalty growing linearly with distance, added to the attention scores (Press et al. 2022)"
+    hf_refusal = ("transformers' MPT and BLOOM share octlm's ALiBi slopes for 1 to 16 heads, but MPT has no biases in its linear layers "
+                  "and LayerNorms, which octlm's blocks have, and BLOOM normalises the token rows before the first block and has only tanh GELU")
+
+    def __init__(self, config: "DecoderConfig") -> None:
+        super().__init__(config)
+        self.register_buffer("slopes", alibi_slopes(config.n_heads), persistent=False)
+
+    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
+        """Bias [H, q_len, k_len]: queries at ``offset .. offset+q_len-1``, keys ending where the queries end.
+
+        Entries for future keys (``j > i``) are ``-m (i - j) > 0``; the caller
+        masks them out.
+        """
+        distance = causal_distances(q_len, k_len, offset, self.slopes.device).float()
+        return -self.slopes[:, None, None] * distance
+
+    @classmethod
+    def explorer_note(cls) -> str:
+        return "This run uses ALiBi: position is a distance penalty on attention scores, not a vector."
+
+
+@register("t5")
+class T5RelativeBias(PositionScheme):
+    """T5's relative position bias (Raffel et al. 2020 §2.1).
+
+    A learned scalar per head and distance bucket is added to the attention
+    score of query ``i`` on key ``j``: ``bias[h, i, j] = table[bucket(i - j), h]``
+    (:func:`octlm.model.positions.distances.t5_buckets`: exact buckets for the nearest
+    ``num_buckets // 2`` distances, logarithmic ones up to ``max_distance``,
+    then one shared bucket). Causal, so buckets look back only. As in T5, one
+    table (``bias_table``: ``nn.Embedding(t5_num_buckets, n_heads)``) serves
+    every layer, and no vector is added to the embedding; no maximum length,
+    since every distance past ``max_distance`` shares the last bucket. The
+    bias goes to attention as an additive float mask [1, H, Tq, Tk].
+    """
+
+    label = "the T5 bias"
+    description = "a learned bias per head and bucket of distance, added to the attention scores (Raffel et al. 2020)"
+    options = {
+        "t5_num_buckets": option(32, "distance buckets of the t5 bias (Raffel et al. 2020)", bounds=at_least(2)),
+        "t5_max_distance": option(128, "distance (tokens) where the t5 bias's last bucket starts", bounds=at_least(2, "tokens")),
+    }
+    in_length_study = False  # opt-in: the default study's 30 minutes hold five models
+
+    def __init__(self, config: "DecoderConfig") -> None:
+        super().__init__(config)
+        self.num_buckets, self.max_distance = config.t5_num_buckets, config.t5_max_distance
+        self.bias_table = nn.Embedding(config.t5_num_buckets, config.n_heads)
+
+    @classmethod
+    def check_config(cls, config: "DecoderConfig") -> None:
+        super().check_config(config)
+        if config.t5_num_buckets < 2 or config.t5_max_distance <= config.t5_num_buckets // 2:
+            raise ValueError(f"t5_max_distance must exceed t5_num_buckets // 2 (= {config.t5_num_buckets // 2}) and t5_num_buckets must be >= 2, "
+                             f"got {config.t5_max_distance} and {config.t5_num_buckets}")
+
+    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
+        """Bias [H, q_len, k_len]: queries at ``offset ..``, keys ending where the queries end (future keys: bucket 0, masked by the caller)."""
+        buckets = t5_buckets(causal_distances(q_len, k_len, offset, self.bias_table.weight.device), self.num_buckets, self.max_distance)
+        return self.bias_table(buckets).permute(2, 0, 1)
+
+    @classmethod
+    def explorer_note(cls) -> str:
+        return "This run uses the T5 bias: position is a learned number per distance bucket on attention scores, not a vector."
+
+
+#: FIRE's MLP width and initial values (Li et al. 2023, appendix: 32 hidden units, c = 0.1, L = 512).
+FIRE_HIDDEN, FIRE_C, FIRE_THRESHOLD = 32, 0.1, 512.0
+
+
+@register("fire")
+class FIREBias(PositionScheme):
+    """FIRE: functional interpolation for relative positions (Li et al. 2023, §3.2, eq. 4).
+
+    ``bias[h, i, j] = f(psi(i - j) / psi(max(L, i)))[h]`` with
+    ``psi(x) = log(|c| x + 1)``. The distance is divided by (a transform of)
+    the query's own position, so every bias input lies in [0, 1] at any
+    length ("progressive interpolation"); the threshold ``L`` keeps short
+    sequences from being stretched. ``c`` and ``L = |l| * 512`` are learned
+    (``l`` starts at 1, so that ``L`` moves at the pace of the other
+    weights), and ``f`` is a two-layer ReLU MLP ``1 -> 32 -> n_heads``, one
+    for all layers. Future keys get distance 0 and are masked by the caller.
+    Shapes: bias [H, Tq, Tk]; no maximum length. The bias goes to attention as
+    an additive float mask [1, H, Tq, Tk].
+    """
+
+    label = "FIRE"
+    description = "a learned MLP of the distance over the query's position, added to the attention scores (Li et al. 2023)"
+    in_length_study = False  # opt-in: the default study's 30 minutes hold five models
+
+    def __init__(self, config: "DecoderConfig") -> None:
+        super().__init__(config)
+        self.c = nn.Parameter(torch.tensor(FIRE_C))
+        self.threshold_scale = nn.Parameter(torch.tensor(1.0))
+        self.mlp = nn.Sequential(nn.Linear(1, FIRE_HIDDEN), nn.ReLU(), nn.Linear(FIRE_HIDDEN, config.n_heads))
+
+    def psi(self, x: Tensor) -> Tensor:
+        """``log(|c| x + 1)``, elementwise on float ``x`` >= 0."""
+        return torch.log1p(self.c.abs() * x)
+
+    def interpolated(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
+        """The MLP's input ``psi(i - j) / psi(max(L, i))`` [q_len, k_len], in [0, 1]; the explainer page draws it."""
+        distance = causal_distances(q_len, k_len, offset, self.c.device)
+        query = torch.arange(offset, offset + q_len, device=self.c.device, dtype=torch.float32)
+        threshold = self.threshold_scale.abs() * FIRE_THRESHOLD
+        return self.psi(distance.clamp(min=0).float()) / self.psi(torch.maximum(query, threshold))[:, None]
+
+    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
+        """Bias [H, q_len, k_len]: queries at ``offset ..``, keys ending where the queries end."""
+        return self.mlp(self.interpolated(q_len, k_len, offset).unsqueeze(-1)).permute(2, 0, 1)
+
+    @classmethod
+    def explorer_note(cls) -> str:
+        return "This run uses FIRE: position is a learned function of relative distance on attention scores, not a vector."
+
+
+__all__ = ["FIRE_C", "FIRE_HIDDEN", "FIRE_THRESHOLD", "ALiBiPositions", "FIREBias", "T5RelativeBias"]
