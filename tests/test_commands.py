@@ -17,7 +17,7 @@ import pytest
 
 from octlm.cli import build_parser, main
 from octlm.declare import option_fields
-from octlm.studies.length import LengthOptions
+from octlm.studies.length_options import LengthOptions
 from octlm.model.positions import SCHEMES
 
 
@@ -125,7 +125,7 @@ def test_token_rule_is_in_the_help(command):
 def test_length_help_shows_no_empty_default_and_reads_naturally():
     help_text = " ".join(build_parser().subcommands["length"].format_help().split())
     assert "(default: [])" not in help_text
-    from octlm.studies.length import DEFAULT_TIME_BUDGET
+    from octlm.studies.length_options import DEFAULT_TIME_BUDGET
 
     assert "budget 30)" not in help_text and f"(default {DEFAULT_TIME_BUDGET:g};" in help_text
 

@@ -93,7 +93,7 @@ def test_position_vectors_per_scheme(scheme):
 
 
 def test_embeddings_command_neighbours_and_figures(trained_run, tmp_path, capsys):
-    from octlm.run.folder import load_run
+    from octlm.run.load import load_run
 
     model, tokenizer = load_run(trained_run)
     text_token = next(tokenizer.token_str(i) for i in range(257, 300) if len(tokenizer.encode(tokenizer.token_str(i))) == 1)

@@ -15,7 +15,7 @@ import torch
 
 from octlm.cli import main
 from octlm.export.hf import InteropError, export_hf, import_hf
-from octlm.run.folder import load_run
+from octlm.run.load import load_run
 from octlm.data.tokenizer import Tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is read from local folders

@@ -18,7 +18,9 @@ from octlm.export.hf import InteropError, export_hf, import_hf
 from octlm.model import Decoder, DecoderConfig
 from octlm.model.positions import alibi_slopes
 from octlm.model.positions.rope_scaling import ntk_theta
-from octlm.run.folder import RunFolder, load_run, save_weights
+from octlm.run.folder import RunFolder
+from octlm.run.load import load_run
+from octlm.model.weights import save_weights
 from octlm.data.tokenizer import Tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

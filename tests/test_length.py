@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from octlm.cli import main
-from octlm.run.folder import load_run
+from octlm.run.load import load_run
 
 T = 8
 MULTIPLIERS = [1, 2, 4]
@@ -149,7 +149,7 @@ def test_validation_too_short_stops_before_training_and_writes_nothing(small_cor
     assert err.startswith("octlm: error: --multipliers 100000:") and "\n" not in err
     assert f"lower --multipliers to at most {supported} " in err and "--val-fraction" in err
     # and that multiplier does run: the check counts the same tokens the runs prepare
-    from octlm.studies.length import LengthOptions, check_validation_length, validation_tokens
+    from octlm.studies.length_options import LengthOptions, check_validation_length, validation_tokens
 
     opts = LengthOptions(text=[str(small_corpus)], vocab_size=280, train_length=T, multipliers=[supported])
     assert validation_tokens(opts) == manifest["tokens"]["val"]["count"]
@@ -177,7 +177,7 @@ def test_extend_to_zero_skips_the_extension_stage(alibi_study):
 
 
 def test_max_steps_is_recorded_as_the_limit_not_the_default_budget(alibi_study):
-    from octlm.studies.length import DEFAULT_TIME_BUDGET, LengthOptions
+    from octlm.studies.length_options import DEFAULT_TIME_BUDGET, LengthOptions
 
     study, *rows = alibi_study[1]
     assert study["options"]["max_steps"] == 2 and study["options"]["time_budget"] is None
@@ -222,7 +222,7 @@ def test_sample_rope_scaling_errors(study, capsys, run, args, match):
 
 
 def test_position_buckets_and_curve_cover_every_position(study):
-    from octlm.studies.length import bucket_bpb, position_buckets, position_curve
+    from octlm.studies.length_tables import bucket_bpb, position_buckets, position_curve
 
     assert position_buckets(128, 2048) == [(0, 128), (128, 256), (256, 512), (512, 1024), (1024, 2048)]
     assert position_buckets(8, 20) == [(0, 8), (8, 16), (16, 20)]
@@ -239,7 +239,7 @@ def test_help_and_docs_give_the_measured_duration_of_the_default_study(capsys):
     import re
     from pathlib import Path
 
-    from octlm.studies.length import MEASURED_MINUTES
+    from octlm.studies.length_options import MEASURED_MINUTES
 
     doc = " ".join((Path(__file__).resolve().parents[1] / "docs" / "length-study.md").read_text(encoding="utf-8").split())
     measured = float(re.search(r"whole study took \*\*([\d.]+) minutes\*\*", doc)[1])

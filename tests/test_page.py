@@ -58,7 +58,7 @@ def browser_check(url: str, out: Path, token: str) -> dict:
 
 def expected_neighbours(run_dir: Path, token_id: int, k: int = 10) -> list[tuple[int, float]]:
     from octlm.inspect.diagnostics import cosine_neighbours
-    from octlm.run.folder import load_run
+    from octlm.run.load import load_run
 
     model, _ = load_run(run_dir)
     return cosine_neighbours(model.token_embedding.weight.detach(), token_id, k)
@@ -66,7 +66,7 @@ def expected_neighbours(run_dir: Path, token_id: int, k: int = 10) -> list[tuple
 
 def pick_token(run_dir: Path) -> tuple[int, str]:
     """A word-like token of the run (a leading space and letters), as the page shows it."""
-    from octlm.run.folder import load_run
+    from octlm.run.load import load_run
 
     _, tokenizer = load_run(run_dir)
     for i in range(tokenizer.vocab_size - 1, 256, -1):

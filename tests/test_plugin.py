@@ -77,7 +77,7 @@ def test_explorer_has_no_vectors_and_a_note(toy):
 
 def test_cli_and_length_study_take_it_from_the_registry(toy):
     from octlm.cli import build_parser, options_from
-    from octlm.studies.length import LengthOptions, check_options
+    from octlm.studies.length_options import LengthOptions, check_options
     from octlm.model.positions import SCHEME_NAMES
 
     assert "toy" in SCHEME_NAMES and list(SCHEME_NAMES) == sorted(SCHEMES)

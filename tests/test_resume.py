@@ -23,7 +23,7 @@ from octlm.train.checkpoint import CHECKPOINT, CheckpointError, load_checkpoint,
 from octlm.cli import main
 from octlm.train.options import TrainOptions
 from octlm.report import Reporter
-from octlm.run.folder import load_run
+from octlm.run.load import load_run
 from octlm.train.launch import train
 from octlm.train.trainer import TrainingError
 
@@ -401,15 +401,16 @@ def test_ctrl_c_during_the_final_evaluation_still_says_how_to_resume(small_corpu
 #: ``after`` exists, when one is given): a Ctrl-C sent then lands in that phase every time, not by luck.
 PAUSING_CHILD = """
 import os, sys, time
-import octlm.train.trainer as trainer
+import octlm.train.run_setup as run_setup, octlm.train.trainer as trainer
 name, after = sys.argv[1], sys.argv[2]
-real = getattr(trainer, name)
+module = next(m for m in (trainer, run_setup) if hasattr(m, name))  # where the trainer's phase calls it
+real = getattr(module, name)
 def paused(*args, **kwargs):
     if not after or os.path.exists(after):
         print("PAUSED", flush=True)
         time.sleep(120)
     return real(*args, **kwargs)
-setattr(trainer, name, paused)
+setattr(module, name, paused)
 from octlm.cli import main
 sys.exit(main(sys.argv[3:]))
 """

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 import octlm
 from octlm.errors import RunError
-from octlm.run.folder import load_run
+from octlm.run.load import load_run
 
 
 def test_run_folder_holds_every_file(trained_run):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -73,15 +72,15 @@ def test_training_sizes_are_1_to_L_only(monkeypatch):
     seen = []
     real = TASKS["copy"].make
     monkeypatch.setitem(TASKS, "copy", TASKS["copy"].__class__(**{**TASKS["copy"].__dict__, "make": lambda n, c, m, g: seen.append(n) or real(n, c, m, g)}))
-    opts = SimpleNamespace(task_length=3, d_model=16, n_heads=2, n_layers=1, max_steps=40, learning_rate=1e-2, batch_size=4)
+    opts = task_study.TaskOptions(task="copy", task_length=3, d_model=16, n_heads=2, n_layers=1, max_steps=40, learning_rate=1e-2, batch_size=4)
     task_study.train_task_model(TASKS["copy"], "rope", 0, opts, torch.device("cpu"))
     assert len(seen) == 40 and set(seen) <= {1, 2, 3} and len(set(seen)) == 3
 
 
 def test_a_small_model_learns_copy_beyond_chance():
-    from octlm.studies.task import exact_match, train_task_model
+    from octlm.studies.task import TaskOptions, exact_match, train_task_model
 
-    opts = SimpleNamespace(task_length=2, d_model=32, n_heads=2, n_layers=2, max_steps=150, learning_rate=1e-2, batch_size=32)
+    opts = TaskOptions(task="copy", task_length=2, d_model=32, n_heads=2, n_layers=2, max_steps=150, learning_rate=1e-2, batch_size=32)
     model, record = train_task_model(TASKS["copy"], "rope", 0, opts, torch.device("cpu"))
     assert record["final_loss"] < 0.5 * math.log(DIGITS)  # uniform guessing costs ln 10 nats per answer symbol
     assert exact_match(model, TASKS["copy"], 1, 8, 0, torch.device("cpu")) > 0.5  # chance: 1 in 10
@@ -110,21 +109,25 @@ def test_the_study_writes_its_table_plot_and_jsonl(tmp_path, capsys):
 
 
 def test_the_task_study_has_its_own_defaults_and_flags_still_win():
-    from octlm.cli import build_parser, options_from
-    from octlm.studies.length import LengthOptions
+    from octlm.cli import build_parser
+    from octlm.cli.commands.length import study_options
+    from octlm.studies.length_options import LengthOptions
     from octlm.train.options import TrainOptions
     from octlm.model.positions import SCHEMES, length_study_schemes
-    from octlm.studies.task import TASK_DEFAULTS, TASK_SEEDS
+    from octlm.studies.task import TASK_SEEDS, TASK_TRAINING, TaskOptions
 
-    text, task = LengthOptions(), LengthOptions(task="copy")
+    TASK_DEFAULTS = {name: TASK_TRAINING[name] for name in ("d_model", "n_layers", "learning_rate")}
+    text, task = LengthOptions(), TaskOptions(task="copy")
     train = TrainOptions()
     assert (text.d_model, text.n_layers, text.learning_rate) == (train.model.d_model, train.model.n_layers, train.learning_rate)
     assert text.schemes == length_study_schemes() and task.schemes == list(SCHEMES)  # every scheme, t5, fire and xpos included
     assert {name: getattr(task, name) for name in TASK_DEFAULTS} == TASK_DEFAULTS
     assert (text.seeds, task.seeds) == (1, TASK_SEEDS)
     assert TASK_DEFAULTS["d_model"] != train.model.d_model  # else this test checks nothing
-    args = build_parser().parse_args(["length", "--task", "copy", "--out", "x", "--n-layers", "2", "--schemes", "rope"])
-    parsed = options_from(args, LengthOptions)
+    argv = ["length", "--task", "copy", "--out", "x", "--n-layers", "2", "--schemes", "rope"]
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    parsed = study_options(args)
     assert (parsed.n_layers, parsed.d_model, parsed.schemes) == (2, TASK_DEFAULTS["d_model"], ["rope"])
 
 

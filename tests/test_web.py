@@ -76,7 +76,7 @@ def test_serves_the_page_and_the_run(served, trained_run):
 
 def test_run_data_is_the_run(served, trained_run):
     """The data the page gets, against the run loaded independently."""
-    from octlm.run.folder import load_run
+    from octlm.run.load import load_run
 
     port, _ = served
     _, _, body = request(port, f"/{RUN_DATA}")

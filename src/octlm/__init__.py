@@ -11,7 +11,7 @@ __all__ = ["Decoder", "DecoderConfig", "KVCache", "__version__", "alibi_slopes",
 def __getattr__(name: str):
     # load_run pulls in tokenizers and safetensors; keep `import octlm` light.
     if name == "load_run":
-        from octlm.run.folder import load_run
+        from octlm.run.load import load_run
 
         return load_run
     raise AttributeError(f"module 'octlm' has no attribute {name!r}")

@@ -59,16 +59,17 @@ class Parser(argparse.ArgumentParser):
         return f"; did you mean {' or '.join(guesses)}?" if guesses else ""
 
 
-def add_dataclass_options(parser: argparse.ArgumentParser, cls) -> None:
+def add_dataclass_options(parser: argparse.ArgumentParser, cls, only: list | None = None) -> None:
     """One argument per field of options dataclass ``cls`` (:func:`octlm.train.options.option`), in field order.
 
     The flag is the field name with dashes (``--max-steps``), or the bare name
     for a ``positional`` field; help, type, choices and default come from the
     declaration, a :data:`~octlm.train.options.REQUIRED` default makes the flag
-    required, and a ``bool`` field is a switch.
+    required, and a ``bool`` field is a switch. ``only`` limits it to those
+    fields (a command whose flags are the union of two options classes).
     """
     kinds = field_types(cls)
-    for f in option_fields(cls):
+    for f in option_fields(cls) if only is None else only:
         cli = dict(f.metadata["cli"])
         kind, default = kinds[f.name][0], option_default(f)
         if cli.pop("positional", False):

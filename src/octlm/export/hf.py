@@ -30,7 +30,7 @@ from safetensors.torch import save
 
 from octlm.errors import OctlmError
 from octlm.fileio import atomic_write, atomic_write_json
-from octlm.inspect.sample import RopeScalingOptions
+from octlm.run.scaling import RopeScalingOptions
 from octlm.export.hf_common import EXPORT_ACTIVATION, IMPORT_ACTIVATION, InteropError, Mapper
 from octlm.export.hf_gpt2 import Gpt2Mapper, decoder_config, from_gpt2_state, gpt2_config, name_map, to_gpt2_state
 from octlm.export.hf_neox import NeoxMapper
@@ -38,6 +38,7 @@ from octlm.model import Decoder, DecoderConfig
 from octlm.declare import REQUIRED, option, same_as
 from octlm.model.positions import SCHEMES, RopeScaling
 from octlm.run.folder import RunFolder
+from octlm.run.load import load_run
 from octlm.data.tokenizer import END_OF_TEXT, Tokenizer
 
 #: One mapper per transformers ``model_type``.
@@ -120,11 +121,11 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False,
             OctlmError when ``out_dir`` holds files and ``overwrite`` is not
             set, or for a bad scaling option.
     """
-    from octlm.inspect.sample import apply_rope_scaling
+    from octlm.run.scaling import apply_rope_scaling
 
     run_dir, target = Path(run_dir), RunFolder(out_dir, "OUT_DIR")
     _precheck(run_dir, rope_scaling, rope_factor)
-    model, tokenizer = RunFolder(run_dir, "RUN_DIR").load()
+    model, tokenizer = load_run(run_dir)
     mapper = mapper_for(model.config)
     apply_rope_scaling(model, rope_scaling, rope_factor)
     mapper.check(model.config, getattr(model.positions, "scaling", None))
@@ -259,7 +260,8 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
             message names the key or file); OctlmError when ``run_dir`` holds
             files and ``overwrite`` is not set.
     """
-    from octlm.run.folder import CONFIG, TOKENIZER, WEIGHTS, save_weights
+    from octlm.run.folder import CONFIG, TOKENIZER, WEIGHTS
+    from octlm.model.weights import save_weights
 
     in_dir, run_dir = Path(in_dir), Path(run_dir)
     hf = read_hf_config(in_dir)

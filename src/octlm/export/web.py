@@ -84,7 +84,7 @@ def site_files(view: dict, dist: Path = WEB_DIST) -> dict[str, bytes]:
 def load_view(run_dir: str | Path) -> dict:
     """Load a run folder and compute what the page shows (:func:`octlm.inspect.embeddings.run_view`)."""
     from octlm.inspect.embeddings import run_view
-    from octlm.run.folder import load_run
+    from octlm.run.load import load_run
 
     model, tokenizer = load_run(run_dir, "cpu")
     return run_view(run_dir, model, tokenizer)

@@ -106,7 +106,7 @@ def bench(opts: BenchOptions, report: Reporter) -> dict:
         OctlmError: for an option out of range, a missing or damaged run, or
             a ``--token`` that is no token (:func:`parse_token`).
     """
-    from octlm.run.folder import load_run
+    from octlm.run.load import load_run
 
     check_fields(opts)
     device = resolve_device(opts.device)

@@ -257,7 +257,7 @@ def embeddings(opts: EmbeddingsOptions, report: Reporter) -> dict:
     """
     from octlm.inspect.diagnostics import nearest_tokens
     from octlm.inspect.figures import pca_figure, position_figure, save_png
-    from octlm.run.folder import load_run
+    from octlm.run.load import load_run
     from octlm.data.tokenizer import visible_token
 
     check_fields(opts)

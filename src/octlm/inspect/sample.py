@@ -12,7 +12,7 @@ from octlm.errors import OctlmError
 from octlm.model import Decoder
 from octlm.declare import REQUIRED, at_least, finite, option, same_as
 from octlm.train.options import TrainOptions
-from octlm.model.positions import ROPE_SCALINGS
+from octlm.run.scaling import RopeScalingOptions, apply_rope_scaling
 from octlm.report import Reporter
 from octlm.data.tokenizer import Tokenizer
 
@@ -23,18 +23,6 @@ def _check_utf8(prompt: str) -> None:
     except UnicodeEncodeError as err:
         # argv bytes that are not UTF-8 arrive as lone surrogates (PEP 383)
         raise OctlmError(f"--prompt is not valid UTF-8 (at character {err.start}); pass the prompt as UTF-8 text") from None
-
-
-@dataclass
-class RopeScalingOptions:
-    """``--rope-scaling`` and ``--rope-factor``: run a trained RoPE model past its training length (sample, export-hf)."""
-
-    rope_scaling: str | None = option(
-        None, "run a RoPE model past its training length without training: linear position interpolation, "
-        "NTK-aware base, dynamic NTK or YaRN (default: none, plain RoPE)", choices=list(ROPE_SCALINGS))
-    rope_factor: float | None = option(
-        None, "scale of --rope-scaling, >= 1: target length / training length (for dynamic-ntk the multiplier of "
-        "current length / training length; default 1 there); required for linear, ntk and yarn")
 
 
 @dataclass
@@ -88,27 +76,6 @@ def check_bias_memory(model: Decoder, length: int, device: torch.device) -> None
             f"the prompt plus --max-new-tokens is {length:,} tokens; {model.positions.label}'s bias for that length needs about "
             f"{need / 2**30:,.0f} GiB, more than this {device.type} has ({total / 2**30:.0f} GiB): keep it under {longest:,} tokens"
         )
-
-
-def apply_rope_scaling(model: Decoder, method: str | None, factor: float | None) -> None:
-    """Set ``--rope-scaling``/``--rope-factor`` on a loaded model.
-
-    Raises:
-        OctlmError: when the model is not a RoPE model, or the factor is
-            missing or below 1.
-    """
-    if method is None:
-        if factor is not None:
-            raise OctlmError("--rope-factor needs --rope-scaling (linear, ntk, dynamic-ntk or yarn)")
-        return
-    if factor is None:
-        if method != "dynamic-ntk":
-            raise OctlmError(f"--rope-scaling {method} needs --rope-factor F (target length / training length, e.g. 4)")
-        factor = 1.0
-    try:
-        model.set_rope_scaling(method, factor)
-    except ValueError as err:
-        raise OctlmError(f"--rope-scaling {method} --rope-factor {factor:g}: {err}") from None
 
 
 def _show(text: str) -> None:
@@ -169,7 +136,7 @@ def sample(opts: SampleOptions, report: Reporter) -> dict:
     """
     from octlm.train.device import resolve_device
     from octlm.declare import check_fields
-    from octlm.run.folder import load_run
+    from octlm.run.load import load_run
     from octlm.data.tokenizer import printable_text
 
     check_fields(opts)
@@ -196,4 +163,4 @@ def sample(opts: SampleOptions, report: Reporter) -> dict:
     return result
 
 
-__all__ = ["RopeScalingOptions", "SampleOptions", "apply_rope_scaling", "check_bias_memory", "sample", "sample_from"]
+__all__ = ["SampleOptions", "check_bias_memory", "sample", "sample_from"]

@@ -27,16 +27,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from octlm.data import tokens
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write_json, umask
 from octlm.run.outputs import check_out_folder, make_folder, make_staging
-from octlm.model import Decoder, DecoderConfig
-from octlm.model.positions.rope_scaling import RopeScaling
 from octlm.data.tokenizer import Tokenizer
-from octlm.model.weights import load_weights, save_weights, weights_state
+from octlm.model import DecoderConfig
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -61,67 +58,6 @@ def read_json(path: Path) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise RunError(f"{path}: not valid JSON ({err}); the file is corrupted") from None
-
-
-def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[Decoder, Tokenizer]:
-    """Load a trained model and its tokenizer from a run folder.
-
-    Returns:
-        ``(model, tokenizer)``; the model is in eval mode on ``device``, its
-        head is tied to its token table again, and it runs under the RoPE
-        scaling the run saved (``train.rope_scaling``), if any.
-
-    Raises:
-        RunError: when the folder or one of its files is missing or corrupted
-            (the message names the file).
-    """
-    run_dir = Path(run_dir)
-    if run_dir.is_file():
-        raise RunError(f"{run_dir}: is a file; give the run folder that holds it ({run_dir.parent})")
-    if not run_dir.is_dir():
-        raise RunError(f"{run_dir}: no such run folder; train one with `octlm train --out {run_dir}`")
-    config = RunFolder(run_dir).read_config()
-    try:
-        model_config = DecoderConfig.from_dict(config["model"])
-    except (TypeError, ValueError) as err:
-        raise RunError(f"{run_dir / CONFIG}: invalid model config: {err}") from None
-    model = Decoder(model_config)
-    folder = RunFolder(run_dir)
-    if not folder.weights_path.is_file() and (folder.stopped_before_first_checkpoint() or (run_dir / CHECKPOINT).is_file()):
-        # Stopped (Ctrl-C, a kill) before training finished: the weights come with the end of training.
-        raise RunError(f"{run_dir}: its training stopped before it wrote {WEIGHTS}; finish it with `octlm train --resume {shlex.quote(str(run_dir))}`")
-    load_weights(run_dir / WEIGHTS, model)
-    stored_scaling = (config.get("train") or {}).get("rope_scaling")
-    apply_scaling(model, stored_scaling if isinstance(stored_scaling, dict) else None)
-    tokenizer = RunFolder(run_dir).read_tokenizer()
-    tokenizer_path = run_dir / TOKENIZER
-    if tokenizer.vocab_size != model_config.vocab_size:
-        raise RunError(
-            f"{tokenizer_path}: has {tokenizer.vocab_size} tokens but the model's vocab_size is {model_config.vocab_size}"
-        )
-    return model.to(device).eval(), tokenizer
-
-
-def load_config(run_dir: str | Path) -> dict:
-    """:meth:`RunFolder.read_config` of ``run_dir``."""
-    return RunFolder(run_dir).read_config()
-
-
-def apply_scaling(model: Decoder, record: dict | None) -> None:
-    """Run ``model`` under a stored RoPE scaling (``config.json``'s ``train.rope_scaling``); ``None`` leaves it plain.
-
-    Raises:
-        RunError: when the record is malformed or the model's scheme does not take its method.
-    """
-    if record is None:
-        return
-    try:
-        scaling = RopeScaling(**record)
-        model.set_rope_scaling(scaling.method, scaling.factor, scaling.original_length)
-        if model.positions.scalings():
-            model.positions.set_rope_scaling(scaling)  # keeps YaRN's beta bounds an imported run records
-    except (TypeError, ValueError) as err:
-        raise RunError(f"config.json: train.rope_scaling {record}: {err}") from None
 
 
 class RunFolder:
@@ -290,10 +226,6 @@ class RunFolder:
             raise RunError(f"{self.token_path(split)}: token file missing; the run folder is incomplete")
         return tokens.open_tokens(self.path / entry["file"], entry["dtype"], entry["count"])
 
-    def load(self, device: str | torch.device = "cpu") -> tuple[Decoder, Tokenizer]:
-        """:func:`load_run` of this folder."""
-        return load_run(self.path, device)
-
     # -- creating and replacing -----------------------------------------------------------------
     def check_target(self, overwrite: bool, refuse: Callable[["RunFolder"], str | None], occupied: str,
                      foreign: Callable[["RunFolder"], list[str]] | None = None) -> None:
@@ -454,4 +386,4 @@ def _json_object(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-__all__ = ["CHECKPOINT", "CONFIG", "EMBEDDINGS", "EMBEDDINGS_FIGURES", "RUN_FILES", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "apply_scaling", "load_config", "load_run", "load_weights", "read_json", "save_weights", "weights_state"]
+__all__ = ["CHECKPOINT", "CONFIG", "EMBEDDINGS", "EMBEDDINGS_FIGURES", "RUN_FILES", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "read_json"]

@@ -28,240 +28,29 @@ Protocol (the README repeats it):
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from octlm.train.device import resolve_device, torch_settings
 from octlm.errors import OctlmError
-from octlm.train.evaluate import evaluate
 from octlm.fileio import atomic_write
-from octlm.run.outputs import check_out_spares
-from octlm.declare import Bound, at_least, check_fields, flag, option, option_default, option_fields, refused, same_as
-from octlm.train.options import TrainOptions, scheme_options
-from octlm.train.options import check_options as check_train_options
-from octlm.model.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking
-from octlm.model.positions.base import with_scheme_options
 from octlm.report import Reporter, TaggedReporter
 from octlm.run.folder import RunFolder
-from octlm.studies.task import TASK_DEFAULTS, TASK_SEEDS, TASK_STEPS
-from octlm.studies.tasks import TASKS
-from octlm.studies.extension import EXTEND_PLOT, EXTENSIONS, curve_markdown, curve_plot, fine_tune, labels_for, measure_steps
-from octlm.studies.length_tables import NOT_AVAILABLE, mean_rows, bucket_bpb, format_tables, markdown_tables, plot, position_buckets, position_curve
+from octlm.model.positions import SCHEMES
+from octlm.studies.core import StudyFiles, prepare_study_folder, study_seeds, write_study
+from octlm.studies.extension_stage import EXTEND_PLOT, curve_markdown, curve_plot, extensions, fine_tune, labels_for, measure_steps
+from octlm.studies.length_options import RUNS, LengthOptions, check_options, check_validation_length, validation_tokens
+from octlm.studies.length_tables import NOT_AVAILABLE, format_tables, markdown_tables, mean_rows, plot
+from octlm.train.device import resolve_device, torch_settings
+from octlm.train.evaluate import evaluate
 
-#: Seconds of training per model by default. With the extension stage on, the
-#: whole default study fits in 30 minutes on two CPU cores with room to spare
-#: (docs/length-study.md gives the measured time and the command).
-DEFAULT_TIME_BUDGET = 180.0
-#: Wall minutes of the default study, extension stage included (``--threads 1``, tinyshakespeare).
-MEASURED_MINUTES = 18.4
-#: The default extension stage: fine-tune a copy of each model at 4 x T for
-#: 100 steps (Chen et al. 2023 fine-tune LLaMA at 2x to 16x; 4x keeps the
-#: longest fine-tuning window at 512 tokens, cheap on a CPU).
-DEFAULT_EXTEND_TO = 4
-JSONL = "length.jsonl"
-PLOT = "length.png"
-TABLE = "length.md"
-RUNS = "runs"
-
-
-def _check_extend_to(value: int) -> None:
-    """``--extend-to`` is 0 (no extension stage) or a multiple >= 2: at 1x there is nothing to extend to."""
-    if value != 0 and not value >= 2:
-        raise OctlmError(f"--extend-to must be 0 (no extension stage) or an integer >= 2, got {value}")
-
-
-def _train_default(name: str) -> Any:
-    """``octlm train``'s default for option ``name``."""
-    return option_default(next(f for f in option_fields(TrainOptions) if f.name == name))
-
-
-def _task_default(name: str, what: str) -> str:
-    """Help text of an option whose default differs between the text and the task study."""
-    return f"{what} (default: {_train_default(name):g} as octlm train; with --task {TASK_DEFAULTS[name]:g})"
-
-
-@dataclass
-@with_scheme_options(handed_over=True)
-class LengthOptions:
-    """Everything ``octlm length`` takes. Units are in each help text.
-
-    The options it shares with ``octlm train`` are that command's own
-    declarations (:func:`octlm.train.options.same_as`): the same default, help and
-    bounds, handed to every model's :class:`TrainOptions` by name.
-
-    Model width, depth, learning rate, seeds and the schemes default to
-    ``None``, filled on construction (:meth:`__post_init__`): with ``--task``,
-    the task study's values (:data:`octlm.studies.task.TASK_DEFAULTS`,
-    ``TASK_SEEDS``, every registered scheme); without it, ``octlm train``'s
-    and the text study's own.
-    """
-
-    text: list[str] = same_as(TrainOptions, "text", help="UTF-8 text files or folders (the same split, tokenizer and seed for every model)")
-    out: str | None = option(None, "study folder to create: runs/<scheme>/, length.jsonl, length.png, length.md")
-    # The study checks its budget itself (one of --time-budget and --max-steps must hold), so no train bound here.
-    time_budget: float | None = same_as(
-        TrainOptions, "time_budget", default=DEFAULT_TIME_BUDGET, bounds=None,
-        help=f"seconds of training per model, timed once into one step count for every model (default {DEFAULT_TIME_BUDGET:g}; "
-        f"the whole default study, extension stage included, took {MEASURED_MINUTES} minutes on tinyshakespeare with --threads 1 "
-        "on a busy 2-core machine, within the 30 minutes it is sized for on 2 CPU cores; 30 gives a quick look)")
-    max_steps: int | None = same_as(TrainOptions, "max_steps", help="train each model for exactly this many steps instead of --time-budget (reproducible; length.jsonl then records time_budget null); "
-                                     f"with --task the only budget (default {TASK_STEPS})")
-    train_length: int = same_as(TrainOptions, "context_length", help="context length T the models train on (tokens)", bounds=at_least(2, "tokens"))
-    multipliers: list[int] = option([1, 2, 4, 8, 16], "evaluation lengths as multiples of T", bounds=Bound(1, says="integers >= 1"), nargs="+", metavar="M")
-    # The default is read from the registry when used: each scheme says whether the study trains it, in table order.
-    schemes: list[str] | None = option(
-        None, "position schemes to train and compare (default: those the text study trains, in registration order: "
-        f"{' '.join(length_study_schemes())}; with --task every scheme)", nargs="+", choices=SCHEME_NAMES, metavar="SCHEME")
-    rope_scalings: list[str] | None = option(
-        None, f"RoPE context-extension methods to evaluate the rope model under (default: {' '.join(ROPE_SCALINGS)} when rope is "
-        "among --schemes, else none)", nargs="*", choices=list(ROPE_SCALINGS), metavar="METHOD")
-    vocab_size: int = same_as(TrainOptions, "vocab_size")
-    d_model: int | None = same_as(TrainOptions, "d_model", default=None, help=_task_default("d_model", "model width C"))
-    n_heads: int = same_as(TrainOptions, "n_heads")
-    n_layers: int | None = same_as(TrainOptions, "n_layers", default=None, help=_task_default("n_layers", "transformer blocks"))
-    batch_size: int = same_as(TrainOptions, "batch_size")
-    learning_rate: float | None = same_as(TrainOptions, "learning_rate", default=None, help=_task_default("learning_rate", "peak AdamW learning rate"))
-    eval_tokens: int = option(8192, "tokens per evaluation forward pass (windows per batch = this / length)", bounds=at_least(1))
-    encoding: str = same_as(TrainOptions, "encoding")
-    val_fraction: float = same_as(TrainOptions, "val_fraction")
-    seed: int = same_as(TrainOptions, "seed", help="random seed, the same for every model")
-    device: str = same_as(TrainOptions, "device")
-    threads: int | None = same_as(TrainOptions, "threads")
-    overwrite: bool = option(False, "replace an existing study folder at --out")
-    # The task study (octlm.studies.task) reads the shape, schemes, steps and seeds and these two.
-    task: str | None = option(
-        None, "train on a synthetic task instead of --text: sizes 1..--task-length, exact match at 1x-4x. The default copy study "
-        f"(every scheme x {TASK_SEEDS} seeds x {TASK_STEPS} steps) took 16.1 minutes with --threads 1 on a shared 2-core machine, and its "
-        "best scheme at 1x (xpos) copied 93.8%% of instances exactly", choices=list(TASKS))
-    task_length: int = option(16, "longest training instance of --task, L (items: symbols, pairs or filler tokens)", bounds=at_least(1, "items"))
-    seeds: int | None = option(None, "train every model (base and extended) with this many seeds (--seed, --seed + 1, ...); tables show "
-                               f"mean ± std (default: 1; with --task {TASK_SEEDS})", bounds=at_least(1))
-    extend_to: int = option(DEFAULT_EXTEND_TO, "extension stage: fine-tune a copy of each model at this multiple M of T "
-                            "(octlm train --init-from); 0 skips the stage", check=_check_extend_to, metavar="M")
-    extend_steps: int = option(100, "fine-tuning steps of each extension (curve points after 0, N/4, N/2, 3N/4 and N)", bounds=at_least(1),
-                               metavar="N")
-    extend_learning_rate: float = option(1e-3, "peak learning rate of the fine-tunes", bounds=Bound(0, math.inf, low_open=True, high_open=True,
-                                                                                                  says="a finite number > 0"))
-
-    # ... then every position scheme's options (with_scheme_options): each model takes those its scheme reads.
-
-    def __post_init__(self) -> None:
-        # The text study trains octlm train's model; the task study a deeper, narrower one that learns copy in minutes.
-        for name, task_value in TASK_DEFAULTS.items():
-            if getattr(self, name) is None:
-                setattr(self, name, task_value if self.task else _train_default(name))
-        if self.seeds is None:
-            self.seeds = TASK_SEEDS if self.task else 1
-        if self.schemes is None:
-            # Read from the registry now, so a plug-in scheme registered after import takes part.
-            self.schemes = list(SCHEMES) if self.task else length_study_schemes()
-
-    def resolved(self) -> LengthOptions:
-        """A copy with the defaults that depend on other options filled in: what the study runs and records."""
-        scalings = self.rope_scalings
-        if scalings is None:
-            # Unset means "every method some model of the study can take": none when no scheme takes one.
-            scalings = scalings_taken(self.schemes)
-        # --max-steps replaces the budget (train_options drops it), so the record must not claim one.
-        budget = None if self.max_steps is not None else self.time_budget
-        # The extension stage scores at M x T, so that length is among the evaluated ones (when some scheme has a method).
-        extending = self.extend_to and labels_for(self.schemes)
-        multipliers = sorted(set(self.multipliers) | ({self.extend_to} if extending else set()))
-        return dataclasses.replace(self, rope_scalings=list(scalings), time_budget=budget, multipliers=multipliers)
-
-    def train_options(self, scheme: str, run_dir: Path, seed: int | None = None) -> TrainOptions:
-        """The ``octlm train`` options of one model of the study: the shared ones by name, the rest fixed."""
-        unread = scheme_options(scheme)[1]
-        shared = {f.metadata["same_as"]: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("same_as") not in unread | {None}}
-        shared.update(text=list(self.text), time_budget=None if self.max_steps is not None else self.time_budget)
-        if seed is not None:
-            shared["seed"] = seed
-        return TrainOptions.of(**shared, position=scheme, sample_tokens=0, out=str(run_dir), overwrite=True)
-
-
-def scalings_taken(schemes: list[str]) -> list[str]:
-    """The RoPE scalings (in :data:`ROPE_SCALINGS` order) that at least one of ``schemes`` takes."""
-    return [m for m in ROPE_SCALINGS if any(m in SCHEMES[s].scalings() for s in schemes if s in SCHEMES)]
-
-
-def check_options(opts: LengthOptions) -> None:
-    """Reject options that cannot work, naming the flag; nothing is written before this passes."""
-    if not opts.text:
-        raise OctlmError("--text: give at least one text file or folder, e.g. --text tinyshakespeare (the corpus built into octlm)")
-    if opts.out is None:
-        raise OctlmError("--out: give the study folder to create, e.g. --out runs/length")
-    if opts.max_steps is None and (opts.time_budget is None or not opts.time_budget > 0):
-        raise OctlmError(f"--time-budget must be a positive number of seconds (or give --max-steps), got {opts.time_budget}")
-    check_fields(opts)
-    untaken = [m for m in opts.rope_scalings or [] if m not in scalings_taken(opts.schemes)]
-    if untaken:
-        takers = schemes_taking(untaken[0])
-        raise OctlmError(f"--rope-scalings needs the {' or '.join(takers)} model: add {takers[0]} to --schemes or pass --rope-scalings with no methods")
-    if len(set(opts.schemes)) != len(opts.schemes):
-        raise OctlmError(f"--schemes lists a scheme twice: {opts.schemes}")
-    fields = {f.name: f for f in dataclasses.fields(opts)}
-    for name in set.intersection(*(scheme_options(s)[1] for s in opts.schemes)) & set(fields):
-        if getattr(opts, name) != option_default(fields[name]):
-            raise OctlmError(f"{flag(name)} {getattr(opts, name)} means nothing for --schemes {' '.join(opts.schemes)}: none of them reads it; "
-                             f"drop {flag(name)}, or add a scheme that reads it")
-    for scheme in opts.schemes:
-        try:
-            train_opts = opts.train_options(scheme, Path(opts.out) / RUNS / scheme)
-        except ValueError as err:  # the model refuses the shape (--d-model 30 --n-heads 4)
-            raise refused(err) from None
-        check_train_options(train_opts)
-
-
-def validation_tokens(opts: LengthOptions) -> int:
-    """Tokens in the validation split, read, split and tokenized as :func:`octlm.train.corpus.prepare_corpus` does.
-
-    Costs one tokenizer training (under a second for tinyshakespeare), which
-    is what lets the study refuse a too-long evaluation length before it
-    trains anything.
-    """
-    from octlm.train.corpus import split_and_tokenize
-    from octlm.data.tokens import encode_stream
-
-    # Every model of the study reads the same text; only the text options matter here, not the folder.
-    text = split_and_tokenize(opts.train_options(opts.schemes[0], Path(RUNS)))
-    return len(encode_stream(text.tokenizer, text.val_texts))
-
-
-def check_validation_length(n_tokens: int, opts: LengthOptions) -> int:
-    """The number of windows of the longest evaluation length in ``n_tokens`` validation tokens (>= 1).
-
-    Raises:
-        OctlmError: when not even one window (longest length + 1 tokens) fits,
-            naming the longest multiplier the text supports.
-    """
-    T, longest_m = opts.train_length, max(opts.multipliers)
-    longest = longest_m * T
-    n_windows = (n_tokens - 1) // longest
-    if n_windows >= 1:
-        return n_windows
-    supported = (n_tokens - 1) // T
-    fix = (f"lower --multipliers to at most {supported} (the longest length this text supports is {supported * T} tokens), "
-           if supported >= 1 else "lower --train-length, ")
-    raise OctlmError(
-        f"--multipliers {longest_m}: the validation split holds {n_tokens} tokens, fewer than one window of {longest + 1} for "
-        f"the longest length ({longest_m} x {T}); {fix}give more text or raise --val-fraction (now {opts.val_fraction})"
-    )
+FILES = StudyFiles("length study", "length.jsonl", "length.md", "length.png", extra=(RUNS, EXTEND_PLOT))
+JSONL, PLOT, TABLE = FILES.jsonl, FILES.plot, FILES.table
 
 
 def prepare_study_dir(out: str, overwrite: bool, texts: list[str] = ()) -> Path:
-    """Create the study folder; an existing study is replaced only with ``overwrite``, anything else (its own ``--text`` included) never."""
-    path = Path(out)
-    check_out_spares(path, "--out", [("--text", text) for text in texts])
-
-    def refuse(folder: RunFolder) -> str | None:
-        is_study = (path / RUNS).is_dir() and all(p.name in {RUNS, JSONL, PLOT, TABLE, EXTEND_PLOT} for p in path.iterdir())
-        return None if is_study else f"--out {path}: holds files that are not an octlm length study, which octlm never replaces; choose a new or empty folder"
+    """Create the study folder with its empty ``runs/``; an earlier length study is replaced only with ``overwrite``, anything else (its own ``--text`` included) never."""
 
     def foreign(folder: RunFolder) -> list[str]:
         # The study's runs/ holds only its runs, each only what octlm wrote there.
@@ -273,10 +62,9 @@ def prepare_study_dir(out: str, overwrite: bool, texts: list[str] = ()) -> Path:
                 found += [f"{RUNS}/{run.path.name}/{name}" for name in run.foreign_files()]
         return found
 
-    study = RunFolder(path)
-    study.check_target(overwrite, refuse, f"--out {path}: already holds a length study; choose another --out or pass --overwrite to replace it",
-                       foreign=foreign)
-    study.recreate()
+    path = Path(out)
+    is_study = lambda p: (p / RUNS).is_dir() and all(child.name in FILES.names for child in p.iterdir())  # noqa: E731
+    prepare_study_folder(out, overwrite, FILES, [("--text", text) for text in texts], foreign=foreign, is_study=is_study)
     RunFolder(path / RUNS).create()
     return path
 
@@ -350,7 +138,7 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
         opts = dataclasses.replace(opts, max_steps=steps["steps"])
     report.event("study", f"length study: {len(opts.schemes)} models ({', '.join(opts.schemes)}) x {opts.seeds} seed(s), {opts.max_steps} steps "
                  f"each, T={T}, evaluated at {', '.join(map(str, lengths))} tokens", schemes=opts.schemes, lengths=lengths, options=dataclasses.asdict(opts))
-    seeds = [opts.seed + i for i in range(opts.seeds)]
+    seeds = study_seeds(opts.seed, opts.seeds)
     trained = _train_base(opts, out, seeds, report)
     val = _validation_stream(Path(next(iter(trained.values()))["run_dir"]))
     n_windows = check_validation_length(len(val), opts)  # the stream scored, which the check above predicted
@@ -371,12 +159,10 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
                 train_rows.append(ext_train)
                 curves += curve
     study = {"record": "study", "train_length": T, "lengths": lengths, "targets": len(scored) - 1, "equal_steps": steps, "options": dataclasses.asdict(opts)}
-    lines = [json.dumps(r) for r in [study, *train_rows, *rows, *curves]]
-    atomic_write(out / JSONL, "\n".join(lines) + "\n")
     shown = mean_rows(rows)
     tables = format_tables(shown, T, lengths, train_rows)
-    atomic_write(out / TABLE, markdown_tables(shown, T, lengths, train_rows) + (f"\n{curve_markdown(curves)}" if curves else ""))
-    atomic_write(out / PLOT, plot(shown, T, lengths))
+    write_study(out, FILES, [study, *train_rows, *rows, *curves], markdown_tables(shown, T, lengths, train_rows)
+                + (f"\n{curve_markdown(curves)}" if curves else ""), plot(shown, T, lengths))
     if curves:
         atomic_write(out / EXTEND_PLOT, curve_plot(curves))
         tables += "\n\n" + curve_markdown(curves)
@@ -437,7 +223,7 @@ def _score_lengths(opts: LengthOptions, model, tokenizer, make_row, scored: np.n
 
 def _score_base(opts: LengthOptions, scheme: str, seed: int, run_dir: str, scored: np.ndarray, device, report: Reporter) -> list[dict]:
     """A base model at every length, plain and under each RoPE scaling it takes (factor = length / T)."""
-    from octlm.run.folder import load_run
+    from octlm.run.load import load_run
 
     model, tokenizer = load_run(run_dir, device)
     rows: list[dict] = []
@@ -456,9 +242,9 @@ def _score_base(opts: LengthOptions, scheme: str, seed: int, run_dir: str, score
 
 def _extend_one(opts: LengthOptions, label: str, seed: int, trained: dict, out: Path, scored: np.ndarray, device, report: Reporter):
     """Fine-tune one extension method from its base run and score it at every length under its saved scaling."""
-    from octlm.run.folder import load_run
+    from octlm.run.load import load_run
 
-    scheme, method = EXTENSIONS[label]
+    scheme, method = extensions()[label]
     name = f"{label}@{opts.extend_to}x"
     run_dir = _run_dir(out, name, seed, opts)
     result, curve = fine_tune(opts, label, Path(trained[(scheme, seed)]["run_dir"]), run_dir, seed, scored, device, report)
@@ -472,4 +258,4 @@ def _extend_one(opts: LengthOptions, label: str, seed: int, trained: dict, out: 
     return rows, _train_row(name, seed, result, opts.seeds), curve
 
 
-__all__ = ["DEFAULT_TIME_BUDGET", "LengthOptions", "bucket_bpb", "check_options", "format_tables", "length_study", "markdown_tables", "plot", "position_buckets", "position_curve"]
+__all__ = ["FILES", "length_study", "prepare_study_dir"]

@@ -23,7 +23,8 @@ from octlm.errors import OctlmError, RunError
 from octlm.fileio import read_safetensors, sha256_file
 from octlm.model import Decoder, DecoderConfig
 from octlm.model.positions import SCHEMES, schemes_taking
-from octlm.run.folder import RunFolder, apply_scaling
+from octlm.run.folder import RunFolder
+from octlm.run.scaling import apply_scaling
 from octlm.model.weights import load_weights, weights_state
 
 #: Model options a fine-tuning run must share with its source (``context_length`` and ``dropout`` may change).

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from octlm.declare import (
-    REQUIRED, Bound, Resume, at_least, build, check_fields, finite, flag, flat_values, nested, option, option_default, option_fields,
-    refused, replaced, same_as,
+    Bound, Resume, at_least, build, check_fields, finite, flag, flat_values, nested, option, option_default, option_fields, refused,
 )
 from octlm.data.text import check_encoding
 from octlm.data.tokenizer import MIN_VOCAB_SIZE

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from octlm.declare import Resume, checked_values, flag, option_default, option_fields, refused
 from octlm.errors import OctlmError, RunError
-from octlm.run.folder import CONFIG, load_config
+from octlm.run.folder import CONFIG
+from octlm.run.load import load_config
 from octlm.train.options import MODEL_OPTIONS, TrainOptions
 
 

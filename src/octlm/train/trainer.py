@@ -17,24 +17,21 @@ from pathlib import Path
 import torch
 
 from octlm.data.tokens import BlockSampler, count_blocks, gather_blocks
-from octlm.train.checkpoint import (
-    CHECKPOINT, FINISHED, CheckpointError, capture_rng, check_digests, check_resumable, config_digest, describe_checkpoint, load_checkpoint,
-    load_optimizer_tensors, model_tensors, restore_rng, resume_hint, resume_line, rng_of, run_digests, save_checkpoint,
-)
-from octlm.train.corpus import open_corpus, prepare_corpus
-from octlm.train.device import (
-    autocast_for, check_memory, compile_model, compiles, defers_host_sync, resolve_device, to_device,
-)
-from octlm.train.distributed import Group
-from octlm.errors import OctlmError, RunError
-from octlm.train.evaluate import EvalResult, evaluate
-from octlm.train.init_from import config_record, prepare_model
-from octlm.run.outputs import check_out_spares
-from octlm.model import Decoder, DecoderConfig, cross_entropy
-from octlm.train.optim import lr_at, make_optimizer
-from octlm.train.options import TrainOptions, resolved
+from octlm.errors import OctlmError
+from octlm.model import Decoder, cross_entropy
+from octlm.model.weights import save_weights
 from octlm.report import Reporter
-from octlm.run.folder import RunFolder, save_weights
+from octlm.train.checkpoint import (
+    CHECKPOINT, FINISHED, CheckpointError, capture_rng, describe_checkpoint, load_optimizer_tensors, model_tensors, restore_rng,
+    resume_hint, rng_of, save_checkpoint,
+)
+from octlm.train.device import autocast_for, check_memory, compile_model, compiles, defers_host_sync, resolve_device, to_device
+from octlm.train.distributed import Group
+from octlm.train.evaluate import EvalResult, evaluate
+from octlm.train.init_from import prepare_model
+from octlm.train.optim import backward, make_optimizer, scheduled_lr
+from octlm.train.options import TrainOptions, resolved
+from octlm.train.run_setup import RunFolderPhase
 from octlm.train.signals import StopSignals
 
 
@@ -47,7 +44,7 @@ def _empty_window() -> dict:
     return {"tokens": 0, "seconds": 0.0, "loss": 0.0, "steps": 0}
 
 
-class Trainer:
+class Trainer(RunFolderPhase):
     """One training run, fresh or resumed, in one process of a (possibly one-process) group.
 
     Call :meth:`setup`, :meth:`restore`, then :meth:`run`, which returns the
@@ -109,85 +106,6 @@ class Trainer:
         )
         self.optimizer = make_optimizer(model, opts, self.device)
         self.sampler = BlockSampler(len(self.data.train), config.context_length, opts.batch_size, opts.seed, group.rank, group.world_size)
-
-    def _open_folder(self) -> None:
-        # Made once, by rank 0 (staged, so bad input leaves nothing behind); read by everyone.
-        opts, group, report = self.opts, self.group, self.report
-        if self.resume is None:
-
-            def prepare() -> Path:
-                target = RunFolder.new(opts.out)
-                inputs = [("--text", text) for text in opts.text or []] + [("--init-from", opts.init_from)]
-                check_out_spares(target.path, "--out", inputs)
-                target.check_new_run(opts.overwrite)
-                with target.staged() as staging:
-                    corpus = prepare_corpus(opts, RunFolder(staging), report)
-                    # Written with the corpus, so whenever training stops, the folder that appears can be resumed.
-                    RunFolder(staging).write_config(opts.model_config(corpus.tokenizer.vocab_size), self._config_record(target))
-                # Named once it exists: bad input leaves no folder to name. Ctrl-C from here on says how to go on.
-                self.folder = target
-                report.event("run", f"run folder: {target}", run_dir=str(target))
-                return target.path
-
-            path = group.run_on_main(prepare)
-            self.folder = RunFolder(group.gather(str(path) if group.is_main else None)[0])
-            self.lock = self.folder.lock() if group.is_main else None
-        else:
-            self.folder = RunFolder(self.resume)
-            self.lock = self.folder.lock() if group.is_main else None
-            checkpoint = self.folder.path / CHECKPOINT
-            if checkpoint.exists() or self.folder.weights_path.exists():
-                self.ckpt = load_checkpoint(checkpoint)
-            else:
-                # Stopped before its first checkpoint: the prepared corpus and config are all
-                # there is, and all a step-0 start needs (it is what a fresh run does next).
-                report.warn(f"{self.folder} stopped before its first checkpoint; starting it again from step 0 on its prepared corpus")
-        self.data = open_corpus(self.folder)
-        global_blocks = count_blocks(len(self.data.train), opts.model.context_length)
-        if opts.batch_size * group.world_size > global_blocks:
-            report.warn(
-                f"a step takes {opts.batch_size * group.world_size} blocks but the training text holds only {global_blocks}; "
-                f"every step repeats blocks (lower --batch-size or give more text)"
-            )
-
-    def _config_record(self, folder: RunFolder) -> dict:
-        return {**self.opts.train_section(), "max_steps": self.max_steps, "out": str(folder), **config_record(self.opts)}
-
-    def _write_config(self, config: DecoderConfig) -> None:
-        folder = self.folder
-        self.group.run_on_main(lambda: folder.write_config(config, self._config_record(folder)))
-
-    def _fresh_config(self) -> DecoderConfig:
-        folder, group = self.folder, self.group
-        config = self.opts.model_config(self.data.tokenizer.vocab_size)
-        self._write_config(config)
-        stored = folder.read_config()
-        known = {e["file"]: e["sha256"] for e in self.data.manifest["tokens"].values()}
-        digests = group.run_on_main(lambda: run_digests(folder.path, stored, known))
-        self.digests = group.gather(digests)[0]
-        return config
-
-    def _resumed_config(self) -> DecoderConfig:
-        folder, ckpt = self.folder, self.ckpt
-        stored = folder.read_config()
-        # Each process checks the files it is about to read.
-        check_digests(ckpt.path, ckpt.state["digests"], run_digests(folder.path, stored))
-        try:
-            config = DecoderConfig.from_dict(stored["model"])
-        except (TypeError, ValueError) as err:
-            raise RunError(f"{folder.config_path}: invalid model config: {err}") from None
-        note = check_resumable(self.ckpt.state, self.ckpt.step, self.opts, self.group.world_size, self.max_steps, self.folder)
-        if note:
-            self.changes.append(note)
-        self._write_config(config)
-        # The rewrite may add options this octlm knows and the run's did not (at their
-        # defaults); later checkpoints record the config as it now is.
-        self.digests = {**ckpt.state["digests"], "config.json": config_digest(folder.read_config())}
-        line = resume_line(ckpt.state, ckpt.step, self.opts.time_budget, self.max_steps, folder)
-        self.report.event("resume", line, run_dir=str(folder), step=ckpt.step)
-        for change in self.changes:
-            self.report.warn(f"{change}; the result will differ from an uninterrupted run")
-        return config
 
     # -- restore ------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -305,21 +223,13 @@ class Trainer:
             TrainingError: when the loss or the gradient norm is not finite
                 (the step is not applied, nothing is saved).
         """
-        opts, group, max_steps = self.opts, self.group, self.max_steps
-        progress = max(
-            (self.step - opts.warmup_steps) / max(max_steps - opts.warmup_steps, 1) if max_steps else 0.0,
-            self.elapsed / opts.time_budget if opts.time_budget else 0.0,
-        )
-        lr = lr_at(self.step, progress, opts)
-        for param_group in self.optimizer.param_groups:
-            param_group["lr"] = lr
+        opts, group = self.opts, self.group
+        lr = scheduled_lr(self.optimizer, self.step, opts, self.elapsed)
         t0 = time.perf_counter()
         blocks = to_device(torch.from_numpy(gather_blocks(self.data.train, self.sampler.starts(self.step), self.config.context_length)), self.device)
         with self.autocast:
             loss = cross_entropy(self.forward(blocks[:, :-1]), blocks[:, 1:])
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), opts.grad_clip) if opts.grad_clip > 0 else loss.new_zeros(())
+        norm = backward(loss, self.model, self.optimizer, opts.grad_clip)
         now = self.elapsed_before + time.perf_counter() - self.session_start
         if self.deferred:
             # One process: the clock and a stop request are its own; the NaN guard runs in _settle.

@@ -1,14 +1,25 @@
-"""``octlm length``."""
+"""``octlm length``: the text study (:class:`~octlm.studies.length_options.LengthOptions`), or with ``--task`` the task study (:class:`~octlm.studies.task.TaskOptions`).
+
+One command serves both protocols, so its flags are the union of both
+options classes; the options given decide which study runs, and a flag the
+chosen study does not read is refused by name.
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
+from octlm.cli.program import Formatter, add_common, add_dataclass_options, given_options
 from octlm.data.corpora import builtin_help
-from octlm.studies.length import RUNS, LengthOptions
+from octlm.declare import build, flag, option_fields
+from octlm.errors import OctlmError
 from octlm.report import Reporter
+from octlm.studies.length_options import RUNS, LengthOptions
+from octlm.studies.task import TASK_MULTIPLIERS, TaskOptions
+
+TEXT_ONLY = {f.name for f in option_fields(LengthOptions)} - {f.name for f in option_fields(TaskOptions)}
+TASK_ONLY = [f for f in option_fields(TaskOptions) if f.name not in {g.name for g in option_fields(LengthOptions)}]
 
 
 def add_parser(sub) -> None:
@@ -30,20 +41,45 @@ def add_parser(sub) -> None:
         + builtin_help(),
     )
     add_dataclass_options(p, LengthOptions)
+    add_dataclass_options(p, TaskOptions, only=TASK_ONLY)
     add_common(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, parser=p)
+
+
+def study_options(args: argparse.Namespace) -> LengthOptions | TaskOptions:
+    """The options of the study the parsed flags ask for: :class:`TaskOptions` with ``--task``, else :class:`LengthOptions`.
+
+    Each class fills what was not given with its own defaults (the task study
+    trains a smaller model for more steps).
+
+    Raises:
+        OctlmError: for a flag the chosen study does not read, naming it.
+    """
+    given = given_options(args.parser, args.argv[1:]) - {"json", "quiet"}
+    if args.task is None:
+        if task_only := sorted(given & {f.name for f in TASK_ONLY}):
+            raise OctlmError(f"{flag(task_only[0])} needs --task: it sets the synthetic task study; add --task NAME or drop it")
+        cls = LengthOptions
+    else:
+        if text_only := sorted(given & TEXT_ONLY):
+            raise OctlmError(f"{flag(text_only[0])} means nothing with --task: the task study generates its own sequences, trains "
+                             f"--max-steps steps and scores exact match at {', '.join(f'{m}x' for m in TASK_MULTIPLIERS)} --task-length; "
+                             f"drop {flag(text_only[0])}")
+        cls = TaskOptions
+    names = {f.name for f in option_fields(cls)}
+    return build(cls, {name: getattr(args, name) for name in given & names | ({"task"} if cls is TaskOptions else set())})
 
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.studies.length import length_study
     from octlm.studies.task import task_study
 
-    opts = options_from(args, LengthOptions)
+    opts = study_options(args)
     try:
-        (task_study if opts.task else length_study)(opts, report)
+        (task_study if isinstance(opts, TaskOptions) else length_study)(opts, report)
     except KeyboardInterrupt:
         runs = Path(opts.out or "") / RUNS
-        if not opts.task and runs.is_dir() and any(runs.iterdir()):
+        if isinstance(opts, LengthOptions) and runs.is_dir() and any(runs.iterdir()):
             report.warn(f"the models trained so far stay in {runs} (each an octlm run: sample, embeddings); a study is not continued "
                         f"where it stopped: the same command with --overwrite starts it again")
         raise

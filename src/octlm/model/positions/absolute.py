@@ -34,6 +34,7 @@ class LearnedPositions(PositionScheme):
     description = "a learned row per position, added to the token vectors (GPT-2)"
     has_table_limit = True
     is_default = True  # octlm's Day-1 baseline, as GPT-2
+    extension_methods = (None,)  # its table interpolated to the new length (octlm.train.init_from)
     hf_model_type = "gpt2"
     takes_random_positions = True
 

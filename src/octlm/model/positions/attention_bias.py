@@ -36,6 +36,7 @@ class ALiBiPositions(PositionScheme):
     description = "a penalty growing linearly with distance, added to the attention scores (Press et al. 2022)"
     hf_refusal = ("transformers' MPT and BLOOM share octlm's ALiBi slopes for 1 to 16 heads, but MPT has no biases in its linear layers "
                   "and LayerNorms, which octlm's blocks have, and BLOOM normalises the token rows before the first block and has only tanh GELU")
+    extension_methods = (None,)  # a control: ALiBi needs no change to run longer
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)

@@ -113,6 +113,11 @@ class PositionScheme(nn.Module):
     is_default = False
     #: trained by ``octlm length`` unless ``--schemes`` says otherwise (each model costs its time budget)
     in_length_study = True
+    #: the fine-tunes of the length study's extension stage for this scheme: the RoPE scaling each trains
+    #: under (``None``: none, plain fine-tuning); empty: the stage leaves the scheme out
+    extension_methods: tuple[str | None, ...] = ()
+    #: when the length study trains this scheme, its time budget is turned into steps on it (a slower scheme)
+    times_length_study = False
     #: transformers ``model_type`` export-hf writes the scheme as (a mapper in octlm.export.hf), or None: then ``hf_refusal`` says why
     hf_model_type: str | None = None
     hf_refusal = "no transformers architecture computes this scheme"

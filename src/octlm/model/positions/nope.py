@@ -17,6 +17,7 @@ class NoPositions(PositionScheme):
     label = "NoPE"
     description = PositionScheme.description
     hf_model_type = "gpt_neox"  # with partial_rotary_factor 0: nothing turns
+    extension_methods = (None,)  # a control: nothing to stretch
 
     @classmethod
     def explorer_note(cls) -> str:

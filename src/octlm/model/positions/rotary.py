@@ -58,6 +58,8 @@ class RotaryPositions(ScalableRotation, PositionScheme):
     label = "RoPE"
     description = "queries and keys rotated by their position, so scores see relative distance (Su et al. 2021)"
     hf_model_type = "gpt_neox"
+    extension_methods = (None, "linear", "ntk", "yarn")  # plain fine-tuning, then Chen et al. 2023's and Peng et al. 2023's
+    times_length_study = True
     options = {
         "rope_theta": option(DEFAULT_BASE, "RoPE wavelength base"),
         "rope_layout": option("interleaved", "RoPE channel pairs: interleaved (2i, 2i+1) or half (i, i+d/2, GPT-NeoX/LLaMA)",

@@ -36,6 +36,8 @@ class XPosRotation(RotaryPositions):
     description = "RoPE with a per-channel decay that makes the score fade with distance (Sun et al. 2023)"
     in_length_study = False  # opt-in: the default study's 30 minutes hold five models
     hf_model_type = None
+    extension_methods = ()  # RoPE's fine-tunes are not xPos's: the stage leaves it out
+    times_length_study = False
     hf_refusal = "transformers' GPT-NeoX rotates queries and keys but has no xPos decay"
     gamma, scale_base = 0.4, 512.0
 

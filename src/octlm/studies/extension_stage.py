@@ -24,14 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from octlm.declare import replaced
+from octlm.model.positions import SCHEMES
 from octlm.train.evaluate import evaluate
 from octlm.report import Reporter, TaggedReporter
 
-#: ``label: (base scheme, RoPE scaling method or None)`` in table order.
-EXTENSIONS = {
-    "rope": ("rope", None), "rope+linear": ("rope", "linear"), "rope+ntk": ("rope", "ntk"), "rope+yarn": ("rope", "yarn"),
-    "learned": ("learned", None), "alibi": ("alibi", None), "none": ("none", None),
-}
 #: Curve points per fine-tune, after step 0.
 CURVE_POINTS = 4
 EXTEND_PLOT = "extend.png"
@@ -58,11 +54,23 @@ class _Silent(Reporter):
         pass
 
 
+def extensions() -> dict[str, tuple[str, str | None]]:
+    """``label: (base scheme, RoPE scaling method or None)`` of every fine-tune the stage can make, in table order.
+
+    Each scheme says which it takes (``PositionScheme.extension_methods``);
+    the label is the scheme, with ``+method`` under a scaling. The scheme
+    with the most methods comes first, as the study's tables have always listed it.
+    """
+    ordered = sorted(SCHEMES.items(), key=lambda item: -len(item[1].extension_methods))
+    return {scheme if m is None else f"{scheme}+{m}": (scheme, m) for scheme, cls in ordered for m in cls.extension_methods}
+
+
 def measure_steps(opts, timing_dir: Path, report: Reporter) -> dict:
     """One step count for every model of a study: ``--time-budget`` over the measured seconds per step.
 
-    Trains the first scheme of the study (rope when it is one: it is among the
-    slower ones) for :data:`TIMING_STEPS` steps in ``timing_dir``, which is
+    Trains the first scheme of the study that says it times the study
+    (``PositionScheme.times_length_study``: one of the slower ones), else the
+    first scheme, for :data:`TIMING_STEPS` steps in ``timing_dir``, which is
     removed after. The first steps carry some start-up cost, so the count
     errs low.
 
@@ -70,7 +78,7 @@ def measure_steps(opts, timing_dir: Path, report: Reporter) -> dict:
     """
     from octlm.train.launch import train
 
-    scheme = "rope" if "rope" in opts.schemes else opts.schemes[0]
+    scheme = next((s for s in opts.schemes if SCHEMES[s].times_length_study), opts.schemes[0])
     timing = dataclasses.replace(opts.train_options(scheme, timing_dir), time_budget=None, max_steps=TIMING_STEPS, eval_interval=10**9,
                                  final_eval_blocks=1, save_every=0)
     result = train(timing, _Silent(report))
@@ -86,7 +94,7 @@ def extension_options(opts, label: str, source_dir: Path, run_dir: Path, seed: i
     """The ``octlm train`` options of one fine-tune: from ``source_dir`` at ``extend_to x T``, same tokens per step."""
     from octlm.train.init_from import init_from_options
 
-    scheme, method = EXTENSIONS[label]
+    scheme, method = extensions()[label]
     M = opts.extend_to
     base = opts.train_options(scheme, run_dir, seed)
     steps = opts.extend_steps
@@ -100,7 +108,7 @@ def extension_options(opts, label: str, source_dir: Path, run_dir: Path, seed: i
 
 def labels_for(schemes: list[str]) -> list[str]:
     """The extension labels whose base scheme the study trains."""
-    return [label for label, (scheme, _) in EXTENSIONS.items() if scheme in schemes]
+    return [label for label, (scheme, _) in extensions().items() if scheme in schemes]
 
 
 def fine_tune(opts, label: str, source_dir: Path, run_dir: Path, seed: int, scored: np.ndarray, device, report: Reporter) -> tuple[dict, list[dict]]:
@@ -111,7 +119,8 @@ def fine_tune(opts, label: str, source_dir: Path, run_dir: Path, seed: int, scor
     """
     from octlm.model import Decoder
     from octlm.train.init_from import prepare_model
-    from octlm.run.folder import RunFolder, load_run
+    from octlm.run.folder import RunFolder
+    from octlm.run.load import load_run
     from octlm.train.launch import train
 
     tuned = extension_options(opts, label, source_dir, run_dir, seed)
@@ -186,4 +195,4 @@ def curve_plot(curves: list[dict]) -> bytes:
     return png_bytes(fig)
 
 
-__all__ = ["CURVE_POINTS", "EXTENSIONS", "EXTEND_PLOT", "curve_markdown", "curve_plot", "extension_options", "fine_tune", "labels_for", "measure_steps"]
+__all__ = ["CURVE_POINTS", "extensions", "EXTEND_PLOT", "curve_markdown", "curve_plot", "extension_options", "fine_tune", "labels_for", "measure_steps"]

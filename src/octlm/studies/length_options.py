@@ -1,0 +1,196 @@
+"""The options of the text study, ``octlm length --text``: :class:`LengthOptions`, and the checks they must pass before anything is trained."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from octlm.declare import Bound, at_least, check_fields, flag, option, option_default, option_fields, refused, same_as
+from octlm.errors import OctlmError
+from octlm.model.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking
+from octlm.model.positions.base import with_scheme_options
+from octlm.studies.core import check_schemes
+from octlm.studies.extension_stage import labels_for
+from octlm.studies.task import TASK_SEEDS, TASK_STEPS, TaskOptions
+from octlm.train.options import TrainOptions, scheme_options
+from octlm.train.options import check_options as check_train_options
+
+#: Seconds of training per model by default. With the extension stage on, the
+#: whole default study fits in 30 minutes on two CPU cores with room to spare
+#: (docs/length-study.md gives the measured time and the command).
+DEFAULT_TIME_BUDGET = 180.0
+#: Wall minutes of the default study, extension stage included (``--threads 1``, tinyshakespeare).
+MEASURED_MINUTES = 18.4
+#: The default extension stage: fine-tune a copy of each model at 4 x T for
+#: 100 steps (Chen et al. 2023 fine-tune LLaMA at 2x to 16x; 4x keeps the
+#: longest fine-tuning window at 512 tokens, cheap on a CPU).
+DEFAULT_EXTEND_TO = 4
+RUNS = "runs"
+
+
+def _check_extend_to(value: int) -> None:
+    """``--extend-to`` is 0 (no extension stage) or a multiple >= 2: at 1x there is nothing to extend to."""
+    if value != 0 and not value >= 2:
+        raise OctlmError(f"--extend-to must be 0 (no extension stage) or an integer >= 2, got {value}")
+
+
+def _default(cls, name: str) -> Any:
+    """The declared default of option ``name`` of options class ``cls``."""
+    return option_default(next(f for f in option_fields(cls) if f.name == name))
+
+
+def _task_default(name: str, what: str) -> str:
+    """Help text of an option whose default differs between the text and the task study (one flag serves both)."""
+    return f"{what} (default: {_default(TrainOptions, name):g} as octlm train; with --task {_default(TaskOptions, name):g})"
+
+
+@dataclass
+@with_scheme_options(handed_over=True)
+class LengthOptions:
+    """Everything the text study, ``octlm length --text``, takes. Units are in each help text.
+
+    The options it shares with ``octlm train`` are that command's own
+    declarations (:func:`octlm.declare.same_as`): the same default, help and
+    bounds, handed to every model's :class:`TrainOptions` by name; every
+    position scheme's options are among them (:func:`~octlm.model.positions.base.with_scheme_options`).
+    The task study's options (``--task``) are :class:`octlm.studies.task.TaskOptions`.
+    """
+
+    text: list[str] = same_as(TrainOptions, "text", help="UTF-8 text files or folders (the same split, tokenizer and seed for every model)")
+    out: str | None = option(None, "study folder to create: runs/<scheme>/, length.jsonl, length.png, length.md")
+    # The study checks its budget itself (one of --time-budget and --max-steps must hold), so no train bound here.
+    time_budget: float | None = same_as(
+        TrainOptions, "time_budget", default=DEFAULT_TIME_BUDGET, bounds=None,
+        help=f"seconds of training per model, timed once into one step count for every model (default {DEFAULT_TIME_BUDGET:g}; "
+        f"the whole default study, extension stage included, took {MEASURED_MINUTES} minutes on tinyshakespeare with --threads 1 "
+        "on a busy 2-core machine, within the 30 minutes it is sized for on 2 CPU cores; 30 gives a quick look)")
+    max_steps: int | None = same_as(TrainOptions, "max_steps", help="train each model for exactly this many steps instead of --time-budget (reproducible; length.jsonl then records time_budget null); "
+                                     f"with --task the only budget (default {TASK_STEPS})")
+    train_length: int = same_as(TrainOptions, "context_length", help="context length T the models train on (tokens)", bounds=at_least(2, "tokens"))
+    multipliers: list[int] = option([1, 2, 4, 8, 16], "evaluation lengths as multiples of T", bounds=Bound(1, says="integers >= 1"), nargs="+", metavar="M")
+    # The default is read from the registry when used: each scheme says whether the study trains it, in table order.
+    schemes: list[str] = option(
+        length_study_schemes, "position schemes to train and compare (default: those the text study trains, in registration order: "
+        f"{' '.join(length_study_schemes())}; with --task every scheme)", nargs="+", choices=SCHEME_NAMES, metavar="SCHEME")
+    rope_scalings: list[str] | None = option(
+        None, f"RoPE context-extension methods to evaluate the rope model under (default: {' '.join(ROPE_SCALINGS)} when rope is "
+        "among --schemes, else none)", nargs="*", choices=list(ROPE_SCALINGS), metavar="METHOD")
+    vocab_size: int = same_as(TrainOptions, "vocab_size")
+    d_model: int = same_as(TrainOptions, "d_model", help=_task_default("d_model", "model width C"))
+    n_heads: int = same_as(TrainOptions, "n_heads")
+    n_layers: int = same_as(TrainOptions, "n_layers", help=_task_default("n_layers", "transformer blocks"))
+    batch_size: int = same_as(TrainOptions, "batch_size")
+    learning_rate: float = same_as(TrainOptions, "learning_rate", help=_task_default("learning_rate", "peak AdamW learning rate"))
+    eval_tokens: int = option(8192, "tokens per evaluation forward pass (windows per batch = this / length)", bounds=at_least(1))
+    encoding: str = same_as(TrainOptions, "encoding")
+    val_fraction: float = same_as(TrainOptions, "val_fraction")
+    seed: int = same_as(TrainOptions, "seed", help="random seed, the same for every model")
+    device: str = same_as(TrainOptions, "device")
+    threads: int | None = same_as(TrainOptions, "threads")
+    overwrite: bool = option(False, "replace an existing study folder at --out")
+    seeds: int = option(1, "train every model (base and extended) with this many seeds (--seed, --seed + 1, ...); tables show "
+                        f"mean ± std (default: 1; with --task {TASK_SEEDS})", bounds=at_least(1))
+    extend_to: int = option(DEFAULT_EXTEND_TO, "extension stage: fine-tune a copy of each model at this multiple M of T "
+                            "(octlm train --init-from); 0 skips the stage", check=_check_extend_to, metavar="M")
+    extend_steps: int = option(100, "fine-tuning steps of each extension (curve points after 0, N/4, N/2, 3N/4 and N)", bounds=at_least(1),
+                               metavar="N")
+    extend_learning_rate: float = option(1e-3, "peak learning rate of the fine-tunes", bounds=Bound(0, math.inf, low_open=True, high_open=True,
+                                                                                                  says="a finite number > 0"))
+
+    # ... then every position scheme's options (with_scheme_options): each model takes those its scheme reads.
+
+    def resolved(self) -> LengthOptions:
+        """A copy with the defaults that depend on other options filled in: what the study runs and records."""
+        scalings = self.rope_scalings
+        if scalings is None:
+            # Unset means "every method some model of the study can take": none when no scheme takes one.
+            scalings = scalings_taken(self.schemes)
+        # --max-steps replaces the budget (train_options drops it), so the record must not claim one.
+        budget = None if self.max_steps is not None else self.time_budget
+        # The extension stage scores at M x T, so that length is among the evaluated ones (when some scheme has a method).
+        extending = self.extend_to and labels_for(self.schemes)
+        multipliers = sorted(set(self.multipliers) | ({self.extend_to} if extending else set()))
+        return dataclasses.replace(self, rope_scalings=list(scalings), time_budget=budget, multipliers=multipliers)
+
+    def train_options(self, scheme: str, run_dir: Path, seed: int | None = None) -> TrainOptions:
+        """The ``octlm train`` options of one model of the study: the shared ones by name, the rest fixed."""
+        unread = scheme_options(scheme)[1]
+        shared = {f.metadata["same_as"]: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("same_as") not in unread | {None}}
+        shared.update(text=list(self.text), time_budget=None if self.max_steps is not None else self.time_budget)
+        if seed is not None:
+            shared["seed"] = seed
+        return TrainOptions.of(**shared, position=scheme, sample_tokens=0, out=str(run_dir), overwrite=True)
+
+
+def scalings_taken(schemes: list[str]) -> list[str]:
+    """The RoPE scalings (in :data:`ROPE_SCALINGS` order) that at least one of ``schemes`` takes."""
+    return [m for m in ROPE_SCALINGS if any(m in SCHEMES[s].scalings() for s in schemes if s in SCHEMES)]
+
+
+def check_options(opts: LengthOptions) -> None:
+    """Reject options that cannot work, naming the flag; nothing is written before this passes."""
+    if not opts.text:
+        raise OctlmError("--text: give at least one text file or folder, e.g. --text tinyshakespeare (the corpus built into octlm)")
+    if opts.out is None:
+        raise OctlmError("--out: give the study folder to create, e.g. --out runs/length")
+    if opts.max_steps is None and (opts.time_budget is None or not opts.time_budget > 0):
+        raise OctlmError(f"--time-budget must be a positive number of seconds (or give --max-steps), got {opts.time_budget}")
+    check_fields(opts)
+    untaken = [m for m in opts.rope_scalings or [] if m not in scalings_taken(opts.schemes)]
+    if untaken:
+        takers = schemes_taking(untaken[0])
+        raise OctlmError(f"--rope-scalings needs the {' or '.join(takers)} model: add {takers[0]} to --schemes or pass --rope-scalings with no methods")
+    check_schemes(opts.schemes)
+    fields = {f.name: f for f in dataclasses.fields(opts)}
+    for name in set.intersection(*(scheme_options(s)[1] for s in opts.schemes)) & set(fields):
+        if getattr(opts, name) != option_default(fields[name]):
+            raise OctlmError(f"{flag(name)} {getattr(opts, name)} means nothing for --schemes {' '.join(opts.schemes)}: none of them reads it; "
+                             f"drop {flag(name)}, or add a scheme that reads it")
+    for scheme in opts.schemes:
+        try:
+            train_opts = opts.train_options(scheme, Path(opts.out) / RUNS / scheme)
+        except ValueError as err:  # the model refuses the shape (--d-model 30 --n-heads 4)
+            raise refused(err) from None
+        check_train_options(train_opts)
+
+
+def validation_tokens(opts: LengthOptions) -> int:
+    """Tokens in the validation split, read, split and tokenized as :func:`octlm.train.corpus.prepare_corpus` does.
+
+    Costs one tokenizer training (under a second for tinyshakespeare), which
+    is what lets the study refuse a too-long evaluation length before it
+    trains anything.
+    """
+    from octlm.train.corpus import split_and_tokenize
+    from octlm.data.tokens import encode_stream
+
+    # Every model of the study reads the same text; only the text options matter here, not the folder.
+    text = split_and_tokenize(opts.train_options(opts.schemes[0], Path(RUNS)))
+    return len(encode_stream(text.tokenizer, text.val_texts))
+
+
+def check_validation_length(n_tokens: int, opts: LengthOptions) -> int:
+    """The number of windows of the longest evaluation length in ``n_tokens`` validation tokens (>= 1).
+
+    Raises:
+        OctlmError: when not even one window (longest length + 1 tokens) fits,
+            naming the longest multiplier the text supports.
+    """
+    T, longest_m = opts.train_length, max(opts.multipliers)
+    longest = longest_m * T
+    n_windows = (n_tokens - 1) // longest
+    if n_windows >= 1:
+        return n_windows
+    supported = (n_tokens - 1) // T
+    fix = (f"lower --multipliers to at most {supported} (the longest length this text supports is {supported * T} tokens), "
+           if supported >= 1 else "lower --train-length, ")
+    raise OctlmError(
+        f"--multipliers {longest_m}: the validation split holds {n_tokens} tokens, fewer than one window of {longest + 1} for "
+        f"the longest length ({longest_m} x {T}); {fix}give more text or raise --val-fraction (now {opts.val_fraction})"
+    )
+
+
+__all__ = ["DEFAULT_EXTEND_TO", "DEFAULT_TIME_BUDGET", "MEASURED_MINUTES", "RUNS", "LengthOptions", "check_options", "check_validation_length", "scalings_taken", "validation_tokens"]

@@ -1,0 +1,69 @@
+"""The house rules the layout promises (docs/architecture.md): schemes named in one package, rooms of a readable size."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from octlm.model.positions import SCHEMES
+from tests.conftest import REPO
+
+PACKAGE = REPO / "src" / "octlm"
+POSITIONS = PACKAGE / "model" / "positions"
+
+#: "none" is NoPE's name and also a word torch and matplotlib take: each place it is used as that word, and why.
+NONE_AS_A_WORD = {
+    "model/config.py": 1,  # F.gelu(approximate="none"), the exact GELU
+    "model/decoder.py": 1,  # F.cross_entropy's reduction="none"
+    "train/evaluate.py": 1,  # F.cross_entropy's reduction="none"
+    "model/weights.py": 2,  # a message: "missing: none"
+    "inspect/figures.py": 2,  # matplotlib's facecolors="none", a hollow marker
+}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "web_dist" not in p.parts)
+
+
+def _string_constants(tree: ast.AST) -> list[ast.Constant]:
+    """String literals that are not docstrings (a docstring may say which schemes a module serves)."""
+    docstrings = {
+        id(node.body[0].value) for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and ast.get_docstring(node, clean=False) is not None
+    }
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
+
+
+def test_no_module_outside_the_positions_package_names_a_scheme():
+    named = {}
+    for path in _modules():
+        if POSITIONS in path.parents:
+            continue
+        for node in _string_constants(ast.parse(path.read_text(encoding="utf-8"))):
+            if node.value in SCHEMES:
+                named.setdefault(path.relative_to(PACKAGE).as_posix(), []).append((node.lineno, node.value))
+    words = {module: [entry for entry in entries if entry[1] == "none"] for module, entries in named.items()}
+    schemes = {module: [entry for entry in entries if entry[1] != "none"] for module, entries in named.items()}
+    assert not {m: e for m, e in schemes.items() if e}, "a scheme is named outside octlm.model.positions; ask the registry instead"
+    assert all(len(entries) <= NONE_AS_A_WORD.get(module, 0) for module, entries in words.items()), words
+
+
+def test_the_check_sees_a_scheme_named_in_code(tmp_path):
+    # The check above must be able to fail: a comparison with a scheme's name is what it exists to catch.
+    tree = ast.parse('def f(config):\n    """Only rope is special here."""\n    return config.position == "rope"\n')
+    assert [n.value for n in _string_constants(tree)] == ["rope"]
+
+
+def test_every_module_and_function_stays_readable():
+    too_long = []
+    for path in _modules():
+        source = path.read_text(encoding="utf-8")
+        if len(source.splitlines()) > 400:
+            too_long.append(f"{path.relative_to(PACKAGE)}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = node.body
+                start = body[1].lineno if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and len(body) > 1 else body[0].lineno
+                if node.end_lineno - start + 1 > 60:
+                    too_long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}: {node.end_lineno - start + 1} lines of code")
+    assert not too_long, "modules over 400 lines or functions over 60 lines of code: " + "; ".join(too_long)
