@@ -66,4 +66,68 @@ def test_per_position_totals_match_direct_computation(shakespeare):
             nbytes += [len(tokenizer.decode([t]).encode("utf-8")) for t in block[1:].tolist()]
     np.testing.assert_allclose(result.position_nats, nats, rtol=1e-5)
     assert result.position_bytes == nbytes.tolist()
-    assert result.loss == pytest.approx(nats.sum() / (24 * n_blocks), rel=1e-6)
+    assert result.loss == pytest.approx(nats.sum() / (24 * n_blocks), rel=1e-5)
+
+
+# -- the sliding-window reading (issue 22) -----------------------------------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from octlm.model.positions import SCHEMES  # noqa: E402
+from octlm.train.evaluate import evaluate_sliding, sliding_windows  # noqa: E402
+
+
+@given(n=st.integers(1, 400), length=st.integers(1, 64), stride_fraction=st.floats(0.0, 1.0))
+def test_every_target_is_scored_once_and_sees_at_least_length_minus_stride_tokens(n, length, stride_fraction):
+    stride = max(1, round(stride_fraction * length))
+    if n < length:
+        with pytest.raises(ValueError, match="needs at least"):
+            sliding_windows(n, length, stride)
+        return
+    starts, first = sliding_windows(n, length, stride)
+    scored = np.zeros(n, dtype=int)
+    for start, skip in zip(starts, first):
+        assert 0 <= start and start + length <= n
+        scored[start + skip : start + length] += 1
+        if start > 0:  # past the first window: target at window position p is predicted from p + 1 tokens
+            assert skip + 1 >= length - stride + 1
+    assert (scored == 1).all()
+
+
+def _small_model(position: str, seed: int = 0) -> Decoder:
+    torch.manual_seed(seed)
+    return Decoder(DecoderConfig(vocab_size=40, context_length=8, d_model=16, n_heads=2, n_layers=1, position=position)).eval()
+
+
+def _stream(n: int) -> np.ndarray:
+    return np.random.default_rng(3).integers(0, 40, n + 1).astype(np.uint16)
+
+
+@pytest.mark.parametrize("position", sorted(SCHEMES))
+def test_a_stride_of_the_whole_window_is_the_non_overlapping_reading(position):
+    model, stream, nbytes = _small_model(position), _stream(8 * 7), np.arange(1, 41)
+    blocks = evaluate(model, stream, nbytes, 8, batch_size=3)
+    slid = evaluate_sliding(model, stream, nbytes, 8, 8, batch_size=3)
+    assert (slid.tokens, slid.bytes, slid.blocks) == (blocks.tokens, blocks.bytes, blocks.blocks)
+    # float32 losses (octlm.model.cross_entropy), summed in another order: equal to float32 rounding
+    assert slid.loss == pytest.approx(blocks.loss, rel=1e-5) and slid.bpb == pytest.approx(blocks.bpb, rel=1e-5)
+
+
+@pytest.mark.parametrize("position", sorted(name for name, cls in SCHEMES.items() if not cls.has_table_limit) + ["learned"])
+def test_a_stride_of_one_scores_each_target_after_the_window_before_it(position):
+    # Recomputed token by token: target j is predicted from the (at most) `length` tokens that end at j, each its own forward pass.
+    length = 8 if position == "learned" else 6
+    model, stream, nbytes = _small_model(position), _stream(23), np.arange(1, 41)
+    slid = evaluate_sliding(model, stream, nbytes, length, 1, batch_size=4)
+    nats, n_bytes = 0.0, 0
+    with torch.no_grad():
+        for j in range(len(stream) - 1):
+            start = max(0, j + 1 - length)
+            context = torch.tensor(stream[start : j + 1], dtype=torch.long)[None]
+            logp = torch.log_softmax(model(context)[0, -1], dim=-1)
+            nats -= float(logp[int(stream[j + 1])])
+            n_bytes += int(nbytes[stream[j + 1]])
+    assert slid.tokens == len(stream) - 1 and slid.bytes == n_bytes
+    assert slid.loss == pytest.approx(nats / slid.tokens, rel=1e-5)
+    assert slid.bpb == pytest.approx(nats / math.log(2) / n_bytes, rel=1e-5)

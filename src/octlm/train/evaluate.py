@@ -124,4 +124,83 @@ def evaluate(
     )
 
 
-__all__ = ["EvalResult", "evaluate", "evenly_spaced"]
+def sliding_windows(n_targets: int, length: int, stride: int) -> tuple[np.ndarray, np.ndarray]:
+    """The windows of a sliding-window reading of ``n_targets`` targets: ``(starts, first)``, int64 [n_windows] each.
+
+    Window ``k`` holds the ``length`` targets from ``starts[k]`` and scores
+    those from window position ``first[k]`` on: the ones no earlier window
+    scored. Windows advance by ``stride`` tokens; the last one is pulled back
+    to end at the last target, so every target is scored exactly once, and
+    each target after the first window is predicted from at least
+    ``length - stride`` tokens before it in its window. ``stride == length``
+    gives the non-overlapping windows of :func:`evaluate`.
+
+    Raises:
+        ValueError: when fewer than ``length`` targets are given, or
+            ``stride`` is not in ``1 .. length``.
+    """
+    if not 1 <= stride <= length:
+        raise ValueError(f"stride must be in 1..length ({length}), got {stride}")
+    if n_targets < length:
+        raise ValueError(f"a sliding window of {length} targets needs at least that many, got {n_targets}")
+    starts = np.minimum(np.arange(0, n_targets - length + stride, stride, dtype=np.int64), n_targets - length)
+    starts = np.unique(starts)
+    ends = np.concatenate(([0], starts[:-1] + length))
+    return starts, ends - starts
+
+
+@torch.no_grad()
+def evaluate_sliding(
+    model: Decoder,
+    tokens: np.ndarray,
+    bytes_per_token: np.ndarray,
+    length: int,
+    stride: int,
+    batch_size: int = 32,
+    device: str | torch.device = "cpu",
+) -> EvalResult:
+    """Score every target of a token stream once, each with a long context: the sliding-window reading.
+
+    Windows of ``length`` targets (``length + 1`` tokens) advance by
+    ``stride`` (:func:`sliding_windows`), and each window scores only the
+    targets no earlier window scored, so every target after the first window
+    is predicted from at least ``length - stride`` tokens. Non-overlapping
+    windows (:func:`evaluate`) give the early targets of every window little
+    context; a longer window then looks better partly because fewer targets
+    sit near its start, which Press et al. 2022 (ALiBi, Appendix B) call the
+    early token curse, and which this reading removes (the reading of their
+    Appendix B, of Hugging Face's perplexity guide and of the YaRN
+    evaluation). It costs ``length / stride`` times the non-overlapping reading.
+
+    Args:
+        tokens: the stream [N + 1]; its N targets are ``tokens[1:]``.
+        length: window length in tokens (the model sees ``length`` at once).
+        stride: tokens between window starts, ``1 .. length``.
+
+    Returns:
+        :class:`EvalResult` over all N targets; ``blocks`` is the number of windows.
+
+    Raises:
+        ValueError: as :func:`sliding_windows`.
+    """
+    starts, first = sliding_windows(len(tokens) - 1, length, stride)
+    was_training = model.training
+    model.eval()
+    nats, n_bytes = torch.zeros((), dtype=torch.float64), 0
+    positions = np.arange(length)
+    try:
+        for i in range(0, len(starts), batch_size):
+            blocks = gather_blocks(tokens, starts[i : i + batch_size], length)
+            scored = positions[None, :] >= first[i : i + batch_size, None]  # [B, length]: the targets this window scores
+            losses = cross_entropy(model(torch.from_numpy(blocks[:, :-1]).to(device)), torch.from_numpy(blocks[:, 1:]).to(device), reduction="none")
+            nats += losses.double().cpu()[torch.from_numpy(scored)].sum()
+            n_bytes += int(bytes_per_token[blocks[:, 1:]][scored].sum())
+    finally:
+        model.train(was_training)
+    n_tokens = len(tokens) - 1
+    loss = float(nats) / n_tokens
+    return EvalResult(loss=loss, perplexity=math.exp(min(loss, 700.0)), bpb=float(nats) / math.log(2) / max(n_bytes, 1), tokens=n_tokens,
+                      bytes=n_bytes, blocks=len(starts))
+
+
+__all__ = ["EvalResult", "evaluate", "evaluate_sliding", "evenly_spaced", "sliding_windows"]
