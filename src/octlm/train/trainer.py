@@ -19,7 +19,7 @@ import torch
 from octlm.data.tokens import BlockSampler, count_blocks, gather_blocks
 from octlm.train.checkpoint import (
     CHECKPOINT, FINISHED, CheckpointError, capture_rng, check_digests, check_resumable, config_digest, describe_checkpoint, load_checkpoint,
-    load_optimizer_tensors, model_tensors, restore_rng, resume_hint, resume_line, rng_of, run_digests, save_checkpoint,
+    generators_note, load_optimizer_tensors, model_tensors, restore_rng, resume_hint, resume_line, rng_of, run_digests, save_checkpoint,
 )
 from octlm.train.corpus import open_corpus, prepare_corpus
 from octlm.train.device import (
@@ -222,8 +222,8 @@ class Trainer:
             saved = rng_of(ckpt, group.rank)
             if saved is not None:
                 restore_rng(*saved)
-            else:
-                self.report.warn(f"the run had {ckpt.state['world_size']} process(es); rank {group.rank} starts a fresh dropout generator")
+            if (note := generators_note(ckpt, group.world_size)) is not None:
+                self.report.warn(note)  # on rank 0, which alone prints, for every rank
 
     # -- the loop -----------------------------------------------------------------------------------
     def run(self) -> dict:
