@@ -52,6 +52,7 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | embeddings --out holding other files or a run | ELSEWHERE                                                 |
 | staging folders left by a kill -9             | ELSEWHERE                                                 |
 | a folder of the wrong kind (transformers/run) | ELSEWHERE                                                 |
+| a huge binary file (a disk image) in a folder | ELSEWHERE                                                 |
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ ELSEWHERE = {
     "staging folders left by a kill -9": ("test_commands", "test_staging_left_by_a_killed_process_is_removed_and_reported"),
     "--resume or --run on a transformers checkpoint": ("test_commands", "test_resume_of_a_transformers_checkpoint_points_at_import_hf"),
     "import-hf of an octlm run": ("test_commands", "test_import_hf_of_an_octlm_run_names_it"),
+    "a huge binary file in a --text folder, recognised without reading it whole":
+        ("test_data", "test_a_huge_binary_file_is_recognised_from_its_head_not_read_whole"),
 }
 
 
