@@ -52,17 +52,24 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | embeddings --out holding other files or a run | ELSEWHERE                                                 |
 | staging folders left by a kill -9             | ELSEWHERE                                                 |
 | a folder of the wrong kind (transformers/run) | ELSEWHERE                                                 |
+| a huge binary file (a disk image) in a folder | ELSEWHERE                                                 |
+| a full disk while the corpus is prepared      | test_a_full_disk_during_preparation_names_the_folder_and_the_room |
+| a full disk at any other file octlm writes    | test_a_failed_atomic_write_names_its_file_and_leaves_nothing |
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from octlm import Decoder, DecoderConfig
+from octlm import Decoder, DecoderConfig, fileio
 from octlm.cli import main
 from octlm.data.tokens import open_tokens
 from octlm.data.tokenizer import Tokenizer
@@ -85,6 +92,8 @@ ELSEWHERE = {
     "staging folders left by a kill -9": ("test_commands", "test_staging_left_by_a_killed_process_is_removed_and_reported"),
     "--resume or --run on a transformers checkpoint": ("test_commands", "test_resume_of_a_transformers_checkpoint_points_at_import_hf"),
     "import-hf of an octlm run": ("test_commands", "test_import_hf_of_an_octlm_run_names_it"),
+    "a huge binary file in a --text folder, recognised without reading it whole":
+        ("test_data", "test_a_huge_binary_file_is_recognised_from_its_head_not_read_whole"),
 }
 
 
@@ -127,6 +136,36 @@ def test_binary_file(tmp_path, capsys):
     blob.write_bytes(bytes(range(256)) * 10)
     err = train_fails(capsys, ["--text", str(blob)], tmp_path / "r")
     assert f"{blob}: file is binary (it holds NUL bytes); give text files" in err
+
+
+@pytest.mark.parametrize("file", ["tokenizer.json", "train.bin"])
+def test_a_full_disk_during_preparation_names_the_folder_and_the_room(small_corpus, tmp_path, capsys, monkeypatch, file):
+    """The disk fills at the first file (it was full already) or at the token file; a full disk shows at fsync on many file systems."""
+    real_fsync = os.fsync
+
+    def full_disk(fd):
+        if Path(os.readlink(f"/proc/self/fd/{fd}")).name.startswith(f".{file}."):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(fileio.os, "fsync", full_disk)
+    err = train_fails(capsys, ["--text", str(small_corpus)], tmp_path / "r")
+    assert err.startswith(f"octlm: error: {tmp_path}: No space left on device while writing the prepared corpus (train.bin ")
+    assert re.search(r"needs at least [0-9.,]+ [kM]B there before training", err) and "--out a folder on another disk" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_failed_atomic_write_names_its_file_and_leaves_nothing(tmp_path, monkeypatch):
+    """Any other write that meets a full disk is named by the one-line error (``octlm: error: PATH: No space left on device``)."""
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(fileio.os, "fsync", full_disk)
+    with pytest.raises(OSError) as err:
+        fileio.atomic_write(tmp_path / "notes.json", "{}")
+    assert (err.value.errno, err.value.filename) == (errno.ENOSPC, str(tmp_path / "notes.json"))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_not_utf8_names_file_offset_and_encoding_flag(small_corpus, tmp_path, capsys):

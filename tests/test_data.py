@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -121,6 +122,30 @@ def test_folder_skips_binary_and_empty_but_needs_text(tmp_path):
     (tmp_path / "t.txt").write_text("text")
     docs, info = data.read_documents([tmp_path])
     assert [d.text for d in docs] == ["text"] and len(info["skipped"]) == 2
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16"])
+def test_a_huge_binary_file_is_recognised_from_its_head_not_read_whole(tmp_path, encoding):
+    """A disk image beside the text (a 4 GB one took 4.4 GB of memory and 14 s) is skipped from its first 8 KiB.
+
+    The image is sparse (``truncate``: no disk space); reading it whole would
+    allocate its 256 MiB, which Python's allocation tracer would see.
+    """
+    (tmp_path / "notes.txt").write_text("some text", encoding=encoding)
+    image = tmp_path / "disk.img"
+    with image.open("wb") as handle:
+        handle.truncate(256 * 2**20)
+    tracemalloc.start()
+    try:
+        docs, info = data.read_documents([tmp_path], encoding=encoding)
+        with pytest.raises(DataError, match="binary"):
+            data.read_documents([image], encoding=encoding)  # named: an error, from the same head
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [d.text for d in docs] == ["some text"]
+    assert info["skipped"] == [{"path": str(image), "reason": "binary"}]
+    assert peak < 8 * 2**20
 
 
 def test_missing_path(tmp_path):

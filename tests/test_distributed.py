@@ -45,14 +45,18 @@ def losses(run: Path) -> list[float]:
     return [r["loss"] for r in records if r["kind"] == "train"]
 
 
+def torchrun_octlm(args: list[str]) -> subprocess.CompletedProcess:
+    """``octlm ARGS`` in two CPU processes under torchrun (gloo on loopback)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+               "--master_port", str(free_port()), "-m", "octlm", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, small_corpus):
     root = tmp_path_factory.mktemp("ddp")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-               "--master_port", str(free_port()), "-m", "octlm", "train", "--text", str(small_corpus),
-               "--out", str(root / "ddp"), "--batch-size", "4", "--json", *FLAGS]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    done = torchrun_octlm(["train", "--text", str(small_corpus), "--out", str(root / "ddp"), "--batch-size", "4", "--json", *FLAGS])
     assert done.returncode == 0, done.stderr[-3000:]
     code = main(["train", "--text", str(small_corpus), "--out", str(root / "single"), "--batch-size", "8", "--quiet", *FLAGS])
     assert code == 0
@@ -92,3 +96,20 @@ def test_a_two_process_run_resumes_in_one_process_with_the_same_global_batch(run
     assert "keep the global batch: --batch-size 8" in capsys.readouterr().err
     assert main(["train", "--resume", str(run), "--max-steps", str(STEPS + 2), "--batch-size", "8", "--quiet"]) == 0
     assert len(losses(run)) == STEPS + 2
+    # rank 1's saved generator has no process to go to, and the run says so
+    assert ("the run had 2 process(es) and resumes with 1: the dropout generators of rank(s) 1 are dropped, "
+            "so the dropout masks differ from an uninterrupted run's") in capsys.readouterr().err
+
+
+def test_a_one_process_run_resumes_in_two_and_says_rank_1_starts_a_fresh_generator(runs, tmp_path):
+    """Only rank 0 prints (the others report to a SilentReporter), so rank 0 must say what happens on rank 1."""
+    import shutil
+
+    root, _ = runs
+    run = tmp_path / "run"
+    shutil.copytree(root / "single", run)
+    done = torchrun_octlm(["train", "--resume", str(run), "--max-steps", str(STEPS + 2), "--batch-size", "4", "--quiet"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(losses(run)) == STEPS + 2
+    note = "the run had 1 process(es) and resumes with 2: rank(s) 1 start fresh dropout generators"
+    assert done.stderr.count(note) == 1, done.stderr[-3000:]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from octlm.model.weights import save_weights
 from octlm.data.tokenizer import Tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM  # noqa: E402
 
 TEXT = "ROMEO:\nBut, soft! what light through yonder window breaks?"
@@ -84,8 +86,34 @@ def test_export_loads_in_transformers_with_equal_logits(exported):
     model, folder = exported
     hf = AutoModelForCausalLM.from_pretrained(folder / "hf").eval()
     assert isinstance(hf, GPTNeoXForCausalLM)
-    assert hf.lm_head.weight.data_ptr() == hf.gpt_neox.embed_in.weight.data_ptr()  # the head stays tied
+    assert hf.get_output_embeddings().weight.data_ptr() == hf.get_input_embeddings().weight.data_ptr()  # the head stays tied
     ids = torch.randint(0, model.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))  # 3x past training
+    assert logits_gap(model, hf, ids) < 1e-5
+
+
+#: What each transformers major version reads of a GPT-NeoX RoPE: version 4 (4.45 to 4.57; GPTNeoXConfig.__init__)
+#: knows no rope_parameters and loads rotary_pct 0.25 and rotary_emb_base 10000 where its keys are missing.
+SPELLINGS = {"transformers 4": ("rotary_pct", "rotary_emb_base", "rope_scaling"), "transformers 5": ("rope_parameters",)}
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_each_transformers_version_reads_the_same_rope_from_the_export(exported, tmp_path, spelling):
+    """The export loads with octlm's logits from either spelling of its RoPE alone.
+
+    Transformers 5 still reads the version 4 keys with version 4's meaning and
+    defaults, so loading a config.json that keeps only them shows what
+    transformers 4 computes; the full parity run under the oldest allowed
+    transformers 4 is scripts/test_oldest_transformers.sh.
+    """
+    model, folder = exported
+    if spelling == "transformers 5" and int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("transformers 4 does not read rope_parameters")
+    config = json.loads((folder / "hf" / "config.json").read_text())
+    others = {key for name, keys in SPELLINGS.items() if name != spelling for key in keys}
+    shutil.copytree(folder / "hf", tmp_path / "hf")
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k not in others}))
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    ids = torch.randint(0, model.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))
     assert logits_gap(model, hf, ids) < 1e-5
 
 
@@ -119,11 +147,24 @@ def test_export_then_import_gives_the_same_run(exported, tmp_path):
         assert result["rope_scaling"]["method"] == scaling.method and result["rope_scaling"]["factor"] == scaling.factor
 
 
+def rope_arguments(rope: dict) -> dict:
+    """GPTNeoXConfig arguments that give ``rope`` (a transformers 5 ``rope_parameters`` dict) in transformers 4 and 5.
+
+    Version 4 takes ``rotary_pct``, ``rotary_emb_base`` and ``rope_scaling``
+    and keeps ``rope_parameters`` as an attribute it never reads; version 5
+    reads all four, ``rope_scaling`` over ``rope_parameters``.
+    """
+    scaling = {k: v for k, v in rope.items() if k not in ("rope_theta", "partial_rotary_factor")}
+    return {"rope_parameters": rope, "rotary_pct": rope.get("partial_rotary_factor", 1.0), "rotary_emb_base": rope.get("rope_theta", 10000.0),
+            "rope_scaling": scaling if scaling.get("rope_type", "default") != "default" else None}
+
+
 def random_neox(folder, tokenizer: Tokenizer, **overrides) -> GPTNeoXForCausalLM:
     """A random transformers GPT-NeoX in octlm's block layout, saved the way transformers saves it."""
     settings = dict(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                     max_position_embeddings=16, use_parallel_residual=False, tie_word_embeddings=True, initializer_range=0.2,
-                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
+                    **rope_arguments({"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}))
+    settings.update(rope_arguments(overrides.pop("rope_parameters")) if "rope_parameters" in overrides else {})
     settings.update(overrides)
     torch.manual_seed(1)
     model = GPTNeoXForCausalLM(GPTNeoXConfig(**settings)).eval()

@@ -1,4 +1,4 @@
-"""Corpus preparation on text without spaces: bounded time, and a prompt stop on Ctrl-C or SIGTERM."""
+"""Corpus preparation on text without spaces: bounded time, and a prompt stop on Ctrl-C, SIGTERM or SIGHUP."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _no_space_text(path: Path, megabytes: float) -> Path:
     return path
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_during_preparation_stops_within_seconds_and_leaves_nothing(tmp_path, signum):
     """Tokenizer training and encoding run in Rust; a signal must still stop the
     command at once, removing the half-prepared run folder."""

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 
 from octlm.cli import main
 from octlm.errors import OctlmError
+from octlm.export.page_server import BUSY, MAX_CONNECTIONS
 from octlm.export.web import PAGE_FILES, RUN_DATA, export_site, host_name, is_loopback, make_server, resolve_path, site_files
 
 
@@ -249,3 +251,101 @@ def test_built_page_is_package_data():
     assert WEB_DIST == Path(__import__("octlm").__file__).parent / "web_dist"
     for name in PAGE_FILES:
         assert (WEB_DIST / name).stat().st_size > 0
+
+
+def wait_for_close(client: socket.socket, seconds: float) -> bytes:
+    """Read ``client`` until the server closes it (what it sent), or fail after ``seconds``."""
+    client.settimeout(0.2)
+    received, deadline = b"", time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            chunk = client.recv(4096)
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return received
+        if not chunk:
+            return received
+        received += chunk
+    pytest.fail(f"the server kept a connection open for {seconds:g}s")
+
+
+def test_idle_and_slow_clients_are_cut_off_and_the_server_keeps_answering():
+    """Clients that never finish their headers, or send them a byte at a time, hold neither a thread nor a place for long."""
+    server = make_server({"index.html": b"page"}, "127.0.0.1", 0)
+    server.request_seconds = 1.0
+    threads_before = threading.active_count()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        slow = socket.create_connection(("127.0.0.1", port), timeout=5)
+        idle = []
+        for _ in range(MAX_CONNECTIONS + 36):  # more than the server serves at once
+            client = socket.create_connection(("127.0.0.1", port), timeout=5)
+            client.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the empty line that ends the headers
+            idle.append(client)
+        started = time.monotonic()
+        assert threading.active_count() - threads_before <= MAX_CONNECTIONS + 1  # the serving thread
+        assert request(port, "/")[0] in (200, 503)  # answered at once, even with every place taken
+        for _ in range(15):  # a byte every 0.2 s: never idle, never done
+            try:
+                slow.sendall(b"G")
+            except OSError:
+                break
+            time.sleep(0.2)
+        wait_for_close(slow, 5.0)
+        assert time.monotonic() - started < 3.0
+        # Past the places, a 503 (or a reset, when the request came in after it); the others end once their time is up.
+        assert {wait_for_close(client, 5.0) for client in idle} <= {b"", BUSY}
+        assert request(port, "/") == (200, request(port, "/")[1], b"page")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+#: A server in a process whose file-descriptor limit is argv[1]; it prints its port.
+LOW_LIMIT_SERVER = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from octlm.export.web import make_server
+server = make_server({"index.html": b"page"}, "127.0.0.1", 0)
+server.request_seconds = 1.0
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def test_a_low_file_limit_does_not_stop_the_server():
+    """300 idle clients against a server allowed 64 file descriptors: it answers throughout, and serves again once they are cut off."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    child = subprocess.Popen([sys.executable, "-c", LOW_LIMIT_SERVER, "64"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    clients, unanswered = [], 0
+    try:
+        port = int(child.stdout.readline())
+        deadline = time.monotonic() + 60
+        for _ in range(300):  # bounded in count and time
+            if time.monotonic() > deadline:
+                break
+            try:
+                client = socket.create_connection(("127.0.0.1", port), timeout=5)
+            except TimeoutError:  # the server stopped accepting
+                unanswered += 1
+                continue
+            clients.append(client)
+            try:
+                client.sendall(b"GET / HTTP/1.1\r\n")
+            except OSError:  # refused at once: no place left
+                pass
+        assert unanswered == 0 and len(clients) == 300
+        assert request(port, "/")[0] in (200, 503)
+        until = time.monotonic() + 10
+        while request(port, "/")[0] != 200:
+            assert time.monotonic() < until, "the server did not serve again once the idle clients were cut off"
+            time.sleep(0.2)
+        assert child.poll() is None
+    finally:
+        for client in clients:
+            client.close()
+        child.kill()
+        _, err = child.communicate(timeout=20)
+    assert "Traceback" not in err

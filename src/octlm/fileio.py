@@ -20,7 +20,8 @@ def atomic_write(path: str | Path, data: bytes | str) -> None:
     The bytes are flushed and fsynced before an atomic rename, so at any
     moment ``path`` holds either its previous content or the new one in full.
     On error (a full disk, say) the temporary file is removed and the
-    previous file is untouched; the ``OSError`` propagates.
+    previous file is untouched; the ``OSError`` propagates, naming ``path``
+    when the failing call named no file (a write or fsync names none).
     """
     path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
@@ -33,11 +34,13 @@ def atomic_write(path: str | Path, data: bytes | str) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(err, OSError) and err.filename is None:
+            err.filename = str(path)
         raise
     _fsync_dir(path.parent)
 

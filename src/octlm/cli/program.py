@@ -21,6 +21,7 @@ from octlm.errors import OctlmError
 from octlm.declare import REQUIRED, build, checked_values, field_types, flag, option_default, option_fields, refused
 from octlm.report import Reporter
 from octlm.data.tokenizer import left_running
+from octlm.train.signals import STOP_SIGNALS, survive_hangup
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -215,13 +216,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _terminate_as_interrupt() -> None:
-    """Let SIGTERM unwind like Ctrl-C, so cleanup (temporary folders, checkpoints) runs; training installs its own handler."""
+    """Let SIGTERM, SIGHUP and SIGUSR1 unwind like Ctrl-C, so cleanup (temporary folders, checkpoints) runs; training installs its own handler."""
 
     def handler(signum, frame):
+        survive_hangup(signum)
         raise KeyboardInterrupt
 
     try:
-        signal.signal(signal.SIGTERM, handler)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, handler)
     except ValueError:  # not the main thread (main() called from a thread, e.g. in tests)
         pass
 

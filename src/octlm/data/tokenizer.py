@@ -302,7 +302,15 @@ class Tokenizer:
         return cls(HFTokenizer.from_file(str(path)))
 
     def save(self, path: str | Path) -> None:
-        self.hf.save(str(path))
+        """Write ``tokenizer.json`` atomically (the bytes tokenizers' own ``save`` writes).
+
+        Raises:
+            OSError: naming ``path`` when it cannot be written (a full disk: ENOSPC), where
+                tokenizers' ``save`` raises a bare ``Exception``.
+        """
+        from octlm.fileio import atomic_write
+
+        atomic_write(path, self.hf.to_str(pretty=True))
 
     def to_str(self) -> str:
         """The tokenizer as the JSON text ``tokenizer.json`` holds."""

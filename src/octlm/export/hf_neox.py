@@ -23,13 +23,21 @@ octlm                        GPT-NeoX ``config.json``
 ``context_length``           ``max_position_embeddings``
 ``dropout``                  ``hidden_dropout``, ``attention_dropout``
 ``activation``               ``hidden_act``: gelu, or gelu_pytorch_tanh
-``rope_theta``               ``rope_parameters.rope_theta``
-``partial_rotary_factor``    ``rope_parameters.partial_rotary_factor`` (0: NoPE)
+``rope_theta``               ``rope_parameters.rope_theta``; ``rotary_emb_base``
+``partial_rotary_factor``    ``rope_parameters.partial_rotary_factor``;
+                             ``rotary_pct`` (0: NoPE)
 RoPE scaling (run time)      ``rope_parameters``: linear -> "linear", yarn ->
                              "yarn", ntk -> a larger ``rope_theta``;
-                             dynamic-ntk is refused (see below)
+                             dynamic-ntk is refused (see below); the same in
+                             ``rope_scaling``, without the base and fraction
 tied head                    ``tie_word_embeddings`` true (``lm_head`` not stored)
 ===========================  ==================================================
+
+Each RoPE setting is written in both spellings transformers reads: version 5
+reads ``rope_parameters`` (and ``rope_scaling`` over it, when set); version 4
+(4.45 to 4.57) knows no ``rope_parameters`` and reads ``rotary_pct``,
+``rotary_emb_base`` and ``rope_scaling``, loading 0.25 and 10000 where they
+are missing (see :func:`transformers4_rope`).
 """
 
 from __future__ import annotations
@@ -139,13 +147,29 @@ def neox_config(model: Decoder, eot_id: int) -> dict:
         "hidden_act": _TANH_GELU if config.activation == "gelu_tanh" else export_activation(config, "GPT-NeoX"),
         "hidden_dropout": config.dropout, "attention_dropout": config.dropout,
         "max_position_embeddings": config.context_length, "layer_norm_eps": LAYER_NORM_EPS,
-        "use_parallel_residual": False, "attention_bias": True, "rope_parameters": rope,
+        "use_parallel_residual": False, "attention_bias": True, "rope_parameters": rope, **transformers4_rope(rope, config),
         "tie_word_embeddings": True, "initializer_range": 0.02, "use_cache": True,
         "bos_token_id": eot_id, "eos_token_id": eot_id, "dtype": "float32",
     }
     if rotary:
         out["octlm"] = {"rope_layout": config.rope_layout}
     return out
+
+
+def transformers4_rope(rope: dict, config: DecoderConfig) -> dict:
+    """``rope`` (a ``rope_parameters`` dict) in the keys transformers 4's GPTNeoXConfig reads.
+
+    ``rotary_pct`` and ``rotary_emb_base`` carry the rotated fraction and the
+    base; ``rope_scaling`` the scaling, or ``None``. YaRN's original length is
+    left out when it is ``max_position_embeddings``, which is what version 4
+    always uses and version 5 assumes when it is missing; version 4 warns
+    about the key when it is there.
+    """
+    scaling = {k: v for k, v in rope.items() if k not in ("rope_theta", "partial_rotary_factor")}
+    if scaling.get("original_max_position_embeddings") == config.context_length:
+        del scaling["original_max_position_embeddings"]
+    return {"rotary_pct": rope["partial_rotary_factor"], "rotary_emb_base": rope["rope_theta"],
+            "rope_scaling": scaling if scaling["rope_type"] != "default" else None}
 
 
 def check_config(config: DecoderConfig) -> None:
@@ -248,4 +272,4 @@ class NeoxMapper:
         return check_state(out, head, head_name, "gpt_neox.embed_in", config, source)
 
 
-__all__ = ["NeoxMapper", "REFUSED_SCALINGS", "decoder_config", "name_map", "neox_config", "qkv_rows", "scaling_parameters"]
+__all__ = ["NeoxMapper", "REFUSED_SCALINGS", "decoder_config", "name_map", "neox_config", "qkv_rows", "scaling_parameters", "transformers4_rope"]

@@ -12,19 +12,24 @@ The server is the standard library's :class:`http.server.ThreadingHTTPServer`
 with a handler that answers only from a fixed table of in-memory files made
 at start-up: a request path is never joined to a filesystem path, so no
 ``..``, encoded or absolute path can reach anything else on disk.
+
+Each connection holds a thread and a file descriptor, so no client may
+hold them for ever (:class:`octlm.export.page_server.PageServer`).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import socket
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from octlm.errors import OctlmError
+from octlm.export.page_server import PageServer, connection_limit
 from octlm.declare import REQUIRED, option
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
@@ -138,6 +143,11 @@ def make_handler(files: dict[str, bytes], allowed_hosts: set[str] | None):
         server_version = "octlm"
         sys_version = ""
 
+        def setup(self) -> None:
+            super().setup()
+            # handle_one_request drops the connection when the reader's deadline passes.
+            self.rfile = self.server.request_reader(self.connection)
+
         def do_GET(self) -> None:
             self._answer(send_body=True)
 
@@ -157,6 +167,7 @@ def make_handler(files: dict[str, bytes], allowed_hosts: set[str] | None):
             self._send(status, "text/plain; charset=utf-8", f"{status.value} {text}\n".encode(), send_body)
 
         def _send(self, status: HTTPStatus, content_type: str, body: bytes, send_body: bool) -> None:
+            self.connection.settimeout(self.server.request_seconds)  # a client that stops reading is dropped
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
@@ -173,8 +184,8 @@ def make_handler(files: dict[str, bytes], allowed_hosts: set[str] | None):
     return PageHandler
 
 
-def make_server(files: dict[str, bytes], host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
-    """Bind a threading HTTP server serving ``files`` on ``host:port`` (port 0: a free one).
+def make_server(files: dict[str, bytes], host: str = "127.0.0.1", port: int = 8000) -> PageServer:
+    """Bind a :class:`PageServer` serving ``files`` on ``host:port`` (port 0: a free one), :func:`connection_limit` connections at once.
 
     On a loopback host, requests must name a loopback ``Host``.
 
@@ -186,21 +197,18 @@ def make_server(files: dict[str, bytes], host: str = "127.0.0.1", port: int = 80
         allowed = {"127.0.0.1", "localhost", "[::1]", host.lower() if ":" not in host else f"[{host.strip('[]')}]"}
     if not 0 <= port <= 65535:
         raise OctlmError(f"--port {port}: must be between 0 and 65535 (0 picks a free port)")
-    server_class = ThreadingHTTPServer
+    server_class = PageServer
     if ":" in host:
-        import socket
 
-        class V6Server(ThreadingHTTPServer):
+        class V6Server(PageServer):
             address_family = socket.AF_INET6
 
         server_class = V6Server
     try:
-        server = server_class((host.strip("[]"), port), make_handler(files, allowed))
+        return server_class((host.strip("[]"), port), make_handler(files, allowed), connection_limit())
     except OSError as err:
         hint = "pick another with --port, or --port 0 for a free one" if port else "check --host"
         raise OctlmError(f"cannot listen on {host}:{port} ({err.strerror or err}); {hint}") from None
-    server.daemon_threads = True
-    return server
 
 
 #: Files an export of any octlm version may hold (its page and assets): --overwrite replaces them, and nothing else.

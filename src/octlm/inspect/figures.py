@@ -7,9 +7,11 @@
   components, coloured by how often each token occurs in training, with the
   most frequent tokens and the asked-for tokens and their neighbours labelled.
 
-Both return a :class:`matplotlib.figure.Figure` built without pyplot, so no
-display or global backend is involved; :func:`save_png` writes one
-atomically.
+Both return a :class:`matplotlib.figure.Figure` built without pyplot and
+drawn on an Agg canvas (:func:`png_bytes`), so no display or backend is
+involved; :func:`save_png` writes one atomically. Every module of octlm that
+draws imports matplotlib through this one (``Figure`` is here for them), so
+a backend inherited from a notebook cannot break the import.
 """
 
 from __future__ import annotations
@@ -17,12 +19,46 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
-from matplotlib import patheffects
-from matplotlib.colors import LogNorm
-from matplotlib.figure import Figure
+
+
+def _import_matplotlib() -> None:
+    """Import matplotlib whatever backend the environment's ``MPLBACKEND`` names.
+
+    Jupyter and Colab set ``MPLBACKEND=module://matplotlib_inline.backend_inline``
+    and pass it on to the shells they start; where that backend is not
+    installed matplotlib refuses the name at import (3.9 and later; earlier
+    versions refuse unknown plain names), and ``octlm train`` ended with a
+    traceback after saving its model. octlm draws files, never windows, so
+    matplotlib is imported with the variable unset; the inherited value is
+    then given to matplotlib where it accepts it, as its own import would,
+    so that a notebook's pyplot keeps its backend.
+    """
+    if "matplotlib" in sys.modules:
+        return
+    inherited = os.environ.pop("MPLBACKEND", None)
+    try:
+        import matplotlib
+    finally:
+        if inherited is not None:
+            os.environ["MPLBACKEND"] = inherited
+    if inherited:
+        try:
+            matplotlib.rcParams["backend"] = inherited
+        except ValueError:
+            pass
+
+
+_import_matplotlib()
+
+from matplotlib import patheffects  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from octlm.inspect.diagnostics import cosine_similarity_matrix
 from octlm.fileio import atomic_write
@@ -258,8 +294,9 @@ def _place_labels(figure: Figure, axes, coords: np.ndarray, labels: list[str], i
 
 
 def png_bytes(figure) -> bytes:
-    """``figure`` rendered as a PNG file's bytes."""
+    """``figure`` rendered as a PNG file's bytes, on an Agg canvas whatever matplotlib's backend."""
     buffer = io.BytesIO()
+    FigureCanvasAgg(figure)
     figure.savefig(buffer, format="png")
     return buffer.getvalue()
 
@@ -271,4 +308,4 @@ def save_png(figure: Figure, path: str | Path) -> Path:
     return Path(path)
 
 
-__all__ = ["LOSS_FIGURE", "font_coverage", "loss_figure", "mean_by_distance", "pca_figure", "position_figure", "save_png", "shown_label", "write_loss_figure"]
+__all__ = ["Figure", "LOSS_FIGURE", "font_coverage", "loss_figure", "mean_by_distance", "pca_figure", "position_figure", "save_png", "shown_label", "write_loss_figure"]

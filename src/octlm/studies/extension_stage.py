@@ -171,7 +171,7 @@ def _mean_std(values: list[float]) -> str:
 
 def curve_plot(curves: list[dict]) -> bytes:
     """PNG bytes: bits per byte at ``M x T`` against fine-tuning steps per method, a band of ± one std over seeds."""
-    from matplotlib.figure import Figure
+    from octlm.inspect.figures import Figure  # matplotlib, whatever MPLBACKEND says
 
     fig = Figure(figsize=(7, 5), dpi=110)
     ax = fig.subplots()

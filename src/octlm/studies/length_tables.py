@@ -142,7 +142,7 @@ def markdown_tables(rows: list[dict], T: int, lengths: list[int], train_rows: li
 
 def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
     """PNG bytes: bits per byte against evaluation length (log x), and per position at the longest length."""
-    from matplotlib.figure import Figure
+    from octlm.inspect.figures import Figure  # matplotlib, whatever MPLBACKEND says
 
     grid = _grid(rows, lengths)
     fig = Figure(figsize=(13, 5), dpi=110)

@@ -251,7 +251,7 @@ def markdown_table(grid: Grid, spread: Grid, task: Task, sizes: list[int], seeds
 
 def plot(grid: dict, task: Task, sizes: list[int]) -> bytes:
     """PNG bytes: exact match against size, one line per scheme."""
-    from matplotlib.figure import Figure
+    from octlm.inspect.figures import Figure  # matplotlib, whatever MPLBACKEND says
 
     fig = Figure(figsize=(7, 4.5), dpi=110)
     ax = fig.subplots()

@@ -281,6 +281,20 @@ def rng_of(checkpoint: Checkpoint, rank: int) -> tuple[dict[str, torch.Tensor], 
     return generators, checkpoint.state["rng"][rank]
 
 
+def generators_note(checkpoint: Checkpoint, world_size: int) -> str | None:
+    """What resuming with ``world_size`` processes does to the dropout generators each process saved; ``None`` when nothing.
+
+    A rank that did not exist then starts a fresh one (seeded from ``--seed``
+    and its rank); those of ranks gone are dropped. Rank 0 says it for all.
+    """
+    then = len(checkpoint.state.get("rng", []))
+    ranks = ", ".join(str(rank) for rank in range(min(then, world_size), max(then, world_size)))
+    if then == world_size:
+        return None
+    what = f"rank(s) {ranks} start fresh dropout generators" if world_size > then else f"the dropout generators of rank(s) {ranks} are dropped"
+    return f"the run had {then} process(es) and resumes with {world_size}: {what}, so the dropout masks differ from an uninterrupted run's"
+
+
 #: The kind of the record ``metrics.jsonl`` ends with once a run's full final evaluation and report are done.
 FINISHED = "finished"
 
@@ -364,6 +378,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointError",
     "describe_checkpoint",
+    "generators_note",
     "capture_rng",
     "check_digests",
     "FINISHED",

@@ -6,6 +6,7 @@ reads it back, for a resumed run and for every process of a distributed one.
 
 from __future__ import annotations
 
+import errno
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ import numpy as np
 
 from octlm.data import text as data
 from octlm.data import tokens
+from octlm.errors import OctlmError
 from octlm.train.options import TrainOptions
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
@@ -70,6 +72,8 @@ def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> C
     Raises:
         DataError: for unreadable input, or a validation split shorter than
             one block of ``context_length + 1`` tokens (naming the options to change).
+        OctlmError: when the disk or quota fills while the files are written,
+            naming the folder and the room the run needs there.
     """
     t0 = time.perf_counter()
     text = split_and_tokenize(opts)
@@ -78,17 +82,23 @@ def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> C
     _report_sources(docs, info, n_bytes, report)
     if tokenizer.vocab_size < opts.vocab_size:
         report.warn(f"the training text supports only {tokenizer.vocab_size} tokens; using that instead of --vocab-size {opts.vocab_size}")
-    tokenizer.save(folder.tokenizer_path)
-    streams = {split: folder.write_tokens(split, tokens.encode_stream(tokenizer, texts)) for split, texts in (("train", text.train_texts), ("val", text.val_texts))}
-    manifest = {
-        **info,
-        "files": [{"path": d.path, "bytes": d.n_bytes, "sha256": d.sha256} for d in docs],
-        "total_bytes": n_bytes,
-        "val_fraction": opts.val_fraction,
-        "encoding": opts.encoding,
-        "tokens": streams,
-    }
-    folder.write_manifest(manifest)
+    encoded = {split: tokens.encode_stream(tokenizer, texts) for split, texts in (("train", text.train_texts), ("val", text.val_texts))}
+    try:
+        tokenizer.save(folder.tokenizer_path)
+        streams = {split: folder.write_tokens(split, ids) for split, ids in encoded.items()}
+        manifest = {
+            **info,
+            "files": [{"path": d.path, "bytes": d.n_bytes, "sha256": d.sha256} for d in docs],
+            "total_bytes": n_bytes,
+            "val_fraction": opts.val_fraction,
+            "encoding": opts.encoding,
+            "tokens": streams,
+        }
+        folder.write_manifest(manifest)
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _no_room(err, folder, tokenizer, encoded) from None
+        raise
     train, val = folder.tokens("train", manifest), folder.tokens("val", manifest)
     need = opts.model.context_length + 1
     if len(val) < need:
@@ -105,6 +115,25 @@ def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> C
         val_tokens=len(val),
     )
     return Corpus(tokenizer, train, val, manifest)
+
+
+def _no_room(err: OSError, folder: RunFolder, tokenizer: Tokenizer, encoded: dict[str, np.ndarray]) -> OctlmError:
+    """The error for a disk (or quota) that filled while the prepared corpus was written: where, what, and how much.
+
+    ``folder`` is the hidden staging folder beside ``--out``, which the
+    caller removes; the room is needed in the folder that holds it.
+    """
+    where = folder.path.parent
+    def size(n: int) -> str:
+        return f"{n / 1e6:,.1f} MB" if n >= 100_000 else f"{n / 1e3:,.0f} kB"
+
+    files = ", ".join(f"{folder.token_path(split).name} {size(ids.nbytes)}" for split, ids in encoded.items())
+    total = sum(ids.nbytes for ids in encoded.values()) + len(tokenizer.to_str().encode())
+    return OctlmError(
+        f"{where}: {err.strerror} while writing the prepared corpus ({files}, tokenizer.json and manifest.json): the run "
+        f"needs at least {size(total)} there before training, and its checkpoints more; nothing was written. "
+        f"Free that much space, or give --out a folder on another disk"
+    )
 
 
 def _report_sources(docs: list[data.Document], info: dict, n_bytes: int, report: Reporter) -> None:

@@ -22,8 +22,8 @@ from octlm.model import Decoder, cross_entropy
 from octlm.model.weights import save_weights
 from octlm.report import Reporter
 from octlm.train.checkpoint import (
-    CHECKPOINT, FINISHED, CheckpointError, capture_rng, describe_checkpoint, load_optimizer_tensors, model_tensors, restore_rng,
-    resume_hint, rng_of, save_checkpoint,
+    CHECKPOINT, FINISHED, CheckpointError, capture_rng, describe_checkpoint, generators_note, load_optimizer_tensors, model_tensors,
+    restore_rng, resume_hint, rng_of, save_checkpoint,
 )
 from octlm.train.device import autocast_for, check_memory, compile_model, compiles, defers_host_sync, resolve_device, to_device
 from octlm.train.distributed import Group
@@ -140,8 +140,8 @@ class Trainer(RunFolderPhase):
             saved = rng_of(ckpt, group.rank)
             if saved is not None:
                 restore_rng(*saved)
-            else:
-                self.report.warn(f"the run had {ckpt.state['world_size']} process(es); rank {group.rank} starts a fresh dropout generator")
+            if (note := generators_note(ckpt, group.world_size)) is not None:
+                self.report.warn(note)  # on rank 0, which alone prints, for every rank
 
     # -- the loop -----------------------------------------------------------------------------------
     def run(self) -> dict:

@@ -1,0 +1,81 @@
+"""SIGHUP and SIGUSR1 stop a training run the way Ctrl-C and SIGTERM do: a checkpoint, the resume command, status 130.
+
+SIGHUP is what a closed terminal or ssh session sends; SIGUSR1 is what SLURM
+sends ahead of a job's time limit. Python's default for both is to die at
+once, without a checkpoint or a word.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from octlm.cli import main
+from octlm.train.checkpoint import CHECKPOINT, load_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+FLAGS = ["--vocab-size", "280", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "4",
+         "--eval-interval", "5", "--eval-blocks", "4", "--final-eval-blocks", "8", "--sample-tokens", "0", "--threads", "1"]
+
+
+def train_command(corpus: Path, run: Path) -> list[str]:
+    """``octlm train`` that would run for a long time, with no periodic checkpoint: only a stop can save one."""
+    return [sys.executable, "-m", "octlm", "train", "--text", str(corpus), "--out", str(run), "--max-steps", "100000",
+            "--save-every", "100000", *FLAGS]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGUSR1], ids=["SIGHUP", "SIGUSR1"])
+def test_the_signal_saves_and_says_how_to_resume(small_corpus, tmp_path, signum):
+    run = tmp_path / "run"
+    child = subprocess.Popen(train_command(small_corpus, run), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=CHILD_ENV)
+    seen = ""
+    while "training for" not in seen:
+        line = child.stdout.readline()
+        assert line, f"octlm ended before training: {seen}{child.stderr.read()}"
+        seen += line
+    time.sleep(0.5)
+    child.send_signal(signum)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 130, err
+    assert "Traceback" not in err
+    step = load_checkpoint(run / CHECKPOINT).step
+    assert step >= 1 and f"interrupted at step {step}" in out + err
+    assert f"octlm train --resume {run}" in out
+
+
+def test_a_closed_terminal_leaves_a_checkpoint_to_resume(small_corpus, tmp_path, capsys):
+    """The terminal goes away (its controlling pty is closed): the kernel sends SIGHUP and every later write fails with EIO."""
+    run = tmp_path / "run"
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child, its terminal the pty
+        os.execve(sys.executable, train_command(small_corpus, run), CHILD_ENV)
+    seen, deadline = b"", time.monotonic() + 120
+    while b"training for" not in seen:
+        assert time.monotonic() < deadline, seen.decode(errors="replace")
+        if select.select([terminal], [], [], 0.5)[0]:
+            try:
+                seen += os.read(terminal, 65536)
+            except OSError:  # the child ended and closed the pty
+                pytest.fail(f"octlm ended before training: {seen.decode(errors='replace')}")
+    time.sleep(0.5)
+    os.close(terminal)
+    deadline = time.monotonic() + 120
+    while not (ended := os.waitpid(pid, os.WNOHANG))[0]:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail("octlm went on training after its terminal closed")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(ended[1]) == 130
+    step = load_checkpoint(run / CHECKPOINT).step
+    assert step >= 1
+    assert main(["train", "--resume", str(run), "--max-steps", str(step + 2), "--quiet"]) == 0
+    assert load_checkpoint(run / CHECKPOINT).step == step + 2
