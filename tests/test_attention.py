@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from octlm import Decoder, DecoderConfig, KVCache, record_attention
 from octlm.inspect.attention_statistics import (
-    attention_distance, attention_entropy, attention_statistics, key_distances, max_logit, sink_mass,
+    attention_distance, attention_entropy, attention_statistics, key_distances, max_logit, sink_mass, uniform_attention,
 )
 from octlm.model.positions import SCHEMES
 
@@ -196,6 +196,11 @@ def test_attention_on_one_key_has_entropy_0_and_its_distance(T, data):
     assert (attention_entropy(p) == 0).all()
     assert attention_distance(p).tolist() == [float(i - k) for i, k in enumerate(j)]
     assert sink_mass(p).tolist() == [float(k == 0) for k in j]
+
+
+def test_uniform_attention_by_hand():
+    third, half = 1 / 3, 1 / 2
+    torch.testing.assert_close(uniform_attention(2, 3), torch.tensor([[half, half, 0.0], [third, third, third]]))
 
 
 def test_key_distances_and_max_logit_by_hand():

@@ -62,6 +62,15 @@ def test_by_default_the_start_of_the_validation_text_at_the_context_length(run, 
     assert written["tokens"] == [int(i) for i in RunFolder(run).tokens("val")[:32]]
 
 
+def test_people_see_each_head_beside_uniform_attention(run, capsys):
+    assert main(["attention", "--run", str(run), "--length", "10"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("attention on 10 tokens of validation text") and out.count(" head ") == 4
+    entropy = sum(math.log(i + 1) for i in range(10)) / 10  # ln(n) for n = 1 .. 10 visible keys
+    assert f"uniform attention over these 10 tokens: entropy {entropy:.3f} nats, distance {9 / 4:.2f} tokens" in out
+    assert f"wrote {run / 'attention' / 'statistics.json'}" in out
+
+
 def test_text_is_read_as_training_reads_it(run, small_corpus, tmp_path, capsys):
     from octlm.data.tokens import encode_stream
     from octlm.run.folder import load_run

@@ -17,7 +17,9 @@ import torch
 
 from octlm.declare import REQUIRED, at_least, check_fields, option, same_as
 from octlm.errors import OctlmError
-from octlm.inspect.attention_statistics import AttentionStatistics, attention_statistics
+from octlm.inspect.attention_statistics import (
+    AttentionStatistics, attention_distance, attention_entropy, attention_statistics, sink_mass, uniform_attention,
+)
 from octlm.inspect.sample import SampleOptions
 from octlm.model import Decoder
 from octlm.model.attention_maps import AttentionMaps, record_attention
@@ -62,8 +64,6 @@ def _check_choice(opts: AttentionOptions) -> None:
         raise OctlmError("--prompt and --text are both given; give one of them (or neither, for the run's validation text)")
     if opts.prompt is not None and not opts.prompt.strip():
         raise OctlmError("--prompt is empty; give some text, or leave --prompt out to read the run's validation text")
-    if opts.text == "":
-        raise OctlmError("--text got an empty path ''; give a text file")
 
 
 def checked_length(opts: AttentionOptions, model: Decoder) -> int:
@@ -158,13 +158,17 @@ def _check_out(folder: RunFolder) -> None:
 
 
 def summary_lines(stats: AttentionStatistics) -> list[str]:
-    """One line per layer and head: mean entropy, mean distance, sink mass and max logit."""
+    """One line per layer and head: mean entropy, mean distance, sink mass and max logit; then uniform attention's, to compare."""
+    T = stats.entropy.shape[-1]
+    uniform = uniform_attention(T, T)
     lines = []
     for layer in range(stats.mean_entropy.shape[0]):
         for head in range(stats.mean_entropy.shape[1]):
             lines.append(f"  layer {layer} head {head}: entropy {stats.mean_entropy[layer, head]:.3f} nats, distance "
                          f"{stats.mean_distance[layer, head]:.2f} tokens, first-token mass {stats.sink_mass[layer, head]:.3f}, "
                          f"max logit {stats.max_logit[layer, head]:.2f}")
+    lines.append(f"  uniform attention over these {T} tokens: entropy {attention_entropy(uniform).mean():.3f} nats, distance "
+                 f"{attention_distance(uniform).mean():.2f} tokens, first-token mass {sink_mass(uniform).mean():.3f}")
     return lines
 
 

@@ -55,7 +55,7 @@ def layer_heatmaps(probabilities: Tensor, stats: AttentionStatistics, layer: int
         title: names the run.
     """
     heads, T, S = probabilities.shape
-    columns = min(heads, 4)
+    columns = math.ceil(math.sqrt(heads))
     rows = math.ceil(heads / columns)
     figure = Figure(figsize=(columns * (PANEL_INCHES + 1.0), rows * (PANEL_INCHES + 1.4) + 0.6), dpi=100, layout="constrained")
     grid = np.atleast_1d(figure.subplots(rows, columns, squeeze=False).ravel())
@@ -112,8 +112,8 @@ def statistics_figure(stats: AttentionStatistics, title: str) -> Figure:
     axes.set_ylabel("attention entropy (nats)")
     axes.set_xlim(0, max(T - 1, 1))
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=8, ncols=2 if layers * heads > 8 else 1, loc="upper left")
-    axes.set_title("entropy of each query's attention, mean over the batch", fontsize=10)
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    axes.set_title("entropy of each query's attention (a batch's sequences averaged)", fontsize=10)
     tables = bottom.subplots(1, 3)
     _table(bottom, tables[0], stats.mean_distance, "mean attention distance (tokens)", ".1f", "viridis")
     _table(bottom, tables[1], stats.sink_mass, "probability on the first token", ".2f", "magma")

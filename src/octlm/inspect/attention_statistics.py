@@ -48,6 +48,17 @@ def key_distances(q_len: int, k_len: int, device: torch.device | str | None = No
     return queries - torch.arange(k_len, device=device, dtype=torch.float32)
 
 
+def uniform_attention(q_len: int, k_len: int, device: torch.device | str | None = None) -> Tensor:
+    """The baseline: each query spread evenly over the keys it may see, float32 [q_len, k_len].
+
+    Its statistics are the yardstick of a trained head's: entropy ``ln n``,
+    distance ``(n - 1) / 2`` and first-token mass ``1 / n`` for a query that
+    sees ``n`` keys.
+    """
+    visible = (key_distances(q_len, k_len, device) >= 0).float()
+    return visible / visible.sum(dim=-1, keepdim=True)
+
+
 def attention_distance(probabilities: Tensor) -> Tensor:
     """Expected distance from each query to the key it attends to, ``sum_j p_ij d_ij`` in tokens: [..., T, S] -> [..., T]."""
     distance = key_distances(probabilities.shape[-2], probabilities.shape[-1], probabilities.device)
@@ -128,4 +139,4 @@ def _rounded(value, digits: int):
 
 
 __all__ = ["AttentionStatistics", "attention_distance", "attention_entropy", "attention_statistics", "key_distances",
-           "max_logit", "sink_mass"]
+           "max_logit", "sink_mass", "uniform_attention"]
