@@ -50,6 +50,8 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | an ALiBi prompt too long for memory           | test_alibi_prompt_too_long_for_memory_is_refused          |
 | an option the chosen scheme does not read     | ELSEWHERE                                                 |
 | embeddings --out holding other files or a run | ELSEWHERE                                                 |
+| attention --out holding other files or a run  | ELSEWHERE                                                 |
+| attention: missing run, --length, prompt, text | ELSEWHERE                                                 |
 | staging folders left by a kill -9             | ELSEWHERE                                                 |
 | a folder of the wrong kind (transformers/run) | ELSEWHERE                                                 |
 | a huge binary file (a disk image) in a folder | ELSEWHERE                                                 |
@@ -89,6 +91,8 @@ ELSEWHERE = {
     "--rope-layout and the like for a scheme that does not read them": ("test_commands", "test_train_refuses_an_option_its_scheme_does_not_read"),
     "the same in a length study none of whose schemes reads it": ("test_commands", "test_length_refuses_a_scheme_option_no_chosen_scheme_reads"),
     "embeddings --out holding other files or a run": ("test_commands", "test_embeddings_out_never_replaces_other_files_or_a_run"),
+    "attention --out holding other files or a run": ("test_attention_command", "test_out_never_replaces_files_it_did_not_write"),
+    "attention: missing run, --length, prompt, text": ("test_attention_command", "test_bad_input_is_one_line_and_writes_nothing"),
     "staging folders left by a kill -9": ("test_commands", "test_staging_left_by_a_killed_process_is_removed_and_reported"),
     "--resume or --run on a transformers checkpoint": ("test_commands", "test_resume_of_a_transformers_checkpoint_points_at_import_hf"),
     "import-hf of an octlm run": ("test_commands", "test_import_hf_of_an_octlm_run_names_it"),
@@ -604,7 +608,7 @@ def test_no_run_folder_is_named_when_bad_input_leaves_none(tmp_path, capsys):
     assert "run folder" not in captured.out + captured.err and not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("command", ["train", "embeddings", "export-web", "export-hf", "length"])
+@pytest.mark.parametrize("command", ["train", "embeddings", "attention", "export-web", "export-hf", "length"])
 @pytest.mark.parametrize("out", [".", "HERE", ".."])
 def test_out_that_is_the_current_folder_is_refused(trained_run, small_corpus, tmp_path, monkeypatch, capsys, command, out):
     # Each command builds its output beside the target and renames it in: `--out .` ended in a traceback
@@ -616,6 +620,7 @@ def test_out_that_is_the_current_folder_is_refused(trained_run, small_corpus, tm
     argv = {
         "train": ["train", "--text", str(small_corpus), "--out", out, *TINY],
         "embeddings": ["embeddings", "--run", str(trained_run), "--out", out],
+        "attention": ["attention", "--run", str(trained_run), "--out", out],
         "export-web": ["export-web", "--run", str(trained_run), "--out", out],
         "export-hf": ["export-hf", str(trained_run), out],
         "length": ["length", "--text", str(small_corpus), "--out", out, "--max-steps", "2"],

@@ -23,7 +23,7 @@ def test_python_dash_m_help_shows_defaults():
     assert "--context-length" in out and "(default: 128)" in out and "--time-budget" in out
 
 
-@pytest.mark.parametrize("command", ["train", "sample", "bench", "length", "embeddings", "serve", "export-web", "export-hf", "import-hf"])
+@pytest.mark.parametrize("command", ["train", "sample", "bench", "length", "embeddings", "attention", "serve", "export-web", "export-hf", "import-hf"])
 def test_every_command_has_help_and_json(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([command, "--help"])
@@ -193,6 +193,7 @@ def test_sample_ctrl_c_keeps_the_printed_text(trained_run, capsys, monkeypatch, 
         ("bench", [], "octlm: interrupted\n"),
         ("serve", ["--run", "r"], "octlm: interrupted\n"),
         ("embeddings", ["--run", "r"], "octlm: interrupted; files already complete are kept, nothing is half-written\n"),
+        ("attention", ["--run", "r"], "octlm: interrupted; files already complete are kept, nothing is half-written\n"),
         ("train", [], "octlm: interrupted; files already complete are kept, nothing is half-written\n"),
     ],
 )

@@ -131,6 +131,7 @@ def test_length_help_shows_no_empty_default_and_reads_naturally():
 
 
 def test_each_command_takes_a_declared_options_class():
+    from octlm.inspect.attention import AttentionOptions
     from octlm.inspect.bench import BenchOptions
     from octlm.inspect.embeddings import EmbeddingsOptions
     from octlm.inspect.sample import SampleOptions
@@ -139,7 +140,7 @@ def test_each_command_takes_a_declared_options_class():
     from octlm.export.web import ExportWebOptions, ServeOptions
 
     parser = build_parser()
-    for command, cls in [("sample", SampleOptions), ("bench", BenchOptions), ("embeddings", EmbeddingsOptions), ("serve", ServeOptions),
+    for command, cls in [("sample", SampleOptions), ("bench", BenchOptions), ("embeddings", EmbeddingsOptions), ("attention", AttentionOptions), ("serve", ServeOptions),
                          ("export-web", ExportWebOptions), ("export-hf", ExportHfOptions), ("import-hf", ImportHfOptions)]:
         dests = {a.dest for a in parser.subcommands[command]._actions}
         assert {f.name for f in dataclasses.fields(cls)} <= dests, command

@@ -167,3 +167,23 @@ def test_a_batch_that_runs_out_of_memory_is_a_row_and_the_sweep_goes_on(monkeypa
     big, small = result["shapes"]
     assert big["schemes"] == [{"position": "none", "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB"}]
     assert small["batch_size"] == 2 and "train_mfu" in small["schemes"][0] and result["complete"]
+
+
+def test_forward_ab_alternates_the_two_forwards_and_restores_the_current_one(capsys):
+    spec = importlib.util.spec_from_file_location("forward_ab_bench", REPO / "bench" / "forward_ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    from octlm.model.blocks import CausalSelfAttention
+
+    current, calls = CausalSelfAttention.forward, []
+
+    def counted(self, *args, **kwargs):
+        calls.append(self)
+        return current(self, *args, **kwargs)
+
+    row = ab.measure("none", {"base": counted, "current": current}, pairs=2)
+    assert len(calls) == 2 * (ab.WARMUP_PAIRS + 2)  # two layers, one base step per pair
+    assert CausalSelfAttention.forward is current and row["current_over_base"] > 0
+    result = ab.main(["--base-blocks", str(REPO / "src" / "octlm" / "model" / "blocks.py"), "--pairs", "1", "--schemes", "rope"])
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(result))
+    assert set(result["schemes"]["rope"]) == {"base_train_tokens_per_second", "current_train_tokens_per_second", "current_over_base"}

@@ -7,6 +7,7 @@ goes through ``F.scaled_dot_product_attention``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -33,6 +34,10 @@ class CausalSelfAttention(nn.Module):
     a multi-token step on top of a cache passes a boolean mask [T, S]; ALiBi
     passes its bias as an additive float mask [1, H, T, S] with ``-inf`` on
     future keys.
+
+    ``record`` is ``None`` except inside :func:`octlm.model.attention_maps.record_attention`,
+    which sets it to a callable taking the queries and keys SDPA gets and the
+    scheme's score bias and the offset, ``record(q, k, bias, offset)``; the output is SDPA's either way.
     """
 
     def __init__(self, config: DecoderConfig) -> None:
@@ -42,6 +47,7 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(config.d_model, config.d_model)
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
+        self.record: Callable[[Tensor, Tensor, Tensor | None, int], None] | None = None
 
     def forward(
         self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None
@@ -54,12 +60,13 @@ class CausalSelfAttention(nn.Module):
             k, v = cache.append(k, v)
         S = k.shape[-2]
         bias = positions.score_bias(T, S, offset)
+        if self.record is not None:
+            self.record(q, k, bias, offset)
         dropout = self.dropout if self.training else 0.0
         if bias is None and (T == S or T == 1):
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=T > 1)
         else:
-            # Query i (at offset + i) may see key j (at offset + T - S + j) when j <= i + S - T.
-            causal = None if T == 1 else torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
+            causal = None if T == 1 else visible_keys(T, S, x.device)
             if bias is None:
                 mask = causal
             else:
@@ -67,6 +74,16 @@ class CausalSelfAttention(nn.Module):
                 mask = mask.unsqueeze(0)  # [1, H, T, S]: the 4-D shape the CPU flash kernel also accepts
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+
+
+def visible_keys(q_len: int, k_len: int, device: torch.device | str | None = None) -> Tensor:
+    """The causal mask, bool [q_len, k_len]: True where query ``i`` may see key ``j``.
+
+    Keys end where the queries end (a cached step has ``k_len >= q_len``):
+    query ``i`` sits at ``offset + i`` and key ``j`` at
+    ``offset + q_len - k_len + j``, so ``i`` sees ``j`` when ``j <= i + k_len - q_len``.
+    """
+    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)
 
 
 class MLP(nn.Module):
@@ -100,4 +117,4 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_mlp(x))
 
 
-__all__ = ["MLP", "Block", "CausalSelfAttention"]
+__all__ = ["MLP", "Block", "CausalSelfAttention", "visible_keys"]

@@ -21,6 +21,7 @@ import contextlib
 import datetime
 import json
 import os
+import re
 import shlex
 import shutil
 from collections.abc import Callable, Iterator
@@ -45,8 +46,13 @@ CHECKPOINT = "checkpoint.safetensors"
 #: Where ``octlm embeddings`` puts its figures by default, inside the run folder, and their names.
 EMBEDDINGS = "embeddings"
 EMBEDDINGS_FIGURES = ("positions.png", "tokens-pca.png")
+#: Where ``octlm attention`` puts its figures and statistics by default, and the names it writes there.
+ATTENTION = "attention"
+ATTENTION_FILES = re.compile(r"layer-\d+\.png|statistics\.png|statistics\.json")
+#: octlm's own folders inside a run, each with the rule for the names it writes there.
+RUN_SUBFOLDERS = {EMBEDDINGS: EMBEDDINGS_FIGURES.__contains__, ATTENTION: lambda name: ATTENTION_FILES.fullmatch(name) is not None}
 #: Everything octlm writes into a run folder: what ``--overwrite`` may replace (:meth:`RunFolder.foreign_files`).
-RUN_FILES = frozenset({CONFIG, WEIGHTS, TOKENIZER, MANIFEST, METRICS, CHECKPOINT, "train.bin", "val.bin", "loss.png", EMBEDDINGS})
+RUN_FILES = frozenset({CONFIG, WEIGHTS, TOKENIZER, MANIFEST, METRICS, CHECKPOINT, "train.bin", "val.bin", "loss.png", *RUN_SUBFOLDERS})
 #: Held by the process that trains the run (:meth:`RunFolder.lock`).
 LOCK = ".lock"
 
@@ -158,11 +164,12 @@ class RunFolder:
     def foreign_files(self) -> list[str]:
         """What in this run folder octlm did not write (relative paths): all that ``--overwrite`` must not delete."""
         found = [name for name in self.names() if name not in RUN_FILES]
-        figures = RunFolder(self.path / EMBEDDINGS)
-        if figures.path.is_dir():
-            found += [f"{EMBEDDINGS}/{name}" for name in figures.names() if name not in EMBEDDINGS_FIGURES]
-        elif figures.path.exists():
-            found.append(EMBEDDINGS)
+        for subfolder, ours in RUN_SUBFOLDERS.items():
+            inside = RunFolder(self.path / subfolder)
+            if inside.path.is_dir():
+                found += [f"{subfolder}/{name}" for name in inside.names() if not ours(name)]
+            elif inside.path.exists():
+                found.append(subfolder)
         return found
 
     def has_files(self) -> bool:
@@ -386,4 +393,5 @@ def _json_object(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-__all__ = ["CHECKPOINT", "CONFIG", "EMBEDDINGS", "EMBEDDINGS_FIGURES", "RUN_FILES", "LOCK", "MANIFEST", "METRICS", "TOKENIZER", "WEIGHTS", "RunFolder", "read_json"]
+__all__ = ["ATTENTION", "ATTENTION_FILES", "CHECKPOINT", "CONFIG", "EMBEDDINGS", "EMBEDDINGS_FIGURES", "RUN_FILES", "RUN_SUBFOLDERS", "LOCK", "MANIFEST", "METRICS", "TOKENIZER",
+           "WEIGHTS", "RunFolder", "read_json"]
