@@ -1,0 +1,157 @@
+"""The page's attention maps: pooling, quantising, one pass serving several lengths, and a run's view.
+
+Pooled maps are checked against a loop over cells; the maps and statistics
+of every length are checked against a separate forward pass at that length
+(:func:`octlm.inspect.attention.record` and ``attention_statistics``), for
+every scheme in the registry, so the shortcut that serves shorter lengths
+from one longer pass is held to what a pass of that length records.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from octlm import Decoder, DecoderConfig
+from octlm.inspect import attention_view
+from octlm.inspect.attention import record
+from octlm.inspect.attention_statistics import attention_statistics
+from octlm.inspect.attention_view import MAP_SIDE, attention_views, block_size, pool_attention, quantise_map, run_attention
+from octlm.model.positions import SCHEMES
+
+
+def pooled_by_loop(p: np.ndarray, k: int) -> np.ndarray:
+    """Cell (r, c): the keys of block c summed, the queries of block r averaged; blocks of k positions, the last cut at T."""
+    T = p.shape[-1]
+    n = math.ceil(T / k)
+    out = np.zeros(p.shape[:-2] + (n, n))
+    for r in range(n):
+        queries = range(r * k, min(T, (r + 1) * k))
+        for c in range(n):
+            keys = range(c * k, min(T, (c + 1) * k))
+            out[..., r, c] = sum(p[..., i, j] for i in queries for j in keys) / len(queries)
+    return out
+
+
+def causal_softmax(scores: torch.Tensor) -> torch.Tensor:
+    T = scores.shape[-1]
+    return torch.softmax(scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")), dim=-1)
+
+
+@given(T=st.integers(1, 40), side=st.integers(1, 12), seed=st.integers(0, 1000))
+def test_pooling_sums_keys_and_averages_queries(T, side, seed):
+    p = causal_softmax(torch.randn(2, T, T, generator=torch.Generator().manual_seed(seed)) * 3)
+    pooled = pool_attention(p, side)
+    k = block_size(T, side)
+    assert pooled.shape[-1] == math.ceil(T / k) <= max(side, 1)
+    np.testing.assert_allclose(pooled.numpy(), pooled_by_loop(p.double().numpy(), k), atol=1e-5)
+    np.testing.assert_allclose(pooled.sum(dim=-1).numpy(), 1.0, atol=1e-5)  # still a distribution over key blocks
+    assert torch.all(pooled.triu(1) == 0)  # no query block attends to a later key block
+
+
+def test_a_map_that_fits_is_not_pooled():
+    p = causal_softmax(torch.randn(3, MAP_SIDE, MAP_SIDE))
+    assert pool_attention(p) is p
+    assert block_size(MAP_SIDE) == 1 and block_size(MAP_SIDE + 1) == 2 and block_size(2048) == 16
+
+
+def test_pooling_refuses_a_map_that_is_not_square():
+    with pytest.raises(ValueError, match="square maps"):
+        pool_attention(torch.zeros(4, 3))
+
+
+@given(n=st.integers(1, 10), seed=st.integers(0, 1000))
+def test_quantised_cells_are_the_lower_triangle_on_the_square_root_scale(n, seed):
+    p = causal_softmax(torch.randn(2, 3, n, n, generator=torch.Generator().manual_seed(seed)) * 4)
+    raw = np.frombuffer(quantise_map(p), dtype=np.uint8)
+    assert raw.size == 2 * 3 * n * (n + 1) // 2
+    expected = [p[l, h, r, c].item() for l in range(2) for h in range(3) for r in range(n) for c in range(r + 1)]
+    # round(255 sqrt(p)) is within half a step of 255 sqrt(p): p comes back within sqrt(p) / 255 + (1 / 510)^2.
+    assert np.all(np.abs(raw / 255 - np.sqrt(expected)) <= 0.5 / 255 + 1e-7)
+
+
+def unpacked(view: dict, layers: int, heads: int) -> np.ndarray:
+    """A view's maps as [layer, head, side, side] probabilities, as the page reads them."""
+    n = view["side"]
+    raw = np.frombuffer(base64.b64decode(view["maps"]), dtype=np.uint8).reshape(layers, heads, -1)
+    out = np.zeros((layers, heads, n, n))
+    rows, cols = np.tril_indices(n)
+    out[:, :, rows, cols] = (raw / 255.0) ** 2
+    return out
+
+
+def small_model(position: str, seed: int = 0) -> Decoder:
+    torch.manual_seed(seed)
+    model = Decoder(DecoderConfig(vocab_size=50, context_length=16, d_model=16, n_heads=2, n_layers=2, position=position))
+    with torch.no_grad():  # wider than octlm's init, so attention is far from uniform and a wrong slice shows
+        for name, parameter in model.named_parameters():
+            if ".ln_" not in name and not name.startswith("ln_"):
+                parameter.normal_(0.0, 0.5)
+    return model.eval()
+
+
+def check_against_separate_passes(model: Decoder, ids: list[int], lengths: list[int], side: int = 8) -> None:
+    """Short lengths, still pooled past ``side``."""
+    views = attention_views(model, ids, lengths, side=side)
+    for length in lengths:
+        maps = record(model, ids[:length], torch.device("cpu"))
+        stats = attention_statistics(maps.probabilities, maps.logits)
+        expected = np.stack([pool_attention(p[0], side).numpy() for p in maps.probabilities])
+        got = unpacked(views[length], 2, 2)
+        assert np.all(np.abs(np.sqrt(got) - np.sqrt(expected)) <= 0.5 / 255 + 1e-5), (model.config.position, length)
+        shown = views[length]["statistics"]
+        for name in ("mean_entropy", "mean_distance", "sink_mass", "max_logit"):
+            np.testing.assert_allclose(shown[name], getattr(stats, name).numpy(), atol=2e-4, err_msg=f"{name} at {length}")
+        per_query = stats.entropy.numpy()
+        k = views[length]["block"]
+        np.testing.assert_allclose(shown["entropy"], [[[per_query[l, h, i * k:(i + 1) * k].mean() for i in range(views[length]["side"])]
+                                                      for h in range(2)] for l in range(2)], atol=2e-4)
+        uniform = np.log(np.arange(1, length + 1))
+        np.testing.assert_allclose(shown["uniform_entropy"], [uniform[i * k:(i + 1) * k].mean() for i in range(views[length]["side"])], atol=2e-4)
+
+
+@pytest.mark.parametrize("position", list(SCHEMES))
+def test_each_length_is_what_a_pass_of_that_length_records(position):
+    model = small_model(position)
+    ids = torch.randint(0, 50, (16,), generator=torch.Generator().manual_seed(1)).tolist()
+    check_against_separate_passes(model, ids, [5, 8, 16])
+
+
+def test_a_length_dependent_scaling_gets_a_pass_per_length():
+    # Dynamic NTK's frequencies change with the sequence's length: the first 8 tokens of a 16-token
+    # pass are not what an 8-token pass sees, so the shortcut must not be taken there.
+    scaled = next(name for name, cls in SCHEMES.items() if "dynamic-ntk" in cls.scalings())
+    model = small_model(scaled)
+    model.set_rope_scaling("dynamic-ntk", 1.0)
+    ids = torch.randint(0, 50, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    check_against_separate_passes(model, ids, [16, 32, 40])
+
+
+def test_run_view_shows_its_lengths_and_says_why_one_is_missing(trained_run):
+    from octlm.run.folder import RunFolder
+    from octlm.run.load import load_run
+
+    model, tokenizer = load_run(trained_run)
+    val = RunFolder(trained_run).tokens("val")
+    view = run_attention(model, val, tokenizer)
+    T = model.config.context_length
+    assert [entry["length"] for entry in view["lengths"]] == [T, 2 * T, 4 * T] and view["train_length"] == T
+    first, *past = view["lengths"]
+    assert "note" not in first and first["side"] == T and first["block"] == 1
+    for entry in past:  # a learned table: no rows past T, nothing recorded there
+        assert "maps" not in entry and f"has {T} rows" in entry["note"] and f"no position {T}" in entry["note"]
+    assert view["tokens"] == [tokenizer.token_str(int(i)) for i in val[:MAP_SIDE]]
+
+
+def test_maps_past_the_memory_budget_are_left_out_with_a_note(monkeypatch):
+    model = small_model(next(name for name, cls in SCHEMES.items() if cls.scalings()))
+    monkeypatch.setattr(attention_view, "MAP_BUDGET_BYTES", attention_view.map_bytes(model, 20))
+    view = run_attention(model, np.arange(100) % 50, type("Tokens", (), {"token_str": staticmethod(str)}))
+    notes = {entry["length"]: entry.get("note") for entry in view["lengths"]}
+    assert notes[16] is None and "would take" in notes[32] and "octlm attention --length 32" in notes[32]
