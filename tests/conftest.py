@@ -55,3 +55,19 @@ def trained_run(tmp_path_factory, small_corpus) -> Path:
     ])
     assert code == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def length_study(tmp_path_factory, small_corpus) -> Path:
+    """A tiny length study (octlm length): learned, rope (and rope+yarn) and alibi trained 3 steps at T = 8, scored at
+    8, 16 and 32 tokens, with a 2-step extension stage at 2 x T (about half a minute)."""
+    from octlm.cli import main
+
+    out = tmp_path_factory.mktemp("studies") / "tiny"
+    code = main([
+        "length", "--text", str(small_corpus), "--out", str(out), "--vocab-size", "280", "--d-model", "16", "--n-heads", "2",
+        "--n-layers", "1", "--batch-size", "4", "--train-length", "8", "--multipliers", "1", "2", "4", "--schemes", "learned",
+        "rope", "alibi", "--rope-scalings", "yarn", "--max-steps", "3", "--extend-to", "2", "--extend-steps", "2", "--quiet",
+    ])
+    assert code == 0
+    return out

@@ -3,8 +3,11 @@
 The page is built from ``web/`` by Vite into ``src/octlm/web_dist/``
 (``index.html``, ``app.js``, ``app.css``), which is committed and installed
 as package data, so a pip-installed octlm serves it without Node. The page
-reads the run from ``run-data.js`` (``window.OCTLM_RUN = {...}``, see
-:func:`octlm.inspect.embeddings.run_view`); classic scripts rather than a fetched JSON
+reads its data from ``run-data.js``: ``window.OCTLM_RUN = {...}`` for a run
+(:func:`octlm.inspect.embeddings.run_view`) or ``window.OCTLM_STUDY = {...}``
+for a length study (:func:`octlm.export.study_view.study_view`); one file
+name for both, so an export's ``index.html`` never names a file that is not
+there. Classic scripts rather than a fetched JSON
 file keep an exported copy working straight from disk (``file://``), where
 browsers refuse ``fetch`` and module scripts.
 
@@ -72,13 +75,14 @@ def page_files(dist: Path = WEB_DIST) -> dict[str, bytes]:
 
 
 def run_data_script(view: dict) -> bytes:
-    """``run-data.js``: a classic script that sets ``window.OCTLM_RUN`` to ``view``.
+    """``run-data.js``: a classic script that sets ``window.OCTLM_RUN`` to ``view``, or ``window.OCTLM_STUDY`` for a study's view (``kind: "study"``).
 
     ``<`` is escaped as ``\\u003c`` so a token such as ``</script>`` stays
     inert even if the script is ever inlined into HTML.
     """
     payload = json.dumps(view, ensure_ascii=False, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
-    return f"window.OCTLM_RUN = {payload};\n".encode()
+    variable = "OCTLM_STUDY" if view.get("kind") == "study" else "OCTLM_RUN"
+    return f"window.{variable} = {payload};\n".encode()
 
 
 def site_files(view: dict, dist: Path = WEB_DIST) -> dict[str, bytes]:
@@ -87,12 +91,35 @@ def site_files(view: dict, dist: Path = WEB_DIST) -> dict[str, bytes]:
 
 
 def load_view(run_dir: str | Path) -> dict:
-    """Load a run folder and compute what the page shows (:func:`octlm.inspect.embeddings.run_view`)."""
+    """Load a run folder and compute what the page shows (:func:`octlm.inspect.embeddings.run_view`).
+
+    Raises:
+        OctlmError: for a missing or damaged run, and for a length study (naming ``--study``).
+    """
+    from octlm.export.study_view import is_study
     from octlm.inspect.embeddings import run_view
     from octlm.run.load import load_run
 
+    if Path(run_dir).is_dir() and is_study(Path(run_dir)) and not RunFolder(run_dir).is_octlm_run():
+        raise OctlmError(f"--run {run_dir}: is a length study made by octlm length, not a run; show it with --study {run_dir}")
     model, tokenizer = load_run(run_dir, "cpu")
     return run_view(run_dir, model, tokenizer)
+
+
+def page_view(run: str | None, study: str | None, report: Reporter | None = None) -> dict:
+    """The page's data: a run's view (``--run``) or a length study's (``--study``, with a progress bar on ``report``); exactly one of them.
+
+    Raises:
+        OctlmError: for both or neither, and whatever :func:`load_view` or
+            :func:`octlm.export.study_view.study_view` refuses.
+    """
+    from octlm.export.study_view import study_view
+
+    if run is not None and study is not None:
+        raise OctlmError(f"--run {run} and --study {study} are both given; the page shows one of them: give --run RUN_DIR or --study DIR")
+    if run is None and study is None:
+        raise OctlmError("give --run RUN_DIR (a run made by octlm train) or --study DIR (a length study made by octlm length)")
+    return load_view(run) if run is not None else study_view(study, report)
 
 
 def is_loopback(host: str) -> bool:
@@ -215,6 +242,25 @@ def make_server(files: dict[str, bytes], host: str = "127.0.0.1", port: int = 80
 PAGE_SUFFIXES = {".html", ".js", ".css", ".map"}
 
 
+def check_export_target(out: Path, overwrite: bool, names: set[str]) -> RunFolder:
+    """Refuse an ``out`` that :func:`export_site` may not write ``names`` into; the folder when it may.
+
+    Raises:
+        OctlmError: see :func:`export_site`.
+    """
+    folder = RunFolder(out)
+
+    def refuse(found: RunFolder) -> str | None:
+        if not {"index.html", RUN_DATA} <= {p.name for p in found.path.iterdir()}:
+            return f"--out {out}: holds files that are not an exported page, which octlm never replaces, --overwrite or not; choose a new or empty folder"
+        return None
+
+    folder.check_target(overwrite, refuse, f"--out {out}: holds an earlier export; add --overwrite to replace it, or choose another --out",
+                        foreign=lambda found: [p.name for p in found.path.iterdir() if not p.name.startswith(".") and p.name not in names
+                                               and not (p.is_file() and p.suffix in PAGE_SUFFIXES)])
+    return folder
+
+
 def export_site(files: dict[str, bytes], out: str | Path, overwrite: bool = False) -> Path:
     """Write ``files`` into folder ``out`` so ``out/index.html`` opens from disk.
 
@@ -227,16 +273,7 @@ def export_site(files: dict[str, bytes], out: str | Path, overwrite: bool = Fals
             without ``overwrite``.
     """
     out = Path(out)
-    folder = RunFolder(out)
-
-    def refuse(found: RunFolder) -> str | None:
-        if not {"index.html", RUN_DATA} <= {p.name for p in found.path.iterdir()}:
-            return f"--out {out}: holds files that are not an exported page, which octlm never replaces, --overwrite or not; choose a new or empty folder"
-        return None
-
-    folder.check_target(overwrite, refuse, f"--out {out}: holds an earlier export; add --overwrite to replace it, or choose another --out",
-                        foreign=lambda found: [p.name for p in found.path.iterdir() if not p.name.startswith(".") and p.name not in files
-                                               and not (p.is_file() and p.suffix in PAGE_SUFFIXES)])
+    folder = check_export_target(out, overwrite, set(files))
     with folder.staged(mode=0o755) as staging:
         for name, data in files.items():
             target = staging / name
@@ -249,7 +286,8 @@ def export_site(files: dict[str, bytes], out: str | Path, overwrite: bool = Fals
 class ServeOptions:
     """Everything ``octlm serve`` takes."""
 
-    run: str = option(REQUIRED, "run folder made by octlm train", metavar="RUN_DIR")
+    run: str | None = option(None, "run folder made by octlm train (or give --study)", metavar="RUN_DIR")
+    study: str | None = option(None, "length study folder made by octlm length, instead of --run", metavar="STUDY_DIR")
     host: str = option("127.0.0.1", "address to listen on; anything but loopback lets other machines read the run")
     port: int = option(8000, "port to listen on (0: a free one, printed at start)")
 
@@ -258,25 +296,36 @@ class ServeOptions:
 class ExportWebOptions:
     """Everything ``octlm export-web`` takes."""
 
-    run: str = option(REQUIRED, "run folder made by octlm train", metavar="RUN_DIR")
     out: str = option(REQUIRED, "folder to write (must be new or empty)", metavar="DIR")
+    run: str | None = option(None, "run folder made by octlm train (or give --study)", metavar="RUN_DIR")
+    study: str | None = option(None, "length study folder made by octlm length, instead of --run", metavar="STUDY_DIR")
     overwrite: bool = option(False, "replace an earlier export in --out")
 
 
 def serve(opts: ServeOptions, report: Reporter) -> dict:
-    """Run ``octlm serve``: serve the page with the run's data until Ctrl-C; returns the result dict (url, stopped).
+    """Run ``octlm serve``: serve the page with the run's or the study's data until Ctrl-C; returns the result dict (url, stopped).
 
     Raises:
-        OctlmError: for a missing or damaged run, or an address or port the
-            server cannot listen on.
+        OctlmError: for both or neither of ``--run`` and ``--study``, a
+            missing or damaged run or study (:func:`page_view`), or an
+            address or port the server cannot listen on.
     """
-    server = make_server(site_files(load_view(opts.run)), opts.host, opts.port)
+    files: dict[str, bytes] = {}
+    # Bound before the (for a study, slow) data is made, so a busy port is refused at once; nothing is
+    # answered before serve_forever, by which time the table is full.
+    server = make_server(files, opts.host, opts.port)
+    try:
+        files.update(site_files(page_view(opts.run, opts.study, report)))
+    except BaseException:
+        server.server_close()
+        raise
     host, port = server.server_address[:2]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"
     if not is_loopback(opts.host):
-        report.warn(f"listening on {opts.host}: anyone who can reach this machine on port {port} can read the run's embeddings")
-    report.event("serving", f"serving {opts.run} at {url} (Ctrl-C stops)", url=url, host=host, port=port, run=str(opts.run))
+        report.warn(f"listening on {opts.host}: anyone who can reach this machine on port {port} can read the {'run' if opts.run else 'study'}'s data")
+    shown_folder = opts.run if opts.run is not None else opts.study
+    report.event("serving", f"serving {shown_folder} at {url} (Ctrl-C stops)", url=url, host=host, port=port, run=opts.run, study=opts.study)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -289,13 +338,15 @@ def serve(opts: ServeOptions, report: Reporter) -> dict:
 
 
 def export_web(opts: ExportWebOptions, report: Reporter) -> dict:
-    """Run ``octlm export-web``: write the page with the run's data into ``--out`` (:func:`export_site`); returns the result dict.
+    """Run ``octlm export-web``: write the page with the run's or the study's data into ``--out`` (:func:`export_site`); returns the result dict.
 
     Raises:
-        OctlmError: for a missing or damaged run, or an ``--out`` that
-            :func:`export_site` refuses.
+        OctlmError: for both or neither of ``--run`` and ``--study``, a
+            missing or damaged run or study (:func:`page_view`), or an
+            ``--out`` that :func:`export_site` refuses.
     """
-    files = site_files(load_view(opts.run))
+    check_export_target(Path(opts.out), opts.overwrite, {*PAGE_FILES, RUN_DATA})  # before the data is made, which can take a while
+    files = site_files(page_view(opts.run, opts.study, report))
     out = export_site(files, opts.out, opts.overwrite)
     index = (out / "index.html").resolve()
     size = sum(len(b) for b in files.values())
@@ -312,12 +363,14 @@ __all__ = [
     "PAGE_FILES",
     "RUN_DATA",
     "WEB_DIST",
+    "check_export_target",
     "export_site",
     "is_loopback",
     "load_view",
     "make_handler",
     "make_server",
     "page_files",
+    "page_view",
     "resolve_path",
     "run_data_script",
     "site_files",

@@ -166,8 +166,12 @@ def run_view(run_dir: str | Path, model: Decoder, tokenizer: Tokenizer) -> dict:
     (texts), ``counts`` (training-split counts or ``None``), ``embedding``
     (the token table [vocab_size, d_model], packed), ``pca`` (``x``, ``y``,
     ``explained``), ``positions`` (packed vectors with ``source`` and
-    ``description``, or ``None``), ``positions_note`` and ``loss``.
+    ``description``, or ``None``), ``positions_note``, ``loss`` and
+    ``attention`` (:func:`octlm.inspect.attention_view.run_attention` on the
+    validation text, or ``None`` for a run folder without it).
     """
+    from octlm.inspect.attention_view import run_attention
+
     run_dir = Path(run_dir)
     config = model.config
     table = model.token_embedding.weight.detach().float().cpu()
@@ -176,6 +180,7 @@ def run_view(run_dir: str | Path, model: Decoder, tokenizer: Tokenizer) -> dict:
     positions = run_position_vectors(model)
     loss = loss_curve(run_dir)
     final = loss["eval"][-1] if loss["eval"] else None
+    val = _validation_tokens(run_dir)
     return {
         "format": VIEW_FORMAT,
         "name": run_dir.resolve().name,
@@ -198,7 +203,19 @@ def run_view(run_dir: str | Path, model: Decoder, tokenizer: Tokenizer) -> dict:
         else {**_pack(positions.vectors), "source": positions.source, "description": positions.description},
         "positions_note": "" if positions is not None else position_note(config.position),
         "loss": loss,
+        "attention": None if val is None else run_attention(model, val, tokenizer),
     }
+
+
+def _validation_tokens(run_dir: Path) -> np.ndarray | None:
+    """The run's validation token stream, or ``None`` when the folder lacks it (a run copied without its token files still loads)."""
+    folder = RunFolder(run_dir)
+    if not folder.manifest_path.is_file() or "val" not in folder.read_manifest().get("tokens", {}):
+        return None
+    try:
+        return folder.tokens("val")
+    except RunError:
+        return None
 
 
 #: The files ``octlm embeddings`` writes: a folder holding only these is its earlier output.

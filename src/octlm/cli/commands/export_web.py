@@ -12,11 +12,11 @@ from octlm.export.web import ExportWebOptions
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "export-web",
-        help="write the explainer page with a run's data, to open from disk",
+        help="write the explainer page with a run's or a length study's data, to open from disk",
         formatter_class=Formatter,
-        description="Write the page octlm serve shows, with the run's data embedded, into a folder: open\n"
-        "OUT/index.html in a browser straight from disk (no server, no network).",
-        epilog="example:\n  octlm export-web --run runs/shakespeare --out shakespeare-page",
+        description="Write the page octlm serve shows, with the run's (--run) or the length study's (--study) data\n"
+        "embedded, into a folder: open OUT/index.html in a browser straight from disk (no server, no network).",
+        epilog="examples:\n  octlm export-web --run runs/shakespeare --out shakespeare-page\n  octlm export-web --study runs/length --out length-page",
     )
     add_dataclass_options(p, ExportWebOptions)
     add_common(p)

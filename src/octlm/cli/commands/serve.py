@@ -12,12 +12,13 @@ from octlm.export.web import ServeOptions
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "serve",
-        help="serve the explainer page with a trained run's embeddings",
+        help="serve the explainer page with a trained run's embeddings and attention, or a length study",
         formatter_class=Formatter,
-        description="Serve the explainer page (eight playgrounds) and a run's position similarity map, nearest tokens,\n"
-        "embedding scatter and loss curve at http://HOST:PORT/. Listens on loopback unless --host says otherwise;\n"
-        "serves only the page's own files. Ctrl-C stops it.",
-        epilog="example:\n  octlm serve --run runs/shakespeare --port 8000",
+        description="Serve the explainer page (eight playgrounds) at http://HOST:PORT/ with either a run (--run: its position\n"
+        "similarity map, nearest tokens, embedding scatter, attention at 1x, 2x and 4x its length and loss curve) or\n"
+        "a length study (--study: bits per byte against length, fine-tuning curves, every model's attention at every\n"
+        "length). Listens on loopback unless --host says otherwise; serves only the page's own files. Ctrl-C stops it.",
+        epilog="examples:\n  octlm serve --run runs/shakespeare --port 8000\n  octlm serve --study runs/length",
     )
     add_dataclass_options(p, ServeOptions)
     add_common(p)

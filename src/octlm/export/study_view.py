@@ -1,0 +1,185 @@
+"""What the page shows about a length study (``octlm serve --study``, ``octlm export-web --study``).
+
+A length study is a folder made by ``octlm length``: ``length.jsonl`` (its
+records, :mod:`octlm.studies.length`) and ``runs/<label>/`` (one run folder
+per model and seed). The page draws bits per byte against length under both
+readings (non-overlapping windows, ``bpb``; sliding windows, ``sliding_bpb``),
+the extension stage's curves, and every model's attention at every length it
+was scored at (:mod:`octlm.inspect.attention_view`), for the study's first
+seed. A study made before a record or field existed is shown with what it
+has; ``missing`` says what it lacks, in words the page prints.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from octlm.errors import OctlmError
+from octlm.inspect.attention_view import ATTENTION_FORMAT, MAP_SIDE, attention_views, unavailable, window_labels
+from octlm.report import Reporter
+from octlm.run.folder import RunFolder
+from octlm.studies.length import FILES
+from octlm.studies.length_options import RUNS
+
+#: Version of the data layout ``web/src/study/data.ts`` reads.
+STUDY_VIEW_FORMAT = 1
+#: Fields of an eval record the page does not draw: per window position, thousands of numbers a record.
+_UNDRAWN = ("position_loss", "position_bytes")
+
+
+def is_study(path: Path) -> bool:
+    """Whether ``path`` is a folder holding a length study's records (``length.jsonl``)."""
+    return (path / FILES.jsonl).is_file()
+
+
+def check_study_folder(path: Path, flag: str = "--study") -> None:
+    """Refuse, in one line naming the fix, a ``path`` that is not a length study.
+
+    Raises:
+        OctlmError: for a missing path, a file, a run folder, a task study, or
+            a folder without ``length.jsonl``.
+    """
+    make = f"make one with `octlm length --text FILE --out {path}`"
+    if not path.exists():
+        raise OctlmError(f"{flag} {path}: no such folder; {make}")
+    if not path.is_dir():
+        raise OctlmError(f"{flag} {path}: is a file; give the study folder (made by octlm length) that holds {FILES.jsonl}")
+    if RunFolder(path).is_octlm_run():
+        raise OctlmError(f"{flag} {path}: is a run folder made by octlm train, not a length study; show it with --run {path}")
+    if not is_study(path):
+        others = sorted(p.name for p in path.glob("*.jsonl"))
+        what = f"it holds {', '.join(others)}, not {FILES.jsonl}" if others else f"no {FILES.jsonl}"
+        raise OctlmError(f"{flag} {path}: not a length study ({what}); the page shows folders made by `octlm length --text`; {make}")
+
+
+def read_records(path: Path) -> list[dict]:
+    """The records of ``path/length.jsonl``, in order.
+
+    Raises:
+        OctlmError: naming the file and line of a line that is not a JSON
+            object, and for a file with no ``study`` record.
+    """
+    jsonl = path / FILES.jsonl
+    records = []
+    for number, line in enumerate(jsonl.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise OctlmError(f"{jsonl}:{number}: not a JSON line ({err}); the study's records are damaged") from None
+        if not isinstance(record, dict) or not isinstance(record.get("record"), str):
+            raise OctlmError(f"{jsonl}:{number}: not a study record (a JSON object with a 'record' field); the study's records are damaged")
+        records.append(record)
+    if not any(r["record"] == "study" for r in records):
+        raise OctlmError(f"{jsonl}: holds no 'study' record; it is not a finished length study (octlm length writes it last), run the study again")
+    return records
+
+
+def missing_parts(records: list[dict]) -> list[str]:
+    """What an older study lacks that the page would show, one sentence each (empty for a current study)."""
+    evals = [r for r in records if r["record"] == "eval"]
+    missing = []
+    if evals and not any("sliding_bpb" in r for r in evals):
+        missing.append("the sliding-window reading: this study was made before octlm length scored sliding windows "
+                       "(its eval records have no sliding_bpb), so only the non-overlapping reading is shown; run the study again to get both")
+    if evals and not any(r["record"] == "attention" for r in records):
+        missing.append("the study's attention statistics (attention records, over its evaluation windows): this study was made "
+                       "before octlm length recorded them; the statistics under each map are those of the one window shown")
+    return missing
+
+
+def _run_folders(path: Path, records: list[dict]) -> dict[tuple[str, int], Path]:
+    """``(model name, seed) -> run folder`` from the train records (the folder's name under ``runs/``, so a moved study still finds them)."""
+    folders = {}
+    for r in records:
+        if r["record"] == "train" and r.get("run_dir"):
+            folders[(r["position"], r["seed"])] = path / RUNS / Path(r["run_dir"]).name
+    return folders
+
+
+def _maps_of(records: list[dict], folders: dict, seed: int, tokens, report: Reporter) -> list[dict]:
+    """Every model's attention at every length it was scored at, for ``seed``: one entry per label, in the records' order.
+
+    A scaled label (``rope+yarn``) is its base run under the record's
+    ``rope_scaling`` and ``rope_factor``; an extended one (``extended_to``)
+    is its own run, under the scaling its run saved.
+    """
+    from octlm.run.load import load_run
+
+    by_label: dict[str, dict] = {}
+    passes: dict[tuple, list[tuple[dict, int]]] = {}  # (folder, scaling) -> the entries and lengths it serves
+    for r in (r for r in records if r["record"] == "eval" and r.get("seed") == seed):
+        extended = "extended_to" in r
+        folder = folders.get((r["label"] if extended else r["position"], seed))
+        entry = by_label.setdefault(r["label"], {"label": r["label"], "position": r["position"], "seed": seed, "lengths": []})
+        entry["lengths"].append({"length": int(r["eval_length"])})
+        if folder is None or not folder.is_dir():
+            entry["lengths"][-1]["note"] = f"its run folder ({RUNS}/{folder.name if folder else r['label']}) is missing"
+            continue
+        scaling = None if extended or not r.get("rope_scaling") else (r["rope_scaling"], float(r.get("rope_factor") or 1.0))
+        passes.setdefault((folder, scaling), []).append((entry["lengths"][-1], int(r["eval_length"])))
+    models: dict[Path, object] = {}
+    bar = report.progress(len(passes), "attention maps", unit="pass")
+    for (folder, scaling), wanted in passes.items():
+        model = models.get(folder) or models.setdefault(folder, load_run(folder, "cpu")[0])
+        if scaling is not None:
+            model.set_rope_scaling(*scaling)
+        notes = {length: unavailable(model, length) or (None if len(tokens) >= length else f"the validation text holds {len(tokens)} tokens")
+                 for _, length in wanted}
+        shown = [length for length, note in notes.items() if note is None]
+        views = attention_views(model, [int(i) for i in tokens[: max(shown, default=0)]], shown)
+        for slot, length in wanted:
+            slot.update({"note": notes[length]} if notes[length] else views[length])
+        if scaling is not None:
+            model.set_rope_scaling(None)  # its base run again, for the next scaling of the same folder
+        bar.update()
+    bar.close()
+    return list(by_label.values())
+
+
+def study_view(path: str | Path, report: Reporter | None = None) -> dict:
+    """Everything the page shows about a length study, as a JSON-ready dict (read by ``web/src/study/data.ts``).
+
+    Keys: ``format``, ``kind`` (``"study"``), ``name``, ``study`` (the study
+    record), ``train``, ``eval`` (without per-position loss), ``curve`` and
+    ``attention_records`` (the records as written), ``missing`` (see
+    :func:`missing_parts`), ``attention`` (``{"format", "seed", "side",
+    "tokens", "models": [{"label", "position", "seed", "lengths": [maps |
+    {"length", "note"}]}]}``).
+
+    ``report`` shows a progress bar over the models' passes (a default
+    study's 16 models take seconds to a minute on a CPU).
+
+    Raises:
+        OctlmError: for a folder that is not a length study
+            (:func:`check_study_folder`) or damaged records.
+    """
+    path = Path(path)
+    check_study_folder(path)
+    records = read_records(path)
+    folders = _run_folders(path, records)
+    evals = [r for r in records if r["record"] == "eval"]
+    seeds = sorted({r["seed"] for r in evals if "seed" in r})
+    tokens, labels, models = [], [], []
+    if seeds and (existing := [f for f in folders.values() if f.is_dir()]):
+        tokens = RunFolder(existing[0]).tokens("val")
+        tokenizer = RunFolder(existing[0]).read_tokenizer()
+        labels = window_labels(tokenizer, tokens[:MAP_SIDE])
+        models = _maps_of(records, folders, seeds[0], tokens, report or Reporter(quiet=True))
+    return {
+        "format": STUDY_VIEW_FORMAT,
+        "kind": "study",
+        "name": path.resolve().name,
+        "study": next(r for r in records if r["record"] == "study"),
+        "train": [r for r in records if r["record"] == "train"],
+        "eval": [{k: v for k, v in r.items() if k not in _UNDRAWN} for r in evals],
+        "curve": [r for r in records if r["record"] == "curve"],
+        "attention_records": [r for r in records if r["record"] == "attention"],
+        "missing": missing_parts(records),
+        "attention": {"format": ATTENTION_FORMAT, "seed": seeds[0] if seeds else None, "side": MAP_SIDE, "tokens": labels, "models": models},
+    }
+
+
+__all__ = ["STUDY_VIEW_FORMAT", "check_study_folder", "is_study", "missing_parts", "read_records", "study_view"]
