@@ -1,4 +1,4 @@
-"""The explainer page in a real browser, and the committed build against its sources.
+"""The explainer page in a real browser, on a run and on a length study, and the committed build against its sources.
 
 scripts/test.sh installs what these need before pytest runs: Debian's
 Chromium (/usr/bin/chromium), the page's npm packages (npm ci in web/) and a
@@ -83,24 +83,88 @@ def check_neighbours(checks: dict, run_dir: Path, token_id: int) -> None:
     assert [float(r[3]) for r in rows] == pytest.approx([s for _, s in expected], abs=5e-4)  # the page shows 3 decimals
 
 
-def test_page_in_chromium_through_octlm_serve(trained_run, tmp_path):
-    token_id, typed = pick_token(trained_run)
+def check_attention(checks: dict, run_dir: Path) -> None:
+    """The heads the page shows at 1x T: their entropy is the run's own, recorded here on the first T validation tokens;
+    a learned table has no rows past T, so 2x and 4x are disabled and say so."""
+    import torch
+
+    from octlm.inspect.attention import record
+    from octlm.inspect.attention_statistics import attention_statistics
+    from octlm.run.folder import RunFolder
+    from octlm.run.load import load_run
+
+    model, _ = load_run(run_dir)
+    T = model.config.context_length
+    ids = [int(i) for i in RunFolder(run_dir).tokens("val")[:T]]
+    maps = record(model, ids, torch.device("cpu"))
+    expected = attention_statistics(maps.probabilities, maps.logits).mean_entropy[0].tolist()  # layer 0, the page's first
+    shown = [float(text.split(" nats")[0].removeprefix("entropy ")) for text in checks["run attention head stats"]]
+    assert shown == pytest.approx(expected, abs=0.006)  # the page shows 2 decimals
+    lengths = checks["run attention"]["lengths"]
+    assert [(int(x["value"]), x["enabled"]) for x in lengths] == [(T, True), (2 * T, False), (4 * T, False)]
+    assert all(f"has {T} rows" in note for note in checks["run attention"]["notes"])
+
+
+def served_checks(args: list[str], shots: Path, token: str = "the") -> dict:
+    """Start ``octlm serve ARGS --port 0`` and run the browser script on it."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "octlm", "serve", "--run", str(trained_run), "--port", "0", "--json"],
+        [sys.executable, "-m", "octlm", "serve", *args, "--port", "0", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         started = json.loads(proc.stdout.readline() or "{}")
         assert started.get("event") == "serving", proc.stderr.read() if proc.poll() is not None else started
         assert started["host"] == "127.0.0.1"
-        checks = browser_check(started["url"], tmp_path / "shots", typed)
+        return browser_check(started["url"], shots, token)
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_page_in_chromium_through_octlm_serve(trained_run, tmp_path):
+    token_id, typed = pick_token(trained_run)
+    checks = served_checks(["--run", str(trained_run)], tmp_path / "shots", typed)
+    assert checks["view"] == "run"
     check_neighbours(checks, trained_run, token_id)
+    check_attention(checks, trained_run)
     assert checks["similarity map re-rendered"]["pixelsChanged"]
     for name in checks["screenshots"]:
         assert (tmp_path / "shots" / name).stat().st_size > 10_000, name
+
+
+def check_study(checks: dict, study: Path) -> None:
+    """The table the page shows is the study's records (4 decimals), its groups and models are the study's."""
+    records = [json.loads(line) for line in (study / "length.jsonl").read_text().splitlines() if line.strip()]
+    evals = [r for r in records if r["record"] == "eval"]
+    lengths = records[0]["lengths"]
+    base = [r for r in evals if r["label"] == r["position"] and "extended_to" not in r]
+    expected = [[label, *(f"{r['bpb']:.4f}" if r["bpb"] is not None else "n/a" for r in base if r["label"] == label)]
+                for label in dict.fromkeys(r["label"] for r in base)]
+    assert checks["study table"] == expected and all(len(row) == len(lengths) + 1 for row in expected)
+    groups = checks["study groups"]
+    assert groups["scaled"] == list(dict.fromkeys(r["label"] for r in evals if r["rope_scaling"] and "extended_to" not in r))
+    assert groups["extended"] == list(dict.fromkeys(r["label"] for r in evals if "extended_to" in r))
+    assert checks["study models"] == list(dict.fromkeys(r["label"] for r in evals))
+    learned = next(label for label in checks["study attention"] if not checks["study attention"][label]["lengths"][-1]["enabled"])
+    assert all("rows" in note for note in checks["study attention"][learned]["notes"])
+
+
+def test_study_page_in_chromium_through_octlm_serve(length_study, tmp_path):
+    checks = served_checks(["--study", str(length_study)], tmp_path / "shots")
+    assert checks["view"] == "study"
+    check_study(checks, length_study)
+    longest = max(int(x["value"]) for x in next(iter(checks["study attention"].values()))["lengths"])
+    assert any(v["longestShape"] == f"{longest}x{longest}" for v in checks["study attention"].values())  # 32 tokens: not pooled
+    for name in checks["screenshots"]:
+        assert (tmp_path / "shots" / name).stat().st_size > 10_000, name
+
+
+def test_exported_study_works_from_disk(length_study, tmp_path):
+    from octlm.cli import main
+
+    out = tmp_path / "exported"
+    assert main(["export-web", "--study", str(length_study), "--out", str(out), "--quiet"]) == 0
+    check_study(browser_check((out / "index.html").as_uri(), tmp_path / "shots", "the"), length_study)
 
 
 def test_exported_page_works_from_disk(trained_run, tmp_path):
@@ -111,3 +175,4 @@ def test_exported_page_works_from_disk(trained_run, tmp_path):
     assert main(["export-web", "--run", str(trained_run), "--out", str(out), "--quiet"]) == 0
     checks = browser_check((out / "index.html").as_uri(), tmp_path / "shots", typed)
     check_neighbours(checks, trained_run, token_id)
+    check_attention(checks, trained_run)

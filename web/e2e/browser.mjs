@@ -1,7 +1,9 @@
 // Drives Debian's Chromium through playwright-core against a page that
 // `octlm serve` (or an exported folder) serves, the way a person would use it:
 // moves the width slider with the keyboard and checks the map re-rendered,
-// types a token and reads its neighbours, switches learned/sinusoidal rows,
+// switches learned/sinusoidal rows, then on a run's page types a token and
+// reads its neighbours and looks at the run's attention, or on a length
+// study's page switches readings and models and reads the table and the maps;
 // and saves screenshots at laptop and phone width.
 //
 //   node e2e/browser.mjs URL OUT_DIR [--screenshots-only]
@@ -50,8 +52,10 @@ try {
   });
   await page.goto(url, { waitUntil: "load" });
   await page.waitForSelector("body[data-ready=true]", { timeout: 20000 });
-  check("page has eight playgrounds and the run", (await page.locator("section.playground").count()) === 9, await page.locator("section.playground h2").allTextContents());
-  check("the run is loaded", (await page.locator("[data-testid=no-run]").count()) === 0, await page.locator("#run h2").textContent());
+  const isStudy = (await page.locator("#study").count()) === 1;
+  seen.view = isStudy ? "study" : "run";
+  check("page has eight playgrounds and the run or study", (await page.locator("section.playground").count()) === 9, await page.locator("section.playground h2").allTextContents());
+  if (!isStudy) check("the run is loaded", (await page.locator("[data-testid=no-run]").count()) === 0, await page.locator("#run h2").textContent());
 
   // Every control has a label.
   const unlabelled = await page.evaluate(() =>
@@ -84,15 +88,6 @@ try {
   check("same token at two positions differs only by the position rows", /largest gap between the two rows: 0\.000000/.test(compare), compare);
   await page.locator("input[name=sum-kind][value=learned]").check();
 
-  // The run's position map: its own table versus the formula.
-  const runMap = page.locator("#run-position-map");
-  if (await page.locator("input[name=run-positions][value=run]").isEnabled()) {
-    const own = await runMap.evaluate((c) => c.toDataURL());
-    await page.locator("input[name=run-positions][value=sinusoidal]").check();
-    check("run map switches to the sinusoidal formula", (await runMap.getAttribute("data-source")) === "sinusoidal" && (await runMap.evaluate((c) => c.toDataURL())) !== own, await runMap.getAttribute("data-source"));
-    await page.locator("input[name=run-positions][value=run]").check();
-  }
-
   // The relative-position playgrounds draw their pictures, and xPos's score ignores a shift of both positions.
   check("T5 and FIRE maps are drawn", (await page.locator("#t5-map").getAttribute("data-shape")) === "48x48" && (await page.locator("#fire-map").getAttribute("data-shape")) === "64x64",
     [await page.locator("#t5-map").getAttribute("data-shape"), await page.locator("#fire-map").getAttribute("data-shape")]);
@@ -101,6 +96,45 @@ try {
   await page.keyboard.press("End");
   const xposShifted = await page.locator("[data-testid=xpos-score-shifted]").textContent();
   check("xPos score unchanged by a shift of both positions", xposShifted === xposBase && (await page.locator("[data-testid=xpos-decay] svg polyline").count()) === 4, { xposBase, xposShifted });
+
+  if (isStudy) await studyChecks(page);
+  else await runChecks(page);
+
+  check("no script errors", errors.length === 0, errors);
+  check("nothing fetched from outside", external.length === 0, external);
+
+  await page.evaluate(() => (document.activeElement instanceof HTMLElement ? document.activeElement.blur() : null));
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path: join(outDir, "page-laptop.png") });
+  await page.locator("#sinusoidal").screenshot({ path: join(outDir, "sinusoidal.png") });
+  await page.locator(isStudy ? "#study" : "#run").screenshot({ path: join(outDir, isStudy ? "study.png" : "run.png") });
+  await page.locator(isStudy ? "#study-attention" : "#run-attention").screenshot({ path: join(outDir, isStudy ? "study-attention.png" : "run-attention.png") });
+  await page.screenshot({ path: join(outDir, "page-laptop-full.png"), fullPage: true });
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.waitForTimeout(300);
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check("no sideways scrolling at phone width", overflow <= 0, overflow);
+  await page.evaluate(() => document.getElementById("sum")?.scrollIntoView());
+  await page.screenshot({ path: join(outDir, "page-phone.png") });
+  await page.screenshot({ path: join(outDir, "page-phone-full.png"), fullPage: true });
+  seen.screenshots = ["page-laptop.png", "sinusoidal.png", ...(isStudy ? ["study.png", "study-attention.png"] : ["run.png", "run-attention.png"]), "page-laptop-full.png", "page-phone.png", "page-phone-full.png"];
+} catch (err) {
+  code = 1;
+  seen.error = String(err?.message ?? err);
+} finally {
+  await context.close();
+  rmSync(profile, { recursive: true, force: true });
+}
+/** The run's own panels: its position map, nearest tokens, scatter and attention. */
+async function runChecks(page) {
+  // The run's position map: its own table versus the formula.
+  const runMap = page.locator("#run-position-map");
+  if (await page.locator("input[name=run-positions][value=run]").isEnabled()) {
+    const own = await runMap.evaluate((c) => c.toDataURL());
+    await page.locator("input[name=run-positions][value=sinusoidal]").check();
+    check("run map switches to the sinusoidal formula", (await runMap.getAttribute("data-source")) === "sinusoidal" && (await runMap.evaluate((c) => c.toDataURL())) !== own, await runMap.getAttribute("data-source"));
+    await page.locator("input[name=run-positions][value=run]").check();
+  }
 
   // Type a token and read its neighbours.
   const query = page.locator("#token-query");
@@ -117,29 +151,67 @@ try {
   const box = await page.locator("#run-scatter").boundingBox();
   check("scatter is drawn", box !== null && box.width > 100 && box.height > 100, box);
 
-  check("no script errors", errors.length === 0, errors);
-  check("nothing fetched from outside", external.length === 0, external);
-
-  await page.evaluate(() => (document.activeElement instanceof HTMLElement ? document.activeElement.blur() : null));
-  await page.evaluate(() => window.scrollTo(0, 0));
-  await page.screenshot({ path: join(outDir, "page-laptop.png") });
-  await page.locator("#sinusoidal").screenshot({ path: join(outDir, "sinusoidal.png") });
-  await page.locator("#run").screenshot({ path: join(outDir, "run.png") });
-  await page.screenshot({ path: join(outDir, "page-laptop-full.png"), fullPage: true });
-  await page.setViewportSize({ width: 390, height: 844 });
-  await page.waitForTimeout(300);
-  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-  check("no sideways scrolling at phone width", overflow <= 0, overflow);
-  await page.evaluate(() => document.getElementById("sum")?.scrollIntoView());
-  await page.screenshot({ path: join(outDir, "page-phone.png") });
-  await page.screenshot({ path: join(outDir, "page-phone-full.png"), fullPage: true });
-  seen.screenshots = ["page-laptop.png", "sinusoidal.png", "run.png", "page-laptop-full.png", "page-phone.png", "page-phone-full.png"];
-} catch (err) {
-  code = 1;
-  seen.error = String(err?.message ?? err);
-} finally {
-  await context.close();
-  rmSync(profile, { recursive: true, force: true });
+  seen["run attention"] = await attentionChecks(page, "run-attention");
+  seen["run attention head stats"] = await page.locator("#run-attention-heads [data-testid=head-stats]").allTextContents();
 }
+
+/**
+ * The attention explorer `id`: every head drawn at the first length; lengths without maps are
+ * disabled and say why; the longest length with maps redraws every head at that length.
+ */
+async function attentionChecks(page, id) {
+  const heads = page.locator(`#${id}-heads canvas.attention-map`);
+  const first = await page.locator(`#${id}-heads`).getAttribute("data-length");
+  const n = await heads.count();
+  check(`${id}: every head is drawn`, n >= 1 && (await page.locator(`#${id}-heads [data-testid=head-stats]`).count()) === n, { heads: n, length: first });
+  const radios = page.locator(`input[name=${id}-length]`);
+  const lengths = [];
+  for (let i = 0; i < (await radios.count()); i++) lengths.push({ value: await radios.nth(i).getAttribute("value"), enabled: await radios.nth(i).isEnabled() });
+  const disabled = lengths.filter((l) => !l.enabled);
+  const notes = await page.locator(`[data-testid=${id}-unavailable] p`).allTextContents();
+  check(`${id}: each length without maps is disabled and says why`, disabled.length === notes.length && disabled.every((l, i) => notes[i].startsWith(`${l.value} tokens`)), { lengths, notes });
+  const longest = [...lengths].reverse().find((l) => l.enabled);
+  await page.locator(`input[name=${id}-length][value="${longest.value}"]`).check();
+  const shape = await heads.first().getAttribute("data-shape");
+  check(`${id}: the longest length redraws every head`, (await page.locator(`#${id}-heads`).getAttribute("data-length")) === longest.value && (await heads.count()) === n && (await page.locator(`#${id}-entropy svg polyline`).count()) === n + 1,
+    { length: longest.value, shape, polylines: await page.locator(`#${id}-entropy svg polyline`).count() });
+  await page.locator(`input[name=${id}-length][value="${first}"]`).check();
+  return { lengths, notes, longestShape: shape };
+}
+
+/** A length study's panels: the table under both readings and each group, the curves, every model's attention. */
+async function studyChecks(page) {
+  const tableRows = () => page.locator("#study-bpb-table tbody tr").evaluateAll((trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent)));
+  const base = await tableRows();
+  check("study table lists the models trained at T", base.length >= 2 && (await page.locator("[data-testid=study-bpb] svg polyline").count()) >= 1, base);
+  seen["study table"] = base;
+  const sliding = page.locator("input[name=study-reading][value=sliding_bpb]");
+  if (await sliding.isEnabled()) {
+    await sliding.check();
+    seen["study sliding table"] = await tableRows();
+    check("the sliding reading changes the table", (await page.locator("[data-testid=study-bpb]").getAttribute("data-reading")) === "sliding_bpb", seen["study sliding table"]);
+    await page.locator("input[name=study-reading][value=bpb]").check();
+  } else {
+    const note = await page.locator("[data-testid=study-missing]").innerText();
+    check("a study without the sliding reading says so", /sliding/.test(note) && (await page.locator("[data-testid=study-no-sliding]").count()) === 1, note);
+  }
+  const groups = await page.locator("input[name=study-group]").evaluateAll((inputs) => inputs.map((i) => i.value));
+  seen["study groups"] = {};
+  for (const group of groups) {
+    await page.locator(`input[name=study-group][value=${group}]`).check();
+    seen["study groups"][group] = (await tableRows()).map((r) => r[0]);
+  }
+  await page.locator(`input[name=study-group][value=${groups[0]}]`).check();
+  check("each group shows its own models", groups.length >= 2 && new Set(Object.values(seen["study groups"]).flat()).size === Object.values(seen["study groups"]).flat().length, seen["study groups"]);
+  const curves = await page.locator("#study-curves svg polyline").count();
+  check("the fine-tuning curves are drawn", curves >= 1, curves);
+  const models = await page.locator("select[name=study-attention-model] option").allTextContents();
+  seen["study models"] = models;
+  for (const label of [models.find((m) => !m.includes("@") && !m.includes("+") && m !== models[0]) ?? models[0], models[0]]) {
+    await page.locator("select[name=study-attention-model]").selectOption({ label });
+    seen["study attention"] = { ...seen["study attention"], [label]: await attentionChecks(page, "study-attention") };
+  }
+}
+
 console.log(JSON.stringify({ ok: code === 0, checks: seen }));
 process.exit(code);

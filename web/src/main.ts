@@ -1,4 +1,4 @@
-// The explainer page: eight playgrounds about the first layer and the position schemes, then the user's own run.
+// The explainer page: eight playgrounds about the first layer and the position schemes, then the user's own run or length study.
 import "./style.css";
 import { alibiPlayground } from "./playgrounds/alibi";
 import { firePlayground, t5Playground } from "./playgrounds/biases";
@@ -8,13 +8,16 @@ import { sinusoidalPlayground } from "./playgrounds/sinusoidal";
 import { sumPlayground } from "./playgrounds/sum";
 import { xposPlayground } from "./playgrounds/xpos";
 import { runSection } from "./run/view";
+import { studySection } from "./study/view";
 import { el } from "./ui";
 
 function main(): void {
   const app = document.getElementById("app") ?? document.body;
   const run = window.OCTLM_RUN;
+  const study = window.OCTLM_STUDY;
+  const last = study ? ["study", "Your study"] : ["run", "Your model"];
   const nav = el("nav", { "aria-label": "sections" },
-    ...[["onehot", "Lookup"], ["sum", "Token + position"], ["sinusoidal", "Sinusoidal"], ["rope", "RoPE"], ["alibi", "ALiBi"], ["t5", "T5"], ["fire", "FIRE"], ["xpos", "xPos"], ["run", "Your model"]].map(([id, text]) => el("a", { href: `#${id}` }, text)),
+    ...[["onehot", "Lookup"], ["sum", "Token + position"], ["sinusoidal", "Sinusoidal"], ["rope", "RoPE"], ["alibi", "ALiBi"], ["t5", "T5"], ["fire", "FIRE"], ["xpos", "xPos"], last].map(([id, text]) => el("a", { href: `#${id}` }, text)),
   );
   app.append(
     el("header", {},
@@ -24,7 +27,7 @@ function main(): void {
         "Play with each piece below; every formula here is checked against octlm's Python to 1e-5."),
       nav,
     ),
-    el("main", {}, oneHotPlayground(), sumPlayground(), sinusoidalPlayground(), ropePlayground(), alibiPlayground(), t5Playground(), firePlayground(), xposPlayground(), runSection(run)),
+    el("main", {}, oneHotPlayground(), sumPlayground(), sinusoidalPlayground(), ropePlayground(), alibiPlayground(), t5Playground(), firePlayground(), xposPlayground(), study ? studySection(study) : runSection(run)),
     el("footer", {}, "octlm · the page runs entirely in your browser; nothing is fetched from the network."),
   );
   document.body.dataset.ready = "true";

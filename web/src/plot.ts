@@ -104,6 +104,8 @@ export interface HeatmapOptions {
   /** Height over width of the plotting area; default rows/cols, clamped. */
   aspect?: number;
   maxHeight?: number;
+  /** Positions per cell (a pooled map): ticks then mark round positions, not cell indices. Default 1. */
+  cellSize?: number;
 }
 
 export interface Heatmap {
@@ -160,25 +162,26 @@ export function heatmap(title: string): Heatmap {
     ctx.font = cssFont(11);
     ctx.textAlign = "center";
     ctx.textBaseline = "top";
-    const xs = niceStep(m.cols, Math.max(2, Math.floor(plotW / 48)));
-    for (let c = 0; c < m.cols; c += xs) {
-      const x = margin.left + (c + 0.5) * geometry.cw;
+    const size = opts.cellSize ?? 1;
+    const xs = niceStep(m.cols * size, Math.max(2, Math.floor(plotW / 48)));
+    for (let p = 0; p < m.cols * size; p += xs) {
+      const x = margin.left + (p / size + 0.5) * geometry.cw;
       ctx.beginPath();
       ctx.moveTo(x, margin.top + plotH);
       ctx.lineTo(x, margin.top + plotH + 4);
       ctx.stroke();
-      ctx.fillText(String(c), x, margin.top + plotH + 5);
+      ctx.fillText(String(p), x, margin.top + plotH + 5);
     }
     ctx.textAlign = "right";
     ctx.textBaseline = "middle";
-    const ys = niceStep(m.rows, Math.max(2, Math.floor(plotH / 28)));
-    for (let r = 0; r < m.rows; r += ys) {
-      const y = margin.top + (r + 0.5) * geometry.ch;
+    const ys = niceStep(m.rows * size, Math.max(2, Math.floor(plotH / 28)));
+    for (let p = 0; p < m.rows * size; p += ys) {
+      const y = margin.top + (p / size + 0.5) * geometry.ch;
       ctx.beginPath();
       ctx.moveTo(margin.left - 4, y);
       ctx.lineTo(margin.left, y);
       ctx.stroke();
-      ctx.fillText(String(r), margin.left - 6, y);
+      ctx.fillText(String(p), margin.left - 6, y);
     }
     axisTitles(ctx, opts, { left: margin.left, top: margin.top, width: plotW, height: plotH, bottom: margin.bottom }, 2);
     canvas.dataset.renders = String(Number(canvas.dataset.renders) + 1);
@@ -322,18 +325,37 @@ export interface Series {
   points: Array<[number, number]>;
   color: string;
   dots?: boolean;
+  /** SVG stroke-dasharray, e.g. "5 4" for a reference line. */
+  dash?: string;
+}
+
+export interface LineChartOptions {
+  title: string;
+  xLabel: string;
+  yLabel: string;
+  /** Ticks at these x values with these labels, instead of round numbers (e.g. lengths on a log axis). */
+  xTicks?: Array<[number, string]>;
+  /** Dashed vertical lines, each with a label at its top (e.g. the training length). */
+  markers?: Array<{ x: number; label: string }>;
+  /** A dot's hover text; default "series, step x: y". */
+  pointTitle?: (series: Series, x: number, y: number) => string;
+  /** Text for an empty chart. */
+  empty?: string;
+  /** The legend as a list under the chart rather than inside it (many series). */
+  legendBelow?: boolean;
 }
 
 /** A line chart in SVG with labelled axes, ticks and a legend, drawn at its box's width so text keeps its size. */
-export function lineChart(series: Series[], opts: { title: string; xLabel: string; yLabel: string }): HTMLElement {
+export function lineChart(series: Series[], opts: LineChartOptions): HTMLElement {
   const NS = "http://www.w3.org/2000/svg";
   const all = series.flatMap((s) => s.points);
   const figure = el("figure", { class: "plot" });
   if (all.length === 0) {
-    figure.appendChild(el("p", { class: "note" }, "This run has no loss records (metrics.jsonl is empty)."));
+    figure.appendChild(el("p", { class: "note" }, opts.empty ?? "This run has no loss records (metrics.jsonl is empty)."));
     return figure;
   }
-  const [x0, x1] = [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
+  const xs = [...all.map((p) => p[0]), ...(opts.xTicks ?? []).map((t) => t[0]), ...(opts.markers ?? []).map((m) => m.x)];
+  const [x0, x1] = [Math.min(...xs), Math.max(...xs)];
   const [yMin, yMax] = [Math.min(...all.map((p) => p[1])), Math.max(...all.map((p) => p[1]))];
   const pad = (yMax - yMin) * 0.05 || 0.5;
   const [y0, y1] = [yMin - pad, yMax + pad];
@@ -361,9 +383,15 @@ export function lineChart(series: Series[], opts: { title: string; xLabel: strin
     };
     add("rect", { x: m.left, y: m.top, width: W - m.left - m.right, height: H - m.top - m.bottom, fill: "none", stroke: "#bbb" });
     const xStep = niceStep(x1 - x0, Math.max(2, Math.floor((W - m.left - m.right) / 70)));
-    for (let x = Math.ceil(x0 / xStep) * xStep; x <= x1; x += xStep) {
+    const ticks: Array<[number, string]> = opts.xTicks ?? [];
+    if (!opts.xTicks) for (let x = Math.ceil(x0 / xStep) * xStep; x <= x1; x += xStep) ticks.push([x, String(Math.round(x))]);
+    for (const [x, label] of ticks) {
       add("line", { x1: sx(x), x2: sx(x), y1: H - m.bottom, y2: H - m.bottom + 5, stroke: "#666" });
-      add("text", { x: sx(x), y: H - m.bottom + 18, "text-anchor": "middle", class: "tick" }, String(Math.round(x)));
+      add("text", { x: sx(x), y: H - m.bottom + 18, "text-anchor": "middle", class: "tick" }, label);
+    }
+    for (const marker of opts.markers ?? []) {
+      add("line", { x1: sx(marker.x), x2: sx(marker.x), y1: m.top, y2: H - m.bottom, stroke: "#555", "stroke-dasharray": "4 4" });
+      add("text", { x: sx(marker.x) + 4, y: m.top + 12, class: "tick" }, marker.label);
     }
     const yStep = niceStep(y1 - y0, 5);
     for (let y = Math.ceil(y0 / yStep) * yStep; y <= y1; y += yStep) {
@@ -375,21 +403,29 @@ export function lineChart(series: Series[], opts: { title: string; xLabel: strin
     add("text", { x: 14, y: cy, "text-anchor": "middle", transform: `rotate(-90 14 ${cy})`, class: "axis" }, opts.yLabel);
     series.forEach((s, n) => {
       if (s.points.length === 0) return;
-      add("polyline", { points: s.points.map(([x, y]) => `${sx(x)},${sy(y)}`).join(" "), fill: "none", stroke: s.color, "stroke-width": 2 });
+      add("polyline", { points: s.points.map(([x, y]) => `${sx(x)},${sy(y)}`).join(" "), fill: "none", stroke: s.color, "stroke-width": 2, ...(s.dash ? { "stroke-dasharray": s.dash } : {}) });
       if (s.dots) {
         for (const [x, y] of s.points) {
           const dot = add("circle", { cx: sx(x), cy: sy(y), r: 3.5, fill: s.color });
           const title = document.createElementNS(NS, "title");
-          title.textContent = `${s.name}, step ${x}: ${fmt(y, 3)}`;
+          title.textContent = opts.pointTitle ? opts.pointTitle(s, x, y) : `${s.name}, step ${x}: ${fmt(y, 3)}`;
           dot.appendChild(title);
         }
       }
+      if (opts.legendBelow) return;
       const ly = m.top + 16 + n * 18;
-      add("line", { x1: W - m.right - 140, x2: W - m.right - 116, y1: ly - 4, y2: ly - 4, stroke: s.color, "stroke-width": 3 });
+      add("line", { x1: W - m.right - 140, x2: W - m.right - 116, y1: ly - 4, y2: ly - 4, stroke: s.color, "stroke-width": 3, ...(s.dash ? { "stroke-dasharray": s.dash } : {}) });
       add("text", { x: W - m.right - 110, y: ly, class: "legend" }, s.name);
     });
   };
   new ResizeObserver(() => render()).observe(figure);
   render();
+  if (opts.legendBelow) {
+    figure.appendChild(el("figcaption", { class: "legend-below" }, ...series.map((s) => {
+      const swatch = el("span", { class: "swatch", "aria-hidden": "true" });
+      swatch.style.borderTop = `3px ${s.dash ? "dashed" : "solid"} ${s.color}`;
+      return el("span", { class: "legend-item" }, swatch, s.name);
+    })));
+  }
   return figure;
 }

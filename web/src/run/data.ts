@@ -1,5 +1,6 @@
 // The data of a trained run, as `octlm serve` and `octlm export-web` hand it to the page
-// (window.OCTLM_RUN, set by run-data.js; written by octlm.explore.run_view).
+// (window.OCTLM_RUN, set by run-data.js; written by octlm.inspect.embeddings.run_view).
+import type { RunAttention } from "../attention/data";
 import type { Matrix } from "../math";
 
 export interface PackedMatrix {
@@ -21,6 +22,8 @@ export interface RunData {
   positions: (PackedMatrix & { source: "learned" | "computed"; description: string }) | null;
   positions_note: string;
   loss: { train: Array<[number, number]>; eval: Array<[number, number, number]> };
+  /** The run's attention on its validation text (absent from pages exported before it, null without a validation split). */
+  attention?: RunAttention | null;
 }
 
 declare global {

@@ -2,6 +2,7 @@
 import { cosineMatrix, nearest, sinusoidal, type Matrix } from "../math";
 import { colorBar, heatmap, lineChart, scatter } from "../plot";
 import { append, clear, el, fmt, radios, section, slider } from "../ui";
+import { attentionExplorer } from "../attention/view";
 import { lookupToken, showToken, unpack, type RunData } from "./data";
 
 export function runSection(run: RunData | undefined): HTMLElement {
@@ -32,8 +33,21 @@ export function runSection(run: RunData | undefined): HTMLElement {
     ),
   );
   const table = unpack(run.embedding);
-  body.append(positionPanel(run), neighboursPanel(run, table), lossPanel(run));
+  body.append(positionPanel(run), neighboursPanel(run, table), attentionPanel(run), lossPanel(run));
   return root;
+}
+
+function attentionPanel(run: RunData): HTMLElement {
+  const a = run.attention;
+  const T = run.model.context_length;
+  return el("div", { class: "panel" },
+    el("h3", {}, "Attention on the validation text"),
+    el("p", { class: "caption" },
+      `What every head attends to on the first ${T}, ${2 * T} and ${4 * T} tokens of the run's validation text: 1×, 2× and 4× the length it trained on (T = ${T}). `,
+      "Past T the model meets positions it never trained on. Maps longer than 128 tokens are pooled: each cell is a block of positions."),
+    a ? attentionExplorer({ id: "run-attention", models: [{ label: run.name, position: run.model.position, lengths: a.lengths }], tokens: a.tokens, trainLength: a.train_length })
+      : el("p", { class: "note", "data-testid": "run-attention-none" }, "This run folder has no validation text (val.bin), or the page was exported before it showed attention: nothing to show."),
+  );
 }
 
 function fact(name: string, value: string): HTMLElement[] {

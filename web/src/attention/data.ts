@@ -1,0 +1,91 @@
+// A model's attention as octlm.inspect.attention_view hands it to the page: per length, every
+// layer's and head's map on the first L validation tokens, pooled to at most 128 x 128 cells,
+// one byte per cell on the square-root scale, cells on and below the diagonal only.
+import type { Matrix } from "../math";
+
+export interface AttentionStatistics {
+  /** [layer][head], nats. */
+  mean_entropy: number[][];
+  /** [layer][head], tokens. */
+  mean_distance: number[][];
+  /** [layer][head], probability on the first token. */
+  sink_mass: number[][];
+  /** [layer][head], nats. */
+  max_logit: Array<Array<number | null>>;
+  /** [layer][head][cell]: mean entropy of the queries of each block (nats). */
+  entropy: number[][][];
+  /** [cell]: uniform attention's entropy, ln(i + 1), averaged the same way. */
+  uniform_entropy: number[];
+}
+
+/** The maps of one model at one length, or why there are none. */
+export interface MapSet {
+  length: number;
+  multiplier?: number;
+  /** Why there is nothing to show at this length (then the other fields are absent). */
+  note?: string;
+  /** Positions per cell. */
+  block?: number;
+  /** Cells a side. */
+  side?: number;
+  /** base64 of bytes [layer][head][row r][col c <= r]: round(255 sqrt(p)). */
+  maps?: string;
+  statistics?: AttentionStatistics;
+}
+
+/** The attention of one run (`octlm serve --run`): its maps at 1x, 2x and 4x its training length. */
+export interface RunAttention {
+  format: number;
+  train_length: number;
+  max_length: number | null;
+  label: string;
+  /** The first window's tokens (up to 128), for hover labels. */
+  tokens: string[];
+  lengths: MapSet[];
+}
+
+export function hasMaps(m: MapSet): m is MapSet & Required<Pick<MapSet, "block" | "side" | "maps" | "statistics">> {
+  return m.note === undefined && m.maps !== undefined && m.side !== undefined && m.block !== undefined && m.statistics !== undefined;
+}
+
+/**
+ * The maps of a MapSet as [layer][head] matrices of probabilities, side x side, 0 above the
+ * diagonal: each stored byte q comes back as (q / 255)^2.
+ */
+export function unpackMaps(m: MapSet, layers: number, heads: number): Matrix[][] {
+  if (!hasMaps(m)) throw new Error(`attention data: no maps at ${m.length} tokens`);
+  const n = m.side;
+  const cells = (n * (n + 1)) / 2;
+  const bin = atob(m.maps);
+  if (bin.length !== layers * heads * cells) {
+    throw new Error(`attention data: expected ${layers} x ${heads} maps of ${cells} cells, got ${bin.length} bytes`);
+  }
+  const out: Matrix[][] = [];
+  let o = 0;
+  for (let l = 0; l < layers; l++) {
+    const row: Matrix[] = [];
+    for (let h = 0; h < heads; h++) {
+      const data = new Float64Array(n * n);
+      for (let r = 0; r < n; r++) {
+        for (let c = 0; c <= r; c++) {
+          const q = bin.charCodeAt(o++) / 255;
+          data[r * n + c] = q * q;
+        }
+      }
+      row.push({ rows: n, cols: n, data });
+    }
+    out.push(row);
+  }
+  return out;
+}
+
+/** The first and last position (inclusive) of cell `index` of a map of `length` positions pooled by `block`. */
+export function cellRange(index: number, block: number, length: number): [number, number] {
+  return [index * block, Math.min(length, (index + 1) * block) - 1];
+}
+
+/** The multiple of the training length a length is, as the page writes it ("2×", "0.5×"). */
+export function times(length: number, trainLength: number): string {
+  const m = length / trainLength;
+  return `${Number.isInteger(m) ? m : m.toFixed(2)}×`;
+}
