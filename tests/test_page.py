@@ -159,6 +159,30 @@ def test_study_page_in_chromium_through_octlm_serve(length_study, tmp_path):
         assert (tmp_path / "shots" / name).stat().st_size > 10_000, name
 
 
+def test_a_current_study_shows_both_readings_and_its_attention_records(length_study, tmp_path):
+    """The sliding reading and the attention records, added by hand as a current octlm length writes them."""
+    from octlm.cli import main
+
+    study = tmp_path / "current"
+    shutil.copytree(length_study, study)
+    written = [json.loads(line) for line in (study / "length.jsonl").read_text().splitlines() if line.strip()]
+    for r in written:
+        if r["record"] == "eval":
+            r.update(sliding_bpb=None if r["bpb"] is None else r["bpb"] - 0.125, sliding_loss=None, eval_stride=r["eval_length"] // 2, sliding_windows=3)
+    first = next(r for r in written if r["record"] == "eval")
+    stats = {"mean_entropy": [[0.75, 0.875]], "mean_distance": [[2.5, 3.0]], "sink_mass": [[0.25, 0.125]], "max_logit": [[3.25, 4.5]]}
+    written.append({"record": "attention", "label": first["label"], "position": first["position"], "seed": first["seed"],
+                    "eval_length": first["eval_length"], "query_positions": [2, 6], "entropy": [[[0.5, 1.0], [0.75, 1.0]]], **stats})
+    (study / "length.jsonl").write_text("".join(json.dumps(r) + "\n" for r in written))
+    out = tmp_path / "exported"
+    assert main(["export-web", "--study", str(study), "--out", str(out), "--quiet"]) == 0
+    checks = browser_check((out / "index.html").as_uri(), tmp_path / "shots", "the")
+    base = [r for r in written if r["record"] == "eval" and r["label"] == r["position"] and "extended_to" not in r]
+    assert checks["study sliding table"] == [[label, *(f"{r['sliding_bpb']:.4f}" if r["sliding_bpb"] is not None else "n/a"
+                                                       for r in base if r["label"] == label)] for label in dict.fromkeys(r["label"] for r in base)]
+    assert checks["study attention record"] == [["0", "0.75", "2.5", "0.250", "3.3"], ["1", "0.88", "3.0", "0.125", "4.5"]]
+
+
 def test_exported_study_works_from_disk(length_study, tmp_path):
     from octlm.cli import main
 

@@ -211,6 +211,9 @@ async function studyChecks(page) {
     await page.locator("select[name=study-attention-model]").selectOption({ label });
     seen["study attention"] = { ...seen["study attention"], [label]: await attentionChecks(page, "study-attention") };
   }
+  // The study's own statistics of the shown model and length, where it recorded them.
+  seen["study attention record"] = await page.locator("[data-testid=study-attention-record] tbody tr")
+    .evaluateAll((trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent)));
 }
 
 console.log(JSON.stringify({ ok: code === 0, checks: seen }));

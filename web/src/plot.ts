@@ -396,7 +396,7 @@ export function lineChart(series: Series[], opts: LineChartOptions): HTMLElement
     const yStep = niceStep(y1 - y0, 5);
     for (let y = Math.ceil(y0 / yStep) * yStep; y <= y1; y += yStep) {
       add("line", { x1: m.left, x2: W - m.right, y1: sy(y), y2: sy(y), stroke: "#eee" });
-      add("text", { x: m.left - 6, y: sy(y) + 4, "text-anchor": "end", class: "tick" }, fmt(y, yStep < 0.1 ? 2 : 1));
+      add("text", { x: m.left - 6, y: sy(y) + 4, "text-anchor": "end", class: "tick" }, fmt(y, Math.min(4, Math.max(1, -Math.floor(Math.log10(yStep))))));
     }
     add("text", { x: (m.left + W - m.right) / 2, y: H - 8, "text-anchor": "middle", class: "axis" }, opts.xLabel);
     const cy = (m.top + H - m.bottom) / 2;

@@ -1,6 +1,6 @@
 // The study's tables: grouping models, means over seeds, readings a study may lack, fine-tuning curves.
 import { describe, expect, it } from "vitest";
-import { bpbTable, curveSeries, groupOf, groupsIn, hasSliding, meanSd, type CurveRecord, type EvalRecord } from "../src/study/data";
+import { attentionRecordFor, bpbTable, curveSeries, groupOf, groupsIn, hasSliding, meanSd, type AttentionRecord, type CurveRecord, type EvalRecord } from "../src/study/data";
 
 function ev(label: string, length: number, seed: number, bpb: number | null, extra: Partial<EvalRecord> = {}): EvalRecord {
   const [position] = label.split(/[+@]/);
@@ -69,5 +69,15 @@ describe("curveSeries", () => {
       { label: "rope", length: 32, points: [[0, 4], [4, 3]] },
       { label: "alibi", length: 32, points: [[0, 2.5]] },
     ]);
+  });
+});
+
+describe("attentionRecordFor", () => {
+  it("finds the record of a label, length and seed, and nothing in a study without them", () => {
+    const r = (label: string, eval_length: number, seed: number): AttentionRecord => ({ record: "attention", label, eval_length, seed });
+    const records = [r("rope", 8, 1), r("rope", 16, 1), r("rope", 16, 2), r("alibi", 16, 1)];
+    expect(attentionRecordFor(records, "rope", 16, 2)).toBe(records[2]);
+    expect(attentionRecordFor(records, "rope", 32, 1)).toBeUndefined();
+    expect(attentionRecordFor([], "rope", 16, 1)).toBeUndefined();
   });
 });

@@ -37,7 +37,11 @@ export function lookFor(position: string): string {
  * The attention explorer: a model select (several models), a length choice (lengths without maps are
  * disabled and say why), a layer select, every head's map and the entropy of its queries along the window.
  */
-export function attentionExplorer(opts: { id: string; models: AttentionModel[]; tokens: string[]; trainLength: number }): HTMLElement {
+export function attentionExplorer(opts: {
+  id: string; models: AttentionModel[]; tokens: string[]; trainLength: number;
+  /** More about the shown model, length and layer, under the heads (a study's own statistics). */
+  extra?: (label: string, length: number, layer: number) => HTMLElement | null;
+}): HTMLElement {
   const { id, models, tokens, trainLength } = opts;
   let model = 0;
   let length = 0;
@@ -47,6 +51,7 @@ export function attentionExplorer(opts: { id: string; models: AttentionModel[]; 
   const notes = el("div", { "data-testid": `${id}-unavailable` });
   const grid = el("div", { class: "multiples maps", id: `${id}-heads` });
   const entropy = el("div", { class: "narrow", id: `${id}-entropy` });
+  const extraBox = el("div");
   let maps: Heatmap[] = [];
 
   const current = () => models[model];
@@ -97,6 +102,7 @@ export function attentionExplorer(opts: { id: string; models: AttentionModel[]; 
     maps = [];
     clear(grid);
     clear(entropy);
+    clear(extraBox);
     const set = shown();
     if (!set || !hasMaps(set)) {
       grid.append(el("p", { class: "note" }, "No attention to show for this model."));
@@ -108,6 +114,7 @@ export function attentionExplorer(opts: { id: string; models: AttentionModel[]; 
     grid.dataset.length = String(set.length);
     grid.dataset.layer = String(layer);
     for (let h = 0; h < heads; h++) grid.append(headFigure(all[layer][h], set, layer, h, tokens, (map) => maps.push(map)));
+    append(extraBox, opts.extra?.(m.label, set.length, layer));
     entropy.append(entropyChart(set, layer, trainLength));
   };
 
@@ -115,7 +122,7 @@ export function attentionExplorer(opts: { id: string; models: AttentionModel[]; 
   drawControls();
   draw();
   return el("div", { class: "attention", id },
-    controls, hint, el("div", { class: "narrow" }, colorBar({ kind: "sequential", min: 0, max: 1 }, "√ attention probability")), notes, grid,
+    controls, hint, el("div", { class: "narrow" }, colorBar({ kind: "sequential", min: 0, max: 1 }, "√ attention probability")), notes, grid, extraBox,
     el("h3", {}, "Entropy along the window"),
     el("p", { class: "caption" }, "How spread out each head's attention is, by query position (nats; mean over each cell's queries). Uniform attention over the i + 1 keys a query sees gives ln(i + 1), the dashed line; a head far below it looks at a few keys. The vertical line marks the training length T."),
     entropy,

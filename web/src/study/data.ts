@@ -48,6 +48,21 @@ export interface CurveRecord {
   bpb: number;
 }
 
+/** The study's own attention statistics of one model at one length, over its evaluation windows. */
+export interface AttentionRecord {
+  record: "attention";
+  label: string;
+  position?: string;
+  seed: number;
+  eval_length: number;
+  query_positions?: number[];
+  entropy?: number[][][];
+  mean_entropy?: number[][];
+  mean_distance?: number[][];
+  sink_mass?: number[][];
+  max_logit?: number[][];
+}
+
 export interface StudyModelAttention {
   label: string;
   position: string;
@@ -63,7 +78,7 @@ export interface StudyData {
   train: TrainRecord[];
   eval: EvalRecord[];
   curve: CurveRecord[];
-  attention_records: Array<Record<string, unknown>>;
+  attention_records: AttentionRecord[];
   /** What this (older) study lacks, one sentence each. */
   missing: string[];
   attention: { format: number; seed: number | null; side: number; tokens: string[]; models: StudyModelAttention[] };
@@ -141,4 +156,9 @@ export function curveSeries(curves: CurveRecord[]): Array<{ label: string; lengt
     const steps = [...new Set(mine.map((c) => c.step))].sort((a, b) => a - b);
     return { label, length: mine[0].eval_length, points: steps.map((s) => [s, meanSd(mine.filter((c) => c.step === s).map((c) => c.bpb)).mean] as [number, number]) };
   });
+}
+
+/** The study's attention record of `label` at `length` for `seed`, if it wrote one. */
+export function attentionRecordFor(records: AttentionRecord[], label: string, length: number, seed: number | null): AttentionRecord | undefined {
+  return records.find((r) => r.label === label && r.eval_length === length && (seed === null || r.seed === seed));
 }

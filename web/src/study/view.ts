@@ -3,7 +3,9 @@
 import { attentionExplorer } from "../attention/view";
 import { lineChart, type Series } from "../plot";
 import { el, fmt, radios, section } from "../ui";
-import { bpbTable, curveSeries, groupsIn, hasSliding, READINGS, type Cell, type Group, type Reading, type StudyData, type Table } from "./data";
+import {
+  attentionRecordFor, bpbTable, curveSeries, groupsIn, hasSliding, READINGS, type AttentionRecord, type Cell, type Group, type Reading, type StudyData, type Table,
+} from "./data";
 
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
 const GROUPS: Record<Group, string> = { base: "trained at T", scaled: "RoPE scaled, no training", extended: "fine-tuned at M × T" };
@@ -126,5 +128,21 @@ function attentionPanel(study: StudyData): HTMLElement {
     ". Maps longer than ", String(a.side), " tokens are pooled: each cell is a block of positions, its value the attention the block's queries put on the block's keys.")];
   if (!a.models.length) return el("div", { class: "panel" }, ...head, el("p", { class: "note" }, "No run folder of this study was found, so there is no attention to show."));
   return el("div", { class: "panel" }, ...head,
-    attentionExplorer({ id: "study-attention", models: a.models, tokens: a.tokens, trainLength: study.study.train_length }));
+    attentionExplorer({
+      id: "study-attention", models: a.models, tokens: a.tokens, trainLength: study.study.train_length,
+      extra: (label, length, layer) => studyStatistics(attentionRecordFor(study.attention_records, label, length, a.seed), layer),
+    }));
+}
+
+/** The study's own statistics of a model at a length (its attention record, over its evaluation windows), one row per head. */
+function studyStatistics(r: AttentionRecord | undefined, layer: number): HTMLElement | null {
+  if (!r?.mean_entropy?.[layer]) return null;
+  const cell = (values: number[][] | undefined, h: number, digits: number) => el("td", {}, values?.[layer]?.[h] === undefined ? "?" : fmt(values[layer][h], digits));
+  return el("div", { class: "grid-wrap", "data-testid": "study-attention-record" },
+    el("table", { class: "values" },
+      el("caption", {}, `The study's own statistics of layer ${layer} over its evaluation windows (its attention record):`),
+      el("thead", {}, el("tr", {}, ...["head", "entropy (nats)", "distance (tokens)", "first token", "max logit"].map((t) => el("th", { scope: "col" }, t)))),
+      el("tbody", {}, ...r.mean_entropy[layer].map((_, h) => el("tr", {},
+        el("th", { scope: "row" }, String(h)), cell(r.mean_entropy, h, 2), cell(r.mean_distance, h, 1), cell(r.sink_mass, h, 3), cell(r.max_logit, h, 1)))),
+    ));
 }
