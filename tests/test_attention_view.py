@@ -22,7 +22,7 @@ from octlm import Decoder, DecoderConfig
 from octlm.inspect import attention_view
 from octlm.inspect.attention import record
 from octlm.inspect.attention_statistics import attention_statistics
-from octlm.inspect.attention_view import MAP_SIDE, attention_views, block_size, pool_attention, quantise_map, run_attention
+from octlm.inspect.attention_view import MAP_SIDE, MIN_SIDE, attention_views, block_size, map_side, pool_attention, quantise_map, run_attention
 from octlm.model.positions import SCHEMES
 
 
@@ -155,3 +155,18 @@ def test_maps_past_the_memory_budget_are_left_out_with_a_note(monkeypatch):
     view = run_attention(model, np.arange(100) % 50, type("Tokens", (), {"token_str": staticmethod(str)}))
     notes = {entry["length"]: entry.get("note") for entry in view["lengths"]}
     assert notes[16] is None and "would take" in notes[32] and "octlm attention --length 32" in notes[32]
+
+
+@given(sets=st.integers(1, 400), maps=st.integers(1, 256), budget=st.integers(1, 50_000_000))
+def test_map_side_is_the_largest_that_fits_the_page(sets, maps, budget):
+    side = map_side(sets, maps, budget)
+    assert MIN_SIDE <= side <= MAP_SIDE
+    fits = lambda n: sets * maps * n * (n + 1) // 2 <= budget  # noqa: E731
+    assert fits(side) or side == MIN_SIDE
+    assert side == MAP_SIDE or not fits(side + 1)
+
+
+def test_a_default_study_keeps_full_maps():
+    # 16 models x 5 lengths, 2 layers x 4 heads: octlm length's defaults.
+    assert map_side(16 * 5, 2 * 4) == MAP_SIDE
+    assert map_side(16 * 5, 6 * 8) < MAP_SIDE

@@ -97,6 +97,19 @@ def test_a_moved_study_finds_its_runs_and_a_missing_run_is_a_note(length_study, 
     assert all("maps" in x for x in model_view(view, "alibi@2x").values())
 
 
+def test_a_large_study_gets_smaller_maps_within_the_page_budget(length_study, monkeypatch):
+    from octlm.inspect import attention_view
+
+    full = study_view(length_study)
+    assert full["attention"]["side"] == 128  # 30 tiny map sets fit whole
+    monkeypatch.setattr(attention_view, "PAGE_MAP_BYTES", 9_000)
+    small = study_view(length_study)
+    side = small["attention"]["side"]
+    maps = [x for m in small["attention"]["models"] for x in m["lengths"] if "maps" in x]
+    assert side < 32 and all(x["side"] <= side for x in maps) and any(x["block"] > 1 for x in maps)
+    assert sum(len(base64.b64decode(x["maps"])) for x in maps) <= 9_000
+
+
 def rewrite(study, tmp_path, name: str, change) -> object:
     copy = tmp_path / name
     shutil.copytree(study, copy)

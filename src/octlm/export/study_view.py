@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from octlm.errors import OctlmError
-from octlm.inspect.attention_view import ATTENTION_FORMAT, MAP_SIDE, attention_views, unavailable, window_labels
+from octlm.inspect.attention_view import ATTENTION_FORMAT, MAP_SIDE, attention_views, map_side, unavailable, window_labels
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
 from octlm.studies.length import FILES
@@ -99,8 +99,8 @@ def _run_folders(path: Path, records: list[dict]) -> dict[tuple[str, int], Path]
     return folders
 
 
-def _maps_of(records: list[dict], folders: dict, seed: int, tokens, report: Reporter) -> list[dict]:
-    """Every model's attention at every length it was scored at, for ``seed``: one entry per label, in the records' order.
+def _maps_of(records: list[dict], folders: dict, seed: int, tokens, report: Reporter) -> tuple[list[dict], int]:
+    """Every model's attention at every length it was scored at, for ``seed``: one entry per label, in the records' order, and the maps' side (:func:`map_side`).
 
     A scaled label (``rope+yarn``) is its base run under the record's
     ``rope_scaling`` and ``rope_factor``; an extended one (``extended_to``)
@@ -120,7 +120,9 @@ def _maps_of(records: list[dict], folders: dict, seed: int, tokens, report: Repo
             continue
         scaling = None if extended or not r.get("rope_scaling") else (r["rope_scaling"], float(r.get("rope_factor") or 1.0))
         passes.setdefault((folder, scaling), []).append((entry["lengths"][-1], int(r["eval_length"])))
-    models: dict[Path, object] = {}
+    models: dict[Path, object] = {folder: load_run(folder, "cpu")[0] for folder, _ in list(passes)[:1]}
+    shape = next((m.config.n_layers * m.config.n_heads for m in models.values()), 1)
+    side = map_side(sum(len(wanted) for wanted in passes.values()), shape)  # the models of a study share their shape
     bar = report.progress(len(passes), "attention maps", unit="pass")
     for (folder, scaling), wanted in passes.items():
         model = models.get(folder) or models.setdefault(folder, load_run(folder, "cpu")[0])
@@ -129,14 +131,14 @@ def _maps_of(records: list[dict], folders: dict, seed: int, tokens, report: Repo
         notes = {length: unavailable(model, length) or (None if len(tokens) >= length else f"the validation text holds {len(tokens)} tokens")
                  for _, length in wanted}
         shown = [length for length, note in notes.items() if note is None]
-        views = attention_views(model, [int(i) for i in tokens[: max(shown, default=0)]], shown)
+        views = attention_views(model, [int(i) for i in tokens[: max(shown, default=0)]], shown, side=side)
         for slot, length in wanted:
             slot.update({"note": notes[length]} if notes[length] else views[length])
         if scaling is not None:
             model.set_rope_scaling(None)  # its base run again, for the next scaling of the same folder
         bar.update()
     bar.close()
-    return list(by_label.values())
+    return list(by_label.values()), side
 
 
 def study_view(path: str | Path, report: Reporter | None = None) -> dict:
@@ -162,12 +164,12 @@ def study_view(path: str | Path, report: Reporter | None = None) -> dict:
     folders = _run_folders(path, records)
     evals = [r for r in records if r["record"] == "eval"]
     seeds = sorted({r["seed"] for r in evals if "seed" in r})
-    tokens, labels, models = [], [], []
+    tokens, labels, models, side = [], [], [], MAP_SIDE
     if seeds and (existing := [f for f in folders.values() if f.is_dir()]):
         tokens = RunFolder(existing[0]).tokens("val")
         tokenizer = RunFolder(existing[0]).read_tokenizer()
         labels = window_labels(tokenizer, tokens[:MAP_SIDE])
-        models = _maps_of(records, folders, seeds[0], tokens, report or Reporter(quiet=True))
+        models, side = _maps_of(records, folders, seeds[0], tokens, report or Reporter(quiet=True))
     return {
         "format": STUDY_VIEW_FORMAT,
         "kind": "study",
@@ -178,7 +180,7 @@ def study_view(path: str | Path, report: Reporter | None = None) -> dict:
         "curve": [r for r in records if r["record"] == "curve"],
         "attention_records": [r for r in records if r["record"] == "attention"],
         "missing": missing_parts(records),
-        "attention": {"format": ATTENTION_FORMAT, "seed": seeds[0] if seeds else None, "side": MAP_SIDE, "tokens": labels, "models": models},
+        "attention": {"format": ATTENTION_FORMAT, "seed": seeds[0] if seeds else None, "side": side, "tokens": labels, "models": models},
     }
 
 

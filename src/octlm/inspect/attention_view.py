@@ -43,6 +43,10 @@ from octlm.model import Decoder
 MAP_SIDE = 128
 #: The most memory the recorded probabilities and logits of one forward pass may take (bytes).
 MAP_BUDGET_BYTES = 1 << 30
+#: The most bytes all the maps of one page may take before base64 (which adds a third): a larger study gets smaller maps (:func:`map_side`).
+PAGE_MAP_BYTES = 6 << 20
+#: The fewest cells a side a map gets however large the study.
+MIN_SIDE = 16
 #: Version of the layout ``web/src/run/attention.ts`` reads.
 ATTENTION_FORMAT = 1
 
@@ -76,6 +80,20 @@ def pool_attention(probabilities: Tensor, side: int = MAP_SIDE) -> Tensor:
     queries = torch.full((n,), float(k), dtype=summed.dtype, device=summed.device)
     queries[-1] = T - (n - 1) * k
     return summed / queries[:, None]
+
+
+def map_side(map_sets: int, maps_per_set: int, budget: int | None = None) -> int:
+    """The largest side ``n <= MAP_SIDE`` at which ``map_sets`` sets of ``maps_per_set`` triangular maps fit ``budget`` bytes (default :data:`PAGE_MAP_BYTES`; one byte a cell, ``n (n + 1) / 2`` cells a map), and at least :data:`MIN_SIDE`.
+
+    A default length study (16 models x 5 lengths, 2 layers x 4 heads) keeps 128;
+    a study of 6 layers x 8 heads gets about half that.
+    """
+    budget = PAGE_MAP_BYTES if budget is None else budget
+    maps = max(1, map_sets * maps_per_set)
+    side = MAP_SIDE
+    while side > MIN_SIDE and maps * side * (side + 1) // 2 > budget:
+        side -= 1
+    return side
 
 
 def quantise_map(maps: Tensor) -> bytes:
@@ -216,5 +234,5 @@ def _rounded(value, digits: int):
     return round(value, digits) if math.isfinite(value) else None
 
 
-__all__ = ["ATTENTION_FORMAT", "MAP_BUDGET_BYTES", "MAP_SIDE", "attention_views", "block_size", "map_bytes", "pool_attention",
+__all__ = ["ATTENTION_FORMAT", "MAP_BUDGET_BYTES", "MAP_SIDE", "MIN_SIDE", "PAGE_MAP_BYTES", "map_side", "attention_views", "block_size", "map_bytes", "pool_attention",
            "quantise_map", "run_attention", "unavailable", "window_labels"]
