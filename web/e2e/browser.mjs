@@ -151,8 +151,8 @@ async function runChecks(page) {
   const box = await page.locator("#run-scatter").boundingBox();
   check("scatter is drawn", box !== null && box.width > 100 && box.height > 100, box);
 
+  seen["run attention head stats"] = await page.locator("#run-attention-heads [data-testid=head-stats]").allTextContents();  // at 1x T
   seen["run attention"] = await attentionChecks(page, "run-attention");
-  seen["run attention head stats"] = await page.locator("#run-attention-heads [data-testid=head-stats]").allTextContents();
 }
 
 /**
@@ -175,7 +175,6 @@ async function attentionChecks(page, id) {
   const shape = await heads.first().getAttribute("data-shape");
   check(`${id}: the longest length redraws every head`, (await page.locator(`#${id}-heads`).getAttribute("data-length")) === longest.value && (await heads.count()) === n && (await page.locator(`#${id}-entropy svg polyline`).count()) === n + 1,
     { length: longest.value, shape, polylines: await page.locator(`#${id}-entropy svg polyline`).count() });
-  await page.locator(`input[name=${id}-length][value="${first}"]`).check();
   return { lengths, notes, longestShape: shape };
 }
 
@@ -207,13 +206,18 @@ async function studyChecks(page) {
   check("the fine-tuning curves are drawn", curves >= 1, curves);
   const models = await page.locator("select[name=study-attention-model] option").allTextContents();
   seen["study models"] = models;
-  for (const label of [models.find((m) => !m.includes("@") && !m.includes("+") && m !== models[0]) ?? models[0], models[0]]) {
+  // The first model, then another trained at T, left shown at its longest length for the screenshots.
+  for (const label of [models[0], models.find((m) => !m.includes("@") && !m.includes("+") && m !== models[0]) ?? models[0]]) {
     await page.locator("select[name=study-attention-model]").selectOption({ label });
     seen["study attention"] = { ...seen["study attention"], [label]: await attentionChecks(page, "study-attention") };
   }
-  // The study's own statistics of the shown model and length, where it recorded them.
+  // The study's own statistics of the shown model and length, where it recorded them: the first model at its first length.
+  await page.locator("select[name=study-attention-model]").selectOption({ label: models[0] });
   seen["study attention record"] = await page.locator("[data-testid=study-attention-record] tbody tr")
     .evaluateAll((trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent)));
+  await page.locator("select[name=study-attention-model]").selectOption({ label: models.find((m) => !m.includes("@") && !m.includes("+") && m !== models[0]) ?? models[0] });
+  const radios = page.locator("input[name=study-attention-length]:not([disabled])");
+  await radios.nth((await radios.count()) - 1).check();
 }
 
 console.log(JSON.stringify({ ok: code === 0, checks: seen }));

@@ -131,7 +131,11 @@ export function heatmap(title: string): Heatmap {
     if (!last) return;
     const { m, opts } = last;
     const width = Math.max(160, canvas.clientWidth || root.clientWidth || 320);
-    const margin = { left: 44, right: 8, top: 8, bottom: 38 };
+    // Room for the widest row label (positions of a long pooled map run to four digits) beside the axis title.
+    const measure = canvas.getContext("2d")!;
+    measure.font = cssFont(11);
+    const widest = measure.measureText(String(Math.max(m.rows * (opts.cellSize ?? 1) - 1, 0))).width;
+    const margin = { left: Math.max(44, Math.ceil(widest) + 30), right: 8, top: 8, bottom: 38 };
     const plotW = width - margin.left - margin.right;
     const aspect = opts.aspect ?? Math.min(1.6, Math.max(0.3, m.rows / Math.max(1, m.cols)));
     const plotH = Math.min(opts.maxHeight ?? 560, Math.max(60, plotW * aspect));
