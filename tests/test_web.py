@@ -349,3 +349,32 @@ def test_a_low_file_limit_does_not_stop_the_server():
         child.kill()
         _, err = child.communicate(timeout=20)
     assert "Traceback" not in err
+
+
+def test_ctrl_c_while_a_connection_thread_starts_stops_the_server(monkeypatch):
+    """Ctrl-C that lands while the main thread still waits in Thread.start(), the connection's thread already done.
+
+    Before, both the thread and the failed start gave back the connection's place; the second
+    release raised ValueError, which socketserver reports and carries on from, swallowing the
+    KeyboardInterrupt: `octlm serve` kept serving (seen once as test_serve_command_binds_loopback_and_stops_on_ctrl_c
+    timing out under load).
+    """
+    server = make_server({"index.html": b"page"}, "127.0.0.1", 0)
+    original_start = threading.Thread.start
+
+    def start_then_interrupt(thread):
+        original_start(thread)
+        thread.join()  # the request is served and its place given back
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_interrupt)
+    client = socket.create_connection(server.server_address)
+    try:
+        client.sendall(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        with pytest.raises(KeyboardInterrupt):
+            server._handle_request_noblock()
+    finally:
+        client.close()
+        server.server_close()
+    places = [server.places.acquire(blocking=False) for _ in range(MAX_CONNECTIONS + 1)]
+    assert places.count(True) == server.places._initial_value  # every place free, none given back twice

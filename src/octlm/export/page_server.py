@@ -81,6 +81,7 @@ class PageServer(ThreadingHTTPServer):
         super().__init__(address, handler)
         self.places = threading.BoundedSemaphore(max_connections)
         self.request_seconds = request_seconds
+        self._holding: dict[socket.socket, bool] = {}  # the connections holding a place, each given back once
 
     def request_reader(self, connection: socket.socket) -> io.BufferedReader:
         """``connection`` as the handler's ``rfile``: a file whose reads raise ``TimeoutError`` past ``request_seconds``."""
@@ -100,11 +101,18 @@ class PageServer(ThreadingHTTPServer):
         if not self.places.acquire(blocking=False):
             self._refuse(request)
             return
+        self._holding[request] = True
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self.places.release()
+            # The thread may have started, even served the request, before this (Ctrl-C inside Thread.start):
+            # the place is given back once, by whichever comes first, so Ctrl-C is not lost to a second release.
+            self._free(request)
             raise
+
+    def _free(self, request) -> None:
+        if self._holding.pop(request, False):  # one atomic pop: the thread and a failed start cannot both win
+            self.places.release()
 
     def _refuse(self, request: socket.socket) -> None:
         """Answer 503 and close, without waiting on the client."""
@@ -130,7 +138,7 @@ class PageServer(ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.places.release()
+            self._free(request)
 
 
 __all__ = ["BUSY", "MAX_CONNECTIONS", "REQUEST_SECONDS", "DeadlineReader", "PageServer", "connection_limit"]
