@@ -132,10 +132,11 @@ def attention_plot(records: list[dict], train_length: int) -> bytes:
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=colours[L], label=str(L)) for L in lengths]
-    fig.legend(handles=handles, title="evaluation length", loc="upper right", fontsize=7, title_fontsize=7, ncol=len(lengths))
+    fig.legend(handles=handles, title="evaluation length (tokens)", loc="upper center", bbox_to_anchor=(0.5, 0.965), fontsize=7,
+               title_fontsize=7, ncol=len(lengths))
     fig.suptitle(f"attention entropy by query position at each evaluation length (dashed: T = {train_length}; dotted: ln n, uniform over n keys)",
-                 fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+                 fontsize=10, y=0.995)
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
     return png_bytes(fig)
 
 
