@@ -93,41 +93,74 @@ def test_fire_inputs_stay_in_the_unit_interval_and_the_defaults_are_the_papers()
     assert 0.0 <= captured[0].min() and captured[0].max() <= 1.0 + 1e-6
 
 
-def xpos_by_hand(x, position, key, d=16, gamma=0.4, scale_base=512.0):
-    """Sun et al. 2023 §3.2: RoPE, then pair i times zeta_i ** (+-n / scale_base), zeta_i = (i / (d/2) + gamma) / (1 + gamma)."""
-    out = rotate_by_hand(x, position)
-    for i in range(d // 2):
-        zeta = (i / (d / 2) + gamma) / (1 + gamma)
-        factor = zeta ** ((-position if key else position) / scale_base)
-        out[..., 2 * i] *= factor
-        out[..., 2 * i + 1] *= factor
-    return out
+def xpos_score_by_hand(q, k, n, m, gamma=0.4, scale_base=512.0):
+    """Sun et al. 2023 §3.2: a query at n and a key at m score sum_i zeta_i ** ((n - m) / scale_base) (RoPE pair i's product).
+
+    zeta_i = (i / (d/2) + gamma) / (1 + gamma); q and k are one head's vectors [d], in float64.
+    """
+    d = q.shape[-1]
+    rq, rk = rotate_by_hand(q, n), rotate_by_hand(k, m)
+    return sum(((i / (d / 2) + gamma) / (1 + gamma)) ** ((n - m) / scale_base) * float(rq[2 * i] * rk[2 * i] + rq[2 * i + 1] * rk[2 * i + 1])
+               for i in range(d // 2))
 
 
-@pytest.mark.parametrize("offset", [0, 7, 900])
-def test_xpos_matches_the_paper(offset):
-    scheme = XPosRotation(DecoderConfig(d_model=32, n_heads=2, position="xpos"))
-    g = torch.Generator().manual_seed(offset)
-    q, k = torch.randn(1, 2, 3, 16, generator=g), torch.randn(1, 2, 8, 16, generator=g)
-    rq, rk = scheme.rotate(q, k, offset + 5)  # a cached step: queries at offset+5.., 8 keys from offset, ending with them
+def xpos_scheme():
+    return XPosRotation(DecoderConfig(d_model=32, n_heads=2, position="xpos"))
+
+
+@pytest.mark.parametrize("offset", [0, 7, 900, 50_000, 10**6])
+def test_xpos_scores_match_the_paper_at_any_offset(offset):
+    g = torch.Generator().manual_seed(offset % 1000)
+    q, k = torch.randn(1, 1, 3, 16, generator=g), torch.randn(1, 1, 8, 16, generator=g)
+    rq, rk = xpos_scheme().rotate(q, k, offset + 5)  # queries at offset+5.., 8 keys from offset, ending with them
+    assert rq.isfinite().all() and rk.isfinite().all()
+    scores = rq[0, 0].double() @ rk[0, 0].double().T
     for t in range(3):
-        torch.testing.assert_close(rq[:, :, t].double(), xpos_by_hand(q[:, :, t], offset + 5 + t, key=False), atol=1e-5, rtol=1e-5)
-    for t in range(8):
-        torch.testing.assert_close(rk[:, :, t].double(), xpos_by_hand(k[:, :, t], offset + t, key=True), atol=1e-5, rtol=1e-4)
+        for s in range(8):
+            expected = xpos_score_by_hand(q[0, 0, t], k[0, 0, s], offset + 5 + t, offset + s)
+            assert scores[t, s].item() == pytest.approx(expected, rel=1e-4, abs=1e-4), (t, s)
 
 
-def test_xpos_score_decays_with_distance_only():
-    scheme = XPosRotation(DecoderConfig(d_model=32, n_heads=2, position="xpos"))
-    q = torch.ones(1, 1, 1, 16)
+def test_xpos_decodes_exactly_with_a_cache_up_to_its_span_and_refuses_past_it():
+    from octlm.model.positions.xpos import MAX_SPAN
 
-    def score(n, m):
-        rq, _ = scheme.rotate(q, q, n)
-        _, rk = scheme.rotate(q, q, m)
-        return (rq * rk).sum().item()
+    scheme, g = xpos_scheme(), torch.Generator().manual_seed(3)
+    length = MAX_SPAN - 1
+    q, k = torch.randn(1, 1, length + 1, 16, generator=g), torch.randn(1, 1, length + 1, 16, generator=g)
+    scheme.start_pass(length, cached=True)
+    _, cached_keys = scheme.rotate(q[:, :, :length], k[:, :, :length], 0)  # the prefill fills the cache
+    scheme.start_pass(1, cached=True)
+    rq, rk = scheme.rotate(q[:, :, length:], k[:, :, length:], length)  # one cached step at the last position
+    scores = rq[0, 0].double() @ torch.cat((cached_keys, rk), dim=2)[0, 0].double().T
+    assert scores.isfinite().all()
+    for m in (0, 1, length // 2, length - 100, length - 1, length):
+        expected = xpos_score_by_hand(q[0, 0, length], k[0, 0, m], length, m)
+        assert scores[0, m].item() == pytest.approx(expected, rel=1e-4, abs=1e-5), m
+    with pytest.raises(ValueError, match=f"xPos: a cached sequence of {MAX_SPAN + 1:,} tokens is longer than the {MAX_SPAN:,} positions"):
+        scheme.rotate(q[:, :, :1], k[:, :, :1], MAX_SPAN)
+    scheme.start_pass(MAX_SPAN + 1, cached=False)
+    with pytest.raises(ValueError, match=f"{MAX_SPAN + 1:,} keys in one pass are more than the {MAX_SPAN:,} positions"):
+        scheme.rotate(q[:, :, :1], torch.zeros(1, 1, MAX_SPAN + 1, 16), MAX_SPAN)
+    with pytest.raises(ValueError, match="position='xpos' spans at most 32,768 positions"):
+        DecoderConfig(position="xpos", context_length=2**14, randomize_positions=4)
 
-    assert score(300, 100) == pytest.approx(score(1300, 1100), rel=1e-4)
-    # at distance 0 the decay is 1: the RoPE score of equal vectors, |q|^2
-    assert score(700, 700) == pytest.approx(16.0, rel=1e-5)
+
+#: schemes whose scores depend on the distance between tokens only: the same logits at any offset
+RELATIVE_SCHEMES = ["alibi", "none", "rope", "t5", "xpos"]
+
+
+@pytest.mark.parametrize("position", ["alibi", "fire", "none", "rope", "sinusoidal", "t5", "xpos"])
+def test_every_scheme_is_finite_at_far_offsets_and_relative_ones_give_the_same_logits(position):
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(position=position, vocab_size=50, context_length=32, d_model=32, n_heads=2, n_layers=2)).eval()
+    ids = torch.randint(0, 50, (1, 24))
+    with torch.no_grad():
+        near = model(ids)
+        for offset in (40_000, 10**6):
+            far = model(ids, offset=offset)
+            assert far.isfinite().all(), (position, offset)
+            if position in RELATIVE_SCHEMES:
+                torch.testing.assert_close(far, near, rtol=0, atol=1e-4, msg=lambda m: f"{position} at offset {offset}: {m}")
 
 
 @pytest.mark.parametrize("position", ["learned", "sinusoidal", "rope"])

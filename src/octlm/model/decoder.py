@@ -130,7 +130,7 @@ class Decoder(nn.Module):
         self._check_input(token_ids, offset)
         if cache is not None and offset != cache.length:
             raise ValueError(f"offset={offset} but the cache holds positions 0..{cache.length - 1}; pass offset=cache.length")
-        self.positions.draw_positions(token_ids.shape[1])
+        self.positions.start_pass(token_ids.shape[1], cached=cache is not None)
         x = self.dropout(self._embed(token_ids, offset))
         for i, block in enumerate(self.blocks):
             x = block(x, self.positions, offset, None if cache is None else cache.layers[i])

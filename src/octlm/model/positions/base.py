@@ -124,6 +124,19 @@ class PositionScheme(nn.Module):
         #: training positions are drawn from ``0 .. random_range - 1`` (Ruoss et al. 2023); T: no drawing
         self.random_range = config.context_length * config.randomize_positions
         self.drawn: Tensor | None = None
+        #: whether the pass under way continues a :class:`~octlm.model.kvcache.KVCache` (see :meth:`start_pass`)
+        self.cached_pass = False
+
+    def start_pass(self, length: int, cached: bool) -> None:
+        """Called by the decoder before each forward pass of ``length`` new tokens.
+
+        ``cached`` says that the pass continues a key/value cache, whose keys
+        start at position 0 and were made by earlier passes; a scheme whose
+        keys must agree with those (xPos's decay reference) reads it from
+        ``cached_pass``. Then draws the pass's training positions (:meth:`draw_positions`).
+        """
+        self.cached_pass = cached
+        self.draw_positions(length)
 
     def draw_positions(self, length: int) -> None:
         """Start a forward pass of ``length`` tokens: in training, draw its positions when randomizing.
