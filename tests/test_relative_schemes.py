@@ -127,9 +127,9 @@ def test_xpos_decodes_exactly_with_a_cache_up_to_its_span_and_refuses_past_it():
     scheme, g = xpos_scheme(), torch.Generator().manual_seed(3)
     length = MAX_SPAN - 1
     q, k = torch.randn(1, 1, length + 1, 16, generator=g), torch.randn(1, 1, length + 1, 16, generator=g)
-    scheme.start_pass(length, cached=True)
+    scheme.start_pass(length, 0, cached=True)
     _, cached_keys = scheme.rotate(q[:, :, :length], k[:, :, :length], 0)  # the prefill fills the cache
-    scheme.start_pass(1, cached=True)
+    scheme.start_pass(1, length, cached=True)
     rq, rk = scheme.rotate(q[:, :, length:], k[:, :, length:], length)  # one cached step at the last position
     scores = rq[0, 0].double() @ torch.cat((cached_keys, rk), dim=2)[0, 0].double().T
     assert scores.isfinite().all()
@@ -138,7 +138,7 @@ def test_xpos_decodes_exactly_with_a_cache_up_to_its_span_and_refuses_past_it():
         assert scores[0, m].item() == pytest.approx(expected, rel=1e-4, abs=1e-5), m
     with pytest.raises(ValueError, match=f"xPos: a cached sequence of {MAX_SPAN + 1:,} tokens is longer than the {MAX_SPAN:,} positions"):
         scheme.rotate(q[:, :, :1], k[:, :, :1], MAX_SPAN)
-    scheme.start_pass(MAX_SPAN + 1, cached=False)
+    scheme.start_pass(MAX_SPAN + 1, 0, cached=False)
     with pytest.raises(ValueError, match=f"{MAX_SPAN + 1:,} keys in one pass are more than the {MAX_SPAN:,} positions"):
         scheme.rotate(q[:, :, :1], torch.zeros(1, 1, MAX_SPAN + 1, 16), MAX_SPAN)
     with pytest.raises(ValueError, match="position='xpos' spans at most 32,768 positions"):
@@ -163,27 +163,60 @@ def test_every_scheme_is_finite_at_far_offsets_and_relative_ones_give_the_same_l
                 torch.testing.assert_close(far, near, rtol=0, atol=1e-4, msg=lambda m: f"{position} at offset {offset}: {m}")
 
 
-@pytest.mark.parametrize("position", ["learned", "sinusoidal", "rope"])
-def test_randomized_positions_are_a_sorted_draw_in_training_and_plain_in_evaluation(position):
+def passes_positions(model, ids):
+    """``model(ids)`` and the positions the pass placed its tokens at (the scheme's draw, else ``0 .. T - 1``)."""
+    seen, end_pass = [], model.positions.end_pass
+    model.positions.end_pass = lambda: (seen.append(model.positions.drawn), end_pass())
+    try:
+        out = model(ids)
+    finally:
+        del model.positions.end_pass
+    return out, torch.arange(ids.shape[1]) if seen[0] is None else seen[0]
+
+
+def is_sorted_subset(drawn, length, of):
+    return len(drawn) == length and len(set(drawn.tolist())) == length and torch.equal(drawn, drawn.sort().values) and 0 <= drawn.min() and drawn.max() < of
+
+
+@pytest.mark.parametrize("position", ["learned", "sinusoidal", "rope", "xpos"])
+def test_randomized_positions_are_drawn_in_training_and_at_test_time(position):
     config = DecoderConfig(position=position, context_length=16, d_model=32, n_heads=2, n_layers=1, vocab_size=40, randomize_positions=4)
     model = Decoder(config)
     if position == "learned":
         assert model.position_embedding.num_embeddings == 64 and model.max_length == 64
     ids = torch.randint(0, 40, (2, 16))
     torch.manual_seed(5)
-    model.train()
-    trained = model(ids)
-    drawn = model.positions.drawn
-    assert len(drawn) == 16 and len(set(drawn.tolist())) == 16 and torch.equal(drawn, drawn.sort().values)
-    assert 0 <= drawn.min() and drawn.max() < 64 and drawn.max() >= 16  # P(all 16 below 16 of 64) is negligible
+    trained, drawn = passes_positions(model.train(), ids)
+    assert is_sorted_subset(drawn, 16, 64) and drawn.max() >= 16  # P(all 16 below 16 of 64) is negligible
     torch.manual_seed(5)
-    assert torch.equal(model(ids), trained)  # the seed reproduces the draw
+    assert torch.equal(passes_positions(model, ids)[0], trained)  # the seed reproduces the draw
+    # At test time too (Ruoss et al. 2023): a sorted subset of the training range, one per length, not 0..T-1,
+    # drawn without touching torch's generator; from the range's length on, 0 .. T - 1.
     model.eval()
+    state = torch.get_rng_state()
+    for length in (1, 9, 16, 63):
+        first, tested = passes_positions(model, ids[:1, :1].repeat(1, length))
+        assert is_sorted_subset(tested, length, 64) and not torch.equal(tested, torch.arange(length)), length
+        assert torch.equal(passes_positions(model, ids[:1, :1].repeat(1, length))[0], first)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(passes_positions(model, torch.zeros(1, 64, dtype=torch.long))[1], torch.arange(64))
+    # the explorer asks the scheme outside a pass: positions 0, 1, 2, ...
     assert torch.equal(model.positions.position_ids(16, 0, ids.device), torch.arange(16))
-    if position != "learned":  # same weights, no randomization: the same evaluation
-        plain = Decoder(DecoderConfig(**{**config.to_dict(), "randomize_positions": 1})).eval()
-        plain.load_state_dict(model.state_dict())
-        torch.testing.assert_close(model(ids), plain(ids), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("position", ["learned", "sinusoidal", "rope", "xpos"])
+def test_a_model_without_randomization_trains_shorter_sequences_at_0_1_2(position):
+    # The task study trains sequences shorter than the context; they drew random positions when only F > 1 should.
+    model = Decoder(DecoderConfig(position=position, context_length=16, d_model=32, n_heads=2, n_layers=1, vocab_size=40)).train()
+    for length in (5, 16):
+        assert torch.equal(passes_positions(model, torch.randint(0, 40, (2, length)))[1], torch.arange(length)), length
+
+
+def test_a_randomized_model_samples_the_same_with_and_without_a_cache():
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(position="rope", context_length=16, d_model=32, n_heads=2, n_layers=1, vocab_size=40, randomize_positions=4)).eval()
+    prompt = torch.randint(0, 40, (1, 3))
+    assert torch.equal(model.generate(prompt, 70), model.generate(prompt, 70, use_cache=False))
 
 
 def test_randomized_rope_rotates_by_the_drawn_positions():
