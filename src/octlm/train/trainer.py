@@ -31,7 +31,7 @@ from octlm.train.evaluate import EvalResult, evaluate
 from octlm.train.init_from import config_record, prepare_model
 from octlm.run.outputs import check_out_spares
 from octlm.model import Decoder, DecoderConfig, cross_entropy
-from octlm.train.optim import lr_at, make_optimizer
+from octlm.train.optim import decay_progress, lr_at, make_optimizer
 from octlm.train.options import TrainOptions, resolved
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder, save_weights
@@ -307,7 +307,7 @@ class Trainer:
         """
         opts, group, max_steps = self.opts, self.group, self.max_steps
         progress = max(
-            (self.step - opts.warmup_steps) / max(max_steps - opts.warmup_steps, 1) if max_steps else 0.0,
+            decay_progress(self.step, max_steps, opts.warmup_steps) if max_steps else 0.0,
             self.elapsed / opts.time_budget if opts.time_budget else 0.0,
         )
         lr = lr_at(self.step, progress, opts)
