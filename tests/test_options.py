@@ -168,7 +168,8 @@ def test_threads_beyond_the_machines_cpus_are_refused(tmp_path, capsys):
 #: every command that computes with torch, with the arguments that make it run (issue 21: sample had no --threads)
 COMPUTING = {
     "train": ["--text", "tinyshakespeare"], "length": ["--out", "x"], "sample": ["--run", "r"], "bench": [],
-    "embeddings": ["--run", "r"], "export-hf": ["r", "o"], "import-hf": ["i", "r"],
+    "embeddings": ["--run", "r"], "export-hf": ["r", "o"], "import-hf": ["i", "r"], "serve": ["--run", "r"],
+    "export-web": ["--run", "r", "--out", "o"],
 }
 
 
