@@ -30,9 +30,10 @@ from urllib.parse import unquote, urlsplit
 
 from octlm.errors import OctlmError
 from octlm.export.page_server import PageServer, connection_limit
-from octlm.declare import REQUIRED, option
+from octlm.declare import REQUIRED, option, same_as
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
+from octlm.train.options import TrainOptions
 
 #: Where the built page lives inside the installed package.
 WEB_DIST = Path(__file__).resolve().parents[1] / "web_dist"
@@ -252,6 +253,7 @@ class ServeOptions:
     run: str = option(REQUIRED, "run folder made by octlm train", metavar="RUN_DIR")
     host: str = option("127.0.0.1", "address to listen on; anything but loopback lets other machines read the run")
     port: int = option(8000, "port to listen on (0: a free one, printed at start)")
+    threads: int | None = same_as(TrainOptions, "threads")
 
 
 @dataclass
@@ -261,6 +263,7 @@ class ExportWebOptions:
     run: str = option(REQUIRED, "run folder made by octlm train", metavar="RUN_DIR")
     out: str = option(REQUIRED, "folder to write (must be new or empty)", metavar="DIR")
     overwrite: bool = option(False, "replace an earlier export in --out")
+    threads: int | None = same_as(TrainOptions, "threads")
 
 
 def serve(opts: ServeOptions, report: Reporter) -> dict:
