@@ -131,3 +131,34 @@ def test_a_stride_of_one_scores_each_target_after_the_window_before_it(position)
     assert slid.tokens == len(stream) - 1 and slid.bytes == n_bytes
     assert slid.loss == pytest.approx(nats / slid.tokens, rel=1e-5)
     assert slid.bpb == pytest.approx(nats / math.log(2) / n_bytes, rel=1e-5)
+
+
+@pytest.mark.parametrize("stride", [None, 3])  # None: the non-overlapping reading
+def test_bits_per_byte_leaves_out_the_end_of_text_targets_and_the_loss_keeps_them(stride):
+    # Issue 21: <|endoftext|> stands for no bytes, so its loss is no part of the text's bits per byte (as The Pile and nanochat count);
+    # the loss per token, what training minimises, keeps every target.
+    eot, length = 0, 8
+    stream = np.random.default_rng(1).integers(1, 40, length * 6 + 1).astype(np.uint16)
+    stream[::5] = eot  # many short documents
+    nbytes = np.arange(40)  # token 0, the marker, stands for no bytes
+    model = _small_model("rope")
+    if stride is None:
+        result = evaluate(model, stream, nbytes, length, batch_size=4, per_position=True)
+        starts, first = np.arange(0, len(stream) - 1, length), np.zeros(6, dtype=int)
+    else:
+        result = evaluate_sliding(model, stream, nbytes, length, stride)
+        starts, first = sliding_windows(len(stream) - 1, length, stride)
+    all_nats, text_nats, n_bytes = 0.0, 0.0, 0
+    with torch.no_grad():
+        for start, skip in zip(starts, first):
+            logp = torch.log_softmax(model(torch.tensor(stream[start : start + length], dtype=torch.long)[None])[0], dim=-1)
+            for p in range(skip, length):
+                target = int(stream[start + p + 1])
+                nats = -float(logp[p, target])
+                all_nats += nats
+                text_nats += nats if nbytes[target] > 0 else 0.0
+                n_bytes += int(nbytes[target])
+    assert (stream[1:] == eot).sum() > 5 and result.bytes == n_bytes
+    assert result.loss == pytest.approx(all_nats / (len(stream) - 1), rel=1e-5)
+    assert result.bpb == pytest.approx(text_nats / math.log(2) / n_bytes, rel=1e-5)
+    assert result.bpb < all_nats / math.log(2) / n_bytes  # what counting the marker would have said

@@ -249,3 +249,40 @@ def test_help_and_docs_give_the_measured_duration_of_the_default_study(capsys):
     assert measured == MEASURED_MINUTES
     assert f"extension stage included, took {measured} minutes on tinyshakespeare with --threads 1" in help_text
     assert "within the 30 minutes it is sized for on 2 CPU cores" in help_text
+
+
+# -- the sliding reading and the attention statistics (issue 22) ----------------------------------------
+
+def test_every_length_is_read_twice_and_the_sliding_reading_recomputes(study):
+    from octlm.train.evaluate import evaluate_sliding
+
+    out, lines = study
+    records = json_lines((out / "length.jsonl").read_text())
+    evals = [r for r in records if r["record"] == "eval" and r["status"] == "ok"]
+    assert evals and all(r["eval_stride"] == r["eval_length"] // 2 and r["sliding_bpb"] > 0 for r in evals)
+    # ALiBi at 4x, recomputed from the run's own weights and validation text with the stride the row names
+    row = next(r for r in evals if r["label"] == "alibi" and r["eval_length"] == 4 * T)
+    model, tokenizer = load_run(out / "runs" / "alibi")
+    from octlm.run.folder import RunFolder
+
+    val = np.asarray(RunFolder(out / "runs" / "alibi").tokens("val")[: records[0]["targets"] + 1])
+    again = evaluate_sliding(model, val, tokenizer.bytes_per_token, 4 * T, row["eval_stride"])
+    assert row["sliding_bpb"] == pytest.approx(again.bpb, rel=1e-6) and row["sliding_windows"] == again.blocks
+    table = (out / "length.md").read_text()
+    assert "sliding windows (stride L/2" in table and table.count("| `rope+yarn` |") >= 2
+
+
+def test_attention_is_recorded_for_every_model_at_every_length_it_can_read(study):
+    out, _ = study
+    records = json_lines((out / "length.jsonl").read_text())
+    scored = {(r["label"], r["eval_length"]) for r in records if r["record"] == "eval" and r["status"] == "ok"}
+    attention = [r for r in records if r["record"] == "attention"]
+    assert {(r["label"], r["eval_length"]) for r in attention} == scored  # none past a learned table
+    for r in attention:
+        layers, heads = len(r["mean_entropy"]), len(r["mean_entropy"][0])
+        assert (layers, heads) == (1, 2) and len(r["entropy"][0][0]) == len(r["query_positions"])
+        # entropy of a query that sees n keys lies in [0, ln n]; the first token's mass in [0, 1]
+        assert all(0 <= h <= math.log(r["eval_length"]) + 1e-6 for head in r["mean_entropy"] for h in head)
+        assert all(0 <= s <= 1 for head in r["sink_mass"] for s in head)
+    assert (out / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "**entropy (nats)**" in (out / "length.md").read_text()

@@ -163,3 +163,46 @@ def test_threads_beyond_the_machines_cpus_are_refused(tmp_path, capsys):
     assert code == 1
     assert f"--threads must be in [1, {os.cpu_count() or 1}] (this machine's CPUs), got {too_many}" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+#: every command that computes with torch, with the arguments that make it run (issue 21: sample had no --threads)
+COMPUTING = {
+    "train": ["--text", "tinyshakespeare"], "length": ["--out", "x"], "sample": ["--run", "r"], "bench": [],
+    "embeddings": ["--run", "r"], "export-hf": ["r", "o"], "import-hf": ["i", "r"], "serve": ["--run", "r"],
+    "export-web": ["--run", "r", "--out", "o"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMPUTING))
+def test_every_command_that_computes_takes_threads(command):
+    from octlm.cli import build_parser
+
+    args = build_parser().parse_args([command, *COMPUTING[command], "--threads", "1"])
+    assert args.threads == 1
+
+
+def test_the_default_threads_leave_half_the_cpus_to_other_work(monkeypatch):
+    # bench/threads.py: on 2 CPUs beside other work, 2 threads sampled 20x slower than 1
+    from octlm.train import device
+
+    for cpus, threads in ((1, 1), (2, 1), (3, 1), (16, 8)):
+        monkeypatch.setattr(device, "available_cpus", lambda cpus=cpus: cpus)
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        assert device.default_threads() == threads, cpus
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert device.default_threads() == 3
+
+
+def test_sample_computes_with_the_threads_given_and_else_the_default(trained_run, monkeypatch, capsys):
+    import torch
+
+    from octlm.cli import main
+    from octlm.model import Decoder
+    from octlm.train.device import default_threads
+
+    seen, generate = [], Decoder.generate
+    monkeypatch.setattr(Decoder, "generate", lambda *a, **k: seen.append(torch.get_num_threads()) or generate(*a, **k))
+    before = torch.get_num_threads()
+    for given in (["--threads", "1"], []):
+        assert main(["sample", "--run", str(trained_run), "--max-new-tokens", "3", "--quiet", *given]) == 0
+    assert seen == [1, default_threads()] and torch.get_num_threads() == before

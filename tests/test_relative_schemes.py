@@ -93,64 +93,130 @@ def test_fire_inputs_stay_in_the_unit_interval_and_the_defaults_are_the_papers()
     assert 0.0 <= captured[0].min() and captured[0].max() <= 1.0 + 1e-6
 
 
-def xpos_by_hand(x, position, key, d=16, gamma=0.4, scale_base=512.0):
-    """Sun et al. 2023 §3.2: RoPE, then pair i times zeta_i ** (+-n / scale_base), zeta_i = (i / (d/2) + gamma) / (1 + gamma)."""
-    out = rotate_by_hand(x, position)
-    for i in range(d // 2):
-        zeta = (i / (d / 2) + gamma) / (1 + gamma)
-        factor = zeta ** ((-position if key else position) / scale_base)
-        out[..., 2 * i] *= factor
-        out[..., 2 * i + 1] *= factor
-    return out
+def xpos_score_by_hand(q, k, n, m, gamma=0.4, scale_base=512.0):
+    """Sun et al. 2023 §3.2: a query at n and a key at m score sum_i zeta_i ** ((n - m) / scale_base) (RoPE pair i's product).
+
+    zeta_i = (i / (d/2) + gamma) / (1 + gamma); q and k are one head's vectors [d], in float64.
+    """
+    d = q.shape[-1]
+    rq, rk = rotate_by_hand(q, n), rotate_by_hand(k, m)
+    return sum(((i / (d / 2) + gamma) / (1 + gamma)) ** ((n - m) / scale_base) * float(rq[2 * i] * rk[2 * i] + rq[2 * i + 1] * rk[2 * i + 1])
+               for i in range(d // 2))
 
 
-@pytest.mark.parametrize("offset", [0, 7, 900])
-def test_xpos_matches_the_paper(offset):
-    scheme = XPosRotation(DecoderConfig(d_model=32, n_heads=2, position="xpos"))
-    g = torch.Generator().manual_seed(offset)
-    q, k = torch.randn(1, 2, 3, 16, generator=g), torch.randn(1, 2, 8, 16, generator=g)
-    rq, rk = scheme.rotate(q, k, offset + 5)  # a cached step: queries at offset+5.., 8 keys from offset, ending with them
+def xpos_scheme():
+    return XPosRotation(DecoderConfig(d_model=32, n_heads=2, position="xpos"))
+
+
+@pytest.mark.parametrize("offset", [0, 7, 900, 50_000, 10**6])
+def test_xpos_scores_match_the_paper_at_any_offset(offset):
+    g = torch.Generator().manual_seed(offset % 1000)
+    q, k = torch.randn(1, 1, 3, 16, generator=g), torch.randn(1, 1, 8, 16, generator=g)
+    rq, rk = xpos_scheme().rotate(q, k, offset + 5)  # queries at offset+5.., 8 keys from offset, ending with them
+    assert rq.isfinite().all() and rk.isfinite().all()
+    scores = rq[0, 0].double() @ rk[0, 0].double().T
     for t in range(3):
-        torch.testing.assert_close(rq[:, :, t].double(), xpos_by_hand(q[:, :, t], offset + 5 + t, key=False), atol=1e-5, rtol=1e-5)
-    for t in range(8):
-        torch.testing.assert_close(rk[:, :, t].double(), xpos_by_hand(k[:, :, t], offset + t, key=True), atol=1e-5, rtol=1e-4)
+        for s in range(8):
+            expected = xpos_score_by_hand(q[0, 0, t], k[0, 0, s], offset + 5 + t, offset + s)
+            assert scores[t, s].item() == pytest.approx(expected, rel=1e-4, abs=1e-4), (t, s)
 
 
-def test_xpos_score_decays_with_distance_only():
-    scheme = XPosRotation(DecoderConfig(d_model=32, n_heads=2, position="xpos"))
-    q = torch.ones(1, 1, 1, 16)
+def test_xpos_decodes_exactly_with_a_cache_up_to_its_span_and_refuses_past_it():
+    from octlm.model.positions.xpos import MAX_SPAN
 
-    def score(n, m):
-        rq, _ = scheme.rotate(q, q, n)
-        _, rk = scheme.rotate(q, q, m)
-        return (rq * rk).sum().item()
+    scheme, g = xpos_scheme(), torch.Generator().manual_seed(3)
+    length = MAX_SPAN - 1
+    q, k = torch.randn(1, 1, length + 1, 16, generator=g), torch.randn(1, 1, length + 1, 16, generator=g)
+    scheme.start_pass(length, 0, cached=True)
+    _, cached_keys = scheme.rotate(q[:, :, :length], k[:, :, :length], 0)  # the prefill fills the cache
+    scheme.start_pass(1, length, cached=True)
+    rq, rk = scheme.rotate(q[:, :, length:], k[:, :, length:], length)  # one cached step at the last position
+    scores = rq[0, 0].double() @ torch.cat((cached_keys, rk), dim=2)[0, 0].double().T
+    assert scores.isfinite().all()
+    for m in (0, 1, length // 2, length - 100, length - 1, length):
+        expected = xpos_score_by_hand(q[0, 0, length], k[0, 0, m], length, m)
+        assert scores[0, m].item() == pytest.approx(expected, rel=1e-4, abs=1e-5), m
+    with pytest.raises(ValueError, match=f"xPos: a cached sequence of {MAX_SPAN + 1:,} tokens is longer than the {MAX_SPAN:,} positions"):
+        scheme.rotate(q[:, :, :1], k[:, :, :1], MAX_SPAN)
+    scheme.start_pass(MAX_SPAN + 1, 0, cached=False)
+    with pytest.raises(ValueError, match=f"{MAX_SPAN + 1:,} keys in one pass are more than the {MAX_SPAN:,} positions"):
+        scheme.rotate(q[:, :, :1], torch.zeros(1, 1, MAX_SPAN + 1, 16), MAX_SPAN)
+    with pytest.raises(ValueError, match="position='xpos' spans at most 32,768 positions"):
+        DecoderConfig(position="xpos", context_length=2**14, randomize_positions=4)
 
-    assert score(300, 100) == pytest.approx(score(1300, 1100), rel=1e-4)
-    # at distance 0 the decay is 1: the RoPE score of equal vectors, |q|^2
-    assert score(700, 700) == pytest.approx(16.0, rel=1e-5)
+
+#: schemes whose scores depend on the distance between tokens only: the same logits at any offset
+RELATIVE_SCHEMES = ["alibi", "none", "rope", "t5", "xpos"]
 
 
-@pytest.mark.parametrize("position", ["learned", "sinusoidal", "rope"])
-def test_randomized_positions_are_a_sorted_draw_in_training_and_plain_in_evaluation(position):
+@pytest.mark.parametrize("position", ["alibi", "fire", "none", "rope", "sinusoidal", "t5", "xpos"])
+def test_every_scheme_is_finite_at_far_offsets_and_relative_ones_give_the_same_logits(position):
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(position=position, vocab_size=50, context_length=32, d_model=32, n_heads=2, n_layers=2)).eval()
+    ids = torch.randint(0, 50, (1, 24))
+    with torch.no_grad():
+        near = model(ids)
+        for offset in (40_000, 10**6):
+            far = model(ids, offset=offset)
+            assert far.isfinite().all(), (position, offset)
+            if position in RELATIVE_SCHEMES:
+                torch.testing.assert_close(far, near, rtol=0, atol=1e-4, msg=lambda m: f"{position} at offset {offset}: {m}")
+
+
+def passes_positions(model, ids):
+    """``model(ids)`` and the positions the pass placed its tokens at (the scheme's draw, else ``0 .. T - 1``)."""
+    seen, end_pass = [], model.positions.end_pass
+    model.positions.end_pass = lambda: (seen.append(model.positions.drawn), end_pass())
+    try:
+        out = model(ids)
+    finally:
+        del model.positions.end_pass
+    return out, torch.arange(ids.shape[1]) if seen[0] is None else seen[0]
+
+
+def is_sorted_subset(drawn, length, of):
+    return len(drawn) == length and len(set(drawn.tolist())) == length and torch.equal(drawn, drawn.sort().values) and 0 <= drawn.min() and drawn.max() < of
+
+
+@pytest.mark.parametrize("position", ["learned", "sinusoidal", "rope", "xpos"])
+def test_randomized_positions_are_drawn_in_training_and_at_test_time(position):
     config = DecoderConfig(position=position, context_length=16, d_model=32, n_heads=2, n_layers=1, vocab_size=40, randomize_positions=4)
     model = Decoder(config)
     if position == "learned":
         assert model.position_embedding.num_embeddings == 64 and model.max_length == 64
     ids = torch.randint(0, 40, (2, 16))
     torch.manual_seed(5)
-    model.train()
-    trained = model(ids)
-    drawn = model.positions.drawn
-    assert len(drawn) == 16 and len(set(drawn.tolist())) == 16 and torch.equal(drawn, drawn.sort().values)
-    assert 0 <= drawn.min() and drawn.max() < 64 and drawn.max() >= 16  # P(all 16 below 16 of 64) is negligible
+    trained, drawn = passes_positions(model.train(), ids)
+    assert is_sorted_subset(drawn, 16, 64) and drawn.max() >= 16  # P(all 16 below 16 of 64) is negligible
     torch.manual_seed(5)
-    assert torch.equal(model(ids), trained)  # the seed reproduces the draw
+    assert torch.equal(passes_positions(model, ids)[0], trained)  # the seed reproduces the draw
+    # At test time too (Ruoss et al. 2023): a sorted subset of the training range, one per length, not 0..T-1,
+    # drawn without touching torch's generator; from the range's length on, 0 .. T - 1.
     model.eval()
+    state = torch.get_rng_state()
+    for length in (1, 9, 16, 63):
+        first, tested = passes_positions(model, ids[:1, :1].repeat(1, length))
+        assert is_sorted_subset(tested, length, 64) and not torch.equal(tested, torch.arange(length)), length
+        assert torch.equal(passes_positions(model, ids[:1, :1].repeat(1, length))[0], first)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(passes_positions(model, torch.zeros(1, 64, dtype=torch.long))[1], torch.arange(64))
+    # the explorer asks the scheme outside a pass: positions 0, 1, 2, ...
     assert torch.equal(model.positions.position_ids(16, 0, ids.device), torch.arange(16))
-    if position != "learned":  # same weights, no randomization: the same evaluation
-        plain = Decoder(DecoderConfig(**{**config.to_dict(), "randomize_positions": 1})).eval()
-        plain.load_state_dict(model.state_dict())
-        torch.testing.assert_close(model(ids), plain(ids), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("position", ["learned", "sinusoidal", "rope", "xpos"])
+def test_a_model_without_randomization_trains_shorter_sequences_at_0_1_2(position):
+    # The task study trains sequences shorter than the context; they drew random positions when only F > 1 should.
+    model = Decoder(DecoderConfig(position=position, context_length=16, d_model=32, n_heads=2, n_layers=1, vocab_size=40)).train()
+    for length in (5, 16):
+        assert torch.equal(passes_positions(model, torch.randint(0, 40, (2, length)))[1], torch.arange(length)), length
+
+
+def test_a_randomized_model_samples_the_same_with_and_without_a_cache():
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(position="rope", context_length=16, d_model=32, n_heads=2, n_layers=1, vocab_size=40, randomize_positions=4)).eval()
+    prompt = torch.randint(0, 40, (1, 3))
+    assert torch.equal(model.generate(prompt, 70), model.generate(prompt, 70, use_cache=False))
 
 
 def test_randomized_rope_rotates_by_the_drawn_positions():

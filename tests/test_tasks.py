@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from octlm.studies.tasks import DIGITS, FILLER, PASSKEY_DIGITS, TASKS
 
@@ -171,3 +173,50 @@ def test_bad_or_unread_task_options_are_refused_before_anything_is_written(tmp_p
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not out.exists()
+
+
+# -- passkey by needle depth (issue 22) ----------------------------------------------------------------
+
+@given(size=st.integers(1, 80), bins=st.integers(1, 12))
+def test_depth_bins_share_out_every_place_of_the_needle_once(size, bins):
+    task = TASKS["passkey"]
+    places = [w for b in range(bins) for w in task.depth_slots(size, b / bins, (b + 1) / bins)]
+    assert sorted(places) == list(range(size + 1))
+
+
+@pytest.mark.parametrize("size, low, high", [(16, 0.0, 0.1), (16, 0.5, 0.6), (16, 0.9, 1.0), (40, 0.3, 0.4)])
+def test_a_needle_drawn_at_a_depth_sits_there_and_the_answer_is_its_key(size, low, high):
+    task = TASKS["passkey"]
+    batch = task.batch_at_depth(size, 64, 64, torch.Generator().manual_seed(5), low, high)
+    marker = DIGITS + FILLER
+    for row in batch.tolist():
+        where = row.index(marker)  # filler tokens before the key
+        assert low <= where / size < high or (high == 1.0 and where == size)
+        assert row[where + 1 : where + 1 + PASSKEY_DIGITS] == row[-PASSKEY_DIGITS:]
+        assert len(row) == task.sequence_length(size)
+
+
+def test_only_a_needle_task_has_a_depth():
+    assert TASKS["passkey"].batch_at_depth(5, 4, 10, torch.Generator(), 0.1, 0.2) is None  # no place of 5 filler tokens lies there
+    with pytest.raises(ValueError, match="hides no needle"):
+        TASKS["copy"].batch_at_depth(4, 4, 10, torch.Generator(), 0.0, 0.5)
+
+
+def test_the_passkey_study_scores_each_depth_and_draws_the_heatmap(tmp_path):
+    import json
+
+    from octlm.cli import main
+    from octlm.studies.task import DEPTH_BINS
+
+    out = tmp_path / "passkey"
+    args = ["length", "--task", "passkey", "--out", str(out), "--max-steps", "3", "--task-length", "10", "--schemes", "learned", "alibi",
+            "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--seeds", "1", "--quiet"]
+    assert main(args) == 0
+    records = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+    depths = [r for r in records if r["record"] == "depth"]
+    assert {(r["position"], r["size"]) for r in depths} == {(s, n) for s in ("learned", "alibi") for n in (10, 20, 30, 40)}
+    for r in depths:
+        assert len(r["exact_match"]) == DEPTH_BINS
+        past_table = r["position"] == "learned" and r["size"] > 10
+        assert all((v is None) if past_table else (0.0 <= v <= 1.0) for v in r["exact_match"])
+    assert (out / "tasks-depth.png").read_bytes()[:4] == b"\x89PNG" and "## Passkey by needle depth" in (out / "tasks.md").read_text()

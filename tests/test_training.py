@@ -8,7 +8,10 @@ import pytest
 
 from octlm.cli import main
 from octlm.train.options import TrainOptions
-from octlm.train.optim import lr_at
+from hypothesis import given
+from hypothesis import strategies as st
+
+from octlm.train.optim import decay_progress, lr_at
 
 
 @pytest.mark.slow
@@ -33,6 +36,28 @@ def test_schedule_warms_up_then_decays_to_the_floor():
     assert lr_at(50, 0.5, opts) == pytest.approx(1e-4 + 0.5 * 9e-4)
     assert lr_at(99, 1.0, opts) == pytest.approx(1e-4)
     assert lr_at(500, 3.0, opts) == pytest.approx(1e-4)
+
+
+@given(max_steps=st.integers(2, 400), warmup_share=st.floats(0.0, 0.999), peak=st.floats(1e-6, 1.0), ratio=st.floats(0.0, 0.99))
+def test_the_schedule_peaks_at_one_step_and_its_last_step_is_exactly_the_floor(max_steps, warmup_share, peak, ratio):
+    warmup = int(warmup_share * max_steps)  # below max_steps, as the options require
+    opts = TrainOptions(learning_rate=peak, min_lr_ratio=ratio, warmup_steps=warmup, max_steps=max_steps)
+    rates = [lr_at(step, decay_progress(step, max_steps, warmup), opts) for step in range(max_steps)]
+    top = max(range(max_steps), key=rates.__getitem__)
+    assert rates[top] == peak and rates.count(peak) == 1 and top == max(warmup - 1, 0)
+    assert rates[-1] == peak * ratio
+    assert all(a < b for a, b in zip(rates[: top + 1], rates[1 : top + 1])) and all(a >= b for a, b in zip(rates[top:], rates[top + 1 :]))
+
+
+@pytest.mark.parametrize("warmup", ["3", "0"])
+def test_metrics_record_one_step_at_the_peak_and_the_floor_at_the_last(small_corpus, tmp_path, warmup):
+    # issue 21: the last step's rate was 0.00134 for a floor of 0.001, and two steps sat at the peak
+    out = tmp_path / "run"
+    assert main(["train", "--text", str(small_corpus), "--out", str(out), "--max-steps", "12", "--warmup-steps", warmup, "--learning-rate", "0.01",
+                 "--min-lr-ratio", "0.1", "--log-interval", "1", "--quiet", *TINY_FLAGS]) == 0
+    rates = [r["lr"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
+    assert len(rates) == 12 and max(rates) == 0.01 and sum(rate > 0.01 * (1 - 1e-9) for rate in rates) == 1  # one step at the peak
+    assert rates[-1] == 0.01 * 0.1
 
 
 TINY_FLAGS = ["--vocab-size", "280", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",
@@ -79,7 +104,7 @@ def test_the_default_warmup_fits_the_run_and_config_json_records_it(flags, warmu
     assert resolved(TrainOptions()).warmup_steps == 50  # the default 1200-step run
     assert resolved(TrainOptions(time_budget=60.0)).warmup_steps == 50
     if warmup < 10:  # a short run still peaks and decays to the floor, as --help describes
-        rates = [lr_at(step, max((step - warmup) / (opts.max_steps - warmup), 0.0), resolved(opts)) for step in range(opts.max_steps)]
+        rates = [lr_at(step, decay_progress(step, opts.max_steps, warmup), resolved(opts)) for step in range(opts.max_steps)]
         assert max(rates) == pytest.approx(opts.learning_rate)
         assert rates[-1] < 0.2 * opts.learning_rate
 

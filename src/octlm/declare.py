@@ -39,7 +39,8 @@ class Resume(enum.Enum):
     #: Must match the run (model shape, data, seed, optimiser): part of the checkpoint's config digest.
     FIXED = "fixed"
     #: How long it runs, how it reports, where it computes: taken as given, the weights stay those of an
-    #: uninterrupted run (``batch_size``: the global batch is checked where the processes are known).
+    #: uninterrupted run, to the bit while where it computes (device, dtype, threads) is unchanged, since
+    #: that orders the float sums (``batch_size``: the global batch is checked where the processes are known).
     FREE = "free"
     #: Allowed on purpose (say, after the loss became NaN), with a warning that the run now differs.
     RETUNABLE = "re-tunable"

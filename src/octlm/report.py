@@ -115,4 +115,31 @@ class TaggedReporter(Reporter):
         )
 
 
-__all__ = ["Reporter", "TaggedReporter"]
+class SilentReporter(Reporter):
+    """Says nothing: what a process other than rank 0 reports (rank 0 speaks for the run), and a study's timing run.
+
+    With ``warnings_to``, warnings still reach that reporter, tagged with
+    ``tag`` (a study's timing run may meet a problem the person must see);
+    events and the result never do, so a study's own result stays the last
+    line of ``--json``.
+    """
+
+    def __init__(self, warnings_to: Reporter | None = None, tag: str = "") -> None:
+        super().__init__(json_mode=False, quiet=True)
+        self.warnings_to, self.tag = warnings_to, tag
+
+    def event(self, kind: str, text: str | None = None, **fields: Any) -> None:
+        pass
+
+    def warn(self, text: str, **fields: Any) -> None:
+        if self.warnings_to is not None:
+            self.warnings_to.warn(f"[{self.tag}] {text}" if self.tag else text, **fields)
+
+    def error(self, message: str) -> None:
+        pass
+
+    def result(self, fields: dict, text: str | None = None) -> None:
+        pass
+
+
+__all__ = ["Reporter", "SilentReporter", "TaggedReporter"]

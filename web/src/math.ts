@@ -197,16 +197,17 @@ export function xposZeta(headDim: number): Float64Array {
 
 /**
  * xPos on queries or keys x [T, headDim] at positions offset..: RoPE's rotation, then channel pair i
- * of row t multiplied by zeta_i^(+-(offset + t) / scaleBase) (sign +1 for queries, -1 for keys), so
- * a query at n and a key at m score with the factor zeta_i^((n - m) / scaleBase) (XPosRotation.rotate).
+ * of row t multiplied by zeta_i^(+-(offset + t - reference) / scaleBase) (sign +1 for queries, -1 for
+ * keys), so a query at n and a key at m score with the factor zeta_i^((n - m) / scaleBase) whatever the
+ * reference; octlm takes it inside the sequence so the factors stay finite far out (XPosRotation.reference).
  */
-export function xposRotate(x: Matrix, offset: number, theta: number, layout: RopeLayout, sign: 1 | -1): Matrix {
+export function xposRotate(x: Matrix, offset: number, theta: number, layout: RopeLayout, sign: 1 | -1, reference = 0): Matrix {
   const { cos, sin } = ropeAngles(x.rows, offset, ropeInverseFrequencies(x.cols, theta));
   const out = ropeRotate(x, cos, sin, layout);
   const zeta = xposZeta(x.cols);
   for (let t = 0; t < x.rows; t++) {
     for (let i = 0; i < zeta.length; i++) {
-      const factor = Math.pow(zeta[i], (sign * (offset + t)) / XPOS_SCALE_BASE);
+      const factor = Math.pow(zeta[i], (sign * (offset + t - reference)) / XPOS_SCALE_BASE);
       for (const ch of ropePair(i, x.cols, layout)) out.data[t * x.cols + ch] *= factor;
     }
   }

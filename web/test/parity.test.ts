@@ -111,8 +111,8 @@ describe("xPos (Sun et al. 2023 §3.2)", () => {
   for (const c of fixtures.xpos) {
     it(`head_dim ${c.head_dim}, ${c.layout}, ${c.length} positions from ${c.offset}`, () => {
       const layout = c.layout as RopeLayout;
-      expect(relDiff(toRows(xposRotate(fromRows(c.q), c.offset, c.theta, layout, 1)), c.q_rotated)).toBeLessThan(TOL);
-      expect(relDiff(toRows(xposRotate(fromRows(c.k), c.offset, c.theta, layout, -1)), c.k_rotated)).toBeLessThan(TOL);
+      expect(relDiff(toRows(xposRotate(fromRows(c.q), c.offset, c.theta, layout, 1, c.reference)), c.q_rotated)).toBeLessThan(TOL);
+      expect(relDiff(toRows(xposRotate(fromRows(c.k), c.offset, c.theta, layout, -1, c.reference)), c.k_rotated)).toBeLessThan(TOL);
     });
   }
 });

@@ -79,5 +79,7 @@ describe("attentionRecordFor", () => {
     expect(attentionRecordFor(records, "rope", 16, 2)).toBe(records[2]);
     expect(attentionRecordFor(records, "rope", 32, 1)).toBeUndefined();
     expect(attentionRecordFor([], "rope", 16, 1)).toBeUndefined();
+    const unseeded = { ...r("none", 8, 1), seed: null };
+    expect(attentionRecordFor([unseeded], "none", 8, 3)).toBe(unseeded);
   });
 });

@@ -39,6 +39,7 @@ from octlm.declare import REQUIRED, option, same_as
 from octlm.model.positions import SCHEMES, RopeScaling
 from octlm.run.folder import RunFolder
 from octlm.run.load import load_run
+from octlm.train.options import TrainOptions
 from octlm.data.tokenizer import END_OF_TEXT, Tokenizer
 
 #: One mapper per transformers ``model_type``.
@@ -85,6 +86,7 @@ class ExportHfOptions:
     overwrite: bool = option(False, "replace OUT_DIR when it already holds a checkpoint")
     rope_scaling: str | None = same_as(RopeScalingOptions, "rope_scaling")
     rope_factor: float | None = same_as(RopeScalingOptions, "rope_factor")
+    threads: int | None = same_as(TrainOptions, "threads")
 
 
 @dataclass
@@ -94,6 +96,7 @@ class ImportHfOptions:
     in_dir: str = option(REQUIRED, "local transformers GPT-2 or GPT-NeoX checkpoint folder", positional=True, metavar="IN_DIR")
     run_dir: str = option(REQUIRED, "octlm run folder to create", positional=True, metavar="RUN_DIR")
     overwrite: bool = option(False, "replace RUN_DIR when it already holds an octlm run")
+    threads: int | None = same_as(TrainOptions, "threads")
 
 
 #: What export-hf writes, all that ``--overwrite`` may replace in OUT_DIR.

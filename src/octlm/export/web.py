@@ -33,9 +33,10 @@ from urllib.parse import unquote, urlsplit
 
 from octlm.errors import OctlmError
 from octlm.export.page_server import PageServer, connection_limit
-from octlm.declare import REQUIRED, option
+from octlm.declare import REQUIRED, option, same_as
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
+from octlm.train.options import TrainOptions
 
 #: Where the built page lives inside the installed package.
 WEB_DIST = Path(__file__).resolve().parents[1] / "web_dist"
@@ -290,6 +291,7 @@ class ServeOptions:
     study: str | None = option(None, "length study folder made by octlm length, instead of --run", metavar="STUDY_DIR")
     host: str = option("127.0.0.1", "address to listen on; anything but loopback lets other machines read the run")
     port: int = option(8000, "port to listen on (0: a free one, printed at start)")
+    threads: int | None = same_as(TrainOptions, "threads")
 
 
 @dataclass
@@ -300,6 +302,7 @@ class ExportWebOptions:
     run: str | None = option(None, "run folder made by octlm train (or give --study)", metavar="RUN_DIR")
     study: str | None = option(None, "length study folder made by octlm length, instead of --run", metavar="STUDY_DIR")
     overwrite: bool = option(False, "replace an earlier export in --out")
+    threads: int | None = same_as(TrainOptions, "threads")
 
 
 def serve(opts: ServeOptions, report: Reporter) -> dict:

@@ -38,6 +38,7 @@ class BenchOptions:
     repeats: int = option(5, "timed repeats per length (the median is reported)", bounds=at_least(1))
     device: str = same_as(TrainOptions, "device", default="cpu", help="auto, cpu, cuda, cuda:N or mps")
     seed: int = same_as(TrainOptions, "seed", default=0, help="seed of the untrained model")
+    threads: int | None = same_as(TrainOptions, "threads")
 
 
 def bench_lengths(model: Decoder) -> list[int]:

@@ -29,11 +29,12 @@ from octlm.inspect.bench import TOKEN_RULE
 from octlm.inspect.diagnostics import position_vectors
 from octlm.errors import RunError
 from octlm.model import Decoder
-from octlm.declare import REQUIRED, at_least, check_fields, option
+from octlm.declare import REQUIRED, at_least, check_fields, option, same_as
 from octlm.model.positions import SCHEMES, PositionVectors
 from octlm.report import Reporter
 from octlm.run.folder import EMBEDDINGS, EMBEDDINGS_FIGURES, METRICS, RunFolder
 from octlm.data.tokenizer import Tokenizer
+from octlm.train.options import TrainOptions
 
 #: Version of the data layout the page reads (web/src/run/data.ts).
 VIEW_FORMAT = 1
@@ -233,6 +234,7 @@ class EmbeddingsOptions:
     out: str | None = option(None, "folder for the figures (default: RUN_DIR/embeddings); earlier figures there are "
                              "replaced, a folder holding anything else is refused", metavar="DIR")
     overwrite: bool = option(False, "accepted for scripts written for other commands; earlier figures are always replaced and other files never are")
+    threads: int | None = same_as(TrainOptions, "threads")
 
 
 def _chosen_tokens(opts: EmbeddingsOptions, tokenizer: Tokenizer, counts: np.ndarray | None, vocab_size: int) -> list[int]:

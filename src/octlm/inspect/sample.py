@@ -37,6 +37,7 @@ class SampleOptions:
     num_samples: int = option(1, "independent samples to draw", bounds=at_least(1))
     seed: int = same_as(TrainOptions, "seed", help="random seed")
     device: str = same_as(TrainOptions, "device")
+    threads: int | None = same_as(TrainOptions, "threads")
     rope_scaling: str | None = same_as(RopeScalingOptions, "rope_scaling")
     rope_factor: float | None = same_as(RopeScalingOptions, "rope_factor")
     no_cache: bool = option(False, "recompute the whole sequence at every step (slow; for comparison)")

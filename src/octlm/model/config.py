@@ -52,9 +52,11 @@ class DecoderConfig:
             what they were trained to.
         position: a name in :data:`octlm.model.positions.SCHEMES` (default:
             the scheme marked ``is_default``, the learned table).
-        randomize_positions: F >= 1; with F > 1, training positions are a
-            sorted random subset of ``0 .. F * context_length - 1`` (Ruoss et
-            al. 2023), for schemes that take it (learned, sinusoidal, RoPE).
+        randomize_positions: F >= 1; with F > 1, the positions of a sequence
+            are a sorted random subset of ``0 .. F * context_length - 1`` (Ruoss
+            et al. 2023), drawn anew for each training step and, outside
+            training, once per sequence length from a generator seeded with it;
+            for schemes that take it (learned, sinusoidal, RoPE, xPos).
 
     The options of the position schemes follow, one field each, declared by
     the scheme that reads them (``PositionScheme.options``):
@@ -92,8 +94,8 @@ class DecoderConfig:
     activation: str = option("gelu", "MLP nonlinearity: exact gelu, or gelu_tanh (GPT-2's gelu_new)", choices=list(ACTIVATIONS))
     position: str = option(positions.default_scheme, "position scheme", choices=positions.SCHEME_NAMES)
     randomize_positions: int = option(1, "train at positions drawn from FACTOR x context length (Ruoss et al. 2023; "
-                                      f"{', '.join(positions.random_position_schemes())}); 1: off. Evaluation and sampling use positions "
-                                      "0, 1, 2, ...", bounds=at_least(1), metavar="FACTOR")
+                                      f"{', '.join(positions.random_position_schemes())}); 1: off. Evaluation and sampling draw them the same "
+                                      "way, seeded by the sequence length", bounds=at_least(1), metavar="FACTOR")
     # ... then one field per option of a position scheme (with_scheme_options).
 
     def __post_init__(self) -> None:

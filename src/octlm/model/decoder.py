@@ -130,10 +130,13 @@ class Decoder(nn.Module):
         self._check_input(token_ids, offset)
         if cache is not None and offset != cache.length:
             raise ValueError(f"offset={offset} but the cache holds positions 0..{cache.length - 1}; pass offset=cache.length")
-        self.positions.draw_positions(token_ids.shape[1])
-        x = self.dropout(self._embed(token_ids, offset))
-        for i, block in enumerate(self.blocks):
-            x = block(x, self.positions, offset, None if cache is None else cache.layers[i])
+        self.positions.start_pass(token_ids.shape[1], offset, cached=cache is not None)
+        try:
+            x = self.dropout(self._embed(token_ids, offset))
+            for i, block in enumerate(self.blocks):
+                x = block(x, self.positions, offset, None if cache is None else cache.layers[i])
+        finally:
+            self.positions.end_pass()
         return x
 
     @torch.no_grad()
@@ -143,13 +146,14 @@ class Decoder(nn.Module):
         Without ``cache`` this is a full forward pass over the sequence (or,
         for a learned position table, over its last ``context_length`` tokens).
         With a cache that holds the first ``cache.length < N`` tokens, only
-        the new ones are computed and added to it. Two cases empty the cache
+        the new ones are computed and added to it. Three cases empty the cache
         and prefill again, because every cached entry would change: a
         learned-position sequence longer than its table (the cropped window
-        moves every position), and RoPE under dynamic NTK past the training
-        length (the frequencies change with the length; the scheme's
-        ``length_state`` tells). Both stay exact but are no faster than
-        recomputing.
+        moves every position), RoPE under dynamic NTK past the training
+        length (the frequencies change with the length), and a model trained
+        at randomized positions, shorter than their range (each length has
+        its own draw); the scheme's ``length_state`` tells. They stay exact
+        but are no faster than recomputing.
 
         Raises:
             ValueError: when the cache holds as many tokens as ``token_ids``

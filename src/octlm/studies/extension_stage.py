@@ -26,32 +26,13 @@ import numpy as np
 from octlm.declare import replaced
 from octlm.model.positions import SCHEMES
 from octlm.train.evaluate import evaluate
-from octlm.report import Reporter, TaggedReporter
+from octlm.report import Reporter, SilentReporter, TaggedReporter
 
 #: Curve points per fine-tune, after step 0.
 CURVE_POINTS = 4
 EXTEND_PLOT = "extend.png"
 #: Steps of the timing run that turns --time-budget into a step count.
 TIMING_STEPS = 8
-
-
-class _Silent(Reporter):
-    """Drops a timing run's events and result; its warnings still reach the study's reporter.
-
-    A plain quiet reporter would still print the run's result text, a line
-    that is not JSON on the stdout of ``octlm length --json`` and that names a
-    folder the study removes.
-    """
-
-    def __init__(self, parent: Reporter) -> None:
-        super().__init__(json_mode=False, quiet=True)
-        self.parent = parent
-
-    def warn(self, text: str, **fields) -> None:
-        self.parent.warn(f"[timing] {text}", **fields)
-
-    def result(self, fields: dict, text: str | None = None) -> None:
-        pass
 
 
 def extensions() -> dict[str, tuple[str, str | None]]:
@@ -81,7 +62,7 @@ def measure_steps(opts, timing_dir: Path, report: Reporter) -> dict:
     scheme = next((s for s in opts.schemes if SCHEMES[s].times_length_study), opts.schemes[0])
     timing = dataclasses.replace(opts.train_options(scheme, timing_dir), time_budget=None, max_steps=TIMING_STEPS, eval_interval=10**9,
                                  final_eval_blocks=1, save_every=0)
-    result = train(timing, _Silent(report))
+    result = train(timing, SilentReporter(report, "timing"))
     shutil.rmtree(timing_dir, ignore_errors=True)
     per_step = result["train_seconds"] / max(result["steps"], 1)
     steps = max(1, int(opts.time_budget / per_step))

@@ -41,11 +41,14 @@ from octlm.model.positions import SCHEMES
 from octlm.studies.core import StudyFiles, prepare_study_folder, study_seeds, write_study
 from octlm.studies.extension_stage import EXTEND_PLOT, curve_markdown, curve_plot, extensions, fine_tune, labels_for, measure_steps
 from octlm.studies.length_options import RUNS, LengthOptions, check_options, check_validation_length, validation_tokens
-from octlm.studies.length_tables import NOT_AVAILABLE, format_tables, markdown_tables, mean_rows, plot
+from octlm.studies.length_attention import attention_markdown, attention_plot
+from octlm.studies.length_scoring import eval_row, score_lengths, without_positions
+from octlm.studies.length_tables import format_tables, markdown_tables, mean_rows, plot
 from octlm.train.device import resolve_device, torch_settings
-from octlm.train.evaluate import evaluate
 
-FILES = StudyFiles("length study", "length.jsonl", "length.md", "length.png", extra=(RUNS, EXTEND_PLOT))
+#: Attention entropy by query position, one panel per model, one line per length.
+ATTENTION_PLOT = "attention.png"
+FILES = StudyFiles("length study", "length.jsonl", "length.md", "length.png", extra=(RUNS, EXTEND_PLOT, ATTENTION_PLOT))
 JSONL, PLOT, TABLE = FILES.jsonl, FILES.plot, FILES.table
 
 
@@ -84,26 +87,6 @@ def _same_data(results: dict[str, dict]) -> None:
 
 def _validation_stream(run_dir: Path) -> np.ndarray:
     return RunFolder(run_dir).tokens("val")
-
-
-def _row(scheme: str, method: str | None, factor: float | None, multiplier: int, length: int) -> dict:
-    label = scheme if method is None else f"{scheme}+{method}"
-    return {"record": "eval", "label": label, "position": scheme, "rope_scaling": method, "rope_factor": factor, "multiplier": multiplier, "eval_length": length}
-
-
-def _scored(row: dict, result) -> dict:
-    """Fill an eval row: totals, and per window position the mean loss (nats) and the bytes of its targets."""
-    nats = np.asarray(result.position_nats)
-    row.update(
-        status="ok", bpb=result.bpb, loss=result.loss, tokens=result.tokens, bytes=result.bytes, windows=result.blocks,
-        position_loss=[round(float(v), 6) for v in nats / result.blocks],
-        position_bytes=[int(v) for v in result.position_bytes],
-    )
-    return row
-
-
-def _without_positions(row: dict) -> dict:
-    return {k: v for k, v in row.items() if not k.startswith("position_")}
 
 
 def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
@@ -147,30 +130,33 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
                  targets=len(scored) - 1)
     t_eval = time.perf_counter()
     rows: list[dict] = []
+    attention: list[dict] = []
     for (scheme, seed), result in trained.items():
-        rows += _score_base(opts, scheme, seed, result["run_dir"], scored, device, report)
+        scores, looks = _score_base(opts, scheme, seed, result["run_dir"], scored, device, report)
+        rows, attention = rows + scores, attention + looks
     train_rows = [_train_row(scheme, seed, r, opts.seeds) for (scheme, seed), r in trained.items()]
     curves: list[dict] = []
     if opts.extend_to:
         for seed in seeds:
             for label in labels_for(opts.schemes):
-                ext_rows, ext_train, curve = _extend_one(opts, label, seed, trained, out, scored, device, report)
-                rows += ext_rows
+                ext_rows, ext_attention, ext_train, curve = _extend_one(opts, label, seed, trained, out, scored, device, report)
+                rows, attention = rows + ext_rows, attention + ext_attention
                 train_rows.append(ext_train)
                 curves += curve
     study = {"record": "study", "train_length": T, "lengths": lengths, "targets": len(scored) - 1, "equal_steps": steps, "options": dataclasses.asdict(opts)}
     shown = mean_rows(rows)
     tables = format_tables(shown, T, lengths, train_rows)
-    write_study(out, FILES, [study, *train_rows, *rows, *curves], markdown_tables(shown, T, lengths, train_rows)
-                + (f"\n{curve_markdown(curves)}" if curves else ""), plot(shown, T, lengths))
+    markdown = markdown_tables(shown, T, lengths, train_rows) + (f"\n{curve_markdown(curves)}" if curves else "") + "\n" + attention_markdown(attention, T, lengths)
+    write_study(out, FILES, [study, *train_rows, *rows, *curves, *attention], markdown, plot(shown, T, lengths))
+    atomic_write(out / ATTENTION_PLOT, attention_plot(attention, T))
     if curves:
         atomic_write(out / EXTEND_PLOT, curve_plot(curves))
         tables += "\n\n" + curve_markdown(curves)
     seconds = time.perf_counter() - t0
     result = {
         "out": str(out), "train_length": T, "lengths": lengths, "targets": len(scored) - 1, "trained": train_rows,
-        "results": [_without_positions(r) for r in rows], "curves": curves, "equal_steps": steps,
-        "jsonl": str(out / JSONL), "plot": str(out / PLOT), "table": str(out / TABLE),
+        "results": [without_positions(r) for r in rows], "curves": curves, "equal_steps": steps,
+        "jsonl": str(out / JSONL), "plot": str(out / PLOT), "table": str(out / TABLE), "attention_plot": str(out / ATTENTION_PLOT),
         "seconds": seconds, "eval_seconds": time.perf_counter() - t_eval,
     }
     text = f"{tables}\n\nwrote {out / JSONL}, {out / PLOT} and {out / TABLE} in {seconds / 60:.1f} minutes"
@@ -203,41 +189,26 @@ def _train_row(name: str, seed: int, result: dict, n_seeds: int) -> dict:
     return {"record": "train", "position": name, "seed": seed, **{k: v for k, v in result.items() if k in keep}}
 
 
-def _score_lengths(opts: LengthOptions, model, tokenizer, make_row, scored: np.ndarray, device, report: Reporter, scale) -> list[dict]:
-    """Score ``model`` at every evaluation length; ``scale(m)`` sets its scaling first (or leaves it)."""
-    rows = []
-    for m in opts.multipliers:
-        length = m * opts.train_length
-        row = make_row(m, length)
-        if model.max_length is not None and length > model.max_length:
-            row.update(status=NOT_AVAILABLE, bpb=None)
-        else:
-            scale(m)
-            result = evaluate(model, scored, tokenizer.bytes_per_token, length, max(1, opts.eval_tokens // length), None, device, per_position=True)
-            _scored(row, result)
-        rows.append(row)
-        shown = f"{row['bpb']:.4f} bits per byte" if row["bpb"] is not None else row["status"]
-        report.event("length", f"{row['label']:>18} at {length:>6} tokens: {shown}", **_without_positions(row))
-    return rows
-
-
 def _score_base(opts: LengthOptions, scheme: str, seed: int, run_dir: str, scored: np.ndarray, device, report: Reporter) -> list[dict]:
     """A base model at every length, plain and under each RoPE scaling it takes (factor = length / T)."""
     from octlm.run.load import load_run
 
     model, tokenizer = load_run(run_dir, device)
     rows: list[dict] = []
+    attention: list[dict] = []
     for method in [None, *(m for m in opts.rope_scalings if m in SCHEMES[scheme].scalings())]:
         def factor(m: int, method=method) -> float | None:
             return None if method is None else (1.0 if method == "dynamic-ntk" else float(m))
 
         def make_row(m: int, length: int, method=method) -> dict:
-            return {**_row(scheme, method, factor(m), m, length), "seed": seed}
+            return {**eval_row(scheme, method, factor(m), m, length), "seed": seed}
 
-        rows += _score_lengths(opts, model, tokenizer, make_row, scored, device, report,
-                               lambda m, method=method: model.set_rope_scaling(method, factor(m) or 1.0))
+        scores, looks = score_lengths(opts, model, tokenizer, make_row, scored, device, report,
+                                      lambda m, method=method: model.set_rope_scaling(method, factor(m) or 1.0))
+        rows += scores
+        attention += looks
     model.set_rope_scaling(None)
-    return rows
+    return rows, attention
 
 
 def _extend_one(opts: LengthOptions, label: str, seed: int, trained: dict, out: Path, scored: np.ndarray, device, report: Reporter):
@@ -251,11 +222,11 @@ def _extend_one(opts: LengthOptions, label: str, seed: int, trained: dict, out: 
     model, tokenizer = load_run(run_dir, device)
 
     def make_row(m: int, length: int) -> dict:
-        row = {**_row(scheme, method, float(opts.extend_to) if method else None, m, length), "seed": seed}
+        row = {**eval_row(scheme, method, float(opts.extend_to) if method else None, m, length), "seed": seed}
         return {**row, "label": name, "extended_to": opts.extend_to, "extend_steps": result["steps"]}
 
-    rows = _score_lengths(opts, model, tokenizer, make_row, scored, device, report, lambda m: None)
-    return rows, _train_row(name, seed, result, opts.seeds), curve
+    rows, attention = score_lengths(opts, model, tokenizer, make_row, scored, device, report, lambda m: None)
+    return rows, attention, _train_row(name, seed, result, opts.seeds), curve
 
 
 __all__ = ["FILES", "length_study", "prepare_study_dir"]

@@ -85,6 +85,10 @@ class LengthOptions:
     batch_size: int = same_as(TrainOptions, "batch_size")
     learning_rate: float = same_as(TrainOptions, "learning_rate", help=_task_default("learning_rate", "peak AdamW learning rate"))
     eval_tokens: int = option(8192, "tokens per evaluation forward pass (windows per batch = this / length)", bounds=at_least(1))
+    eval_stride: int | None = option(None, "the sliding-window reading: tokens between window starts at every length L, each window scoring "
+                                     "only its last S targets, so every target after the first window sees at least L - S tokens (default: "
+                                     "L / 2 at each length, at twice the cost of the non-overlapping reading; S >= L gives that reading)",
+                                     bounds=at_least(1, "tokens"), metavar="S")
     encoding: str = same_as(TrainOptions, "encoding")
     val_fraction: float = same_as(TrainOptions, "val_fraction")
     seed: int = same_as(TrainOptions, "seed", help="random seed, the same for every model")

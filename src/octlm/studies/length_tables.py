@@ -10,6 +10,11 @@ import math
 
 import numpy as np
 
+from octlm.studies.core import mean_std
+
+#: The two readings of bits per byte at each length (octlm.studies.length_scoring), by the key of an eval row.
+READINGS = {"bpb": "non-overlapping windows", "sliding_bpb": "sliding windows"}
+
 NOT_AVAILABLE = "n/a (no rows past T)"
 
 def position_curve(row: dict, first: int = 1, per_octave: int = 4) -> tuple[np.ndarray, np.ndarray]:
@@ -24,15 +29,25 @@ def position_curve(row: dict, first: int = 1, per_octave: int = 4) -> tuple[np.n
     """
     nats = np.asarray(row["position_loss"]) * row["windows"]
     nbytes = np.asarray(row["position_bytes"])
-    n, first = len(nats), max(1, first)
-    edges = [0]
-    while edges[-1] < n:
-        edges.append(min(n, max(edges[-1] + first, round(edges[-1] * 2 ** (1 / per_octave)))))
+    edges = log_buckets(len(nats), first, per_octave)
     centres, curve = [], []
     for a, b in zip(edges, edges[1:]):
         centres.append(math.sqrt((a + 1) * b))
         curve.append(nats[a:b].sum() / math.log(2) / max(nbytes[a:b].sum(), 1))
     return np.asarray(centres), np.asarray(curve)
+
+
+def log_buckets(n: int, first: int = 1, per_octave: int = 4) -> list[int]:
+    """Edges of buckets of the positions ``0 .. n - 1``, evenly spaced on a log scale: ``[0, e1, e2, ..., n]``.
+
+    Every bucket holds at least ``first`` positions, and each ends
+    ``2 ** (1 / per_octave)`` times further along than the one before it when
+    that is more, which averages out the noise of a few dozen windows.
+    """
+    first, edges = max(1, first), [0]
+    while edges[-1] < n:
+        edges.append(min(n, max(edges[-1] + first, round(edges[-1] * 2 ** (1 / per_octave)))))
+    return edges
 
 
 def position_buckets(train_length: int, length: int) -> list[tuple[int, int]]:
@@ -51,7 +66,8 @@ def bucket_bpb(row: dict, buckets: list[tuple[int, int]]) -> list[float | None]:
 
 
 def mean_rows(rows: list[dict]) -> list[dict]:
-    """One row per label and length: with several seeds the mean bits per byte, ``bpb_std`` (sample std) and mean per-position loss.
+    """One row per label and length: with several seeds the mean bits per byte of both readings, their sample std
+    (``bpb_std``, ``sliding_bpb_std``) and the mean per-position loss.
 
     Rows of a single seed come back as they are.
     """
@@ -64,21 +80,32 @@ def mean_rows(rows: list[dict]) -> list[dict]:
     for group in groups.values():
         first = dict(group[0])
         first["seeds"] = [r.get("seed") for r in group]
-        values = [r["bpb"] for r in group if r["bpb"] is not None]
-        if values:
-            first["bpb"] = float(np.mean(values))
-            first["bpb_std"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+        for key in READINGS:
+            values = [r[key] for r in group if r.get(key) is not None]
+            if values:
+                first[key], std = mean_std(values)
+                first[f"{key}_std"] = std or 0.0
+        if first["bpb"] is not None:
             first["position_loss"] = list(np.mean([r["position_loss"] for r in group], axis=0))
         out.append(first)
     return out
 
 
-def _cell(row: dict | None) -> str:
+def _cell(row: dict | None, key: str = "bpb") -> str:
     if row is None:
         return "-"
-    if row["bpb"] is None:
+    if row.get(key) is None:
         return "n/a"
-    return f"{row['bpb']:.4f}" + (f"±{row['bpb_std']:.4f}" if row.get("bpb_std") is not None else "")
+    return f"{row[key]:.4f}" + (f"±{row[key + '_std']:.4f}" if row.get(key + "_std") is not None else "")
+
+
+def _stride_note(rows: list[dict]) -> str:
+    """How the sliding reading's stride was chosen, from the rows: ``L / 2`` or a fixed number of tokens."""
+    strides = {(r["eval_length"], r["eval_stride"]) for r in rows if r.get("eval_stride")}
+    if strides and all(s == max(1, L // 2) for L, s in strides):
+        return "stride L/2: every target after the first window sees at least L/2 tokens"
+    fixed = sorted({s for _, s in strides})
+    return f"stride {', '.join(map(str, fixed))} tokens (at most L): every target after the first window sees at least L - stride tokens"
 
 
 def _grid(rows: list[dict], lengths: list[int]) -> dict[str, dict[int, dict]]:
@@ -94,12 +121,18 @@ def format_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list
     width = max(len(label) for label in grid) + 2
     cell = 16 if any(r.get("bpb_std") is not None for r in rows) else 12
     head = "".join(f"{f'{L // T}x={L}':>{cell}}" for L in lengths)
-    lines = [f"validation bits per byte by evaluation length, trained at T={T} (lower is better)", f"{'scheme':<{width}}{head}"]
-    for label, cells in grid.items():
-        lines.append(f"{label:<{width}}" + "".join(f"{_cell(cells.get(L)):>{cell}}" for L in lengths))
-    if any(row["bpb"] is None for row in rows):
-        # The reason is too long for a cell and would push the row out of its columns.
-        lines.append(f"n/a: no rows past T={T} (a learned position table has T rows)")
+    lines = []
+    for key, title in READINGS.items():
+        if not any(row.get(key) is not None for row in rows):
+            continue  # a study written before the sliding reading
+        note = f"; {_stride_note(rows)}" if key == "sliding_bpb" else ""
+        lines += [""] if lines else []
+        lines += [f"validation bits per byte by evaluation length, {title}{note}, trained at T={T} (lower is better)", f"{'scheme':<{width}}{head}"]
+        for label, cells in grid.items():
+            lines.append(f"{label:<{width}}" + "".join(f"{_cell(cells.get(L), key):>{cell}}" for L in lengths))
+        if key == "bpb" and any(row["bpb"] is None for row in rows):
+            # The reason is too long for a cell and would push the row out of its columns.
+            lines.append(f"n/a: no rows past T={T} (a learned position table has T rows)")
     longest = max(lengths)
     buckets = position_buckets(T, longest)
     if len(buckets) > 1:
@@ -117,15 +150,21 @@ def format_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list
 def markdown_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list[dict]) -> str:
     """The same tables as Markdown, for a README."""
     grid = _grid(rows, lengths)
-    lines = [f"Validation bits per byte by evaluation length (trained at T = {T}; lower is better):", ""]
-    lines.append("| scheme | " + " | ".join(f"{L // T}x ({L})" for L in lengths) + " |")
-    lines.append("| --- |" + " ---: |" * len(lengths))
-    for label, cells in grid.items():
-        values = []
-        for L in lengths:
-            row = cells.get(L)
-            values.append(NOT_AVAILABLE if row is not None and row["bpb"] is None else _cell(row))
-        lines.append(f"| `{label}` | " + " | ".join(values) + " |")
+    lines = []
+    for key, title in READINGS.items():
+        if not any(row.get(key) is not None for row in rows):
+            continue
+        note = f" ({_stride_note(rows)})" if key == "sliding_bpb" else ""
+        lines += [f"Validation bits per byte by evaluation length, {title}{note} (trained at T = {T}; lower is better):", ""]
+        lines.append("| scheme | " + " | ".join(f"{L // T}x ({L})" for L in lengths) + " |")
+        lines.append("| --- |" + " ---: |" * len(lengths))
+        for label, cells in grid.items():
+            values = []
+            for L in lengths:
+                row = cells.get(L)
+                values.append(NOT_AVAILABLE if row is not None and row.get(key) is None and row["bpb"] is None else _cell(row, key))
+            lines.append(f"| `{label}` | " + " | ".join(values) + " |")
+        lines.append("")
     longest = max(lengths)
     buckets = position_buckets(T, longest)
     if len(buckets) > 1:
@@ -141,12 +180,13 @@ def markdown_tables(rows: list[dict], T: int, lengths: list[int], train_rows: li
 
 
 def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
-    """PNG bytes: bits per byte against evaluation length (log x), and per position at the longest length."""
+    """PNG bytes: bits per byte against evaluation length (log x) in both readings, and per position at the longest length."""
     from octlm.inspect.figures import Figure  # matplotlib, whatever MPLBACKEND says
 
     grid = _grid(rows, lengths)
-    fig = Figure(figsize=(13, 5), dpi=110)
-    left, right = fig.subplots(1, 2)
+    fig = Figure(figsize=(18, 5.2), dpi=110)
+    left, middle, right = fig.subplots(1, 3)
+    middle.sharey(left)
     longest = max(lengths)
     # A fine-tuned model ("rope+yarn@4x") shares its method's colour and differs in line style, so each
     # pair reads at a glance and the nine methods stay within the ten colours of the default cycle.
@@ -163,19 +203,23 @@ def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
         spread = [cells[L].get("bpb_std") for L in xs]
         if xs and None not in spread:  # mean ± std over seeds
             left.fill_between(xs, np.subtract(ys, spread), np.add(ys, spread), color=line.get_color(), alpha=0.15)
+        slid = [L for L in xs if cells[L].get("sliding_bpb") is not None]
+        middle.plot(slid, [cells[L]["sliding_bpb"] for L in slid], color=colour, **style)
         if xs:  # per position at the longest length this label reached (a learned table stops at T)
             centres, curve = position_curve(cells[xs[-1]], first=max(1, T // 16))
             right.plot(centres, curve, color=line.get_color(), linestyle=style["linestyle"], linewidth=1.0, label=label)
-    for ax in (left, right):
+    for ax in (left, middle, right):
         ax.axvline(T, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.grid(True, which="both", alpha=0.3)
         ax.set_ylabel("validation bits per byte")
-    left.set_xticks(lengths, [str(L) for L in lengths])
-    left.set_xlabel(f"evaluation length (tokens); dotted: training length T={T}")
-    left.set_title("bits per byte against evaluation length")
+    for ax in (left, middle):
+        ax.set_xticks(lengths, [str(L) for L in lengths])
+        ax.set_xlabel(f"evaluation length (tokens); dotted: training length T={T}")
+    left.set_title("non-overlapping windows (each starts from nothing)")
+    middle.set_title(f"sliding windows ({_stride_note(rows).split(':')[0]}): context, not position in a window")
     left.legend(fontsize=8, ncol=2 if len(grid) > 9 else 1)  # one column of 16 labels would hide the lines
-    right.set_xlabel(f"position in a {longest}-token window (1 = first prediction; buckets of at least {max(1, T // 16)}, log-spaced)")
+    right.set_xlabel(f"position in a non-overlapping {longest}-token window (1 = first prediction; log-spaced buckets)")
     right.set_title("where each scheme breaks: bits per byte along the window")
     fig.tight_layout()
     from octlm.inspect.figures import png_bytes
@@ -183,4 +227,4 @@ def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
     return png_bytes(fig)
 
 
-__all__ = ["NOT_AVAILABLE", "bucket_bpb", "format_tables", "markdown_tables", "mean_rows", "plot", "position_buckets", "position_curve"]
+__all__ = ["NOT_AVAILABLE", "bucket_bpb", "log_buckets", "format_tables", "markdown_tables", "mean_rows", "plot", "position_buckets", "position_curve"]

@@ -30,10 +30,12 @@ import torch
 
 from octlm.declare import at_least, check_fields, option, refused, same_as
 from octlm.errors import OctlmError
+from octlm.fileio import atomic_write
 from octlm.model import Decoder, cross_entropy
 from octlm.model.positions import SCHEME_NAMES, SCHEMES
 from octlm.report import Reporter
-from octlm.studies.core import StudyFiles, check_schemes, mean_std, prepare_study_folder, study_seeds, write_study
+from octlm.studies.core import StudyFiles, check_schemes, prepare_study_folder, study_seeds, write_study
+from octlm.studies.task_tables import depth_markdown, depth_plot, markdown_table, mean_accuracy, plot, terminal_table
 from octlm.studies.tasks import TASKS, Task
 from octlm.train.device import resolve_device, torch_settings
 from octlm.train.optim import backward, make_optimizer, scheduled_lr
@@ -52,7 +54,12 @@ TASK_SEEDS = 2
 #: The task study's training where it differs from octlm train's (the rest is octlm train's: betas, clipping, schedule shape).
 #: A deeper, narrower model learns copy in minutes; weight decay would pull the few weights that copy needs back to zero.
 TASK_TRAINING = {"d_model": 64, "n_layers": 3, "learning_rate": 1e-3, "weight_decay": 0.0}
-FILES = StudyFiles("task study", "tasks.jsonl", "tasks.md", "tasks.png")
+#: Bins of needle depth that passkey is scored in, from the start of the filler to its end (as needle-in-a-haystack evaluations draw it).
+DEPTH_BINS = 10
+#: Each depth bin's evaluation generator is seeded this far from the last, clear of every size's.
+DEPTH_SEED_STEP = 1000
+DEPTH_PLOT = "tasks-depth.png"
+FILES = StudyFiles("task study", "tasks.jsonl", "tasks.md", "tasks.png", extra=(DEPTH_PLOT,))
 JSONL, PLOT, TABLE = FILES.jsonl, FILES.plot, FILES.table
 
 
@@ -135,8 +142,31 @@ def exact_match(model: Decoder, task: Task, size: int, longest: int, seed: int, 
     if model.max_length is not None and task.sequence_length(size) - 1 > model.max_length:
         return None
     g = torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET + size)
-    tokens = task.batch(size, EVAL_COUNT, longest, g).to(device)
-    answer = task.answer_length(size)
+    return _all_right(model, task.batch(size, EVAL_COUNT, longest, g).to(device), task.answer_length(size))
+
+
+@torch.no_grad()
+def exact_match_by_depth(model: Decoder, task: Task, size: int, longest: int, seed: int, device: torch.device) -> list[float | None] | None:
+    """Exact match of :data:`EVAL_COUNT` fresh instances in each of :data:`DEPTH_BINS` bins of needle depth (start to end); ``None`` for a task without a needle.
+
+    An entry is ``None`` where no place of ``size`` filler tokens lies in the
+    bin, or past a learned table. Each bin draws from its own generator, kept
+    apart from training's and from :func:`exact_match`'s.
+    """
+    if task.make_at_depth is None:
+        return None
+    scores: list[float | None] = []
+    for b in range(DEPTH_BINS):
+        g = torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET + size + DEPTH_SEED_STEP * (b + 1))
+        tokens = task.batch_at_depth(size, EVAL_COUNT, longest, g, b / DEPTH_BINS, (b + 1) / DEPTH_BINS)
+        scores.append(None if tokens is None else _all_right(model, tokens.to(device), task.answer_length(size)))
+    return scores
+
+
+def _all_right(model: Decoder, tokens: torch.Tensor, answer: int) -> float | None:
+    """Fraction of the rows of ``tokens`` whose whole answer (the last ``answer`` tokens) the greedy choice gets right; ``None`` past a table."""
+    if model.max_length is not None and tokens.shape[1] - 1 > model.max_length:
+        return None
     guess = model(tokens[:, :-1])[:, -answer:].argmax(dim=-1)
     return float((guess == tokens[:, -answer:]).all(dim=1).float().mean())
 
@@ -182,95 +212,34 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
     sizes = [m * opts.task_length for m in TASK_MULTIPLIERS]
     report.event("study", f"task study: {task.name}, {len(opts.schemes)} schemes x {len(seeds)} seeds, trained on sizes 1..{opts.task_length}, "
                  f"evaluated at {', '.join(map(str, sizes))}", task=task.name, schemes=opts.schemes, sizes=sizes, seeds=seeds)
-    t0, records = time.perf_counter(), []
+    t0, records, depths = time.perf_counter(), [], []
     for scheme in opts.schemes:
         for seed in seeds:
             model, record = train_task_model(task, scheme, seed, opts, device)
             records.append(record)
+            evals = []
             for m, size in zip(TASK_MULTIPLIERS, sizes):
                 accuracy = exact_match(model, task, size, max(sizes), seed, device)
-                records.append({"record": "eval", "position": scheme, "seed": seed, "multiplier": m, "size": size, "exact_match": accuracy})
-            shown = ", ".join("n/a" if r["exact_match"] is None else f"{r['exact_match']:.2f}" for r in records[-len(sizes):])
+                evals.append({"record": "eval", "position": scheme, "seed": seed, "multiplier": m, "size": size, "exact_match": accuracy})
+                if (by_depth := exact_match_by_depth(model, task, size, max(sizes), seed, device)) is not None:
+                    depths.append({"record": "depth", "position": scheme, "seed": seed, "multiplier": m, "size": size,
+                                   "depth_bins": [[b / DEPTH_BINS, (b + 1) / DEPTH_BINS] for b in range(DEPTH_BINS)], "exact_match": by_depth})
+            records += evals
+            shown = ", ".join("n/a" if r["exact_match"] is None else f"{r['exact_match']:.2f}" for r in evals)
             report.event("task", f"{scheme:>10} seed {seed}: {record['steps']} steps in {record['train_seconds']:.0f}s; exact match {shown}")
     grid, spread = mean_accuracy(records, opts.schemes, sizes)
     header = {"record": "study", "task": task.name, "task_length": opts.task_length, "sizes": sizes, "seeds": seeds, "steps": opts.max_steps,
               "eval_count": EVAL_COUNT, "options": asdict(opts)}
-    paths = write_study(out, FILES, [header, *records], markdown_table(grid, spread, task, sizes, seeds), plot(grid, task, sizes))
+    table = markdown_table(grid, spread, task, sizes, seeds, EVAL_COUNT) + (f"\n{depth_markdown(depths, sizes)}" if depths else "")
+    paths = write_study(out, FILES, [header, *records, *depths], table, plot(grid, task, sizes))
+    if depths:
+        atomic_write(out / DEPTH_PLOT, depth_plot(depths, sizes))
+        paths["depth_plot"] = str(out / DEPTH_PLOT)
     seconds = time.perf_counter() - t0
     result = {"out": str(out), "task": task.name, "sizes": sizes, "seeds": seeds, "accuracy": grid, "accuracy_std": spread, "seconds": seconds, **paths}
     report.result(result, f"{terminal_table(grid, spread, task, sizes)}\n\nwrote {out / JSONL}, {out / PLOT} and {out / TABLE} in {seconds / 60:.1f} minutes")
     return result
 
 
-Grid = dict[str, list[float | None]]
-
-
-def mean_accuracy(records: list[dict], schemes: list[str], sizes: list[int]) -> tuple[Grid, Grid]:
-    """``({scheme: [mean exact match over seeds at each size]}, {scheme: [their sample std]})``.
-
-    ``None`` where no model could read the size (a learned table's end); the
-    std is ``None`` with a single seed too, where there is no spread to show.
-    """
-    means: Grid = {}
-    spreads: Grid = {}
-    for scheme in schemes:
-        means[scheme], spreads[scheme] = [], []
-        for size in sizes:
-            values = [r["exact_match"] for r in records if r["record"] == "eval" and r["position"] == scheme and r["size"] == size]
-            mean, std = mean_std(values) if values and None not in values else (None, None)
-            means[scheme].append(mean)
-            spreads[scheme].append(std)
-    return means, spreads
-
-
-def _cell(value: float | None, std: float | None = None) -> str:
-    if value is None:
-        return "n/a"
-    return f"{100 * value:.1f}%" + ("" if std is None else f" ± {100 * std:.1f}")
-
-
-def terminal_table(grid: Grid, spread: Grid, task: Task, sizes: list[int]) -> str:
-    """The exact-match table for the terminal: one row per scheme, one column per size (mean ± std over seeds)."""
-    width = 14 if any(v is not None for row in spread.values() for v in row) else 12
-    lines = [f"{task.name}: exact match of the whole answer (trained on sizes 1..{sizes[0]})",
-             f"{'scheme':>10} " + " ".join(f"{f'{m}x ({s})':>{width}}" for m, s in zip(TASK_MULTIPLIERS, sizes))]
-    lines += [f"{scheme:>10} " + " ".join(f"{_cell(v, d):>{width}}" for v, d in zip(row, spread[scheme])) for scheme, row in grid.items()]
-    return "\n".join(lines)
-
-
-def markdown_table(grid: Grid, spread: Grid, task: Task, sizes: list[int], seeds: list[int]) -> str:
-    """The same table in Markdown, with the protocol in a sentence."""
-    over = f"mean ± sample std over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else f"seed {seeds[0]}"
-    lines = [f"# Task study: {task.name}", "", f"{task.description}. Exact match of the whole answer on {EVAL_COUNT} fresh instances "
-             f"per size, {over}; trained on sizes 1..{sizes[0]}.", "",
-             "| scheme | " + " | ".join(f"{m}x ({s})" for m, s in zip(TASK_MULTIPLIERS, sizes)) + " |",
-             "| --- |" + " ---: |" * len(sizes)]
-    lines += [f"| `{scheme}` | " + " | ".join(_cell(v, d) for v, d in zip(row, spread[scheme])) + " |" for scheme, row in grid.items()]
-    return "\n".join(lines) + "\n"
-
-
-def plot(grid: dict, task: Task, sizes: list[int]) -> bytes:
-    """PNG bytes: exact match against size, one line per scheme."""
-    from octlm.inspect.figures import Figure  # matplotlib, whatever MPLBACKEND says
-
-    fig = Figure(figsize=(7, 4.5), dpi=110)
-    ax = fig.subplots()
-    for scheme, row in grid.items():
-        xs = [s for s, v in zip(sizes, row) if v is not None]
-        ax.plot(xs, [100 * v for v in row if v is not None], marker="o", label=scheme)
-    ax.axvline(sizes[0], color="grey", linestyle=":", linewidth=1)
-    ax.set_xticks(sizes, [str(s) for s in sizes])
-    ax.set_ylim(-2, 102)
-    ax.set_xlabel(f"instance size (items); dotted: longest trained size {sizes[0]}")
-    ax.set_ylabel("exact match (%)")
-    ax.set_title(f"{task.name}: exact match past the training length")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    from octlm.inspect.figures import png_bytes
-
-    return png_bytes(fig)
-
-
-__all__ = ["EVAL_COUNT", "EVAL_SEED_OFFSET", "TASK_MULTIPLIERS", "TASK_SEEDS", "TASK_STEPS", "TASK_TRAINING", "TaskOptions", "exact_match",
+__all__ = ["DEPTH_BINS", "EVAL_COUNT", "EVAL_SEED_OFFSET", "exact_match_by_depth", "TASK_MULTIPLIERS", "TASK_SEEDS", "TASK_STEPS", "TASK_TRAINING", "TaskOptions", "exact_match",
            "task_study", "train_task_model"]

@@ -42,6 +42,12 @@ class Task:
         sequence_length: ``fn(size) -> tokens`` of one instance.
         answer_length: ``fn(size) -> tokens`` of its answer (the last ones).
         make: ``fn(size, count, max_size, generator) -> int64 [count, sequence_length(size)]``.
+        make_at_depth: for a task that hides one needle in filler (passkey),
+            ``fn(size, count, max_size, generator, low, high)``: instances
+            whose needle sits at a depth in ``[low, high)`` (``high`` 1 takes
+            the end too), the depth being the fraction of the filler before
+            it (0: at the start, farthest from the question; 1: just before
+            it); ``None`` for other tasks.
     """
 
     name: str
@@ -50,6 +56,7 @@ class Task:
     sequence_length: Callable[[int], int]
     answer_length: Callable[[int], int]
     make: Callable[[int, int, int, torch.Generator], Tensor]
+    make_at_depth: Callable[..., Tensor] | None = None
 
     def batch(self, size: int, count: int, max_size: int, generator: torch.Generator) -> Tensor:
         """``count`` instances of ``size`` input items, int64 [count, sequence_length(size)].
@@ -60,6 +67,22 @@ class Task:
         if not 1 <= size <= max_size or count < 1:
             raise ValueError(f"{self.name}: need 1 <= size <= max_size ({max_size}) and count >= 1, got size {size}, count {count}")
         return self.make(size, count, max_size, generator)
+
+    def depth_slots(self, size: int, low: float, high: float) -> list[int]:
+        """The needle's possible places ``where`` (filler tokens before it, ``0 .. size``) at a depth in ``[low, high)`` (``high`` 1: the end too)."""
+        return [w for w in range(size + 1) if low <= w / size < high or (high >= 1.0 and w == size)]
+
+    def batch_at_depth(self, size: int, count: int, max_size: int, generator: torch.Generator, low: float, high: float) -> Tensor | None:
+        """``count`` instances of ``size`` items whose needle sits at a depth in ``[low, high)``; ``None`` when no place of ``size`` lies there.
+
+        Raises:
+            ValueError: as :meth:`batch`, or for a task without a needle.
+        """
+        if self.make_at_depth is None:
+            raise ValueError(f"{self.name} hides no needle; only a needle task has a depth")
+        self.batch(size, 1, max_size, torch.Generator().manual_seed(0))  # the same size checks
+        slots = self.depth_slots(size, low, high)
+        return self.make_at_depth(size, count, max_size, generator, slots) if slots else None
 
 
 TASKS: dict[str, Task] = {}
@@ -107,9 +130,14 @@ def _passkey(size: int, count: int, max_size: int, g: torch.Generator) -> Tensor
     ``size`` filler tokens with ``KEY d_1 .. d_5`` inserted after a uniformly
     drawn number of them (0 .. size), then ``SEP d_1 .. d_5``.
     """
+    return _passkey_at(size, count, max_size, g, list(range(size + 1)))
+
+
+def _passkey_at(size: int, count: int, max_size: int, g: torch.Generator, slots: list[int]) -> Tensor:
+    """:func:`_passkey` with the key after a number of filler tokens drawn uniformly from ``slots``."""
     filler = (torch.arange(size) % FILLER + DIGITS).expand(count, size)
     key = torch.randint(0, DIGITS, (count, PASSKEY_DIGITS), generator=g)
-    where = torch.randint(0, size + 1, (count,), generator=g)
+    where = torch.tensor(slots)[torch.randint(0, len(slots), (count,), generator=g)]
     marker = DIGITS + FILLER
     rows = [torch.cat((filler[r, : where[r]], torch.tensor([marker]), key[r], filler[r, where[r] :])) for r in range(count)]
     return torch.cat((torch.stack(rows), _separator(count, marker + 1), key), dim=1)
@@ -120,7 +148,7 @@ _register(Task("reverse", "repeat the symbols in reverse order", lambda m: DIGIT
 _register(Task("recall", "associative recall: key-value pairs, then a key; answer its value",
                lambda m: DIGITS + m + 1, lambda n: 2 * n + 3, lambda n: 1, _recall))
 _register(Task("passkey", "a 5-digit number hidden in filler; answer it",
-               lambda m: DIGITS + FILLER + 2, lambda n: n + 2 * PASSKEY_DIGITS + 2, lambda n: PASSKEY_DIGITS, _passkey))
+               lambda m: DIGITS + FILLER + 2, lambda n: n + 2 * PASSKEY_DIGITS + 2, lambda n: PASSKEY_DIGITS, _passkey, _passkey_at))
 
 
 __all__ = ["DIGITS", "FILLER", "PASSKEY_DIGITS", "TASKS", "Task"]

@@ -88,10 +88,29 @@ def check_memory(config: DecoderConfig, batch_size: int, device: torch.device) -
         )
 
 
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the system has one, else the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def default_threads() -> int:
+    """torch's CPU threads when ``--threads`` is not given: half the CPUs this process may use, at least 1; ``OMP_NUM_THREADS`` when set.
+
+    A parallel torch operator waits for its slowest thread, so with a thread
+    on every CPU one busy CPU elsewhere stalls every operator: 500 sampled
+    tokens took 14.6 s instead of 3.8 s beside one busy process on a 2-CPU
+    machine (issue 21; ``bench/threads.py`` measures it). Half the CPUs keeps
+    the job fast while up to half of them do other work.
+    """
+    given = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    return max(1, available_cpus() // 2)
+
+
 def set_threads(threads: int | None) -> None:
-    """Use ``threads`` CPU threads for torch's operators (``None``: torch's own choice)."""
-    if threads:
-        torch.set_num_threads(threads)
+    """Use ``threads`` CPU threads for torch's operators (``None``: :func:`default_threads`)."""
+    torch.set_num_threads(threads or default_threads())
 
 
 def has_cpp_compiler() -> bool:
@@ -194,4 +213,4 @@ def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
     return batch.to(device)
 
 
-__all__ = ["COMPILE_FLOPS_PER_STEP", "COMPILE_MIN_SECONDS", "COMPILE_MIN_STEPS", "autocast_for", "compile_model", "compiles", "defers_host_sync", "has_cpp_compiler", "set_deterministic", "to_device", "check_memory", "device_memory_bytes", "resolve_device", "set_threads", "step_memory_bytes", "torch_settings"]
+__all__ = ["COMPILE_FLOPS_PER_STEP", "COMPILE_MIN_SECONDS", "COMPILE_MIN_STEPS", "autocast_for", "available_cpus", "compile_model", "compiles", "defers_host_sync", "has_cpp_compiler", "set_deterministic", "to_device", "check_memory", "default_threads", "device_memory_bytes", "resolve_device", "set_threads", "step_memory_bytes", "torch_settings"]

@@ -23,7 +23,6 @@ import torch
 import torch.distributed as dist
 
 from octlm.errors import OctlmError
-from octlm.report import Reporter
 
 
 class RankZeroFailed(OctlmError):
@@ -130,23 +129,4 @@ def setup(device_name: str) -> tuple[Group, str]:
     return Group(rank, world, local, backend), device
 
 
-class SilentReporter(Reporter):
-    """What ranks > 0 report: nothing (rank 0 speaks for the run)."""
-
-    def __init__(self) -> None:
-        super().__init__(json_mode=False, quiet=True)
-
-    def event(self, kind: str, text: str | None = None, **fields: Any) -> None:
-        pass
-
-    def warn(self, text: str, **fields: Any) -> None:
-        pass
-
-    def error(self, message: str) -> None:
-        pass
-
-    def result(self, fields: dict, text: str | None = None) -> None:
-        pass
-
-
-__all__ = ["Group", "RankZeroFailed", "SilentReporter", "launched_by_torchrun", "setup"]
+__all__ = ["Group", "RankZeroFailed", "launched_by_torchrun", "setup"]

@@ -1,10 +1,19 @@
 """Validation loss, perplexity and bits per byte.
 
-Loss is the mean next-token cross-entropy in nats per token. It depends on
+Loss is the mean next-token cross-entropy in nats per token, over every
+target, ``<|endoftext|>`` included: what training minimises. It depends on
 the tokenizer (a bigger vocabulary packs more text into each token), so
-octlm also reports bits per byte: the total information in bits divided by
-the UTF-8 bytes the predicted tokens stand for. Runs with different
-tokenizers, or a character-level model, compare on that scale.
+octlm also reports bits per byte: the information in bits of the targets that
+stand for text, divided by the UTF-8 bytes they stand for. Runs with
+different tokenizers, or a character-level model, compare on that scale.
+
+The end-of-text marker stands for no bytes, so bits per byte leaves its
+targets out of the numerator as well as the denominator: it is the bits per
+byte of the documents' text, as The Pile (Gao et al. 2020, §5) reports it
+and as nanochat counts it (its special tokens have zero bytes and no loss in
+its bits per byte). Counting the marker's loss over the text's bytes would
+charge a corpus of many short documents for their boundaries (3.3% on one
+such corpus) and make the figure depend on how the text is cut into files.
 """
 
 from __future__ import annotations
@@ -24,15 +33,16 @@ class EvalResult:
     """Totals over the evaluated blocks.
 
     Attributes:
-        loss: mean cross-entropy, nats per target token.
+        loss: mean cross-entropy, nats per target token (every target).
         perplexity: ``exp(loss)``.
-        bpb: bits per byte, ``sum(nats) / ln 2 / sum(bytes of targets)``.
+        bpb: bits per byte, ``sum(nats of text targets) / ln 2 / sum(bytes of targets)``;
+            a text target is one that stands for bytes (not ``<|endoftext|>``).
         tokens: target tokens scored.
         bytes: UTF-8 bytes those targets stand for.
         blocks: blocks evaluated.
-        position_nats: with ``per_position``, the nats summed over blocks at
-            each position of a block [context_length] (position ``p`` is
-            predicted from ``p + 1`` tokens of context); else ``None``.
+        position_nats: with ``per_position``, the nats of text targets summed
+            over blocks at each position of a block [context_length] (position
+            ``p`` is predicted from ``p + 1`` tokens of context); else ``None``.
         position_bytes: with ``per_position``, the bytes of the targets at
             each position, summed over blocks [context_length]; else ``None``.
     """
@@ -97,6 +107,7 @@ def evaluate(
     starts = starts[evenly_spaced(len(starts), max_blocks)]
     was_training = model.training
     model.eval()
+    all_nats = torch.zeros((), dtype=torch.float64)
     position_nats = torch.zeros(context_length, dtype=torch.float64)
     position_bytes = np.zeros(context_length, dtype=np.int64)
     try:
@@ -105,17 +116,18 @@ def evaluate(
             targets = blocks[:, 1:]
             x = torch.from_numpy(blocks[:, :-1]).to(device)
             y = torch.from_numpy(targets).to(device)
-            position_nats += cross_entropy(model(x), y, reduction="none").sum(dim=0).double().cpu()
+            losses = cross_entropy(model(x), y, reduction="none").double().cpu()
+            all_nats += losses.sum()
+            position_nats += (losses * torch.from_numpy(bytes_per_token[targets] > 0)).sum(dim=0)
             position_bytes += bytes_per_token[targets].sum(axis=0)
     finally:
         model.train(was_training)
-    nats, n_bytes = float(position_nats.sum()), int(position_bytes.sum())
-    n_tokens = len(starts) * context_length
-    loss = nats / n_tokens
+    n_bytes, n_tokens = int(position_bytes.sum()), len(starts) * context_length
+    loss = float(all_nats) / n_tokens
     return EvalResult(
         loss=loss,
         perplexity=math.exp(min(loss, 700.0)),
-        bpb=nats / math.log(2) / max(n_bytes, 1),
+        bpb=float(position_nats.sum()) / math.log(2) / max(n_bytes, 1),
         tokens=n_tokens,
         bytes=n_bytes,
         blocks=len(starts),
@@ -186,20 +198,22 @@ def evaluate_sliding(
     starts, first = sliding_windows(len(tokens) - 1, length, stride)
     was_training = model.training
     model.eval()
-    nats, n_bytes = torch.zeros((), dtype=torch.float64), 0
+    nats, text_nats, n_bytes = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64), 0
     positions = np.arange(length)
     try:
         for i in range(0, len(starts), batch_size):
             blocks = gather_blocks(tokens, starts[i : i + batch_size], length)
             scored = positions[None, :] >= first[i : i + batch_size, None]  # [B, length]: the targets this window scores
             losses = cross_entropy(model(torch.from_numpy(blocks[:, :-1]).to(device)), torch.from_numpy(blocks[:, 1:]).to(device), reduction="none")
+            target_bytes = bytes_per_token[blocks[:, 1:]] * scored
             nats += losses.double().cpu()[torch.from_numpy(scored)].sum()
-            n_bytes += int(bytes_per_token[blocks[:, 1:]][scored].sum())
+            text_nats += (losses.double().cpu() * torch.from_numpy(target_bytes > 0)).sum()
+            n_bytes += int(target_bytes.sum())
     finally:
         model.train(was_training)
     n_tokens = len(tokens) - 1
     loss = float(nats) / n_tokens
-    return EvalResult(loss=loss, perplexity=math.exp(min(loss, 700.0)), bpb=float(nats) / math.log(2) / max(n_bytes, 1), tokens=n_tokens,
+    return EvalResult(loss=loss, perplexity=math.exp(min(loss, 700.0)), bpb=float(text_nats) / math.log(2) / max(n_bytes, 1), tokens=n_tokens,
                       bytes=n_bytes, blocks=len(starts))
 
 

@@ -23,7 +23,7 @@ from octlm.inspect.sample import sample_from
 from octlm.errors import OctlmError
 from octlm.train.options import TrainOptions, check_options, given_options
 from octlm.train.resume import resume_options
-from octlm.report import Reporter
+from octlm.report import Reporter, SilentReporter
 from octlm.run.folder import CONFIG, RunFolder
 from octlm.data.tokenizer import printable_text
 from octlm.train.trainer import Trainer
@@ -78,7 +78,7 @@ def train(
     group, device_name = distributed.setup(opts.device)
     try:
         if not group.is_main:
-            report = distributed.SilentReporter()
+            report = SilentReporter()
         with torch_settings(opts.threads, opts.deterministic):
             trainer = Trainer(opts, report, group, device_name, run_dir, changes, step_hook)
             try:

@@ -115,9 +115,11 @@ class TrainOptions:
     dtype: str = option("auto", "compute dtype: auto (bfloat16 on CUDA, float32 elsewhere), float32 or bfloat16", choices=["auto", "float32", "bfloat16"], resume=FREE)
     compile: str = option("auto", "torch.compile the model for training and evaluation: auto (on with CUDA for a step of 1e12 FLOPs "
                           "or more, 6 x parameters x tokens per step, in a run of 1000 steps or 300 s or more; else off), on (--compile alone) or off", choices=["auto", "on", "off"], nargs="?", const="on", resume=FREE)
-    deterministic: bool = option(False, "deterministic kernels (torch.use_deterministic_algorithms): the same bits on every GPU run, "
-                                 "slower; CPU runs are bitwise reproducible without it", resume=FREE)
-    threads: int | None = option(None, "CPU threads for torch (default: torch's choice), at most this machine's CPU count",
+    deterministic: bool = option(False, "deterministic kernels (torch.use_deterministic_algorithms): the same bits on every run on one "
+                                 "GPU, slower; CPU runs are bitwise reproducible without it on one machine with one --threads", resume=FREE)
+    threads: int | None = option(None, "CPU threads for torch, at most this machine's CPU count (default: half the CPUs this "
+                                 "process may use, at least 1, so other work on the machine does not stall every step; "
+                                 "OMP_NUM_THREADS when set)",
                                  bounds=Bound(1, os.cpu_count() or 1, note="(this machine's CPUs)"), resume=FREE)
     # output
     out: str | None = option(None, "run folder to create (default: runs/<date>-<time>)", resume=Resume.RUN_FOLDER, resume_check=_out_on_resume)

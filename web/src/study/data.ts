@@ -53,8 +53,9 @@ export interface AttentionRecord {
   record: "attention";
   label: string;
   position?: string;
-  seed: number;
+  seed: number | null;
   eval_length: number;
+  windows?: number;
   query_positions?: number[];
   entropy?: number[][][];
   mean_entropy?: number[][];
@@ -160,5 +161,6 @@ export function curveSeries(curves: CurveRecord[]): Array<{ label: string; lengt
 
 /** The study's attention record of `label` at `length` for `seed`, if it wrote one. */
 export function attentionRecordFor(records: AttentionRecord[], label: string, length: number, seed: number | null): AttentionRecord | undefined {
-  return records.find((r) => r.label === label && r.eval_length === length && (seed === null || r.seed === seed));
+  // A record without a seed (null) belongs to every seed's view.
+  return records.find((r) => r.label === label && r.eval_length === length && (seed === null || r.seed === null || r.seed === seed));
 }

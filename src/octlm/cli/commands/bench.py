@@ -24,6 +24,9 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.inspect.bench import bench
+    from octlm.train.device import torch_settings
 
-    bench(options_from(args, BenchOptions), report)
+    opts = options_from(args, BenchOptions)
+    with torch_settings(opts.threads, False):
+        bench(opts, report)
     return 0

@@ -27,6 +27,9 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.inspect.embeddings import embeddings
+    from octlm.train.device import torch_settings
 
-    embeddings(options_from(args, EmbeddingsOptions), report)
+    opts = options_from(args, EmbeddingsOptions)
+    with torch_settings(opts.threads, False):
+        embeddings(opts, report)
     return 0

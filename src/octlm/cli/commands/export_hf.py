@@ -31,9 +31,11 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.export.hf import export_hf
+    from octlm.train.device import torch_settings
 
     opts = options_from(args, ExportHfOptions)
-    result = export_hf(opts.run_dir, opts.out_dir, opts.overwrite, opts.rope_scaling, opts.rope_factor)
+    with torch_settings(opts.threads, False):
+        result = export_hf(opts.run_dir, opts.out_dir, opts.overwrite, opts.rope_scaling, opts.rope_factor)
     report.result(result, f"wrote {', '.join(result['files'])} to {result['out_dir']}/ ({result['parameters']:,} parameters); "
                   f"load it with {result['architecture']}.from_pretrained({result['out_dir']!r})")
     return 0

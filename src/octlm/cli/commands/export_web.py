@@ -25,6 +25,9 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.export.web import export_web
+    from octlm.train.device import torch_settings
 
-    export_web(options_from(args, ExportWebOptions), report)
+    opts = options_from(args, ExportWebOptions)
+    with torch_settings(opts.threads, False):
+        export_web(opts, report)
     return 0

@@ -31,9 +31,11 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.export.hf import import_hf
+    from octlm.train.device import torch_settings
 
     opts = options_from(args, ImportHfOptions)
-    result = import_hf(opts.in_dir, opts.run_dir, opts.overwrite)
+    with torch_settings(opts.threads, False):
+        result = import_hf(opts.in_dir, opts.run_dir, opts.overwrite)
     model = result["model"]
     shape = (f"{model['n_layers']} layers, d_model {model['d_model']}, {model['n_heads']} heads, "
              f"context_length {model['context_length']}, vocab_size {model['vocab_size']}")

@@ -26,6 +26,9 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.inspect.sample import sample
+    from octlm.train.device import torch_settings
 
-    sample(options_from(args, SampleOptions), report)
+    opts = options_from(args, SampleOptions)
+    with torch_settings(opts.threads, False):
+        sample(opts, report)
     return 0

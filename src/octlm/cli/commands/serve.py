@@ -27,6 +27,9 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.export.web import serve
+    from octlm.train.device import torch_settings
 
-    serve(options_from(args, ServeOptions), report)
+    opts = options_from(args, ServeOptions)
+    with torch_settings(opts.threads, False):
+        serve(opts, report)
     return 0

@@ -100,7 +100,7 @@ class SinusoidalPositions(PositionScheme):
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         """``sqrt(C) * x + P[offset : offset + T]`` for token vectors ``x`` [B, T, C]."""
-        if self.training and self.drawn is not None:
+        if self.drawn is not None:  # randomized positions (draw_positions): the rows at them
             rows = sinusoidal_positions(self.random_range, x.shape[2], 0, self.base, x.device, self.layout)
             table = rows[self.position_ids(x.shape[1], offset, x.device)]
         else:

@@ -126,27 +126,70 @@ class PositionScheme(nn.Module):
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__()
-        #: training positions are drawn from ``0 .. random_range - 1`` (Ruoss et al. 2023); T: no drawing
+        #: with ``randomize_positions`` F > 1, positions are drawn from ``0 .. random_range - 1`` (Ruoss et al. 2023)
+        self.randomized = config.randomize_positions > 1
         self.random_range = config.context_length * config.randomize_positions
         self.drawn: Tensor | None = None
+        self._test_draw: Tensor | None = None
+        #: whether the pass under way continues a :class:`~octlm.model.kvcache.KVCache` (see :meth:`start_pass`)
+        self.cached_pass = False
 
-    def draw_positions(self, length: int) -> None:
-        """Start a forward pass of ``length`` tokens: in training, draw its positions when randomizing.
+    def start_pass(self, length: int, offset: int, cached: bool) -> None:
+        """Called by the decoder before each forward pass of ``length`` new tokens from token ``offset``; :meth:`end_pass` after it.
 
-        Randomized positions (Ruoss et al. 2023, §3): each training sequence
-        sits at a sorted random subset of ``0 .. random_range - 1`` instead of
-        ``0 .. length - 1``, so a model trained on ``T`` tokens has seen the
-        positions of sequences up to ``random_range`` long. The draw comes from
-        torch's global generator (a seeded run draws the same positions) and
-        is shared by every layer of the pass. In evaluation, and without
-        randomization, nothing is drawn and positions are ``0, 1, 2, ...``.
+        ``cached`` says that the pass continues a key/value cache, whose keys
+        start at position 0 and were made by earlier passes; a scheme whose
+        keys must agree with those (xPos's decay reference) reads it from
+        ``cached_pass``. Then places the pass's tokens (:meth:`draw_positions`).
         """
-        if self.training and self.random_range > length:
+        self.cached_pass = cached
+        self.draw_positions(length, offset)
+
+    def end_pass(self) -> None:
+        """Forget the pass's positions: a scheme asked outside a pass (the explorer) places tokens at ``0, 1, 2, ...``."""
+        self.cached_pass, self.drawn = False, None
+
+    def draw_positions(self, length: int, offset: int = 0) -> None:
+        """Place the ``length`` tokens of a pass from token ``offset``: randomized positions (Ruoss et al. 2023, §3).
+
+        In training each sequence sits at a sorted random subset of
+        ``0 .. random_range - 1`` instead of ``0 .. length - 1``, so a model
+        trained on ``T`` tokens has seen the positions of sequences up to
+        ``random_range`` long; the draw comes from torch's global generator (a
+        seeded run draws the same positions). Outside training the tokens sit
+        at :meth:`test_positions`. Every layer of the pass reads the same
+        positions (:meth:`position_ids`). Without randomization, and for a
+        sequence of ``random_range`` tokens or more, nothing is drawn: ``0, 1, 2, ...``.
+        """
+        if not self.training:
+            self.drawn = None if (test := self.test_positions(offset + length)) is None else test[offset:]
+        elif self.randomized and self.random_range > length and offset == 0:
             self.drawn = torch.randperm(self.random_range)[:length].sort().values
+        else:
+            self.drawn = None
+
+    def test_positions(self, length: int) -> Tensor | None:
+        """Positions of a ``length``-token sequence outside training, int64 [length], or ``None`` for ``0 .. length - 1``.
+
+        A randomized model meets at test time what it met in training, as
+        Ruoss et al. 2023 do (their evaluation draws the positions too): a
+        sorted random subset of ``0 .. random_range - 1``. The draw comes from
+        a generator seeded with ``length``, so evaluation is repeatable, does
+        not touch torch's global generator, and a sequence gets the same
+        positions with or without a key/value cache. A sequence of
+        ``random_range`` tokens or more, and any sequence of a model trained
+        without randomization, sits at ``0 .. length - 1``.
+        """
+        if not self.randomized or length >= self.random_range:
+            return None
+        if self._test_draw is None or len(self._test_draw) != length:
+            generator = torch.Generator().manual_seed(length)
+            self._test_draw = torch.randperm(self.random_range, generator=generator)[:length].sort().values
+        return self._test_draw
 
     def position_ids(self, length: int, offset: int, device: torch.device) -> Tensor:
-        """Positions of ``length`` tokens starting at ``offset``, int64 [length]: ``offset ..``, or the training draw."""
-        if self.training and self.drawn is not None and offset == 0 and len(self.drawn) == length:
+        """Positions of ``length`` tokens starting at token ``offset``, int64 [length]: the pass's (:meth:`draw_positions`) or ``offset ..``."""
+        if self.drawn is not None and len(self.drawn) == length:
             return self.drawn.to(device)
         return torch.arange(offset, offset + length, device=device)
 
@@ -187,14 +230,16 @@ class PositionScheme(nn.Module):
         return None
 
     def length_state(self, seq_len: int) -> object:
-        """What the position signal of a ``seq_len``-token sequence depends on besides the positions; ``None`` here.
+        """What the position signal of a ``seq_len``-token sequence depends on besides the token's index, or ``None``.
 
         Keys and values cached under one state are stale under another: a
         position's signal feeds every later layer, so the cache must be
-        refilled (``Decoder.next_token_logits`` does that). RoPE under
-        dynamic NTK is the case today: its frequencies change with the length.
+        refilled (``Decoder.next_token_logits`` does that). Here: the length
+        itself while :meth:`test_positions` draws the positions (a longer
+        sequence places every token anew); RoPE adds its frequencies under
+        dynamic NTK, which change with the length.
         """
-        return None
+        return seq_len if self.test_positions(seq_len) is not None else None
 
     def score_bias_bytes(self, n_heads: int, length: int) -> int:
         """Bytes the score bias of a ``length``-token sequence takes in attention, 0 without one.

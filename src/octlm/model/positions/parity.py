@@ -49,7 +49,7 @@ T5_CASES = [(32, 128), (8, 20), (2, 5), (16, 64)]
 #: (q_len, k_len, offset, c, threshold scale): FIRE's defaults, a threshold the queries pass, a cached step.
 FIRE_CASES = [(8, 8, 0, 0.1, 1.0), (12, 12, 0, 0.5, 0.01), (3, 9, 6, 1.0, 0.005)]
 #: (d_model, n_heads, rope_layout, length, offset): both layouts, and positions far enough for the decay to show.
-XPOS_CASES = [(16, 2, "interleaved", 6, 0), (16, 2, "half", 6, 0), (8, 1, "interleaved", 4, 3000)]
+XPOS_CASES = [(16, 2, "interleaved", 6, 0), (16, 2, "half", 6, 0), (8, 1, "interleaved", 4, 3000), (8, 1, "half", 4, 1_000_000)]
 
 def float_lists(tensor: torch.Tensor) -> list:
     """A tensor as nested lists of Python floats (float32 values widened exactly)."""
@@ -113,8 +113,11 @@ def _relative() -> dict:
     for d_model, n_heads, layout, length, offset in XPOS_CASES:
         config = DecoderConfig(vocab_size=300, d_model=d_model, n_heads=n_heads, position="xpos", rope_layout=layout)
         q, k = (torch.randn(1, 1, length, config.head_dim, generator=generator) for _ in range(2))
-        q_rot, k_rot = XPosRotation(config).rotate(q, k, offset)
+        scheme = XPosRotation(config)
+        q_rot, k_rot = scheme.rotate(q, k, offset)
+        reference = int(scheme.reference(torch.arange(offset, offset + length), offset + length))
         xpos.append({"head_dim": config.head_dim, "theta": config.rope_theta, "layout": layout, "length": length, "offset": offset,
+                     "reference": reference,
                      "q": float_lists(q[0, 0]), "k": float_lists(k[0, 0]), "q_rotated": float_lists(q_rot[0, 0]), "k_rotated": float_lists(k_rot[0, 0])})
     return {"t5": t5, "fire": fire, "xpos": xpos}
 

@@ -214,11 +214,12 @@ class ScalableRotation:
         self.scaling = scaling
 
     def length_state(self, seq_len: int) -> object:
-        """The frequencies of a ``seq_len``-token sequence when they depend on it (dynamic NTK), else ``None``."""
+        """The scheme's own length state (``PositionScheme.length_state``), with the frequencies when they depend on the length (dynamic NTK)."""
+        positions = super().length_state(seq_len)  # type: ignore[misc]  # the PositionScheme this is mixed into
         if self.scaling is None or not self.scaling.depends_on_length:
-            return None
+            return positions
         inv_freq, attention = self.frequencies(seq_len)
-        return (*inv_freq.tolist(), attention)
+        return (positions, *inv_freq.tolist(), attention)
 
     def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
         """Inverse frequencies float64 [rotary_dim // 2] and the attention factor for ``seq_len`` tokens."""

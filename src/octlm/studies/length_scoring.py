@@ -1,0 +1,81 @@
+"""Scoring one model of the length study at every evaluation length: two readings of bits per byte, and its attention.
+
+At length ``L`` the scored validation stream (its first ``N`` targets, the
+same for every length) is read twice (:mod:`octlm.train.evaluate`):
+
+* non-overlapping windows of ``L`` targets, each starting from nothing, with
+  the loss kept per window position (where along a window a scheme breaks);
+* sliding windows that advance by a stride ``S`` (``--eval-stride``; default
+  ``L / 2``) and score only the targets no earlier window scored, so every
+  target after the first window is predicted from at least ``L - S`` tokens.
+  A longer window then helps only by what the extra context is worth, not
+  by putting fewer targets near a window's start (Press et al. 2022,
+  Appendix B, the "early token curse").
+
+Beside each eval row the study keeps an ``attention`` record
+(:mod:`octlm.studies.length_attention`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from octlm.report import Reporter
+from octlm.studies.length_attention import attention_record
+from octlm.studies.length_options import LengthOptions
+from octlm.studies.length_tables import NOT_AVAILABLE
+from octlm.train.evaluate import evaluate, evaluate_sliding
+
+
+def stride_at(length: int, opts: LengthOptions) -> int:
+    """The sliding reading's stride at ``length``: ``--eval-stride`` (at most ``length``), else half the length."""
+    return min(opts.eval_stride, length) if opts.eval_stride else max(1, length // 2)
+
+
+def eval_row(scheme: str, method: str | None, factor: float | None, multiplier: int, length: int) -> dict:
+    label = scheme if method is None else f"{scheme}+{method}"
+    return {"record": "eval", "label": label, "position": scheme, "rope_scaling": method, "rope_factor": factor, "multiplier": multiplier, "eval_length": length}
+
+
+def _scored(row: dict, result) -> dict:
+    """Fill an eval row: totals, and per window position the mean loss (nats) and the bytes of its targets."""
+    nats = np.asarray(result.position_nats)
+    row.update(
+        status="ok", bpb=result.bpb, loss=result.loss, tokens=result.tokens, bytes=result.bytes, windows=result.blocks,
+        position_loss=[round(float(v), 6) for v in nats / result.blocks],
+        position_bytes=[int(v) for v in result.position_bytes],
+    )
+    return row
+
+
+def without_positions(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not k.startswith("position_")}
+
+
+def score_lengths(opts: LengthOptions, model, tokenizer, make_row, scored: np.ndarray, device, report: Reporter, scale) -> tuple[list[dict], list[dict]]:
+    """Score ``model`` at every evaluation length, both readings and its attention; ``scale(m)`` sets its scaling first (or leaves it).
+
+    Returns ``(eval rows, attention records)``. Past a learned table's rows
+    the row says so (:data:`NOT_AVAILABLE`) and has neither reading nor attention.
+    """
+    rows, attention = [], []
+    for m in opts.multipliers:
+        length = m * opts.train_length
+        row = make_row(m, length)
+        if model.max_length is not None and length > model.max_length:
+            row.update(status=NOT_AVAILABLE, bpb=None, sliding_bpb=None)
+        else:
+            scale(m)
+            batch = max(1, opts.eval_tokens // length)
+            _scored(row, evaluate(model, scored, tokenizer.bytes_per_token, length, batch, None, device, per_position=True))
+            stride = stride_at(length, opts)
+            slid = evaluate_sliding(model, scored, tokenizer.bytes_per_token, length, stride, batch, device)
+            row.update(sliding_bpb=slid.bpb, sliding_loss=slid.loss, eval_stride=stride, sliding_windows=slid.blocks)
+            attention.append(attention_record(model, scored, length, opts.train_length, device, row))
+        rows.append(row)
+        shown = row["status"] if row["bpb"] is None else f"{row['bpb']:.4f} bits per byte, {row['sliding_bpb']:.4f} sliding (stride {stride})"
+        report.event("length", f"{row['label']:>18} at {length:>6} tokens: {shown}", **without_positions(row))
+    return rows, attention
+
+
+__all__ = ["eval_row", "score_lengths", "stride_at", "without_positions"]
