@@ -132,63 +132,62 @@ def test_page_in_chromium_through_octlm_serve(trained_run, tmp_path):
         assert (tmp_path / "shots" / name).stat().st_size > 10_000, name
 
 
+def expected_table(evals: list[dict], reading: str) -> list[list[str]]:
+    """The base models' table as the page shows it: 4 decimals, n/a past a learned table."""
+    base = [r for r in evals if r["label"] == r["position"] and "extended_to" not in r]
+    return [[label, *(f"{r[reading]:.4f}" if r.get(reading) is not None else "n/a" for r in base if r["label"] == label)]
+            for label in dict.fromkeys(r["label"] for r in base)]
+
+
 def check_study(checks: dict, study: Path) -> None:
-    """The table the page shows is the study's records (4 decimals), its groups and models are the study's."""
+    """The tables the page shows are the study's records, its groups, models and attention records the study's."""
     records = [json.loads(line) for line in (study / "length.jsonl").read_text().splitlines() if line.strip()]
     evals = [r for r in records if r["record"] == "eval"]
-    lengths = records[0]["lengths"]
-    base = [r for r in evals if r["label"] == r["position"] and "extended_to" not in r]
-    expected = [[label, *(f"{r['bpb']:.4f}" if r["bpb"] is not None else "n/a" for r in base if r["label"] == label)]
-                for label in dict.fromkeys(r["label"] for r in base)]
-    assert checks["study table"] == expected and all(len(row) == len(lengths) + 1 for row in expected)
+    assert checks["study table"] == expected_table(evals, "bpb")
+    assert all(len(row) == len(records[0]["lengths"]) + 1 for row in checks["study table"])
+    if any("sliding_bpb" in r for r in evals):
+        assert checks["study sliding table"] == expected_table(evals, "sliding_bpb")
+    else:
+        assert "a study without the sliding reading says so" in checks
     groups = checks["study groups"]
     assert groups["scaled"] == list(dict.fromkeys(r["label"] for r in evals if r["rope_scaling"] and "extended_to" not in r))
     assert groups["extended"] == list(dict.fromkeys(r["label"] for r in evals if "extended_to" in r))
     assert checks["study models"] == list(dict.fromkeys(r["label"] for r in evals))
     learned = next(label for label in checks["study attention"] if not checks["study attention"][label]["lengths"][-1]["enabled"])
     assert all("rows" in note for note in checks["study attention"][learned]["notes"])
+    # The study's own statistics of the first model at its first length, where it recorded them (layer 0).
+    first = evals[0]
+    found = [r for r in records if r["record"] == "attention" and r["label"] == first["label"] and r["eval_length"] == first["eval_length"]]
+    expected = [[str(h), f"{found[0]['mean_entropy'][0][h]:.2f}", f"{found[0]['mean_distance'][0][h]:.1f}",
+                 f"{found[0]['sink_mass'][0][h]:.3f}", f"{found[0]['max_logit'][0][h]:.1f}"] for h in range(len(found[0]["mean_entropy"][0]))] if found else []
+    assert [[cell.lstrip("-") if cell.startswith("-0.") and float(cell) == 0 else cell for cell in row] for row in checks["study attention record"]] == expected
 
 
 def test_study_page_in_chromium_through_octlm_serve(length_study, tmp_path):
     checks = served_checks(["--study", str(length_study)], tmp_path / "shots")
     assert checks["view"] == "study"
     check_study(checks, length_study)
+    assert checks["study attention record"], "the study recorded its attention; the page shows it"
     longest = max(int(x["value"]) for x in next(iter(checks["study attention"].values()))["lengths"])
     assert any(v["longestShape"] == f"{longest}x{longest}" for v in checks["study attention"].values())  # 32 tokens: not pooled
     for name in checks["screenshots"]:
         assert (tmp_path / "shots" / name).stat().st_size > 10_000, name
 
 
-def test_a_current_study_shows_both_readings_and_its_attention_records(length_study, tmp_path):
-    """The sliding reading and the attention records, added by hand as a current octlm length writes them."""
+def test_an_older_study_works_from_disk_and_says_what_it_lacks(length_study, tmp_path):
+    """A study as octlm length wrote it before the sliding reading and the attention records, exported and opened from disk."""
     from octlm.cli import main
 
-    study = tmp_path / "current"
+    study = tmp_path / "older"
     shutil.copytree(length_study, study)
     written = [json.loads(line) for line in (study / "length.jsonl").read_text().splitlines() if line.strip()]
-    for r in written:
-        if r["record"] == "eval":
-            r.update(sliding_bpb=None if r["bpb"] is None else r["bpb"] - 0.125, sliding_loss=None, eval_stride=r["eval_length"] // 2, sliding_windows=3)
-    first = next(r for r in written if r["record"] == "eval")
-    stats = {"mean_entropy": [[0.75, 0.875]], "mean_distance": [[2.5, 3.0]], "sink_mass": [[0.25, 0.125]], "max_logit": [[3.25, 4.5]]}
-    written.append({"record": "attention", "label": first["label"], "position": first["position"], "seed": first["seed"],
-                    "eval_length": first["eval_length"], "query_positions": [2, 6], "entropy": [[[0.5, 1.0], [0.75, 1.0]]], **stats})
-    (study / "length.jsonl").write_text("".join(json.dumps(r) + "\n" for r in written))
+    older = [{k: v for k, v in r.items() if not k.startswith("sliding") and k != "eval_stride"} for r in written if r["record"] != "attention"]
+    (study / "length.jsonl").write_text("".join(json.dumps(r) + "\n" for r in older))
     out = tmp_path / "exported"
     assert main(["export-web", "--study", str(study), "--out", str(out), "--quiet"]) == 0
     checks = browser_check((out / "index.html").as_uri(), tmp_path / "shots", "the")
-    base = [r for r in written if r["record"] == "eval" and r["label"] == r["position"] and "extended_to" not in r]
-    assert checks["study sliding table"] == [[label, *(f"{r['sliding_bpb']:.4f}" if r["sliding_bpb"] is not None else "n/a"
-                                                       for r in base if r["label"] == label)] for label in dict.fromkeys(r["label"] for r in base)]
-    assert checks["study attention record"] == [["0", "0.75", "2.5", "0.250", "3.3"], ["1", "0.88", "3.0", "0.125", "4.5"]]
-
-
-def test_exported_study_works_from_disk(length_study, tmp_path):
-    from octlm.cli import main
-
-    out = tmp_path / "exported"
-    assert main(["export-web", "--study", str(length_study), "--out", str(out), "--quiet"]) == 0
-    check_study(browser_check((out / "index.html").as_uri(), tmp_path / "shots", "the"), length_study)
+    check_study(checks, study)
+    assert "sliding-window reading" in checks["a study without the sliding reading says so"] and checks["study attention record"] == []
 
 
 def test_exported_page_works_from_disk(trained_run, tmp_path):
