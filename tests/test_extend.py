@@ -38,7 +38,6 @@ def sources(tmp_path_factory, small_corpus):
 def _setup_trainer(opts):
     from octlm.train import distributed
     from octlm.report import Reporter
-    from octlm.train.launch import train  # noqa: F401  (the entry point resolves options the same way)
     from octlm.train.init_from import init_from_options
     from octlm.train.options import check_options, given_options
     from octlm.train.trainer import Trainer

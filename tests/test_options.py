@@ -203,6 +203,6 @@ def test_sample_computes_with_the_threads_given_and_else_the_default(trained_run
     seen, generate = [], Decoder.generate
     monkeypatch.setattr(Decoder, "generate", lambda *a, **k: seen.append(torch.get_num_threads()) or generate(*a, **k))
     before = torch.get_num_threads()
-    for given in (["--threads", "1"], []):
-        assert main(["sample", "--run", str(trained_run), "--max-new-tokens", "3", "--quiet", *given]) == 0
+    for threads in (["--threads", "1"], []):
+        assert main(["sample", "--run", str(trained_run), "--max-new-tokens", "3", "--quiet", *threads]) == 0
     assert seen == [1, default_threads()] and torch.get_num_threads() == before
