@@ -65,7 +65,7 @@ def test_by_default_the_start_of_the_validation_text_at_the_context_length(run, 
 def test_people_see_each_head_beside_uniform_attention(run, capsys):
     assert main(["attention", "--run", str(run), "--length", "10"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("attention on 10 tokens of validation text") and out.count(" head ") == 4
+    assert out.startswith("attention on 10 tokens of the run's validation text") and out.count(" head ") == 4
     entropy = sum(math.log(i + 1) for i in range(10)) / 10  # ln(n) for n = 1 .. 10 visible keys
     assert f"uniform attention over these 10 tokens: entropy {entropy:.3f} nats, distance {9 / 4:.2f} tokens" in out
     assert f"wrote {run / 'attention' / 'statistics.json'}" in out
@@ -156,3 +156,24 @@ def test_train_overwrite_takes_the_attention_folder_only_when_it_holds_octlm_out
     (run / "attention" / "NOTES.md").unlink()
     assert main(["train", "--text", str(small_corpus), "--out", str(run), "--overwrite", "--quiet", *tiny]) == 0
     assert not (run / "attention").exists()
+
+
+
+def test_a_length_past_the_memory_names_the_length_given_and_the_tokens_it_had(run, monkeypatch):
+    """--length beyond the text looks at all of the text; the refusal names both the value given and the tokens it had."""
+    import torch
+
+    import octlm.train.device
+    from octlm.errors import OctlmError
+    from octlm.inspect.attention import check_map_memory
+    from octlm.run.load import load_run
+
+    model, _ = load_run(run)
+    monkeypatch.setattr(octlm.train.device, "device_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
+    layers, heads, tokens = model.config.n_layers, model.config.n_heads, 300
+    with pytest.raises(OctlmError) as caught:
+        check_map_memory(model, tokens, torch.device("cpu"), asked=100_000)
+    need = 8 * layers * heads * tokens**2 / 2**30  # probabilities and logits, float32
+    longest = int((2**19 / (8 * layers * heads)) ** 0.5)
+    assert str(caught.value) == (f"--length 100000: the attention maps of {tokens} tokens, {layers} layers x {heads} heads, need about "
+                                 f"{need:,.1f} GiB, more than half this machine's 0 GiB of memory; give --length {longest} or less")

@@ -79,3 +79,31 @@ def test_a_closed_terminal_leaves_a_checkpoint_to_resume(small_corpus, tmp_path,
     assert step >= 1
     assert main(["train", "--resume", str(run), "--max-steps", str(step + 2), "--quiet"]) == 0
     assert load_checkpoint(run / CHECKPOINT).step == step + 2
+
+
+def test_ctrl_c_while_torch_imports_exits_130_without_a_traceback(monkeypatch, capsys):
+    """A Ctrl-C in the seconds before the program starts (torch importing) is the same clean stop as one after."""
+    import builtins
+
+    from octlm.console import main
+
+    real_import = builtins.__import__
+
+    def interrupted(name, *args, **kwargs):
+        if name == "octlm.cli":
+            raise KeyboardInterrupt
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    assert main() == 130
+    err = capsys.readouterr().err
+    assert err == "octlm: interrupted before it started; nothing was written\n"
+
+
+def test_import_octlm_leaves_torch_for_later():
+    """The entry point can only catch that Ctrl-C if importing the package itself does not import torch."""
+    import subprocess
+    import sys
+
+    code = "import sys, octlm; assert 'torch' not in sys.modules; from octlm import Decoder, load_run; assert 'torch' in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -2,6 +2,6 @@
 
 import sys
 
-from octlm.cli import main
+from octlm.console import main
 
 sys.exit(main())

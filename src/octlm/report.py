@@ -109,7 +109,7 @@ class TaggedReporter(Reporter):
         self.parent.event(
             "trained",
             f"[{self.scheme}] trained: {summary['steps']} steps in {summary['train_seconds']:.0f}s, "
-            f"val {summary['val_bpb']:.4f} bits per byte at T",
+            f"val {summary['val_bpb']:.4f} bits per byte at its training length",
             scheme=self.scheme,
             **summary,
         )

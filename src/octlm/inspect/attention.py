@@ -82,6 +82,10 @@ def checked_length(opts: AttentionOptions, model: Decoder) -> int:
     return length
 
 
+#: How each source of tokens reads in a heading.
+SOURCE_NAMES = {"prompt": "the prompt", "text": "--text", "validation": "the run's validation text"}
+
+
 def token_ids(opts: AttentionOptions, run: RunFolder, tokenizer, length: int, model: Decoder) -> tuple[list[int], str]:
     """The ids to look at and where they come from (``"prompt"``, ``"text"``, ``"validation"``).
 
@@ -119,7 +123,7 @@ def _text_ids(opts: AttentionOptions, tokenizer, length: int) -> list[int]:
     return ids[:length]
 
 
-def check_map_memory(model: Decoder, length: int, device: torch.device) -> None:
+def check_map_memory(model: Decoder, length: int, device: torch.device, asked: int | None = None) -> None:
     """Refuse a length whose recorded maps (:data:`MAP_BYTES` per entry) would not fit half the device's memory.
 
     Raises:
@@ -132,8 +136,9 @@ def check_map_memory(model: Decoder, length: int, device: torch.device) -> None:
     total = device_memory_bytes(device)
     if total is not None and need > total / 2:
         longest = int((total / 2 / (MAP_BYTES * config.n_layers * config.n_heads)) ** 0.5)
-        raise OctlmError(f"--length {length}: the attention maps of {config.n_layers} layers x {config.n_heads} heads need about "
-                         f"{need / 2**30:,.1f} GiB, more than half this {device.type}'s {total / 2**30:.0f} GiB; give --length {longest} or less")
+        where = "this machine's" if device.type == "cpu" else f"this {device.type} device's"
+        raise OctlmError(f"--length {asked or length}: the attention maps of {length:,} tokens, {config.n_layers} layers x {config.n_heads} heads, need about "
+                         f"{need / 2**30:,.1f} GiB, more than half {where} {total / 2**30:.0f} GiB of memory; give --length {longest} or less")
 
 
 def record(model: Decoder, ids: list[int], device: torch.device) -> AttentionMaps:
@@ -200,25 +205,26 @@ def attention(opts: AttentionOptions, report: Reporter) -> dict:
     run = RunFolder(opts.run, "--run")
     length = checked_length(opts, model)
     ids, source = token_ids(opts, run, tokenizer, length, model)
-    check_map_memory(model, len(ids), device)
+    check_map_memory(model, len(ids), device, asked=opts.length)
     out = RunFolder(Path(opts.out) if opts.out else Path(opts.run) / ATTENTION)
     _check_out(out)
 
     maps = record(model, ids, device)
     stats = attention_statistics(maps.probabilities, maps.logits)
     labels = [tokenizer.token_str(i) for i in ids]
-    title = f"octlm run {Path(opts.run).resolve().name}: {model.positions.label}, {len(ids)} tokens of {source} text"
+    shown = f"{len(ids)} token{'' if len(ids) == 1 else 's'} of {SOURCE_NAMES[source]}"
+    title = f"octlm run {Path(opts.run).resolve().name}: {model.positions.label}, {shown}"
     statistics = stats.to_dict()
     figures = [str(out.path / layer_figure(layer)) for layer in range(len(maps.probabilities))]
     with out.staged() as staging:
         for layer, p in enumerate(maps.probabilities):
             save_png(layer_heatmaps(p[0], stats, layer, labels, title), staging / layer_figure(layer))
-        save_png(statistics_figure(stats, title), staging / STATISTICS_FIGURE)
+        save_png(statistics_figure(stats, title, model.config.context_length), staging / STATISTICS_FIGURE)
         atomic_write_json(staging / STATISTICS_JSON, {"run": str(opts.run), "source": source, "tokens": ids, "statistics": statistics})
     figures.append(str(out.path / STATISTICS_FIGURE))
     result = {"run": str(opts.run), "source": source, "tokens": len(ids), "position": model.config.position,
               "figures": figures, "statistics_file": str(out.path / STATISTICS_JSON), "statistics": statistics}
-    lines = [f"attention on {len(ids)} tokens of {source} text (mean over queries):", *summary_lines(stats)]
+    lines = [f"attention on {shown} (mean over queries):", *summary_lines(stats)]
     report.result(result, "\n".join([*lines, *(f"wrote {path}" for path in [*figures, result["statistics_file"]])]))
     return result
 

@@ -72,7 +72,7 @@ def layer_heatmaps(probabilities: Tensor, stats: AttentionStatistics, layer: int
             axes.set_xlabel("key position")
             axes.set_ylabel("query position")
         axes.set_title(f"head {head}: entropy {stats.mean_entropy[layer, head]:.2f} nats, distance "
-                       f"{stats.mean_distance[layer, head]:.1f}\nfirst-token mass {stats.sink_mass[layer, head]:.2f}, "
+                       f"{stats.mean_distance[layer, head]:.1f}\nfirst-token mass {stats.sink_mass[layer, head]:.3g}, "
                        f"max logit {stats.max_logit[layer, head]:.1f}", fontsize=9)
     figure.colorbar(image, ax=grid[:heads].tolist(), label="attention probability (square-root scale)", shrink=0.8)
     figure.suptitle(f"{title}\nlayer {layer}: row = query, column = the key it attends to", fontsize=11)
@@ -95,28 +95,47 @@ def _table(figure: Figure, axes, values: Tensor, name: str, fmt: str, cmap: str)
     figure.colorbar(image, ax=axes, shrink=0.8)
 
 
-def statistics_figure(stats: AttentionStatistics, title: str) -> Figure:
-    """Entropy against query position for every head, and the other statistics as [layer, head] tables."""
+def _smoothed(values: np.ndarray, window: int) -> np.ndarray:
+    """Each value averaged with up to ``window // 2`` neighbours a side, fewer near the start (at most an eighth of its
+    position), so the first queries, a decade of their own on a log axis, stay as they are; ``values`` as they are for 1."""
+    if window <= 1:
+        return values
+    i = np.arange(len(values))
+    half = np.minimum(window // 2, i // 8)
+    lo, hi = i - half, np.minimum(i + half, len(values) - 1)
+    sums = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+    return (sums[hi + 1] - sums[lo]) / (hi - lo + 1)
+
+
+def statistics_figure(stats: AttentionStatistics, title: str, context_length: int | None = None) -> Figure:
+    """Entropy against query position for every head (log axis; a dashed line at ``context_length``, the length trained at),
+    and the other statistics as [layer, head] tables."""
     layers, heads, T = stats.entropy.shape
     figure = Figure(figsize=(13, 8.5), dpi=100, layout="constrained")
     top, bottom = figure.subfigures(2, 1, height_ratios=[1.15, 1])
     axes = top.subplots()
     colours = [f"C{layer % 10}" for layer in range(layers)]
+    positions = np.arange(1, T + 1)
+    window = max(1, T // 64)  # one sequence's entropy jumps from query to query; a long one is unreadable unsmoothed
     styles = ["-", "--", ":", "-."]
     for layer in range(layers):
         for head in range(heads):
-            axes.plot(stats.entropy[layer, head].float().numpy(), color=colours[layer], linestyle=styles[head % 4], linewidth=1.2,
+            axes.plot(positions, _smoothed(stats.entropy[layer, head].float().numpy(), window), color=colours[layer], linestyle=styles[head % 4], linewidth=1.2,
                       label=f"layer {layer} head {head}" if layers * heads <= 16 else None)
-    axes.plot(np.log(np.arange(1, T + 1)), color="black", linewidth=1.5, linestyle=(0, (1, 1)), label="uniform over the visible keys, ln(i + 1)")
-    axes.set_xlabel("query position i (tokens)")
+    axes.plot(positions, np.log(positions), color="black", linewidth=1.5, linestyle=(0, (1, 1)), label="uniform over the visible keys, ln(i + 1)")
+    if context_length is not None and context_length < T:
+        axes.axvline(context_length, color="grey", linestyle="--", linewidth=1, label=f"trained length {context_length}")
+    # A log axis: entropy grows like ln i, and the first tokens would otherwise be a sliver at long lengths.
+    axes.set_xscale("log")
+    axes.set_xlabel("query position i + 1 (tokens, log scale)")
     axes.set_ylabel("attention entropy (nats)")
-    axes.set_xlim(0, max(T - 1, 1))
+    axes.set_xlim(1, max(T, 2))
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    axes.set_title("entropy of each query's attention (a batch's sequences averaged)", fontsize=10)
+    axes.set_title("entropy of each query's attention" + (f" (mean over up to {window} neighbouring queries)" if window > 1 else ""), fontsize=10)
     tables = bottom.subplots(1, 3)
     _table(bottom, tables[0], stats.mean_distance, "mean attention distance (tokens)", ".1f", "viridis")
-    _table(bottom, tables[1], stats.sink_mass, "probability on the first token", ".2f", "magma")
+    _table(bottom, tables[1], stats.sink_mass, "probability on the first token", ".3g", "magma")
     _table(bottom, tables[2], stats.max_logit, "largest attention logit", ".1f", "cividis")
     figure.suptitle(title, fontsize=12)
     return figure

@@ -99,4 +99,11 @@ def write_study(out: Path, files: StudyFiles, records: Iterable[dict], table: st
     return {"jsonl": str(out / files.jsonl), "table": str(out / files.table), "plot": str(out / files.plot)}
 
 
-__all__ = ["StudyFiles", "check_schemes", "mean_std", "prepare_study_folder", "study_seeds", "write_study"]
+def wrote_line(paths: Iterable[str], seconds: float) -> str:
+    """The study's last line: every file it wrote, and its wall time (``seconds``, shown in minutes)."""
+    names = list(paths)
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return f"wrote {listed} in {seconds / 60:.1f} minutes"
+
+
+__all__ = ["StudyFiles", "check_schemes", "mean_std", "prepare_study_folder", "study_seeds", "write_study", "wrote_line"]

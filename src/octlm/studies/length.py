@@ -38,7 +38,7 @@ from octlm.fileio import atomic_write
 from octlm.report import Reporter, TaggedReporter
 from octlm.run.folder import RunFolder
 from octlm.model.positions import SCHEMES
-from octlm.studies.core import StudyFiles, prepare_study_folder, study_seeds, write_study
+from octlm.studies.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
 from octlm.studies.extension_stage import EXTEND_PLOT, curve_markdown, curve_plot, extensions, fine_tune, labels_for, measure_steps
 from octlm.studies.length_options import RUNS, LengthOptions, check_options, check_validation_length, validation_tokens
 from octlm.studies.length_attention import attention_markdown, attention_plot
@@ -119,7 +119,7 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
     if opts.max_steps is None:  # equal training: the budget becomes one step count for every model
         steps = measure_steps(opts, out / RUNS / ".timing", report)
         opts = dataclasses.replace(opts, max_steps=steps["steps"])
-    report.event("study", f"length study: {len(opts.schemes)} models ({', '.join(opts.schemes)}) x {opts.seeds} seed(s), {opts.max_steps} steps "
+    report.event("study", f"length study: {len(opts.schemes)} models ({', '.join(opts.schemes)}) x {opts.seeds} seed{'' if opts.seeds == 1 else 's'}, {opts.max_steps} steps "
                  f"each, T={T}, evaluated at {', '.join(map(str, lengths))} tokens", schemes=opts.schemes, lengths=lengths, options=dataclasses.asdict(opts))
     seeds = study_seeds(opts.seed, opts.seeds)
     trained = _train_base(opts, out, seeds, report)
@@ -159,7 +159,8 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
         "jsonl": str(out / JSONL), "plot": str(out / PLOT), "table": str(out / TABLE), "attention_plot": str(out / ATTENTION_PLOT),
         "seconds": seconds, "eval_seconds": time.perf_counter() - t_eval,
     }
-    text = f"{tables}\n\nwrote {out / JSONL}, {out / PLOT} and {out / TABLE} in {seconds / 60:.1f} minutes"
+    written = [result["jsonl"], result["table"], result["plot"], result["attention_plot"]] + ([str(out / EXTEND_PLOT)] if curves else [])
+    text = f"{tables}\n\n{wrote_line(written, seconds)}"
     report.result(result, text)
     return result
 

@@ -175,7 +175,7 @@ def markdown_tables(rows: list[dict], T: int, lengths: list[int], train_rows: li
             row = cells.get(longest)
             if row is not None and row["bpb"] is not None:
                 lines.append(f"| `{label}` | " + " | ".join(f"{v:.4f}" for v in bucket_bpb(row, buckets)) + " |")
-    lines += ["", "Training: " + "; ".join(f"`{r['position']}` {r['steps']} steps, {r['val_bpb']:.4f} bits per byte at T" for r in train_rows) + "."]
+    lines += ["", "Training: " + "; ".join(f"`{r['position']}` {r['steps']} steps, {r['val_bpb']:.4f} bits per byte at its training length" for r in train_rows) + " (T for the base models, M x T for the fine-tuned ones)."]
     return "\n".join(lines) + "\n"
 
 
@@ -219,7 +219,7 @@ def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
     left.set_title("non-overlapping windows (each starts from nothing)")
     middle.set_title(f"sliding windows ({_stride_note(rows).split(':')[0]}): context, not position in a window")
     left.legend(fontsize=8, ncol=2 if len(grid) > 9 else 1)  # one column of 16 labels would hide the lines
-    right.set_xlabel(f"position in a non-overlapping {longest}-token window (1 = first prediction; log-spaced buckets)")
+    right.set_xlabel(f"position in a {longest}-token window (1 = first prediction; log buckets)")
     right.set_title("where each scheme breaks: bits per byte along the window")
     fig.tight_layout()
     from octlm.inspect.figures import png_bytes

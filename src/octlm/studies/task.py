@@ -34,7 +34,7 @@ from octlm.fileio import atomic_write
 from octlm.model import Decoder, cross_entropy
 from octlm.model.positions import SCHEME_NAMES, SCHEMES
 from octlm.report import Reporter
-from octlm.studies.core import StudyFiles, check_schemes, prepare_study_folder, study_seeds, write_study
+from octlm.studies.core import StudyFiles, check_schemes, prepare_study_folder, study_seeds, write_study, wrote_line
 from octlm.studies.task_tables import depth_markdown, depth_plot, markdown_table, mean_accuracy, plot, terminal_table
 from octlm.studies.tasks import TASKS, Task
 from octlm.train.device import resolve_device, torch_settings
@@ -210,7 +210,7 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
     out = prepare_study_folder(opts.out, opts.overwrite, FILES)
     seeds = study_seeds(opts.seed, opts.seeds)
     sizes = [m * opts.task_length for m in TASK_MULTIPLIERS]
-    report.event("study", f"task study: {task.name}, {len(opts.schemes)} schemes x {len(seeds)} seeds, trained on sizes 1..{opts.task_length}, "
+    report.event("study", f"task study: {task.name}, {len(opts.schemes)} schemes x {len(seeds)} seed{'' if len(seeds) == 1 else 's'}, trained on sizes 1..{opts.task_length}, "
                  f"evaluated at {', '.join(map(str, sizes))}", task=task.name, schemes=opts.schemes, sizes=sizes, seeds=seeds)
     t0, records, depths = time.perf_counter(), [], []
     for scheme in opts.schemes:
@@ -237,7 +237,7 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
         paths["depth_plot"] = str(out / DEPTH_PLOT)
     seconds = time.perf_counter() - t0
     result = {"out": str(out), "task": task.name, "sizes": sizes, "seeds": seeds, "accuracy": grid, "accuracy_std": spread, "seconds": seconds, **paths}
-    report.result(result, f"{terminal_table(grid, spread, task, sizes)}\n\nwrote {out / JSONL}, {out / PLOT} and {out / TABLE} in {seconds / 60:.1f} minutes")
+    report.result(result, f"{terminal_table(grid, spread, task, sizes)}\n\n{wrote_line(paths.values(), seconds)}")
     return result
 
 

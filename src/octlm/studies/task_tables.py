@@ -124,7 +124,7 @@ def depth_plot(depths: list[dict], sizes: list[int]) -> bytes:
     grids = depth_grid(depths, sizes)
     cols = min(4, len(grids))
     rows = -(-len(grids) // cols)
-    fig = Figure(figsize=(3.2 * cols, 3.0 * rows), dpi=110)
+    fig = Figure(figsize=(2.6 * cols + 1.2, 2.6 * rows + 0.8), dpi=110, layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
     image = None
     for ax, (scheme, grid) in zip(axes.flat, grids.items()):
@@ -135,10 +135,9 @@ def depth_plot(depths: list[dict], sizes: list[int]) -> bytes:
         ax.set_title(scheme, fontsize=9)
     for ax in axes.flat[len(grids):]:
         ax.set_visible(False)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("needle depth (start of the filler at the top)")
-    for ax in axes[-1, :]:
-        ax.set_xlabel("size (filler tokens); dotted: past the longest trained")
+    # One label per figure: a label per panel ran into its neighbours.
+    fig.supylabel("needle depth (start of the filler at the top)", fontsize=9)
+    fig.supxlabel("size (filler tokens); dotted: past the longest trained; blank: no rows (learned)", fontsize=9)
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.6, label="exact match")
     fig.suptitle("passkey: exact match by needle depth and size", fontsize=10)

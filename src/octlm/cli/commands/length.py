@@ -30,11 +30,15 @@ def add_parser(sub) -> None:
         description="The length study. Trains one decoder per position scheme (same text, seed, shape and budget),\n"
         "then measures validation bits per byte at 1x, 2x, 4x, 8x and 16x the training length T, and the\n"
         "RoPE model again under each context-extension method (factor = length / T). Every length scores\n"
-        "the same validation targets, in non-overlapping windows of that length. Learned positions show\n"
+        "the same validation targets in two readings: non-overlapping windows of that length, each starting\n"
+        "from nothing, and sliding windows advancing by --eval-stride (L/2 by default) that score only new\n"
+        "targets, so each sees at least L - stride tokens of context. It records every model's attention\n"
+        "(entropy, distance, first-token mass, largest logit) at every length. Learned positions show\n"
         "n/a past T (their table has no rows there). Then the extension stage fine-tunes copies of the rope\n"
         "(plain, linear, NTK, YaRN), learned, alibi and none models at 4 x T for 100 steps (--extend-to,\n"
-        "--extend-steps; --extend-to 0 skips it) and scores them at every length. Writes tables, PNG plots\n"
-        "and JSONL into --out.",
+        "--extend-steps; --extend-to 0 skips it) and scores them at every length. Writes length.md,\n"
+        "length.jsonl, length.png, attention.png and extend.png into --out. With --task, a synthetic task\n"
+        "study instead (tasks.md, tasks.jsonl, tasks.png; passkey adds tasks-depth.png).",
         epilog="examples:\n  octlm length --text tinyshakespeare --out runs/length\n"
         "  octlm length --text notes.txt --out runs/quick --time-budget 30 --train-length 64 --schemes rope alibi --extend-to 0\n"
         "  octlm length --task copy --out runs/copy --seeds 3\n\n"
