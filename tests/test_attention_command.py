@@ -91,7 +91,6 @@ def test_text_is_read_as_training_reads_it(run, small_corpus, tmp_path, capsys):
     (["--length", "33"], "--length 33: the learned table has 32 rows (positions 0..31), none for position 32 on; give --length 32 or less"),
     (["--prompt", "a", "--text", "x.txt"], "--prompt and --text are both given; give one of them"),
     (["--prompt", ""], "--prompt is empty; give some text"),
-    (["--prompt", "   "], "--prompt is empty; give some text"),
     (["--prompt", "To be, or not to be", "--length", "3"], "more than --length 3; shorten it or give --length"),
     (["--prompt", "To be, or not to be, that is the question: " * 4], "shorten it to 32 tokens (the learned table has 32 rows)"),
     (["--text", "no-such-file.txt"], "no-such-file.txt: no such file or folder"),
@@ -177,3 +176,16 @@ def test_a_length_past_the_memory_names_the_length_given_and_the_tokens_it_had(r
     longest = int((2**19 / (8 * layers * heads)) ** 0.5)
     assert str(caught.value) == (f"--length 100000: the attention maps of {tokens} tokens, {layers} layers x {heads} heads, need about "
                                  f"{need:,.1f} GiB, more than half this machine's 0 GiB of memory; give --length {longest} or less")
+
+
+def test_a_prompt_of_spaces_is_text_and_a_study_folder_points_at_its_runs(run, tmp_path, capsys):
+    """Whitespace is tokens (a code model's indentation); a study given as --run names the runs inside it."""
+    assert main(["attention", "--run", str(run), "--prompt", "    ", "--out", str(tmp_path / "spaces"), "--quiet"]) == 0
+    assert (tmp_path / "spaces" / "statistics.json").is_file()
+    study = tmp_path / "study"
+    shutil.copytree(run, study / "runs" / "rope")
+    (study / "length.jsonl").write_text("{}\n")
+    capsys.readouterr()
+    assert main(["attention", "--run", str(study)]) == 1
+    err = capsys.readouterr().err
+    assert f"{study}: is a study, not a run; give one of its runs, e.g. {study / 'runs' / 'rope'}" in err and err.count("\n") == 1

@@ -62,7 +62,7 @@ def _check_choice(opts: AttentionOptions) -> None:
     """One source of text at most, and a prompt with something in it."""
     if opts.prompt is not None and opts.text is not None:
         raise OctlmError("--prompt and --text are both given; give one of them (or neither, for the run's validation text)")
-    if opts.prompt is not None and not opts.prompt.strip():
+    if opts.prompt == "":  # spaces and newlines are tokens too (a code model's indentation), so only nothing is empty
         raise OctlmError("--prompt is empty; give some text, or leave --prompt out to read the run's validation text")
 
 
