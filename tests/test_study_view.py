@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 
 import numpy as np
@@ -16,12 +17,13 @@ import pytest
 import torch
 
 from octlm.cli import main
-from octlm.export.study_view import missing_parts, study_view
+from octlm.export.study_view import PAGE_FIELDS, missing_parts, read_records, record_problem, study_view
 from octlm.export.web import RUN_DATA
 from octlm.inspect.attention import record
 from octlm.inspect.attention_statistics import attention_statistics
 from octlm.run.folder import RunFolder
 from octlm.run.load import load_run
+from tests.conftest import REPO
 
 LENGTHS = [8, 16, 32]
 
@@ -175,6 +177,81 @@ def test_a_folder_that_is_not_a_study_is_one_line(case, not_studies, tmp_path, c
     assert line.startswith("octlm: error: ") and says in line and not out.exists()
     assert main(["serve", "--study", str(folder), "--port", "0"]) == 1
     assert says in one_line_error(capsys)
+
+
+
+#: A record the page cannot read: (the kind of the record changed, the change, the field the refusal names, what it says).
+#: "appended" adds the change's record as a new last line, as a person editing the file would.
+DAMAGED = {
+    "eval appended without fields": ("appended", lambda r: {"record": "eval"}, "label", 'the eval record lacks "label"'),
+    "study lengths a string": ("study", lambda r: {**r, "lengths": "oops"}, "lengths", '"lengths" is a string, expected a list of numbers'),
+    "study lengths holding null": ("study", lambda r: {**r, "lengths": [8, None]}, "lengths", "is a list holding null, expected"),
+    "study without train_length": ("study", lambda r: {k: v for k, v in r.items() if k != "train_length"}, "train_length", "lacks"),
+    "study targets null": ("study", lambda r: {**r, "targets": None}, "targets", "is null, expected a number"),
+    "train without position": ("train", lambda r: {k: v for k, v in r.items() if k != "position"}, "position", "lacks"),
+    "eval label a number": ("eval", lambda r: {**r, "label": 12}, "label", "is a number, expected a string"),
+    "eval length a list": ("eval", lambda r: {**r, "eval_length": [8]}, "eval_length", "is a list of numbers, expected a number"),
+    "eval bpb a string": ("eval", lambda r: {**r, "bpb": "1.2"}, "bpb", "is a string, expected a number or null"),
+    "eval sliding_bpb an object": ("eval", lambda r: {**r, "sliding_bpb": {}}, "sliding_bpb", "is an object, expected a number or null"),
+    "curve without step": ("curve", lambda r: {k: v for k, v in r.items() if k != "step"}, "step", "lacks"),
+    "curve bpb null": ("curve", lambda r: {**r, "bpb": None}, "bpb", "is null, expected a number"),
+    "attention without seed": ("attention", lambda r: {k: v for k, v in r.items() if k != "seed"}, "seed", "lacks"),
+    "attention max_logit a number": ("attention", lambda r: {**r, "max_logit": 3.5}, "max_logit", "is a number, expected a list of lists"),
+    "attention sink_mass flat": ("attention", lambda r: {**r, "sink_mass": [0.5]}, "sink_mass", "is a list of numbers, expected a list of"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED))
+def test_a_record_the_page_cannot_read_is_one_line_naming_its_line_and_field(case, length_study, tmp_path, capsys):
+    kind, change, field, says = DAMAGED[case]
+    study = tmp_path / "study"
+    shutil.copytree(length_study, study, ignore=shutil.ignore_patterns("runs"))
+    lines = records(study)
+    if kind == "appended":
+        lines.append(change({}))
+    else:
+        index = max(i for i, r in enumerate(lines) if r["record"] == kind)
+        lines[index] = change(lines[index])
+    (study / "length.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    number = len(lines) if kind == "appended" else index + 1
+    out = tmp_path / "page"
+    for command in (["export-web", "--study", str(study), "--out", str(out)], ["serve", "--study", str(study), "--port", "0"]):
+        assert main(command) == 1
+        line = one_line_error(capsys)
+        assert line.startswith(f"octlm: error: {study / 'length.jsonl'} line {number}: "), line
+        assert f'"{field}"' in line and says in line and "re-run `octlm length`, or repair the line" in line
+    assert not out.exists()
+
+
+def test_a_real_studys_records_all_pass_and_unknown_kinds_and_fields_are_kept(length_study, tmp_path):
+    written = records(length_study)
+    assert {r["record"] for r in written} >= set(PAGE_FIELDS)  # every kind the check knows is in the tiny study
+    assert [record_problem(r) for r in written] == [None] * len(written)
+    newer = tmp_path / "newer"
+    shutil.copytree(length_study, newer, ignore=shutil.ignore_patterns("runs"))
+    extra = [{**r, "added_later": [1, "x"]} for r in written] + [{"record": "some later kind", "label": None}]
+    (newer / "length.jsonl").write_text("".join(json.dumps(r) + "\n" for r in extra))
+    assert read_records(newer) == extra
+
+
+
+def test_the_check_matches_the_pages_own_types():
+    """Each checked field is declared in web/src/study/data.ts with the same type; one the check requires, the page requires too."""
+    source = (REPO / "web" / "src" / "study" / "data.ts").read_text(encoding="utf-8")
+    interfaces = {name: dict((f, (opt, ts)) for f, opt, ts in re.findall(r"^  (\w+)(\??): (.+);$", body, re.M))
+                  for name, body in re.findall(r"^export interface (\w+) \{\n(.*?)^\}", source, re.M | re.S)}
+    ts_types = {"a number": "number", "a number or null": "number | null", "a string": "string", "a string or null": "string | null",
+                "a list of numbers": "number[]", "a list of lists of numbers": "number[][]"}
+    python_only = {("train", "run_dir")}  # read by study_view to find the runs, never handed to the page's code
+    for kind, fields in PAGE_FIELDS.items():
+        declared = interfaces[f"{kind.capitalize()}Record"]
+        for name, expected in fields.items():
+            field = name.rstrip("?")
+            if (kind, field) in python_only:
+                continue
+            optional, ts = declared[field]
+            assert ts == ts_types[expected], (kind, field, ts)
+            assert name.endswith("?") or not optional, f"{kind}.{field} is optional on the page; the check must not require it"
 
 
 def test_run_and_study_are_one_or_the_other(trained_run, length_study, tmp_path, capsys):

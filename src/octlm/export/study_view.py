@@ -27,6 +27,57 @@ STUDY_VIEW_FORMAT = 1
 #: Fields of an eval record the page does not draw: per window position, thousands of numbers a record.
 _UNDRAWN = ("position_loss", "position_bytes")
 
+#: The fields of each record kind that the page (``web/src/study``) and :func:`study_view` read, and their JSON
+#: types; a name ending in ``?`` is optional (absent from a study made before it existed), as in ``data.ts``.
+#: Other kinds and other fields pass unchecked (an older or newer study keeps its own).
+PAGE_FIELDS: dict[str, dict[str, str]] = {
+    "study": {"train_length": "a number", "lengths": "a list of numbers", "targets": "a number"},
+    "train": {"position": "a string", "seed?": "a number", "steps?": "a number", "run_dir?": "a string or null"},
+    "eval": {"label": "a string", "position": "a string", "eval_length": "a number", "status": "a string", "bpb": "a number or null",
+             "rope_scaling": "a string or null", "rope_factor": "a number or null", "seed?": "a number",
+             "sliding_bpb?": "a number or null", "eval_stride?": "a number or null", "extended_to?": "a number"},
+    "curve": {"label": "a string", "eval_length": "a number", "step": "a number", "bpb": "a number"},
+    "attention": {"label": "a string", "eval_length": "a number", "seed": "a number or null",
+                  "mean_entropy?": "a list of lists of numbers", "mean_distance?": "a list of lists of numbers",
+                  "sink_mass?": "a list of lists of numbers", "max_logit?": "a list of lists of numbers"},
+}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+#: Each type of :data:`PAGE_FIELDS`: whether a JSON value is of it.
+_TYPES = {
+    "a number": _is_number,
+    "a number or null": lambda v: v is None or _is_number(v),
+    "a string": lambda v: isinstance(v, str),
+    "a string or null": lambda v: v is None or isinstance(v, str),
+    "a list of numbers": lambda v: isinstance(v, list) and all(map(_is_number, v)),
+    "a list of lists of numbers": lambda v: isinstance(v, list) and all(_TYPES["a list of numbers"](row) for row in v),
+}
+
+
+def _what(value) -> str:
+    """A JSON value's type in words: ``a string``, ``null``, ``a list holding a string``."""
+    if isinstance(value, list):
+        odd = [v for v in value if not _is_number(v)]
+        return f"a list holding {_what(odd[0])}" if odd else "a list of numbers"
+    names = ((bool, "true or false"), (str, "a string"), ((int, float), "a number"), (dict, "an object"))
+    return next((name for kind, name in names if isinstance(value, kind)), "null")
+
+
+def record_problem(record: dict) -> str | None:
+    """What the page cannot read in ``record`` (:data:`PAGE_FIELDS`): a required field it lacks or one of another type; else None."""
+    for name, kind in PAGE_FIELDS.get(record["record"], {}).items():
+        field = name.rstrip("?")
+        if field not in record:
+            if name == field:
+                return f'the {record["record"]} record lacks "{field}"'
+        elif not _TYPES[kind](record[field]):
+            return f'the {record["record"]} record\'s "{field}" is {_what(record[field])}, expected {kind}'
+    return None
+
 
 def is_study(path: Path) -> bool:
     """Whether ``path`` is a folder holding a length study's records (``length.jsonl``)."""
@@ -58,7 +109,9 @@ def read_records(path: Path) -> list[dict]:
 
     Raises:
         OctlmError: naming the file and line of a line that is not a JSON
-            object, and for a file with no ``study`` record.
+            object, or of a record the page cannot read (:func:`record_problem`:
+            a required field missing or of the wrong type), and for a file
+            with no ``study`` record.
     """
     jsonl = path / FILES.jsonl
     records = []
@@ -71,6 +124,8 @@ def read_records(path: Path) -> list[dict]:
             raise OctlmError(f"{jsonl}:{number}: not a JSON line ({err}); the study's records are damaged") from None
         if not isinstance(record, dict) or not isinstance(record.get("record"), str):
             raise OctlmError(f"{jsonl}:{number}: not a study record (a JSON object with a 'record' field); the study's records are damaged")
+        if problem := record_problem(record):
+            raise OctlmError(f"{jsonl} line {number}: {problem}; the page cannot show it: re-run `octlm length`, or repair the line")
         records.append(record)
     if not any(r["record"] == "study" for r in records):
         raise OctlmError(f"{jsonl}: holds no 'study' record; it is not a finished length study (octlm length writes it last), run the study again")
@@ -95,7 +150,7 @@ def _run_folders(path: Path, records: list[dict]) -> dict[tuple[str, int], Path]
     folders = {}
     for r in records:
         if r["record"] == "train" and r.get("run_dir"):
-            folders[(r["position"], r["seed"])] = path / RUNS / Path(r["run_dir"]).name
+            folders[(r["position"], r.get("seed"))] = path / RUNS / Path(r["run_dir"]).name
     return folders
 
 
@@ -184,4 +239,6 @@ def study_view(path: str | Path, report: Reporter | None = None) -> dict:
     }
 
 
-__all__ = ["STUDY_VIEW_FORMAT", "check_study_folder", "is_study", "missing_parts", "read_records", "study_view"]
+__all__ = [
+    "PAGE_FIELDS", "STUDY_VIEW_FORMAT", "check_study_folder", "is_study", "missing_parts", "read_records", "record_problem", "study_view",
+]
