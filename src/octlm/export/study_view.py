@@ -91,7 +91,9 @@ def check_study_folder(path: Path, flag: str = "--study") -> None:
         OctlmError: for a missing path, a file, a run folder, a task study, or
             a folder without ``length.jsonl``.
     """
-    make = f"make one with `octlm length --text FILE --out {path}`"
+    # The folder named may exist with other files (or be a task study), where `octlm length --out` refuses to write.
+    new = path if not path.exists() else path / "length-study"
+    make = f"make one with `octlm length --text FILE --out {new}`"
     if not path.exists():
         raise OctlmError(f"{flag} {path}: no such folder; {make}")
     if not path.is_dir():

@@ -235,7 +235,14 @@ def make_server(files: dict[str, bytes], host: str = "127.0.0.1", port: int = 80
     try:
         return server_class((host.strip("[]"), port), make_handler(files, allowed), connection_limit())
     except OSError as err:
-        hint = "pick another with --port, or --port 0 for a free one" if port else "check --host"
+        import errno
+
+        if err.errno == errno.EADDRINUSE and port:
+            hint = "another program listens there; pick another with --port, or --port 0 for a free one"
+        elif err.errno in (errno.EACCES, errno.EPERM) and port:
+            hint = f"ports below 1024 need root; pick --port {port + 8000 if port < 1024 else 8000}, or --port 0 for a free one"
+        else:
+            hint = f"check --host {host}: it must be an address of this machine (127.0.0.1 by default)"
         raise OctlmError(f"cannot listen on {host}:{port} ({err.strerror or err}); {hint}") from None
 
 
