@@ -37,10 +37,12 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | a symbolic link loop or dangling link         | test_a_symlink_loop_is_named_as_one                       |
 | an earlier run inside a --text folder         | test_run_folder_inside_a_text_folder_is_skipped           |
 | --out below a file, not UTF-8, unwritable     | test_out_paths_that_cannot_become_a_folder                |
+| --out in a folder no command can write in     | test_out_in_a_folder_that_cannot_be_written_is_refused_before_the_work |
 | --out . (the current folder) in every command | test_out_that_is_the_current_folder_is_refused            |
 | --overwrite of a folder holding a person's files | test_overwrite_replaces_only_what_the_command_wrote    |
 | a length study's --out holding its --text     | test_a_length_study_never_replaces_its_own_text           |
 | --out that is a link or a mount point         | test_out_that_is_a_link_or_a_mount_point_is_refused       |
+| a failed rename of the output into --out      | test_a_failed_rename_into_out_leaves_nothing_and_says_what_to_do |
 | an empty --out, --init-from or --config path  | test_an_empty_path_is_refused_not_ignored                 |
 | a person's files inside octlm's own subfolders | test_overwrite_looks_inside_the_folders_octlm_wrote      |
 | a damaged config.json on --resume             | test_resume_with_a_damaged_config_names_the_file          |
@@ -666,24 +668,111 @@ def test_a_length_study_never_replaces_its_own_text(small_corpus, tmp_path, caps
     assert "holds --text" in capsys.readouterr().err and (study / "length.md").exists()
 
 
-@pytest.mark.parametrize("kind", ["link to a folder", "dangling link", "mount point"])
-def test_out_that_is_a_link_or_a_mount_point_is_refused(trained_run, tmp_path, monkeypatch, capsys, kind):
-    # Built beside --out and renamed over it, the output replaced a link with a folder, and a mount point
-    # failed with "Device or resource busy" leaving a staging folder (a second new-user trial).
-    import os
+def _out_argv(command: str, out: Path, trained_run: Path, small_corpus: Path, tmp_path: Path) -> tuple[list[str], str]:
+    """The cheapest command line of ``command`` that writes ``out``, and the name its messages give that folder."""
+    if command == "import-hf":  # a transformers checkpoint to import, made first
+        assert main(["export-hf", str(trained_run), str(tmp_path / "hf"), "--quiet"]) == 0
+    return {
+        "train": (["train", "--text", str(small_corpus), "--out", str(out), *TINY], "--out"),
+        "length --text": (["length", "--text", str(small_corpus), "--out", str(out), "--max-steps", "2"], "--out"),
+        "length --task": (["length", "--task", "passkey", "--out", str(out), "--max-steps", "2"], "--out"),
+        "embeddings": (["embeddings", "--run", str(trained_run), "--out", str(out)], "--out"),
+        "attention": (["attention", "--run", str(trained_run), "--out", str(out)], "--out"),
+        "export-web --run": (["export-web", "--run", str(trained_run), "--out", str(out), "--overwrite"], "--out"),
+        "export-web --study": (["export-web", "--study", str(tmp_path / "study"), "--out", str(out)], "--out"),
+        "export-hf": (["export-hf", str(trained_run), str(out)], "OUT_DIR"),
+        "import-hf": (["import-hf", str(tmp_path / "hf"), str(out)], "RUN_DIR"),
+    }[command]
 
-    out = tmp_path / "out"
-    if kind == "mount point":
+
+OUT_COMMANDS = ["train", "length --text", "length --task", "embeddings", "attention", "export-web --run", "export-web --study",
+                "export-hf", "import-hf"]
+
+
+@pytest.mark.parametrize("command", OUT_COMMANDS)
+@pytest.mark.parametrize("kind", ["link to a folder", "dangling link", "mount point", "bind mount", "read-only mount point"])
+def test_out_that_is_a_link_or_a_mount_point_is_refused(trained_run, small_corpus, tmp_path, monkeypatch, capsys, kind, command):
+    # Built beside --out and renamed over it, the output replaced a link with a folder, and a mount point failed
+    # with "Device or resource busy" after all the work, leaving it in a staging folder (two new-user trials): in
+    # attention, export-web, length and the rest, and for a bind mount (Docker's -v) that os.path.ismount misses.
+    import octlm.run.outputs
+
+    out = tmp_path / "the out"  # a space, written \040 in the mount table
+    argv, flag = _out_argv(command, out, trained_run, small_corpus, tmp_path)
+    before = set(tmp_path.iterdir())
+    if kind in ("mount point", "read-only mount point"):
         out.mkdir()
-        real_ismount = os.path.ismount
+        real_ismount, real_access = os.path.ismount, os.access
         monkeypatch.setattr(os.path, "ismount", lambda p: str(p) == str(out) or real_ismount(p))
+        if kind == "read-only mount point":
+            monkeypatch.setattr(os, "access", lambda p, mode, **kw: str(p) != str(out) and real_access(p, mode, **kw))
+    elif kind == "bind mount":  # a folder of the same file system mounted here: only the mount table says so
+        out.mkdir()
+        table = tmp_path / "mountinfo"
+        table.write_bytes(b"22 1 254:0 / / rw - ext4 /dev/vda rw\n42 22 254:0 /src " +
+                          os.fsencode(os.path.realpath(out)).replace(b" ", b"\\040") + b" rw - ext4 /dev/vda rw\n")
+        monkeypatch.setattr(octlm.run.outputs, "MOUNTINFO", table)
+        before.add(table)
     else:
         (tmp_path / "real").mkdir()
         out.symlink_to(tmp_path / ("real" if kind == "link to a folder" else "nowhere"))
-    assert main(["export-web", "--run", str(trained_run), "--out", str(out), "--overwrite"]) == 1
+    assert main(argv) == 1
     err = capsys.readouterr().err
-    assert ("mount point" if kind == "mount point" else "is a symbolic link") in err and "Traceback" not in err
-    assert not list(tmp_path.glob(".out.*")) and (out.is_symlink() or kind == "mount point")
+    what = {"read-only mount point": "is a mount point, which octlm cannot replace; give a new folder where you can write (it is read-only)",
+            "link to a folder": "is a symbolic link", "dangling link": "is a symbolic link"}.get(
+        kind, f"is a mount point, which octlm cannot replace; give a new folder inside it, e.g. {out / 'out'}")
+    assert err.startswith(f"octlm: error: {flag} {out}: {what}") and err.count("\n") == 1, err
+    assert set(tmp_path.iterdir()) == before | {out} | ({tmp_path / "real"} if "link" in kind else set())
+    assert out.is_symlink() or not any(out.iterdir())
+    assert not list(tmp_path.rglob("*.partial-*")) and not ("link" in kind and any((tmp_path / "real").iterdir()))
+
+
+@pytest.mark.parametrize("command", ["attention", "length --task", "import-hf"])
+def test_out_in_a_folder_that_cannot_be_written_is_refused_before_the_work(trained_run, small_corpus, tmp_path, monkeypatch, capsys,
+                                                                           command):
+    # A read-only mount (or someone else's folder) above --out refused the staging folder only once the work was done.
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    argv, flag = _out_argv(command, locked / "a" / "out", trained_run, small_corpus, tmp_path)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != locked and real_access(p, mode, **kw))
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err == f"octlm: error: {flag} {locked / 'a' / 'out'}: cannot write in {locked} (Permission denied); choose a folder you can write to\n"
+    assert not any(locked.iterdir())
+
+
+def test_a_failed_rename_into_out_leaves_nothing_and_says_what_to_do(trained_run, tmp_path, monkeypatch, capsys):
+    # The last step of every staged command is a rename into --out; when the file system refuses it (a mount point
+    # no check saw, a read-only folder), the finished output stayed in a hidden folder behind a bare errno string.
+    out = tmp_path / "page"
+    real_replace = os.replace
+
+    def busy(src, dst, everything=False):  # the staging folder's rename into place fails (or, with everything, any into --out)
+        if Path(dst) == out and (everything or ".partial-" in Path(src).name):
+            raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", busy)
+    assert main(["export-web", "--run", str(trained_run), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"octlm: error: --out {out}: cannot move the finished output into place ({os.strerror(errno.EBUSY)})")
+    assert "a mount point or a read-only folder" in err and f"e.g. {out / 'out'}" in err and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+    # over an earlier export: that one is put back as it was
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert main(["export-web", "--run", str(trained_run), "--out", str(out)]) == 0
+    page = {p.name: p.read_bytes() for p in out.iterdir()}
+    monkeypatch.setattr(os, "replace", busy)
+    capsys.readouterr()
+    assert main(["export-web", "--run", str(trained_run), "--out", str(out), "--overwrite"]) == 1
+    assert "cannot move the finished output into place" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["page"] and {p.name: p.read_bytes() for p in out.iterdir()} == page
+    # and should even putting it back fail, the message says where it is
+    monkeypatch.setattr(os, "replace", lambda src, dst: busy(src, dst, everything=True))
+    assert main(["export-web", "--run", str(trained_run), "--out", str(out), "--overwrite"]) == 1
+    assert f"the earlier page is in {tmp_path / '.page.old'}" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == [".page.old"] and {p.name: p.read_bytes() for p in (tmp_path / ".page.old").iterdir()} == page
 
 
 @pytest.mark.parametrize("flag", ["--out", "--init-from", "--config"])

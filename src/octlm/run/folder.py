@@ -32,7 +32,7 @@ import numpy as np
 from octlm.data import tokens
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write_json, umask
-from octlm.run.outputs import check_out_folder, make_folder, make_staging
+from octlm.run.outputs import check_out_folder, make_folder, make_staging, move_into_place
 from octlm.data.tokenizer import Tokenizer
 from octlm.model import DecoderConfig
 
@@ -309,8 +309,11 @@ class RunFolder:
         since its runs record where they live and an interrupted study keeps
         the runs it finished.
         """
-        if self.path.exists():
-            shutil.rmtree(self.path)
+        try:
+            if self.path.exists():
+                shutil.rmtree(self.path)
+        except OSError as err:
+            raise OctlmError(f"{self.flag} {self.path}: cannot replace it ({err.strerror or err}); choose a new folder you can write to") from None
         make_folder(self.path, self.flag)
 
     @contextlib.contextmanager
@@ -324,6 +327,11 @@ class RunFolder:
 
         Args:
             mode: the new folder's permissions; by default what ``mkdir`` gives.
+
+        Raises:
+            OctlmError: for a path no rename can replace (a mount point, a
+                link: :func:`make_staging`), and when the rename fails
+                (:func:`move_into_place`); no hidden folder is left either way.
         """
         staging = make_staging(self.path, self.flag)
         staging.chmod(0o777 & ~umask() if mode is None else mode)
@@ -332,14 +340,7 @@ class RunFolder:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        if not self.path.exists():
-            os.replace(staging, self.path)
-            return
-        old = self.path.with_name(f".{self.path.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(self.path, old)
-        os.replace(staging, self.path)
-        shutil.rmtree(old, ignore_errors=True)
+        move_into_place(staging, self.path, self.flag)
 
     def lock(self):
         """Hold an exclusive lock on the folder for this process's lifetime (released even by kill -9).

@@ -4,13 +4,18 @@ A new run's prepared corpus, the embeddings figures, the web page and the
 transformers export and import are built in a staging folder
 ``.NAME.partial-PID-XXXX`` next to the target and renamed into place only when
 complete (:meth:`octlm.run.folder.RunFolder.staged`), so a crash or Ctrl-C never leaves
-a half-written folder under the name asked for.
+a half-written folder under the name asked for. That rename cannot replace a
+mount point (Docker's ``-v host:/out``, then ``--out /out``), a symbolic link
+or the folder a shell stands in: :func:`check_out_folder` refuses them, once
+for every command, when the target is checked and again when staging begins.
 """
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -28,7 +33,8 @@ def check_out_folder(path: Path, flag: str = "--out") -> None:
             UTF-8 (run files record paths as UTF-8 text), when it exists and
             is not a folder, when a folder above it is a file, when it is
             the current folder or one above it (``--out .``), a symbolic
-            link or a mount point.
+            link or a mount point (:func:`is_mount_point`), or when the folder
+            its output is built in cannot be written to.
     """
     try:
         os.fsencode(path).decode("utf-8")
@@ -39,14 +45,56 @@ def check_out_folder(path: Path, flag: str = "--out") -> None:
     # target kept) and a mount point cannot be renamed at all.
     if path.is_symlink():
         raise OctlmError(f"{flag} {path}: is a symbolic link (to {os.readlink(path)}); give the folder it points to, or a new folder")
-    if os.path.ismount(path):
-        raise OctlmError(f"{flag} {path}: is a mount point, which octlm cannot replace; give a new folder inside it, e.g. {path / 'out'}")
+    if is_mount_point(path):
+        inside = f"a new folder inside it, e.g. {path / 'out'}" if os.access(path, os.W_OK) else "a new folder where you can write (it is read-only)"
+        raise OctlmError(f"{flag} {path}: is a mount point, which octlm cannot replace; give {inside}")
     for above in (path, *path.parents):
         if above.exists():
             if not above.is_dir():
                 what = "exists and is not a folder" if above == path else f"{above} is a file, not a folder"
                 raise OctlmError(f"{flag} {path}: {what}; choose another {flag}")
+            _check_writable(path.parent if above == path else above, path, flag)
             return
+
+
+def _check_writable(where: Path, path: Path, flag: str) -> None:
+    # The hidden staging folder is made in `where` (the folder above --out, or the first of its parents that exists):
+    # a read-only mount or a folder of someone else's would refuse it only after all the work was done.
+    if not os.access(where, os.W_OK | os.X_OK):
+        why = os.strerror(errno.EROFS if _read_only(where) else errno.EACCES)
+        raise OctlmError(f"{flag} {path}: cannot write in {where} ({why}); choose a folder you can write to")
+
+
+def _read_only(where: Path) -> bool:
+    try:
+        return bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # Windows has no statvfs
+        return False
+
+
+#: Linux's list of this process's mounts; read by :func:`is_mount_point` (a test points it at a file of its own).
+MOUNTINFO = Path("/proc/self/mountinfo")
+
+
+def is_mount_point(path: Path) -> bool:
+    """Whether ``path`` is a mount point, a bind mount of a folder from the same file system included.
+
+    :func:`os.path.ismount` compares the device of ``path`` with its parent's,
+    which a bind mount (``mount --bind``, Docker's ``-v`` on some hosts)
+    shares; on Linux the mount table also lists those.
+    """
+    if os.path.ismount(path):
+        return True
+    if not path.is_dir():
+        return False
+    try:
+        table = MOUNTINFO.read_bytes()
+    except OSError:  # not Linux, or no /proc: os.path.ismount is all there is
+        return False
+    target = os.fsencode(os.path.realpath(path))
+    # Field 5 of each line is the mount point, with space, tab, newline and backslash written as \ooo.
+    points = (line.split(b" ")[4] for line in table.splitlines() if line.count(b" ") >= 4)
+    return any(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), point) == target for point in points)
 
 
 def _check_not_where_you_are(path: Path, flag: str) -> None:
@@ -95,8 +143,12 @@ def make_staging(path: Path, flag: str = "--out") -> Path:
     """A new hidden folder beside ``path`` to build it in, so that ``path`` appears only when complete.
 
     Raises:
-        OctlmError: naming ``flag`` when the folder above cannot be created or written to.
+        OctlmError: naming ``flag`` when ``path`` cannot be replaced by a
+            rename (:func:`check_out_folder`, checked here too so that no
+            command can stage without it), or when the folder above cannot be
+            created or written to.
     """
+    check_out_folder(path, flag)
     make_folder(path.parent, flag)
     remove_stale_staging(path)
     try:
@@ -104,6 +156,35 @@ def make_staging(path: Path, flag: str = "--out") -> Path:
         return Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-{os.getpid()}-", dir=path.parent))
     except OSError as err:
         raise OctlmError(f"{flag} {path}: cannot write in {path.parent} ({err.strerror or err}); choose a folder you can write to") from None
+
+
+def move_into_place(staging: Path, path: Path, flag: str = "--out") -> None:
+    """Rename the finished ``staging`` folder to ``path``, an old folder there first renamed aside and then removed.
+
+    Raises:
+        OctlmError: naming ``flag``, the path and the fix when the file system
+            refuses a rename; ``staging`` is removed and ``path`` left as it was.
+    """
+    old = path.with_name(f".{path.name}.old")
+    aside = False
+    try:
+        if os.path.lexists(path):
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            aside = True
+        os.replace(staging, path)
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        kept = ""
+        if aside:
+            try:
+                os.replace(old, path)
+            except OSError:
+                kept = f"; the earlier {path.name} is in {old}"
+        raise OctlmError(f"{flag} {path}: cannot move the finished output into place ({err.strerror or err}), so nothing was written "
+                         f"there{kept}; octlm builds {flag} beside it and renames it in, which a mount point or a read-only folder "
+                         f"refuses: give a new folder you can write to, e.g. {path / 'out'} when {path} is a mount point") from None
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def remove_stale_staging(path: Path) -> list[Path]:
@@ -135,4 +216,5 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["check_out_folder", "check_out_spares", "make_folder", "make_staging", "remove_stale_staging"]
+__all__ = ["check_out_folder", "check_out_spares", "is_mount_point", "make_folder", "make_staging", "move_into_place",
+           "remove_stale_staging"]
