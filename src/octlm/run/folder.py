@@ -59,11 +59,9 @@ LOCK = ".lock"
 def read_json(path: Path) -> dict:
     """Parse a JSON file of a run, raising ``RunError`` naming it when absent or malformed."""
     if not path.is_file():
-        runs = sorted(p for p in (path.parent / "runs").glob("*") if (p / path.name).is_file())
-        if runs:  # a study's folder: its models are ordinary runs one level down
-            raise RunError(f"{path.parent}: is a study, not a run; give one of its runs, e.g. {runs[0]} "
-                           f"({len(runs)} in {path.parent / 'runs'})")
-        raise RunError(f"{path}: missing; is {path.parent} an octlm run folder?")
+        runs = sorted(p for p in (path.parent / "runs").glob("*") if (p / path.name).is_file())  # a study's models
+        hint = f"is a study, not a run; give one of its runs, e.g. {runs[0]}" if runs else f"missing; is {path.parent} an octlm run folder?"
+        raise RunError(f"{path.parent if runs else path}: {hint}")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
