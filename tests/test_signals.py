@@ -107,3 +107,15 @@ def test_import_octlm_leaves_torch_for_later():
 
     code = "import sys, octlm; assert 'torch' not in sys.modules; from octlm import Decoder, load_run; assert 'torch' in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_ctrl_c_while_the_parser_imports_torch_exits_130_without_a_traceback(monkeypatch, capsys):
+    """The program imports torch while it builds its parser; a Ctrl-C there is the same one clean line (a new user's trial found a traceback)."""
+    import octlm.cli.program as program
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(program, "build_parser", interrupted)
+    assert program.main(["attention", "--run", "nowhere"]) == 130
+    assert capsys.readouterr().err == "octlm: interrupted before it started; nothing was written\n"

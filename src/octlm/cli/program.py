@@ -177,11 +177,11 @@ def options_from(args: argparse.Namespace, cls):
 def main(argv: list[str] | None = None) -> int:
     program = argv is None  # run as the octlm program, not called from Python
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
     json_mode = "--json" in argv
     report = Reporter(json_mode=json_mode, quiet="--quiet" in argv)
-    command = None
+    command = parser = None
     try:
+        parser = build_parser()  # imports torch: seconds in which a Ctrl-C must end as cleanly as later
         if argv and argv[0] in parser.subcommands and hasattr(parser.subcommands[argv[0]], "options_class"):
             sub = parser.subcommands[argv[0]]
             apply_toml_config(sub, argv[1:], sub.options_class)
@@ -201,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(report, str(err), 1)
     except KeyboardInterrupt:
         message = "interrupted" if command in WRITE_NO_FILES else "interrupted; files already complete are kept, nothing is half-written"
+        if parser is None:
+            message = "interrupted before it started; nothing was written"
         code = _fail(report, message, 130, prefix="octlm: ")
         if program and left_running():
             # Its clean-up done, the program ends before Python's shutdown, which would

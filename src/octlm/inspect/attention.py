@@ -172,7 +172,7 @@ def summary_lines(stats: AttentionStatistics) -> list[str]:
             lines.append(f"  layer {layer} head {head}: entropy {stats.mean_entropy[layer, head]:.3f} nats, distance "
                          f"{stats.mean_distance[layer, head]:.2f} tokens, first-token mass {stats.sink_mass[layer, head]:.3f}, "
                          f"max logit {stats.max_logit[layer, head]:.2f}")
-    lines.append(f"  uniform attention over these {T} tokens: entropy {attention_entropy(uniform).mean():.3f} nats, distance "
+    lines.append(f"  uniform attention over these {T} token{'' if T == 1 else 's'}: entropy {attention_entropy(uniform).mean():.3f} nats, distance "
                  f"{attention_distance(uniform).mean():.2f} tokens, first-token mass {sink_mass(uniform).mean():.3f}")
     return lines
 
