@@ -85,6 +85,6 @@ def test_text_tinyshakespeare_trains_and_the_manifest_names_it(tmp_path, monkeyp
     assert manifest["source"]["builtin"] == [
         {"name": "tinyshakespeare", "sha256": TINYSHAKESPEARE_SHA256, "source": corpora.BUILTIN_CORPORA["tinyshakespeare"].source}
     ]
-    assert manifest["files"] == [{"path": "tinyshakespeare", "bytes": 1_115_394, "sha256": TINYSHAKESPEARE_SHA256}]
+    assert manifest["files"] == [{"path": "tinyshakespeare", "bytes": 1_115_394, "sha256": TINYSHAKESPEARE_SHA256, "format": "text", "records": 1}]
     assert json.loads((out / "config.json").read_text())["train"]["text"] == ["tinyshakespeare"]
     assert (out / "model.safetensors").is_file()

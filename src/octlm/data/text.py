@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from octlm.data.corpora import BUILTIN_CORPORA, BuiltinCorpus, builtin_corpus, read_builtin
+from octlm.data.records import BadRecords, decompress, file_format, read_record_file
 from octlm.errors import DataError
 
 #: Folders of the standard library that hold test suites or third-party code.
@@ -251,9 +252,10 @@ def first_line(text: str, width: int = 60) -> str:
 
 
 def read_documents(
-    paths: Sequence[str | Path] | None, encoding: str = "utf-8", skip_folder: FolderRule | None = None
+    paths: Sequence[str | Path] | None, encoding: str = "utf-8", skip_folder: FolderRule | None = None,
+    text_field: str = "text", skip_bad_records: bool = False,
 ) -> tuple[list[Document], dict]:
-    """Read the corpus.
+    """Read the corpus: each plain text file is one document, each record of a record file one more.
 
     Args:
         paths: files, folders or names of built-in corpora
@@ -267,21 +269,26 @@ def read_documents(
         encoding: codec of every file (UTF-8 by default).
         skip_folder: called on each folder met while walking; a reason
             (recorded in ``info["skipped"]``) leaves it and all below it out.
+        text_field: the field or column of JSON Lines, JSON, CSV and Parquet
+            records that holds the text (:mod:`octlm.data.records`).
+        skip_bad_records: count records that give no text instead of stopping at the first.
 
     Returns:
         ``(documents, info)`` where ``info`` names the source (with each
-        built-in corpus used, by name and sha256) and lists what was skipped
-        and which files repeat an earlier one byte for byte, for the manifest.
+        built-in corpus used, by name and sha256) and lists each file read
+        (path, bytes on disk, sha256, format, records, compression), what was
+        skipped, which files repeat an earlier one byte for byte and the bad
+        records skipped (a count and the first messages), for the manifest.
 
     Raises:
         DataError: for a missing path that names no built-in corpus, a symbolic
             link loop or a link to nothing (the link named), a named
             file that is empty or binary, a folder with no text files, text
-            that does not decode (file and byte offset named), or a built-in
-            corpus whose shipped file is damaged.
+            that does not decode (file and byte offset named), a built-in
+            corpus whose shipped file is damaged, or a bad record (file and
+            line or row named) while ``skip_bad_records`` is off.
     """
     skipped: list[dict] = []
-    docs: list[Document] = []
     if not paths:
         root = default_corpus_root()
         source = {"kind": "python-stdlib", "root": str(root)}
@@ -291,32 +298,72 @@ def read_documents(
         candidates, builtins = _given_candidates(paths, skipped, skip_folder)
         if builtins:
             source["builtin"] = builtins
-    seen: dict[str, str] = {}
-    duplicates: list[dict] = []
+    reading = _Reading(encoding, text_field, BadRecords(skip_bad_records), skipped)
     for item, shown, from_folder in candidates:
         if from_folder and not item.is_file():
             # a FIFO, socket or device inside a folder: reading it could block forever
             skipped.append({"path": shown, "reason": "not a regular file"})
             continue
-        raw = _read_candidate(item, shown, encoding)
-        text, reason = _decode_candidate(raw, shown, encoding)
-        if reason is not None:
-            if from_folder:
-                skipped.append({"path": shown, "reason": reason})
-                continue
-            raise DataError(f"{shown}: file is {_unusable(raw, reason, encoding)}")
-        digest = hashlib.sha256(raw).hexdigest()
-        if digest in seen:
-            duplicates.append({"path": shown, "same_as": seen[digest]})
-        seen.setdefault(digest, shown)
-        docs.append(Document(shown, text, len(raw), digest))
+        reading.read(item, shown, from_folder)
+    docs, files = reading.docs, reading.files
     if not docs:
         where = ", ".join(str(p) for p in paths) if paths else str(default_corpus_root())
         raise DataError(
             f"no text files found in {where} ({len(skipped)} skipped as empty or binary); "
             f"give --text a folder that holds text files, or the files themselves"
         )
-    return docs, {"source": source, "skipped": skipped, "duplicates": duplicates}
+    info = {"source": source, "skipped": skipped, "duplicates": reading.duplicates, "files": files}
+    if reading.bad.count:
+        info["bad_records"] = {"count": reading.bad.count, "first": reading.bad.examples}
+    return docs, info
+
+
+class _Reading:
+    """What :func:`read_documents` has read so far: documents, each file's manifest entry, repeats and bad records."""
+
+    def __init__(self, encoding: str, text_field: str, bad: BadRecords, skipped: list[dict]) -> None:
+        self.encoding, self.text_field, self.bad, self.skipped = encoding, text_field, bad, skipped
+        self.docs: list[Document] = []
+        self.files: list[dict] = []
+        self.duplicates: list[dict] = []
+        self.seen: dict[str, str] = {}
+
+    def read(self, item: Path | BuiltinCorpus, shown: str, from_folder: bool) -> None:
+        """Read one file (or built-in corpus): a plain text file is one document, a record file one per record."""
+        fmt, compression = ("text", None) if isinstance(item, BuiltinCorpus) else file_format(item)
+        if fmt != "text":
+            texts, entry = read_record_file(item, shown, self.text_field, self.encoding, self.bad)
+            if not texts and from_folder:
+                self.skipped.append({"path": shown, "reason": "no records"})
+                return
+            if not texts:
+                raise DataError(f"{shown}: holds no {fmt} records; give a file with at least one record, or leave it out of --text")
+            self._keep(entry)
+            self.docs.extend(Document(shown, text, len(text.encode("utf-8")), entry["sha256"]) for text in texts)
+            return
+        if compression is None:
+            stored = raw = _read_candidate(item, shown, self.encoding)
+        else:
+            stored = item.read_bytes()
+            raw = decompress(stored, compression, shown)
+        text, reason = _decode_candidate(raw, shown, self.encoding)
+        if reason is not None:
+            if from_folder:
+                self.skipped.append({"path": shown, "reason": reason})
+                return
+            raise DataError(f"{shown}: file is {_unusable(raw, reason, self.encoding)}")
+        digest = hashlib.sha256(stored).hexdigest()
+        entry = {"path": shown, "bytes": len(stored), "sha256": digest, "format": "text", "records": 1}
+        if compression is not None:
+            entry["compression"] = compression
+        self._keep(entry)
+        self.docs.append(Document(shown, text, len(raw), digest))
+
+    def _keep(self, entry: dict) -> None:
+        if entry["sha256"] in self.seen:
+            self.duplicates.append({"path": entry["path"], "same_as": self.seen[entry["sha256"]]})
+        self.seen.setdefault(entry["sha256"], entry["path"])
+        self.files.append(entry)
 
 
 def split_documents(docs: Sequence[Document], val_fraction: float) -> tuple[list[str], list[str]]:

@@ -59,7 +59,8 @@ class LengthOptions:
     The task study's options (``--task``) are :class:`octlm.studies.task.TaskOptions`.
     """
 
-    text: list[str] = same_as(TrainOptions, "text", help="UTF-8 text files or folders (the same split, tokenizer and seed for every model)")
+    text: list[str] = same_as(TrainOptions, "text", help="text, JSON Lines, Parquet or CSV files (also compressed) or folders of them "
+                                "(the same split, tokenizer and seed for every model)")
     out: str | None = option(None, "study folder to create: runs/<scheme>/, length.jsonl, length.png, length.md")
     # The study checks its budget itself (one of --time-budget and --max-steps must hold), so no train bound here.
     time_budget: float | None = same_as(
@@ -90,6 +91,8 @@ class LengthOptions:
                                      "L / 2 at each length, at twice the cost of the non-overlapping reading; S >= L gives that reading)",
                                      bounds=at_least(1, "tokens"), metavar="S")
     encoding: str = same_as(TrainOptions, "encoding")
+    text_field: str = same_as(TrainOptions, "text_field")
+    skip_bad_records: bool = same_as(TrainOptions, "skip_bad_records")
     val_fraction: float = same_as(TrainOptions, "val_fraction")
     seed: int = same_as(TrainOptions, "seed", help="random seed, the same for every model")
     device: str = same_as(TrainOptions, "device")

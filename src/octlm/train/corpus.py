@@ -59,7 +59,8 @@ def split_and_tokenize(opts: TrainOptions) -> SplitText:
     Raises:
         DataError: for unreadable input or a split that leaves one side empty.
     """
-    docs, info = data.read_documents(opts.text or None, opts.encoding, skip_folder=_earlier_run)
+    docs, info = data.read_documents(opts.text or None, opts.encoding, skip_folder=_earlier_run,
+                                     text_field=opts.text_field, skip_bad_records=opts.skip_bad_records)
     train_texts, val_texts = data.split_documents(docs, opts.val_fraction)
     # A run started from another keeps that run's tokenizer: its token rows mean those ids.
     tokenizer = RunFolder(opts.init_from, "--init-from").read_tokenizer() if opts.init_from else Tokenizer.train(train_texts, opts.vocab_size)
@@ -88,7 +89,6 @@ def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> C
         streams = {split: folder.write_tokens(split, ids) for split, ids in encoded.items()}
         manifest = {
             **info,
-            "files": [{"path": d.path, "bytes": d.n_bytes, "sha256": d.sha256} for d in docs],
             "total_bytes": n_bytes,
             "val_fraction": opts.val_fraction,
             "encoding": opts.encoding,
@@ -137,7 +137,7 @@ def _no_room(err: OSError, folder: RunFolder, tokenizer: Tokenizer, encoded: dic
 
 
 def _report_sources(docs: list[data.Document], info: dict, n_bytes: int, report: Reporter) -> None:
-    source = "the Python standard library" if info["source"]["kind"] == "python-stdlib" else f"{len(docs)} file(s)"
+    source = "the Python standard library" if info["source"]["kind"] == "python-stdlib" else f"{len(info['files'])} file(s)"
     # The first line as decoded: a wrong --encoding shows at a glance.
     first = data.first_line(docs[0].text)
     report.event("corpus", f"corpus: {source}, {len(docs)} documents, {n_bytes / 1e6:.2f} MB; first line: \"{first}\"",
@@ -147,6 +147,8 @@ def _report_sources(docs: list[data.Document], info: dict, n_bytes: int, report:
     own = info["source"]["kind"] != "python-stdlib"
     if info["skipped"] and own:
         report.warn(f"skipped {len(info['skipped'])} entries that are not text: empty, binary or special files, or octlm runs (manifest.json lists them)")
+    if (bad := info.get("bad_records")) is not None:
+        report.warn(f"skipped {bad['count']:,} bad record(s) (--skip-bad-records), the first: {bad['first'][0]}; manifest.json counts them per file")
     repeats = info["duplicates"] if own else []
     for dup in repeats[:3]:
         report.warn(f"{dup['path']} repeats {dup['same_as']} byte for byte; it is trained on twice")

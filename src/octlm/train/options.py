@@ -71,9 +71,13 @@ class TrainOptions:
     """Everything ``octlm train`` takes. Units are in each help text."""
 
     # data
-    text: list[str] = option([], "UTF-8 text files or folders to train on (default: the Python standard library's .py files)",
+    text: list[str] = option([], "text files, JSON Lines (.jsonl, .json), Parquet or CSV files (also .gz, .xz, .bz2, .zst) or folders "
+                             "of them to train on (default: the Python standard library's .py files)",
                              resume_check=_text_on_resume, nargs="+", metavar="PATH")
     encoding: str = option("utf-8", "text encoding of the input files, e.g. cp1252", check=check_encoding)
+    text_field: str = option("text", "the field (JSON Lines, JSON) or column (CSV, Parquet) that holds each record's text", metavar="NAME")
+    skip_bad_records: bool = option(False, "skip records that give no text (not JSON, no --text-field, not a string) and count "
+                                    "them in manifest.json and the report, instead of stopping at the first")
     val_fraction: float = option(0.1, "fraction of each file (its end) held out for validation", bounds=Bound(0, 1, True, True))
     vocab_size: int = option(1024, "BPE vocabulary size in tokens, including <|endoftext|>",
                              bounds=Bound(MIN_VOCAB_SIZE, says=f"at least {MIN_VOCAB_SIZE} (the 256 byte values and <|endoftext|>)"))

@@ -1,0 +1,202 @@
+"""Corpus files that hold records (JSON Lines, JSON arrays, Parquet, CSV), plain or compressed, and their bad records.
+
+Every file here is written by the format's own library (json, csv, pyarrow,
+gzip, lzma, bz2, zstandard); what octlm reads back must be exactly the texts
+written, one document per record.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import hashlib
+import json
+import lzma
+
+import numpy as np
+import pytest
+
+from octlm.data.records import file_format
+from octlm.data.text import read_documents
+from octlm.errors import DataError
+
+TEXTS = ["First record.\nWith two lines.", "Zweiter Eintrag: grün, ß, 東京.", "", "a \"quoted\", comma, record"]
+
+COMPRESSORS = {
+    None: lambda data: data,
+    "gzip": gzip.compress,
+    "xz": lzma.compress,
+    "bz2": bz2.compress,
+    "zstd": lambda data: __import__("zstandard").ZstdCompressor().compress(data),
+}
+SUFFIX = {None: "", "gzip": ".gz", "xz": ".xz", "bz2": ".bz2", "zstd": ".zst"}
+
+
+def _jsonl(texts) -> bytes:
+    return "".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n" for i, t in enumerate(texts)).encode()
+
+
+def _json(texts) -> bytes:
+    return json.dumps([{"text": t, "n": i} for i, t in enumerate(texts)]).encode()
+
+
+def _csv(texts, path) -> bytes:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "text"])
+        writer.writerows([i, t] for i, t in enumerate(texts))
+    return path.read_bytes()
+
+
+def _parquet(texts, path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": list(range(len(texts))), "text": texts}), path, row_group_size=2)
+
+
+def _write(tmp_path, fmt: str, compression: str | None, texts=TEXTS):
+    name = f"corpus.{fmt}{SUFFIX[compression]}"
+    path = tmp_path / name
+    raw = {"jsonl": lambda: _jsonl(texts), "json": lambda: _json(texts), "csv": lambda: _csv(texts, tmp_path / "plain.csv"),
+           "txt": lambda: texts[0].encode()}[fmt]()
+    path.write_bytes(COMPRESSORS[compression](raw))
+    return path
+
+
+@pytest.mark.parametrize("compression", list(COMPRESSORS))
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "csv"])
+def test_every_format_and_compression_gives_one_document_per_record(tmp_path, fmt, compression):
+    path = _write(tmp_path, fmt, compression)
+    docs, info = read_documents([path])
+    assert [d.text for d in docs] == TEXTS
+    (entry,) = info["files"]
+    assert entry["format"] == fmt and entry["records"] == len(TEXTS) and entry.get("compression") == compression
+    assert entry["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest() and entry["bytes"] == path.stat().st_size
+
+
+def test_parquet_is_read_by_batches_in_row_order(tmp_path):
+    path = tmp_path / "corpus.parquet"
+    _parquet(TEXTS * 3, path)
+    docs, info = read_documents([path])
+    assert [d.text for d in docs] == TEXTS * 3
+    assert info["files"][0]["format"] == "parquet" and info["files"][0]["records"] == 12
+
+
+@pytest.mark.parametrize("compression", [c for c in COMPRESSORS if c])
+def test_compressed_plain_text_is_one_document(tmp_path, compression):
+    path = _write(tmp_path, "txt", compression)
+    (doc,), info = read_documents([path])
+    assert doc.text == TEXTS[0] and info["files"][0]["format"] == "text" and info["files"][0]["compression"] == compression
+
+
+def test_a_mixed_folder_lists_each_file_with_its_format(tmp_path):
+    (tmp_path / "notes.txt").write_text("plain notes", encoding="utf-8")
+    _write(tmp_path, "jsonl", "gzip")
+    _write(tmp_path, "csv", None)
+    _parquet(["p0", "p1"], tmp_path / "more.parquet")
+    (tmp_path / "plain.csv").unlink()  # the helper's uncompressed copy
+    docs, info = read_documents([tmp_path])
+    formats = {e["path"].rsplit("/", 1)[-1]: (e["format"], e["records"]) for e in info["files"]}
+    assert formats == {"corpus.csv": ("csv", 4), "corpus.jsonl.gz": ("jsonl", 4), "more.parquet": ("parquet", 2), "notes.txt": ("text", 1)}
+    assert len(docs) == 11
+
+
+def test_text_field_names_another_field(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"content": "one"}\n{"content": "two"}\n', encoding="utf-8")
+    docs, _ = read_documents([path], text_field="content")
+    assert [d.text for d in docs] == ["one", "two"]
+
+
+@pytest.mark.parametrize("line, says", [
+    ('{"text": "ok"', "line 2 is not JSON"),
+    ('{"body": "x"}', "line 2: no field 'text' (its fields: body); name the text field with --text-field NAME"),
+    ('{"text": 5}', "line 2: field 'text' is a number, not a string"),
+    ('{"text": null}', "line 2: field 'text' is null, not a string"),
+    ('["text"]', "line 2: the record is an array, not an object"),
+])
+def test_a_bad_jsonl_record_names_file_line_and_fix_or_is_counted(tmp_path, line, says):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"text": "good one"}\n' + line + '\n{"text": "good two"}\n', encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        read_documents([path])
+    assert str(err.value).startswith(f"{path}: {says}") and "--skip-bad-records" in str(err.value)
+    docs, info = read_documents([path], skip_bad_records=True)
+    assert [d.text for d in docs] == ["good one", "good two"]
+    assert info["bad_records"]["count"] == 1 and says in info["bad_records"]["first"][0]
+    assert info["files"][0]["bad_records"] == 1 and info["files"][0]["records"] == 2
+
+
+def test_a_parquet_file_without_the_column_or_with_nulls(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"body": ["a"]}), path)
+    with pytest.raises(DataError, match=r"t\.parquet: no column 'text' \(its columns: body\); name the text column with --text-field NAME"):
+        read_documents([path])
+    pq.write_table(pa.table({"text": ["a", None, "c"]}), path)
+    with pytest.raises(DataError, match=r"row 1 has a null 'text'.*--skip-bad-records"):
+        read_documents([path])
+    docs, info = read_documents([path], skip_bad_records=True)
+    assert [d.text for d in docs] == ["a", "c"] and info["bad_records"]["count"] == 1
+    pq.write_table(pa.table({"text": [1, 2]}), path)
+    with pytest.raises(DataError, match="column 'text' holds int64, not strings"):
+        read_documents([path])
+
+
+def test_a_csv_without_the_column_or_with_a_short_row(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("id,body\n1,x\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"no column 'text' in the header row \(its columns: id, body\)"):
+        read_documents([path])
+    path.write_text("id,text\n1,x\n2\n3,z\n", encoding="utf-8")
+    with pytest.raises(DataError, match="line 3 has 1 fields, no 'text'"):
+        read_documents([path])
+    docs, info = read_documents([path], skip_bad_records=True)
+    assert [d.text for d in docs] == ["x", "z"] and info["bad_records"]["count"] == 1
+
+
+def test_json_that_is_no_array_and_damaged_compression(tmp_path):
+    path = tmp_path / "package.json"
+    path.write_text('{"name": "x"}', encoding="utf-8")
+    with pytest.raises(DataError, match="the JSON is an object, not an array of records"):
+        read_documents([path])
+    path = tmp_path / "c.jsonl.gz"
+    path.write_bytes(b"not gzip at all")
+    with pytest.raises(DataError, match=r"c\.jsonl\.gz: not valid gzip data"):
+        read_documents([path])
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("a.jsonl", ("jsonl", None)), ("a.JSONL.ZST", ("jsonl", "zstd")), ("b.ndjson.gz", ("jsonl", "gzip")), ("c.parquet", ("parquet", None)),
+    ("d.csv.bz2", ("csv", "bz2")), ("e.txt.xz", ("text", "xz")), ("f", ("text", None)), ("g.py", ("text", None)), ("h.gz", ("text", "gzip")),
+])
+def test_the_format_comes_from_the_name(name, expected):
+    assert file_format(name) == expected
+
+
+def test_a_jsonl_run_trains_on_records_as_documents(tmp_path, shakespeare):
+    from octlm.cli import main
+    from octlm.data.tokenizer import Tokenizer
+
+    lines = shakespeare.read_text(encoding="utf-8")[:60_000].split("\n\n")
+    corpus = tmp_path / "plays.jsonl.gz"
+    corpus.write_bytes(gzip.compress(_jsonl(lines) + b"not json\n"))
+    out = tmp_path / "run"
+    args = ["train", "--text", str(corpus), "--out", str(out), "--vocab-size", "300", "--context-length", "16", "--d-model", "16",
+            "--n-heads", "2", "--n-layers", "1", "--max-steps", "2", "--batch-size", "2", "--sample-tokens", "0", "--quiet"]
+    assert main(args) == 1  # the bad line stops it, naming line and fix
+    assert main([*args, "--skip-bad-records"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["files"][0]["records"] == len(lines) and manifest["bad_records"]["count"] == 1
+    # each record is split like a file: its first 90% of characters train, followed by the end-of-text marker
+    tokenizer = Tokenizer.load(out / "tokenizer.json")
+    expected = []
+    for text in lines:
+        if piece := text[: int(len(text) * 0.9)]:
+            expected += [*tokenizer.encode(piece), tokenizer.eot_id]
+    train = np.fromfile(out / "train.bin", dtype=manifest["tokens"]["train"]["dtype"])
+    assert train.tolist() == expected
