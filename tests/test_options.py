@@ -43,7 +43,7 @@ def test_every_option_is_a_flag_a_toml_key_and_a_config_json_key(trained_run):
     parser = build_parser().subcommands["train"]
     flags = {s for action in parser._actions for s in action.option_strings}
     assert {flag(name) for name in FIELDS} <= flags
-    values = {name: option_default(f) or ["a.txt"] if name == "text" else option_default(f) for name, f in FIELDS.items()}
+    values = {name: option_default(f) or ["a.txt"] if name == "text" else option_default(f) or ["tensorboard"] if name == "log_to" else option_default(f) for name, f in FIELDS.items()}
     values = {name: value for name, value in values.items() if value is not None}
     assert checked_values(values, "test", TrainOptions) == values
     config = json.loads((trained_run / "config.json").read_text())

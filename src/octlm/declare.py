@@ -343,7 +343,7 @@ def checked_values(values: Mapping, where: str, cls, stored: bool = False) -> di
             raise OctlmError(f"{where}: key {key!r} must be {expected}, got {shown}")
         if is_list and not items and not stored:
             raise OctlmError(f"{where}: key {key!r} is an empty list; give at least one value, or leave the key out for the default")
-        if choices[name] and value not in choices[name]:
+        if choices[name] and any(v not in choices[name] for v in items):
             raise OctlmError(f"{where}: key {key!r} must be one of {', '.join(choices[name])}, got {shown}")
         checked[name] = kind(value) if kind is float else value
     return checked

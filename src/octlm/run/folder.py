@@ -32,7 +32,7 @@ import numpy as np
 from octlm.data import tokens
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write_json, umask
-from octlm.run.outputs import check_out_folder, make_folder, make_staging, move_into_place
+from octlm.run.outputs import TRACKER_FOLDERS, check_out_folder, make_folder, make_staging, move_into_place
 from octlm.data.tokenizer import Tokenizer
 from octlm.model import DecoderConfig
 
@@ -50,7 +50,7 @@ EMBEDDINGS_FIGURES = ("positions.png", "tokens-pca.png")
 ATTENTION = "attention"
 ATTENTION_FILES = re.compile(r"layer-\d+\.png|statistics\.png|statistics\.json")
 #: octlm's own folders inside a run, each with the rule for the names it writes there.
-RUN_SUBFOLDERS = {EMBEDDINGS: EMBEDDINGS_FIGURES.__contains__, ATTENTION: lambda name: ATTENTION_FILES.fullmatch(name) is not None}
+RUN_SUBFOLDERS = {EMBEDDINGS: EMBEDDINGS_FIGURES.__contains__, ATTENTION: lambda name: ATTENTION_FILES.fullmatch(name) is not None, **TRACKER_FOLDERS}
 #: Everything octlm writes into a run folder: what ``--overwrite`` may replace (:meth:`RunFolder.foreign_files`).
 RUN_FILES = frozenset({CONFIG, WEIGHTS, TOKENIZER, MANIFEST, METRICS, CHECKPOINT, "train.bin", "val.bin", "loss.png", *RUN_SUBFOLDERS})
 #: Held by the process that trains the run (:meth:`RunFolder.lock`).

@@ -24,6 +24,10 @@ from pathlib import Path
 
 from octlm.errors import OctlmError
 
+#: The folders the experiment trackers of ``--log-to`` write inside a run folder (:mod:`octlm.train.tracking`), each
+#: with the rule for the names they write there: ``--overwrite`` may replace them, as octlm's own.
+TRACKER_FOLDERS = {"tensorboard": lambda name: name.startswith("events.out.tfevents."), "mlruns": lambda name: True}
+
 
 def check_out_folder(path: Path, flag: str = "--out") -> None:
     """Refuse, before anything is written, an output path that cannot become a folder.

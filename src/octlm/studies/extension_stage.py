@@ -60,7 +60,7 @@ def measure_steps(opts, timing_dir: Path, report: Reporter) -> dict:
     from octlm.train.launch import train
 
     scheme = next((s for s in opts.schemes if SCHEMES[s].times_length_study), opts.schemes[0])
-    timing = dataclasses.replace(opts.train_options(scheme, timing_dir), time_budget=None, max_steps=TIMING_STEPS, eval_interval=10**9,
+    timing = dataclasses.replace(opts.train_options(scheme, timing_dir), log_to=[], time_budget=None, max_steps=TIMING_STEPS, eval_interval=10**9,
                                  final_eval_blocks=1, save_every=0)
     result = train(timing, SilentReporter(report, "timing"))
     shutil.rmtree(timing_dir, ignore_errors=True)

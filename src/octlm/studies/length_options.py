@@ -93,6 +93,8 @@ class LengthOptions:
     encoding: str = same_as(TrainOptions, "encoding")
     text_field: str = same_as(TrainOptions, "text_field")
     skip_bad_records: bool = same_as(TrainOptions, "skip_bad_records")
+    log_to: list[str] = same_as(TrainOptions, "log_to", help="experiment trackers (tensorboard, mlflow) to log each model to, as its own run "
+                                "filed under the study folder's name (tensorboard --logdir STUDY shows them together)")
     val_fraction: float = same_as(TrainOptions, "val_fraction")
     seed: int = same_as(TrainOptions, "seed", help="random seed, the same for every model")
     device: str = same_as(TrainOptions, "device")
@@ -127,6 +129,7 @@ class LengthOptions:
         unread = scheme_options(scheme)[1]
         shared = {f.metadata["same_as"]: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("same_as") not in unread | {None}}
         shared.update(text=list(self.text), time_budget=None if self.max_steps is not None else self.time_budget)
+        shared["log_group"] = run_dir.parent.parent.name  # the study folder's name: its models, grouped in the tracker
         if seed is not None:
             shared["seed"] = seed
         return TrainOptions.of(**shared, position=scheme, sample_tokens=0, out=str(run_dir), overwrite=True)

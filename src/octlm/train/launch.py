@@ -118,6 +118,8 @@ def show_finished_run(trainer: Trainer) -> dict:
         title = f"{folder.path.name}: {trainer.config.position}, {trainer.step} steps"
         path = write_loss_figure(folder.metrics_path, folder.path / LOSS_FIGURE, title)
         shown["loss_figure"] = None if path is None else str(path)
+        if path is not None and trainer.metrics is not None:
+            trainer.metrics.figure("loss", path, trainer.step)  # for the trackers of --log-to that take images
         if opts.sample_tokens and not trainer.interrupted:
             shown["sample"] = sample_from(trainer.model, data.tokenizer, "", opts.sample_tokens, 0.8, 40, opts.seed, trainer.device)
     counts = token_counts(data.train, data.tokenizer.vocab_size)

@@ -30,6 +30,7 @@ from octlm.errors import OctlmError
 from octlm.model import DecoderConfig
 from octlm.model.positions import ROPE_SCALINGS, SCHEMES
 from octlm.train.init_from import check_scaling_options
+from octlm.train.tracking import TRACKERS, check_trackers
 
 #: Steps of the main job when neither --max-steps nor --time-budget is given;
 #: about four minutes on two CPU cores with the Day-1 model.
@@ -111,6 +112,11 @@ class TrainOptions:
     eval_interval: int = option(200, "evaluate every this many steps", bounds=at_least(1), resume=FREE)
     eval_blocks: int = option(64, "validation blocks per periodic evaluation (the final one uses all)", bounds=at_least(1), resume=FREE)
     final_eval_blocks: int | None = option(None, "cap on validation blocks of the final evaluation (default: all)", bounds=at_least(1), resume=FREE)
+    log_to: list[str] = option([], "experiment trackers to log to beside metrics.jsonl: tensorboard (tensorboard/ in the run folder), "
+                               "mlflow (a local store, mlruns/ in the run folder, or $MLFLOW_TRACKING_URI); each is an extra: "
+                               "pip install 'octlm[tensorboard]'", nargs="+", choices=list(TRACKERS), check=check_trackers, resume=FREE, metavar="TRACKER")
+    log_group: str = option("octlm", "the tracker experiment (MLflow) the run is filed under; a study files its models under its folder name",
+                            resume=FREE, metavar="NAME")
     log_interval: int = option(20, "write a training line to metrics.jsonl every this many steps", bounds=at_least(1), resume=FREE)
     sample_tokens: int = option(160, "tokens of the sample printed at the end (0: none)", bounds=at_least(0), resume=FREE)
     # machine

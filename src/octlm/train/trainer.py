@@ -7,7 +7,6 @@ training step. :func:`octlm.train.launch.train` builds one and runs it.
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 import time
@@ -33,6 +32,7 @@ from octlm.train.optim import backward, make_optimizer, scheduled_lr
 from octlm.train.options import TrainOptions, resolved
 from octlm.train.run_setup import RunFolderPhase
 from octlm.train.signals import StopSignals
+from octlm.train.tracking import open_metrics
 
 
 class TrainingError(OctlmError):
@@ -40,8 +40,8 @@ class TrainingError(OctlmError):
 
 
 def _empty_window() -> dict:
-    # What the next metrics line averages over: the steps since the last one.
-    return {"tokens": 0, "seconds": 0.0, "loss": 0.0, "steps": 0}
+    # What the next metrics line averages over: the steps since the last one (grad_norm: before clipping; --grad-clip 0 computes none).
+    return {"tokens": 0, "seconds": 0.0, "loss": 0.0, "grad_norm": 0.0, "steps": 0}
 
 
 class Trainer(RunFolderPhase):
@@ -119,7 +119,7 @@ class Trainer(RunFolderPhase):
             self.folder.remove_stale_temporaries(self.report)
         if ckpt is not None:
             state = ckpt.state
-            self.step, self.elapsed, self.step_seconds, self.window = state["step"], state["elapsed_s"], state["step_seconds"], dict(state["window"])
+            self.step, self.elapsed, self.step_seconds, self.window = state["step"], state["elapsed_s"], state["step_seconds"], {**_empty_window(), **state["window"]}
             self.last_saved = self.step
             self.model.load_state_dict(model_tensors(ckpt), strict=False)
             self.model.tie_weights()
@@ -135,7 +135,7 @@ class Trainer(RunFolderPhase):
             from torch.nn.parallel import DistributedDataParallel
 
             self.forward = DistributedDataParallel(self.scorer, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        self.metrics = self.folder.metrics_path.open("a", encoding="utf-8") if group.is_main else None
+        self.metrics = open_metrics(self.folder, self.opts, self.step if self.resume is not None else None) if group.is_main else None
         if ckpt is not None:
             saved = rng_of(ckpt, group.rank)
             if saved is not None:
@@ -234,21 +234,21 @@ class Trainer(RunFolderPhase):
         if self.deferred:
             # One process: the clock and a stop request are its own; the NaN guard runs in _settle.
             self.pending.append((self.step, torch.stack([loss.detach().float(), norm.detach().float()])))
-            clock, stops, loss_value = now, float(signals.requested), 0.0
+            clock, stops, loss_value, norm_value = now, float(signals.requested), 0.0, 0.0
         else:
             # One exchange per step keeps the ranks in agreement: the mean loss, whether
             # anyone was asked to stop, and rank 0's clock (which drives the schedule).
             loss_sum, norm_sum, stops, clock = group.all_sum(
                 [float(loss.detach()), float(norm), float(signals.requested), now if group.is_main else 0.0], self.device
             )
-            loss_value = loss_sum / group.world_size
+            loss_value, norm_value = loss_sum / group.world_size, norm_sum / group.world_size
             self._check_finite(loss_value, norm_sum, self.step)
         self.optimizer.step()
         dt = time.perf_counter() - t0
         self.step += 1
         self.step_seconds += dt
         self.elapsed, self.stop_requested = clock, stops > 0
-        for key, value in (("tokens", self.tokens_per_step), ("seconds", dt), ("loss", loss_value), ("steps", 1)):
+        for key, value in (("tokens", self.tokens_per_step), ("seconds", dt), ("loss", loss_value), ("grad_norm", norm_value), ("steps", 1)):
             self.window[key] += value
         return lr
 
@@ -271,6 +271,7 @@ class Trainer(RunFolderPhase):
         for step, (loss, norm) in zip(steps, values):
             self._check_finite(loss, norm, step)
             self.window["loss"] += loss
+            self.window["grad_norm"] += norm
 
     def _check_finite(self, loss: float, grad_norm: float, step: int) -> None:
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
@@ -292,8 +293,7 @@ class Trainer(RunFolderPhase):
 
     def _log(self, record: dict) -> None:
         if self.metrics is not None:
-            self.metrics.write(json.dumps(record) + "\n")
-            self.metrics.flush()
+            self.metrics.log(record)
 
     def _log_window(self, lr: float, bar) -> None:
         self._settle()
@@ -301,6 +301,7 @@ class Trainer(RunFolderPhase):
         record = {
             "step": self.step, "kind": "train", "loss": window["loss"] / window["steps"], "lr": lr,
             "tokens_per_second": window["tokens"] / max(window["seconds"], 1e-9), "elapsed_s": self.elapsed,
+            **({"grad_norm": window["grad_norm"] / window["steps"]} if self.opts.grad_clip > 0 else {}),
         }
         self._log(record)
         bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_second']:.0f}", refresh=False)
@@ -393,7 +394,7 @@ class Trainer(RunFolderPhase):
         if self.lock is not None:
             self.lock.close()  # the run may be resumed by another process from here on
         if self.metrics is not None:
-            self.metrics.close()
+            self.metrics.close(finished=not self.interrupted)
 
 
 __all__ = ["StopSignals", "Trainer", "TrainingError"]
