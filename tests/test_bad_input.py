@@ -682,11 +682,12 @@ def _out_argv(command: str, out: Path, trained_run: Path, small_corpus: Path, tm
         "export-web --study": (["export-web", "--study", str(tmp_path / "study"), "--out", str(out)], "--out"),
         "export-hf": (["export-hf", str(trained_run), str(out)], "OUT_DIR"),
         "import-hf": (["import-hf", str(tmp_path / "hf"), str(out)], "RUN_DIR"),
+        "compare": (["compare", str(trained_run), "--out", str(out)], "--out"),
     }[command]
 
 
 OUT_COMMANDS = ["train", "length --text", "length --task", "embeddings", "attention", "export-web --run", "export-web --study",
-                "export-hf", "import-hf"]
+                "export-hf", "import-hf", "compare"]
 
 
 @pytest.mark.parametrize("command", OUT_COMMANDS)
@@ -727,7 +728,7 @@ def test_out_that_is_a_link_or_a_mount_point_is_refused(trained_run, small_corpu
     assert not list(tmp_path.rglob("*.partial-*")) and not ("link" in kind and any((tmp_path / "real").iterdir()))
 
 
-@pytest.mark.parametrize("command", ["attention", "length --task", "import-hf"])
+@pytest.mark.parametrize("command", ["attention", "length --task", "import-hf", "compare"])
 def test_out_in_a_folder_that_cannot_be_written_is_refused_before_the_work(trained_run, small_corpus, tmp_path, monkeypatch, capsys,
                                                                            command):
     # A read-only mount (or someone else's folder) above --out refused the staging folder only once the work was done.

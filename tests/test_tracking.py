@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from octlm.train.options import TrainOptions
 TINY = dict(vocab_size=280, context_length=16, d_model=16, n_heads=2, n_layers=1, batch_size=4, eval_interval=5,
             eval_blocks=4, final_eval_blocks=8, sample_tokens=0, log_interval=2, threads=1)
 QUIET = Reporter(json_mode=True)
+# Tests never reach the network: MLflow 3 sends usage telemetry unless told not to (read when it logs, so set before any test).
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+os.environ["DO_NOT_TRACK"] = "true"
 
 
 @pytest.fixture(autouse=True)
@@ -42,8 +46,6 @@ def _tensorboard(run: Path):
 
 
 def _mlflow_run(run: Path, experiment: str = "octlm"):
-    import os
-
     from mlflow.tracking import MlflowClient
 
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")

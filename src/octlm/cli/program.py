@@ -123,7 +123,7 @@ def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> 
 
 #: Subcommands in the order ``octlm --help`` lists them; each module under
 #: ``octlm.cli.commands`` defines ``add_parser(subparsers)`` and sets ``func``.
-COMMANDS = ["train", "sample", "bench", "length", "embeddings", "attention", "serve", "export-web", "export-hf", "import-hf"]
+COMMANDS = ["train", "sample", "bench", "length", "compare", "embeddings", "attention", "serve", "export-web", "export-hf", "import-hf"]
 
 #: Subcommands that write no files: on Ctrl-C they say only "interrupted",
 #: since the promise about complete and half-written files means nothing there.
