@@ -200,3 +200,70 @@ def test_a_jsonl_run_trains_on_records_as_documents(tmp_path, shakespeare):
             expected += [*tokenizer.encode(piece), tokenizer.eot_id]
     train = np.fromfile(out / "train.bin", dtype=manifest["tokens"]["train"]["dtype"])
     assert train.tolist() == expected
+
+
+@pytest.fixture
+def streamed(monkeypatch):
+    """Preparation streams above a few kB instead of 128 MiB, in groups of 4 kB: the path a large corpus takes, on a small one."""
+    import octlm.train.corpus
+
+    monkeypatch.setattr(octlm.train.corpus, "TOKENIZER_SAMPLE_BYTES", 20_000)
+    monkeypatch.setattr(octlm.train.corpus, "STREAM_GROUP_BYTES", 4_000)
+
+
+TRAIN_ARGS = ["--vocab-size", "300", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--max-steps", "2",
+              "--batch-size", "2", "--sample-tokens", "0", "--quiet"]
+
+
+def test_a_corpus_above_the_sample_size_streams_to_the_same_token_files(streamed, tmp_path, shakespeare):
+    from octlm.cli import main
+    from octlm.data.text import split_documents
+    from octlm.data.tokenizer import Tokenizer
+    from octlm.data.tokens import encode_stream
+
+    text = shakespeare.read_text(encoding="utf-8")[:150_000]
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.jsonl.zst").write_bytes(COMPRESSORS["zstd"](_jsonl(text[:100_000].split("\n\n"))))
+    (folder / "b.txt").write_text(text[100_000:], encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["train", "--text", str(folder), "--out", str(out), *TRAIN_ARGS]) == 0
+    docs, info = read_documents([folder])
+    # the documented sample: the training split of the first documents, up to the one whose text passes 20,000 bytes
+    total, first = 0, []
+    for doc in docs:
+        first.append(doc)
+        total += doc.n_bytes
+        if total > 20_000:
+            break
+    tokenizer = Tokenizer.load(out / "tokenizer.json")
+    assert tokenizer.hf.get_vocab() == Tokenizer.train(split_documents(first, 0.1)[0], 300).hf.get_vocab()
+    manifest = json.loads((out / "manifest.json").read_text())
+    train_texts, val_texts = split_documents(docs, 0.1)
+    for split, texts in (("train", train_texts), ("val", val_texts)):
+        expected = encode_stream(tokenizer, texts)
+        stored = (out / f"{split}.bin").read_bytes()
+        assert stored == expected.astype("<u2").tobytes()
+        assert manifest["tokens"][split] == {"file": f"{split}.bin", "dtype": "uint16", "count": len(expected),
+                                             "sha256": hashlib.sha256(stored).hexdigest()}
+    assert manifest["files"] == info["files"] and manifest["total_bytes"] == sum(d.n_bytes for d in docs)
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_ctrl_c_while_a_corpus_streams_leaves_nothing(streamed, tmp_path, shakespeare, monkeypatch):
+    import octlm.data.tokens
+    from octlm.cli import main
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_bytes(_jsonl(shakespeare.read_text(encoding="utf-8")[:100_000].split("\n\n")))
+    real, calls = octlm.data.tokens.encode_into, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(octlm.data.tokens, "encode_into", interrupted)
+    assert main(["train", "--text", str(corpus), "--out", str(tmp_path / "run"), *TRAIN_ARGS]) == 130
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl"]

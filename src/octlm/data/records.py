@@ -266,27 +266,21 @@ def _compression_error(err: Exception) -> bool:
     return isinstance(err, (OSError, EOFError, lzma.LZMAError)) or type(err).__name__ == "ZstdError"
 
 
-def read_record_file(path: Path, shown: str, field_name: str, encoding: str, bad: BadRecords) -> tuple[list[str], dict]:
-    """Every record's text of one file and its manifest entry (path, bytes on disk, sha256, format, records, skipped).
-
-    Raises:
-        DataError: as :func:`iter_records`.
-    """
+def record_file_entry(path: Path, shown: str, records: int, bad_records: int) -> dict:
+    """The manifest entry of a record file once read: path, bytes on disk, sha256 (of those bytes), format, compression, records, bad records."""
     import hashlib
 
     fmt, compression = file_format(path)
-    before = bad.count
-    texts = list(iter_records(path, shown, fmt, compression, field_name, encoding, bad))
     with path.open("rb") as handle:
         digest = hashlib.file_digest(handle, "sha256").hexdigest()
-    entry = {"path": shown, "bytes": path.stat().st_size, "sha256": digest, "format": fmt, "records": len(texts)}
+    entry = {"path": shown, "bytes": path.stat().st_size, "sha256": digest, "format": fmt, "records": records}
     if compression is not None:
         entry["compression"] = compression
-    if bad.count > before:
-        entry["bad_records"] = bad.count - before
-    return texts, entry
+    if bad_records:
+        entry["bad_records"] = bad_records
+    return entry
 
 
 __all__ = [
-    "BadRecords", "COMPRESSIONS", "RECORD_FORMATS", "file_format", "iter_records", "decompress", "open_decompressed", "read_record_file",
+    "BadRecords", "COMPRESSIONS", "RECORD_FORMATS", "file_format", "iter_records", "decompress", "open_decompressed", "record_file_entry",
 ]

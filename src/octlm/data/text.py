@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import codecs
 import errno
-import hashlib
 import os
 import sysconfig
 from collections.abc import Callable, Sequence
@@ -21,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from octlm.data.corpora import BUILTIN_CORPORA, BuiltinCorpus, builtin_corpus, read_builtin
-from octlm.data.records import BadRecords, decompress, file_format, read_record_file
 from octlm.errors import DataError
 
 #: Folders of the standard library that hold test suites or third-party code.
@@ -288,82 +286,30 @@ def read_documents(
             corpus whose shipped file is damaged, or a bad record (file and
             line or row named) while ``skip_bad_records`` is off.
     """
+    from octlm.data.reading import CorpusReader
+
+    reader = CorpusReader(paths, encoding, skip_folder, text_field, skip_bad_records)
+    docs = list(reader.documents())
+    reader.check_found(docs)
+    return docs, reader.info()
+
+
+def corpus_candidates(paths: Sequence[str | Path] | None, skip_folder: FolderRule | None) -> tuple[dict, list[tuple], list[dict]]:
+    """What ``--text`` names: the source for the manifest, ``(path or built-in, shown, from_folder)`` of each file, and what was skipped.
+
+    Raises:
+        DataError: as :func:`read_documents`, for paths that name nothing readable.
+    """
     skipped: list[dict] = []
     if not paths:
         root = default_corpus_root()
         source = {"kind": "python-stdlib", "root": str(root)}
-        candidates = [(p, p.relative_to(root).as_posix(), True) for p in default_corpus_files()]
-    else:
-        source = {"kind": "files", "paths": [str(p) for p in paths]}
-        candidates, builtins = _given_candidates(paths, skipped, skip_folder)
-        if builtins:
-            source["builtin"] = builtins
-    reading = _Reading(encoding, text_field, BadRecords(skip_bad_records), skipped)
-    for item, shown, from_folder in candidates:
-        if from_folder and not item.is_file():
-            # a FIFO, socket or device inside a folder: reading it could block forever
-            skipped.append({"path": shown, "reason": "not a regular file"})
-            continue
-        reading.read(item, shown, from_folder)
-    docs, files = reading.docs, reading.files
-    if not docs:
-        where = ", ".join(str(p) for p in paths) if paths else str(default_corpus_root())
-        raise DataError(
-            f"no text files found in {where} ({len(skipped)} skipped as empty or binary); "
-            f"give --text a folder that holds text files, or the files themselves"
-        )
-    info = {"source": source, "skipped": skipped, "duplicates": reading.duplicates, "files": files}
-    if reading.bad.count:
-        info["bad_records"] = {"count": reading.bad.count, "first": reading.bad.examples}
-    return docs, info
-
-
-class _Reading:
-    """What :func:`read_documents` has read so far: documents, each file's manifest entry, repeats and bad records."""
-
-    def __init__(self, encoding: str, text_field: str, bad: BadRecords, skipped: list[dict]) -> None:
-        self.encoding, self.text_field, self.bad, self.skipped = encoding, text_field, bad, skipped
-        self.docs: list[Document] = []
-        self.files: list[dict] = []
-        self.duplicates: list[dict] = []
-        self.seen: dict[str, str] = {}
-
-    def read(self, item: Path | BuiltinCorpus, shown: str, from_folder: bool) -> None:
-        """Read one file (or built-in corpus): a plain text file is one document, a record file one per record."""
-        fmt, compression = ("text", None) if isinstance(item, BuiltinCorpus) else file_format(item)
-        if fmt != "text":
-            texts, entry = read_record_file(item, shown, self.text_field, self.encoding, self.bad)
-            if not texts and from_folder:
-                self.skipped.append({"path": shown, "reason": "no records"})
-                return
-            if not texts:
-                raise DataError(f"{shown}: holds no {fmt} records; give a file with at least one record, or leave it out of --text")
-            self._keep(entry)
-            self.docs.extend(Document(shown, text, len(text.encode("utf-8")), entry["sha256"]) for text in texts)
-            return
-        if compression is None:
-            stored = raw = _read_candidate(item, shown, self.encoding)
-        else:
-            stored = item.read_bytes()
-            raw = decompress(stored, compression, shown)
-        text, reason = _decode_candidate(raw, shown, self.encoding)
-        if reason is not None:
-            if from_folder:
-                self.skipped.append({"path": shown, "reason": reason})
-                return
-            raise DataError(f"{shown}: file is {_unusable(raw, reason, self.encoding)}")
-        digest = hashlib.sha256(stored).hexdigest()
-        entry = {"path": shown, "bytes": len(stored), "sha256": digest, "format": "text", "records": 1}
-        if compression is not None:
-            entry["compression"] = compression
-        self._keep(entry)
-        self.docs.append(Document(shown, text, len(raw), digest))
-
-    def _keep(self, entry: dict) -> None:
-        if entry["sha256"] in self.seen:
-            self.duplicates.append({"path": entry["path"], "same_as": self.seen[entry["sha256"]]})
-        self.seen.setdefault(entry["sha256"], entry["path"])
-        self.files.append(entry)
+        return source, [(p, p.relative_to(root).as_posix(), True) for p in default_corpus_files()], skipped
+    source = {"kind": "files", "paths": [str(p) for p in paths]}
+    candidates, builtins = _given_candidates(paths, skipped, skip_folder)
+    if builtins:
+        source["builtin"] = builtins
+    return source, candidates, skipped
 
 
 def split_documents(docs: Sequence[Document], val_fraction: float) -> tuple[list[str], list[str]]:
@@ -387,6 +333,7 @@ def split_documents(docs: Sequence[Document], val_fraction: float) -> tuple[list
 
 __all__ = [
     "Document",
+    "corpus_candidates",
     "FolderRule",
     "decode_text",
     "default_corpus_files",

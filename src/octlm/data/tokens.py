@@ -11,13 +11,15 @@ alone (:class:`BlockSampler`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from octlm.errors import DataError
-from octlm.fileio import atomic_write
+from octlm.fileio import atomic_write, umask
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -45,6 +47,69 @@ def write_tokens(path: Path, ids: np.ndarray) -> dict:
     data = np.ascontiguousarray(ids, dtype=ids.dtype.newbyteorder("<")).tobytes()
     atomic_write(path, data)
     return {"file": path.name, "dtype": ids.dtype.name, "count": int(ids.size), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+class TokenWriter:
+    """A token stream written piece by piece, as :func:`write_tokens` writes it whole: the same bytes and manifest entry.
+
+    The pieces go to a hidden temporary file beside ``path`` that :meth:`close`
+    renames into place, so an interrupted write never leaves a partial token
+    file under the real name; :meth:`abort` removes it. Memory stays that of one piece.
+    """
+
+    def __init__(self, path: Path, dtype: np.dtype) -> None:
+        self.path, self.dtype = Path(path), np.dtype(dtype)
+        fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        self.handle = os.fdopen(fd, "wb")
+        self.digest, self.count = hashlib.sha256(), 0
+
+    def write(self, ids: np.ndarray) -> None:
+        """Append ids [n] (any integer dtype; stored in the stream's dtype, little-endian)."""
+        data = np.ascontiguousarray(ids, dtype=self.dtype.newbyteorder("<")).tobytes()
+        self.handle.write(data)
+        self.digest.update(data)
+        self.count += int(ids.size)
+
+    def close(self) -> dict:
+        """Flush, sync and rename into place; returns the manifest entry (file name, dtype, count, sha256)."""
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+        self.handle.close()
+        os.chmod(self.tmp, 0o666 & ~umask())  # mkstemp makes it private; give it the mode open() would
+        os.replace(self.tmp, self.path)
+        return {"file": self.path.name, "dtype": self.dtype.name, "count": self.count, "sha256": self.digest.hexdigest()}
+
+    def abort(self) -> None:
+        """Close and remove the temporary file (after an error or Ctrl-C)."""
+        self.handle.close()
+        Path(self.tmp).unlink(missing_ok=True)
+
+
+def encode_into(tokenizer, texts: Iterable[str], writer: TokenWriter, group_chars: int = 1 << 22) -> None:
+    """:func:`encode_stream` of ``texts`` written through ``writer`` group by group: the same ids, memory of one group.
+
+    Documents are gathered into groups of about ``group_chars`` characters and
+    each group encoded in parallel (:meth:`~octlm.data.tokenizer.Tokenizer.encode_arrays`).
+    """
+    eot = np.array([tokenizer.eot_id], dtype=writer.dtype)
+    group: list[str] = []
+    size = 0
+
+    def flush() -> None:
+        pieces = [part for ids in tokenizer.encode_arrays(group, writer.dtype) for part in (ids, eot)]
+        writer.write(np.concatenate(pieces))
+        group.clear()
+
+    for text in texts:
+        if not text:
+            continue
+        group.append(text)
+        size += len(text)
+        if size >= group_chars:
+            flush()
+            size = 0
+    if group:
+        flush()
 
 
 def open_tokens(path: Path, dtype: str, count: int | None = None) -> np.ndarray:
@@ -154,4 +219,4 @@ class BlockSampler:
         return epoch + index / size
 
 
-__all__ = ["BlockSampler", "block_starts", "count_blocks", "encode_stream", "gather_blocks", "open_tokens", "token_dtype", "write_tokens"]
+__all__ = ["BlockSampler", "TokenWriter", "block_starts", "encode_into", "count_blocks", "encode_stream", "gather_blocks", "open_tokens", "token_dtype", "write_tokens"]

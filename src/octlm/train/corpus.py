@@ -15,11 +15,20 @@ import numpy as np
 
 from octlm.data import text as data
 from octlm.data import tokens
+from octlm.data.reading import CorpusReader
 from octlm.errors import OctlmError
 from octlm.train.options import TrainOptions
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
 from octlm.data.tokenizer import Tokenizer
+
+
+#: Text (bytes, UTF-8, as read: decompressed) above which preparation streams and the tokenizer trains on a sample:
+#: the training split of the corpus's first documents up to this size. Below it (the built-in corpora, the standard
+#: library's 12 MB) everything is as it always was: the whole text in memory, the tokenizer trained on all of it.
+TOKENIZER_SAMPLE_BYTES = 128 * 2**20
+#: Text gathered before each encoding step of a streamed corpus (bytes): memory of one group, and enough for parallel encoding.
+STREAM_GROUP_BYTES = 16 * 2**20
 
 
 @dataclass
@@ -48,13 +57,23 @@ def _earlier_run(folder: Path) -> str | None:
     return "an octlm run folder" if RunFolder(folder).is_octlm_run() else None
 
 
+def _reader(opts: TrainOptions) -> CorpusReader:
+    return CorpusReader(opts.text or None, opts.encoding, _earlier_run, opts.text_field, opts.skip_bad_records)
+
+
+def _tokenizer(opts: TrainOptions, train_texts: list[str]) -> Tokenizer:
+    # A run started from another keeps that run's tokenizer: its token rows mean those ids.
+    return RunFolder(opts.init_from, "--init-from").read_tokenizer() if opts.init_from else Tokenizer.train(train_texts, opts.vocab_size)
+
+
 def split_and_tokenize(opts: TrainOptions) -> SplitText:
     """Read ``opts.text``, split it by ``opts.val_fraction`` and train the tokenizer on the training split.
 
     With ``opts.init_from`` the source run's tokenizer is used instead.
 
     Deterministic, so a length study can count the validation tokens of the
-    runs it is about to train.
+    runs it is about to train. The whole text is held in memory
+    (:func:`prepare_corpus` streams a corpus above :data:`TOKENIZER_SAMPLE_BYTES`).
 
     Raises:
         DataError: for unreadable input or a split that leaves one side empty.
@@ -62,13 +81,35 @@ def split_and_tokenize(opts: TrainOptions) -> SplitText:
     docs, info = data.read_documents(opts.text or None, opts.encoding, skip_folder=_earlier_run,
                                      text_field=opts.text_field, skip_bad_records=opts.skip_bad_records)
     train_texts, val_texts = data.split_documents(docs, opts.val_fraction)
-    # A run started from another keeps that run's tokenizer: its token rows mean those ids.
-    tokenizer = RunFolder(opts.init_from, "--init-from").read_tokenizer() if opts.init_from else Tokenizer.train(train_texts, opts.vocab_size)
-    return SplitText(docs, info, train_texts, val_texts, tokenizer)
+    return SplitText(docs, info, train_texts, val_texts, _tokenizer(opts, train_texts))
+
+
+def read_sample(reader: CorpusReader, limit: int) -> tuple[list[data.Document], bool]:
+    """The corpus's first documents, up to the one that takes their text past ``limit`` bytes; and whether that was all of it.
+
+    Raises:
+        DataError: as :func:`octlm.data.text.read_documents`, and when the corpus holds no document.
+    """
+    held, size = [], 0
+    for doc in reader.documents():
+        held.append(doc)
+        size += doc.n_bytes
+        if size > limit:
+            return held, False
+    reader.check_found(held)
+    return held, True
 
 
 def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> Corpus:
     """Read, split, tokenize and store the corpus in ``folder``: token files, ``tokenizer.json`` and ``manifest.json``.
+
+    A corpus of up to :data:`TOKENIZER_SAMPLE_BYTES` of text is read into
+    memory and the tokenizer trains on all of its training split. A larger one
+    streams: the tokenizer trains on the training split of the documents in
+    its first :data:`TOKENIZER_SAMPLE_BYTES`, then the corpus is read again
+    and each group of documents is split, encoded and appended to the token
+    files (:class:`~octlm.data.tokens.TokenWriter`), so memory stays bounded
+    whatever the corpus's size, and time grows linearly with it.
 
     Raises:
         DataError: for unreadable input, or a validation split shorter than
@@ -77,28 +118,21 @@ def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> C
             naming the folder and the room the run needs there.
     """
     t0 = time.perf_counter()
-    text = split_and_tokenize(opts)
-    docs, info, tokenizer = text.docs, text.info, text.tokenizer
-    n_bytes = sum(d.n_bytes for d in docs)
-    _report_sources(docs, info, n_bytes, report)
-    if tokenizer.vocab_size < opts.vocab_size:
-        report.warn(f"the training text supports only {tokenizer.vocab_size} tokens; using that instead of --vocab-size {opts.vocab_size}")
-    encoded = {split: tokens.encode_stream(tokenizer, texts) for split, texts in (("train", text.train_texts), ("val", text.val_texts))}
-    try:
-        tokenizer.save(folder.tokenizer_path)
-        streams = {split: folder.write_tokens(split, ids) for split, ids in encoded.items()}
-        manifest = {
-            **info,
-            "total_bytes": n_bytes,
-            "val_fraction": opts.val_fraction,
-            "encoding": opts.encoding,
-            "tokens": streams,
-        }
-        folder.write_manifest(manifest)
-    except OSError as err:
-        if err.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise _no_room(err, folder, tokenizer, encoded) from None
-        raise
+    reader = _reader(opts)
+    held, complete = read_sample(reader, TOKENIZER_SAMPLE_BYTES)
+    if complete:
+        train_texts, val_texts = data.split_documents(held, opts.val_fraction)
+        text = SplitText(held, reader.info(), train_texts, val_texts, _tokenizer(opts, train_texts))
+        tokenizer, docs, info = text.tokenizer, text.docs, text.info
+        _report_sources(docs, info, sum(d.n_bytes for d in docs), report)
+        _check_vocab(tokenizer, opts, report)
+        encoded = {split: tokens.encode_stream(tokenizer, texts) for split, texts in (("train", text.train_texts), ("val", text.val_texts))}
+        n_bytes = sum(d.n_bytes for d in docs)
+        streams, manifest = _store(folder, tokenizer, info, n_bytes, opts, lambda: {split: folder.write_tokens(split, ids) for split, ids in encoded.items()},
+                                   {split: ids.nbytes for split, ids in encoded.items()})
+    else:
+        n_bytes, manifest = _prepare_streaming(opts, folder, report, reader, held)
+        tokenizer = folder.read_tokenizer()
     train, val = folder.tokens("train", manifest), folder.tokens("val", manifest)
     need = opts.model.context_length + 1
     if len(val) < need:
@@ -117,18 +151,50 @@ def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> C
     return Corpus(tokenizer, train, val, manifest)
 
 
-def _no_room(err: OSError, folder: RunFolder, tokenizer: Tokenizer, encoded: dict[str, np.ndarray]) -> OctlmError:
+def _check_vocab(tokenizer: Tokenizer, opts: TrainOptions, report: Reporter) -> None:
+    if tokenizer.vocab_size < opts.vocab_size:
+        report.warn(f"the training text supports only {tokenizer.vocab_size} tokens; using that instead of --vocab-size {opts.vocab_size}")
+
+
+def _store(folder: RunFolder, tokenizer: Tokenizer, info: dict, n_bytes: int, opts: TrainOptions, write_streams,
+           sizes: dict[str, int]) -> tuple[dict, dict]:
+    """Write ``tokenizer.json``, the token files (``write_streams()``, their manifest entries) and ``manifest.json``.
+
+    Raises:
+        OctlmError: when the disk or quota fills (:func:`_no_room`, with ``sizes``: bytes of each token file, at least).
+    """
+    try:
+        tokenizer.save(folder.tokenizer_path)
+        streams = write_streams()
+        manifest = {
+            **info,
+            "total_bytes": n_bytes,
+            "val_fraction": opts.val_fraction,
+            "encoding": opts.encoding,
+            "tokens": streams,
+        }
+        folder.write_manifest(manifest)
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _no_room(err, folder, tokenizer, sizes) from None
+        raise
+    return streams, manifest
+
+
+def _no_room(err: OSError, folder: RunFolder, tokenizer: Tokenizer, sizes: dict[str, int]) -> OctlmError:
     """The error for a disk (or quota) that filled while the prepared corpus was written: where, what, and how much.
 
     ``folder`` is the hidden staging folder beside ``--out``, which the
     caller removes; the room is needed in the folder that holds it.
+    ``sizes`` are the token files' bytes (for a streamed corpus, what was
+    written before the disk filled: the least the run needs).
     """
     where = folder.path.parent
     def size(n: int) -> str:
         return f"{n / 1e6:,.1f} MB" if n >= 100_000 else f"{n / 1e3:,.0f} kB"
 
-    files = ", ".join(f"{folder.token_path(split).name} {size(ids.nbytes)}" for split, ids in encoded.items())
-    total = sum(ids.nbytes for ids in encoded.values()) + len(tokenizer.to_str().encode())
+    files = ", ".join(f"{folder.token_path(split).name} {size(n)}" for split, n in sizes.items())
+    total = sum(sizes.values()) + len(tokenizer.to_str().encode())
     return OctlmError(
         f"{where}: {err.strerror} while writing the prepared corpus ({files}, tokenizer.json and manifest.json): the run "
         f"needs at least {size(total)} there before training, and its checkpoints more; nothing was written. "
@@ -136,12 +202,69 @@ def _no_room(err: OSError, folder: RunFolder, tokenizer: Tokenizer, encoded: dic
     )
 
 
-def _report_sources(docs: list[data.Document], info: dict, n_bytes: int, report: Reporter) -> None:
+def _prepare_streaming(opts: TrainOptions, folder: RunFolder, report: Reporter, reader: CorpusReader, held: list[data.Document]) -> tuple[int, dict]:
+    """The corpus above :data:`TOKENIZER_SAMPLE_BYTES`: the tokenizer from the first documents (``held``), then every document
+    read again, split, encoded and appended to the token files group by group. Returns the text's bytes and the manifest."""
+    sample = data.split_documents(held, opts.val_fraction)[0]
+    sample_bytes = sum(d.n_bytes for d in held)
+    report.event("sample", f"corpus larger than {TOKENIZER_SAMPLE_BYTES / 2**20:.0f} MiB: the tokenizer trains on its first {len(held):,} "
+                 f"documents ({sample_bytes / 1e6:,.1f} MB); every document is encoded", documents=len(held), bytes=sample_bytes)
+    tokenizer = _tokenizer(opts, sample)
+    del held, sample  # memory: from here on only a group of documents at a time
+    _check_vocab(tokenizer, opts, report)
+    dtype = tokens.token_dtype(tokenizer.vocab_size)
+    writers = {split: tokens.TokenWriter(folder.token_path(split), dtype) for split in ("train", "val")}
+    counted = {"documents": 0, "bytes": 0, "first": None}
+    try:
+        n_bytes, manifest = _stream_into(reader, tokenizer, writers, counted, opts, folder, report)
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        raise
+    return n_bytes, manifest
+
+
+def _stream_into(reader: CorpusReader, tokenizer: Tokenizer, writers: dict, counted: dict, opts: TrainOptions, folder: RunFolder,
+                 report: Reporter) -> tuple[int, dict]:
+    on_disk = sum(item.stat().st_size for item, _, _ in reader.candidates if isinstance(item, Path) and item.is_file())
+    bar = report.progress(on_disk, "read and encode", "B")
+    bar.unit_scale = True
+    group: list[data.Document] = []
+    size = 0
+
+    def flush() -> None:
+        train_texts, val_texts = data.split_documents(group, opts.val_fraction)
+        tokens.encode_into(tokenizer, train_texts, writers["train"])
+        tokens.encode_into(tokenizer, val_texts, writers["val"])
+        group.clear()
+
+    with bar:
+        for doc in reader.documents():
+            counted["documents"] += 1
+            counted["bytes"] += doc.n_bytes
+            counted["first"] = counted["first"] or doc
+            group.append(doc)
+            size += doc.n_bytes
+            bar.update(min(doc.n_bytes, max(on_disk - bar.n, 0)))  # text bytes against file bytes: never past the end
+            if size >= STREAM_GROUP_BYTES:
+                flush()
+                size = 0
+        if group:
+            flush()
+        bar.update(max(on_disk - bar.n, 0))
+    info, n_bytes = reader.info(), counted["bytes"]
+    _report_sources([counted["first"]], info, n_bytes, report, documents=counted["documents"])
+    sizes = {split: w.count * w.dtype.itemsize for split, w in writers.items()}
+    return n_bytes, _store(folder, tokenizer, info, n_bytes, opts, lambda: {split: w.close() for split, w in writers.items()}, sizes)[1]
+
+
+def _report_sources(docs: list[data.Document], info: dict, n_bytes: int, report: Reporter, documents: int | None = None) -> None:
+    documents = len(docs) if documents is None else documents
     source = "the Python standard library" if info["source"]["kind"] == "python-stdlib" else f"{len(info['files'])} file(s)"
     # The first line as decoded: a wrong --encoding shows at a glance.
     first = data.first_line(docs[0].text)
-    report.event("corpus", f"corpus: {source}, {len(docs)} documents, {n_bytes / 1e6:.2f} MB; first line: \"{first}\"",
-                 documents=len(docs), bytes=n_bytes, skipped=len(info["skipped"]), first_line=first)
+    report.event("corpus", f"corpus: {source}, {documents} documents, {n_bytes / 1e6:.2f} MB; first line: \"{first}\"",
+                 documents=documents, bytes=n_bytes, skipped=len(info["skipped"]), first_line=first)
     # The standard library has empty files and repeats a few on purpose (the default corpus, same every time);
     # only what was skipped or repeated in the person's own text is worth a warning. manifest.json lists both.
     own = info["source"]["kind"] != "python-stdlib"

@@ -1,0 +1,113 @@
+"""Reading a corpus document by document: :class:`CorpusReader`, behind :func:`octlm.data.text.read_documents`.
+
+A plain text file is one document, read whole (as octlm always has); a record
+file (:mod:`octlm.data.records`) gives one document per record, read as it
+streams, so a corpus of records never has to fit in memory. Each file's
+manifest entry, the repeats and the bad records are known once the documents
+have all been read (:meth:`CorpusReader.info`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from octlm.data.corpora import BuiltinCorpus
+from octlm.data.records import BadRecords, decompress, file_format, iter_records, record_file_entry
+from octlm.data.text import (
+    DataError, Document, FolderRule, _decode_candidate, _read_candidate, _unusable, corpus_candidates, default_corpus_root,
+)
+
+
+class CorpusReader:
+    """The documents of ``--text`` (or of the default corpus), in corpus order; :meth:`documents` may be called again to read them anew.
+
+    Args: as :func:`octlm.data.text.read_documents`.
+
+    Raises:
+        DataError: on construction, for paths that name nothing readable; while
+            reading, as :func:`octlm.data.text.read_documents`.
+    """
+
+    def __init__(self, paths: Sequence[str | Path] | None, encoding: str = "utf-8", skip_folder: FolderRule | None = None,
+                 text_field: str = "text", skip_bad_records: bool = False) -> None:
+        self.paths, self.encoding, self.text_field, self.skip_bad_records = paths, encoding, text_field, skip_bad_records
+        self.source, self.candidates, self.walk_skipped = corpus_candidates(paths, skip_folder)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.bad = BadRecords(self.skip_bad_records)
+        self.skipped: list[dict] = list(self.walk_skipped)
+        self.files: list[dict] = []
+        self.duplicates: list[dict] = []
+        self.seen: dict[str, str] = {}
+
+    def documents(self) -> Iterator[Document]:
+        """Every document, file by file; the manifest's view of them fills in as they are read."""
+        self._reset()
+        for item, shown, from_folder in self.candidates:
+            if from_folder and not item.is_file():
+                # a FIFO, socket or device inside a folder: reading it could block forever
+                self.skipped.append({"path": shown, "reason": "not a regular file"})
+                continue
+            fmt, _ = ("text", None) if isinstance(item, BuiltinCorpus) else file_format(item)
+            yield from (self._text_file(item, shown, from_folder) if fmt == "text" else self._record_file(item, shown, fmt, from_folder))
+
+    def check_found(self, docs: Sequence[Document]) -> None:
+        """Raise :class:`DataError` when reading found no document at all."""
+        if not docs:
+            paths = self.paths
+            where = ", ".join(str(p) for p in paths) if paths else str(default_corpus_root())
+            raise DataError(
+                f"no text files found in {where} ({len(self.skipped)} skipped as empty or binary); "
+                f"give --text a folder that holds text files, or the files themselves"
+            )
+
+    def info(self) -> dict:
+        """For the manifest: the source, each file read, what was skipped, the repeats and the bad records skipped."""
+        info = {"source": self.source, "skipped": self.skipped, "duplicates": self.duplicates, "files": self.files}
+        if self.bad.count:
+            info["bad_records"] = {"count": self.bad.count, "first": self.bad.examples}
+        return info
+
+    def _text_file(self, item: Path | BuiltinCorpus, shown: str, from_folder: bool) -> Iterator[Document]:
+        compression = None if isinstance(item, BuiltinCorpus) else file_format(item)[1]
+        if compression is None:
+            stored = raw = _read_candidate(item, shown, self.encoding)
+        else:
+            stored = item.read_bytes()
+            raw = decompress(stored, compression, shown)
+        text, reason = _decode_candidate(raw, shown, self.encoding)
+        if reason is not None:
+            if from_folder:
+                self.skipped.append({"path": shown, "reason": reason})
+                return
+            raise DataError(f"{shown}: file is {_unusable(raw, reason, self.encoding)}")
+        digest = hashlib.sha256(stored).hexdigest()
+        entry = {"path": shown, "bytes": len(stored), "sha256": digest, "format": "text", "records": 1}
+        if compression is not None:
+            entry["compression"] = compression
+        self._keep(entry)
+        yield Document(shown, text, len(raw), digest)
+
+    def _record_file(self, item: Path, shown: str, fmt: str, from_folder: bool) -> Iterator[Document]:
+        before, count = self.bad.count, 0
+        for text in iter_records(item, shown, fmt, file_format(item)[1], self.text_field, self.encoding, self.bad):
+            count += 1
+            yield Document(shown, text, len(text.encode("utf-8")), "")
+        if not count and from_folder:
+            self.skipped.append({"path": shown, "reason": "no records"})
+            return
+        if not count:
+            raise DataError(f"{shown}: holds no {fmt} records; give a file with at least one record, or leave it out of --text")
+        self._keep(record_file_entry(item, shown, count, self.bad.count - before))
+
+    def _keep(self, entry: dict) -> None:
+        if entry["sha256"] in self.seen:
+            self.duplicates.append({"path": entry["path"], "same_as": self.seen[entry["sha256"]]})
+        self.seen.setdefault(entry["sha256"], entry["path"])
+        self.files.append(entry)
+
+
+__all__ = ["CorpusReader"]
