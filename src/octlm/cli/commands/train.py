@@ -18,6 +18,7 @@ def add_parser(sub) -> None:
         description="Train a decoder end to end: tokenizer, packed blocks, AdamW, evaluation, run folder.",
         epilog="examples:\n  octlm train --text tinyshakespeare --time-budget 300 --out runs/shakespeare\n"
         "  octlm train --config recipe.toml --position rope\n"
+        "  octlm train --text data/ train.jsonl.zst --text-field content --log-to tensorboard --out runs/mine   # records, a tracker\n"
         "  octlm train --resume runs/shakespeare                    # continue after Ctrl-C, a kill or a crash\n"
         "  octlm train --resume runs/shakespeare --max-steps 5000   # train further (the run's new total)\n"
         "  torchrun --nproc_per_node 4 -m octlm train --text data/ --out runs/ddp   # one process per GPU\n\n"
