@@ -29,7 +29,8 @@ _BINARY_SNIFF_BYTES = 8192
 
 @dataclass(frozen=True)
 class Document:
-    """One source file: its display path, text and the identity of its bytes."""
+    """One document: its file's display path, its text, its UTF-8 bytes (as read) and the sha256 of the file's bytes
+    (a plain text file; ``""`` for a record, whose file manifest.json lists once)."""
 
     path: str
     text: str
