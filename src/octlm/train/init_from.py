@@ -22,7 +22,7 @@ from octlm.declare import option_default, replaced
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import read_safetensors, sha256_file
 from octlm.model import Decoder, DecoderConfig
-from octlm.model.positions import SCHEMES, schemes_taking
+from octlm.model.positions import ROPE_SCALINGS, SCHEMES, schemes_taking
 from octlm.run.folder import RunFolder
 from octlm.run.scaling import apply_scaling
 from octlm.model.weights import load_weights, weights_state
@@ -147,7 +147,7 @@ def check_scaling_options(opts) -> None:
     """
     if opts.rope_scaling is None:
         if opts.rope_factor is not None:
-            raise OctlmError("--rope-factor needs --rope-scaling (linear, ntk, dynamic-ntk or yarn)")
+            raise OctlmError(f"--rope-factor needs --rope-scaling ({', '.join(ROPE_SCALINGS)})")
         return
     if opts.rope_factor is None and opts.rope_scaling != "dynamic-ntk":
         raise OctlmError(f"--rope-scaling {opts.rope_scaling} needs --rope-factor F (new length / trained length, e.g. 4)")

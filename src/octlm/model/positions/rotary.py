@@ -50,7 +50,7 @@ class RotaryPositions(ScalableRotation, PositionScheme):
 
     ``set_rope_scaling`` (from :class:`octlm.model.positions.rope_scaling.ScalableRotation`)
     stretches the rotation past the training length without training
-    (:class:`RopeScaling`: linear, NTK-aware, dynamic NTK, YaRN). It is a
+    (:class:`RopeScaling`: linear, NTK-aware, dynamic NTK, YaRN, Llama 3). It is a
     run-time setting for evaluation and sampling, not part of the trained
     config; ``None`` (the default) is plain RoPE.
     """
@@ -58,7 +58,8 @@ class RotaryPositions(ScalableRotation, PositionScheme):
     label = "RoPE"
     description = "queries and keys rotated by their position, so scores see relative distance (Su et al. 2021)"
     hf_model_type = "gpt_neox"
-    extension_methods = (None, "linear", "ntk", "yarn")  # plain fine-tuning, then Chen et al. 2023's and Peng et al. 2023's
+    # plain fine-tuning, then Chen et al. 2023's, Peng et al. 2023's and Llama 3.1's
+    extension_methods = (None, "linear", "ntk", "yarn", "llama3")
     times_length_study = True
     options = {
         "rope_theta": option(DEFAULT_BASE, "RoPE wavelength base"),
