@@ -114,7 +114,7 @@ def fine_tune(opts, label: str, source_dir: Path, run_dir: Path, seed: int, scor
         curve.append({"record": "curve", "label": label, "seed": seed, "step": step, "eval_length": length, "bpb": result.bpb})
         report.event("curve", f"[{label} seed {seed}] after {step} steps: {result.bpb:.4f} bits per byte at {length}", **curve[-1])
 
-    start = Decoder(tuned.model_config(tokenizer.vocab_size))
+    start = Decoder(tuned.model_config(tokenizer.vocab_size, tokenizer.eot_id))
     prepare_model(start, tuned, load_source=True)
     score(start, 0)
 

@@ -27,8 +27,9 @@ from octlm.run.folder import RunFolder
 from octlm.run.scaling import apply_scaling
 from octlm.model.weights import load_weights, weights_state
 
-#: Model options a fine-tuning run must share with its source (``context_length`` and ``dropout`` may change).
-SHAPE_OPTIONS = tuple(f.name for f in dataclasses.fields(DecoderConfig) if f.name not in ("context_length", "dropout"))
+#: Model options a fine-tuning run must share with its source (``context_length`` and ``dropout`` may change;
+#: ``eot_id`` is the source's tokenizer's, which the run keeps).
+SHAPE_OPTIONS = tuple(f.name for f in dataclasses.fields(DecoderConfig) if f.name not in ("context_length", "dropout", "eot_id"))
 #: The state-dict key of a learned position table.
 TABLE_KEY = "positions.table.weight"
 
