@@ -164,3 +164,12 @@ def test_length_study_scores_logn_variants_and_trains_under_the_document_mask(sm
     # a scheme that cannot restart its positions is refused by name, before anything is trained
     assert main(["length", "--text", str(small_corpus), "--out", str(tmp_path / "fire"), "--schemes", "fire", "--document-mask", *tiny]) == 1
     assert "document_mask needs a scheme" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recipe,match", [({"attention_scale": "log"}, "attention_scale='log': transformers"),
+                                          ({"document_mask": True}, "document_mask: transformers")])
+def test_export_hf_refuses_the_recipes_by_name(tmp_path, recipe, match):
+    from octlm.export.hf import InteropError, mapper_for
+
+    with pytest.raises(InteropError, match=match):
+        mapper_for(DecoderConfig(position="rope", **recipe))

@@ -43,8 +43,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig
     from octlm.model.kvcache import KVCache
 
-#: ``--attention-scale`` values: ``none`` (plain softmax attention) and ``log`` (:func:`log_length_scale`).
-ATTENTION_SCALES = ("none", "log")
+#: The ``--attention-scale`` of plain softmax attention (the word is also NoPE's scheme name, hence one constant).
+NO_SCALE = "none"
+#: ``--attention-scale`` values: :data:`NO_SCALE` and ``log`` (:func:`log_length_scale`).
+ATTENTION_SCALES = (NO_SCALE, "log")
 
 
 def log_length_scale(n: Tensor, train_length: int) -> Tensor:
@@ -99,7 +101,7 @@ def plan_pass(config: "DecoderConfig", token_ids: Tensor, offset: int, cache: "K
     carries where each row's open document began (``cache.document_start``,
     updated here); without one the keys are the pass's own tokens.
     """
-    if not config.document_mask and config.attention_scale == "none":
+    if not config.document_mask and config.attention_scale == NO_SCALE:
         return None
     B, T = token_ids.shape
     device = token_ids.device
@@ -123,4 +125,4 @@ def plan_pass(config: "DecoderConfig", token_ids: Tensor, offset: int, cache: "K
     return plan
 
 
-__all__ = ["ATTENTION_SCALES", "PassPlan", "document_starts", "log_length_scale", "plan_pass"]
+__all__ = ["ATTENTION_SCALES", "NO_SCALE", "PassPlan", "document_starts", "log_length_scale", "plan_pass"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from octlm.declare import at_least, option, option_default, option_fields
 from octlm.model import positions
-from octlm.model.attention_recipes import ATTENTION_SCALES
+from octlm.model.attention_recipes import ATTENTION_SCALES, NO_SCALE
 from octlm.model.positions.base import with_scheme_options
 
 #: MLP nonlinearities by name: the ``approximate`` argument of ``F.gelu``.
@@ -107,7 +107,7 @@ class DecoderConfig:
     randomize_positions: int = option(1, "train at positions drawn from FACTOR x context length (Ruoss et al. 2023; "
                                       f"{', '.join(positions.random_position_schemes())}); 1: off. Evaluation and sampling draw them the same "
                                       "way, seeded by the sequence length", bounds=at_least(1), metavar="FACTOR")
-    attention_scale: str = option("none", "query-key logits at 1-based position n > context length times log(n) / log(context length) "
+    attention_scale: str = option(NO_SCALE, "query-key logits at 1-based position n > context length times log(n) / log(context length) "
                                   "(Chiang & Cholak 2022; Qwen's logn attention): log, or none", choices=list(ATTENTION_SCALES))
     document_mask: bool = option(False, "in packed blocks attention does not cross <|endoftext|>, and positions restart at each document")
     # Not an option: the run's tokenizer decides it (its <|endoftext|>), as vocab_size.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from octlm.model.attention_recipes import NO_SCALE
 from octlm.report import Reporter
 from octlm.studies.length_attention import attention_record
 from octlm.studies.length_options import LengthOptions
@@ -36,11 +37,11 @@ def stride_at(length: int, opts: LengthOptions) -> int:
 SCALE_LABELS = {"log": "logn"}
 
 
-def eval_row(scheme: str, method: str | None, factor: float | None, multiplier: int, length: int, attention_scale: str = "none") -> dict:
+def eval_row(scheme: str, method: str | None, factor: float | None, multiplier: int, length: int, attention_scale: str = NO_SCALE) -> dict:
     """An eval record's identity: ``label`` is the scheme, with ``+method`` under a RoPE scaling or ``+logn`` under the log attention scale."""
     label = scheme if method is None else f"{scheme}+{method}"
     row = {"record": "eval", "label": label, "position": scheme, "rope_scaling": method, "rope_factor": factor, "multiplier": multiplier, "eval_length": length}
-    if attention_scale != "none":
+    if attention_scale != NO_SCALE:
         row.update(label=f"{label}+{SCALE_LABELS[attention_scale]}", attention_scale=attention_scale)
     return row
 
