@@ -163,7 +163,7 @@ def extended(tmp_path_factory, small_corpus):
 def test_extension_stage_curves_and_scores(extended):
     root, two, _ = extended
     curves = [r for r in two if r["record"] == "curve"]
-    labels = ["rope", "rope+linear", "rope+ntk", "rope+yarn", "learned"]
+    labels = ["rope", "rope+linear", "rope+ntk", "rope+yarn", "rope+llama3", "learned"]
     assert sorted({c["label"] for c in curves}) == sorted(labels)
     assert sorted({c["step"] for c in curves}) == [0, 1, 2] and {c["eval_length"] for c in curves} == {16}
     evals = [r for r in two if r["record"] == "eval" and "extended_to" in r]

@@ -17,7 +17,7 @@ import torch
 from octlm.cli import main
 from octlm.export.hf import InteropError, export_hf, import_hf
 from octlm.model import Decoder, DecoderConfig
-from octlm.model.positions import alibi_slopes
+from octlm.model.positions import RopeScaling, alibi_slopes
 from octlm.model.positions.rope_scaling import ntk_theta
 from octlm.run.folder import RunFolder
 from octlm.run.load import load_run
@@ -40,6 +40,7 @@ LAYOUTS = [
     ("linear", dict(position="rope"), ("linear", 4.0)),
     ("yarn", dict(position="rope", partial_rotary_factor=0.5), ("yarn", 4.0)),
     ("ntk", dict(position="rope", rope_layout="half"), ("ntk", 4.0)),
+    ("llama3", dict(position="rope", rope_layout="half"), ("llama3", 4.0)),
     ("nope", dict(position="none"), None),
 ]
 
@@ -182,15 +183,17 @@ def random_neox(folder, tokenizer: Tokenizer, **overrides) -> GPTNeoXForCausalLM
     {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.0},
     {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
     {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
-], ids=["partial", "nope", "linear", "yarn"])
+    {"rope_type": "llama3", "factor": 4.0, "original_max_position_embeddings": 8, "low_freq_factor": 1.0, "high_freq_factor": 2.0,
+     "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
+], ids=["partial", "nope", "linear", "yarn", "llama3"])
 def test_import_random_neox_with_equal_logits(tokenizer, tmp_path, rope):
     hf = random_neox(tmp_path / "hf", tokenizer, rope_parameters=rope, hidden_act="gelu_pytorch_tanh")
     assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "run"), "--quiet"]) == 0
     model, _ = load_run(tmp_path / "run")
     assert model.config.position == ("none" if rope["partial_rotary_factor"] == 0 else "rope")
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())["train"].get("rope_scaling")
-    if recorded:  # a run-time setting in octlm, recorded with the run
-        model.set_rope_scaling(recorded["method"], recorded["factor"], recorded["original_length"])
+    if recorded:  # a run-time setting in octlm, recorded with the run (with the method's own keys: YaRN's betas, Llama 3's factors)
+        model.positions.set_rope_scaling(RopeScaling(**recorded))
     ids = torch.randint(0, tokenizer.vocab_size, (2, 40), generator=torch.Generator().manual_seed(2))
     assert logits_gap(model, hf, ids) < 1e-5
 
@@ -201,7 +204,9 @@ def test_import_random_neox_with_equal_logits(tokenizer, tmp_path, rope):
     ({"hidden_act": "relu"}, "hidden_act='relu'"),
     ({"intermediate_size": 100}, "intermediate_size=100"),
     ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4, "partial_rotary_factor": 1.0}}, "keeps the keys it cached"),
-    ({"rope_parameters": {"rope_type": "llama3", "factor": 2.0, "rope_theta": 1e4}}, "rope_type='llama3'"),
+    ({"rope_parameters": {"rope_type": "longrope", "factor": 2.0, "rope_theta": 1e4}}, "rope_type='longrope'"),
+    ({"rope_parameters": {"rope_type": "llama3", "factor": 2.0, "rope_theta": 1e4, "original_max_position_embeddings": 16,
+                          "low_freq_factor": 4.0, "high_freq_factor": 1.0}}, "0 < low_freq_factor < high_freq_factor"),
 ])
 def test_import_refuses_what_octlm_cannot_compute(tokenizer, tmp_path, capsys, change, match):
     random_neox(tmp_path / "hf", tokenizer)

@@ -17,6 +17,7 @@ NONE_AS_A_WORD = {
     "model/config.py": 1,  # ACTIVATIONS: F.gelu's approximate="none", the exact GELU
     "model/decoder.py": 1,  # cross_entropy: reduction != "none"
     "model/weights.py": 2,  # a message: "missing: none"
+    "model/attention_recipes.py": 1,  # NO_SCALE: --attention-scale none, plain softmax attention
 }
 
 

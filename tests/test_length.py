@@ -46,7 +46,7 @@ def test_study_writes_jsonl_plot_and_table(study):
     assert records[0]["record"] == "study"
     assert [r["position"] for r in records if r["record"] == "train"] == ["learned", "sinusoidal", "rope", "alibi", "none"]
     evals = [r for r in records if r["record"] == "eval"]
-    labels = ["learned", "sinusoidal", "rope", "rope+linear", "rope+ntk", "rope+dynamic-ntk", "rope+yarn", "alibi", "none"]
+    labels = ["learned", "sinusoidal", "rope", "rope+linear", "rope+ntk", "rope+dynamic-ntk", "rope+yarn", "rope+llama3", "alibi", "none"]
     assert [r["label"] for r in evals] == [label for label in labels for _ in MULTIPLIERS]
     assert (out / "length.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (out / "length.md").read_text()

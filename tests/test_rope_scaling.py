@@ -70,6 +70,22 @@ def hand_yarn(d, theta, s, length, beta_fast=32.0, beta_slow=1.0):
     return out, attention
 
 
+def hand_llama3(d, theta, s, length, low=1.0, high=4.0):
+    """Llama 3.1's release: wavelength 2 pi / w per pair; short ones (< length / high) stay, long ones (> length / low) are
+    divided by s, and in between the two mix with weight (length / wavelength - low) / (high - low) on the unscaled one."""
+    out = []
+    for w in plain(d, theta):
+        wavelength = 2 * math.pi / w
+        if wavelength < length / high:
+            out.append(w)
+        elif wavelength > length / low:
+            out.append(w / s)
+        else:
+            smooth = (length / wavelength - low) / (high - low)
+            out.append((1 - smooth) * w / s + smooth * w)
+    return out
+
+
 def ours(method, d, theta, s, length, seq_len=None):
     inv, attention = RopeScaling(method, s, length).frequencies(d, theta, seq_len or length)
     assert inv.dtype == torch.float64 and inv.shape == (d // 2,)
@@ -108,6 +124,17 @@ def test_yarn_matches_the_formula(d, s, length):
     assert attention == pytest.approx(want_attention, rel=1e-15)
 
 
+@pytest.mark.parametrize("d", DIMS)
+@pytest.mark.parametrize("s", FACTORS)
+@pytest.mark.parametrize("length,theta", [(16, 10000.0), (128, 10000.0), (8192, 500000.0)])
+@pytest.mark.parametrize("low,high", [(1.0, 4.0), (2.0, 8.0)])
+def test_llama3_matches_the_formula(d, s, length, theta, low, high):
+    inv, attention = RopeScaling("llama3", s, length, low_freq_factor=low, high_freq_factor=high).frequencies(d, theta, length)
+    assert inv.tolist() == pytest.approx(hand_llama3(d, theta, s, length, low, high), rel=1e-12) and attention == 1.0
+    # the fastest pair (wavelength 2 pi, under length / high here) is never touched
+    assert inv[0] == 1.0 or length / high <= 2 * math.pi
+
+
 def llama_config(d, theta, rope_type="default", length=128, partial=1.0, **params):
     return LlamaConfig(
         hidden_size=2 * d, num_attention_heads=2, max_position_embeddings=length,
@@ -124,6 +151,7 @@ def test_scalings_match_transformers_rope_init_functions(d, s, partial):
         ("linear", "linear", {"factor": s}, None),
         ("dynamic-ntk", "dynamic", {"factor": s}, 700),
         ("yarn", "yarn", {"factor": s, "original_max_position_embeddings": length}, None),
+        ("llama3", "llama3", {"factor": s, "original_max_position_embeddings": length, "low_freq_factor": 1.0, "high_freq_factor": 4.0}, None),
     ]
     for method, rope_type, params, seq_len in cases:
         config = llama_config(d, 10000.0, rope_type, length, partial, **params)
@@ -168,6 +196,7 @@ def test_half_split_rope_equals_llama_rotary_embedding(seed, offset, theta, d):
         ("linear", "linear", {"factor": 4.0}),
         ("yarn", "yarn", {"factor": 4.0, "original_max_position_embeddings": 32}),
         ("dynamic-ntk", "dynamic", {"factor": 2.0}),
+        ("llama3", "llama3", {"factor": 4.0, "original_max_position_embeddings": 32, "low_freq_factor": 1.0, "high_freq_factor": 4.0}),
     ],
 )
 def test_scaled_half_rope_equals_llama_scaled_rotary(method, rope_type, params):
@@ -238,7 +267,9 @@ def test_scaling_bad_input():
         tiny("alibi").set_rope_scaling("linear", 2.0)
     with pytest.raises(ValueError, match=">= 1"):
         tiny().set_rope_scaling("linear", 0.5)
-    with pytest.raises(ValueError, match="unknown; choose one of: linear, ntk, dynamic-ntk, yarn"):
+    with pytest.raises(ValueError, match="unknown; choose one of: linear, ntk, dynamic-ntk, yarn, llama3"):
         tiny().set_rope_scaling("xpos", 2.0)
+    with pytest.raises(ValueError, match="0 < low_freq_factor < high_freq_factor"):
+        RopeScaling("llama3", 2.0, 128, low_freq_factor=4.0, high_freq_factor=1.0)
     with pytest.raises(ValueError, match="rope_theta > 1"):
         Decoder(DecoderConfig(position="rope", rope_theta=1.0, d_model=32, n_heads=2)).set_rope_scaling("yarn", 2.0)

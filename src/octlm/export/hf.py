@@ -35,6 +35,7 @@ from octlm.export.hf_common import EXPORT_ACTIVATION, IMPORT_ACTIVATION, Interop
 from octlm.export.hf_gpt2 import Gpt2Mapper, decoder_config, from_gpt2_state, gpt2_config, name_map, to_gpt2_state
 from octlm.export.hf_neox import NeoxMapper
 from octlm.model import Decoder, DecoderConfig
+from octlm.model.attention_recipes import NO_SCALE
 from octlm.declare import REQUIRED, option, same_as
 from octlm.model.positions import SCHEMES, RopeScaling
 from octlm.run.folder import RunFolder
@@ -58,6 +59,13 @@ def mapper_for(config: DecoderConfig) -> Mapper:
         InteropError: with the scheme's reason, when no transformers architecture holds it.
     """
     scheme = SCHEMES[config.position]
+    for refused_recipe, why in (
+        (config.attention_scale != NO_SCALE, f"attention_scale={config.attention_scale!r}: transformers' GPT-2 and GPT-NeoX never scale "
+         "the logits with the length (Qwen's LogN-Scaling lives in its own remote code)"),
+        (config.document_mask, "document_mask: transformers' GPT-2 and GPT-NeoX attend across <|endoftext|> and do not restart positions there"),
+    ):
+        if refused_recipe:
+            raise InteropError(f"{why}; octlm cannot export this run to a transformers architecture that computes it alike")
     if scheme.hf_model_type not in MAPPERS:
         raise InteropError(f"position={config.position!r} has no transformers form: {scheme.hf_refusal}; export-hf takes "
                            f"runs trained with --position {' or '.join(exportable_schemes())}")

@@ -27,7 +27,8 @@ octlm                        GPT-NeoX ``config.json``
 ``partial_rotary_factor``    ``rope_parameters.partial_rotary_factor``;
                              ``rotary_pct`` (0: NoPE)
 RoPE scaling (run time)      ``rope_parameters``: linear -> "linear", yarn ->
-                             "yarn", ntk -> a larger ``rope_theta``;
+                             "yarn", llama3 -> "llama3", ntk -> a larger
+                             ``rope_theta``;
                              dynamic-ntk is refused (see below); the same in
                              ``rope_scaling``, without the base and fraction
 tied head                    ``tie_word_embeddings`` true (``lm_head`` not stored)
@@ -48,7 +49,7 @@ import torch
 
 from octlm.export.hf_common import LAYER_NORM_EPS, InteropError, build_config, check_state, export_activation, import_block, refusal, take_tensors
 from octlm.model import Decoder, DecoderConfig
-from octlm.model.positions import SCHEMES, PositionScheme, RopeScaling
+from octlm.model.positions import ROPE_SCALINGS, SCHEMES, PositionScheme, RopeScaling
 from octlm.model.positions.rope_scaling import ntk_theta
 
 MODEL_TYPE = "gpt_neox"
@@ -65,6 +66,9 @@ _BLOCK = [
 ]
 _TOP = [("token_embedding.weight", "gpt_neox.embed_in.weight"),
         ("ln_final.weight", "gpt_neox.final_layer_norm.weight"), ("ln_final.bias", "gpt_neox.final_layer_norm.bias")]
+
+#: octlm RoPE scalings that transformers computes under a ``rope_type`` of the same name, from the same keys.
+_SAME_TYPE = ("yarn", "llama3")
 
 #: octlm RoPE scalings transformers cannot compute alike, and why.
 REFUSED_SCALINGS = {
@@ -118,9 +122,9 @@ def scaling_parameters(scaling: RopeScaling | None, config: DecoderConfig) -> di
         return {}
     if scaling.method == "linear":
         return {"rope_type": "linear", "factor": scaling.factor}
-    if scaling.method == "yarn":
-        return {"rope_type": "yarn", "factor": scaling.factor, "original_max_position_embeddings": scaling.original_length,
-                "beta_fast": scaling.beta_fast, "beta_slow": scaling.beta_slow}
+    if scaling.method in _SAME_TYPE:  # transformers' rope_type of the same name reads the method's keys under their names
+        keys = {key: getattr(scaling, key) for key in ROPE_SCALINGS[scaling.method].keys}
+        return {"rope_type": scaling.method, "factor": scaling.factor, "original_max_position_embeddings": scaling.original_length, **keys}
     if scaling.method == "ntk":  # a fixed NTK scale is plain RoPE with a larger base
         return {"rope_theta": ntk_theta(config.rope_theta, scaling.factor, int(config.head_dim * config.partial_rotary_factor))}
     why = REFUSED_SCALINGS.get(scaling.method, "transformers has no such RoPE type")
@@ -163,10 +167,10 @@ def transformers4_rope(rope: dict, config: DecoderConfig) -> dict:
     base; ``rope_scaling`` the scaling, or ``None``. YaRN's original length is
     left out when it is ``max_position_embeddings``, which is what version 4
     always uses and version 5 assumes when it is missing; version 4 warns
-    about the key when it is there.
+    about the key when it is there. Llama 3's stays: version 4 requires it.
     """
     scaling = {k: v for k, v in rope.items() if k not in ("rope_theta", "partial_rotary_factor")}
-    if scaling.get("original_max_position_embeddings") == config.context_length:
+    if scaling.get("rope_type") == "yarn" and scaling.get("original_max_position_embeddings") == config.context_length:
         del scaling["original_max_position_embeddings"]
     return {"rotary_pct": rope["partial_rotary_factor"], "rotary_emb_base": rope["rope_theta"],
             "rope_scaling": scaling if scaling["rope_type"] != "default" else None}
@@ -197,14 +201,19 @@ def import_rope(hf: dict, source: Path, context_length: int) -> tuple[float, flo
     if kind == "dynamic":
         raise InteropError(f"{source}: rope_type='dynamic': {REFUSED_SCALINGS['dynamic-ntk']}; octlm cannot represent this model")
     odd = [k for k in ("attention_factor", "mscale", "mscale_all_dim") if params.get(k) is not None]
-    if kind not in ("linear", "yarn") or odd or params.get("truncate", True) is not True:
+    if kind not in ("linear", *_SAME_TYPE) or odd or params.get("truncate", True) is not True:
         what = f"rope_type={kind!r}" + (f" with {', '.join(odd)}" if odd else "")
-        raise InteropError(f"{source}: {what}: octlm scales RoPE by linear, ntk, dynamic-ntk or yarn (Peng et al. 2023 defaults); "
-                           f"octlm cannot represent this model")
-    original = int(params.get("original_max_position_embeddings", context_length)) if kind == "yarn" else context_length
-    scaling = RopeScaling(kind, float(params["factor"]), original, float(params.get("beta_fast") or 32), float(params.get("beta_slow") or 1))
-    return theta, factor, {"rope_scaling": {"method": scaling.method, "factor": scaling.factor, "original_length": scaling.original_length,
-                                            "beta_fast": scaling.beta_fast, "beta_slow": scaling.beta_slow}}
+        raise InteropError(f"{source}: {what}: octlm scales RoPE by linear, ntk, dynamic-ntk, yarn (Peng et al. 2023 defaults) or "
+                           f"llama3; octlm cannot represent this model")
+    original = int(params.get("original_max_position_embeddings", context_length)) if kind in _SAME_TYPE else context_length
+    # A key left out (or null) takes octlm's default, which is the paper's (YaRN's betas) or Llama 3.1's (its frequency factors).
+    keys = {key: float(params[key]) for key in ROPE_SCALINGS[kind].keys if params.get(key) is not None}
+    try:
+        scaling = RopeScaling(kind, float(params["factor"]), original, **keys)
+    except ValueError as err:
+        raise InteropError(f"{source}: rope_type={kind!r}: {err}; octlm cannot represent this model") from None
+    record = {"method": scaling.method, "factor": scaling.factor, "original_length": scaling.original_length}
+    return theta, factor, {"rope_scaling": {**record, **{key: getattr(scaling, key) for key in ROPE_SCALINGS[kind].keys}}}
 
 
 def decoder_config(hf: dict, source: Path) -> tuple[DecoderConfig, dict]:

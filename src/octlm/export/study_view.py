@@ -160,7 +160,7 @@ def _maps_of(records: list[dict], folders: dict, seed: int, tokens, report: Repo
     """Every model's attention at every length it was scored at, for ``seed``: one entry per label, in the records' order, and the maps' side (:func:`map_side`).
 
     A scaled label (``rope+yarn``) is its base run under the record's
-    ``rope_scaling`` and ``rope_factor``; an extended one (``extended_to``)
+    ``rope_scaling`` and ``rope_factor`` (``rope+logn``: its ``attention_scale``); an extended one (``extended_to``)
     is its own run, under the scaling its run saved.
     """
     from octlm.run.load import load_run
@@ -176,15 +176,18 @@ def _maps_of(records: list[dict], folders: dict, seed: int, tokens, report: Repo
             entry["lengths"][-1]["note"] = f"its run folder ({RUNS}/{folder.name if folder else r['label']}) is missing"
             continue
         scaling = None if extended or not r.get("rope_scaling") else (r["rope_scaling"], float(r.get("rope_factor") or 1.0))
-        passes.setdefault((folder, scaling), []).append((entry["lengths"][-1], int(r["eval_length"])))
-    models: dict[Path, object] = {folder: load_run(folder, "cpu")[0] for folder, _ in list(passes)[:1]}
+        passes.setdefault((folder, scaling, r.get("attention_scale")), []).append((entry["lengths"][-1], int(r["eval_length"])))
+    models: dict[Path, object] = {folder: load_run(folder, "cpu")[0] for folder, _, _ in list(passes)[:1]}
     shape = next((m.config.n_layers * m.config.n_heads for m in models.values()), 1)
     side = map_side(sum(len(wanted) for wanted in passes.values()), shape)  # the models of a study share their shape
     bar = report.progress(len(passes), "attention maps", unit="pass")
-    for (folder, scaling), wanted in passes.items():
+    for (folder, scaling, attention_scale), wanted in passes.items():
         model = models.get(folder) or models.setdefault(folder, load_run(folder, "cpu")[0])
+        trained_scale = model.config.attention_scale
         if scaling is not None:
             model.set_rope_scaling(*scaling)
+        if attention_scale is not None:
+            model.set_attention_scale(attention_scale)
         notes = {length: unavailable(model, length) or (None if len(tokens) >= length else f"the validation text holds {len(tokens)} tokens")
                  for _, length in wanted}
         shown = [length for length, note in notes.items() if note is None]
@@ -193,6 +196,7 @@ def _maps_of(records: list[dict], folders: dict, seed: int, tokens, report: Repo
             slot.update({"note": notes[length]} if notes[length] else views[length])
         if scaling is not None:
             model.set_rope_scaling(None)  # its base run again, for the next scaling of the same folder
+        model.set_attention_scale(trained_scale)
         bar.update()
     bar.close()
     return list(by_label.values()), side

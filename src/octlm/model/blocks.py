@@ -18,6 +18,7 @@ from octlm.model.config import ACTIVATIONS, DecoderConfig
 from octlm.model.kvcache import LayerCache
 
 if TYPE_CHECKING:  # pragma: no cover
+    from octlm.model.attention_recipes import PassPlan
     from octlm.model.positions import PositionScheme
 
 
@@ -33,7 +34,12 @@ class CausalSelfAttention(nn.Module):
     (any fused kernel may run); a one-token cached step needs no mask at all;
     a multi-token step on top of a cache passes a boolean mask [T, S]; ALiBi
     passes its bias as an additive float mask [1, H, T, S] with ``-inf`` on
-    future keys.
+    future keys. Under a :class:`~octlm.model.attention_recipes.PassPlan`
+    (``attention_scale``, ``document_mask``) the queries are multiplied by its
+    ``query_scale`` after the scheme's rotation, and its ``visible`` keys go
+    as a boolean mask [B, 1, T, S] (folded into the bias as ``-inf`` when
+    there is one), which no flash kernel takes: SDPA then runs the math or
+    the memory-efficient kernel.
 
     ``record`` is ``None`` except inside :func:`octlm.model.attention_maps.record_attention`,
     which sets it to a callable taking the queries and keys SDPA gets and the
@@ -50,19 +56,29 @@ class CausalSelfAttention(nn.Module):
         self.record: Callable[[Tensor, Tensor, Tensor | None, int], None] | None = None
 
     def forward(
-        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None
+        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None, plan: "PassPlan | None" = None
     ) -> Tensor:
         """[B, T, C] at positions ``offset ..`` -> [B, T, C]; with ``cache``, attend to its keys too and extend it."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
         q, k = positions.rotate(q, k, offset)
+        if plan is not None and plan.query_scale is not None:
+            q = q * plan.query_scale.to(q.dtype)  # the q.k logits only, not a scheme's additive bias
         if cache is not None:
             k, v = cache.append(k, v)
         S = k.shape[-2]
         bias = positions.score_bias(T, S, offset)
+        dropout = self.dropout if self.training else 0.0
+        if plan is not None and plan.visible is not None:
+            # The bias (or zeros) with -inf on the keys of other documents: [B, 1 or H, T, S], also what the record sees.
+            hidden = (torch.zeros((), device=q.device) if bias is None else bias.float()).masked_fill(~plan.visible, float("-inf"))
+            if self.record is not None:
+                self.record(q, k, hidden, offset)
+            mask = plan.visible if bias is None else hidden.to(q.dtype)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+            return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
         if self.record is not None:
             self.record(q, k, bias, offset)
-        dropout = self.dropout if self.training else 0.0
         if bias is None and (T == S or T == 1):
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=T > 1)
         else:
@@ -111,9 +127,9 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(
-        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None
+        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None, plan: "PassPlan | None" = None
     ) -> Tensor:
-        x = x + self.attn(self.ln_attn(x), positions, offset, cache)
+        x = x + self.attn(self.ln_attn(x), positions, offset, cache, plan)
         return x + self.mlp(self.ln_mlp(x))
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from octlm.declare import at_least, option, option_default, option_fields
 from octlm.model import positions
+from octlm.model.attention_recipes import ATTENTION_SCALES, NO_SCALE
 from octlm.model.positions.base import with_scheme_options
 
 #: MLP nonlinearities by name: the ``approximate`` argument of ``F.gelu``.
@@ -57,6 +58,16 @@ class DecoderConfig:
             et al. 2023), drawn anew for each training step and, outside
             training, once per sequence length from a generator seeded with it;
             for schemes that take it (learned, sinusoidal, RoPE, xPos).
+        attention_scale: ``none``, or ``log``: the query-key logits of the
+            query at 1-based position ``n > context_length`` multiplied by
+            ``log(n) / log(context_length)`` (:mod:`octlm.model.attention_recipes`).
+        document_mask: attention does not cross the end-of-text token
+            ``eot_id`` and positions restart at each document
+            (:mod:`octlm.model.attention_recipes`), for the schemes that
+            take it (``PositionScheme.takes_document_positions``).
+        eot_id: the tokenizer's ``<|endoftext|>`` id, which ``document_mask``
+            reads (0 in every tokenizer octlm trains; ``octlm train`` writes
+            the run's own).
 
     The options of the position schemes follow, one field each, declared by
     the scheme that reads them (``PositionScheme.options``):
@@ -96,6 +107,11 @@ class DecoderConfig:
     randomize_positions: int = option(1, "train at positions drawn from FACTOR x context length (Ruoss et al. 2023; "
                                       f"{', '.join(positions.random_position_schemes())}); 1: off. Evaluation and sampling draw them the same "
                                       "way, seeded by the sequence length", bounds=at_least(1), metavar="FACTOR")
+    attention_scale: str = option(NO_SCALE, "query-key logits at 1-based position n > context length times log(n) / log(context length) "
+                                  "(Chiang & Cholak 2022; Qwen's logn attention): log, or none", choices=list(ATTENTION_SCALES))
+    document_mask: bool = option(False, "in packed blocks attention does not cross <|endoftext|>, and positions restart at each document")
+    # Not an option: the run's tokenizer decides it (its <|endoftext|>), as vocab_size.
+    eot_id: int = 0
     # ... then one field per option of a position scheme (with_scheme_options).
 
     def __post_init__(self) -> None:
@@ -110,7 +126,7 @@ class DecoderConfig:
             if bounds is not None and not bounds.admits(getattr(self, f.name)):
                 raise DecoderFieldError(f.name, f" must be {bounds.phrase()}, got {getattr(self, f.name)}")
         for name in integers:
-            if getattr(self, name) <= 0:
+            if getattr(self, name) <= 0 and name != "eot_id":  # an id, 0 included
                 raise DecoderFieldError(name, f" must be a positive integer, got {getattr(self, name)!r}")
         if self.d_model % self.n_heads:
             raise DecoderFieldError(
@@ -120,6 +136,12 @@ class DecoderConfig:
             raise DecoderFieldError("dropout", f" must be in [0, 1), got {self.dropout!r}")
         if self.activation not in ACTIVATIONS:
             raise DecoderFieldError("activation", f" must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
+        if self.attention_scale not in ATTENTION_SCALES:
+            raise DecoderFieldError("attention_scale", f" must be one of {', '.join(ATTENTION_SCALES)}, got {self.attention_scale!r}")
+        if self.attention_scale == "log" and self.context_length < 2:
+            raise DecoderFieldError("context_length", f"={self.context_length}: attention_scale='log' divides by log(context_length); give >= 2")
+        if not 0 <= self.eot_id < self.vocab_size:
+            raise DecoderFieldError("eot_id", f"={self.eot_id} is outside the vocabulary [0, {self.vocab_size})")
         positions.check(self)
 
     @property

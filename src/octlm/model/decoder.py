@@ -7,6 +7,7 @@ exists to study; position schemes live in :mod:`octlm.model.positions`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from octlm.model import positions
+from octlm.model.attention_recipes import ATTENTION_SCALES, plan_pass
 from octlm.model.blocks import Block
 from octlm.model.config import DecoderConfig
 from octlm.model.kvcache import KVCache
@@ -96,6 +98,19 @@ class Decoder(nn.Module):
         if self.positions.scalings():
             self.positions.set_rope_scaling(scaling)
 
+    def set_attention_scale(self, name: str) -> None:
+        """Scale the query-key logits with the length (``"log"``) or not (``"none"``) from now on: ``config.attention_scale``.
+
+        Within ``context_length`` the two are the same model, so a model
+        trained either way can be scored either way past it (the length study's ``+logn`` rows).
+
+        Raises:
+            ValueError: for a name not in :data:`~octlm.model.attention_recipes.ATTENTION_SCALES`.
+        """
+        if name not in ATTENTION_SCALES:
+            raise ValueError(f"attention_scale must be one of {', '.join(ATTENTION_SCALES)}, got {name!r}")
+        self.config = dataclasses.replace(self.config, attention_scale=name)
+
     def forward(self, token_ids: Tensor, offset: int = 0, cache: KVCache | None = None) -> Tensor:
         """Logits for every position.
 
@@ -132,9 +147,12 @@ class Decoder(nn.Module):
             raise ValueError(f"offset={offset} but the cache holds positions 0..{cache.length - 1}; pass offset=cache.length")
         self.positions.start_pass(token_ids.shape[1], offset, cached=cache is not None)
         try:
+            plan = plan_pass(self.config, token_ids, offset, cache)  # attention_scale, document_mask: None when both are off
+            if plan is not None and plan.positions is not None:
+                self.positions.place_documents(plan.positions)
             x = self.dropout(self._embed(token_ids, offset))
             for i, block in enumerate(self.blocks):
-                x = block(x, self.positions, offset, None if cache is None else cache.layers[i])
+                x = block(x, self.positions, offset, None if cache is None else cache.layers[i], plan)
         finally:
             self.positions.end_pass()
         return x

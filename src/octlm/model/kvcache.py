@@ -56,6 +56,8 @@ class KVCache:
         self.layers = [LayerCache(capacity) for _ in range(n_layers)]
         #: the position scheme's ``length_state`` the cached entries were computed under
         self.state: object = None
+        #: with ``document_mask``: where each row's open document began (int64 [B], tokens), else ``None``
+        self.document_start = None
 
     @property
     def length(self) -> int:
@@ -66,6 +68,7 @@ class KVCache:
         """Forget everything (to prefill a cropped window or new frequencies again)."""
         self.layers = [LayerCache(self.capacity) for _ in self.layers]
         self.state = None
+        self.document_start = None
 
 
 __all__ = ["KVCache", "LayerCache"]

@@ -30,7 +30,7 @@ def apply_scaling(model: Decoder, record: dict | None) -> None:
         scaling = RopeScaling(**record)
         model.set_rope_scaling(scaling.method, scaling.factor, scaling.original_length)
         if model.positions.scalings():
-            model.positions.set_rope_scaling(scaling)  # keeps YaRN's beta bounds an imported run records
+            model.positions.set_rope_scaling(scaling)  # keeps the method's keys an imported run records (YaRN's betas, Llama 3's factors)
     except (TypeError, ValueError) as err:
         raise RunError(f"config.json: train.rope_scaling {record}: {err}") from None
 
@@ -41,10 +41,10 @@ class RopeScalingOptions:
 
     rope_scaling: str | None = option(
         None, "run a RoPE model past its training length without training: linear position interpolation, "
-        "NTK-aware base, dynamic NTK or YaRN (default: none, plain RoPE)", choices=list(ROPE_SCALINGS))
+        "NTK-aware base, dynamic NTK, YaRN or Llama 3's (default: none, plain RoPE)", choices=list(ROPE_SCALINGS))
     rope_factor: float | None = option(
         None, "scale of --rope-scaling, >= 1: target length / training length (for dynamic-ntk the multiplier of "
-        "current length / training length; default 1 there); required for linear, ntk and yarn")
+        "current length / training length; default 1 there); required for the others")
 
 
 def apply_rope_scaling(model: Decoder, method: str | None, factor: float | None) -> None:
@@ -56,7 +56,7 @@ def apply_rope_scaling(model: Decoder, method: str | None, factor: float | None)
     """
     if method is None:
         if factor is not None:
-            raise OctlmError("--rope-factor needs --rope-scaling (linear, ntk, dynamic-ntk or yarn)")
+            raise OctlmError(f"--rope-factor needs --rope-scaling ({', '.join(ROPE_SCALINGS)})")
         return
     if factor is None:
         if method != "dynamic-ntk":

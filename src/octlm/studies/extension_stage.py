@@ -4,8 +4,8 @@ After the base models train at ``T``, each extension method fine-tunes a copy
 for ``N`` steps at ``M x T`` (``octlm train --init-from``, :mod:`octlm.train.init_from`):
 
 * ``rope`` (plain fine-tuning), ``rope+linear`` (position interpolation, Chen
-  et al. 2023), ``rope+ntk`` and ``rope+yarn`` (Peng et al. 2023), each with
-  factor ``M``;
+  et al. 2023), ``rope+ntk`` and ``rope+yarn`` (Peng et al. 2023) and
+  ``rope+llama3`` (Llama 3.1's frequency-dependent scaling), each with factor ``M``;
 * ``learned``, its table interpolated to ``M x T`` rows;
 * ``alibi`` and ``none`` as controls.
 
@@ -114,7 +114,7 @@ def fine_tune(opts, label: str, source_dir: Path, run_dir: Path, seed: int, scor
         curve.append({"record": "curve", "label": label, "seed": seed, "step": step, "eval_length": length, "bpb": result.bpb})
         report.event("curve", f"[{label} seed {seed}] after {step} steps: {result.bpb:.4f} bits per byte at {length}", **curve[-1])
 
-    start = Decoder(tuned.model_config(tokenizer.vocab_size))
+    start = Decoder(tuned.model_config(tokenizer.vocab_size, tokenizer.eot_id))
     prepare_model(start, tuned, load_source=True)
     score(start, 0)
 

@@ -20,9 +20,12 @@ Protocol (the README repeats it):
   windows, so a curve shows where along a long window a scheme breaks.
 * A learned table has ``T`` rows: longer lengths are reported as
   ``n/a (no rows past T)``, never cropped or invented.
-* RoPE scaling uses factor ``L / T`` for ``linear``, ``ntk`` and ``yarn``.
+* RoPE scaling uses factor ``L / T`` for ``linear``, ``ntk``, ``yarn`` and ``llama3``.
   ``dynamic-ntk`` derives its scale from the sequence length itself (factor 1:
   scale ``max(1, L / T)``); on full windows it therefore equals ``ntk``.
+* ``--attention-scales log`` scores every base model once more with its
+  query-key logits past ``T`` multiplied by ``log(n) / log(T)``
+  (:mod:`octlm.model.attention_recipes`), as rows ``<scheme>+logn``.
 """
 
 from __future__ import annotations
@@ -191,7 +194,7 @@ def _train_row(name: str, seed: int, result: dict, n_seeds: int) -> dict:
 
 
 def _score_base(opts: LengthOptions, scheme: str, seed: int, run_dir: str, scored: np.ndarray, device, report: Reporter) -> list[dict]:
-    """A base model at every length, plain and under each RoPE scaling it takes (factor = length / T)."""
+    """A base model at every length, plain, under each RoPE scaling it takes (factor = length / T) and under each ``--attention-scales``."""
     from octlm.run.load import load_run
 
     model, tokenizer = load_run(run_dir, device)
@@ -209,6 +212,13 @@ def _score_base(opts: LengthOptions, scheme: str, seed: int, run_dir: str, score
         rows += scores
         attention += looks
     model.set_rope_scaling(None)
+    for attention_scale in opts.attention_scales:  # the same weights, scored with the logits scaled past T
+        trained_scale = model.config.attention_scale
+        model.set_attention_scale(attention_scale)
+        scores, looks = score_lengths(opts, model, tokenizer, lambda m, L: {**eval_row(scheme, None, None, m, L, attention_scale), "seed": seed},
+                                      scored, device, report, lambda m: None)
+        model.set_attention_scale(trained_scale)
+        rows, attention = rows + scores, attention + looks
     return rows, attention
 
 

@@ -79,6 +79,11 @@ class LengthOptions:
     rope_scalings: list[str] | None = option(
         None, f"RoPE context-extension methods to evaluate the rope model under (default: {' '.join(ROPE_SCALINGS)} when rope is "
         "among --schemes, else none)", nargs="*", choices=list(ROPE_SCALINGS), metavar="METHOD")
+    attention_scales: list[str] = option(
+        [], "also score every base model with its query-key logits past T multiplied by log(n) / log(T) (octlm train --attention-scale; "
+        "rows <scheme>+logn; within T the model is the same): log, or none of them (the default, to keep the default study's time)",
+        nargs="*", choices=["log"], metavar="SCALE")
+    document_mask: bool = same_as(TrainOptions, "document_mask")
     vocab_size: int = same_as(TrainOptions, "vocab_size")
     d_model: int = same_as(TrainOptions, "d_model", help=_task_default("d_model", "model width C"))
     n_heads: int = same_as(TrainOptions, "n_heads")

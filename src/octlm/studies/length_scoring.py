@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from octlm.model.attention_recipes import NO_SCALE
 from octlm.report import Reporter
 from octlm.studies.length_attention import attention_record
 from octlm.studies.length_options import LengthOptions
@@ -32,9 +33,17 @@ def stride_at(length: int, opts: LengthOptions) -> int:
     return min(opts.eval_stride, length) if opts.eval_stride else max(1, length // 2)
 
 
-def eval_row(scheme: str, method: str | None, factor: float | None, multiplier: int, length: int) -> dict:
+#: The label suffix of a row scored under an attention scale (``--attention-scales``): Qwen's name for it.
+SCALE_LABELS = {"log": "logn"}
+
+
+def eval_row(scheme: str, method: str | None, factor: float | None, multiplier: int, length: int, attention_scale: str = NO_SCALE) -> dict:
+    """An eval record's identity: ``label`` is the scheme, with ``+method`` under a RoPE scaling or ``+logn`` under the log attention scale."""
     label = scheme if method is None else f"{scheme}+{method}"
-    return {"record": "eval", "label": label, "position": scheme, "rope_scaling": method, "rope_factor": factor, "multiplier": multiplier, "eval_length": length}
+    row = {"record": "eval", "label": label, "position": scheme, "rope_scaling": method, "rope_factor": factor, "multiplier": multiplier, "eval_length": length}
+    if attention_scale != NO_SCALE:
+        row.update(label=f"{label}+{SCALE_LABELS[attention_scale]}", attention_scale=attention_scale)
+    return row
 
 
 def _scored(row: dict, result) -> dict:
@@ -78,4 +87,4 @@ def score_lengths(opts: LengthOptions, model, tokenizer, make_row, scored: np.nd
     return rows, attention
 
 
-__all__ = ["eval_row", "score_lengths", "stride_at", "without_positions"]
+__all__ = ["SCALE_LABELS", "eval_row", "score_lengths", "stride_at", "without_positions"]

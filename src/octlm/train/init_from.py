@@ -22,13 +22,14 @@ from octlm.declare import option_default, replaced
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import read_safetensors, sha256_file
 from octlm.model import Decoder, DecoderConfig
-from octlm.model.positions import SCHEMES, schemes_taking
+from octlm.model.positions import ROPE_SCALINGS, SCHEMES, schemes_taking
 from octlm.run.folder import RunFolder
 from octlm.run.scaling import apply_scaling
 from octlm.model.weights import load_weights, weights_state
 
-#: Model options a fine-tuning run must share with its source (``context_length`` and ``dropout`` may change).
-SHAPE_OPTIONS = tuple(f.name for f in dataclasses.fields(DecoderConfig) if f.name not in ("context_length", "dropout"))
+#: Model options a fine-tuning run must share with its source (``context_length`` and ``dropout`` may change;
+#: ``eot_id`` is the source's tokenizer's, which the run keeps).
+SHAPE_OPTIONS = tuple(f.name for f in dataclasses.fields(DecoderConfig) if f.name not in ("context_length", "dropout", "eot_id"))
 #: The state-dict key of a learned position table.
 TABLE_KEY = "positions.table.weight"
 
@@ -147,7 +148,7 @@ def check_scaling_options(opts) -> None:
     """
     if opts.rope_scaling is None:
         if opts.rope_factor is not None:
-            raise OctlmError("--rope-factor needs --rope-scaling (linear, ntk, dynamic-ntk or yarn)")
+            raise OctlmError(f"--rope-factor needs --rope-scaling ({', '.join(ROPE_SCALINGS)})")
         return
     if opts.rope_factor is None and opts.rope_scaling != "dynamic-ntk":
         raise OctlmError(f"--rope-scaling {opts.rope_scaling} needs --rope-factor F (new length / trained length, e.g. 4)")

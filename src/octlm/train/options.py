@@ -140,9 +140,9 @@ class TrainOptions:
         """Options from flat names, the model's among them: ``TrainOptions.of(d_model=64, max_steps=100)``."""
         return build(cls, options)
 
-    def model_config(self, vocab_size: int) -> DecoderConfig:
-        """The decoder these options ask for, with the tokenizer's actual vocabulary size."""
-        return dataclasses.replace(self.model, vocab_size=vocab_size)
+    def model_config(self, vocab_size: int, eot_id: int = 0) -> DecoderConfig:
+        """The decoder these options ask for, with the tokenizer's actual vocabulary size and ``<|endoftext|>`` id (``--document-mask`` reads it)."""
+        return dataclasses.replace(self.model, vocab_size=vocab_size, eot_id=eot_id)
 
     def to_dict(self) -> dict:
         """Every option as ``{name: value}``, the model's flat among them (as flags and TOML keys name them)."""

@@ -37,7 +37,7 @@ class RunFolderPhase:
                 with target.staged() as staging:
                     corpus = prepare_corpus(opts, RunFolder(staging), report)
                     # Written with the corpus, so whenever training stops, the folder that appears can be resumed.
-                    RunFolder(staging).write_config(opts.model_config(corpus.tokenizer.vocab_size), self._config_record(target))
+                    RunFolder(staging).write_config(opts.model_config(corpus.tokenizer.vocab_size, corpus.tokenizer.eot_id), self._config_record(target))
                 # Named once it exists: bad input leaves no folder to name. Ctrl-C from here on says how to go on.
                 self.folder = target
                 report.event("run", f"run folder: {target}", run_dir=str(target))
@@ -73,7 +73,7 @@ class RunFolderPhase:
 
     def _fresh_config(self) -> DecoderConfig:
         folder, group = self.folder, self.group
-        config = self.opts.model_config(self.data.tokenizer.vocab_size)
+        config = self.opts.model_config(self.data.tokenizer.vocab_size, self.data.tokenizer.eot_id)
         self._write_config(config)
         stored = folder.read_config()
         known = {e["file"]: e["sha256"] for e in self.data.manifest["tokens"].values()}

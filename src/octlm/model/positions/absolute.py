@@ -37,6 +37,7 @@ class LearnedPositions(PositionScheme):
     extension_methods = (None,)  # its table interpolated to the new length (octlm.train.init_from)
     hf_model_type = "gpt2"
     takes_random_positions = True
+    takes_document_positions = True
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -86,6 +87,7 @@ class SinusoidalPositions(PositionScheme):
     options = {"sinusoidal_layout": option("interleaved", "sinusoidal columns: interleaved (sin, cos, ...) or concatenated ([sin | cos])",
                                            choices=list(SINUSOIDAL_LAYOUTS))}
     takes_random_positions = True
+    takes_document_positions = True
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -100,9 +102,10 @@ class SinusoidalPositions(PositionScheme):
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         """``sqrt(C) * x + P[offset : offset + T]`` for token vectors ``x`` [B, T, C]."""
-        if self.drawn is not None:  # randomized positions (draw_positions): the rows at them
-            rows = sinusoidal_positions(self.random_range, x.shape[2], 0, self.base, x.device, self.layout)
-            table = rows[self.position_ids(x.shape[1], offset, x.device)]
+        if self.drawn is not None:  # randomized positions (draw_positions) or per document (place_documents): the rows at them
+            ids = self.position_ids(x.shape[1], offset, x.device)
+            rows = sinusoidal_positions(max(self.random_range, int(ids.max()) + 1), x.shape[2], 0, self.base, x.device, self.layout)
+            table = rows[ids]
         else:
             table = sinusoidal_positions(x.shape[1], x.shape[2], offset, self.base, x.device, self.layout)
         return x * self.token_scale + table.to(x.dtype)

@@ -37,6 +37,7 @@ class ALiBiPositions(PositionScheme):
     hf_refusal = ("transformers' MPT and BLOOM share octlm's ALiBi slopes for 1 to 16 heads, but MPT has no biases in its linear layers "
                   "and LayerNorms, which octlm's blocks have, and BLOOM normalises the token rows before the first block and has only tanh GELU")
     extension_methods = (None,)  # a control: ALiBi needs no change to run longer
+    takes_document_positions = True  # its bias reads i - j alone, the same within a document wherever it starts
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -78,6 +79,7 @@ class T5RelativeBias(PositionScheme):
         "t5_max_distance": option(128, "distance (tokens) where the t5 bias's last bucket starts", bounds=at_least(2, "tokens")),
     }
     in_length_study = False  # opt-in: the default study's 30 minutes hold five models
+    takes_document_positions = True  # its bias reads i - j alone, the same within a document wherever it starts
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)

@@ -71,6 +71,11 @@ def schemes_taking(method: str) -> list[str]:
     return [name for name, cls in SCHEMES.items() if method in cls.scalings()]
 
 
+def document_position_schemes() -> list[str]:
+    """Names of the schemes that can run under ``document_mask`` (positions restarting at each document)."""
+    return [name for name, cls in SCHEMES.items() if cls.takes_document_positions]
+
+
 def random_position_schemes() -> list[str]:
     """Names of the schemes that can train at randomized positions (``randomize_positions`` > 1)."""
     return [name for name, cls in SCHEMES.items() if cls.takes_random_positions]
@@ -123,6 +128,10 @@ class PositionScheme(nn.Module):
     hf_refusal = "no transformers architecture computes this scheme"
     #: reads its positions through :meth:`position_ids`, so ``randomize_positions`` > 1 can train it
     takes_random_positions = False
+    #: under ``document_mask`` its signal restarts at each document: it reads per-row positions [B, T] through
+    #: :meth:`position_ids` (:meth:`place_documents`), or depends on distances within a document alone, or on nothing;
+    #: off unless a scheme says so, so a scheme that reads an absolute position some other way is refused by name
+    takes_document_positions = False
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__()
@@ -187,9 +196,20 @@ class PositionScheme(nn.Module):
             self._test_draw = torch.randperm(self.random_range, generator=generator)[:length].sort().values
         return self._test_draw
 
+    def place_documents(self, positions: Tensor) -> None:
+        """Place the pass's tokens at their positions within their documents, int64 [B, T] (``document_mask``).
+
+        Called by the decoder after :meth:`start_pass`; :meth:`position_ids`
+        then gives these rows, one per sequence, until :meth:`end_pass`.
+        """
+        self.drawn = positions
+
     def position_ids(self, length: int, offset: int, device: torch.device) -> Tensor:
-        """Positions of ``length`` tokens starting at token ``offset``, int64 [length]: the pass's (:meth:`draw_positions`) or ``offset ..``."""
-        if self.drawn is not None and len(self.drawn) == length:
+        """Positions of ``length`` tokens starting at token ``offset``, int64 [length] (or [B, length] under :meth:`place_documents`).
+
+        The pass's (:meth:`draw_positions`, :meth:`place_documents`) or ``offset ..``.
+        """
+        if self.drawn is not None and self.drawn.shape[-1] == length:
             return self.drawn.to(device)
         return torch.arange(offset, offset + length, device=device)
 
@@ -317,7 +337,15 @@ def check(config: "DecoderConfig") -> None:
         raise ValueError(
             f"position={config.position!r} is not a known scheme; choose one of: {', '.join(sorted(SCHEMES))}"
         )
-    SCHEMES[config.position].check_config(config)
+    cls = SCHEMES[config.position]
+    if getattr(config, "document_mask", False):  # checked here, whether or not a scheme's check_config calls its base's
+        if not cls.takes_document_positions:
+            takers = ", ".join(document_position_schemes())
+            raise ValueError(f"document_mask needs a scheme whose positions can restart at each document ({takers}), not position={cls.name!r}")
+        if config.randomize_positions > 1:
+            raise ValueError(f"document_mask restarts positions at each document, randomize_positions={config.randomize_positions} draws "
+                             "them at random; choose one")
+    cls.check_config(config)
 
 
 def build(config: "DecoderConfig") -> PositionScheme:
@@ -332,7 +360,7 @@ def build(config: "DecoderConfig") -> PositionScheme:
 
 
 __all__ = [
-    "build", "check", "default_scheme", "scheme_option_fields", "with_scheme_options",
+    "build", "check", "default_scheme", "document_position_schemes", "scheme_option_fields", "with_scheme_options",
     "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "PositionScheme", "PositionVectors", "length_study_schemes",
     "random_position_schemes", "register", "schemes_taking", "unbounded_schemes",
 ]

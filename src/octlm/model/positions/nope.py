@@ -18,6 +18,7 @@ class NoPositions(PositionScheme):
     description = PositionScheme.description
     hf_model_type = "gpt_neox"  # with partial_rotary_factor 0: nothing turns
     extension_methods = (None,)  # a control: nothing to stretch
+    takes_document_positions = True  # nothing to restart: the document mask alone
 
     @classmethod
     def explorer_note(cls) -> str:

@@ -4,8 +4,8 @@ RoPE (:class:`octlm.model.positions.rotary.RotaryPositions`) turns channel pair 
 ``t * inv_freq[i]`` at position ``t``. A model trained on ``T`` tokens has
 never seen the angles of positions past ``T``; the methods here change the
 frequencies (and an attention factor) so that longer sequences land on angles
-it knows: linear position interpolation, NTK-aware base scaling, dynamic NTK
-and YaRN. Each method is one small function in :data:`ROPE_SCALINGS` that
+it knows: linear position interpolation, NTK-aware base scaling, dynamic NTK,
+YaRN and Llama 3's frequency-dependent scaling. Each method is one small function in :data:`ROPE_SCALINGS` that
 returns the inverse frequencies and the attention factor, so a new method is
 added in one place. A scheme says which of them it takes through
 ``PositionScheme.scalings()``; this module names no scheme.
@@ -35,22 +35,26 @@ class RopeScalingMethod:
         depends_on_length: whether ``seq_len`` (the current sequence length,
             in tokens) changes the result; a key/value cache is then stale
             whenever the frequencies change.
+        keys: the fields of :class:`RopeScaling` the method reads besides
+            ``factor`` and ``original_length`` (YaRN's ramp bounds, Llama 3's
+            frequency factors): what a run records and an export writes.
     """
 
     name: str
     frequencies: Callable[["RopeScaling", int, float, int], tuple[Tensor, float]]
     depends_on_length: bool
+    keys: tuple[str, ...] = ()
 
 
 #: RoPE context-extension methods by name; :func:`rope_scaling_method` adds one.
 ROPE_SCALINGS: dict[str, RopeScalingMethod] = {}
 
 
-def rope_scaling_method(name: str, depends_on_length: bool = False) -> Callable:
-    """Decorator registering a frequency function in :data:`ROPE_SCALINGS` under ``name``."""
+def rope_scaling_method(name: str, depends_on_length: bool = False, keys: tuple[str, ...] = ()) -> Callable:
+    """Decorator registering a frequency function in :data:`ROPE_SCALINGS` under ``name`` (``keys``: :attr:`RopeScalingMethod.keys`)."""
 
     def wrap(fn: Callable) -> Callable:
-        ROPE_SCALINGS[name] = RopeScalingMethod(name, fn, depends_on_length)
+        ROPE_SCALINGS[name] = RopeScalingMethod(name, fn, depends_on_length, keys)
         return fn
 
     return wrap
@@ -62,7 +66,7 @@ class RopeScaling:
 
     Attributes:
         method: a name in :data:`ROPE_SCALINGS`: ``linear``, ``ntk``,
-            ``dynamic-ntk`` or ``yarn``.
+            ``dynamic-ntk``, ``yarn`` or ``llama3``.
         factor: the scale ``s`` >= 1, usually the target length over
             ``original_length``. For ``dynamic-ntk`` it is the multiplier
             ``alpha`` of the length ratio (1: the scale is just the current
@@ -73,10 +77,16 @@ class RopeScaling:
             makes over ``original_length`` (Peng et al. 2023 §3.2: 32 and 1).
             Pairs turning more than ``beta_fast`` times keep their frequency;
             pairs turning fewer than ``beta_slow`` times are interpolated.
+        low_freq_factor, high_freq_factor: Llama 3's bounds, in wavelengths
+            per ``original_length`` (Meta's Llama 3.1 release: 1 and 4). Pairs
+            whose wavelength is shorter than ``original_length / high_freq_factor``
+            keep their frequency; longer than ``original_length / low_freq_factor``,
+            they are divided by ``factor``.
 
     Raises:
         ValueError: for an unknown method, a factor below 1 or not finite, an
-            ``original_length`` below 1, or ``beta_fast <= beta_slow``.
+            ``original_length`` below 1, ``beta_fast <= beta_slow``, or
+            ``high_freq_factor <= low_freq_factor`` (or either not > 0).
     """
 
     method: str
@@ -84,6 +94,8 @@ class RopeScaling:
     original_length: int
     beta_fast: float = 32.0
     beta_slow: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
 
     def __post_init__(self) -> None:
         if self.method not in ROPE_SCALINGS:
@@ -94,6 +106,9 @@ class RopeScaling:
             raise ValueError(f"RoPE scaling original_length must be >= 1 token, got {self.original_length}")
         if not 0 < self.beta_slow < self.beta_fast:
             raise ValueError(f"YaRN needs 0 < beta_slow < beta_fast, got beta_slow={self.beta_slow}, beta_fast={self.beta_fast}")
+        if not 0 < self.low_freq_factor < self.high_freq_factor:
+            raise ValueError(f"Llama 3 scaling needs 0 < low_freq_factor < high_freq_factor, got low_freq_factor={self.low_freq_factor}, "
+                             f"high_freq_factor={self.high_freq_factor}")
 
     @property
     def depends_on_length(self) -> bool:
@@ -149,7 +164,7 @@ def dynamic_ntk(scaling: RopeScaling, rotary_dim: int, theta: float, seq_len: in
     return rope_inverse_frequencies(rotary_dim, ntk_theta(theta, scale, rotary_dim)), 1.0
 
 
-@rope_scaling_method("yarn")
+@rope_scaling_method("yarn", keys=("beta_fast", "beta_slow"))
 def yarn(scaling: RopeScaling, rotary_dim: int, theta: float, seq_len: int) -> tuple[Tensor, float]:
     """YaRN (Peng et al. 2023 §3.2 "NTK-by-parts" and §3.4 temperature).
 
@@ -182,6 +197,29 @@ def yarn(scaling: RopeScaling, rotary_dim: int, theta: float, seq_len: int) -> t
     inv_freq = base * (1.0 - interpolated) + (base / s) * interpolated
     attention = 0.1 * math.log(s) + 1.0 if s > 1.0 else 1.0
     return inv_freq, attention
+
+
+@rope_scaling_method("llama3", keys=("low_freq_factor", "high_freq_factor"))
+def llama3(scaling: RopeScaling, rotary_dim: int, theta: float, seq_len: int) -> tuple[Tensor, float]:
+    """Llama 3's frequency-dependent scaling (Meta's Llama 3.1, 2024; transformers' ``rope_type="llama3"``).
+
+    With ``L = original_length`` and pair ``i``'s wavelength
+    ``lambda_i = 2 pi / theta_i`` (tokens per turn): a pair with
+    ``lambda_i < L / high_freq_factor`` keeps ``theta_i`` (it turns many times
+    within the training length, so its angles are all known); a pair with
+    ``lambda_i > L / low_freq_factor`` gets ``theta_i / s`` (position
+    interpolation); in between the two blend by
+    ``g = (L / lambda_i - low_freq_factor) / (high_freq_factor - low_freq_factor)``:
+    ``(1 - g) theta_i / s + g theta_i``. Like YaRN's ramp but over the
+    wavelength itself, not the pair index, and without a temperature: the
+    attention factor is 1.
+    """
+    base = rope_inverse_frequencies(rotary_dim, theta)
+    length, s = scaling.original_length, scaling.factor
+    turns = length * base / (2 * math.pi)  # L / lambda_i: turns of pair i over the training length
+    blend = ((turns - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)).clamp(0.0, 1.0)
+    # blend 1: wavelength at most L / high_freq_factor, kept; 0: at least L / low_freq_factor, interpolated.
+    return blend * base + (1.0 - blend) * base / s, 1.0
 
 
 class ScalableRotation:
@@ -230,5 +268,5 @@ class ScalableRotation:
 
 __all__ = [
     "ROPE_SCALINGS", "RopeScaling", "RopeScalingMethod", "ScalableRotation", "dynamic_ntk", "linear_interpolation",
-    "ntk_aware", "ntk_theta", "rope_scaling_method", "yarn",
+    "llama3", "ntk_aware", "ntk_theta", "rope_scaling_method", "yarn",
 ]

@@ -50,7 +50,7 @@ class RotaryPositions(ScalableRotation, PositionScheme):
 
     ``set_rope_scaling`` (from :class:`octlm.model.positions.rope_scaling.ScalableRotation`)
     stretches the rotation past the training length without training
-    (:class:`RopeScaling`: linear, NTK-aware, dynamic NTK, YaRN). It is a
+    (:class:`RopeScaling`: linear, NTK-aware, dynamic NTK, YaRN, Llama 3). It is a
     run-time setting for evaluation and sampling, not part of the trained
     config; ``None`` (the default) is plain RoPE.
     """
@@ -58,7 +58,8 @@ class RotaryPositions(ScalableRotation, PositionScheme):
     label = "RoPE"
     description = "queries and keys rotated by their position, so scores see relative distance (Su et al. 2021)"
     hf_model_type = "gpt_neox"
-    extension_methods = (None, "linear", "ntk", "yarn")  # plain fine-tuning, then Chen et al. 2023's and Peng et al. 2023's
+    # plain fine-tuning, then Chen et al. 2023's, Peng et al. 2023's and Llama 3.1's
+    extension_methods = (None, "linear", "ntk", "yarn", "llama3")
     times_length_study = True
     options = {
         "rope_theta": option(DEFAULT_BASE, "RoPE wavelength base"),
@@ -67,6 +68,7 @@ class RotaryPositions(ScalableRotation, PositionScheme):
         "partial_rotary_factor": option(1.0, "fraction of each head that RoPE rotates"),
     }
     takes_random_positions = True
+    takes_document_positions = True  # angles from position_ids, per row under document_mask
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -102,11 +104,11 @@ class RotaryPositions(ScalableRotation, PositionScheme):
         return self.angles_at(self.position_ids(length, offset, device), offset + length if seq_len is None else seq_len)
 
     def angles_at(self, positions: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
-        """cos and sin of the rotation angles at ``positions`` [N], as :meth:`angles`: float32 [N, rotary_dim // 2]."""
+        """cos and sin of the rotation angles at ``positions`` [N] (or [B, N]), as :meth:`angles`: float32 [N, rotary_dim // 2] (or [B, N, ...])."""
         inv_freq, attention = self.frequencies(seq_len)
         dtype = torch.float64 if supports_float64(positions.device) else torch.float32
         t = positions.to(dtype)
-        angle = torch.outer(t, inv_freq.to(device=t.device, dtype=dtype))
+        angle = t.unsqueeze(-1) * inv_freq.to(device=t.device, dtype=dtype)
         return (angle.cos() * attention).float(), (angle.sin() * attention).float()
 
     def rotate(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
@@ -117,7 +119,10 @@ class RotaryPositions(ScalableRotation, PositionScheme):
             raise ValueError(f"rotate: {k_len} keys ending at position {end - 1} would start before position 0")
         # One set of angles for the longer span; queries and keys both end at `end`.
         cos, sin = self.angles(span, end - span, q.device, seq_len=end)
-        return self._rotate_one(q, cos[span - q_len :], sin[span - q_len :]), self._rotate_one(k, cos[span - k_len :], sin[span - k_len :])
+        if cos.dim() == 3:  # one row of positions per sequence (document_mask): [B, 1, span, pairs] meets [B, H, T, pairs]
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return (self._rotate_one(q, cos[..., span - q_len :, :], sin[..., span - q_len :, :]),
+                self._rotate_one(k, cos[..., span - k_len :, :], sin[..., span - k_len :, :]))
 
     def explorer_vectors(self, added: Tensor | None, length: int) -> PositionVectors:
         """``[cos(t w_i) | sin(t w_i)]`` over the channel pairs (Su et al. 2021), [length, rotary_dim].

@@ -55,6 +55,7 @@ class XPosRotation(RotaryPositions):
     hf_model_type = None
     extension_methods = ()  # RoPE's fine-tunes are not xPos's: the stage leaves it out
     times_length_study = False
+    takes_document_positions = False  # its decay reference is taken from the pass's positions as one row
     hf_refusal = "transformers' GPT-NeoX rotates queries and keys but has no xPos decay"
     gamma, scale_base = 0.4, 512.0
 
