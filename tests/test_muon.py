@@ -231,3 +231,20 @@ def test_the_length_study_hands_the_optimizer_to_every_model(tmp_path):
     opts = LengthOptions(text=["x"], optimizer="muon", muon_lr=0.01)
     train_opts = opts.train_options("alibi", Path(tmp_path), 0)
     assert train_opts.optimizer == "muon" and train_opts.muon_lr == 0.01
+
+
+def test_the_optimizers_benchmark_compares_both_and_finds_the_steps_to_reach(small_corpus):
+    import subprocess
+    import sys
+
+    tiny = flags(**{k: v for k, v in TINY.items() if k not in ("optimizer", "eval_interval", "sample_tokens")})
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "bench" / "optimizers.py"), "--parts", "main", "reach", "--main-steps", "8",
+                           "--reach-steps", "2", "8", "--", "--text", str(small_corpus), *tiny], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    main_part, reach = result["main"], result["reach"]
+    assert main_part["adamw"]["steps"] == main_part["muon"]["steps"] == 8
+    assert main_part["muon_step_cost"] == pytest.approx(main_part["adamw"]["tokens_per_second"] / main_part["muon"]["tokens_per_second"], abs=1e-3)
+    assert [row["steps"] for row in reach["muon_runs"]] == [2, 8]
+    reached = [row["steps"] for row in reach["muon_runs"] if row["val_bpb"] <= reach["adamw_val_bpb"]]
+    assert reach["steps_to_reach_adamw"] == (min(reached) if reached else None)
