@@ -8,10 +8,11 @@
 # shortened if the earlier ones left less time. GPU time is scarce and may come
 # as one try, so a failing step records its exit status and the next one runs.
 # GROUPs (default: throughput main resume tinyshakespeare) pick what runs; `compile`
-# (octlm train with and without torch.compile on a 25M-parameter model) and `mfu` (issue 13's
-# GPT-2-small sweep, about 300 s) run only when named. The next session's command:
+# (octlm train with and without torch.compile on a 25M-parameter model), `mfu` (issue 13's
+# GPT-2-small sweep, about 300 s) and `muon` (issue 26: AdamW against Muon on GPT-2-small's shape,
+# and resume with Muon) run only when named. The next session's command:
 #
-#   bash bench/gpu.sh OUT_DIR 560 mfu resume      # at most 395 s of steps
+#   bash bench/gpu.sh OUT_DIR 560 mfu resume muon     # at most 575 s of steps
 #
 #   env.txt               nvidia-smi, torch and CUDA versions
 #   throughput-*.json     bench/throughput.py (eager and torch.compile, MFU, kernels)
@@ -19,6 +20,8 @@
 #                         inductor's default mode, batch 32 in max-autotune-no-cudagraphs
 #   main-*.json           the main job (`octlm train`, defaults), --compile auto and on
 #   resume.json           bench/resume_check.py: a 60-step run stopped at step 30 and resumed, against two uninterrupted
+#   muon.json             bench/optimizers.py --parts main: 300 steps of a GPT-2-small-shaped model with AdamW and with Muon
+#   resume-muon.json      bench/resume_check.py --optimizer muon
 #   compile-*.json        octlm train, 300 steps of a d_model 512, 8-layer model, --compile on and off
 #   tinyshakespeare.json  bench/train_tinyshakespeare.py (300 s unless the session is short of time)
 #   steps.jsonl           each step's exit status and wall seconds
@@ -91,6 +94,15 @@ fi
 # Resume on CUDA: the dropout generator (CUDA's) and the data order must come back; deterministic kernels make it bitwise.
 if wants resume; then
     step resume 90 "$py" bench/resume_check.py --device cuda --deterministic
+fi
+
+# Issue 26: Muon against AdamW at GPT-2-small's width and depth (tinyshakespeare, an 8,192-token vocabulary: its
+# tokenizer trains in seconds), compiled, 300 steps each at batch 16: tokens per second and loss at equal steps;
+# about 60 s a run by the MFU sweep's step time and compile time, unmeasured with Muon. Then resume with Muon.
+if wants muon; then
+    step muon 240 "$py" bench/optimizers.py --parts main --main-steps 300 -- --text tinyshakespeare --vocab-size 8192 \
+        --d-model 768 --n-heads 12 --n-layers 12 --context-length 1024 --batch-size 16 --compile on --eval-blocks 32 --final-eval-blocks 64
+    step resume-muon 90 "$py" bench/resume_check.py --device cuda --deterministic --optimizer muon
 fi
 
 # Whatever time is left, up to 300 s, for the tinyshakespeare benchmark (its evaluation and sample need about 40 s more).

@@ -1,6 +1,6 @@
 """Is an interrupted and resumed run the same as an uninterrupted one, on this device? Prints JSON.
 
-    .venv/bin/python bench/resume_check.py [--device cuda] [--steps 60] [--stop-at 30] [--deterministic]
+    .venv/bin/python bench/resume_check.py [--device cuda] [--steps 60] [--stop-at 30] [--deterministic] [--optimizer muon]
 
 Three runs of ``octlm train`` on the built-in tinyshakespeare corpus with
 dropout 0.1 (so the device's random generator must come back too):
@@ -50,12 +50,13 @@ def main() -> dict:
     parser.add_argument("--stop-at", type=int, default=30)
     parser.add_argument("--deterministic", action="store_true")
     parser.add_argument("--compile", default="off", choices=["auto", "on", "off"])
+    parser.add_argument("--optimizer", default="adamw", choices=["adamw", "muon"])
     args = parser.parse_args()
     quiet = Reporter(json_mode=True)
 
     def options(out: Path) -> TrainOptions:
         return TrainOptions.of(text=["tinyshakespeare"], out=str(out), max_steps=args.steps, dropout=0.1, device=args.device,
-                            deterministic=args.deterministic, compile=args.compile, save_every=0, eval_interval=10**6, sample_tokens=0)
+                            deterministic=args.deterministic, compile=args.compile, optimizer=args.optimizer, save_every=0, eval_interval=10**6, sample_tokens=0)
 
     def ctrl_c(step: int) -> None:
         if step == args.stop_at - 1:
@@ -73,6 +74,7 @@ def main() -> dict:
             "benchmark": "resume_check",
             "device": resumed.get("device", args.device),
             "deterministic": args.deterministic,
+            "optimizer": args.optimizer,
             "steps": args.steps,
             "stopped_at": stopped["steps"],
             "resumed_from": resumed["resumed_from"],

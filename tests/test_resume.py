@@ -534,7 +534,12 @@ def test_a_compiled_run_trains_the_eager_runs_weights_and_resumes_eagerly(small_
     compiled, eager = load_file(run / "model.safetensors"), load_file(eager_run / "model.safetensors")
     assert compiled.keys() == eager.keys()  # the compiled wrapper adds no "_orig_mod." prefix
     for name in eager:
-        torch.testing.assert_close(compiled[name], eager[name], rtol=1e-4, atol=1e-5)
+        # AdamW divides by the root of the second moment: where a gradient entry is near zero, a rounding
+        # difference can change its update by up to the learning rate (5e-3), so a strict element-wise
+        # tolerance passes on one CPU and fails on another (1.13e-5 seen at atol 1e-5). One part in ten of a
+        # step still tells fused-and-reordered arithmetic from a wrong or missing step.
+        torch.testing.assert_close(compiled[name], eager[name], rtol=0, atol=5e-4)
+        assert (compiled[name] - eager[name]).abs().mean() < 1e-5
     # --compile may change on resume: the weights and optimizer state are the eager module's
     train(options(small_corpus, run, max_steps=40, save_every=0, dropout=0.0, compile="off"), QUIET, resume=run, given={"max_steps", "compile"})
     assert load_checkpoint(run / CHECKPOINT).step == 40

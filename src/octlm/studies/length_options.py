@@ -90,6 +90,10 @@ class LengthOptions:
     n_layers: int = same_as(TrainOptions, "n_layers", help=_task_default("n_layers", "transformer blocks"))
     batch_size: int = same_as(TrainOptions, "batch_size")
     learning_rate: float = same_as(TrainOptions, "learning_rate", help=_task_default("learning_rate", "peak AdamW learning rate"))
+    optimizer: str = same_as(TrainOptions, "optimizer")
+    muon_lr: float = same_as(TrainOptions, "muon_lr")
+    muon_momentum: float = same_as(TrainOptions, "muon_momentum")
+    muon_weight_decay: float = same_as(TrainOptions, "muon_weight_decay")
     eval_tokens: int = option(8192, "tokens per evaluation forward pass (windows per batch = this / length)", bounds=at_least(1))
     eval_stride: int | None = option(None, "the sliding-window reading: tokens between window starts at every length L, each window scoring "
                                      "only its last S targets, so every target after the first window sees at least L - S tokens (default: "

@@ -88,6 +88,10 @@ class TaskOptions:
     batch_size: int = same_as(TrainOptions, "batch_size")
     learning_rate: float = same_as(TrainOptions, "learning_rate", default=TASK_TRAINING["learning_rate"])
     max_steps: int = same_as(TrainOptions, "max_steps", default=TASK_STEPS)
+    optimizer: str = same_as(TrainOptions, "optimizer")
+    muon_lr: float = same_as(TrainOptions, "muon_lr")
+    muon_momentum: float = same_as(TrainOptions, "muon_momentum")
+    muon_weight_decay: float = same_as(TrainOptions, "muon_weight_decay")
     seed: int = same_as(TrainOptions, "seed", help="random seed, the same for every model")
     seeds: int = option(TASK_SEEDS, "train every model with this many seeds (--seed, --seed + 1, ...); tables show mean ± std", bounds=at_least(1))
     device: str = same_as(TrainOptions, "device")
@@ -99,6 +103,7 @@ class TaskOptions:
             position=scheme, context_length=task.sequence_length(self.task_length), d_model=self.d_model, n_heads=self.n_heads,
             n_layers=self.n_layers, batch_size=self.batch_size, learning_rate=self.learning_rate, max_steps=self.max_steps,
             warmup_steps=min(50, self.max_steps // 10), weight_decay=TASK_TRAINING["weight_decay"], seed=seed, device=self.device,
+            optimizer=self.optimizer, muon_lr=self.muon_lr, muon_momentum=self.muon_momentum, muon_weight_decay=self.muon_weight_decay,
             threads=self.threads, sample_tokens=0,
         )
 

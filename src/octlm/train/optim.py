@@ -4,6 +4,12 @@
 (:mod:`octlm.studies.task`) both build their optimizer with
 :func:`make_optimizer`, set each step's rate with :func:`scheduled_lr` and
 take gradients with :func:`backward`.
+
+Two optimizers are on offer (``--optimizer``): AdamW (Loshchilov & Hutter
+2019) on every parameter, or Muon (Jordan et al. 2024, "Muon: an optimizer for
+hidden layers in neural networks"; Liu et al. 2025, "Muon is scalable for LLM
+training", §2) on the blocks' weight matrices with AdamW on the rest
+(:class:`MuonWithAdamW`). Muon is PyTorch's own ``torch.optim.Muon``.
 """
 
 from __future__ import annotations
@@ -59,7 +65,8 @@ def scheduled_lr(optimizer: torch.optim.Optimizer, step: int, opts: TrainOptions
     )
     lr = lr_at(step, progress, opts)
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        # A group with its own peak (Muon's) follows the same schedule, scaled; AdamW's groups take ``lr`` itself, to the bit.
+        group["lr"] = lr if "peak_lr" not in group else lr * (group["peak_lr"] / opts.learning_rate)
     return lr
 
 
@@ -75,13 +82,101 @@ def backward(loss: torch.Tensor, model: torch.nn.Module, optimizer: torch.optim.
     return torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) if grad_clip > 0 else loss.new_zeros(())
 
 
-def make_optimizer(model: Decoder, opts: TrainOptions, device: torch.device) -> torch.optim.AdamW:
+#: Muon's per-matrix rate adjustment (torch.optim.Muon's adjust_lr_fn): "original" is Jordan et al.'s sqrt(max(1, rows / cols)).
+MUON_ADJUST_LR = "original"
+
+
+def muon_parameters(model: Decoder) -> list[str]:
+    """Names of the parameters Muon trains under ``--optimizer muon``: the 2-D weight matrices of the transformer blocks.
+
+    Muon orthogonalises a matrix's update, which suits the hidden layers'
+    linear maps (Jordan et al. 2024); the token table (and so the tied head),
+    the position scheme's parameters (a learned table, T5's or FIRE's biases),
+    biases and norm gains stay with AdamW, as in Jordan et al. 2024 and
+    Liu et al. 2025 §2.2 (embeddings and heads are not hidden matrices).
+    """
+    return [name for name, p in model.named_parameters() if p.requires_grad and p.dim() == 2 and name.startswith("blocks.")]
+
+
+def _adamw(params, opts: TrainOptions, device: torch.device) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices and tables only (not biases or norm gains)."""
-    params = {id(p): p for p in model.parameters() if p.requires_grad}.values()
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": opts.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=opts.learning_rate, betas=(opts.beta1, opts.beta2), fused=device.type == "cuda")
 
 
-__all__ = ["backward", "decay_progress", "lr_at", "make_optimizer", "scheduled_lr"]
+class MuonWithAdamW:
+    """Muon on some parameters and AdamW on the others, stepped as one optimizer.
+
+    It has what octlm's loop and checkpoints use of a ``torch.optim.Optimizer``:
+    ``param_groups`` (Muon's groups first, each carrying ``peak_lr`` so that
+    :func:`scheduled_lr` scales the schedule to it), ``zero_grad``, ``step``,
+    and ``state_dict``/``load_state_dict`` numbering the parameters through
+    both in that order, as one optimizer's would.
+
+    Muon's update (Jordan et al. 2024): a Nesterov momentum buffer,
+    orthogonalised by five Newton-Schulz iterations, scaled by
+    ``sqrt(max(1, rows / cols))``; decoupled weight decay ``lr * wd``.
+    """
+
+    def __init__(self, muon: torch.optim.Optimizer, adamw: torch.optim.Optimizer):
+        self.optimizers = (muon, adamw)
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [group for optimizer in self.optimizers for group in optimizer.param_groups]
+
+    @property
+    def state(self) -> dict:
+        return {p: s for optimizer in self.optimizers for p, s in optimizer.state.items()}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        for optimizer in self.optimizers:
+            optimizer.step()
+
+    def state_dict(self) -> dict:
+        state, groups, offset = {}, [], 0
+        for optimizer in self.optimizers:
+            own = optimizer.state_dict()
+            state.update({index + offset: value for index, value in own["state"].items()})
+            groups += [{**group, "params": [index + offset for index in group["params"]]} for group in own["param_groups"]]
+            offset += sum(len(group["params"]) for group in optimizer.param_groups)
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        groups, offset = iter(state_dict["param_groups"]), 0
+        for optimizer in self.optimizers:
+            own_groups = [next(groups) for _ in optimizer.param_groups]
+            count = sum(len(group["params"]) for group in own_groups)
+            own_state = {index - offset: value for index, value in state_dict["state"].items() if offset <= index < offset + count}
+            optimizer.load_state_dict({"state": own_state,
+                                       "param_groups": [{**g, "params": [i - offset for i in g["params"]]} for g in own_groups]})
+            offset += count
+
+
+def make_optimizer(model: Decoder, opts: TrainOptions, device: torch.device) -> torch.optim.Optimizer | MuonWithAdamW:
+    """The optimizer ``opts.optimizer`` names for ``model``'s trainable parameters.
+
+    ``adamw``: AdamW on every parameter, weight decay ``opts.weight_decay`` on
+    matrices and tables only (not biases or norm gains). ``muon``:
+    :class:`MuonWithAdamW`, Muon (peak rate ``opts.muon_lr``, momentum
+    ``opts.muon_momentum``, weight decay ``opts.muon_weight_decay``) on
+    :func:`muon_parameters` and that AdamW on the rest.
+    """
+    params = {id(p): p for p in model.parameters() if p.requires_grad}.values()
+    if opts.optimizer == "adamw":
+        return _adamw(params, opts, device)
+    named = dict(model.named_parameters())
+    hidden = [named[name] for name in muon_parameters(model)]
+    chosen = {id(p) for p in hidden}
+    muon = torch.optim.Muon([{"params": hidden, "peak_lr": opts.muon_lr}], lr=opts.muon_lr, weight_decay=opts.muon_weight_decay,
+                            momentum=opts.muon_momentum, adjust_lr_fn=MUON_ADJUST_LR)
+    return MuonWithAdamW(muon, _adamw([p for p in params if id(p) not in chosen], opts, device))
+
+
+__all__ = ["MuonWithAdamW", "muon_parameters", "backward", "decay_progress", "lr_at", "make_optimizer", "scheduled_lr"]

@@ -32,6 +32,11 @@ from octlm.model.positions import ROPE_SCALINGS, SCHEMES
 from octlm.train.init_from import check_scaling_options
 from octlm.train.tracking import TRACKERS, check_trackers
 
+#: The optimizers --optimizer names (octlm.train.optim.make_optimizer builds them).
+OPTIMIZERS = ("adamw", "muon")
+#: Options that only Muon reads: refused away from their defaults with --optimizer adamw.
+MUON_OPTIONS = ("muon_lr", "muon_momentum", "muon_weight_decay")
+
 #: Steps of the main job when neither --max-steps nor --time-budget is given;
 #: about four minutes on two CPU cores with the Day-1 model.
 DEFAULT_MAX_STEPS = 1200
@@ -100,6 +105,13 @@ class TrainOptions:
     weight_decay: float = option(1.0, "AdamW weight decay on matrices (not on norms, biases)", bounds=finite(note="(0 turns it off)"))
     beta1: float = option(0.9, "AdamW beta1", bounds=Bound(0, 1, high_open=True))
     beta2: float = option(0.99, "AdamW beta2", bounds=Bound(0, 1, high_open=True))
+    optimizer: str = option("adamw", "adamw: AdamW on every parameter; muon: Muon on the blocks' weight matrices, AdamW (the options "
+                            "above) on the token table, position parameters, biases and norm gains", choices=list(OPTIMIZERS))
+    muon_lr: float = option(0.02, "peak Muon learning rate (--optimizer muon), on the same warm-up and cosine decay",
+                            bounds=finite(low_open=True), resume=RETUNABLE)
+    muon_momentum: float = option(0.95, "Muon's Nesterov momentum (--optimizer muon)", bounds=Bound(0, 1, high_open=True))
+    muon_weight_decay: float = option(0.0, "Muon's decoupled weight decay, times the learning rate per step (--optimizer muon)",
+                                      bounds=finite(note="(0 turns it off)"))
     grad_clip: float = option(1.0, "clip the global gradient norm to this (0 disables)", bounds=finite(note="(0 turns it off)"), resume=RETUNABLE)
     # length of the run
     max_steps: int | None = option(None, f"optimizer steps (default: {DEFAULT_MAX_STEPS} unless --time-budget is given; with --resume: the run's total)",
@@ -180,6 +192,21 @@ def check_scheme_options(opts) -> None:
                              f"it; drop {flag(name)}, or choose --position {names[0]}")
 
 
+def check_optimizer_options(opts) -> None:
+    """Refuse a Muon option set away from its default when the run trains with AdamW alone.
+
+    Raises:
+        OctlmError: naming the option and the fix.
+    """
+    if opts.optimizer == "muon":
+        return
+    defaults = {f.name: option_default(f) for f in option_fields(type(opts))}
+    for name in MUON_OPTIONS:
+        if getattr(opts, name) != defaults[name]:
+            raise OctlmError(f"{flag(name)} {getattr(opts, name)} means nothing with --optimizer {opts.optimizer}: only Muon reads it; "
+                             f"add --optimizer muon, or drop {flag(name)}")
+
+
 def resolved_max_steps(opts: TrainOptions) -> int | None:
     """The run's step limit: ``--max-steps``, else :data:`DEFAULT_MAX_STEPS` unless a ``--time-budget`` limits it (then ``None``)."""
     if opts.max_steps is not None:
@@ -219,6 +246,7 @@ def check_options(opts: TrainOptions) -> None:
             raise OctlmError(f"{name} got an empty path ''; give {give}, or leave {name} out")
     check_fields(opts)
     check_scheme_options(opts)
+    check_optimizer_options(opts)
     check_scaling_options(opts)
     steps, warmup = resolved_max_steps(opts), resolved_warmup_steps(opts)
     if steps is not None and warmup >= steps:
@@ -246,6 +274,7 @@ def check_seed(seed: int, flag: str = "--seed") -> None:
 
 
 __all__ = [
-    "DEFAULT_MAX_STEPS", "DEFAULT_WARMUP_STEPS", "MAX_SEED", "MODEL_OPTIONS", "TrainOptions", "check_options", "check_scheme_options",
+    "DEFAULT_MAX_STEPS", "DEFAULT_WARMUP_STEPS", "MAX_SEED", "MODEL_OPTIONS", "MUON_OPTIONS", "OPTIMIZERS",
+    "check_optimizer_options", "TrainOptions", "check_options", "check_scheme_options",
     "check_seed", "given_options", "resolved", "resolved_max_steps", "resolved_warmup_steps", "scheme_options",
 ]

@@ -1,0 +1,79 @@
+"""Muon's settings on the main job, one change at a time from a base; prints JSON, one line per variant.
+
+    .venv/bin/python bench/muon_tuning.py [--steps 600] [--jobs 4] [--only NAME ...] [--out build/muon-tuning]
+
+Each variant is ``octlm train`` on the main job's corpus (the Python standard
+library, the Day-1 model) for ``--steps`` steps with ``--threads 1`` and the
+flags in :data:`VARIANTS`, ``--jobs`` at a time in separate processes; the
+figure is the final validation bits per byte (every validation block).
+Bits per byte do not depend on how busy the machine is (one thread, fixed
+seed), so variants may run side by side; the seconds printed do.
+
+``positions-on-muon`` also hands the position scheme's 2-D parameters (the
+learned table) to Muon, by replacing :func:`octlm.train.optim.muon_parameters`
+in its process: the question the tuning asks of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+#: name -> (flags, what changes); "base" is the reference every other row changes one thing of.
+VARIANTS = {
+    "adamw": (["--optimizer", "adamw"], "AdamW alone (octlm's default before Muon)"),
+    "base": (["--optimizer", "muon"], "Muon lr 0.02, momentum 0.95, no Muon weight decay, 50 warm-up steps"),
+    "lr-0.01": (["--optimizer", "muon", "--muon-lr", "0.01"], "Muon lr 0.01"),
+    "lr-0.04": (["--optimizer", "muon", "--muon-lr", "0.04"], "Muon lr 0.04"),
+    "momentum-0.9": (["--optimizer", "muon", "--muon-momentum", "0.9"], "momentum 0.9"),
+    "wd-0.1": (["--optimizer", "muon", "--muon-weight-decay", "0.1"], "Muon weight decay 0.1"),
+    "warmup-0": (["--optimizer", "muon", "--warmup-steps", "0"], "no warm-up"),
+    "adamw-lr-0.01": (["--optimizer", "muon", "--learning-rate", "0.01"], "the AdamW side (table, biases, gains) at lr 0.01"),
+    "positions-on-muon": (["--optimizer", "muon"], "the learned position table on Muon too"),
+}
+
+POSITIONS_ON_MUON = (
+    "import octlm.train.optim as o; from octlm.cli import main; "
+    "o.muon_parameters = lambda model: [n for n, p in model.named_parameters() if p.requires_grad and p.dim() == 2 "
+    "and (n.startswith('blocks.') or n.startswith('positions.'))]; "
+    "raise SystemExit(main(__import__('sys').argv[1:]))"
+)
+
+
+def run(name: str, steps: int, out: Path) -> dict:
+    flags, what = VARIANTS[name]
+    args = ["train", "--out", str(out / name), "--overwrite", "--threads", "1", "--sample-tokens", "0", "--max-steps", str(steps),
+            "--eval-interval", str(steps), "--json", *flags]
+    command = [sys.executable, "-c", POSITIONS_ON_MUON, *args] if name == "positions-on-muon" else [sys.executable, "-m", "octlm", *args]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        return {"variant": name, "error": done.stderr[-2000:]}
+    records = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
+    final = [r for r in records if r["kind"] == "eval"][-1]
+    return {"variant": name, "change": what, "flags": " ".join(flags), "steps": steps, "val_bpb": round(final["val_bpb"], 4),
+            "val_loss": round(final["val_loss"], 4), "wall_s": round(time.perf_counter() - start, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--out", type=Path, default=Path("build/muon-tuning"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(json.dumps({"load_average": os.getloadavg(), "jobs": args.jobs}), flush=True)
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for row in pool.map(lambda name: run(name, args.steps, args.out), args.only):
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

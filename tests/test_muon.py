@@ -1,0 +1,250 @@
+"""``--optimizer muon``: Muon on the blocks' matrices, AdamW on the rest.
+
+Muon's update is checked against the algorithm as Jordan et al. 2024 write it
+(momentum ``B_t = mu B_{t-1} + G_t``, Nesterov input ``G_t + mu B_t``, five
+quintic Newton-Schulz iterations on the Frobenius-normalised matrix, the
+rate scaled by ``sqrt(max(1, rows / cols))``, decoupled weight decay),
+computed here in float64; PyTorch runs the iterations in bfloat16, so the
+comparison allows bfloat16's rounding. The AdamW side is checked against
+``torch.optim.AdamW`` on the same parameters and gradients.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+from octlm.cli import main
+from octlm.model import Decoder, DecoderConfig
+from octlm.model.positions import SCHEMES
+from octlm.report import Reporter
+from octlm.train.launch import train
+from octlm.train.optim import MuonWithAdamW, make_optimizer, muon_parameters, scheduled_lr
+from octlm.train.options import TrainOptions
+
+QUIET = Reporter(json_mode=True)
+TINY = dict(vocab_size=280, context_length=16, d_model=16, n_heads=2, n_layers=1, batch_size=4, eval_interval=5,
+            eval_blocks=4, final_eval_blocks=8, sample_tokens=0, dropout=0.1, threads=1, optimizer="muon")
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+
+
+def newton_schulz(g: torch.Tensor, steps: int = 5) -> torch.Tensor:
+    """Jordan et al. 2024's quintic iteration X <- aX + (bA + cA^2)X, A = X X^T, from X = G / ||G||_F (wide orientation)."""
+    a, b, c = NS_COEFFICIENTS
+    tall = g.shape[0] > g.shape[1]
+    x = (g.T if tall else g) / g.norm()
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+@given(rows=st.integers(2, 24), cols=st.integers(2, 24), seed=st.integers(0, 2**31 - 1),
+       momentum=st.sampled_from([0.0, 0.9, 0.95]), weight_decay=st.sampled_from([0.0, 0.1]), nesterov=st.booleans())
+def test_two_muon_steps_follow_the_papers_update(rows, cols, seed, momentum, weight_decay, nesterov):
+    """One Newton-Schulz iteration per step, so that bfloat16's rounding stays near its 0.4% per operation.
+
+    Five iterations amplify it up to 3.4 times each at small singular values
+    (the quintic's slope at zero), which would drown a wrong coefficient or
+    step count in noise; the five come from PyTorch's defaults, checked below.
+    """
+    g = torch.Generator().manual_seed(seed)
+    w0 = torch.randn(rows, cols, generator=g, dtype=torch.float64)
+    grads = [torch.randn(rows, cols, generator=g, dtype=torch.float64) for _ in range(2)]
+    lr = 0.02
+    param = torch.nn.Parameter(w0.float().clone())
+    opt = torch.optim.Muon([param], lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov, ns_steps=1,
+                           adjust_lr_fn="original")
+
+    expected, buf = w0.clone(), torch.zeros_like(w0)
+    for grad in grads:
+        param.grad = grad.float().clone()
+        opt.step()
+        buf = momentum * buf + grad
+        update = newton_schulz(grad + momentum * buf if nesterov else buf, steps=1)
+        expected = expected * (1 - lr * weight_decay) - lr * math.sqrt(max(1, rows / cols)) * update
+        moved, want = param.detach().double() - w0, expected - w0
+        # measured at most 1.1% over 3,000 such cases
+        assert (moved - want).norm() <= 0.03 * want.norm()
+
+
+def test_octlms_muon_is_the_papers():
+    """Five iterations with Jordan et al.'s coefficients, Nesterov momentum, and the sqrt(max(1, rows / cols)) rate."""
+    model = Decoder(DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=1))
+    muon = make_optimizer(model, TrainOptions.of(optimizer="muon"), torch.device("cpu")).optimizers[0]
+    assert isinstance(muon, torch.optim.Muon)
+    for group in muon.param_groups:
+        assert group["ns_steps"] == 5 and group["nesterov"] is True and group["adjust_lr_fn"] == "original"
+        assert group["ns_coefficients"] == pytest.approx(NS_COEFFICIENTS, abs=1e-4)
+
+
+def test_the_update_is_near_orthogonal():
+    """What Muon is for: whatever the gradient's spread of singular values, the update's lie near one (Jordan et al. 2024)."""
+    torch.manual_seed(0)
+    grad = torch.randn(32, 64) @ torch.diag(torch.logspace(-3, 0, 64))
+    param = torch.nn.Parameter(torch.zeros(32, 64))
+    opt = torch.optim.Muon([param], lr=1.0, weight_decay=0.0, momentum=0.0, nesterov=False, adjust_lr_fn="original")
+    param.grad = grad
+    opt.step()
+    singular = torch.linalg.svdvals(-param.detach().double())
+    assert torch.linalg.svdvals(grad.double()).max() / torch.linalg.svdvals(grad.double()).min() > 100
+    assert singular.min() > 0.3 and singular.max() < 1.5
+
+
+@pytest.mark.parametrize("position", sorted(SCHEMES))
+def test_muon_trains_the_block_matrices_and_adamw_the_rest(position):
+    model = Decoder(DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=2, position=position))
+    opt = make_optimizer(model, TrainOptions.of(optimizer="muon", position=position), torch.device("cpu"))
+    muon, adamw = opt.optimizers
+    names = {id(p): n for n, p in model.named_parameters()}
+    on_muon = {names[id(p)] for group in muon.param_groups for p in group["params"]}
+    on_adamw = {names[id(p)] for group in adamw.param_groups for p in group["params"]}
+    assert on_muon == set(muon_parameters(model))
+    assert on_muon | on_adamw == set(names.values()) and not on_muon & on_adamw
+    assert all(n.startswith("blocks.") and n.endswith(".weight") and dict(model.named_parameters())[n].dim() == 2 for n in on_muon)
+    assert "token_embedding.weight" in on_adamw  # the table, and the tied head with it
+    assert not any(n.startswith("positions.") for n in on_muon)
+
+
+def test_the_adamw_side_is_plain_adamw():
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=1, position="learned"))
+    opts = TrainOptions.of(optimizer="muon", position="learned")
+    opt = make_optimizer(model, opts, torch.device("cpu"))
+    rest = {n: p for n, p in model.named_parameters() if n not in muon_parameters(model)}
+    copies = {n: torch.nn.Parameter(p.detach().clone()) for n, p in rest.items()}
+    decay = [copies[n] for n in copies if copies[n].dim() >= 2]
+    no_decay = [copies[n] for n in copies if copies[n].dim() < 2]
+    reference = torch.optim.AdamW([{"params": decay, "weight_decay": opts.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=opts.learning_rate, betas=(opts.beta1, opts.beta2))
+    for step in range(3):
+        ids = torch.randint(0, 64, (2, 16))
+        opt.zero_grad()
+        model(ids).logsumexp(-1).mean().backward()
+        for n, p in rest.items():
+            copies[n].grad = p.grad.clone()
+        opt.step()
+        reference.step()
+    for n, p in rest.items():
+        torch.testing.assert_close(p.detach(), copies[n].detach())
+
+
+@given(step=st.integers(0, 1199), muon_lr=st.floats(1e-4, 0.1), lr=st.floats(1e-4, 1e-2))
+def test_the_schedule_scales_to_each_optimizers_peak(step, muon_lr, lr):
+    model = Decoder(DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=1))
+    opts = TrainOptions.of(optimizer="muon", muon_lr=muon_lr, learning_rate=lr, max_steps=1200)
+    opt = make_optimizer(model, opts, torch.device("cpu"))
+    adamw_lr = scheduled_lr(opt, step, opts)
+    muon, adamw = opt.optimizers
+    assert all(group["lr"] == adamw_lr for group in adamw.param_groups)
+    assert all(math.isclose(group["lr"], adamw_lr * muon_lr / lr, rel_tol=1e-12) for group in muon.param_groups)
+
+
+def test_state_dict_numbers_both_optimizers_as_one():
+    model = Decoder(DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=1))
+    opt = make_optimizer(model, TrainOptions.of(optimizer="muon"), torch.device("cpu"))
+    model(torch.randint(0, 64, (2, 16))).mean().backward()
+    opt.step()
+    state = opt.state_dict()
+    flat = [p for group in opt.param_groups for p in group["params"]]
+    assert sorted(state["state"]) == list(range(len(flat)))
+    assert [i for g in state["param_groups"] for i in g["params"]] == list(range(len(flat)))
+    for index, p in enumerate(flat):
+        assert set(state["state"][index]) == ({"momentum_buffer"} if p.dim() == 2 and index < 4 else {"step", "exp_avg", "exp_avg_sq"})
+    fresh = make_optimizer(model, TrainOptions.of(optimizer="muon"), torch.device("cpu"))
+    assert isinstance(fresh, MuonWithAdamW)
+    fresh.load_state_dict(state)
+    for index, p in enumerate(flat):
+        for key, value in state["state"][index].items():
+            assert torch.equal(fresh.state[p][key], value)
+
+
+def test_ctrl_c_then_resume_with_muon_is_bitwise_identical(small_corpus, tmp_path):
+    def options(out, **extra):
+        return TrainOptions.of(text=[str(small_corpus)], out=str(out), **{**TINY, **extra})
+
+    train(options(tmp_path / "whole", max_steps=12, save_every=0), QUIET)
+    run = tmp_path / "run"
+
+    def ctrl_c(step):
+        if step == 6:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    assert train(options(run, max_steps=12, save_every=5), QUIET, step_hook=ctrl_c)["interrupted"]
+    resumed = train(TrainOptions(), QUIET, resume=run, given=set())
+    assert resumed["resumed_from"] == 7 and resumed["steps"] == 12
+    assert (run / "model.safetensors").read_bytes() == (tmp_path / "whole" / "model.safetensors").read_bytes()
+
+
+def flags(**options) -> list[str]:
+    return [x for k, v in options.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def test_the_optimizer_round_trips_through_config_resume_and_init_from(small_corpus, tmp_path, capsys):
+    run = tmp_path / "muon"
+    assert main(["train", "--text", str(small_corpus), "--out", str(run), "--max-steps", "6", "--muon-lr", "0.03", "--quiet",
+                 *flags(**TINY)]) == 0
+    train_section = json.loads((run / "config.json").read_text())["train"]
+    assert train_section["optimizer"] == "muon" and train_section["muon_lr"] == 0.03
+
+    # a resumed run keeps its optimiser ...
+    assert main(["train", "--resume", str(run), "--max-steps", "8", "--optimizer", "adamw", "--quiet"]) == 1
+    assert "--optimizer adamw contradicts the run being resumed" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run), "--max-steps", "8", "--quiet"]) == 0
+    assert json.loads((run / "config.json").read_text())["train"]["optimizer"] == "muon"
+
+    # ... and a fine-tune chooses its own
+    tuned = tmp_path / "tuned"
+    assert main(["train", "--init-from", str(run), "--text", str(small_corpus), "--out", str(tuned), "--max-steps", "4",
+                 "--optimizer", "adamw", "--batch-size", "4", "--eval-interval", "5", "--eval-blocks", "4", "--final-eval-blocks", "8",
+                 "--sample-tokens", "0", "--threads", "1", "--quiet"]) == 0
+    assert json.loads((tuned / "config.json").read_text())["train"]["optimizer"] == "adamw"
+
+
+@pytest.mark.parametrize("option, value", [("muon_lr", "0.05"), ("muon_momentum", "0.9"), ("muon_weight_decay", "0.1")])
+def test_muon_options_mean_nothing_to_adamw(tmp_path, capsys, option, value):
+    flag = f"--{option.replace('_', '-')}"
+    assert main(["train", "--out", str(tmp_path / "run"), flag, value, "--max-steps", "2"]) == 1
+    err = capsys.readouterr().err
+    assert f"{flag} {value} means nothing with --optimizer adamw" in err and "add --optimizer muon" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_task_study_trains_with_the_optimizer_it_is_given():
+    from octlm.studies.task import TASKS, TaskOptions
+
+    opts = TaskOptions(task="copy", optimizer="muon", muon_lr=0.01)
+    train_opts = opts.train_options(TASKS["copy"], "rope", 0)
+    assert train_opts.optimizer == "muon" and train_opts.muon_lr == 0.01
+
+
+def test_the_length_study_hands_the_optimizer_to_every_model(tmp_path):
+    from octlm.studies.length_options import LengthOptions
+
+    opts = LengthOptions(text=["x"], optimizer="muon", muon_lr=0.01)
+    train_opts = opts.train_options("alibi", Path(tmp_path), 0)
+    assert train_opts.optimizer == "muon" and train_opts.muon_lr == 0.01
+
+
+def test_the_optimizers_benchmark_compares_both_and_finds_the_steps_to_reach(small_corpus):
+    import subprocess
+    import sys
+
+    tiny = flags(**{k: v for k, v in TINY.items() if k not in ("optimizer", "eval_interval", "sample_tokens")})
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "bench" / "optimizers.py"), "--parts", "main", "reach", "--main-steps", "8",
+                           "--reach-steps", "2", "8", "--", "--text", str(small_corpus), *tiny], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    main_part, reach = result["main"], result["reach"]
+    assert main_part["adamw"]["steps"] == main_part["muon"]["steps"] == 8
+    assert main_part["muon_step_cost"] == pytest.approx(main_part["adamw"]["tokens_per_second"] / main_part["muon"]["tokens_per_second"], abs=1e-3)
+    assert [row["steps"] for row in reach["muon_runs"]] == [2, 8]
+    reached = [row["steps"] for row in reach["muon_runs"] if row["val_bpb"] <= reach["adamw_val_bpb"]]
+    assert reach["steps_to_reach_adamw"] == (min(reached) if reached else None)
