@@ -66,7 +66,7 @@ class LengthOptions:
     time_budget: float | None = same_as(
         TrainOptions, "time_budget", default=DEFAULT_TIME_BUDGET, bounds=None,
         help=f"seconds of training per model, timed once into one step count for every model (default {DEFAULT_TIME_BUDGET:g}; "
-        f"the whole default study, extension stage included, took {MEASURED_MINUTES} minutes on tinyshakespeare with --threads 1 "
+        f"the whole default study, extension stage included, took {MEASURED_MINUTES} minutes (before llama3 joined its scalings, about 1.5 more) on tinyshakespeare with --threads 1 "
         "on a quiet 2-core machine, both readings and the attention records included, within the 30 minutes it is sized for on 2 CPU cores; 30 gives a quick look)")
     max_steps: int | None = same_as(TrainOptions, "max_steps", help="train each model for exactly this many steps instead of --time-budget (reproducible; length.jsonl then records time_budget null); "
                                      f"with --task the only budget (default {TASK_STEPS})")
