@@ -248,3 +248,20 @@ def test_the_optimizers_benchmark_compares_both_and_finds_the_steps_to_reach(sma
     assert [row["steps"] for row in reach["muon_runs"]] == [2, 8]
     reached = [row["steps"] for row in reach["muon_runs"] if row["val_bpb"] <= reach["adamw_val_bpb"]]
     assert reach["steps_to_reach_adamw"] == (min(reached) if reached else None)
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_the_extension_stage_fine_tunes_with_the_studys_optimizer(tmp_path, monkeypatch, optimizer):
+    """A fine-tune's rates fall together: Muon's keeps its ratio to AdamW's; with AdamW alone Muon's option stays unset."""
+    import octlm.train.init_from
+    from octlm.studies.extension_stage import extension_options
+    from octlm.studies.length_options import LengthOptions
+    from octlm.train.options import check_options
+
+    monkeypatch.setattr(octlm.train.init_from, "init_from_options", lambda opts, given: opts)  # no source run needed here
+    opts = LengthOptions(text=["x"], optimizer=optimizer, schemes=["rope"])
+    tuned = extension_options(opts, "rope+yarn", tmp_path / "source", tmp_path / "tuned", 0)
+    check_options(tuned)  # a refused Muon option would stop the stage here
+    assert tuned.optimizer == optimizer
+    expected = 0.02 * opts.extend_learning_rate / opts.learning_rate if optimizer == "muon" else 0.02
+    assert tuned.muon_lr == pytest.approx(expected)

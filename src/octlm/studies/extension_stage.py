@@ -83,7 +83,7 @@ def extension_options(opts, label: str, source_dir: Path, run_dir: Path, seed: i
         base, init_from=str(source_dir), context_length=M * opts.train_length, batch_size=max(1, opts.batch_size // M),
         max_steps=steps, time_budget=None, learning_rate=opts.extend_learning_rate, warmup_steps=max(1, steps // 10),
         # Muon's rate, when it trains, falls with AdamW's: the fine-tune keeps the base run's ratio between them.
-        muon_lr=base.muon_lr * opts.extend_learning_rate / base.learning_rate,
+        muon_lr=base.muon_lr * opts.extend_learning_rate / base.learning_rate if base.optimizer == "muon" else base.muon_lr,
         save_every=max(1, steps // CURVE_POINTS), eval_interval=10**9, rope_scaling=method, rope_factor=float(M) if method else None,
     )
     return init_from_options(tuned, set())
