@@ -33,7 +33,9 @@ class CausalSelfAttention(nn.Module):
     (any fused kernel may run); a one-token cached step needs no mask at all;
     a multi-token step on top of a cache passes a boolean mask [T, S]; ALiBi
     passes its bias as an additive float mask [1, H, T, S] with ``-inf`` on
-    future keys.
+    future keys (a bias that reads the queries and keys, CoPE's, is
+    [B, H, T, S]). The scheme's bias comes from ``attention_bias``, which
+    gets the queries, keys and the layer's index ``layer``.
 
     ``record`` is ``None`` except inside :func:`octlm.model.attention_maps.record_attention`,
     which sets it to a callable taking the queries and keys SDPA gets and the
@@ -50,16 +52,16 @@ class CausalSelfAttention(nn.Module):
         self.record: Callable[[Tensor, Tensor, Tensor | None, int], None] | None = None
 
     def forward(
-        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None
+        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None, layer: int = 0
     ) -> Tensor:
-        """[B, T, C] at positions ``offset ..`` -> [B, T, C]; with ``cache``, attend to its keys too and extend it."""
+        """[B, T, C] at positions ``offset ..`` -> [B, T, C]; with ``cache``, attend to its keys too and extend it. ``layer``: the block's index."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
         q, k = positions.rotate(q, k, offset)
         if cache is not None:
             k, v = cache.append(k, v)
         S = k.shape[-2]
-        bias = positions.score_bias(T, S, offset)
+        bias = positions.attention_bias(q, k, offset, layer)
         if self.record is not None:
             self.record(q, k, bias, offset)
         dropout = self.dropout if self.training else 0.0
@@ -71,7 +73,7 @@ class CausalSelfAttention(nn.Module):
                 mask = causal
             else:
                 mask = bias.to(q.dtype) if causal is None else bias.to(q.dtype).masked_fill(~causal, float("-inf"))
-                mask = mask.unsqueeze(0)  # [1, H, T, S]: the 4-D shape the CPU flash kernel also accepts
+                mask = mask if mask.dim() == 4 else mask.unsqueeze(0)  # [1, H, T, S]: the 4-D shape the CPU flash kernel also accepts
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
 
@@ -111,9 +113,9 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(
-        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None
+        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None, layer: int = 0
     ) -> Tensor:
-        x = x + self.attn(self.ln_attn(x), positions, offset, cache)
+        x = x + self.attn(self.ln_attn(x), positions, offset, cache, layer)
         return x + self.mlp(self.ln_mlp(x))
 
 

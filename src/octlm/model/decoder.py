@@ -134,7 +134,7 @@ class Decoder(nn.Module):
         try:
             x = self.dropout(self._embed(token_ids, offset))
             for i, block in enumerate(self.blocks):
-                x = block(x, self.positions, offset, None if cache is None else cache.layers[i])
+                x = block(x, self.positions, offset, None if cache is None else cache.layers[i], layer=i)
         finally:
             self.positions.end_pass()
         return x
