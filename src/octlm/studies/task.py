@@ -74,7 +74,7 @@ class TaskOptions:
 
     task: str | None = option(
         None, "train on a synthetic task instead of --text: sizes 1..--task-length, exact match at 1x-4x. The default copy study "
-        f"(every scheme x {TASK_SEEDS} seeds x {TASK_STEPS} steps) took 24.1 minutes with --threads 1 on a shared 2-core machine, and its "
+        f"(the 8 schemes before kerple, prope and cope x {TASK_SEEDS} seeds x {TASK_STEPS} steps) took 24.1 minutes with --threads 1 on a shared 2-core machine, and its "
         "best scheme at 1x (xpos) copied 97.9%% of instances exactly", choices=list(TASKS))
     task_length: int = option(16, "longest training instance of --task, L (items: symbols, pairs or filler tokens)", bounds=at_least(1, "items"))
     out: str | None = option(None, "study folder to create: tasks.jsonl, tasks.png, tasks.md")
