@@ -7,7 +7,9 @@ order"), so every scheme injects position at exactly one of three places:
                     (learned table, sinusoidal waves);
 * ``rotate``     -- applied to queries and keys inside every attention layer
                     (RoPE);
-* ``score_bias`` -- added to the attention scores (ALiBi).
+* ``score_bias`` -- added to the attention scores (ALiBi); a bias that
+                    reads the queries and keys (CoPE) or differs by layer
+                    (KERPLE) overrides ``attention_bias``, which calls it.
 
 A scheme is a small ``nn.Module`` that overrides only the hooks it needs; the
 base class makes every hook a no-op. Schemes are found by name in
