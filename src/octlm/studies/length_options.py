@@ -146,7 +146,8 @@ def check_options(opts: LengthOptions) -> None:
     untaken = [m for m in opts.rope_scalings or [] if m not in scalings_taken(opts.schemes)]
     if untaken:
         takers = schemes_taking(untaken[0])
-        raise OctlmError(f"--rope-scalings needs the {' or '.join(takers)} model: add {takers[0]} to --schemes or pass --rope-scalings with no methods")
+        named = takers[0] if len(takers) == 1 else f"{', '.join(takers[:-1])} or {takers[-1]}"
+        raise OctlmError(f"--rope-scalings needs the {named} model: add {takers[0]} to --schemes or pass --rope-scalings with no methods")
     check_schemes(opts.schemes)
     fields = {f.name: f for f in dataclasses.fields(opts)}
     for name in set.intersection(*(scheme_options(s)[1] for s in opts.schemes)) & set(fields):
