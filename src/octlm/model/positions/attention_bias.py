@@ -189,6 +189,7 @@ class KERPLEBias(PositionScheme):
     description = "a learned logarithmic penalty -r1 log(1 + r2 distance) per layer and head on the attention scores (Chi et al. 2022)"
     hf_refusal = "no transformers architecture adds KERPLE's learned logarithmic distance bias"
     in_length_study = False  # opt-in: the default study's 30 minutes hold five models
+    in_task_study = False  # opt-in: the default task study's measured minutes are for the 8 schemes before it
     takes_random_positions = True
 
     def __init__(self, config: "DecoderConfig") -> None:

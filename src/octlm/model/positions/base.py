@@ -68,6 +68,11 @@ def length_study_schemes() -> list[str]:
     return [name for name, cls in SCHEMES.items() if cls.in_length_study]
 
 
+def task_study_schemes() -> list[str]:
+    """Schemes ``octlm length --task`` trains by default, in registration order (the order of its table)."""
+    return [name for name, cls in SCHEMES.items() if cls.in_task_study]
+
+
 def schemes_taking(method: str) -> list[str]:
     """Names of the schemes that accept the RoPE scaling ``method`` (:data:`ROPE_SCALINGS`)."""
     return [name for name, cls in SCHEMES.items() if method in cls.scalings()]
@@ -115,6 +120,9 @@ class PositionScheme(nn.Module):
     is_default = False
     #: trained by ``octlm length`` unless ``--schemes`` says otherwise (each model costs its time budget)
     in_length_study = True
+    #: trained by ``octlm length --task`` unless ``--schemes`` says otherwise (its default study's measured
+    #: minutes, docs/length-study.md, are for the schemes that set this)
+    in_task_study = True
     #: the fine-tunes of the length study's extension stage for this scheme: the RoPE scaling each trains
     #: under (``None``: none, plain fine-tuning); empty: the stage leaves the scheme out
     extension_methods: tuple[str | None, ...] = ()
@@ -360,6 +368,6 @@ def build(config: "DecoderConfig") -> PositionScheme:
 
 __all__ = [
     "build", "check", "default_scheme", "scheme_option_fields", "with_scheme_options",
-    "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "PositionScheme", "PositionVectors", "length_study_schemes",
+    "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "PositionScheme", "PositionVectors", "length_study_schemes", "task_study_schemes",
     "random_position_schemes", "register", "schemes_taking", "unbounded_schemes",
 ]

@@ -84,6 +84,7 @@ class ContextualPositions(PositionScheme):
     description = "positions counted by sigmoid gates on query-key scores, with interpolated learned embeddings (Golovneva et al. 2024)"
     hf_refusal = "no transformers architecture counts positions with CoPE's gates on query-key scores"
     in_length_study = False  # opt-in: the default study's 30 minutes hold five models, and CoPE forms every score twice
+    in_task_study = False  # opt-in: the default task study's measured minutes are for the 8 schemes before it
     options = {"cope_npos_max": option(64, "CoPE: learned position embeddings per layer (counted positions past the last share it)",
                                        bounds=at_least(2))}
 
