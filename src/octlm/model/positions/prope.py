@@ -9,7 +9,7 @@ from torch import Tensor
 
 from octlm.declare import option
 from octlm.model.positions.base import register
-from octlm.model.positions.rotary import RotaryPositions
+from octlm.model.positions.rotary import RotaryPositions, rotary_dim
 
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig
@@ -51,10 +51,9 @@ class PartialFrequencyRoPE(RotaryPositions):
     in_task_study = False  # opt-in: the default task study's measured minutes are for the 8 schemes before it
     extension_methods = ()  # RoPE's fine-tunes are RoPE's: the stage leaves p-RoPE out
     times_length_study = False
-    hf_model_type = None
-    hf_refusal = ("transformers' GPT-NeoX turns every rotated pair, its frequencies spaced over the rotated channels, and octlm's "
-                  "mapper does not write p-RoPE as one (rotary_pct = rope_fraction with base rope_theta ** rope_fraction and the "
-                  "query/key rows reordered would be)")
+    # GPT-NeoX partial rotary over the 2k turning channels (k = turning_pairs) with base rope_theta ** (2k / rotary_dim)
+    # computes the same frequencies, rope_theta ** (-2i / rotary_dim), once the query and key rows are reordered (octlm.export.hf_neox).
+    hf_model_type = "gpt_neox"
     options = {**RotaryPositions.options,
                "rope_fraction": option(0.75, "p-RoPE: fraction of RoPE's channel pairs (the fastest) that turn; the rest are not rotated")}
 
@@ -63,6 +62,11 @@ class PartialFrequencyRoPE(RotaryPositions):
         pairs = self.rotary_dim // 2
         self.register_buffer("turning", (torch.arange(pairs) < kept_pairs(pairs, config.rope_fraction)).double(), persistent=False)
         self.inv_freq.mul_(self.turning)
+
+    @classmethod
+    def turning_pairs(cls, config: "DecoderConfig") -> int:
+        """The first ``floor(rope_fraction * rotary_dim / 2)`` pairs turn (:func:`kept_pairs`); the rest have frequency 0."""
+        return kept_pairs(rotary_dim(config) // 2, config.rope_fraction)
 
     @classmethod
     def check_config(cls, config: "DecoderConfig") -> None:
