@@ -90,7 +90,7 @@ def test_export_refuses_positions_transformers_lacks(trained_run, tmp_path, caps
     (run / "config.json").write_text(json.dumps(config))
     assert main(["export-hf", str(run), str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
-    assert f"position='{position}' has no transformers form" in err and "--position learned or none or rope" in err
+    assert f"position='{position}' has no transformers form" in err and "--position learned or none or prope or rope" in err
     assert not (tmp_path / "out").exists()
 
 

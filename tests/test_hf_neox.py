@@ -42,6 +42,10 @@ LAYOUTS = [
     ("ntk", dict(position="rope", rope_layout="half"), ("ntk", 4.0)),
     ("llama3", dict(position="rope", rope_layout="half"), ("llama3", 4.0)),
     ("nope", dict(position="none"), None),
+    # p-RoPE as GPT-NeoX partial rotary over its turning pairs (head_dim 8): 3 of 4 pairs, then 1 of 2 over half the head
+    ("prope-interleaved", dict(position="prope"), None),
+    ("prope-half-partial", dict(position="prope", rope_layout="half", partial_rotary_factor=0.5, rope_fraction=0.5, rope_theta=500.0), None),
+    ("prope-linear", dict(position="prope", rope_layout="half", rope_theta=500.0), ("linear", 4.0)),
 ]
 
 
@@ -230,6 +234,24 @@ def test_export_refuses_dynamic_ntk_by_name(tokenizer, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "RoPE scaling 'dynamic-ntk' has no GPT-NeoX form" in err and "keeps the keys it cached" in err
     assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("method", ["ntk", "yarn"])
+def test_export_refuses_prope_scalings_transformers_would_spread_otherwise(tokenizer, tmp_path, capsys, method):
+    """p-RoPE travels as partial rotary over its turning pairs; NTK and YaRN there would see 6 channels, not 8 (Barbero et al. 2024 §6)."""
+    make_run(tmp_path / "run", tokenizer, position="prope")
+    assert main(["export-hf", str(tmp_path / "run"), str(tmp_path / "hf"), "--rope-scaling", method, "--rope-factor", "2"]) == 1
+    err = capsys.readouterr().err
+    assert f"RoPE scaling '{method}' of position='prope' has no GPT-NeoX form" in err and "over the 6 turning channels" in err
+    assert not (tmp_path / "hf").exists()
+
+
+def test_prope_export_is_partial_rotary_at_a_smaller_base(tokenizer, tmp_path):
+    """The written rotation, against the formula: k = floor(0.75 * 4) = 3 pairs of head_dim 8, base theta ** (6 / 8)."""
+    model = make_run(tmp_path / "run", tokenizer, position="prope")
+    export_hf(tmp_path / "run", tmp_path / "hf")
+    rope = json.loads((tmp_path / "hf" / "config.json").read_text())["rope_parameters"]
+    assert rope["partial_rotary_factor"] == 6 / 8 and rope["rope_theta"] == pytest.approx(model.config.rope_theta ** 0.75)
 
 
 @pytest.mark.parametrize("position,reason", [

@@ -122,7 +122,7 @@ def test_terminal_table(small_corpus, study, tmp_path, capsys):
 @pytest.mark.parametrize(
     "args,match",
     [
-        (["--schemes", "alibi", "--rope-scalings", "yarn"], "--rope-scalings needs the rope or xpos model"),
+        (["--schemes", "alibi", "--rope-scalings", "yarn"], "--rope-scalings needs the rope, xpos or prope model"),
         (["--multipliers", "0"], "--multipliers"),
         (["--schemes", "rope", "rope"], "twice"),
         (["--d-model", "30", "--n-heads", "4"], "--d-model=30"),

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from octlm import Decoder, DecoderConfig
-from octlm.model.positions import FIREBias, T5RelativeBias, XPosRotation
+from octlm.model.positions import FIREBias, T5RelativeBias, XPosRotation, random_position_schemes
 from tests.test_positions import rotate_by_hand
 
 
@@ -146,10 +146,10 @@ def test_xpos_decodes_exactly_with_a_cache_up_to_its_span_and_refuses_past_it():
 
 
 #: schemes whose scores depend on the distance between tokens only: the same logits at any offset
-RELATIVE_SCHEMES = ["alibi", "none", "rope", "t5", "xpos"]
+RELATIVE_SCHEMES = ["alibi", "cope", "kerple", "none", "prope", "rope", "t5", "xpos"]
 
 
-@pytest.mark.parametrize("position", ["alibi", "fire", "none", "rope", "sinusoidal", "t5", "xpos"])
+@pytest.mark.parametrize("position", ["alibi", "cope", "fire", "kerple", "none", "prope", "rope", "sinusoidal", "t5", "xpos"])
 def test_every_scheme_is_finite_at_far_offsets_and_relative_ones_give_the_same_logits(position):
     torch.manual_seed(0)
     model = Decoder(DecoderConfig(position=position, vocab_size=50, context_length=32, d_model=32, n_heads=2, n_layers=2)).eval()
@@ -178,7 +178,7 @@ def is_sorted_subset(drawn, length, of):
     return len(drawn) == length and len(set(drawn.tolist())) == length and torch.equal(drawn, drawn.sort().values) and 0 <= drawn.min() and drawn.max() < of
 
 
-@pytest.mark.parametrize("position", ["learned", "sinusoidal", "rope", "xpos"])
+@pytest.mark.parametrize("position", random_position_schemes())
 def test_randomized_positions_are_drawn_in_training_and_at_test_time(position):
     config = DecoderConfig(position=position, context_length=16, d_model=32, n_heads=2, n_layers=1, vocab_size=40, randomize_positions=4)
     model = Decoder(config)
@@ -204,7 +204,7 @@ def test_randomized_positions_are_drawn_in_training_and_at_test_time(position):
     assert torch.equal(model.positions.position_ids(16, 0, ids.device), torch.arange(16))
 
 
-@pytest.mark.parametrize("position", ["learned", "sinusoidal", "rope", "xpos"])
+@pytest.mark.parametrize("position", random_position_schemes())
 def test_a_model_without_randomization_trains_shorter_sequences_at_0_1_2(position):
     # The task study trains sequences shorter than the context; they drew random positions when only F > 1 should.
     model = Decoder(DecoderConfig(position=position, context_length=16, d_model=32, n_heads=2, n_layers=1, vocab_size=40)).train()
@@ -237,7 +237,7 @@ def test_randomized_learned_embedding_adds_the_drawn_rows():
     torch.testing.assert_close(added[0], model.position_embedding.weight[model.positions.drawn], rtol=0, atol=1e-7)
 
 
-@pytest.mark.parametrize("position", ["alibi", "t5", "fire", "none"])
+@pytest.mark.parametrize("position", ["none", "cope"])  # nothing in them reads a token's index
 def test_randomized_positions_need_a_scheme_that_reads_positions(position):
     with pytest.raises(ValueError, match=f"randomize_positions=2 needs a scheme that reads positions .*not position='{position}'"):
         DecoderConfig(position=position, randomize_positions=2)

@@ -54,7 +54,7 @@ try {
   await page.waitForSelector("body[data-ready=true]", { timeout: 20000 });
   const isStudy = (await page.locator("#study").count()) === 1;
   seen.view = isStudy ? "study" : "run";
-  check("page has eight playgrounds and the run or study", (await page.locator("section.playground").count()) === 9, await page.locator("section.playground h2").allTextContents());
+  check("page has nine playgrounds and the run or study", (await page.locator("section.playground").count()) === 10, await page.locator("section.playground h2").allTextContents());
   if (!isStudy) check("the run is loaded", (await page.locator("[data-testid=no-run]").count()) === 0, await page.locator("#run h2").textContent());
 
   // Every control has a label.

@@ -2,6 +2,7 @@
 import "./style.css";
 import { alibiPlayground } from "./playgrounds/alibi";
 import { firePlayground, t5Playground } from "./playgrounds/biases";
+import { kerplePlayground } from "./playgrounds/kerple";
 import { oneHotPlayground } from "./playgrounds/onehot";
 import { ropePlayground } from "./playgrounds/rope";
 import { sinusoidalPlayground } from "./playgrounds/sinusoidal";
@@ -27,7 +28,7 @@ function main(): void {
         "Play with each piece below; every formula here is checked against octlm's Python to 1e-5."),
       nav,
     ),
-    el("main", {}, oneHotPlayground(), sumPlayground(), sinusoidalPlayground(), ropePlayground(), alibiPlayground(), t5Playground(), firePlayground(), xposPlayground(), study ? studySection(study) : runSection(run)),
+    el("main", {}, oneHotPlayground(), sumPlayground(), sinusoidalPlayground(), ropePlayground(), alibiPlayground(), t5Playground(), firePlayground(), xposPlayground(), kerplePlayground(), study ? studySection(study) : runSection(run)),
     el("footer", {}, "octlm · the page runs entirely in your browser; nothing is fetched from the network."),
   );
   document.body.dataset.ready = "true";

@@ -185,6 +185,60 @@ export function fireInterpolated(qLen: number, kLen: number, c: number, threshol
   return out;
 }
 
+/**
+ * p-RoPE's inverse frequencies (Barbero et al. 2024 §6; octlm's PartialFrequencyRoPE): RoPE's
+ * theta^(-2i/headDim), [headDim / 2], with all but the first floor(fraction * headDim / 2) pairs (the
+ * fastest) set to 0, so those pairs never turn. Rotate with ropeAngles and ropeRotate as RoPE.
+ */
+export function propeInverseFrequencies(headDim: number, theta: number, fraction: number): Float64Array {
+  const freq = ropeInverseFrequencies(headDim, theta);
+  const kept = Math.floor(fraction * (headDim / 2) + 1e-9);
+  return freq.map((f, i) => (i < kept ? f : 0));
+}
+
+/**
+ * KERPLE's logarithmic bias (Chi et al. 2022; octlm's KERPLEBias) of one head: -r1 log(1 + r2 (i - j)),
+ * [qLen, kLen] for keys ending where the queries end (it reads distances only); future keys get distance 0.
+ */
+export function kerpleBias(r1: number, r2: number, qLen: number, kLen: number): Matrix {
+  const out = matrix(qLen, kLen);
+  for (let r = 0; r < qLen; r++) {
+    for (let c = 0; c < kLen; c++) out.data[r * kLen + c] = -r1 * Math.log1p(r2 * Math.max(0, r - (qLen - kLen + c)));
+  }
+  return out;
+}
+
+/**
+ * CoPE (Golovneva et al. 2024 §3; octlm's ContextualPositions) for one head: queries q [qLen, D], keys
+ * k [kLen, D] ending where the queries end, the layer's embeddings e [D, npos] (columns). Returns the
+ * counted positions p_ij = sum over keys t = j..i of sigmoid(q_i . k_t / sqrt(D)) and the bias
+ * q_i . e(p_ij), e interpolated between columns floor(p) and ceil(p) (p clamped to npos - 1); both
+ * [qLen, kLen], 0 and q_i . e[0] on future keys.
+ */
+export function cope(q: Matrix, k: Matrix, e: Matrix): { positions: Matrix; bias: Matrix } {
+  const positions = matrix(q.rows, k.rows);
+  const bias = matrix(q.rows, k.rows);
+  const scale = 1 / Math.sqrt(q.cols);
+  for (let r = 0; r < q.rows; r++) {
+    const qi = row(q, r);
+    const own = k.rows - q.rows + r;
+    const scores = Array.from({ length: e.cols }, (_, n) => {
+      let sum = 0;
+      for (let ch = 0; ch < q.cols; ch++) sum += qi[ch] * e.data[ch * e.cols + n];
+      return sum;
+    });
+    let count = 0;
+    for (let c = k.rows - 1; c >= 0; c--) {
+      if (c <= own) count += 1 / (1 + Math.exp(-dot(qi, row(k, c)) * scale));
+      const p = c <= own ? Math.min(count, e.cols - 1) : 0;
+      const low = Math.floor(p), w = p - low;
+      positions.data[r * k.rows + c] = c <= own ? count : 0;
+      bias.data[r * k.rows + c] = (1 - w) * scores[low] + w * scores[Math.ceil(p)];
+    }
+  }
+  return { positions, bias };
+}
+
 /** xPos's constants (Sun et al. 2023 §3.2; octlm.positions.XPosRotation): gamma and the scale base (tokens). */
 export const XPOS_GAMMA = 0.4;
 export const XPOS_SCALE_BASE = 512;

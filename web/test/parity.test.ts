@@ -4,10 +4,13 @@ import fixtures from "./fixtures/parity.json";
 import {
   alibiBias,
   alibiSlopes,
+  cope,
   cosine,
   cosineMatrix,
   fireInterpolated,
+  kerpleBias,
   nearest,
+  propeInverseFrequencies,
   ropeAngles,
   ropeInverseFrequencies,
   ropeRotate,
@@ -113,6 +116,37 @@ describe("xPos (Sun et al. 2023 §3.2)", () => {
       const layout = c.layout as RopeLayout;
       expect(relDiff(toRows(xposRotate(fromRows(c.q), c.offset, c.theta, layout, 1, c.reference)), c.q_rotated)).toBeLessThan(TOL);
       expect(relDiff(toRows(xposRotate(fromRows(c.k), c.offset, c.theta, layout, -1, c.reference)), c.k_rotated)).toBeLessThan(TOL);
+    });
+  }
+});
+
+describe("p-RoPE (Barbero et al. 2024 §6)", () => {
+  for (const c of fixtures.prope) {
+    it(`head_dim ${c.head_dim}, fraction ${c.fraction}, ${c.layout}, ${c.length} positions from ${c.offset}`, () => {
+      const invFreq = propeInverseFrequencies(c.head_dim, c.theta, c.fraction);
+      expect(maxDiff(Array.from(invFreq), c.inv_freq)).toBeLessThan(1e-12);
+      const { cos, sin } = ropeAngles(c.length, c.offset, invFreq);
+      const layout = c.layout as RopeLayout;
+      expect(maxDiff(toRows(ropeRotate(fromRows(c.q), cos, sin, layout)), c.q_rotated)).toBeLessThan(TOL);
+      expect(maxDiff(toRows(ropeRotate(fromRows(c.k), cos, sin, layout)), c.k_rotated)).toBeLessThan(TOL);
+    });
+  }
+});
+
+describe("KERPLE's logarithmic bias (Chi et al. 2022)", () => {
+  for (const c of fixtures.kerple) {
+    it(`${c.q_len} queries, ${c.k_len} keys, r1 ${c.r1.toFixed(3)}, r2 ${c.r2.toFixed(3)}`, () => {
+      expect(maxDiff(toRows(kerpleBias(c.r1, c.r2, c.q_len, c.k_len)), c.bias)).toBeLessThan(TOL);
+    });
+  }
+});
+
+describe("CoPE (Golovneva et al. 2024 §3)", () => {
+  for (const [n, c] of fixtures.cope.entries()) {
+    it(`counted positions and bias, case ${n}: ${c.q.length} queries, ${c.k.length} keys, ${c.embeddings[0].length} embeddings`, () => {
+      const { positions, bias } = cope(fromRows(c.q), fromRows(c.k), fromRows(c.embeddings));
+      expect(maxDiff(toRows(positions), c.positions)).toBeLessThan(TOL);
+      expect(maxDiff(toRows(bias), c.bias)).toBeLessThan(TOL);
     });
   }
 });

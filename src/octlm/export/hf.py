@@ -10,7 +10,8 @@ octlm position      transformers                           mapper
 learned             ``GPT2LMHeadModel`` (gpt2)             :mod:`octlm.export.hf_gpt2`
 rope                ``GPTNeoXForCausalLM`` (gpt_neox)      :mod:`octlm.export.hf_neox`
 none (NoPE)         GPT-NeoX with partial_rotary_factor 0  :mod:`octlm.export.hf_neox`
-alibi, sinusoidal   refused, with the scheme's reason
+prope (p-RoPE)      GPT-NeoX over its turning pairs        :mod:`octlm.export.hf_neox`
+others              refused, with the scheme's reason      ``hf_refusal``
 ==================  =====================================  ==========================
 
 This module holds what they share: the folder checks, reading safetensors

@@ -14,6 +14,12 @@ biases on every linear layer, a 4x GELU MLP, scores scaled by
   the same dot product, so the logits are the same. The layout is recorded
   under ``"octlm"`` in ``config.json`` (transformers ignores it), so import
   puts the rows back.
+* a scheme that turns only its ``k`` fastest pairs (``turning_pairs``
+  below ``rotary_dim / 2``) is GPT-NeoX partial rotary over ``2k`` channels
+  (``rotary_pct = 2k / head_dim``) with base ``rope_theta ** (2k / rotary_dim)``,
+  whose frequencies ``base ** (-2i / 2k)`` are the scheme's
+  ``rope_theta ** (-2i / rotary_dim)``; the turning channels' rows go first.
+  ``"octlm"`` then also records the scheme and its options, for import.
 
 ===========================  ==================================================
 octlm                        GPT-NeoX ``config.json``
@@ -49,7 +55,7 @@ import torch
 
 from octlm.export.hf_common import LAYER_NORM_EPS, InteropError, build_config, check_state, export_activation, import_block, refusal, take_tensors
 from octlm.model import Decoder, DecoderConfig
-from octlm.model.positions import ROPE_SCALINGS, SCHEMES, PositionScheme, RopeScaling
+from octlm.model.positions import ROPE_SCALINGS, SCHEMES, PositionScheme, RopeScaling, rotary_dim
 from octlm.model.positions.rope_scaling import ntk_theta
 
 MODEL_TYPE = "gpt_neox"
@@ -96,19 +102,47 @@ def name_map(n_layers: int) -> list[tuple[str, str]]:
     return pairs
 
 
+def neox_rotation(config: DecoderConfig) -> tuple[int, float]:
+    """``(rotary_dim, rope_theta)`` of the GPT-NeoX rotation that computes ``config``'s rotary scheme.
+
+    With all ``rotary_dim / 2`` pairs turning, the scheme's own; with only the
+    ``k`` fastest (``turning_pairs``), ``2k`` channels at base
+    ``rope_theta ** (2k / rotary_dim)``, so that pair ``i``'s frequency,
+    ``base ** (-2i / 2k)``, is ``rope_theta ** (-2i / rotary_dim)``.
+    """
+    dim, pairs = rotary_dim(config), SCHEMES[config.position].turning_pairs(config)
+    if 2 * pairs == dim:
+        return dim, float(config.rope_theta)
+    return 2 * pairs, float(config.rope_theta) ** (2 * pairs / dim)
+
+
+def turned_channels(config: DecoderConfig) -> torch.Tensor:
+    """Index [head_dim]: GPT-NeoX's query/key channel ``c`` of a head is octlm's channel ``turned[c]``.
+
+    The turning channels first, in GPT-NeoX's pairs ``(j, j + k)`` (octlm's
+    ``(2j, 2j + 1)`` for the interleaved layout, ``(j, j + rotary_dim / 2)``
+    for half), then every other channel in order (passed through).
+    """
+    D = config.head_dim
+    if not rotates(config.position):
+        return torch.arange(D)
+    dim, k = rotary_dim(config), SCHEMES[config.position].turning_pairs(config)
+    if config.rope_layout == "interleaved":
+        first = torch.cat((torch.arange(0, 2 * k, 2), torch.arange(1, 2 * k, 2)))
+    else:
+        first = torch.cat((torch.arange(k), torch.arange(dim // 2, dim // 2 + k)))
+    rest = torch.tensor([c for c in range(D) if c not in set(first.tolist())], dtype=torch.long)
+    return torch.cat((first, rest))
+
+
 def qkv_rows(config: DecoderConfig) -> torch.Tensor:
     """Index [3 * d_model]: GPT-NeoX's fused row ``r`` is octlm's row ``rows[r]``.
 
-    Rows go head by head, each head's query, key and value in turn; with the
-    interleaved RoPE layout a head's query and key rows list its rotated even
-    channels, then its rotated odd ones, then the channels passed through.
+    Rows go head by head, each head's query, key and value in turn; a head's
+    query and key rows in :func:`turned_channels` order.
     """
     C, H, D = config.d_model, config.n_heads, config.head_dim
-    plain = torch.arange(D)
-    turned = plain
-    if rotates(config.position) and config.rope_layout == "interleaved":
-        dim = int(D * config.partial_rotary_factor)
-        turned = torch.cat((torch.arange(0, dim, 2), torch.arange(1, dim, 2), torch.arange(dim, D)))
+    plain, turned = torch.arange(D), turned_channels(config)
     return torch.cat([part * C + h * D + (turned if part < 2 else plain) for h in range(H) for part in range(3)])
 
 
@@ -120,6 +154,10 @@ def scaling_parameters(scaling: RopeScaling | None, config: DecoderConfig) -> di
     """
     if scaling is None:
         return {}
+    if scaling.method != "linear" and rotates(config.position) and neox_rotation(config)[0] != rotary_dim(config):
+        raise InteropError(f"RoPE scaling {scaling.method!r} of position={config.position!r} has no GPT-NeoX form: transformers would "
+                           f"spread it over the {neox_rotation(config)[0]} turning channels, octlm over all {rotary_dim(config)} "
+                           f"rotated ones; export without --rope-scaling, or with linear")
     if scaling.method == "linear":
         return {"rope_type": "linear", "factor": scaling.factor}
     if scaling.method in _SAME_TYPE:  # transformers' rope_type of the same name reads the method's keys under their names
@@ -143,6 +181,9 @@ def neox_config(model: Decoder, eot_id: int) -> dict:
     rotary = rotates(config.position)
     rope = {"rope_type": "default", "rope_theta": float(config.rope_theta),
             "partial_rotary_factor": config.partial_rotary_factor if rotary else 0.0}
+    if rotary and neox_rotation(config)[0] != rotary_dim(config):
+        dim, theta = neox_rotation(config)
+        rope.update(rope_theta=theta, partial_rotary_factor=dim / config.head_dim)
     rope.update(scaling_parameters(getattr(model.positions, "scaling", None), config))
     out = {
         "architectures": ["GPTNeoXForCausalLM"], "model_type": MODEL_TYPE,
@@ -157,6 +198,8 @@ def neox_config(model: Decoder, eot_id: int) -> dict:
     }
     if rotary:
         out["octlm"] = {"rope_layout": config.rope_layout}
+        if config.position != neox_scheme(True):  # a scheme GPT-NeoX computes but import would not guess
+            out["octlm"].update(position=config.position, **{name: getattr(config, name) for name in SCHEMES[config.position].reads})
     return out
 
 
@@ -182,6 +225,11 @@ def check_config(config: DecoderConfig) -> None:
         raise InteropError(f"position={config.position!r} has no GPT-NeoX form: GPT-NeoX rotates queries and keys, or with "
                            f"partial_rotary_factor 0 adds no position at all")
     export_activation(config, "GPT-NeoX")
+    if rotates(config.position):
+        dim = neox_rotation(config)[0]
+        if int(config.head_dim * (dim / config.head_dim)) != dim:  # transformers' rotary_ndims = int(head_dim * rotary_pct)
+            raise InteropError(f"position={config.position!r} turns {dim} of {config.head_dim} channels per head, which "
+                               f"rotary_pct = {dim / config.head_dim!r} does not give back in transformers; pick another head_dim")
 
 
 def import_rope(hf: dict, source: Path, context_length: int) -> tuple[float, float, dict]:
@@ -237,7 +285,16 @@ def decoder_config(hf: dict, source: Path) -> tuple[DecoderConfig, dict]:
                  dropout=float(hf.get("hidden_dropout", 0.0)), activation=activation)
     if factor == 0:
         return build_config(source, **shape, position=neox_scheme(False)), {}
-    layout = (hf.get("octlm") or {}).get("rope_layout", "half")
+    recorded = hf.get("octlm") or {}
+    layout = recorded.get("rope_layout", "half")
+    position = recorded.get("position")
+    if position in SCHEMES and SCHEMES[position].hf_model_type == MODEL_TYPE and rotates(position):
+        config = build_config(source, **shape, position=position, **{k: recorded[k] for k in SCHEMES[position].reads if k in recorded})
+        dim, base = neox_rotation(config)
+        if dim != int(config.head_dim * factor) or (dim and abs(base - theta) > 1e-9 * theta):
+            raise InteropError(f"{source}: the rotation of rotary_pct {factor} and base {theta} is not the recorded position={position!r}'s; "
+                               f"remove the \"octlm\" entry to import it as {neox_scheme(True)!r}")
+        return config, record
     return build_config(source, **shape, position=neox_scheme(True), rope_theta=theta, rope_layout=layout, partial_rotary_factor=factor), record
 
 

@@ -55,7 +55,7 @@ def _cosine() -> list[dict]:
 def parity_fixtures() -> dict:
     """Every case the page's parity test checks, as a JSON-ready dict.
 
-    Keys: ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``fire``, ``xpos``, ``cosine``, ``token_labels``
+    Keys: ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``fire``, ``xpos``, ``prope``, ``kerple``, ``cope``, ``cosine``, ``token_labels``
     (:func:`octlm.data.tokenizer.visible_token`); each case carries
     its inputs next to Python's outputs. Deterministic: the random inputs come
     from fixed seeds.

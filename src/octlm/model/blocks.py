@@ -34,7 +34,9 @@ class CausalSelfAttention(nn.Module):
     (any fused kernel may run); a one-token cached step needs no mask at all;
     a multi-token step on top of a cache passes a boolean mask [T, S]; ALiBi
     passes its bias as an additive float mask [1, H, T, S] with ``-inf`` on
-    future keys. Under a :class:`~octlm.model.attention_recipes.PassPlan`
+    future keys (a bias that reads the queries and keys, CoPE's, is
+    [B, H, T, S]; the scheme's bias comes from ``attention_bias``, which
+    gets the queries, keys and the layer's index ``layer``). Under a :class:`~octlm.model.attention_recipes.PassPlan`
     (``attention_scale``, ``document_mask``) the queries are multiplied by its
     ``query_scale`` after the scheme's rotation, and its ``visible`` keys go
     as a boolean mask [B, 1, T, S] (folded into the bias as ``-inf`` when
@@ -56,9 +58,10 @@ class CausalSelfAttention(nn.Module):
         self.record: Callable[[Tensor, Tensor, Tensor | None, int], None] | None = None
 
     def forward(
-        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None, plan: "PassPlan | None" = None
+        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None, plan: "PassPlan | None" = None,
+        layer: int = 0,
     ) -> Tensor:
-        """[B, T, C] at positions ``offset ..`` -> [B, T, C]; with ``cache``, attend to its keys too and extend it."""
+        """[B, T, C] at positions ``offset ..`` -> [B, T, C]; with ``cache``, attend to its keys too and extend it. ``layer``: the block's index."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
         q, k = positions.rotate(q, k, offset)
@@ -67,7 +70,7 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.append(k, v)
         S = k.shape[-2]
-        bias = positions.score_bias(T, S, offset)
+        bias = positions.attention_bias(q, k, offset, layer)
         dropout = self.dropout if self.training else 0.0
         if plan is not None and plan.visible is not None:
             # The bias (or zeros) with -inf on the keys of other documents: [B, 1 or H, T, S], also what the record sees.
@@ -87,7 +90,7 @@ class CausalSelfAttention(nn.Module):
                 mask = causal
             else:
                 mask = bias.to(q.dtype) if causal is None else bias.to(q.dtype).masked_fill(~causal, float("-inf"))
-                mask = mask.unsqueeze(0)  # [1, H, T, S]: the 4-D shape the CPU flash kernel also accepts
+                mask = mask if mask.dim() == 4 else mask.unsqueeze(0)  # [1, H, T, S]: the 4-D shape the CPU flash kernel also accepts
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
 
@@ -127,9 +130,10 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(
-        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None, plan: "PassPlan | None" = None
+        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None, plan: "PassPlan | None" = None,
+        layer: int = 0,
     ) -> Tensor:
-        x = x + self.attn(self.ln_attn(x), positions, offset, cache, plan)
+        x = x + self.attn(self.ln_attn(x), positions, offset, cache, plan, layer)
         return x + self.mlp(self.ln_mlp(x))
 
 

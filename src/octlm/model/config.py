@@ -57,7 +57,7 @@ class DecoderConfig:
             are a sorted random subset of ``0 .. F * context_length - 1`` (Ruoss
             et al. 2023), drawn anew for each training step and, outside
             training, once per sequence length from a generator seeded with it;
-            for schemes that take it (learned, sinusoidal, RoPE, xPos).
+            for every scheme that reads a token's index (not NoPE or CoPE).
         attention_scale: ``none``, or ``log``: the query-key logits of the
             query at 1-based position ``n > context_length`` multiplied by
             ``log(n) / log(context_length)`` (:mod:`octlm.model.attention_recipes`).
@@ -80,6 +80,10 @@ class DecoderConfig:
             ``concatenated`` ([sin | cos]).
         t5_num_buckets, t5_max_distance: T5 bias buckets and the distance
             (tokens) where the last one starts (Raffel et al. 2020: 32, 128).
+        rope_fraction: p-RoPE's fraction of RoPE's channel pairs that turn
+            (Barbero et al. 2024: 0.75), used by ``prope``.
+        cope_npos_max: CoPE's learned position embeddings per layer
+            (Golovneva et al. 2024's ``npos_max``), used by ``cope``.
 
     Every field but ``vocab_size`` (which the tokenizer decides) is declared
     as an option (:func:`octlm.declare.option`): ``octlm train`` nests this

@@ -152,7 +152,7 @@ class Decoder(nn.Module):
                 self.positions.place_documents(plan.positions)
             x = self.dropout(self._embed(token_ids, offset))
             for i, block in enumerate(self.blocks):
-                x = block(x, self.positions, offset, None if cache is None else cache.layers[i], plan)
+                x = block(x, self.positions, offset, None if cache is None else cache.layers[i], plan, layer=i)
         finally:
             self.positions.end_pass()
         return x

@@ -10,7 +10,7 @@ from typing import Any
 
 from octlm.declare import Bound, at_least, check_fields, flag, option, option_default, option_fields, refused, same_as
 from octlm.errors import OctlmError
-from octlm.model.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking
+from octlm.model.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking, task_study_schemes
 from octlm.model.positions.base import with_scheme_options
 from octlm.studies.core import check_schemes
 from octlm.studies.extension_stage import labels_for
@@ -75,7 +75,8 @@ class LengthOptions:
     # The default is read from the registry when used: each scheme says whether the study trains it, in table order.
     schemes: list[str] = option(
         length_study_schemes, "position schemes to train and compare (default: those the text study trains, in registration order: "
-        f"{' '.join(length_study_schemes())}; with --task every scheme)", nargs="+", choices=SCHEME_NAMES, metavar="SCHEME")
+        f"{' '.join(length_study_schemes())}; with --task: {' '.join(task_study_schemes())})", nargs="+", choices=SCHEME_NAMES,
+        metavar="SCHEME")
     rope_scalings: list[str] | None = option(
         None, f"RoPE context-extension methods to evaluate the rope model under (default: {' '.join(ROPE_SCALINGS)} when rope is "
         "among --schemes, else none)", nargs="*", choices=list(ROPE_SCALINGS), metavar="METHOD")
@@ -161,7 +162,8 @@ def check_options(opts: LengthOptions) -> None:
     untaken = [m for m in opts.rope_scalings or [] if m not in scalings_taken(opts.schemes)]
     if untaken:
         takers = schemes_taking(untaken[0])
-        raise OctlmError(f"--rope-scalings needs the {' or '.join(takers)} model: add {takers[0]} to --schemes or pass --rope-scalings with no methods")
+        named = takers[0] if len(takers) == 1 else f"{', '.join(takers[:-1])} or {takers[-1]}"
+        raise OctlmError(f"--rope-scalings needs the {named} model: add {takers[0]} to --schemes or pass --rope-scalings with no methods")
     check_schemes(opts.schemes)
     fields = {f.name: f for f in dataclasses.fields(opts)}
     for name in set.intersection(*(scheme_options(s)[1] for s in opts.schemes)) & set(fields):

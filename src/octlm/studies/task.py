@@ -32,7 +32,7 @@ from octlm.declare import at_least, check_fields, option, refused, same_as
 from octlm.errors import OctlmError
 from octlm.fileio import atomic_write
 from octlm.model import Decoder, cross_entropy
-from octlm.model.positions import SCHEME_NAMES, SCHEMES
+from octlm.model.positions import SCHEME_NAMES, task_study_schemes
 from octlm.report import Reporter
 from octlm.studies.core import StudyFiles, check_schemes, prepare_study_folder, study_seeds, write_study, wrote_line
 from octlm.studies.task_tables import depth_markdown, depth_plot, markdown_table, mean_accuracy, plot, terminal_table
@@ -69,18 +69,19 @@ class TaskOptions:
 
     Shared options are ``octlm train``'s declarations (:func:`octlm.declare.same_as`),
     with the task study's own defaults (:data:`TASK_TRAINING`, :data:`TASK_STEPS`,
-    :data:`TASK_SEEDS`, every registered scheme).
+    :data:`TASK_SEEDS`, the schemes of :func:`octlm.model.positions.task_study_schemes`).
     """
 
     task: str | None = option(
         None, "train on a synthetic task instead of --text: sizes 1..--task-length, exact match at 1x-4x. The default copy study "
-        f"(every scheme x {TASK_SEEDS} seeds x {TASK_STEPS} steps) took 24.1 minutes with --threads 1 on a shared 2-core machine, and its "
+        f"(its 8 default schemes x {TASK_SEEDS} seeds x {TASK_STEPS} steps) took 24.1 minutes with --threads 1 on a shared 2-core machine, and its "
         "best scheme at 1x (xpos) copied 97.9%% of instances exactly", choices=list(TASKS))
     task_length: int = option(16, "longest training instance of --task, L (items: symbols, pairs or filler tokens)", bounds=at_least(1, "items"))
     out: str | None = option(None, "study folder to create: tasks.jsonl, tasks.png, tasks.md")
     overwrite: bool = option(False, "replace an existing study folder at --out")
     # Read from the registry when used, so a plug-in scheme registered after import takes part.
-    schemes: list[str] = option(lambda: list(SCHEMES), "position schemes to train and compare (default: every registered scheme)",
+    schemes: list[str] = option(task_study_schemes, "position schemes to train and compare (default: those the task study trains, "
+                                f"in registration order: {' '.join(task_study_schemes())})",
                                 nargs="+", choices=SCHEME_NAMES, metavar="SCHEME")
     d_model: int = same_as(TrainOptions, "d_model", default=TASK_TRAINING["d_model"])
     n_heads: int = same_as(TrainOptions, "n_heads")

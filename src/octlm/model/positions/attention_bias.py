@@ -1,4 +1,4 @@
-"""Schemes that add a number to every attention score, by the distance between query and key: ALiBi, T5's bias, FIRE.
+"""Schemes that add a number to every attention score, by the distance between query and key: ALiBi, T5's bias, FIRE, KERPLE.
 
 Their arithmetic (distances, ALiBi's slopes, T5's buckets) is in
 :mod:`octlm.model.positions.distances`. Each returns a bias [H, Tq, Tk] that
@@ -15,10 +15,17 @@ from torch import Tensor, nn
 
 from octlm.declare import at_least, option
 from octlm.model.positions.base import PositionScheme, register
-from octlm.model.positions.distances import alibi_slopes, causal_distances, t5_buckets
+from octlm.model.positions.distances import alibi_slopes, t5_buckets
 
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig
+
+
+def causal_distances(scheme: PositionScheme, q_len: int, k_len: int, offset: int, device: torch.device) -> Tensor:
+    """``i - j`` for the pass's query positions ``i`` and key positions ``j`` (``scheme.pass_positions``: randomized ones
+    where the run draws them, Ruoss et al. 2023), int64 [q_len, k_len]; future keys get negative entries, masked by the caller."""
+    query, key = scheme.pass_positions(q_len, k_len, offset, device)
+    return query[:, None] - key[None, :]
 
 
 @register("alibi")
@@ -38,6 +45,7 @@ class ALiBiPositions(PositionScheme):
                   "and LayerNorms, which octlm's blocks have, and BLOOM normalises the token rows before the first block and has only tanh GELU")
     extension_methods = (None,)  # a control: ALiBi needs no change to run longer
     takes_document_positions = True  # its bias reads i - j alone, the same within a document wherever it starts
+    takes_random_positions = True  # distances between drawn positions (Ruoss et al. 2023 randomize relative schemes too)
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -49,7 +57,7 @@ class ALiBiPositions(PositionScheme):
         Entries for future keys (``j > i``) are ``-m (i - j) > 0``; the caller
         masks them out.
         """
-        distance = causal_distances(q_len, k_len, offset, self.slopes.device).float()
+        distance = causal_distances(self, q_len, k_len, offset, self.slopes.device).float()
         return -self.slopes[:, None, None] * distance
 
     @classmethod
@@ -80,6 +88,7 @@ class T5RelativeBias(PositionScheme):
     }
     in_length_study = False  # opt-in: the default study's 30 minutes hold five models
     takes_document_positions = True  # its bias reads i - j alone, the same within a document wherever it starts
+    takes_random_positions = True
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -95,7 +104,7 @@ class T5RelativeBias(PositionScheme):
 
     def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
         """Bias [H, q_len, k_len]: queries at ``offset ..``, keys ending where the queries end (future keys: bucket 0, masked by the caller)."""
-        buckets = t5_buckets(causal_distances(q_len, k_len, offset, self.bias_table.weight.device), self.num_buckets, self.max_distance)
+        buckets = t5_buckets(causal_distances(self, q_len, k_len, offset, self.bias_table.weight.device), self.num_buckets, self.max_distance)
         return self.bias_table(buckets).permute(2, 0, 1)
 
     @classmethod
@@ -126,6 +135,7 @@ class FIREBias(PositionScheme):
     label = "FIRE"
     description = "a learned MLP of the distance over the query's position, added to the attention scores (Li et al. 2023)"
     in_length_study = False  # opt-in: the default study's 30 minutes hold five models
+    takes_random_positions = True
 
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
@@ -139,8 +149,9 @@ class FIREBias(PositionScheme):
 
     def interpolated(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
         """The MLP's input ``psi(i - j) / psi(max(L, i))`` [q_len, k_len], in [0, 1]; the explainer page draws it."""
-        distance = causal_distances(q_len, k_len, offset, self.c.device)
-        query = torch.arange(offset, offset + q_len, device=self.c.device, dtype=torch.float32)
+        query, key = self.pass_positions(q_len, k_len, offset, self.c.device)
+        distance = query[:, None] - key[None, :]
+        query = query.float()
         threshold = self.threshold_scale.abs() * FIRE_THRESHOLD
         return self.psi(distance.clamp(min=0).float()) / self.psi(torch.maximum(query, threshold))[:, None]
 
@@ -153,4 +164,60 @@ class FIREBias(PositionScheme):
         return "This run uses FIRE: position is a learned function of relative distance on attention scores, not a vector."
 
 
-__all__ = ["FIRE_C", "FIRE_HIDDEN", "FIRE_THRESHOLD", "ALiBiPositions", "FIREBias", "T5RelativeBias"]
+#: KERPLE's floor on r1 and r2 (Chi et al. 2022's code clamps both to it after every update), and the
+#: ranges they start uniform in, (0, 2) and (0, 1), as that code draws them.
+KERPLE_EPS, KERPLE_R1_INIT, KERPLE_R2_INIT = 1e-2, 2.0, 1.0
+
+
+@register("kerple")
+class KERPLEBias(PositionScheme):
+    """KERPLE, logarithmic variant (Chi et al. 2022, "KERPLE: Kernelized Relative Positional Embedding for Length Extrapolation", §3-4).
+
+    Attention layer ``l``, head ``h`` adds ``-r1 * log(1 + r2 * (i - j))`` to
+    the score of query position ``i`` on key position ``j <= i``, with
+    ``r1, r2 > 0`` learned per layer and head: a conditionally positive
+    definite kernel of the distance (the paper's "log" kernel, its best on
+    length extrapolation). ``r1`` starts uniform in (0, 2) and ``r2`` in
+    (0, 1), and both are held at ``KERPLE_EPS`` or above: the bias reads
+    them clamped, and before every training pass they are projected back
+    (as the paper's code does after each update). Parameters ``r1``, ``r2``
+    (per layer and head); bias [H, Tq, Tk]; no maximum length. With
+    randomized positions the distances are those between the drawn positions.
+    They are stored flat, [n_layers * n_heads], so that AdamW's weight decay,
+    which takes matrices and tables only, leaves them alone, as FIRE's ``c``.
+    """
+
+    label = "KERPLE"
+    description = "a learned logarithmic penalty -r1 log(1 + r2 distance) per layer and head on the attention scores (Chi et al. 2022)"
+    hf_refusal = "no transformers architecture adds KERPLE's learned logarithmic distance bias"
+    in_length_study = False  # opt-in: the default study's 30 minutes hold five models
+    in_task_study = False  # opt-in: the default task study's measured minutes are for the 8 schemes before it
+    takes_random_positions = True
+
+    def __init__(self, config: "DecoderConfig") -> None:
+        super().__init__(config)
+        self.n_heads, count = config.n_heads, config.n_layers * config.n_heads
+        self.r1 = nn.Parameter(torch.rand(count) * KERPLE_R1_INIT)
+        self.r2 = nn.Parameter(torch.rand(count) * KERPLE_R2_INIT)
+
+    def start_pass(self, length: int, offset: int, cached: bool) -> None:
+        """Project ``r1`` and ``r2`` onto ``>= KERPLE_EPS`` before a training pass (the paper's constraint r1, r2 > 0), then place the tokens."""
+        if self.training:
+            with torch.no_grad():
+                self.r1.clamp_(min=KERPLE_EPS)
+                self.r2.clamp_(min=KERPLE_EPS)
+        super().start_pass(length, offset, cached)
+
+    def attention_bias(self, q: Tensor, k: Tensor, offset: int = 0, layer: int = 0) -> Tensor:
+        """Bias [H, Tq, Tk] of layer ``layer``: queries at ``offset ..``, keys ending where the queries end (future keys: distance 0, masked by the caller)."""
+        distance = causal_distances(self, q.shape[-2], k.shape[-2], offset, self.r1.device).clamp(min=0).float()
+        heads = slice(layer * self.n_heads, (layer + 1) * self.n_heads)
+        r1, r2 = (r[heads].clamp(min=KERPLE_EPS)[:, None, None] for r in (self.r1, self.r2))
+        return -r1 * torch.log1p(r2 * distance)
+
+    @classmethod
+    def explorer_note(cls) -> str:
+        return "This run uses KERPLE: position is a learned logarithmic distance penalty on attention scores, not a vector."
+
+
+__all__ = ["FIRE_C", "FIRE_HIDDEN", "FIRE_THRESHOLD", "KERPLE_EPS", "ALiBiPositions", "FIREBias", "KERPLEBias", "T5RelativeBias", "causal_distances"]

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch import Tensor, nn
 
+from octlm.model.positions.distances import query_key_positions
+
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig
 
@@ -64,6 +66,11 @@ def unbounded_schemes() -> list[str]:
 def length_study_schemes() -> list[str]:
     """Schemes ``octlm length`` trains by default, in registration order (the order of its table)."""
     return [name for name, cls in SCHEMES.items() if cls.in_length_study]
+
+
+def task_study_schemes() -> list[str]:
+    """Schemes ``octlm length --task`` trains by default, in registration order (the order of its table)."""
+    return [name for name, cls in SCHEMES.items() if cls.in_task_study]
 
 
 def schemes_taking(method: str) -> list[str]:
@@ -118,6 +125,9 @@ class PositionScheme(nn.Module):
     is_default = False
     #: trained by ``octlm length`` unless ``--schemes`` says otherwise (each model costs its time budget)
     in_length_study = True
+    #: trained by ``octlm length --task`` unless ``--schemes`` says otherwise (its default study's measured
+    #: minutes, docs/length-study.md, are for the schemes that set this)
+    in_task_study = True
     #: the fine-tunes of the length study's extension stage for this scheme: the RoPE scaling each trains
     #: under (``None``: none, plain fine-tuning); empty: the stage leaves the scheme out
     extension_methods: tuple[str | None, ...] = ()
@@ -249,6 +259,31 @@ class PositionScheme(nn.Module):
         """Additive bias for attention scores [H, q_len, k_len], or ``None``."""
         return None
 
+    def attention_bias(self, q: Tensor, k: Tensor, offset: int = 0, layer: int = 0) -> Tensor | None:
+        """What attention layer ``layer`` adds to its scores: [H, Tq, Tk], [B, H, Tq, Tk] or ``None``.
+
+        ``q`` [B, H, Tq, D] and ``k`` [B, H, Tk, D] are what SDPA gets (after
+        :meth:`rotate`, with a cache's keys), placed as in :meth:`rotate`.
+        Here: :meth:`score_bias`, the same for every layer and input. A scheme
+        whose bias reads the queries and keys (CoPE) or differs by layer
+        (KERPLE) overrides this instead.
+        """
+        return self.score_bias(q.shape[-2], k.shape[-2], offset)
+
+    def pass_positions(self, q_len: int, k_len: int, offset: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """Positions of the queries [q_len] and keys [k_len] of an attention call, int64; keys end where the queries end.
+
+        ``offset ..`` (:func:`~octlm.model.positions.distances.query_key_positions`)
+        unless the pass sits at randomized positions (:meth:`draw_positions`):
+        then the drawn ones, where a cached pass's keys reach back into the
+        sequence's test-time draw (:meth:`test_positions`).
+        """
+        if self.drawn is None:
+            return query_key_positions(q_len, k_len, offset, device)
+        every = self.drawn if k_len == len(self.drawn) else self.test_positions(offset + q_len)
+        every = every.to(device)
+        return every[len(every) - q_len :], every[len(every) - k_len :]
+
     def length_state(self, seq_len: int) -> object:
         """What the position signal of a ``seq_len``-token sequence depends on besides the token's index, or ``None``.
 
@@ -268,7 +303,7 @@ class PositionScheme(nn.Module):
         weights beside it, so it grows with T squared (sample checks it
         against the device's memory).
         """
-        if type(self).score_bias is PositionScheme.score_bias:
+        if type(self).score_bias is PositionScheme.score_bias and type(self).attention_bias is PositionScheme.attention_bias:
             return 0
         return SCORE_BIAS_BYTES * n_heads * length**2
 
@@ -361,6 +396,6 @@ def build(config: "DecoderConfig") -> PositionScheme:
 
 __all__ = [
     "build", "check", "default_scheme", "document_position_schemes", "scheme_option_fields", "with_scheme_options",
-    "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "PositionScheme", "PositionVectors", "length_study_schemes",
+    "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "PositionScheme", "PositionVectors", "length_study_schemes", "task_study_schemes",
     "random_position_schemes", "register", "schemes_taking", "unbounded_schemes",
 ]

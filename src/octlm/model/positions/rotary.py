@@ -70,6 +70,11 @@ class RotaryPositions(ScalableRotation, PositionScheme):
     takes_random_positions = True
     takes_document_positions = True  # angles from position_ids, per row under document_mask
 
+    @classmethod
+    def turning_pairs(cls, config: "DecoderConfig") -> int:
+        """How many channel pairs turn, the fastest first (pair ``i`` at ``rope_theta ** (-2i / rotary_dim)``): all ``rotary_dim // 2``."""
+        return rotary_dim(config) // 2
+
     def __init__(self, config: "DecoderConfig") -> None:
         super().__init__(config)
         self.theta = config.rope_theta
