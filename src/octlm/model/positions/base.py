@@ -278,7 +278,9 @@ class PositionScheme(nn.Module):
         then the drawn ones, where a cached pass's keys reach back into the
         sequence's test-time draw (:meth:`test_positions`).
         """
-        if self.drawn is None:
+        if self.drawn is None or self.drawn.dim() == 2:
+            # [B, T] are positions within documents (place_documents): the distances a bias reads are the same
+            # within a document wherever it starts, and the mask hides the pairs across documents.
             return query_key_positions(q_len, k_len, offset, device)
         every = self.drawn if k_len == len(self.drawn) else self.test_positions(offset + q_len)
         every = every.to(device)
