@@ -138,7 +138,7 @@ def test_a_parquet_file_without_the_column_or_with_nulls(tmp_path):
     with pytest.raises(DataError, match=r"t\.parquet: no column 'text' \(its columns: body\); name the text column with --text-field NAME"):
         read_documents([path])
     pq.write_table(pa.table({"text": ["a", None, "c"]}), path)
-    with pytest.raises(DataError, match=r"row 1 has a null 'text'.*--skip-bad-records"):
+    with pytest.raises(DataError, match=r"row 2 has a null 'text'.*--skip-bad-records"):
         read_documents([path])
     docs, info = read_documents([path], skip_bad_records=True)
     assert [d.text for d in docs] == ["a", "c"] and info["bad_records"]["count"] == 1
@@ -267,3 +267,17 @@ def test_ctrl_c_while_a_corpus_streams_leaves_nothing(streamed, tmp_path, shakes
     monkeypatch.setattr(octlm.data.tokens, "encode_into", interrupted)
     assert main(["train", "--text", str(corpus), "--out", str(tmp_path / "run"), *TRAIN_ARGS]) == 130
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl"]
+
+
+def test_a_file_whose_every_record_was_skipped_says_so(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('[1, 2]\n"str"\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"bad\.jsonl: all 2 of its jsonl records were bad and skipped"):
+        read_documents([path], skip_bad_records=True)
+
+
+def test_an_empty_text_field_is_refused_by_its_flag(tmp_path, capsys):
+    from octlm.cli import main
+
+    assert main(["train", "--text-field", "", "--out", str(tmp_path / "run"), "--max-steps", "2"]) == 1
+    assert "--text-field must name a field, got ''" in capsys.readouterr().err

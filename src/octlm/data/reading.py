@@ -99,6 +99,9 @@ class CorpusReader:
         if not count and from_folder:
             self.skipped.append({"path": shown, "reason": "no records"})
             return
+        if not count and self.bad.count > before:
+            raise DataError(f"{shown}: all {self.bad.count - before} of its {fmt} records were bad and skipped (--skip-bad-records); "
+                            f"fix them, name the field that holds the text with --text-field, or leave the file out of --text")
         if not count:
             raise DataError(f"{shown}: holds no {fmt} records; give a file with at least one record, or leave it out of --text")
         self._keep(record_file_entry(item, shown, count, self.bad.count - before))

@@ -225,7 +225,7 @@ def _parquet_records(path: Path, shown: str, field_name: str, bad: BadRecords) -
     for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[field_name]):
         for value in batch.column(0).to_pylist():
             if value is None:
-                bad.bad(f"{shown}: row {row} has a null '{field_name}'; fill it or drop that row")
+                bad.bad(f"{shown}: row {row + 1} has a null '{field_name}'; fill it or drop that row")  # counted from 1, as lines are
             else:
                 yield value
             row += 1

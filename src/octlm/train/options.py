@@ -48,6 +48,11 @@ MAX_SEED = 2**63 - 1
 SEED = Bound(low=0, high=MAX_SEED, says=f"between 0 and {MAX_SEED} (2**63 - 1)")
 
 
+def _check_text_field(name: str) -> None:
+    if not name:
+        raise OctlmError("--text-field must name a field, got ''; leave it out for 'text'")
+
+
 def _text_on_resume(name: str, value, then, run_dir: Path) -> str | None:
     if [str(p) for p in value] == list(then or []):
         return None
@@ -81,7 +86,8 @@ class TrainOptions:
                              "of them to train on (default: the Python standard library's .py files)",
                              resume_check=_text_on_resume, nargs="+", metavar="PATH")
     encoding: str = option("utf-8", "text encoding of the input files, e.g. cp1252", check=check_encoding)
-    text_field: str = option("text", "the field (JSON Lines, JSON) or column (CSV, Parquet) that holds each record's text", metavar="NAME")
+    text_field: str = option("text", "the field (JSON Lines, JSON) or column (CSV, Parquet) that holds each record's text", metavar="NAME",
+                             check=_check_text_field)
     skip_bad_records: bool = option(False, "skip records that give no text (not JSON, no --text-field, not a string) and count "
                                     "them in manifest.json and the report, instead of stopping at the first")
     val_fraction: float = option(0.1, "fraction of each file (its end) held out for validation", bounds=Bound(0, 1, True, True))
