@@ -77,6 +77,9 @@ def test_a_folder_that_is_no_run_nor_study_is_named(tmp_path, capsys):
     assert "neither an octlm run (no config.json) nor a study folder with runs in runs/" in capsys.readouterr().err
     assert main(["compare", str(tmp_path / "absent")]) == 1
     assert "absent: no such folder" in capsys.readouterr().err
+    (tmp_path / "data.jsonl").write_text("{}\n")
+    assert main(["compare", str(tmp_path / "data.jsonl")]) == 1
+    assert "data.jsonl: is a file, not a run folder" in capsys.readouterr().err
 
 
 def test_compare_reads_real_runs(trained_run, capsys):

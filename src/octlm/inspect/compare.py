@@ -94,7 +94,8 @@ def find_runs(given: list[str]) -> list[ComparedRun]:
     for name in given:
         path = Path(name)
         if not path.is_dir():
-            raise OctlmError(f"{path}: no such folder; give run folders made by octlm train, or study folders")
+            what = "is a file, not a run folder" if path.exists() else "no such folder"
+            raise OctlmError(f"{path}: {what}; give run folders made by octlm train, or study folders")
         if RunFolder(path).is_octlm_run() or (path / "config.json").is_file():
             runs.append(_read_run(path, name))
             continue
