@@ -89,7 +89,7 @@ def test_cli_and_length_study_take_it_from_the_registry(toy):
     assert resolved.rope_scalings == []  # the toy takes no RoPE scaling
     from octlm.errors import OctlmError
 
-    with pytest.raises(OctlmError, match="--rope-scalings needs the rope( or [a-z0-9]+)* model: add rope to --schemes"):
+    with pytest.raises(OctlmError, match="--rope-scalings needs the rope((, | or )[a-z0-9]+)* model: add rope to --schemes"):
         check_options(LengthOptions(text=["x.txt"], out="study", schemes=[toy], rope_scalings=["yarn"]))
     ToyDistanceBias.in_length_study = False
     try:

@@ -209,8 +209,7 @@ class PositionScheme(nn.Module):
     def place_documents(self, positions: Tensor) -> None:
         """Place the pass's tokens at their positions within their documents, int64 [B, T] (``document_mask``).
 
-        Called by the decoder after :meth:`start_pass`; :meth:`position_ids`
-        then gives these rows, one per sequence, until :meth:`end_pass`.
+        Called by the decoder after :meth:`start_pass`; :meth:`position_ids` then gives these rows until :meth:`end_pass`.
         """
         self.drawn = positions
 
@@ -278,9 +277,7 @@ class PositionScheme(nn.Module):
         then the drawn ones, where a cached pass's keys reach back into the
         sequence's test-time draw (:meth:`test_positions`).
         """
-        if self.drawn is None or self.drawn.dim() == 2:
-            # [B, T] are positions within documents (place_documents): the distances a bias reads are the same
-            # within a document wherever it starts, and the mask hides the pairs across documents.
+        if self.drawn is None or self.drawn.dim() == 2:  # [B, T]: within documents, whose distances are the plain ones
             return query_key_positions(q_len, k_len, offset, device)
         every = self.drawn if k_len == len(self.drawn) else self.test_positions(offset + q_len)
         every = every.to(device)
@@ -397,7 +394,7 @@ def build(config: "DecoderConfig") -> PositionScheme:
 
 
 __all__ = [
-    "build", "check", "default_scheme", "document_position_schemes", "scheme_option_fields", "with_scheme_options",
-    "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "PositionScheme", "PositionVectors", "length_study_schemes", "task_study_schemes",
-    "random_position_schemes", "register", "schemes_taking", "unbounded_schemes",
+    "build", "check", "default_scheme", "document_position_schemes", "scheme_option_fields", "with_scheme_options", "SCHEMES", "SCHEME_NAMES",
+    "SCORE_BIAS_BYTES", "PositionScheme", "PositionVectors", "length_study_schemes", "task_study_schemes", "random_position_schemes",
+    "register", "schemes_taking", "unbounded_schemes",
 ]
