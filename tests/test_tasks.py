@@ -37,14 +37,21 @@ def test_copy_and_reverse_answers():
             assert row[size + 1 :] == row[:size][::-1]
 
 
-def test_recall_answer_is_the_value_of_the_asked_key():
-    for size in (1, 3, 40):
+def test_recall_answers_are_the_values_of_the_asked_keys():
+    from octlm.studies.tasks import queries
+
+    for size in (1, 3, 8, 40):
+        task = TASKS["recall"]
+        mask = task.answer_mask(size).tolist()
+        assert mask == [False, True] * queries(size) and queries(size) == max(1, size // 4)
         for row in draw("recall", size).tolist():
-            pairs, sep, key, value = row[: 2 * size], row[2 * size], row[-2], row[-1]
+            pairs, sep, answer = row[: 2 * size], row[2 * size], row[2 * size + 1 :]
             keys, values = pairs[0::2], pairs[1::2]
+            asked, told = answer[0::2], answer[1::2]
             assert sep == DIGITS + 40 and len(set(keys)) == size and all(DIGITS <= k < DIGITS + 40 for k in keys)
             assert all(0 <= v < DIGITS for v in values)
-            assert key in keys and values[keys.index(key)] == value
+            assert len(set(asked)) == len(asked) == queries(size) and set(asked) <= set(keys)
+            assert told == [values[keys.index(k)] for k in asked]
 
 
 def test_passkey_answer_is_the_hidden_number():
@@ -225,3 +232,70 @@ def test_the_passkey_study_scores_each_depth_and_draws_the_heatmap(tmp_path):
         past_table = r["position"] == "learned" and r["size"] > 10
         assert all((v is None) if past_table else (0.0 <= v <= 1.0) for v in r["exact_match"])
     assert (out / "tasks-depth.png").read_bytes()[:4] == b"\x89PNG" and "## Passkey by needle depth" in (out / "tasks.md").read_text()
+
+
+# -- the tasks of issue 24: selective copy, count, flip-flop -------------------------------------------
+
+
+@given(size=st.integers(1, 60), seed=st.integers(0, 10**6))
+def test_selective_copy_answer_is_the_non_blank_symbols_in_order(size, seed):
+    from octlm.studies.tasks import marked
+
+    batch = draw("selective-copy", size, count=8, max_size=60, seed=seed)
+    assert batch.shape[1] == size + 1 + max(1, size // 4)
+    for row in batch.tolist():
+        slots, sep, answer = row[:size], row[size], row[size + 1 :]
+        assert sep == DIGITS + 1
+        assert answer == [x for x in slots if x != DIGITS]  # BLANK is DIGITS
+        assert len(answer) == marked(size) and all(0 <= x < DIGITS for x in answer)
+
+
+@given(size=st.integers(1, 60), seed=st.integers(0, 10**6))
+def test_count_answer_is_how_often_the_asked_symbol_occurs(size, seed):
+    from octlm.studies.tasks import MAX_COUNT
+
+    batch = draw("count", size, count=16, max_size=60, seed=seed)
+    for row in batch.tolist():
+        x, sep, q, answer = row[:size], row[size], row[size + 1], row[size + 2]
+        assert sep == DIGITS and 0 <= q < DIGITS and all(0 <= s < DIGITS for s in x)
+        assert answer - (DIGITS + 1) == x.count(q) <= min(MAX_COUNT, size)
+
+
+def test_count_draws_every_count_and_never_more_than_nine():
+    batch = draw("count", 40, count=2000, max_size=40)
+    counts = (batch[:, -1] - DIGITS - 1).tolist()
+    assert set(counts) == set(range(10))  # uniform over 0..9: each of 2,000 draws misses a count with probability 0.9^2000
+
+
+@given(size=st.integers(1, 60), seed=st.integers(0, 10**6))
+def test_flip_flop_answer_is_the_last_written_bit(size, seed):
+    from octlm.studies.tasks import WRITE
+
+    batch = draw("flip-flop", size, count=16, max_size=60, seed=seed)
+    for row in batch.tolist():
+        ops, bits, read, answer = row[0 : 2 * size : 2], row[1 : 2 * size : 2], row[2 * size], row[2 * size + 1]
+        assert ops[0] == WRITE and set(ops) <= {WRITE, WRITE + 1} and set(bits) <= {0, 1} and read == WRITE + 2
+        last = max(i for i, op in enumerate(ops) if op == WRITE)
+        assert answer == bits[last]
+
+
+def test_flip_flop_writes_about_one_instruction_in_nine():
+    from octlm.studies.tasks import FLIP_FLOP_WRITE, WRITE
+
+    ops = draw("flip-flop", 200, count=200, max_size=200)[:, 2:400:2]  # after the first, which always writes
+    share = float((ops == WRITE).float().mean())
+    assert abs(share - FLIP_FLOP_WRITE) < 0.01  # 39,800 draws: sd of the share about 0.0016
+
+
+@pytest.mark.parametrize("name, length, steps, chance", [
+    ("selective-copy", 4, 300, 0.1),  # one symbol of ten among four slots
+    ("count", 4, 300, 0.25),  # best constant guess among 0..4 with the count drawn uniformly up to the size
+    ("flip-flop", 4, 300, 0.5),
+    ("recall", 4, 300, 0.1),
+])
+def test_a_small_model_beats_chance_on_each_new_task(name, length, steps, chance):
+    from octlm.studies.task import TaskOptions, exact_match, train_task_model
+
+    opts = TaskOptions(task=name, task_length=length, d_model=32, n_heads=2, n_layers=2, max_steps=steps, batch_size=32)
+    model, _ = train_task_model(TASKS[name], "rope", 0, opts, torch.device("cpu"))
+    assert exact_match(model, TASKS[name], length, 4 * length, 0, torch.device("cpu")) > chance + 0.25

@@ -14,7 +14,7 @@ from octlm.model.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_s
 from octlm.model.positions.base import with_scheme_options
 from octlm.studies.core import check_schemes
 from octlm.studies.extension_stage import labels_for
-from octlm.studies.task import TASK_SEEDS, TASK_STEPS, TaskOptions
+from octlm.studies.task import ALL_TASKS_STEPS, TASK_MULTIPLIERS, TASK_SEEDS, TASK_STEPS, TaskOptions
 from octlm.train.options import TrainOptions, scheme_options
 from octlm.train.options import check_options as check_train_options
 
@@ -40,6 +40,11 @@ def _check_extend_to(value: int) -> None:
 def _default(cls, name: str) -> Any:
     """The declared default of option ``name`` of options class ``cls``."""
     return option_default(next(f for f in option_fields(cls) if f.name == name))
+
+
+def _help(cls, name: str) -> str:
+    """The declared help of option ``name`` of options class ``cls``."""
+    return next(f for f in option_fields(cls) if f.name == name).metadata["help"]
 
 
 def _task_default(name: str, what: str) -> str:
@@ -69,9 +74,10 @@ class LengthOptions:
         f"the whole default study, extension stage included, took {MEASURED_MINUTES} minutes on tinyshakespeare with --threads 1 "
         "on a quiet 2-core machine, both readings and the attention records included, within the 30 minutes it is sized for on 2 CPU cores; 30 gives a quick look)")
     max_steps: int | None = same_as(TrainOptions, "max_steps", help="train each model for exactly this many steps instead of --time-budget (reproducible; length.jsonl then records time_budget null); "
-                                     f"with --task the only budget (default {TASK_STEPS})")
+                                     f"with --task the only budget (default {TASK_STEPS} for one task, {ALL_TASKS_STEPS} for several)")
     train_length: int = same_as(TrainOptions, "context_length", help="context length T the models train on (tokens)", bounds=at_least(2, "tokens"))
-    multipliers: list[int] = option([1, 2, 4, 8, 16], "evaluation lengths as multiples of T", bounds=Bound(1, says="integers >= 1"), nargs="+", metavar="M")
+    multipliers: list[int] = option([1, 2, 4, 8, 16], "evaluation lengths as multiples of T (with --task: sizes as multiples of "
+                                    f"--task-length, default {' '.join(map(str, TASK_MULTIPLIERS))})", bounds=Bound(1, says="integers >= 1"), nargs="+", metavar="M")
     # The default is read from the registry when used: each scheme says whether the study trains it, in table order.
     schemes: list[str] = option(
         length_study_schemes, "position schemes to train and compare (default: those the text study trains, in registration order: "
@@ -91,7 +97,8 @@ class LengthOptions:
     n_layers: int = same_as(TrainOptions, "n_layers", help=_task_default("n_layers", "transformer blocks"))
     batch_size: int = same_as(TrainOptions, "batch_size")
     learning_rate: float = same_as(TrainOptions, "learning_rate", help=_task_default("learning_rate", "peak AdamW learning rate"))
-    optimizer: str = same_as(TrainOptions, "optimizer")
+    optimizer: str = same_as(TrainOptions, "optimizer", help=f"{_help(TrainOptions, 'optimizer')} (with --task default "
+                             f"{_default(TaskOptions, 'optimizer')}: it learns the tasks in a fraction of AdamW's steps)")
     muon_lr: float = same_as(TrainOptions, "muon_lr")
     muon_momentum: float = same_as(TrainOptions, "muon_momentum")
     muon_weight_decay: float = same_as(TrainOptions, "muon_weight_decay")

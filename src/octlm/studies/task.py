@@ -23,19 +23,21 @@ table on the terminal; accuracy is the mean over ``--seeds``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import asdict, dataclass
 
 import torch
 
-from octlm.declare import at_least, check_fields, option, refused, same_as
+from octlm.declare import Bound, at_least, check_fields, option, refused, same_as
 from octlm.errors import OctlmError
 from octlm.fileio import atomic_write
 from octlm.model import Decoder, cross_entropy
-from octlm.model.positions import SCHEME_NAMES, task_study_schemes
+from octlm.model.positions import SCHEME_NAMES, random_position_schemes, task_study_schemes
 from octlm.report import Reporter
 from octlm.studies.core import StudyFiles, check_schemes, prepare_study_folder, study_seeds, write_study, wrote_line
-from octlm.studies.task_tables import depth_markdown, depth_plot, markdown_table, mean_accuracy, plot, terminal_table
+from octlm.studies.task_tables import summarize
+from octlm.studies.task_presets import PRESETS, apply_preset
 from octlm.studies.tasks import TASKS, Task
 from octlm.train.device import resolve_device, torch_settings
 from octlm.train.optim import backward, make_optimizer, scheduled_lr
@@ -47,20 +49,44 @@ TASK_MULTIPLIERS = (1, 2, 3, 4)
 EVAL_COUNT = 256
 #: The evaluation generator's seed is the run's seed plus this, so its data never meets training's.
 EVAL_SEED_OFFSET = 10**6
-#: Steps per model when --max-steps is not given.
-TASK_STEPS = 5000
-#: Seeds per scheme when --seeds is not given: whether one model learns copy in the budget varies by seed.
-TASK_SEEDS = 2
+#: Steps per model of a one-task study when --max-steps is not given (Muon learns copy in about 1,000; docs/tasks.md).
+TASK_STEPS = 2000
+#: Steps per model when several tasks run (--task all), so that every task fits in the hour.
+ALL_TASKS_STEPS = 500
+#: Seeds per scheme when --seeds is not given: three, so that a difference can be set against its spread.
+TASK_SEEDS = 3
 #: The task study's training where it differs from octlm train's (the rest is octlm train's: betas, clipping, schedule shape).
-#: A deeper, narrower model learns copy in minutes; weight decay would pull the few weights that copy needs back to zero.
-TASK_TRAINING = {"d_model": 64, "n_layers": 3, "learning_rate": 1e-3, "weight_decay": 0.0}
+#: A deeper, narrower model learns copy in minutes; weight decay would pull the few weights that copy needs back to zero;
+#: Muon learns copy in a fifth of AdamW's steps here (docs/tasks.md), its learning rate on the blocks' matrices, this one on the rest.
+TASK_TRAINING = {"d_model": 64, "n_layers": 3, "learning_rate": 1e-3, "weight_decay": 0.0, "optimizer": "muon"}
+#: The --task help's measured figure (docs/tasks.md has the table and the command; tests check that both agree).
+MEASURED_HELP = ("The default one-task study took MINUTES minutes with --threads 1 on a 2-core machine (copy, its 8 default schemes x 3 seeds x "
+                 "2000 steps)")
 #: Bins of needle depth that passkey is scored in, from the start of the filler to its end (as needle-in-a-haystack evaluations draw it).
 DEPTH_BINS = 10
 #: Each depth bin's evaluation generator is seeded this far from the last, clear of every size's.
 DEPTH_SEED_STEP = 1000
 DEPTH_PLOT = "tasks-depth.png"
-FILES = StudyFiles("task study", "tasks.jsonl", "tasks.md", "tasks.png", extra=(DEPTH_PLOT,))
+RANK_PLOT = "ranking.png"
+FILES = StudyFiles("task study", "tasks.jsonl", "tasks.md", "tasks.png", extra=(DEPTH_PLOT, RANK_PLOT))
 JSONL, PLOT, TABLE = FILES.jsonl, FILES.plot, FILES.table
+
+
+#: ``--task all``: every task of :data:`~octlm.studies.tasks.TASKS`, in registration order.
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of the task study: a scheme, trained plain or at randomized positions (Ruoss et al. 2023)."""
+
+    scheme: str
+    randomized: bool = False
+
+    @property
+    def label(self) -> str:
+        """The row's name in tables and records: the scheme, ``+rand`` when randomized."""
+        return f"{self.scheme}+rand" if self.randomized else self.scheme
 
 
 @dataclass
@@ -70,13 +96,21 @@ class TaskOptions:
     Shared options are ``octlm train``'s declarations (:func:`octlm.declare.same_as`),
     with the task study's own defaults (:data:`TASK_TRAINING`, :data:`TASK_STEPS`,
     :data:`TASK_SEEDS`, the schemes of :func:`octlm.model.positions.task_study_schemes`).
+    ``task`` is one name, a list, or ``["all"]``; :meth:`resolved` applies
+    ``--preset`` and fills the step count.
     """
 
-    task: str | None = option(
-        None, "train on a synthetic task instead of --text: sizes 1..--task-length, exact match at 1x-4x. The default copy study "
-        f"(its 8 default schemes x {TASK_SEEDS} seeds x {TASK_STEPS} steps) took 24.1 minutes with --threads 1 on a shared 2-core machine, and its "
-        "best scheme at 1x (xpos) copied 97.9%% of instances exactly", choices=list(TASKS))
+    task: list[str] | None = option(
+        None, "synthetic tasks to train on instead of --text (several, or all): sizes 1..--task-length, exact match at --multipliers. "
+        f"{MEASURED_HELP}", nargs="+", choices=[*TASKS, ALL], metavar="TASK")
     task_length: int = option(16, "longest training instance of --task, L (items: symbols, pairs or filler tokens)", bounds=at_least(1, "items"))
+    multipliers: list[int] = option(list(TASK_MULTIPLIERS), "evaluated sizes as multiples of --task-length (with --task)",
+                                    bounds=Bound(1, says="integers >= 1"), nargs="+", metavar="M")
+    preset: str | None = option(None, "a paper's protocol (tasks, lengths, model, steps, seeds, schemes; flags given with it must agree): "
+                                + "; ".join(f"{p.name}: {p.hardware}" for p in PRESETS.values()), choices=list(PRESETS))
+    randomize_positions: int = same_as(TrainOptions, "randomize_positions", help="with --task: also train every scheme that reads positions "
+                                       "at positions drawn from FACTOR x the longest training sequence (Ruoss et al. 2023), and set both "
+                                       "side by side (rows <scheme>+rand); 1: plain only")
     out: str | None = option(None, "study folder to create: tasks.jsonl, tasks.png, tasks.md")
     overwrite: bool = option(False, "replace an existing study folder at --out")
     # Read from the registry when used, so a plug-in scheme registered after import takes part.
@@ -88,8 +122,8 @@ class TaskOptions:
     n_layers: int = same_as(TrainOptions, "n_layers", default=TASK_TRAINING["n_layers"])
     batch_size: int = same_as(TrainOptions, "batch_size")
     learning_rate: float = same_as(TrainOptions, "learning_rate", default=TASK_TRAINING["learning_rate"])
-    max_steps: int = same_as(TrainOptions, "max_steps", default=TASK_STEPS)
-    optimizer: str = same_as(TrainOptions, "optimizer")
+    max_steps: int | None = same_as(TrainOptions, "max_steps", default=None)
+    optimizer: str = same_as(TrainOptions, "optimizer", default=TASK_TRAINING["optimizer"])
     muon_lr: float = same_as(TrainOptions, "muon_lr")
     muon_momentum: float = same_as(TrainOptions, "muon_momentum")
     muon_weight_decay: float = same_as(TrainOptions, "muon_weight_decay")
@@ -98,24 +132,53 @@ class TaskOptions:
     device: str = same_as(TrainOptions, "device")
     threads: int | None = same_as(TrainOptions, "threads")
 
-    def train_options(self, task: Task, scheme: str, seed: int) -> TrainOptions:
+    def task_names(self) -> list[str]:
+        """The tasks to run, in the order given (``all``: every task, in registration order)."""
+        names = [self.task] if isinstance(self.task, str) else list(self.task or [])
+        return list(TASKS) if ALL in names else names
+
+    def steps(self) -> int:
+        """Steps per model: ``--max-steps``, else :data:`TASK_STEPS` for one task and :data:`ALL_TASKS_STEPS` for several."""
+        if self.max_steps is not None:
+            return self.max_steps
+        return TASK_STEPS if len(self.task_names()) == 1 else ALL_TASKS_STEPS
+
+    def resolved(self, given: set[str] | None = None) -> TaskOptions:
+        """A copy with ``--preset`` applied (:func:`~octlm.studies.task_presets.apply_preset`), the tasks named and the step count filled in."""
+        opts = apply_preset(self, given)
+        return dataclasses.replace(opts, task=opts.task_names(), max_steps=opts.steps())
+
+    def variants(self) -> list[Variant]:
+        """The study's rows: each scheme plain, and randomized too where ``randomize_positions`` > 1 and the scheme reads positions."""
+        rows = []
+        for scheme in self.schemes:
+            rows.append(Variant(scheme))
+            if self.randomize_positions > 1 and scheme in random_position_schemes():
+                rows.append(Variant(scheme, randomized=True))
+        return rows
+
+    def train_options(self, task: Task, variant: Variant | str, seed: int) -> TrainOptions:
         """The training of one model: octlm train's options with the task study's (:data:`TASK_TRAINING`), at the longest training instance."""
+        variant = Variant(variant) if isinstance(variant, str) else variant
+        steps = self.steps()
         return TrainOptions.of(
-            position=scheme, context_length=task.sequence_length(self.task_length), d_model=self.d_model, n_heads=self.n_heads,
-            n_layers=self.n_layers, batch_size=self.batch_size, learning_rate=self.learning_rate, max_steps=self.max_steps,
-            warmup_steps=min(50, self.max_steps // 10), weight_decay=TASK_TRAINING["weight_decay"], seed=seed, device=self.device,
+            position=variant.scheme, randomize_positions=self.randomize_positions if variant.randomized else 1,
+            context_length=task.sequence_length(self.task_length), d_model=self.d_model, n_heads=self.n_heads,
+            n_layers=self.n_layers, batch_size=self.batch_size, learning_rate=self.learning_rate, max_steps=steps,
+            warmup_steps=min(50, steps // 10), weight_decay=TASK_TRAINING["weight_decay"], seed=seed, device=self.device,
             optimizer=self.optimizer, muon_lr=self.muon_lr, muon_momentum=self.muon_momentum, muon_weight_decay=self.muon_weight_decay,
             threads=self.threads, sample_tokens=0,
         )
 
 
-def answer_loss(model: Decoder, tokens: torch.Tensor, answer: int) -> torch.Tensor:
-    """Mean nats of the ``answer`` last tokens of ``tokens`` [B, S], each predicted from the tokens before it."""
-    logits = model(tokens[:, :-1])[:, -answer:]
-    return cross_entropy(logits, tokens[:, -answer:])
+def answer_loss(model: Decoder, tokens: torch.Tensor, task: Task, size: int) -> torch.Tensor:
+    """Mean nats of the scored answer tokens of ``tokens`` [B, S] (instances of ``size`` items), each predicted from the tokens before it."""
+    answer, scored = task.answer_length(size), task.answer_mask(size).to(tokens.device)
+    logits = model(tokens[:, :-1])[:, -answer:][:, scored]
+    return cross_entropy(logits, tokens[:, -answer:][:, scored])
 
 
-def train_task_model(task: Task, scheme: str, seed: int, opts: TaskOptions, device: torch.device) -> tuple[Decoder, dict]:
+def train_task_model(task: Task, scheme: Variant | str, seed: int, opts: TaskOptions, device: torch.device) -> tuple[Decoder, dict]:
     """Train one model for ``opts.max_steps`` steps as ``octlm train`` steps (its optimizer, schedule and clipping); returns it in eval mode and its record.
 
     Each step draws an instance size from ``1 .. task_length`` and a batch of
@@ -123,8 +186,9 @@ def train_task_model(task: Task, scheme: str, seed: int, opts: TaskOptions, devi
     The decoder's context holds the longest training instance (a learned
     table's rows); its vocabulary, the task's symbols up to the longest evaluated size.
     """
-    train = opts.train_options(task, scheme, seed)
-    longest = max(TASK_MULTIPLIERS) * opts.task_length
+    variant = Variant(scheme) if isinstance(scheme, str) else scheme
+    train = opts.train_options(task, variant, seed)
+    longest = max(opts.multipliers) * opts.task_length
     torch.manual_seed(seed)
     model = Decoder(train.model_config(task.vocab_size(longest))).to(device).train()
     optimizer = make_optimizer(model, train, device)
@@ -134,12 +198,17 @@ def train_task_model(task: Task, scheme: str, seed: int, opts: TaskOptions, devi
         scheduled_lr(optimizer, step, train)
         size = int(torch.randint(1, opts.task_length + 1, (1,), generator=g))
         tokens = task.batch(size, opts.batch_size, longest, g).to(device)
-        loss = answer_loss(model, tokens, task.answer_length(size))
+        loss = answer_loss(model, tokens, task, size)
         backward(loss, model, optimizer, train.grad_clip)
         optimizer.step()
-    record = {"record": "train", "position": scheme, "seed": seed, "steps": train.max_steps, "final_loss": float(loss.detach()),
+    record = {"record": "train", "task": task.name, **_row(variant), "seed": seed, "steps": train.max_steps, "final_loss": float(loss.detach()),
               "train_seconds": time.perf_counter() - t0}
     return model.eval(), record
+
+
+def _row(variant: Variant) -> dict:
+    """What every record says of its row: the scheme, the row's label and whether it trained at randomized positions."""
+    return {"position": variant.scheme, "label": variant.label, "randomized": variant.randomized}
 
 
 @torch.no_grad()
@@ -148,7 +217,7 @@ def exact_match(model: Decoder, task: Task, size: int, longest: int, seed: int, 
     if model.max_length is not None and task.sequence_length(size) - 1 > model.max_length:
         return None
     g = torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET + size)
-    return _all_right(model, task.batch(size, EVAL_COUNT, longest, g).to(device), task.answer_length(size))
+    return _all_right(model, task.batch(size, EVAL_COUNT, longest, g).to(device), task, size)
 
 
 @torch.no_grad()
@@ -165,87 +234,115 @@ def exact_match_by_depth(model: Decoder, task: Task, size: int, longest: int, se
     for b in range(DEPTH_BINS):
         g = torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET + size + DEPTH_SEED_STEP * (b + 1))
         tokens = task.batch_at_depth(size, EVAL_COUNT, longest, g, b / DEPTH_BINS, (b + 1) / DEPTH_BINS)
-        scores.append(None if tokens is None else _all_right(model, tokens.to(device), task.answer_length(size)))
+        scores.append(None if tokens is None else _all_right(model, tokens.to(device), task, size))
     return scores
 
 
-def _all_right(model: Decoder, tokens: torch.Tensor, answer: int) -> float | None:
-    """Fraction of the rows of ``tokens`` whose whole answer (the last ``answer`` tokens) the greedy choice gets right; ``None`` past a table."""
+def _all_right(model: Decoder, tokens: torch.Tensor, task: Task, size: int) -> float | None:
+    """Fraction of the rows of ``tokens`` (instances of ``size`` items) whose every scored answer token is the greedy choice; ``None`` past a table."""
     if model.max_length is not None and tokens.shape[1] - 1 > model.max_length:
         return None
-    guess = model(tokens[:, :-1])[:, -answer:].argmax(dim=-1)
-    return float((guess == tokens[:, -answer:]).all(dim=1).float().mean())
+    answer, scored = task.answer_length(size), task.answer_mask(size).to(tokens.device)
+    guess = model(tokens[:, :-1])[:, -answer:][:, scored].argmax(dim=-1)
+    return float((guess == tokens[:, -answer:][:, scored]).all(dim=1).float().mean())
 
 
 def check_task_options(opts: TaskOptions) -> None:
-    """Reject task-study options that cannot work, naming the flag, before anything is written.
+    """Reject task-study options that cannot work, naming the flag, before anything is written (``opts`` as :meth:`TaskOptions.resolved` gives them).
 
     Raises:
         OctlmError: for an unknown task, no ``--out``, a value out of its
             declared range (``--seeds 0``, ``--max-steps -5``,
-            ``--learning-rate nan``), a scheme named twice, or a model shape
-            or training the model or ``octlm train`` refuses.
+            ``--learning-rate nan``), a scheme or task named twice,
+            ``--randomize-positions`` with no scheme that reads positions, or
+            a model shape or training the model or ``octlm train`` refuses.
     """
-    if opts.task not in TASKS:
-        raise OctlmError(f"--task must be one of {', '.join(TASKS)}, got {opts.task!r}")
+    names = opts.task_names()
+    if not names or any(name not in TASKS for name in names):
+        raise OctlmError(f"--task must name tasks among {', '.join(TASKS)} (or all), got {' '.join(map(str, names)) or 'no task'}")
+    if len(set(names)) != len(names):
+        raise OctlmError(f"--task lists a task twice: {' '.join(names)}")
     if opts.out is None:
         raise OctlmError("--out: give the study folder to create, e.g. --out runs/copy")
     check_fields(opts)
     check_schemes(opts.schemes)
-    for scheme in opts.schemes:
-        try:
-            train = opts.train_options(TASKS[opts.task], scheme, opts.seed)
-        except ValueError as err:
-            raise refused(err) from None
-        check_options(train)
+    takers = random_position_schemes()
+    if opts.randomize_positions > 1 and not any(s in takers for s in opts.schemes):
+        raise OctlmError(f"--randomize-positions {opts.randomize_positions}: none of --schemes {' '.join(opts.schemes)} reads positions that "
+                         f"could be drawn at random (those that do: {', '.join(takers)}); add one of them or drop --randomize-positions")
+    for variant in opts.variants():
+        for name in names:
+            try:
+                train = opts.train_options(TASKS[name], variant, opts.seed)
+            except ValueError as err:
+                raise refused(err) from None
+            check_options(train)
 
 
-def task_study(opts: TaskOptions, report: Reporter | None = None) -> dict:
+def task_study(opts: TaskOptions, report: Reporter | None = None, given: set[str] | None = None) -> dict:
     """Run ``octlm length --task``; returns the result dict (also the last ``--json`` line).
+
+    ``given``: the flags typed on the command line, so that one typed with its
+    default value still conflicts with ``--preset``.
 
     Raises:
         OctlmError: for bad options or an existing folder (before anything is trained).
     """
+    opts = opts.resolved(given)
     check_task_options(opts)
     with torch_settings(opts.threads, False):
         return _study(opts, report or Reporter())
 
 
 def _study(opts: TaskOptions, report: Reporter) -> dict:
-    task, device = TASKS[opts.task], resolve_device(opts.device)
+    device = resolve_device(opts.device)
+    tasks = [TASKS[name] for name in opts.task_names()]
     out = prepare_study_folder(opts.out, opts.overwrite, FILES)
     seeds = study_seeds(opts.seed, opts.seeds)
-    sizes = [m * opts.task_length for m in TASK_MULTIPLIERS]
-    report.event("study", f"task study: {task.name}, {len(opts.schemes)} schemes x {len(seeds)} seed{'' if len(seeds) == 1 else 's'}, trained on sizes 1..{opts.task_length}, "
-                 f"evaluated at {', '.join(map(str, sizes))}", task=task.name, schemes=opts.schemes, sizes=sizes, seeds=seeds)
+    sizes = [m * opts.task_length for m in opts.multipliers]
+    variants = opts.variants()
+    plain_only = [s for s in opts.schemes if opts.randomize_positions > 1 and s not in random_position_schemes()]
+    report.event("study", f"task study: {', '.join(t.name for t in tasks)}; {len(variants)} rows x {len(seeds)} seed{'' if len(seeds) == 1 else 's'} x "
+                 f"{opts.max_steps} steps, trained on sizes 1..{opts.task_length}, evaluated at {', '.join(map(str, sizes))}"
+                 + (f"; {', '.join(plain_only)} plain only (no positions to randomize)" if plain_only else ""),
+                 tasks=[t.name for t in tasks], rows=[v.label for v in variants], sizes=sizes, seeds=seeds)
     t0, records, depths = time.perf_counter(), [], []
-    for scheme in opts.schemes:
-        for seed in seeds:
-            model, record = train_task_model(task, scheme, seed, opts, device)
-            records.append(record)
-            evals = []
-            for m, size in zip(TASK_MULTIPLIERS, sizes):
-                accuracy = exact_match(model, task, size, max(sizes), seed, device)
-                evals.append({"record": "eval", "position": scheme, "seed": seed, "multiplier": m, "size": size, "exact_match": accuracy})
-                if (by_depth := exact_match_by_depth(model, task, size, max(sizes), seed, device)) is not None:
-                    depths.append({"record": "depth", "position": scheme, "seed": seed, "multiplier": m, "size": size,
-                                   "depth_bins": [[b / DEPTH_BINS, (b + 1) / DEPTH_BINS] for b in range(DEPTH_BINS)], "exact_match": by_depth})
-            records += evals
-            shown = ", ".join("n/a" if r["exact_match"] is None else f"{r['exact_match']:.2f}" for r in evals)
-            report.event("task", f"{scheme:>10} seed {seed}: {record['steps']} steps in {record['train_seconds']:.0f}s; exact match {shown}")
-    grid, spread = mean_accuracy(records, opts.schemes, sizes)
-    header = {"record": "study", "task": task.name, "task_length": opts.task_length, "sizes": sizes, "seeds": seeds, "steps": opts.max_steps,
-              "eval_count": EVAL_COUNT, "options": asdict(opts)}
-    table = markdown_table(grid, spread, task, sizes, seeds, EVAL_COUNT) + (f"\n{depth_markdown(depths, sizes)}" if depths else "")
-    paths = write_study(out, FILES, [header, *records, *depths], table, plot(grid, task, sizes))
-    if depths:
-        atomic_write(out / DEPTH_PLOT, depth_plot(depths, sizes))
-        paths["depth_plot"] = str(out / DEPTH_PLOT)
+    for task in tasks:
+        for variant in variants:
+            for seed in seeds:
+                got, by_depth = _train_and_score(task, variant, seed, opts, sizes, device)
+                records += got
+                depths += by_depth
+                evals = [r for r in got if r["record"] == "eval"]
+                shown = ", ".join("n/a" if r["exact_match"] is None else f"{r['exact_match']:.2f}" for r in evals)
+                report.event("task", f"{task.name:>14} {variant.label:>12} seed {seed}: {got[0]['steps']} steps in {got[0]['train_seconds']:.0f}s; "
+                             f"exact match {shown}")
+    header = {"record": "study", "task": opts.task_names()[0] if len(tasks) == 1 else opts.task_names(), "tasks": opts.task_names(),
+              "task_length": opts.task_length, "sizes": sizes, "seeds": seeds, "steps": opts.max_steps, "eval_count": EVAL_COUNT,
+              "rows": [v.label for v in variants], "options": asdict(opts)}
+    summary = summarize(records, depths, tasks, [v.label for v in variants], sizes, seeds)
+    paths = write_study(out, FILES, [header, *records, *depths], summary.markdown, summary.figure)
+    for name, data in summary.extra_files.items():
+        atomic_write(out / name, data)
+        paths[name.split(".")[0].replace("-", "_")] = str(out / name)
     seconds = time.perf_counter() - t0
-    result = {"out": str(out), "task": task.name, "sizes": sizes, "seeds": seeds, "accuracy": grid, "accuracy_std": spread, "seconds": seconds, **paths}
-    report.result(result, f"{terminal_table(grid, spread, task, sizes)}\n\n{wrote_line(paths.values(), seconds)}")
+    result = {"out": str(out), "tasks": opts.task_names(), "sizes": sizes, "seeds": seeds, **summary.result, "seconds": seconds, **paths}
+    report.result(result, f"{summary.terminal}\n\n{wrote_line(paths.values(), seconds)}")
     return result
 
 
-__all__ = ["DEPTH_BINS", "EVAL_COUNT", "EVAL_SEED_OFFSET", "exact_match_by_depth", "TASK_MULTIPLIERS", "TASK_SEEDS", "TASK_STEPS", "TASK_TRAINING", "TaskOptions", "exact_match",
+def _train_and_score(task: Task, variant: Variant, seed: int, opts: TaskOptions, sizes: list[int], device: torch.device) -> tuple[list[dict], list[dict]]:
+    """Train one model and score it at every size: ``([train record, eval records], [depth records])``."""
+    model, record = train_task_model(task, variant, seed, opts, device)
+    row, evals, depths = _row(variant), [], []
+    for m, size in zip(opts.multipliers, sizes):
+        accuracy = exact_match(model, task, size, max(sizes), seed, device)
+        evals.append({"record": "eval", "task": task.name, **row, "seed": seed, "multiplier": m, "size": size, "exact_match": accuracy})
+        if (by_depth := exact_match_by_depth(model, task, size, max(sizes), seed, device)) is not None:
+            depths.append({"record": "depth", "task": task.name, **row, "seed": seed, "multiplier": m, "size": size,
+                           "depth_bins": [[b / DEPTH_BINS, (b + 1) / DEPTH_BINS] for b in range(DEPTH_BINS)], "exact_match": by_depth})
+    return [record, *evals], depths
+
+
+__all__ = ["ALL", "ALL_TASKS_STEPS", "DEPTH_BINS", "Variant", "check_task_options", "EVAL_COUNT", "EVAL_SEED_OFFSET", "exact_match_by_depth", "TASK_MULTIPLIERS", "TASK_SEEDS", "TASK_STEPS", "TASK_TRAINING", "TaskOptions", "exact_match",
            "task_study", "train_task_model"]

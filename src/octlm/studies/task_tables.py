@@ -1,12 +1,14 @@
-"""The task study's tables and figures: exact match by scheme and size (mean ± sd over seeds), and passkey by needle depth."""
+"""The task study's tables and figures: exact match by row and size (mean ± sd over seeds), randomized against plain, passkey by needle depth, and :func:`summarize`, which gathers them with the ranking across tasks."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from octlm.studies.core import mean_std
+from octlm.studies.task_ranking import SEPARATED, ranking, ranking_markdown, ranking_plot, ranking_terminal, separated
 from octlm.studies.tasks import Task
-
 
 
 def _multipliers(sizes: list[int]) -> list[int]:
@@ -17,80 +19,164 @@ def _multipliers(sizes: list[int]) -> list[int]:
 Grid = dict[str, list[float | None]]
 
 
-def mean_accuracy(records: list[dict], schemes: list[str], sizes: list[int]) -> tuple[Grid, Grid]:
-    """``({scheme: [mean exact match over seeds at each size]}, {scheme: [their sample std]})``.
+def mean_accuracy(records: list[dict], labels: list[str], sizes: list[int], task: str | None = None) -> tuple[Grid, Grid]:
+    """``({label: [mean exact match over seeds at each size]}, {label: [their sample std]})`` of ``task``'s records (all when ``None``).
 
     ``None`` where no model could read the size (a learned table's end); the
     std is ``None`` with a single seed too, where there is no spread to show.
+    Records without a label (studies written before randomized rows) are
+    labelled by their scheme.
     """
     means: Grid = {}
     spreads: Grid = {}
-    for scheme in schemes:
-        means[scheme], spreads[scheme] = [], []
+    for label in labels:
+        means[label], spreads[label] = [], []
         for size in sizes:
-            values = [r["exact_match"] for r in records if r["record"] == "eval" and r["position"] == scheme and r["size"] == size]
+            values = [r["exact_match"] for r in records if r["record"] == "eval" and r.get("label", r["position"]) == label
+                      and r["size"] == size and (task is None or r.get("task", task) == task)]
             mean, std = mean_std(values) if values and None not in values else (None, None)
-            means[scheme].append(mean)
-            spreads[scheme].append(std)
+            means[label].append(mean)
+            spreads[label].append(std)
     return means, spreads
 
 
-def _cell(value: float | None, std: float | None = None) -> str:
+def _cell(value: float | None, std: float | None = None, mark: bool = False) -> str:
     if value is None:
         return "n/a"
-    return f"{100 * value:.1f}%" + ("" if std is None else f" ± {100 * std:.1f}")
+    return f"{100 * value:.1f}%" + ("" if std is None else f" ± {100 * std:.1f}") + (f" {SEPARATED}" if mark else "")
+
+
+def _marks(grid: Grid, spread: Grid, sizes: list[int]) -> dict[str, list[bool]]:
+    """Which cells of the 2x column (where the study has one) are separated from the row ranked below them (:func:`separated`)."""
+    column = _multipliers(sizes).index(2) if 2 in _multipliers(sizes) else None
+    marked = set() if column is None else separated({k: v[column] for k, v in grid.items()}, {k: v[column] for k, v in spread.items()})
+    return {label: [j == column and label in marked for j in range(len(sizes))] for label in grid}
 
 
 def terminal_table(grid: Grid, spread: Grid, task: Task, sizes: list[int]) -> str:
-    """The exact-match table for the terminal: one row per scheme, one column per size (mean ± std over seeds)."""
-    width = 14 if any(v is not None for row in spread.values() for v in row) else 12
+    """The exact-match table for the terminal: one row per scheme, one column per size (mean ± std over seeds; † as :func:`markdown_table`)."""
+    width = 16 if any(v is not None for row in spread.values() for v in row) else 12
+    marks = _marks(grid, spread, sizes)
     lines = [f"{task.name}: exact match of the whole answer (trained on sizes 1..{sizes[0]})",
-             f"{'scheme':>10} " + " ".join(f"{f'{m}x ({s})':>{width}}" for m, s in zip(_multipliers(sizes), sizes))]
-    lines += [f"{scheme:>10} " + " ".join(f"{_cell(v, d):>{width}}" for v, d in zip(row, spread[scheme])) for scheme, row in grid.items()]
+             f"{'scheme':>12} " + " ".join(f"{f'{m}x ({s})':>{width}}" for m, s in zip(_multipliers(sizes), sizes))]
+    lines += [f"{label:>12} " + " ".join(f"{_cell(v, d, k):>{width}}" for v, d, k in zip(row, spread[label], marks[label])) for label, row in grid.items()]
     return "\n".join(lines)
 
 
-def markdown_table(grid: Grid, spread: Grid, task: Task, sizes: list[int], seeds: list[int], eval_count: int) -> str:
-    """The same table in Markdown, with the protocol in a sentence."""
+def markdown_table(grid: Grid, spread: Grid, task: Task, sizes: list[int], seeds: list[int], eval_count: int, heading: str = "#") -> str:
+    """The same table in Markdown, with the protocol in a sentence and what † means."""
     over = f"mean ± sample std over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else f"seed {seeds[0]}"
-    lines = [f"# Task study: {task.name}", "", f"{task.description}. Exact match of the whole answer on {eval_count} fresh instances "
-             f"per size, {over}; trained on sizes 1..{sizes[0]}.", "",
+    marks = _marks(grid, spread, sizes)
+    lines = [f"{heading} Task study: {task.name}", "", f"{task.description}. Exact match of the whole answer on {eval_count} fresh instances "
+             f"per size, {over}; trained on sizes 1..{sizes[0]}."
+             + (f" {SEPARATED} at 2x: the row's mean ± sd lies wholly above the next row's at 2x, a difference larger than the spread over seeds."
+                if len(seeds) > 1 and any(any(row) for row in marks.values()) else ""), "",
              "| scheme | " + " | ".join(f"{m}x ({s})" for m, s in zip(_multipliers(sizes), sizes)) + " |",
              "| --- |" + " ---: |" * len(sizes)]
-    lines += [f"| `{scheme}` | " + " | ".join(_cell(v, d) for v, d in zip(row, spread[scheme])) + " |" for scheme, row in grid.items()]
+    lines += [f"| `{label}` | " + " | ".join(_cell(v, d, k) for v, d, k in zip(row, spread[label], marks[label])) + " |" for label, row in grid.items()]
     return "\n".join(lines) + "\n"
 
 
-def plot(grid: dict, task: Task, sizes: list[int]) -> bytes:
-    """PNG bytes: exact match against size, one line per scheme."""
-    from octlm.inspect.figures import Figure  # matplotlib, whatever MPLBACKEND says
+def randomized_markdown(records: list[dict], task: str, labels: list[str], sizes: list[int], seeds: list[int]) -> str:
+    """Randomized minus plain exact match per scheme and size, in points: mean ± sd over seeds of each seed's difference; empty without randomized rows."""
+    pairs = [(label.removesuffix("+rand"), label) for label in labels if label.endswith("+rand")]
+    if not pairs:
+        return ""
+    lines = ["Randomized positions minus plain (Ruoss et al. 2023), exact-match points, mean ± sd over seeds:", "",
+             "| scheme | " + " | ".join(f"{m}x ({s})" for m, s in zip(_multipliers(sizes), sizes)) + " |", "| --- |" + " ---: |" * len(sizes)]
+    for plain, rand in pairs:
+        cells = []
+        for size in sizes:
+            diffs = [_one(records, task, rand, seed, size) - _one(records, task, plain, seed, size) for seed in seeds
+                     if _one(records, task, rand, seed, size) is not None and _one(records, task, plain, seed, size) is not None]
+            mean, std = mean_std(diffs) if diffs else (None, None)
+            cells.append("n/a" if mean is None else f"{100 * mean:+.1f}" + ("" if std is None else f" ± {100 * std:.1f}"))
+        lines.append(f"| `{plain}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
-    fig = Figure(figsize=(7, 4.5), dpi=110)
-    ax = fig.subplots()
-    for scheme, row in grid.items():
-        xs = [s for s, v in zip(sizes, row) if v is not None]
-        ax.plot(xs, [100 * v for v in row if v is not None], marker="o", label=scheme)
-    ax.axvline(sizes[0], color="grey", linestyle=":", linewidth=1)
-    ax.set_xticks(sizes, [str(s) for s in sizes])
-    ax.set_ylim(-2, 102)
-    ax.set_xlabel(f"instance size (items); dotted: longest trained size {sizes[0]}")
-    ax.set_ylabel("exact match (%)")
-    ax.set_title(f"{task.name}: exact match past the training length")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    from octlm.inspect.figures import png_bytes
 
+def _one(records: list[dict], task: str, label: str, seed: int, size: int) -> float | None:
+    found = [r["exact_match"] for r in records if r["record"] == "eval" and r.get("task", task) == task and r.get("label", r["position"]) == label
+             and r["seed"] == seed and r["size"] == size]
+    return found[0] if found else None
+
+
+def plot(grids: dict[str, Grid], sizes: list[int]) -> bytes:
+    """PNG bytes: exact match against size, one panel per task (``grids``: ``{task: {label: [mean at each size]}}``), one line per row."""
+    from octlm.inspect.figures import Figure, png_bytes  # matplotlib, whatever MPLBACKEND says
+
+    cols = min(3, len(grids))
+    rows = -(-len(grids) // cols)
+    fig = Figure(figsize=(7 if cols == 1 else 4.2 * cols, 4.5 if rows == 1 and cols == 1 else 3.4 * rows + 0.6), dpi=110, layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax, (name, grid) in zip(axes.flat, grids.items()):
+        for label, row in grid.items():
+            xs = [s for s, v in zip(sizes, row) if v is not None]
+            ax.plot(xs, [100 * v for v in row if v is not None], marker="o", label=label, linestyle="--" if label.endswith("+rand") else "-")
+        ax.axvline(sizes[0], color="grey", linestyle=":", linewidth=1)
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.set_ylim(-2, 102)
+        ax.set_title(f"{name}: exact match past the training length" if len(grids) == 1 else name, fontsize=10)
+        ax.grid(True, alpha=0.3)
+    for ax in axes.flat[len(grids):]:
+        ax.set_visible(False)
+    fig.supxlabel(f"instance size (items); dotted: longest trained size {sizes[0]}", fontsize=9)
+    fig.supylabel("exact match (%)", fontsize=9)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if len(grids) == 1:
+        axes.flat[0].legend(fontsize=8)
+    else:
+        fig.legend(handles, labels, fontsize=8, loc="outside right upper")
     return png_bytes(fig)
 
 
+@dataclass
+class Summary:
+    """What the task study writes and prints once every model is scored."""
+
+    markdown: str
+    figure: bytes
+    terminal: str
+    result: dict
+    extra_files: dict[str, bytes] = field(default_factory=dict)
+
+
+def summarize(records: list[dict], depths: list[dict], tasks: list[Task], labels: list[str], sizes: list[int], seeds: list[int]) -> Summary:
+    """Every table and figure of the task study from its records: per task, randomized rows, passkey depth, and the ranking across tasks (two or more tasks)."""
+    from octlm.studies.task import DEPTH_PLOT, EVAL_COUNT, RANK_PLOT
+
+    grids, spreads, sections, terminal = {}, {}, [], []
+    several = len(tasks) > 1
+    for task in tasks:
+        grid, spread = mean_accuracy(records, labels, sizes, task.name)
+        grids[task.name], spreads[task.name] = grid, spread
+        sections.append(markdown_table(grid, spread, task, sizes, seeds, EVAL_COUNT, "##" if several else "#"))
+        if diff := randomized_markdown(records, task.name, labels, sizes, seeds):
+            sections.append(diff)
+        terminal.append(terminal_table(grid, spread, task, sizes))
+    extra: dict[str, bytes] = {}
+    if depths:
+        sections.append(depth_markdown(depths, sizes))
+        extra[DEPTH_PLOT] = depth_plot(depths, sizes)
+    result: dict = {"accuracy": grids, "accuracy_std": spreads}
+    if several:
+        ranks = ranking(records, labels, [t.name for t in tasks], seeds, _multipliers(sizes))
+        if ranks:
+            sections.insert(0, ranking_markdown(ranks, [t.name for t in tasks], seeds))
+            terminal.append(ranking_terminal(ranks))
+            extra[RANK_PLOT] = ranking_plot(ranks)
+            result["mean_reciprocal_rank"] = {f"{m}x": {k: {"mean": v[0], "std": v[1]} for k, v in r.items()} for m, r in ranks.items()}
+    else:
+        result = {"task": tasks[0].name, "accuracy": grids[tasks[0].name], "accuracy_std": spreads[tasks[0].name]}
+    title = [f"# Task study: {', '.join(t.name for t in tasks)}", ""] if several else []
+    return Summary("\n".join([*title, *sections]), plot(grids, sizes), "\n\n".join(terminal), result, extra)
 
 
 def depth_grid(depths: list[dict], sizes: list[int]) -> dict[str, np.ndarray]:
     """``{scheme: exact match [depth bins, sizes]}``, the mean over seeds; NaN where a bin or size has no score."""
     out: dict[str, np.ndarray] = {}
-    for scheme in dict.fromkeys(r["position"] for r in depths):
-        rows = [r for r in depths if r["position"] == scheme]
+    for scheme in dict.fromkeys(r.get("label", r["position"]) for r in depths):
+        rows = [r for r in depths if r.get("label", r["position"]) == scheme]
         bins = len(rows[0]["exact_match"])
         grid = np.full((bins, len(sizes)), np.nan)
         for j, size in enumerate(sizes):
@@ -144,4 +230,4 @@ def depth_plot(depths: list[dict], sizes: list[int]) -> bytes:
     return png_bytes(fig)
 
 
-__all__ = ["depth_grid", "depth_markdown", "depth_plot", "markdown_table", "mean_accuracy", "plot", "terminal_table"]
+__all__ = ["Summary", "depth_grid", "depth_markdown", "depth_plot", "markdown_table", "mean_accuracy", "plot", "randomized_markdown", "summarize", "terminal_table"]

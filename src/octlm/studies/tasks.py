@@ -26,6 +26,12 @@ from torch import Tensor
 DIGITS = 10
 #: Digits of the passkey (Mohtashami & Jaggi 2023 hide a 5-digit number).
 PASSKEY_DIGITS = 5
+#: Largest count of ``count``: answers stay single tokens seen in training at every length.
+MAX_COUNT = 9
+#: The WRITE token of flip-flop (bits are 0 and 1; IGNORE and READ follow it).
+WRITE = 2
+#: Probability that a flip-flop instruction after the first writes (Liu et al. 2023's 0.1 write to 0.8 ignore).
+FLIP_FLOP_WRITE = 1 / 9
 #: The repeating filler of passkey, three symbols long ("the grass is green ...").
 FILLER = 3
 
@@ -42,6 +48,10 @@ class Task:
         sequence_length: ``fn(size) -> tokens`` of one instance.
         answer_length: ``fn(size) -> tokens`` of its answer (the last ones).
         make: ``fn(size, count, max_size, generator) -> int64 [count, sequence_length(size)]``.
+        scored: ``fn(size) -> [answer_length(size)] bools``, the answer tokens
+            that are scored (the loss and exact match); ``None``: all of them.
+            Recall's asked keys are part of its answer but not scored: they
+            are drawn at random, and a model reads them rather than predicts them.
         make_at_depth: for a task that hides one needle in filler (passkey),
             ``fn(size, count, max_size, generator, low, high)``: instances
             whose needle sits at a depth in ``[low, high)`` (``high`` 1 takes
@@ -57,6 +67,13 @@ class Task:
     answer_length: Callable[[int], int]
     make: Callable[[int, int, int, torch.Generator], Tensor]
     make_at_depth: Callable[..., Tensor] | None = None
+    scored: Callable[[int], list[bool]] | None = None
+
+    def answer_mask(self, size: int) -> Tensor:
+        """Which of the ``answer_length(size)`` answer tokens are scored, bool [answer_length(size)]."""
+        if self.scored is None:
+            return torch.ones(self.answer_length(size), dtype=torch.bool)
+        return torch.tensor(self.scored(size), dtype=torch.bool)
 
     def batch(self, size: int, count: int, max_size: int, generator: torch.Generator) -> Tensor:
         """``count`` instances of ``size`` input items, int64 [count, sequence_length(size)].
@@ -110,18 +127,26 @@ def _reverse(size: int, count: int, max_size: int, g: torch.Generator) -> Tensor
 
 
 def _recall(size: int, count: int, max_size: int, g: torch.Generator) -> Tensor:
-    """Values 0..9, keys 10 .. 10 + max_size - 1, SEP = 10 + max_size. ``k_1 v_1 .. k_n v_n SEP k_q v_q``.
+    """Values 0..9, keys 10 .. 10 + max_size - 1, SEP = 10 + max_size. ``k_1 v_1 .. k_n v_n SEP k_a v_a k_b v_b ..``.
 
-    The keys of one instance are distinct (a random subset of the key
-    symbols), so the queried key ``k_q`` (one of them, uniformly) has exactly
-    one value.
+    Multi-query associative recall (Arora et al. 2023, Zoology, §3): after the
+    pairs, :func:`queries` of the keys are asked, each followed by its value;
+    only the values are scored (:attr:`Task.scored`), so one instance teaches
+    several look-ups, where a single question taught one. The keys of one
+    instance are distinct (a random subset of the key symbols) and so are the
+    asked ones (a random subset of those), so each asked key has exactly one value.
     """
     keys = torch.rand(count, max_size, generator=g).argsort(dim=1)[:, :size] + DIGITS
     values = torch.randint(0, DIGITS, (count, size), generator=g)
     pairs = torch.stack((keys, values), dim=2).reshape(count, 2 * size)
-    query = torch.randint(0, size, (count, 1), generator=g)
-    asked = torch.cat((keys.gather(1, query), values.gather(1, query)), dim=1)
-    return torch.cat((pairs, _separator(count, DIGITS + max_size), asked), dim=1)
+    asked = torch.rand(count, size, generator=g).argsort(dim=1)[:, : queries(size)]
+    answer = torch.stack((keys.gather(1, asked), values.gather(1, asked)), dim=2).reshape(count, -1)
+    return torch.cat((pairs, _separator(count, DIGITS + max_size), answer), dim=1)
+
+
+def queries(size: int) -> int:
+    """Keys asked in a recall instance of ``size`` pairs: a quarter, at least one."""
+    return max(1, size // 4)
 
 
 def _passkey(size: int, count: int, max_size: int, g: torch.Generator) -> Tensor:
@@ -143,12 +168,71 @@ def _passkey_at(size: int, count: int, max_size: int, g: torch.Generator, slots:
     return torch.cat((torch.stack(rows), _separator(count, marker + 1), key), dim=1)
 
 
+def _selective_copy(size: int, count: int, max_size: int, g: torch.Generator) -> Tensor:
+    """Symbols 0..9, BLANK = 10, SEP = 11. ``size`` slots, :func:`marked` of them holding a symbol and the rest BLANK, then ``SEP`` and the symbols in order.
+
+    The selective copy of Golovneva et al. 2024 (CoPE, §5.2; the Mamba paper's
+    selective copying, Gu & Dao 2023): what to copy is found by content, not
+    by position. The filled slots are a uniformly drawn subset.
+    """
+    k = marked(size)
+    where = torch.rand(count, size, generator=g).argsort(dim=1)[:, :k].sort(dim=1).values
+    symbols = torch.randint(0, DIGITS, (count, k), generator=g)
+    slots = torch.full((count, size), DIGITS, dtype=torch.long).scatter(1, where, symbols)
+    return torch.cat((slots, _separator(count, DIGITS + 1), symbols), dim=1)
+
+
+def marked(size: int) -> int:
+    """Symbols to copy among ``size`` slots of selective copy: a quarter, at least one."""
+    return max(1, size // 4)
+
+
+def _count(size: int, count: int, max_size: int, g: torch.Generator) -> Tensor:
+    """Symbols 0..9, SEP = 10, counts 0..9 as tokens 11..20. ``x_1 .. x_n SEP q c``: ``q`` occurs ``c`` times among the ``x``.
+
+    The count ``c`` is drawn uniformly from ``0 .. min(9, size)`` and ``q``
+    placed in that many uniformly drawn slots; the other slots hold the nine
+    other symbols. Longer instances hold more distractors, never a count
+    outside 0..9, so every answer token is one training has seen (counting as
+    Golovneva et al. 2024, CoPE §5.3, probe it: by content, with position of no help).
+    """
+    q = torch.randint(0, DIGITS, (count, 1), generator=g)
+    c = (torch.rand(count, 1, generator=g) * (min(MAX_COUNT, size) + 1)).long()
+    others = (q + torch.randint(1, DIGITS, (count, size), generator=g)) % DIGITS
+    hit = torch.rand(count, size, generator=g).argsort(dim=1).argsort(dim=1) < c
+    x = torch.where(hit, q.expand(count, size), others)
+    return torch.cat((x, _separator(count, DIGITS), q, c + DIGITS + 1), dim=1)
+
+
+def _flip_flop(size: int, count: int, max_size: int, g: torch.Generator) -> Tensor:
+    """Bits 0, 1; WRITE = 2, IGNORE = 3, READ = 4. ``size`` instructions ``op b``, then ``READ b``: the bit of the last WRITE.
+
+    Flip-flop language modelling (Liu et al. 2023, §3): the first instruction
+    writes, each later one writes with probability :data:`FLIP_FLOP_WRITE` and
+    is ignored otherwise (their FFL(0.8) draws write, ignore and read with
+    0.1, 0.8, 0.1; here the only read is the last), every bit uniform. The
+    answer may lie far back across ignored bits: sparse long-range dependence.
+    """
+    ops = torch.where(torch.rand(count, size, generator=g) < FLIP_FLOP_WRITE, WRITE, WRITE + 1)
+    ops[:, 0] = WRITE
+    bits = torch.randint(0, 2, (count, size), generator=g)
+    last = (torch.arange(size) * (ops == WRITE)).argmax(dim=1, keepdim=True)
+    pairs = torch.stack((ops, bits), dim=2).reshape(count, 2 * size)
+    return torch.cat((pairs, _separator(count, WRITE + 2), bits.gather(1, last)), dim=1)
+
+
 _register(Task("copy", "repeat the symbols after the separator", lambda m: DIGITS + 1, lambda n: 2 * n + 1, lambda n: n, _copy))
 _register(Task("reverse", "repeat the symbols in reverse order", lambda m: DIGITS + 1, lambda n: 2 * n + 1, lambda n: n, _reverse))
-_register(Task("recall", "associative recall: key-value pairs, then a key; answer its value",
-               lambda m: DIGITS + m + 1, lambda n: 2 * n + 3, lambda n: 1, _recall))
+_register(Task("recall", "associative recall: key-value pairs, then some of the keys; answer each one's value",
+               lambda m: DIGITS + m + 1, lambda n: 2 * n + 1 + 2 * queries(n), lambda n: 2 * queries(n), _recall,
+               scored=lambda n: [False, True] * queries(n)))
 _register(Task("passkey", "a 5-digit number hidden in filler; answer it",
                lambda m: DIGITS + FILLER + 2, lambda n: n + 2 * PASSKEY_DIGITS + 2, lambda n: PASSKEY_DIGITS, _passkey, _passkey_at))
+_register(Task("selective-copy", "copy only the symbols among blanks, in order", lambda m: DIGITS + 2, lambda n: n + 1 + marked(n),
+               marked, _selective_copy))
+_register(Task("count", "how many times the asked symbol occurs (0 to 9)", lambda m: DIGITS + MAX_COUNT + 2, lambda n: n + 3, lambda n: 1, _count))
+_register(Task("flip-flop", "instructions write, ignore a bit; answer the last written bit", lambda m: WRITE + 3, lambda n: 2 * n + 2,
+               lambda n: 1, _flip_flop))
 
 
-__all__ = ["DIGITS", "FILLER", "PASSKEY_DIGITS", "TASKS", "Task"]
+__all__ = ["DIGITS", "FILLER", "FLIP_FLOP_WRITE", "MAX_COUNT", "PASSKEY_DIGITS", "TASKS", "WRITE", "Task", "marked", "queries"]

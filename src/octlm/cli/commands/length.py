@@ -16,7 +16,7 @@ from octlm.declare import build, flag, option_fields
 from octlm.errors import OctlmError
 from octlm.report import Reporter
 from octlm.studies.length_options import RUNS, LengthOptions
-from octlm.studies.task import TASK_MULTIPLIERS, TaskOptions
+from octlm.studies.task import TaskOptions
 
 TEXT_ONLY = {f.name for f in option_fields(LengthOptions)} - {f.name for f in option_fields(TaskOptions)}
 TASK_ONLY = [f for f in option_fields(TaskOptions) if f.name not in {g.name for g in option_fields(LengthOptions)}]
@@ -38,10 +38,14 @@ def add_parser(sub) -> None:
         "(plain, linear, NTK, YaRN), learned, alibi and none models at 4 x T for 100 steps (--extend-to,\n"
         "--extend-steps; --extend-to 0 skips it) and scores them at every length. Writes length.md,\n"
         "length.jsonl, length.png, attention.png and extend.png into --out. With --task, a synthetic task\n"
-        "study instead (tasks.md, tasks.jsonl, tasks.png; passkey adds tasks-depth.png).",
+        "study instead (tasks.md, tasks.jsonl, tasks.png; passkey adds tasks-depth.png; several tasks add\n"
+        "ranking.png, each scheme's mean reciprocal rank across them).",
         epilog="examples:\n  octlm length --text tinyshakespeare --out runs/length\n"
         "  octlm length --text notes.txt --out runs/quick --time-budget 30 --train-length 64 --schemes rope alibi --extend-to 0\n"
-        "  octlm length --task copy --out runs/copy --seeds 3\n\n"
+        "  octlm length --task copy --out runs/copy --seeds 5\n"
+        "  octlm length --task all --out runs/tasks --max-steps 300\n"
+        "  octlm length --task copy reverse --randomize-positions 8 --schemes rope alibi --out runs/rand\n"
+        "  octlm length --preset ruoss2023 --out runs/ruoss\n\n"
         + builtin_help(),
     )
     add_dataclass_options(p, LengthOptions)
@@ -51,7 +55,7 @@ def add_parser(sub) -> None:
 
 
 def study_options(args: argparse.Namespace) -> LengthOptions | TaskOptions:
-    """The options of the study the parsed flags ask for: :class:`TaskOptions` with ``--task``, else :class:`LengthOptions`.
+    """The options of the study the parsed flags ask for: :class:`TaskOptions` with ``--task`` or ``--preset``, else :class:`LengthOptions`.
 
     Each class fills what was not given with its own defaults (the task study
     trains a smaller model for more steps).
@@ -60,14 +64,14 @@ def study_options(args: argparse.Namespace) -> LengthOptions | TaskOptions:
         OctlmError: for a flag the chosen study does not read, naming it.
     """
     given = given_options(args.parser, args.argv[1:]) - {"json", "quiet"}
-    if args.task is None:
+    if args.task is None and args.preset is None:
         if task_only := sorted(given & {f.name for f in TASK_ONLY}):
-            raise OctlmError(f"{flag(task_only[0])} needs --task: it sets the synthetic task study; add --task NAME or drop it")
+            raise OctlmError(f"{flag(task_only[0])} needs --task (or --preset): it sets the synthetic task study; add --task NAME or drop it")
         cls = LengthOptions
     else:
         if text_only := sorted(given & TEXT_ONLY):
             raise OctlmError(f"{flag(text_only[0])} means nothing with --task: the task study generates its own sequences, trains "
-                             f"--max-steps steps and scores exact match at {', '.join(f'{m}x' for m in TASK_MULTIPLIERS)} --task-length; "
+                             f"--max-steps steps and scores exact match at --multipliers x --task-length; "
                              f"drop {flag(text_only[0])}")
         cls = TaskOptions
     names = {f.name for f in option_fields(cls)}
@@ -80,7 +84,10 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
 
     opts = study_options(args)
     try:
-        (task_study if isinstance(opts, TaskOptions) else length_study)(opts, report)
+        if isinstance(opts, TaskOptions):
+            task_study(opts, report, given_options(args.parser, args.argv[1:]))
+        else:
+            length_study(opts, report)
     except KeyboardInterrupt:
         runs = Path(opts.out or "") / RUNS
         if isinstance(opts, LengthOptions) and runs.is_dir() and any(runs.iterdir()):

@@ -82,6 +82,7 @@ class SinusoidalPositions(PositionScheme):
     """
 
     label = "sinusoidal"
+    in_papers = ("ruoss2023", "kazemnejad2023")
     description = "fixed sine/cosine rows added to the (scaled) token vectors (Vaswani et al. 2017)"
     hf_refusal = "no transformers architecture adds fixed sine/cosine rows to sqrt(d_model)-scaled token vectors"
     options = {"sinusoidal_layout": option("interleaved", "sinusoidal columns: interleaved (sin, cos, ...) or concatenated ([sin | cos])",

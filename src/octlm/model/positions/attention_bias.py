@@ -40,6 +40,7 @@ class ALiBiPositions(PositionScheme):
     """
 
     label = "ALiBi"
+    in_papers = ("ruoss2023", "kazemnejad2023")
     description = "a penalty growing linearly with distance, added to the attention scores (Press et al. 2022)"
     hf_refusal = ("transformers' MPT and BLOOM share octlm's ALiBi slopes for 1 to 16 heads, but MPT has no biases in its linear layers "
                   "and LayerNorms, which octlm's blocks have, and BLOOM normalises the token rows before the first block and has only tanh GELU")
@@ -81,6 +82,7 @@ class T5RelativeBias(PositionScheme):
     """
 
     label = "the T5 bias"
+    in_papers = ("kazemnejad2023",)
     description = "a learned bias per head and bucket of distance, added to the attention scores (Raffel et al. 2020)"
     options = {
         "t5_num_buckets": option(32, "distance buckets of the t5 bias (Raffel et al. 2020)", bounds=at_least(2)),

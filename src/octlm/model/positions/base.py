@@ -2,10 +2,9 @@
 
 The modules beside this one hold the schemes themselves, one class each,
 registered here by :func:`register`; this module names none of them. Every
-question another module asks about a scheme (its label, the memory its score
-bias costs, whether the length study trains it, which RoPE scalings it
-takes) is answered by a class attribute or method of :class:`PositionScheme`
-or by one of the registry queries below.
+question another module asks about a scheme (its label, the memory its score bias
+costs, whether a study or a paper's preset trains it, which RoPE scalings it takes)
+is answered by a class attribute or method of :class:`PositionScheme` or a registry query below.
 """
 
 from __future__ import annotations
@@ -125,9 +124,10 @@ class PositionScheme(nn.Module):
     is_default = False
     #: trained by ``octlm length`` unless ``--schemes`` says otherwise (each model costs its time budget)
     in_length_study = True
-    #: trained by ``octlm length --task`` unless ``--schemes`` says otherwise (its default study's measured
-    #: minutes, docs/length-study.md, are for the schemes that set this)
+    #: trained by ``octlm length --task`` unless ``--schemes`` says otherwise (its measured minutes, docs/tasks.md, are for these)
     in_task_study = True
+    #: the task-study presets (``--preset``, octlm.studies.task_presets) whose paper compares this scheme
+    in_papers: tuple[str, ...] = ()
     #: the fine-tunes of the length study's extension stage for this scheme: the RoPE scaling each trains
     #: under (``None``: none, plain fine-tuning); empty: the stage leaves the scheme out
     extension_methods: tuple[str | None, ...] = ()

@@ -15,6 +15,7 @@ class NoPositions(PositionScheme):
     """
 
     label = "NoPE"
+    in_papers = ("kazemnejad2023",)
     description = PositionScheme.description
     hf_model_type = "gpt_neox"  # with partial_rotary_factor 0: nothing turns
     extension_methods = (None,)  # a control: nothing to stretch

@@ -47,6 +47,7 @@ class PartialFrequencyRoPE(RotaryPositions):
 
     label = "p-RoPE"
     description = "RoPE whose slowest channel pairs are not rotated (Barbero et al. 2024)"
+    in_papers = ()  # the papers compare RoPE itself
     in_length_study = False  # opt-in: the default study's 30 minutes hold five models
     in_task_study = False  # opt-in: the default task study's measured minutes are for the 8 schemes before it
     extension_methods = ()  # RoPE's fine-tunes are RoPE's: the stage leaves p-RoPE out

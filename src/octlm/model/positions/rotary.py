@@ -56,6 +56,7 @@ class RotaryPositions(ScalableRotation, PositionScheme):
     """
 
     label = "RoPE"
+    in_papers = ("ruoss2023", "kazemnejad2023")
     description = "queries and keys rotated by their position, so scores see relative distance (Su et al. 2021)"
     hf_model_type = "gpt_neox"
     # plain fine-tuning, then Chen et al. 2023's, Peng et al. 2023's and Llama 3.1's

@@ -51,6 +51,7 @@ class XPosRotation(RotaryPositions):
 
     label = "xPos"
     description = "RoPE with a per-channel decay that makes the score fade with distance (Sun et al. 2023)"
+    in_papers = ()  # the papers compare RoPE itself
     in_length_study = False  # opt-in: the default study's 30 minutes hold five models
     hf_model_type = None
     extension_methods = ()  # RoPE's fine-tunes are not xPos's: the stage leaves it out
