@@ -166,3 +166,34 @@ def test_a_length_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path
     assert all(r.data.tags["octlm.group"] == "tiny-study" and "train/loss" in r.data.metrics for r in runs)
     for name in names:
         assert list((out / "runs" / name / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_a_task_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    store = (tmp_path / "store").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    out = tmp_path / "task-study"
+    code = main(["length", "--task", "copy", "count", "--out", str(out), "--schemes", "rope", "--seeds", "2", "--max-steps", "60",
+                 "--task-length", "2", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--log-to", "tensorboard", "mlflow", "--quiet"])
+    assert code == 0
+    client = MlflowClient(tracking_uri=store)
+    runs = client.search_runs([client.get_experiment_by_name("task-study").experiment_id])
+    assert sorted(r.info.run_name for r in runs) == ["rope-seed1337", "rope-seed1337", "rope-seed1338", "rope-seed1338"]
+    evals = {json.dumps(r) for r in (json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()) if r["record"] == "eval"}
+    for run in runs:
+        task = run.data.params["task"]
+        folder = out / "runs" / task / run.info.run_name
+        records = _records(folder)
+        assert [r["step"] for r in records if r["kind"] == "train"] == [50, 60]  # every LOG_EVERY steps and the last
+        assert _history(client, run.info.run_id, "train/loss") == _expected(folder, "train", "loss")
+        seed = int(run.info.run_name.removeprefix("rope-seed"))
+        for m in (1, 2, 3, 4):  # the tracker's final exact match is the study's own record
+            match = [json.loads(e) for e in evals if json.loads(e)["task"] == task and json.loads(e)["seed"] == seed and json.loads(e)["multiplier"] == m]
+            assert run.data.metrics[f"eval/exact_match_{m}x"] == pytest.approx(match[0]["exact_match"])
+        tensorboard = _tensorboard(folder)
+        logged = [(e.step, e.value) for e in tensorboard.Scalars("train/loss")]
+        assert [s for s, _ in logged] == [50, 60] and [v for _, v in logged] == pytest.approx([v for _, v in _expected(folder, "train", "loss")])

@@ -111,7 +111,8 @@ class LengthOptions:
     text_field: str = same_as(TrainOptions, "text_field")
     skip_bad_records: bool = same_as(TrainOptions, "skip_bad_records")
     log_to: list[str] = same_as(TrainOptions, "log_to", help="experiment trackers (tensorboard, mlflow) to log each model to, as its own run "
-                                "filed under the study folder's name (tensorboard --logdir STUDY shows them together)")
+                                "filed under the study folder's name (tensorboard --logdir STUDY shows them together); with --task in "
+                                "runs/<task>/<row>-seed<seed>/, with the final exact match at each size")
     val_fraction: float = same_as(TrainOptions, "val_fraction")
     seed: int = same_as(TrainOptions, "seed", help="random seed, the same for every model")
     device: str = same_as(TrainOptions, "device")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
@@ -42,6 +43,7 @@ from octlm.studies.tasks import TASKS, Task
 from octlm.train.device import resolve_device, torch_settings
 from octlm.train.optim import backward, make_optimizer, scheduled_lr
 from octlm.train.options import TrainOptions, check_options
+from octlm.train.tracking import MetricsLog, check_trackers
 
 #: Evaluated sizes, as multiples of the longest training size L.
 TASK_MULTIPLIERS = (1, 2, 3, 4)
@@ -68,7 +70,11 @@ DEPTH_BINS = 10
 DEPTH_SEED_STEP = 1000
 DEPTH_PLOT = "tasks-depth.png"
 RANK_PLOT = "ranking.png"
-FILES = StudyFiles("task study", "tasks.jsonl", "tasks.md", "tasks.png", extra=(DEPTH_PLOT, RANK_PLOT))
+#: With --log-to, each model's tracker run: runs/<task>/<row>-seed<seed>/.
+RUNS = "runs"
+#: Steps between the train records a tracker receives.
+LOG_EVERY = 50
+FILES = StudyFiles("task study", "tasks.jsonl", "tasks.md", "tasks.png", extra=(DEPTH_PLOT, RANK_PLOT, RUNS))
 JSONL, PLOT, TABLE = FILES.jsonl, FILES.plot, FILES.table
 
 
@@ -131,6 +137,7 @@ class TaskOptions:
     seeds: int = option(TASK_SEEDS, "train every model with this many seeds (--seed, --seed + 1, ...); tables show mean ± std", bounds=at_least(1))
     device: str = same_as(TrainOptions, "device")
     threads: int | None = same_as(TrainOptions, "threads")
+    log_to: list[str] = same_as(TrainOptions, "log_to")
 
     def task_names(self) -> list[str]:
         """The tasks to run, in the order given (``all``: every task, in registration order)."""
@@ -178,13 +185,16 @@ def answer_loss(model: Decoder, tokens: torch.Tensor, task: Task, size: int) -> 
     return cross_entropy(logits, tokens[:, -answer:][:, scored])
 
 
-def train_task_model(task: Task, scheme: Variant | str, seed: int, opts: TaskOptions, device: torch.device) -> tuple[Decoder, dict]:
+def train_task_model(task: Task, scheme: Variant | str, seed: int, opts: TaskOptions, device: torch.device,
+                     log: MetricsLog | None = None) -> tuple[Decoder, dict]:
     """Train one model for ``opts.max_steps`` steps as ``octlm train`` steps (its optimizer, schedule and clipping); returns it in eval mode and its record.
 
     Each step draws an instance size from ``1 .. task_length`` and a batch of
     that size from the seed's generator; the loss is on the answer tokens only.
     The decoder's context holds the longest training instance (a learned
     table's rows); its vocabulary, the task's symbols up to the longest evaluated size.
+    ``log`` receives a ``train`` record (loss in nats, learning rate) every
+    :data:`LOG_EVERY` steps and at the last.
     """
     variant = Variant(scheme) if isinstance(scheme, str) else scheme
     train = opts.train_options(task, variant, seed)
@@ -201,6 +211,8 @@ def train_task_model(task: Task, scheme: Variant | str, seed: int, opts: TaskOpt
         loss = answer_loss(model, tokens, task, size)
         backward(loss, model, optimizer, train.grad_clip)
         optimizer.step()
+        if log is not None and ((step + 1) % LOG_EVERY == 0 or step + 1 == train.max_steps):
+            log.log({"kind": "train", "step": step + 1, "loss": float(loss.detach()), "lr": optimizer.param_groups[0]["lr"]})
     record = {"record": "train", "task": task.name, **_row(variant), "seed": seed, "steps": train.max_steps, "final_loss": float(loss.detach()),
               "train_seconds": time.perf_counter() - t0}
     return model.eval(), record
@@ -266,6 +278,7 @@ def check_task_options(opts: TaskOptions) -> None:
         raise OctlmError("--out: give the study folder to create, e.g. --out runs/copy")
     check_fields(opts)
     check_schemes(opts.schemes)
+    check_trackers(list(opts.log_to))
     takers = random_position_schemes()
     if opts.randomize_positions > 1 and not any(s in takers for s in opts.schemes):
         raise OctlmError(f"--randomize-positions {opts.randomize_positions}: none of --schemes {' '.join(opts.schemes)} reads positions that "
@@ -310,7 +323,7 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
     for task in tasks:
         for variant in variants:
             for seed in seeds:
-                got, by_depth = _train_and_score(task, variant, seed, opts, sizes, device)
+                got, by_depth = _train_and_score(task, variant, seed, opts, sizes, device, out)
                 records += got
                 depths += by_depth
                 evals = [r for r in got if r["record"] == "eval"]
@@ -331,9 +344,33 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
     return result
 
 
-def _train_and_score(task: Task, variant: Variant, seed: int, opts: TaskOptions, sizes: list[int], device: torch.device) -> tuple[list[dict], list[dict]]:
-    """Train one model and score it at every size: ``([train record, eval records], [depth records])``."""
-    model, record = train_task_model(task, variant, seed, opts, device)
+def _train_and_score(task: Task, variant: Variant, seed: int, opts: TaskOptions, sizes: list[int], device: torch.device,
+                     out: Path) -> tuple[list[dict], list[dict]]:
+    """Train one model and score it at every size: ``([train record, eval records], [depth records])``.
+
+    With ``--log-to``, the model is its own tracker run in ``out/runs/<task>/<row>-seed<seed>/``
+    (``metrics.jsonl`` and the trackers' files), filed under the study folder's name.
+    """
+    log = None
+    if opts.log_to:
+        folder = out / RUNS / task.name / f"{variant.label}-seed{seed}"
+        folder.mkdir(parents=True, exist_ok=True)
+        log = MetricsLog(folder, folder / "metrics.jsonl", list(opts.log_to), {**opts.train_options(task, variant, seed).to_dict(),
+                         "task": task.name}, None, out.name)
+    try:
+        model, record = train_task_model(task, variant, seed, opts, device, log)
+        got = _score(model, record, task, variant, seed, opts, sizes, device)
+        if log is not None:
+            log.log({"kind": "eval", "step": record["steps"], **{f"exact_match_{r['multiplier']}x": r["exact_match"] for r in got[0][1:]
+                                                               if r["exact_match"] is not None}})
+    finally:
+        if log is not None:
+            log.close()
+    return got
+
+
+def _score(model: Decoder, record: dict, task: Task, variant: Variant, seed: int, opts: TaskOptions, sizes: list[int],
+           device: torch.device) -> tuple[list[dict], list[dict]]:
     row, evals, depths = _row(variant), [], []
     for m, size in zip(opts.multipliers, sizes):
         accuracy = exact_match(model, task, size, max(sizes), seed, device)
