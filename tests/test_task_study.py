@@ -120,7 +120,7 @@ def test_a_preset_sets_the_papers_protocol(tmp_path):
     (["--task", "copy", "copy"], "--task lists a task twice"),
     (["--preset", "ruoss2023", "--task-length", "20"], "--task-length 20 conflicts with --preset ruoss2023, which sets --task-length 40"),
     (["--preset", "ruoss2023", "--seeds", "3", "--n-layers", "2"], "--n-layers 2 conflicts with --preset ruoss2023"),
-    (["--preset", "ruoss2023", "--task", "copy"], "--task copy conflicts with --preset ruoss2023, which sets --task copy reverse"),
+    (["--preset", "ruoss2023", "--task", "reverse"], "--task reverse conflicts with --preset ruoss2023, which sets --task copy"),
     (["--task", "copy", "--schemes", "none", "--randomize-positions", "8"], "--randomize-positions 8: none of --schemes none reads positions"),
     (["--task", "copy", "--randomize-positions", "0"], "--randomize-positions must be >= 1, got 0"),
     (["--task", "copy", "--multipliers", "0"], "--multipliers must be integers >= 1"),
