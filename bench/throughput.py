@@ -18,7 +18,7 @@ row's ``error`` and the sweep goes on.
 What is timed:
   * a training step: forward, next-token cross entropy, ``zero_grad``,
     backward, gradient clipping at 1.0 and an AdamW step, with octlm's own
-    optimizer (:func:`octlm.train.optim.make_optimizer`, default options; fused on
+    optimizer (:func:`octlm.train.optim.make_optimizer`, ``--optimizer adamw``, the other options default; fused on
     CUDA) and autocast (:func:`octlm.train.device.autocast_for` with ``auto``:
     bfloat16 on CUDA, float32 on CPU). The
     learning rate stays at the peak: no schedule, no data loading, no
@@ -246,8 +246,12 @@ class PeakMemory:
 
 
 def make_optimizer(model: Decoder, device: torch.device) -> torch.optim.AdamW:
-    """octlm's own AdamW (:func:`octlm.train.optim.make_optimizer`) with the default options."""
-    return optim.make_optimizer(model, TrainOptions(), device)
+    """octlm's own AdamW (:func:`octlm.train.optim.make_optimizer`) with the default options otherwise.
+
+    AdamW, not ``octlm train``'s default since issue 26 (Muon): every figure this
+    benchmark has published timed AdamW's step; ``bench/optimizers.py`` compares the two.
+    """
+    return optim.make_optimizer(model, TrainOptions(optimizer="adamw"), device)
 
 
 def autocast_for(device: torch.device):

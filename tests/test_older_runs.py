@@ -18,6 +18,7 @@ import shutil
 
 import pytest
 import torch
+from safetensors import safe_open
 
 from octlm.cli import main
 from octlm.run.load import load_run
@@ -53,6 +54,17 @@ def test_an_older_run_resumes_and_its_config_then_holds_the_shape_once(old_run, 
     # and the rewritten run resumes again
     assert main(["train", "--resume", str(old_run), "--max-steps", "9", "--threads", "1", "--quiet"]) == 0
     assert [json.loads(line)["step"] for line in (old_run / "metrics.jsonl").read_text().splitlines()][-1] == 9
+
+
+def test_an_older_run_resumes_with_adamw_as_it_trained(old_run, capsys):
+    """Its config.json predates --optimizer (AdamW then): Muon, octlm train's default since, must not take over on resume."""
+    assert "optimizer" not in json.loads((OLD_RUN / "config.json").read_text())["train"]
+    assert main(["train", "--resume", str(old_run), "--optimizer", "muon", "--max-steps", "8", "--threads", "1", "--quiet"]) == 1
+    assert "--optimizer muon contradicts the run being resumed, which has optimizer='adamw'" in capsys.readouterr().err
+    assert main(["train", "--resume", str(old_run), "--max-steps", "8", "--threads", "1", "--quiet"]) == 0
+    assert json.loads((old_run / "config.json").read_text())["train"]["optimizer"] == "adamw"
+    state = {key.rsplit(".", 1)[1] for key in safe_open(str(old_run / "checkpoint.safetensors"), "pt").keys() if key.startswith("optimizer.")}
+    assert state == {"step", "exp_avg", "exp_avg_sq"}  # AdamW's moments on every parameter, no Muon momentum buffer
 
 
 def test_an_older_run_refuses_a_contradicting_shape_on_resume(old_run, capsys):

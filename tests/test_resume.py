@@ -523,14 +523,19 @@ def test_the_gpu_paths_nan_guard_keeps_the_checkpoint_before_the_first_bad_step(
 
 @pytest.mark.slow
 @pytest.mark.skipif(not __import__("octlm.train.device", fromlist=["x"]).has_cpp_compiler(), reason="torch.compile on a CPU needs a C++ compiler")
-def test_a_compiled_run_trains_the_eager_runs_weights_and_resumes_eagerly(small_corpus, tmp_path):
+@pytest.mark.parametrize("optimizer, mean_tolerance", [("adamw", 1e-5), ("muon", 1e-4)])
+def test_a_compiled_run_trains_the_eager_runs_weights_and_resumes_eagerly(small_corpus, tmp_path, optimizer, mean_tolerance):
     # Inductor fuses and reorders float arithmetic, so the bits may differ from eager: the same to float32 rounding.
     # Without dropout: compiled code draws its masks from another generator (Philox), so they differ by design.
+    # Muon (the default) orthogonalises each update in bfloat16, whose rounding (2**-8) turns float32 reordering into
+    # larger differences: a mean of 1.7e-5 on the project's machine (2026-12-02), past AdamW's 1e-5. One step more
+    # (12 steps against 11) moves the blocks' matrices by 0.9e-3 to 1.7e-3 on average, so 1e-4 still tells
+    # reordering from a wrong or missing step.
     from safetensors.torch import load_file
 
     run, eager_run = tmp_path / "run", tmp_path / "eager"
-    train(options(small_corpus, eager_run, max_steps=12, save_every=0, dropout=0.0), QUIET)
-    train(options(small_corpus, run, max_steps=12, save_every=0, dropout=0.0, compile="on"), QUIET)
+    train(options(small_corpus, eager_run, max_steps=12, save_every=0, dropout=0.0, optimizer=optimizer), QUIET)
+    train(options(small_corpus, run, max_steps=12, save_every=0, dropout=0.0, compile="on", optimizer=optimizer), QUIET)
     compiled, eager = load_file(run / "model.safetensors"), load_file(eager_run / "model.safetensors")
     assert compiled.keys() == eager.keys()  # the compiled wrapper adds no "_orig_mod." prefix
     for name in eager:
@@ -539,7 +544,7 @@ def test_a_compiled_run_trains_the_eager_runs_weights_and_resumes_eagerly(small_
         # tolerance passes on one CPU and fails on another (1.13e-5 seen at atol 1e-5). One part in ten of a
         # step still tells fused-and-reordered arithmetic from a wrong or missing step.
         torch.testing.assert_close(compiled[name], eager[name], rtol=0, atol=5e-4)
-        assert (compiled[name] - eager[name]).abs().mean() < 1e-5
+        assert (compiled[name] - eager[name]).abs().mean() < mean_tolerance
     # --compile may change on resume: the weights and optimizer state are the eager module's
     train(options(small_corpus, run, max_steps=40, save_every=0, dropout=0.0, compile="off"), QUIET, resume=run, given={"max_steps", "compile"})
     assert load_checkpoint(run / CHECKPOINT).step == 40

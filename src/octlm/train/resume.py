@@ -14,7 +14,7 @@ from octlm.declare import Resume, checked_values, flag, option_default, option_f
 from octlm.errors import OctlmError, RunError
 from octlm.run.folder import CONFIG
 from octlm.run.load import load_config
-from octlm.train.options import MODEL_OPTIONS, TrainOptions
+from octlm.train.options import MODEL_OPTIONS, UNRECORDED, TrainOptions
 
 
 def resume_policy(cls=TrainOptions) -> dict[str, Resume]:
@@ -39,6 +39,11 @@ def _must_match(name: str, value, then, run_dir: Path) -> str | None:
 def stored_options(run_dir: Path) -> dict:
     """The ``train`` section of a run's ``config.json``, checked and keyed by option name.
 
+    An option the run's ``config.json`` has no key for (written before the
+    option existed) takes the value runs then trained with where that is not
+    today's default (:data:`~octlm.train.options.UNRECORDED`: AdamW for
+    ``optimizer``), so an older run resumes as it trained.
+
     Raises:
         RunError: naming the file when the section is not an object or holds
             a value of the wrong type (the file is damaged).
@@ -52,6 +57,8 @@ def stored_options(run_dir: Path) -> dict:
     if isinstance(model, dict):
         # The model's options live in the "model" section; a run written before octlm nested them kept them under "train" too.
         stored = {**{name: value for name, value in model.items() if name in MODEL_OPTIONS}, **stored}
+    # A key the run's octlm did not write: the run trained with what that octlm did, not with today's default (UNRECORDED).
+    stored = {**UNRECORDED, **stored}
     if isinstance(stored.get("rope_scaling"), dict):  # stored resolved (octlm.train.init_from.scaling_record); the option is its method
         stored = {**stored, "rope_scaling": stored["rope_scaling"].get("method")}
     try:
