@@ -146,3 +146,12 @@ def test_a_preset_flag_typed_with_its_default_value_still_conflicts():
     with pytest.raises(OctlmError, match="conflicts with --preset kazemnejad2023"):
         TaskOptions(preset="kazemnejad2023", n_layers=3).resolved(given={"n_layers"})
     assert TaskOptions(preset="ruoss2023", seeds=TASK_SEEDS).resolved(given={"seeds"}).seeds == 3  # the same value agrees
+
+
+def test_the_trained_size_is_always_scored_and_the_sizes_come_in_order(tmp_path):
+    from octlm.cli import main
+
+    out = tmp_path / "sizes"
+    assert main(["length", "--task", "copy", "--schemes", "rope", "--multipliers", "3", "2", "--seeds", "1", "--out", str(out), *TINY]) == 0
+    header = json.loads((out / "tasks.jsonl").read_text().splitlines()[0])
+    assert header["sizes"] == [2, 4, 6] and "trained on sizes 1..2" in (out / "tasks.md").read_text()

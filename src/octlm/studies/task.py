@@ -155,9 +155,10 @@ class TaskOptions:
         return TASK_STEPS if len(self.task_names()) == 1 else ALL_TASKS_STEPS
 
     def resolved(self, given: set[str] | None = None) -> TaskOptions:
-        """A copy with ``--preset`` applied (:func:`~octlm.studies.task_presets.apply_preset`), the tasks named and the step count filled in."""
+        """A copy with ``--preset`` applied (:func:`~octlm.studies.task_presets.apply_preset`), the tasks named, the step count filled in and the multipliers sorted, 1 among them."""
         opts = apply_preset(self, given)
-        return dataclasses.replace(opts, task=opts.task_names(), max_steps=opts.steps())
+        # 1x, the longest trained size, anchors every table ("trained on sizes 1..L"), so it is always scored.
+        return dataclasses.replace(opts, task=opts.task_names(), max_steps=opts.steps(), multipliers=sorted(set(opts.multipliers) | {1}))
 
     def variants(self) -> list[Variant]:
         """The study's rows: each scheme plain, and randomized too where ``randomize_positions`` > 1 and the scheme reads positions."""
