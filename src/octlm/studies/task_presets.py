@@ -53,11 +53,11 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
         # Their small models: 5 layers, width 64, trained on lengths up to 40, positions drawn from 2,048 (about 25 x the
         # longest copy instance of 81 tokens); each scheme both plain and randomized.
         {"task": ["copy"], "task_length": 40, "multipliers": [1, 2, 4], "d_model": 64, "n_layers": 5, "n_heads": 8,
-         "schemes": paper_schemes("ruoss2023"), "randomize_positions": 25, "seeds": 3, "max_steps": 1500},
+         "schemes": paper_schemes("ruoss2023"), "randomize_positions": 25, "seeds": 3, "max_steps": 1000},
         "cpu",
         "measured in docs/tasks.md (2 CPU cores, --threads 1)",
         "decoder-only with a causal mask where the paper trains encoder-only models; duplicate string only (octlm's copy), "
-        "not the other fourteen tasks, so that 18 models fit the hour on 2 cores; 1,500 steps of Muon where the paper trains far "
+        "not the other fourteen tasks, so that 18 models fit the hour on 2 cores; 1,000 steps of Muon where the paper trains far "
         "longer; tested to 4x (160 items) where the paper tests up to 500"),
     Preset(
         "kazemnejad2023",
