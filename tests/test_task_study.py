@@ -155,3 +155,15 @@ def test_the_trained_size_is_always_scored_and_the_sizes_come_in_order(tmp_path)
     assert main(["length", "--task", "copy", "--schemes", "rope", "--multipliers", "3", "2", "--seeds", "1", "--out", str(out), *TINY]) == 0
     header = json.loads((out / "tasks.jsonl").read_text().splitlines()[0])
     assert header["sizes"] == [2, 4, 6] and "trained on sizes 1..2" in (out / "tasks.md").read_text()
+
+
+def test_progress_in_json_names_each_model_and_tasks_md_states_the_protocol(tmp_path, capsys):
+    from octlm.cli import main
+
+    out = tmp_path / "json"
+    assert main(["length", "--task", "copy", "count", "--schemes", "rope", "--seeds", "1", "--out", str(out), "--json", *TINY]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    progress = [line for line in lines if line.get("event") == "task"]
+    assert [(p["model"], p["models"], p["task"], p["row"]) for p in progress] == [(1, 2, "copy", "rope"), (2, 2, "count", "rope")]
+    assert set(progress[0]["exact_match"]) == {"1x", "2x", "3x", "4x"}
+    assert "Each model: 3 steps of muon (batch 32), d_model 16, 1 layers, 2 heads." in (out / "tasks.md").read_text()

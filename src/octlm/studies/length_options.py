@@ -61,7 +61,8 @@ class LengthOptions:
 
     text: list[str] = same_as(TrainOptions, "text", help="text, JSON Lines, Parquet or CSV files (also compressed) or folders of them "
                                 "(the same split, tokenizer and seed for every model)")
-    out: str | None = option(None, "study folder to create: runs/<scheme>/, length.jsonl, length.png, length.md")
+    out: str | None = option(None, "study folder to create: runs/<scheme>/, length.jsonl, length.png, length.md (with --task: tasks.jsonl, "
+                             "tasks.md, tasks.png, and ranking.png for several tasks)")
     # The study checks its budget itself (one of --time-budget and --max-steps must hold), so no train bound here.
     time_budget: float | None = same_as(
         TrainOptions, "time_budget", default=DEFAULT_TIME_BUDGET, bounds=None,

@@ -37,7 +37,7 @@ from octlm.model import Decoder, cross_entropy
 from octlm.model.positions import SCHEME_NAMES, random_position_schemes, task_study_schemes
 from octlm.report import Reporter
 from octlm.studies.core import StudyFiles, check_schemes, prepare_study_folder, study_seeds, write_study, wrote_line
-from octlm.studies.task_tables import summarize
+from octlm.studies.task_tables import protocol_sentence, summarize
 from octlm.studies.task_presets import PRESETS, apply_preset
 from octlm.studies.tasks import TASKS, Task
 from octlm.train.device import resolve_device, torch_settings
@@ -113,13 +113,15 @@ class TaskOptions:
     """
 
     task: list[str] | None = option(
-        None, "synthetic tasks to train on instead of --text (several, or all): sizes 1..--task-length, exact match at --multipliers. "
+        None, f"synthetic tasks to train on instead of --text, one or more of {', '.join(TASKS)}, or all (docs/tasks.md): "
+        "sizes 1..--task-length, exact match at --multipliers; several end with a ranking across tasks (ranking.png). "
         f"{MEASURED_HELP}", nargs="+", choices=[*TASKS, ALL], metavar="TASK")
     task_length: int = option(16, "longest training instance of --task, L (items: symbols, pairs or filler tokens)", bounds=at_least(1, "items"))
     multipliers: list[int] = option(list(TASK_MULTIPLIERS), "evaluated sizes as multiples of --task-length (with --task)",
                                     bounds=Bound(1, says="integers >= 1"), nargs="+", metavar="M")
-    preset: str | None = option(None, "a paper's protocol (tasks, lengths, model, steps, seeds, schemes; flags given with it must agree): "
-                                + "; ".join(f"{p.name}: {p.hardware}" for p in PRESETS.values()), choices=list(PRESETS))
+    preset: str | None = option(None, "a paper's protocol, instead of --task (tasks, lengths, model, steps, seeds, schemes; a flag given "
+                                "with it must agree): " + "; ".join(f"{p.name}, {p.paper.split(',')[0]}, for a {p.hardware.upper()}: {p.expected}"
+                                                                    for p in PRESETS.values()), choices=list(PRESETS))
     randomize_positions: int = same_as(TrainOptions, "randomize_positions", help="with --task: also train every scheme that reads positions "
                                        "at positions drawn from FACTOR x the longest training sequence (Ruoss et al. 2023), and set both "
                                        "side by side (rows <scheme>+rand); 1: plain only")
@@ -327,6 +329,7 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
                  + (f"; {', '.join(plain_only)} plain only (no positions to randomize)" if plain_only else ""),
                  tasks=[t.name for t in tasks], rows=[v.label for v in variants], sizes=sizes, seeds=seeds)
     t0, records, depths = time.perf_counter(), [], []
+    total = len(tasks) * len(variants) * len(seeds)
     for task in tasks:
         for variant in variants:
             for seed in seeds:
@@ -334,13 +337,16 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
                 records += got
                 depths += by_depth
                 evals = [r for r in got if r["record"] == "eval"]
-                shown = ", ".join("n/a" if r["exact_match"] is None else f"{r['exact_match']:.2f}" for r in evals)
-                report.event("task", f"{task.name:>14} {variant.label:>12} seed {seed}: {got[0]['steps']} steps in {got[0]['train_seconds']:.0f}s; "
-                             f"exact match {shown}")
+                shown = ", ".join("n/a" if r["exact_match"] is None else f"{100 * r['exact_match']:.1f}%" for r in evals)
+                done = len([r for r in records if r["record"] == "train"])
+                report.event("task", f"[{done}/{total}] {task.name:>14} {variant.label:>12} seed {seed}: {got[0]['steps']} steps in "
+                             f"{got[0]['train_seconds']:.0f}s; exact match {shown}", model=done, models=total, task=task.name,
+                             row=variant.label, seed=seed, steps=got[0]["steps"], train_seconds=got[0]["train_seconds"],
+                             exact_match={f"{r['multiplier']}x": r["exact_match"] for r in evals})
     header = {"record": "study", "task": opts.task_names()[0] if len(tasks) == 1 else opts.task_names(), "tasks": opts.task_names(),
               "task_length": opts.task_length, "sizes": sizes, "seeds": seeds, "steps": opts.max_steps, "eval_count": EVAL_COUNT,
               "rows": [v.label for v in variants], "options": asdict(opts)}
-    summary = summarize(records, depths, tasks, [v.label for v in variants], sizes, seeds)
+    summary = summarize(records, depths, tasks, [v.label for v in variants], sizes, seeds, protocol_sentence(opts))
     paths = write_study(out, FILES, [header, *records, *depths], summary.markdown, summary.figure)
     for name, data in summary.extra_files.items():
         atomic_write(out / name, data)

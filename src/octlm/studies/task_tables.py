@@ -67,9 +67,10 @@ def markdown_table(grid: Grid, spread: Grid, task: Task, sizes: list[int], seeds
     """The same table in Markdown, with the protocol in a sentence and what † means."""
     over = f"mean ± sample std over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else f"seed {seeds[0]}"
     marks = _marks(grid, spread, sizes)
-    lines = [f"{heading} Task study: {task.name}", "", f"{task.description}. Exact match of the whole answer on {eval_count} fresh instances "
+    lines = [f"{heading} Task study: {task.name}", "", f"{task.description[0].upper()}{task.description[1:]}. Exact match of the whole answer on {eval_count} fresh instances "
              f"per size, {over}; trained on sizes 1..{sizes[0]}."
-             + (f" {SEPARATED} at 2x: the row's mean ± sd lies wholly above the next row's at 2x, a difference larger than the spread over seeds."
+             + (f" {SEPARATED} at 2x: the row's mean ± sd lies wholly above that of the row ranked just below it at 2x (by mean, not the "
+                "table's order), a difference larger than the spread over seeds."
                 if len(seeds) > 1 and any(any(row) for row in marks.values()) else ""), "",
              "| scheme | " + " | ".join(f"{m}x ({s})" for m, s in zip(_multipliers(sizes), sizes)) + " |",
              "| --- |" + " ---: |" * len(sizes)]
@@ -130,6 +131,15 @@ def plot(grids: dict[str, Grid], sizes: list[int]) -> bytes:
     return png_bytes(fig)
 
 
+def protocol_sentence(opts) -> str:
+    """One sentence of what every model of a task study (its :class:`~octlm.studies.task.TaskOptions`) was: for ``tasks.md``, so that a short trial cannot pass for the default."""
+    rand = (f"; rows +rand at positions drawn from {opts.randomize_positions} x the longest training sequence (schemes that read no "
+            "positions train plain only)") if opts.randomize_positions > 1 else ""
+    preset = f"; --preset {opts.preset}" if opts.preset else ""
+    return (f"Each model: {opts.max_steps} steps of {opts.optimizer} (batch {opts.batch_size}), d_model {opts.d_model}, {opts.n_layers} layers, "
+            f"{opts.n_heads} heads{rand}{preset}.")
+
+
 @dataclass
 class Summary:
     """What the task study writes and prints once every model is scored."""
@@ -141,7 +151,8 @@ class Summary:
     extra_files: dict[str, bytes] = field(default_factory=dict)
 
 
-def summarize(records: list[dict], depths: list[dict], tasks: list[Task], labels: list[str], sizes: list[int], seeds: list[int]) -> Summary:
+def summarize(records: list[dict], depths: list[dict], tasks: list[Task], labels: list[str], sizes: list[int], seeds: list[int],
+              protocol: str = "") -> Summary:
     """Every table and figure of the task study from its records: per task, randomized rows, passkey depth, and the ranking across tasks (two or more tasks)."""
     from octlm.studies.task import DEPTH_PLOT, EVAL_COUNT, RANK_PLOT
 
@@ -169,6 +180,8 @@ def summarize(records: list[dict], depths: list[dict], tasks: list[Task], labels
     else:
         result = {"task": tasks[0].name, "accuracy": grids[tasks[0].name], "accuracy_std": spreads[tasks[0].name]}
     title = [f"# Task study: {', '.join(t.name for t in tasks)}", ""] if several else []
+    if protocol:
+        (title if several else sections).insert(len(title) if several else 1, protocol + "\n")
     return Summary("\n".join([*title, *sections]), plot(grids, sizes), "\n\n".join(terminal), result, extra)
 
 
@@ -230,4 +243,4 @@ def depth_plot(depths: list[dict], sizes: list[int]) -> bytes:
     return png_bytes(fig)
 
 
-__all__ = ["Summary", "depth_grid", "depth_markdown", "depth_plot", "markdown_table", "mean_accuracy", "plot", "randomized_markdown", "summarize", "terminal_table"]
+__all__ = ["Summary", "protocol_sentence", "depth_grid", "depth_markdown", "depth_plot", "markdown_table", "mean_accuracy", "plot", "randomized_markdown", "summarize", "terminal_table"]

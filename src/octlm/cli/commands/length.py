@@ -93,5 +93,8 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         if isinstance(opts, LengthOptions) and runs.is_dir() and any(runs.iterdir()):
             report.warn(f"the models trained so far stay in {runs} (each an octlm run: sample, embeddings); a study is not continued "
                         f"where it stopped: the same command with --overwrite starts it again")
+        if isinstance(opts, TaskOptions):
+            report.warn("a task study writes its tables when every model is scored, so the models trained so far are not kept; "
+                        "the same command with --overwrite starts it again (--task, --schemes or --seeds make it shorter)")
         raise
     return 0
