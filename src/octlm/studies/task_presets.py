@@ -55,7 +55,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
         {"task": ["copy"], "task_length": 40, "multipliers": [1, 2, 4], "d_model": 64, "n_layers": 5, "n_heads": 8,
          "schemes": paper_schemes("ruoss2023"), "randomize_positions": 25, "seeds": 3, "max_steps": 1000},
         "cpu",
-        "about 40 minutes on one thread (docs/tasks.md)",
+        "30.6 minutes on one thread beside other jobs (docs/tasks.md)",
         "decoder-only with a causal mask where the paper trains encoder-only models; duplicate string only (octlm's copy), "
         "not the other fourteen tasks, so that 18 models fit the hour on 2 cores; 1,000 steps of Muon where the paper trains far "
         "longer; tested to 4x (160 items) where the paper tests up to 500"),
