@@ -144,7 +144,9 @@ def test_trackers_are_checked_in_toml_too():
         check_trackers(["wandb"])
 
 
-def test_a_length_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path, small_corpus, monkeypatch):
+@pytest.fixture
+def study_store(tmp_path, monkeypatch):
+    """An MLflow client on a store of its own that every model of a study logs to (``$MLFLOW_TRACKING_URI``), with TensorBoard at hand."""
     pytest.importorskip("tensorboard")
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
@@ -152,6 +154,10 @@ def test_a_length_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path
     store = (tmp_path / "store").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    return MlflowClient(tracking_uri=store)
+
+
+def test_a_length_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path, small_corpus, study_store):
     out = tmp_path / "tiny-study"
     code = main([
         "length", "--text", str(small_corpus), "--out", str(out), "--vocab-size", "280", "--d-model", "16", "--n-heads", "2",
@@ -159,7 +165,7 @@ def test_a_length_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path
         "--max-steps", "3", "--extend-to", "2", "--extend-steps", "2", "--log-to", "tensorboard", "mlflow", "--quiet",
     ])
     assert code == 0
-    client = MlflowClient(tracking_uri=store)
+    client = study_store
     runs = client.search_runs([client.get_experiment_by_name("tiny-study").experiment_id])
     names = sorted(r.info.run_name for r in runs)
     assert {"learned", "alibi"} <= set(names) and len(names) == len(set(names))
@@ -168,19 +174,12 @@ def test_a_length_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path
         assert list((out / "runs" / name / "tensorboard").glob("events.out.tfevents.*"))
 
 
-def test_a_task_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path, monkeypatch):
-    pytest.importorskip("tensorboard")
-    pytest.importorskip("mlflow")
-    from mlflow.tracking import MlflowClient
-
-    store = (tmp_path / "store").as_uri()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+def test_a_task_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path, study_store):
     out = tmp_path / "task-study"
     code = main(["length", "--task", "copy", "count", "--out", str(out), "--schemes", "rope", "--seeds", "2", "--max-steps", "60",
                  "--task-length", "2", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--log-to", "tensorboard", "mlflow", "--quiet"])
     assert code == 0
-    client = MlflowClient(tracking_uri=store)
+    client = study_store
     runs = client.search_runs([client.get_experiment_by_name("task-study").experiment_id])
     assert sorted(r.info.run_name for r in runs) == ["rope-seed1337", "rope-seed1337", "rope-seed1338", "rope-seed1338"]
     evals = {json.dumps(r) for r in (json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()) if r["record"] == "eval"}
