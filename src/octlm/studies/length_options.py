@@ -23,7 +23,7 @@ from octlm.train.options import check_options as check_train_options
 #: (docs/length-study.md gives the measured time and the command).
 DEFAULT_TIME_BUDGET = 180.0
 #: Wall minutes of the default study, extension stage included (``--threads 1``, tinyshakespeare).
-MEASURED_MINUTES = 26.4
+MEASURED_MINUTES = 25.0
 #: The default extension stage: fine-tune a copy of each model at 4 x T for
 #: 100 steps (Chen et al. 2023 fine-tune LLaMA at 2x to 16x; 4x keeps the
 #: longest fine-tuning window at 512 tokens, cheap on a CPU).
@@ -93,14 +93,7 @@ class LengthOptions:
     n_layers: int = same_as(TrainOptions, "n_layers", help=_task_default("n_layers", "transformer blocks"))
     batch_size: int = same_as(TrainOptions, "batch_size")
     learning_rate: float = same_as(TrainOptions, "learning_rate", help=_task_default("learning_rate", "peak AdamW learning rate"))
-    # AdamW until the text study is measured again with Muon: its figures (docs/length-study.md) and its
-    # MEASURED_MINUTES were made with AdamW, and remeasuring takes the 26 minutes of the study alone.
-    optimizer: str = same_as(
-        TrainOptions, "optimizer", default="adamw",
-        help="adamw: AdamW on every parameter; muon: Muon on the blocks' weight matrices, AdamW on the rest, as octlm train. "
-        f"The text study keeps adamw as its default for now, unlike octlm train ({_default(TrainOptions, 'optimizer')}): its published "
-        f"figures and its {MEASURED_MINUTES}-minute time were measured with AdamW and are not yet remeasured with Muon "
-        f"(with --task: {_default(TaskOptions, 'optimizer')})")
+    optimizer: str = same_as(TrainOptions, "optimizer")
     muon_lr: float = same_as(TrainOptions, "muon_lr")
     muon_momentum: float = same_as(TrainOptions, "muon_momentum")
     muon_weight_decay: float = same_as(TrainOptions, "muon_weight_decay")
