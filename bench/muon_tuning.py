@@ -1,9 +1,11 @@
 """Muon's settings on the main job, one change at a time from a base; prints JSON, one line per variant.
 
-    .venv/bin/python bench/muon_tuning.py [--steps 600] [--jobs 4] [--only NAME ...] [--out build/muon-tuning]
+    .venv/bin/python bench/muon_tuning.py [--steps 600] [--jobs 4] [--only NAME ...] [--text CORPUS] [--out build/muon-tuning]
 
 Each variant is ``octlm train`` on the main job's corpus (the Python standard
-library, the Day-1 model) for ``--steps`` steps with ``--threads 1`` and the
+library, the Day-1 model; ``--text`` names another, such as ``tinyshakespeare``,
+whose 300 s runs are limited by over-fitting rather than steps) for ``--steps``
+steps with ``--threads 1`` and the
 flags in :data:`VARIANTS`, ``--jobs`` at a time in separate processes; the
 figure is the final validation bits per byte (every validation block).
 Bits per byte do not depend on how busy the machine is (one thread, fixed
@@ -33,6 +35,8 @@ VARIANTS = {
     "lr-0.04": (["--optimizer", "muon", "--muon-lr", "0.04"], "Muon lr 0.04"),
     "momentum-0.9": (["--optimizer", "muon", "--muon-momentum", "0.9"], "momentum 0.9"),
     "wd-0.1": (["--optimizer", "muon", "--muon-weight-decay", "0.1"], "Muon weight decay 0.1"),
+    "wd-0.5": (["--optimizer", "muon", "--muon-weight-decay", "0.5"], "Muon weight decay 0.5"),
+    "wd-1.0": (["--optimizer", "muon", "--muon-weight-decay", "1.0"], "Muon weight decay 1.0"),
     "warmup-0": (["--optimizer", "muon", "--warmup-steps", "0"], "no warm-up"),
     "adamw-lr-0.01": (["--optimizer", "muon", "--learning-rate", "0.01"], "the AdamW side (table, biases, gains) at lr 0.01"),
     "positions-on-muon": (["--optimizer", "muon"], "the learned position table on Muon too"),
@@ -46,9 +50,9 @@ POSITIONS_ON_MUON = (
 )
 
 
-def run(name: str, steps: int, out: Path) -> dict:
+def run(name: str, steps: int, out: Path, text: list[str]) -> dict:
     flags, what = VARIANTS[name]
-    args = ["train", "--out", str(out / name), "--overwrite", "--threads", "1", "--sample-tokens", "0", "--max-steps", str(steps),
+    args = ["train", *(["--text", *text] if text else []), "--out", str(out / name), "--overwrite", "--threads", "1", "--sample-tokens", "0", "--max-steps", str(steps),
             "--eval-interval", str(steps), "--json", *flags]
     command = [sys.executable, "-c", POSITIONS_ON_MUON, *args] if name == "positions-on-muon" else [sys.executable, "-m", "octlm", *args]
     start = time.perf_counter()
@@ -67,11 +71,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--out", type=Path, default=Path("build/muon-tuning"))
+    parser.add_argument("--text", nargs="+", default=[], help="octlm train --text for every variant (default: the main job's corpus)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    print(json.dumps({"load_average": os.getloadavg(), "jobs": args.jobs}), flush=True)
+    print(json.dumps({"load_average": os.getloadavg(), "jobs": args.jobs, "text": args.text or "the main job's corpus"}), flush=True)
     with ThreadPoolExecutor(args.jobs) as pool:
-        for row in pool.map(lambda name: run(name, args.steps, args.out), args.only):
+        for row in pool.map(lambda name: run(name, args.steps, args.out, args.text), args.only):
             print(json.dumps(row), flush=True)
 
 
