@@ -23,11 +23,11 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from octlm.cli import main as octlm_main
 from octlm.data.tokens import block_starts, open_tokens
 from octlm.data.tokenizer import Tokenizer
+from octlm.train.device import default_threads
 
 #: The corpus built into octlm (octlm.data.corpora), so the benchmark runs on a fresh clone.
 CORPUS = "tinyshakespeare"
@@ -65,7 +65,8 @@ def run(argv: list[str]) -> dict:
         "benchmark": "train_tinyshakespeare",
         "time_budget_s": args.time_budget,
         "extra_flags": extra,
-        "threads": config["train"]["threads"] or torch.get_num_threads(),
+        # the training's own threads: octlm sets them for the run and restores this process's after it
+        "threads": config["train"]["threads"] or default_threads(),
         "steps": result["steps"],
         "tokens_per_second": round(result["tokens_per_second"], 1),
         "val_bpb": round(result["val_bpb"], 4),
