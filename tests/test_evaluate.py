@@ -42,6 +42,17 @@ def test_evenly_spaced():
     assert evenly_spaced(3, 10).tolist() == [0, 1, 2]
 
 
+@pytest.mark.parametrize("max_blocks, batch_size", [(None, 5), (7, 3), (64, 32)])
+def test_progress_counts_every_scored_block_once(max_blocks, batch_size):
+    """The final evaluation's bar (issue 25: 300,000 blocks of a GB's split) must reach exactly the blocks scored."""
+    model = Decoder(DecoderConfig(vocab_size=300, context_length=16, d_model=32, n_heads=2, n_layers=1))
+    stream = np.random.default_rng(0).integers(0, 300, size=16 * 40 + 1).astype(np.uint16)
+    done = []
+    result = evaluate(model, stream, np.ones(300, dtype=np.int64), 16, batch_size=batch_size, max_blocks=max_blocks, progress=done.append)
+    assert sum(done) == result.blocks == min(40, max_blocks or 40)
+    assert max(done) <= batch_size
+
+
 def test_evaluate_needs_a_block():
     model = Decoder(DecoderConfig(vocab_size=300, context_length=16, d_model=32, n_heads=2, n_layers=1))
     with pytest.raises(ValueError, match="fewer than one block"):

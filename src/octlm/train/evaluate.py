@@ -19,6 +19,7 @@ such corpus) and make the figure depend on how the text is cut into files.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -78,6 +79,7 @@ def evaluate(
     max_blocks: int | None = None,
     device: str | torch.device = "cpu",
     per_position: bool = False,
+    progress: Callable[[int], object] | None = None,
 ) -> EvalResult:
     """Score the model on the non-overlapping blocks of a token stream.
 
@@ -97,6 +99,8 @@ def evaluate(
         per_position: also total the nats and bytes at each position of a
             block (``EvalResult.position_nats``, ``position_bytes``), to see
             where along a window a model's loss changes.
+        progress: called with the number of blocks scored after each batch
+            (a progress bar's ``update``).
 
     Raises:
         ValueError: when the stream holds no full block.
@@ -120,6 +124,8 @@ def evaluate(
             all_nats += losses.sum()
             position_nats += (losses * torch.from_numpy(bytes_per_token[targets] > 0)).sum(dim=0)
             position_bytes += bytes_per_token[targets].sum(axis=0)
+            if progress is not None:
+                progress(len(blocks))
     finally:
         model.train(was_training)
     n_bytes, n_tokens = int(position_bytes.sum()), len(starts) * context_length

@@ -309,12 +309,12 @@ class Trainer(RunFolderPhase):
         self.window = _empty_window()
 
     # -- evaluate -----------------------------------------------------------------------------------
-    def evaluate(self, at_step: int, max_blocks: int | None) -> EvalResult:
-        """Score the validation split (at most ``max_blocks`` blocks); every rank scores the same blocks, rank 0 logs."""
+    def evaluate(self, at_step: int, max_blocks: int | None, progress=None) -> EvalResult:
+        """Score the validation split (at most ``max_blocks`` blocks, ``progress`` as :func:`evaluate`'s); rank 0 logs."""
         self._settle()
         with self.autocast:
             result = evaluate(self.scorer, self.data.val, self.data.tokenizer.bytes_per_token, self.config.context_length,
-                              self.opts.batch_size, max_blocks, self.device)
+                              self.opts.batch_size, max_blocks, self.device, progress=progress)
         self._log({"step": at_step, "kind": "eval", **result.as_dict()})
         return result
 
@@ -356,18 +356,17 @@ class Trainer(RunFolderPhase):
 
     # -- finish -------------------------------------------------------------------------------------
     def finish(self) -> dict:
-        """The final evaluation and the run's figures: the result dict of :func:`octlm.train.launch.train`, before what it shows.
-
-        What a finished run shows (its loss curve, a sample, the nearest
-        tokens) is the command's (:func:`octlm.train.launch.train`), which then
-        calls :meth:`close`.
-        """
+        """The final evaluation: the result dict of :func:`octlm.train.launch.train`, which then shows the run and calls :meth:`close`."""
         opts, data, group = self.opts, self.data, self.group
         # An interrupted run is scored on the periodic blocks only: the person wants out.
         final_blocks = opts.eval_blocks if self.interrupted else opts.final_eval_blocks
         n_val_blocks = count_blocks(len(data.val), self.config.context_length)
-        self.report.event("final_eval", f"final evaluation on {min(n_val_blocks, final_blocks or n_val_blocks):,} validation blocks...")
-        final = self.evaluate(self.step, final_blocks)
+        n_final = min(n_val_blocks, final_blocks or n_val_blocks)
+        # A GB of text has a validation split of 300,000 blocks, minutes of scoring on a CPU: say how to score fewer.
+        fewer = "; --final-eval-blocks N scores N evenly spaced ones" if n_final > 10_000 else ""
+        self.report.event("final_eval", f"final evaluation on {n_final:,} validation blocks{fewer}...")
+        with self.report.progress(n_final, "final evaluation", "block") as bar:
+            final = self.evaluate(self.step, final_blocks, progress=bar.update)
         result = {
             "run_dir": str(self.folder),
             "steps": self.step,

@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
         "train",
         help="train a decoder on text files (default: the Python standard library)",
         formatter_class=Formatter,
-        description="Train a decoder end to end: tokenizer, packed blocks, AdamW, evaluation, run folder.",
+        description="Train a decoder end to end: tokenizer, packed blocks, Muon and AdamW (--optimizer), evaluation, run folder.",
         epilog="examples:\n  octlm train --text tinyshakespeare --time-budget 300 --out runs/shakespeare\n"
         "  octlm train --config recipe.toml --position rope\n"
         "  octlm train --text data/ train.jsonl.zst --text-field content --log-to tensorboard --out runs/mine   # records, a tracker\n"
