@@ -25,7 +25,8 @@ t0 = time.perf_counter()
 docs, info = data.read_documents([sys.argv[1]])
 seconds = time.perf_counter() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"seconds": round(seconds, 3), "peak_rss_mb": round(peak / 1024), "rss_growth_mb": round((peak - before) / 1024),
+growth = round((peak - before) / 1024)
+print(json.dumps({"seconds": round(seconds, 3), "peak_rss_mb": round(peak / 1024), "rss_growth_mb": growth,
                   "documents": len(docs), "skipped": info["skipped"]}))
 """
 

@@ -33,7 +33,9 @@ import torch
 from octlm import Decoder, DecoderConfig
 
 
-def timed_generate(model: Decoder, prompt: torch.Tensor, n: int, use_cache: bool, device: torch.device, repeats: int) -> tuple[float, float, torch.Tensor]:
+def timed_generate(
+    model: Decoder, prompt: torch.Tensor, n: int, use_cache: bool, device: torch.device, repeats: int
+) -> tuple[float, float, torch.Tensor]:
     """Fastest of ``repeats`` greedy generations of ``n`` tokens: (wall seconds, CPU seconds, tokens)."""
     wall, cpu = math.inf, math.inf
     for _ in range(repeats):
@@ -48,7 +50,9 @@ def timed_generate(model: Decoder, prompt: torch.Tensor, n: int, use_cache: bool
 
 
 def run(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--schemes", nargs="+", default=["rope", "alibi", "learned"], help="position schemes to time")
     parser.add_argument("--lengths", nargs="+", type=int, default=[128, 512, 1024], help="generated tokens per run")
     parser.add_argument("--batch-size", type=int, default=1, help="sequences decoded together")
@@ -81,7 +85,9 @@ def run(argv: list[str] | None = None) -> dict:
                 "identical_tokens": bool(torch.equal(cached, naive)),
             }
             if model.max_length is not None and prompt.shape[1] + n - 1 > model.max_length:
-                row["note"] = f"past {model.max_length} tokens the learned window slides and the cache re-prefills it every step"
+                row["note"] = (
+                    f"past {model.max_length} tokens the learned window slides and the cache re-prefills it every step"
+                )
             rows.append(row)
     return {
         "benchmark": "decode",

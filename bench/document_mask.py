@@ -37,7 +37,8 @@ EOT = 0
 
 
 def packed_ids(batch: int, length: int, doc_length: int, seed: int) -> torch.Tensor:
-    """Random ids [batch, length + 1] in 1 .. 1,023, with the marker ``EOT`` at each token with probability 1 / ``doc_length``."""
+    """Random ids [batch, length + 1] in 1 .. 1,023, with the marker ``EOT`` at each token with probability 1 /
+    ``doc_length``."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1, 1024, (batch, length + 1), generator=g)
     ids[torch.rand(batch, length + 1, generator=g) < 1.0 / doc_length] = EOT
@@ -51,7 +52,9 @@ def measure(position: str, args) -> dict:
     steps, kernels = {}, {}
     for masked in (False, True):
         torch.manual_seed(args.seed)
-        model = Decoder(DecoderConfig(position=position, context_length=args.context_length, document_mask=masked, eot_id=EOT))
+        model = Decoder(
+            DecoderConfig(position=position, context_length=args.context_length, document_mask=masked, eot_id=EOT)
+        )
         params = [p for p in model.parameters() if p.requires_grad]
         train_step, eval_step = step_functions(model, params, make_optimizer(model, device), ids, autocast)
         steps[masked] = {"train": train_step, "eval": eval_step}
@@ -64,8 +67,15 @@ def measure(position: str, args) -> dict:
     tokens = args.batch_size * args.context_length
     out = {"position": position}
     for phase in ("train", "eval"):
-        plain, masked = tokens / statistics.median(times[(False, phase)]), tokens / statistics.median(times[(True, phase)])
-        out[phase] = {"plain_tokens_per_second": round(plain), "masked_tokens_per_second": round(masked), "ratio": round(masked / plain, 3)}
+        plain, masked = (
+            tokens / statistics.median(times[(False, phase)]),
+            tokens / statistics.median(times[(True, phase)]),
+        )
+        out[phase] = {
+            "plain_tokens_per_second": round(plain),
+            "masked_tokens_per_second": round(masked),
+            "ratio": round(masked / plain, 3),
+        }
     out["plain_kernels"], out["masked_kernels"] = kernels[False], kernels[True]
     return out
 
@@ -82,9 +92,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    result = {"torch": torch.__version__, "threads": args.threads, "batch_size": args.batch_size, "context_length": args.context_length,
-              "doc_length": args.doc_length, "rounds": args.rounds, "repeats": args.repeats,
-              "schemes": [measure(position, args) for position in args.schemes]}
+    result = {
+        "torch": torch.__version__,
+        "threads": args.threads,
+        "batch_size": args.batch_size,
+        "context_length": args.context_length,
+        "doc_length": args.doc_length,
+        "rounds": args.rounds,
+        "repeats": args.repeats,
+        "schemes": [measure(position, args) for position in args.schemes],
+    }
     print(json.dumps(result, indent=1))
     return result
 

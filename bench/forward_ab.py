@@ -1,7 +1,8 @@
 """Training speed of two versions of the attention layer's forward, alternated step by step in one process; prints JSON.
 
     git show main:src/octlm/model/blocks.py > /tmp/main_blocks.py
-    .venv/bin/python bench/forward_ab.py --base-blocks /tmp/main_blocks.py [--pairs 60] [--schemes rope alibi] [--threads 1]
+    .venv/bin/python bench/forward_ab.py --base-blocks /tmp/main_blocks.py [--pairs 60] [--schemes rope alibi]
+    [--threads 1]
 
 ``CausalSelfAttention.forward`` of the ``blocks.py`` given (A, "base") and of
 the installed octlm (B, "current") take turns inside one training loop: the
@@ -63,7 +64,7 @@ def measure(position: str, forwards: dict, pairs: int) -> dict:
     times: dict[str, list[float]] = {side: [] for side in forwards}
     try:
         for i in range(WARMUP_PAIRS + pairs):
-            for side in (list(forwards) if i % 2 == 0 else list(forwards)[::-1]):
+            for side in list(forwards) if i % 2 == 0 else list(forwards)[::-1]:
                 blocks.CausalSelfAttention.forward = forwards[side]
                 start = time.perf_counter()
                 train_step()
@@ -78,16 +79,29 @@ def measure(position: str, forwards: dict, pairs: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--base-blocks", required=True, help="a blocks.py whose CausalSelfAttention.forward is the base (A)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--base-blocks", required=True, help="a blocks.py whose CausalSelfAttention.forward is the base (A)"
+    )
     parser.add_argument("--pairs", type=int, default=60, help="timed pairs of steps per scheme")
-    parser.add_argument("--schemes", nargs="+", default=sorted(SCHEMES), choices=sorted(SCHEMES), help="position schemes")
+    parser.add_argument(
+        "--schemes", nargs="+", default=sorted(SCHEMES), choices=sorted(SCHEMES), help="position schemes"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     forwards = {"base": load_forward(args.base_blocks), "current": blocks.CausalSelfAttention.forward}
-    result = {"benchmark": "forward_ab", "base_blocks": args.base_blocks, "pairs": args.pairs, "threads": args.threads,
-              "torch": torch.__version__, "load_average_before": os.getloadavg(), "schemes": {}}
+    result = {
+        "benchmark": "forward_ab",
+        "base_blocks": args.base_blocks,
+        "pairs": args.pairs,
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "load_average_before": os.getloadavg(),
+        "schemes": {},
+    }
     for position in args.schemes:
         result["schemes"][position] = measure(position, forwards, args.pairs)
     result["load_average_after"] = os.getloadavg()

@@ -48,7 +48,8 @@ else:
     t1 = time.perf_counter()
     ids = np.asarray(hf.encode(text, add_special_tokens=False).ids, dtype=np.uint16)
 t2 = time.perf_counter()
-print(json.dumps({"train_s": t1 - t0, "encode_s": t2 - t1, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"train_s": t1 - t0, "encode_s": t2 - t1, "peak_rss_mb": peak_mb,
                   "tokens": int(ids.size), "ids_sha256": hashlib.sha256(ids.astype(np.uint16).tobytes()).hexdigest()}))
 """
 
@@ -61,8 +62,12 @@ def main() -> None:
     args = parser.parse_args()
     out = {"megabytes": args.megabytes, "vocab_size": args.vocab_size}
     for mode in ("pieces", "whole"):
-        done = subprocess.run([sys.executable, "-c", CHILD, mode, args.corpus, str(args.megabytes), str(args.vocab_size)],
-                              capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, mode, args.corpus, str(args.megabytes), str(args.vocab_size)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         out[mode] = json.loads(done.stdout)
     out["same_ids"] = out["pieces"]["ids_sha256"] == out["whole"]["ids_sha256"]
     for key in ("train_s", "encode_s", "peak_rss_mb"):

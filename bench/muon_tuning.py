@@ -1,6 +1,7 @@
 """Muon's settings on the main job, one change at a time from a base; prints JSON, one line per variant.
 
-    .venv/bin/python bench/muon_tuning.py [--steps 600] [--jobs 4] [--only NAME ...] [--text CORPUS] [--out build/muon-tuning]
+    .venv/bin/python bench/muon_tuning.py [--steps 600] [--jobs 4] [--only NAME ...] [--text CORPUS] [--out
+    build/muon-tuning]
 
 Each variant is ``octlm train`` on the main job's corpus (the Python standard
 library, the Day-1 model; ``--text`` names another, such as ``tinyshakespeare``,
@@ -38,7 +39,10 @@ VARIANTS = {
     "wd-0.5": (["--optimizer", "muon", "--muon-weight-decay", "0.5"], "Muon weight decay 0.5"),
     "wd-1.0": (["--optimizer", "muon", "--muon-weight-decay", "1.0"], "Muon weight decay 1.0"),
     "warmup-0": (["--optimizer", "muon", "--warmup-steps", "0"], "no warm-up"),
-    "adamw-lr-0.01": (["--optimizer", "muon", "--learning-rate", "0.01"], "the AdamW side (table, biases, gains) at lr 0.01"),
+    "adamw-lr-0.01": (
+        ["--optimizer", "muon", "--learning-rate", "0.01"],
+        "the AdamW side (table, biases, gains) at lr 0.01",
+    ),
     "positions-on-muon": (["--optimizer", "muon"], "the learned position table on Muon too"),
 }
 
@@ -52,17 +56,43 @@ POSITIONS_ON_MUON = (
 
 def run(name: str, steps: int, out: Path, text: list[str]) -> dict:
     flags, what = VARIANTS[name]
-    args = ["train", *(["--text", *text] if text else []), "--out", str(out / name), "--overwrite", "--threads", "1", "--sample-tokens", "0", "--max-steps", str(steps),
-            "--eval-interval", str(steps), "--json", *flags]
-    command = [sys.executable, "-c", POSITIONS_ON_MUON, *args] if name == "positions-on-muon" else [sys.executable, "-m", "octlm", *args]
+    args = [
+        "train",
+        *(["--text", *text] if text else []),
+        "--out",
+        str(out / name),
+        "--overwrite",
+        "--threads",
+        "1",
+        "--sample-tokens",
+        "0",
+        "--max-steps",
+        str(steps),
+        "--eval-interval",
+        str(steps),
+        "--json",
+        *flags,
+    ]
+    command = (
+        [sys.executable, "-c", POSITIONS_ON_MUON, *args]
+        if name == "positions-on-muon"
+        else [sys.executable, "-m", "octlm", *args]
+    )
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         return {"variant": name, "error": done.stderr[-2000:]}
     records = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
     final = [r for r in records if r["kind"] == "eval"][-1]
-    return {"variant": name, "change": what, "flags": " ".join(flags), "steps": steps, "val_bpb": round(final["val_bpb"], 4),
-            "val_loss": round(final["val_loss"], 4), "wall_s": round(time.perf_counter() - start, 1)}
+    return {
+        "variant": name,
+        "change": what,
+        "flags": " ".join(flags),
+        "steps": steps,
+        "val_bpb": round(final["val_bpb"], 4),
+        "val_loss": round(final["val_loss"], 4),
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
 
 
 def main() -> None:
@@ -71,10 +101,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--out", type=Path, default=Path("build/muon-tuning"))
-    parser.add_argument("--text", nargs="+", default=[], help="octlm train --text for every variant (default: the main job's corpus)")
+    parser.add_argument(
+        "--text", nargs="+", default=[], help="octlm train --text for every variant (default: the main job's corpus)"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    print(json.dumps({"load_average": os.getloadavg(), "jobs": args.jobs, "text": args.text or "the main job's corpus"}), flush=True)
+    print(
+        json.dumps({"load_average": os.getloadavg(), "jobs": args.jobs, "text": args.text or "the main job's corpus"}),
+        flush=True,
+    )
     with ThreadPoolExecutor(args.jobs) as pool:
         for row in pool.map(lambda name: run(name, args.steps, args.out, args.text), args.only):
             print(json.dumps(row), flush=True)

@@ -42,37 +42,71 @@ OPTIMIZERS = ("adamw", "muon")
 
 
 def main_job(optimizer: str, steps: int, extra: list[str]) -> dict:
-    """One main-job training of ``steps`` steps; its final evaluation, wall seconds and mean training tokens per second."""
+    """One main-job training of ``steps`` steps; its final evaluation, wall seconds and mean training tokens per
+    second."""
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
         start = time.perf_counter()
         with contextlib.redirect_stdout(sys.stderr):  # stdout is this benchmark's JSON
-            code = octlm_main(["train", "--out", str(out), "--max-steps", str(steps), "--eval-interval", str(steps), "--sample-tokens", "0",
-                              "--quiet", "--optimizer", optimizer, *extra])
+            code = octlm_main(
+                [
+                    "train",
+                    "--out",
+                    str(out),
+                    "--max-steps",
+                    str(steps),
+                    "--eval-interval",
+                    str(steps),
+                    "--sample-tokens",
+                    "0",
+                    "--quiet",
+                    "--optimizer",
+                    optimizer,
+                    *extra,
+                ]
+            )
         wall = time.perf_counter() - start
         if code:
             raise SystemExit(f"octlm train --optimizer {optimizer} failed with exit status {code}")
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     final = [r for r in records if r["kind"] == "eval"][-1]
     speeds = [r["tokens_per_second"] for r in records if r["kind"] == "train"]
-    return {"optimizer": optimizer, "steps": steps, "val_bpb": round(final["val_bpb"], 4), "val_loss": round(final["val_loss"], 4),
-            "wall_s": round(wall, 1), "tokens_per_second": round(sum(speeds) / len(speeds), 1), "load_average": load}
+    return {
+        "optimizer": optimizer,
+        "steps": steps,
+        "val_bpb": round(final["val_bpb"], 4),
+        "val_loss": round(final["val_loss"], 4),
+        "wall_s": round(wall, 1),
+        "tokens_per_second": round(sum(speeds) / len(speeds), 1),
+        "load_average": load,
+    }
 
 
 def tinyshakespeare(optimizer: str, seconds: float, extra: list[str]) -> dict:
-    """``bench/train_tinyshakespeare.py`` with ``--optimizer``: bits per byte, steps and tokens per second in ``seconds``."""
+    """``bench/train_tinyshakespeare.py`` with ``--optimizer``: bits per byte, steps and tokens per second in
+    ``seconds``."""
     load = os.getloadavg()[0]
-    result = train_tinyshakespeare.run(["--time-budget", str(seconds), "--optimizer", optimizer, "--sample-tokens", "0", *extra])
+    result = train_tinyshakespeare.run(
+        ["--time-budget", str(seconds), "--optimizer", optimizer, "--sample-tokens", "0", *extra]
+    )
     keep = ("steps", "tokens_per_second", "val_bpb", "val_loss", "baseline_unigram_val_bpb", "eval_curve")
     return {"optimizer": optimizer, **{key: result[key] for key in keep}, "load_average": load}
 
 
 def run(argv: list[str]) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", nargs="+", choices=["main", "reach", "tinyshakespeare"], default=["main", "reach", "tinyshakespeare"])
+    parser.add_argument(
+        "--parts", nargs="+", choices=["main", "reach", "tinyshakespeare"], default=["main", "reach", "tinyshakespeare"]
+    )
     parser.add_argument("--main-steps", type=int, default=1200, help="steps of the main job (its default)")
-    parser.add_argument("--reach-steps", type=int, nargs="+", default=[480, 720], help="Muon runs of these many steps, against AdamW's final")
+    parser.add_argument(
+        "--reach-steps",
+        type=int,
+        nargs="+",
+        default=[480, 720],
+        help="Muon runs of these many steps, against AdamW's final",
+    )
     parser.add_argument("--time-budget", type=float, default=300.0, help="seconds of each tinyshakespeare training")
     if "--" in argv:
         argv, extra = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
@@ -89,8 +123,12 @@ def run(argv: list[str]) -> dict:
         target = result["main"]["adamw"]["val_bpb"]
         rows = [main_job("muon", steps, extra) for steps in sorted(args.reach_steps)]
         reached = [row["steps"] for row in rows if row["val_bpb"] <= target]
-        result["reach"] = {"adamw_val_bpb": target, "muon_runs": rows, "steps_to_reach_adamw": min(reached) if reached else None,
-                           "share_of_adamw_steps": round(min(reached) / args.main_steps, 3) if reached else None}
+        result["reach"] = {
+            "adamw_val_bpb": target,
+            "muon_runs": rows,
+            "steps_to_reach_adamw": min(reached) if reached else None,
+            "share_of_adamw_steps": round(min(reached) / args.main_steps, 3) if reached else None,
+        }
     if "tinyshakespeare" in args.parts:
         runs = {name: tinyshakespeare(name, args.time_budget, extra) for name in OPTIMIZERS}
         runs["muon_step_cost"] = round(runs["adamw"]["tokens_per_second"] / runs["muon"]["tokens_per_second"], 3)

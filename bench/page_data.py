@@ -46,12 +46,23 @@ def main() -> None:
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     script = run_data_script(view)
     maps = [x for m in view["attention"]["models"] for x in m["lengths"] if "maps" in x] if args.study else []
-    print(json.dumps({
-        "folder": args.run or args.study, "file": RUN_DATA, "bytes": len(script), "attention_map_bytes": attention_bytes(view),
-        "map_sets": len(maps), "largest_side": max((x["side"] for x in maps), default=None),
-        "seconds": round(wall, 2), "cpu_seconds": round(cpu, 2), "threads": torch.get_num_threads(),
-        "load_average_before": round(load_before, 2), "load_average_after": round(os.getloadavg()[0], 2),
-    }))
+    print(
+        json.dumps(
+            {
+                "folder": args.run or args.study,
+                "file": RUN_DATA,
+                "bytes": len(script),
+                "attention_map_bytes": attention_bytes(view),
+                "map_sets": len(maps),
+                "largest_side": max((x["side"] for x in maps), default=None),
+                "seconds": round(wall, 2),
+                "cpu_seconds": round(cpu, 2),
+                "threads": torch.get_num_threads(),
+                "load_average_before": round(load_before, 2),
+                "load_average_after": round(os.getloadavg()[0], 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,10 @@ t0 = time.perf_counter()
 prepared = prepare_corpus(opts, RunFolder(out), Reporter(json_mode=True, quiet=True))
 seconds = time.perf_counter() - t0
 manifest = prepared.manifest
-print(json.dumps({"seconds": seconds, "text_bytes": manifest["total_bytes"], "documents": sum(f["records"] for f in manifest["files"]),
-                  "train_tokens": manifest["tokens"]["train"]["count"], "val_tokens": manifest["tokens"]["val"]["count"],
+documents = sum(f["records"] for f in manifest["files"])
+tokens = manifest["tokens"]
+print(json.dumps({"seconds": seconds, "text_bytes": manifest["total_bytes"], "documents": documents,
+                  "train_tokens": tokens["train"]["count"], "val_tokens": tokens["val"]["count"],
                   "streamed": manifest["total_bytes"] > TOKENIZER_SAMPLE_BYTES}))
 """
 
@@ -114,7 +116,9 @@ def measure(corpus: Path, vocab_size: int, scratch: Path) -> dict:
     out = scratch / "run"
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(corpus), str(out), str(vocab_size)], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(corpus), str(out), str(vocab_size)], stdout=subprocess.PIPE, text=True
+    )
     output = child.stdout.read()
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
@@ -123,8 +127,12 @@ def measure(corpus: Path, vocab_size: int, scratch: Path) -> dict:
         raise SystemExit(f"preparing {corpus} failed with exit status {child.returncode}")
     result = json.loads(output.strip().splitlines()[-1])
     shutil.rmtree(out, ignore_errors=True)
-    return {**result, "process_seconds": wall, "bytes_per_second": result["text_bytes"] / result["seconds"],
-            "peak_rss_mb": usage.ru_maxrss / 1024}  # ru_maxrss is in KiB on Linux
+    return {
+        **result,
+        "process_seconds": wall,
+        "bytes_per_second": result["text_bytes"] / result["seconds"],
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+    }  # ru_maxrss is in KiB on Linux
 
 
 def main() -> None:
@@ -132,18 +140,29 @@ def main() -> None:
     parser.add_argument("--megabytes", type=float, nargs="+", default=[100, 300, 1000])
     parser.add_argument("--formats", nargs="+", default=["jsonl", "text"], choices=["jsonl", "text"])
     parser.add_argument("--vocab-size", type=int, default=1024)
-    parser.add_argument("--keep", help="generate the corpora in this folder and keep them (default: a temporary folder)")
+    parser.add_argument(
+        "--keep", help="generate the corpora in this folder and keep them (default: a temporary folder)"
+    )
     args = parser.parse_args()
     for megabytes in args.megabytes:
         for kind in args.formats:
-            scratch = Path(args.keep) / f"{kind}-{megabytes:g}MB" if args.keep else Path(tempfile.mkdtemp(prefix="octlm-prepare-"))
+            scratch = (
+                Path(args.keep) / f"{kind}-{megabytes:g}MB"
+                if args.keep
+                else Path(tempfile.mkdtemp(prefix="octlm-prepare-"))
+            )
             scratch.mkdir(parents=True, exist_ok=True)
             try:
                 t0 = time.perf_counter()
                 corpus = generate(kind, megabytes, scratch)
                 generated = time.perf_counter() - t0
                 result = measure(corpus, args.vocab_size, scratch)
-                print(json.dumps({"format": kind, "megabytes": megabytes, "generate_seconds": round(generated, 1), **result}), flush=True)
+                print(
+                    json.dumps(
+                        {"format": kind, "megabytes": megabytes, "generate_seconds": round(generated, 1), **result}
+                    ),
+                    flush=True,
+                )
             finally:
                 if not args.keep:
                     shutil.rmtree(scratch, ignore_errors=True)

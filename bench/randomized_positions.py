@@ -29,16 +29,20 @@ from octlm.train.evaluate import evaluate
 
 def score(model, folder: RunFolder, tokenizer, max_blocks: int | None) -> float:
     """Validation loss (nats per token) over ``max_blocks`` evenly spaced blocks."""
-    return evaluate(model, folder.tokens("val"), tokenizer.bytes_per_token, model.config.context_length, 32, max_blocks).loss
+    return evaluate(
+        model, folder.tokens("val"), tokenizer.bytes_per_token, model.config.context_length, 32, max_blocks
+    ).loss
 
 
 def drawn_with_seed(scheme, seed: int):
     """The scheme's test-time draw, from a generator seeded with ``seed`` and the length instead of the length alone."""
+
     def positions(length: int):
         if not scheme.randomized or length >= scheme.random_range:
             return None
         generator = torch.Generator().manual_seed(seed * 1_000_003 + length)
         return torch.randperm(scheme.random_range, generator=generator)[:length].sort().values
+
     return positions
 
 
@@ -54,14 +58,24 @@ def main(argv: list[str] | None = None) -> dict:
     scheme, folder = model.positions, RunFolder(args.run)
     if not scheme.randomized:
         parser.error(f"{args.run} was trained without --randomize-positions")
-    result = {"run": args.run, "position": model.config.position, "randomize_positions": model.config.randomize_positions,
-              "context_length": model.config.context_length, "blocks": args.max_blocks,
-              "test_positions": score(model, folder, tokenizer, args.max_blocks)}
+    result = {
+        "run": args.run,
+        "position": model.config.position,
+        "randomize_positions": model.config.randomize_positions,
+        "context_length": model.config.context_length,
+        "blocks": args.max_blocks,
+        "test_positions": score(model, folder, tokenizer, args.max_blocks),
+    }
     others = []
     for seed in range(1, args.draws + 1):
         with mock.patch.object(scheme, "test_positions", drawn_with_seed(scheme, seed)):
             others.append(score(model, folder, tokenizer, args.max_blocks))
-    result["other_draws"] = {"mean": sum(others) / len(others), "min": min(others), "max": max(others), "count": len(others)}
+    result["other_draws"] = {
+        "mean": sum(others) / len(others),
+        "min": min(others),
+        "max": max(others),
+        "count": len(others),
+    }
     with mock.patch.object(scheme, "test_positions", lambda length: None):
         result["first_positions"] = score(model, folder, tokenizer, args.max_blocks)
     print(json.dumps(result))

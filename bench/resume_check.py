@@ -1,6 +1,7 @@
 """Is an interrupted and resumed run the same as an uninterrupted one, on this device? Prints JSON.
 
-    .venv/bin/python bench/resume_check.py [--device cuda] [--steps 60] [--stop-at 30] [--deterministic] [--optimizer muon]
+    .venv/bin/python bench/resume_check.py [--device cuda] [--steps 60] [--stop-at 30] [--deterministic] [--optimizer
+    muon]
 
 Three runs of ``octlm train`` on the built-in tinyshakespeare corpus with
 dropout 0.1 (so the device's random generator must come back too):
@@ -28,9 +29,9 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-from octlm.train.options import TrainOptions
 from octlm.report import Reporter
 from octlm.train.launch import train
+from octlm.train.options import TrainOptions
 
 
 def sha256(path: Path) -> str:
@@ -55,8 +56,19 @@ def main() -> dict:
     quiet = Reporter(json_mode=True)
 
     def options(out: Path) -> TrainOptions:
-        return TrainOptions.of(text=["tinyshakespeare"], out=str(out), max_steps=args.steps, dropout=0.1, device=args.device,
-                            deterministic=args.deterministic, compile=args.compile, optimizer=args.optimizer, save_every=0, eval_interval=10**6, sample_tokens=0)
+        return TrainOptions.of(
+            text=["tinyshakespeare"],
+            out=str(out),
+            max_steps=args.steps,
+            dropout=0.1,
+            device=args.device,
+            deterministic=args.deterministic,
+            compile=args.compile,
+            optimizer=args.optimizer,
+            save_every=0,
+            eval_interval=10**6,
+            sample_tokens=0,
+        )
 
     def ctrl_c(step: int) -> None:
         if step == args.stop_at - 1:
@@ -79,8 +91,10 @@ def main() -> dict:
             "stopped_at": stopped["steps"],
             "resumed_from": resumed["resumed_from"],
             "sha256": {name: sha256(path) for name, path in weights.items()},
-            "max_abs_difference": {"again": max_gap(weights["straight"], weights["again"]),
-                                   "resumed": max_gap(weights["straight"], weights["resumed"])},
+            "max_abs_difference": {
+                "again": max_gap(weights["straight"], weights["again"]),
+                "resumed": max_gap(weights["straight"], weights["resumed"]),
+            },
         }
 
 

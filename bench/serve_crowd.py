@@ -56,8 +56,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
-    child = subprocess.Popen([sys.executable, "-c", SERVER, str(args.file_limit)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             text=True, env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(args.file_limit)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
     clients = []
     try:
         port = int(child.stdout.readline())
@@ -80,8 +85,18 @@ def main() -> None:
             client.close()
         child.kill()
         child.wait()
-    print(json.dumps({"clients": args.clients, "file_limit": args.file_limit, "connected": len(clients),
-                      "server_cpu_seconds": round(used, 2), "seconds": args.seconds, "one_more_request": status}))
+    print(
+        json.dumps(
+            {
+                "clients": args.clients,
+                "file_limit": args.file_limit,
+                "connected": len(clients),
+                "server_cpu_seconds": round(used, 2),
+                "seconds": args.seconds,
+                "one_more_request": status,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

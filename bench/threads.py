@@ -62,8 +62,23 @@ def measure(kind: str, threads: int, busy: int, args: argparse.Namespace) -> flo
     """Wall seconds of one job in a fresh process beside ``busy`` busy processes."""
     hogs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(busy)]
     try:
-        out = subprocess.run([sys.executable, __file__, "--job", kind, "--threads", str(threads), "--tokens", str(args.tokens),
-                              "--steps", str(args.steps)], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--job",
+                kind,
+                "--threads",
+                str(threads),
+                "--tokens",
+                str(args.tokens),
+                "--steps",
+                str(args.steps),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     finally:
         for hog in hogs:
             hog.kill()
@@ -73,7 +88,9 @@ def measure(kind: str, threads: int, busy: int, args: argparse.Namespace) -> flo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", nargs="+", type=int, default=None, help="thread counts to time (default: 1 .. CPUs)")
+    parser.add_argument(
+        "--threads", nargs="+", type=int, default=None, help="thread counts to time (default: 1 .. CPUs)"
+    )
     parser.add_argument("--busy", nargs="+", type=int, default=[0, 1], help="busy processes beside each job")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each job; the median counts")
     parser.add_argument("--tokens", type=int, default=500, help="tokens the sample job generates")
@@ -91,10 +108,28 @@ def main() -> None:
         for busy in args.busy:
             for threads in args.threads or range(1, cpus + 1):
                 load, seconds = os.getloadavg()[0], [measure(kind, threads, busy, args) for _ in range(args.repeats)]
-                results.append({"job": kind, "threads": threads, "busy": busy, "median_s": statistics.median(seconds),
-                                "seconds": seconds, "load_average": load})
+                results.append(
+                    {
+                        "job": kind,
+                        "threads": threads,
+                        "busy": busy,
+                        "median_s": statistics.median(seconds),
+                        "seconds": seconds,
+                        "load_average": load,
+                    }
+                )
                 print(json.dumps(results[-1]), file=sys.stderr)
-    print(json.dumps({"cpus": cpus, "default_threads": default_threads(), "tokens": args.tokens, "steps": args.steps, "results": results}))
+    print(
+        json.dumps(
+            {
+                "cpus": cpus,
+                "default_threads": default_threads(),
+                "tokens": args.tokens,
+                "steps": args.steps,
+                "results": results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

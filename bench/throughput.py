@@ -101,11 +101,11 @@ from pathlib import Path
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from octlm.model import Decoder, DecoderConfig, cross_entropy
+from octlm.model.positions import SCHEMES
 from octlm.train import device as octlm_device
 from octlm.train import optim
-from octlm.model import Decoder, DecoderConfig, cross_entropy
 from octlm.train.options import TrainOptions
-from octlm.model.positions import SCHEMES
 
 #: The shapes: name -> (DecoderConfig fields, default batch size, needs CUDA).
 SHAPES = {
@@ -138,7 +138,12 @@ def flops_per_token(config: DecoderConfig) -> dict[str, float]:
     model = Decoder(config)
     n = model.num_parameters(exclude_embeddings=True) + model.token_embedding.weight.numel()
     attention = config.n_layers * config.d_model * config.context_length  # L H Q T
-    return {"parameters_counted": n, "train": 6 * n + 12 * attention, "eval": 2 * n + 4 * attention, "eval_kaplan": 2 * n + 2 * attention}
+    return {
+        "parameters_counted": n,
+        "train": 6 * n + 12 * attention,
+        "eval": 2 * n + 4 * attention,
+        "eval_kaplan": 2 * n + 2 * attention,
+    }
 
 
 def synchronize(device: torch.device) -> None:
@@ -146,8 +151,15 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def median_seconds(fn: Callable[[], object], warmup: int, repeats: int, device: torch.device, between: Callable[[], object] | None = None) -> float:
-    """Median wall seconds of ``fn()`` over ``repeats`` calls after ``warmup`` untimed ones; ``between()`` runs untimed after each."""
+def median_seconds(
+    fn: Callable[[], object],
+    warmup: int,
+    repeats: int,
+    device: torch.device,
+    between: Callable[[], object] | None = None,
+) -> float:
+    """Median wall seconds of ``fn()`` over ``repeats`` calls after ``warmup`` untimed ones; ``between()`` runs untimed
+    after each."""
     for _ in range(warmup):
         fn()
     times = []
@@ -195,7 +207,13 @@ class PeakFlops:
         return 2 * self.size**3 / self.best
 
     def as_dict(self) -> dict:
-        result = {"measured": self.measured, "matmul_size": self.size, "samples": self.samples, "dtype": str(self.dtype).removeprefix("torch."), "datasheet": None}
+        result = {
+            "measured": self.measured,
+            "matmul_size": self.size,
+            "samples": self.samples,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "datasheet": None,
+        }
         if self.device.type == "cuda" and self.dtype == torch.bfloat16:
             name = torch.cuda.get_device_name(self.device)
             result["datasheet"] = next((v for k, v in DATASHEET_BF16.items() if k in name), None)
@@ -260,7 +278,9 @@ def autocast_for(device: torch.device):
     return context, getattr(torch, name)
 
 
-def step_functions(model: torch.nn.Module, params: list, optimizer: torch.optim.Optimizer, ids: torch.Tensor, autocast) -> tuple[Callable, Callable]:
+def step_functions(
+    model: torch.nn.Module, params: list, optimizer: torch.optim.Optimizer, ids: torch.Tensor, autocast
+) -> tuple[Callable, Callable]:
     """(one training step, one evaluation pass) on token ids [B, T + 1]."""
     grad_clip = TrainOptions().grad_clip
 
@@ -301,7 +321,9 @@ def sdpa_kernels(
 ) -> dict:
     """Which SDPA operators the steps of ``phases`` call, and which backends can run alone (in the step's dtype)."""
     found = {}
-    for name, fn in ((f"{phase}_ops", step) for phase, step in (("train", train_step), ("eval", eval_step)) if phase in phases):
+    for name, fn in (
+        (f"{phase}_ops", step) for phase, step in (("train", train_step), ("eval", eval_step)) if phase in phases
+    ):
         with quiet_stderr(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             fn()
         names = sorted({e.key for e in prof.key_averages() if e.key in SDPA_OPS})
@@ -323,7 +345,14 @@ def sdpa_kernels(
 
 
 def measure_compile(
-    model: Decoder, optimizer, ids: torch.Tensor, autocast, args, device: torch.device, tokens: int, memory: PeakMemory | None = None
+    model: Decoder,
+    optimizer,
+    ids: torch.Tensor,
+    autocast,
+    args,
+    device: torch.device,
+    tokens: int,
+    memory: PeakMemory | None = None,
 ) -> dict:
     """Tokens per second of ``torch.compile(model, mode=args.compile_mode)`` for ``args.phases``, with ``"mode"``.
 
@@ -333,7 +362,8 @@ def measure_compile(
     result: dict = {"mode": args.compile_mode}
     if device.type == "cpu" and not octlm_device.has_cpp_compiler():
         return {**result, "error": "no C++ compiler (g++, c++, clang++ or $CXX) for inductor's CPU code"}
-    torch._dynamo.reset()  # a fresh cache per scheme and batch size: the Decoder's code objects are shared between models
+    # a fresh cache per scheme and batch size: the Decoder's code objects are shared between models
+    torch._dynamo.reset()
     try:
         compiled = torch.compile(model, mode=args.compile_mode)
         params = list({id(p): p for p in model.parameters()}.values())
@@ -357,8 +387,11 @@ def measure_compile(
         return {**result, "error": f"{type(error).__name__}: {str(error)[:600]}"}
 
 
-def measure_scheme(shape: str, position: str, batch_size: int, args, device: torch.device, memory: PeakMemory, peak: PeakFlops) -> dict:
-    """One scheme on one shape at one batch size: tokens/s, achieved FLOP/s and peak memory for ``args.phases``, the SDPA kernels."""
+def measure_scheme(
+    shape: str, position: str, batch_size: int, args, device: torch.device, memory: PeakMemory, peak: PeakFlops
+) -> dict:
+    """One scheme on one shape at one batch size: tokens/s, achieved FLOP/s and peak memory for ``args.phases``, the
+    SDPA kernels."""
     fields = SHAPES[shape][0]
     config = DecoderConfig(position=position, **fields)
     torch.manual_seed(0)
@@ -384,7 +417,9 @@ def measure_scheme(shape: str, position: str, batch_size: int, args, device: tor
         compiled = measure_compile(model, optimizer, ids, autocast, args, device, tokens, memory)
         for name in args.phases:
             if f"{name}_tokens_per_second" in compiled:
-                compiled[f"{name}_speedup"] = round(compiled[f"{name}_tokens_per_second"] / row[f"{name}_tokens_per_second"], 2)
+                compiled[f"{name}_speedup"] = round(
+                    compiled[f"{name}_tokens_per_second"] / row[f"{name}_tokens_per_second"], 2
+                )
         row["compile"] = compiled
     return row
 
@@ -400,22 +435,50 @@ def device_name(device: torch.device) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda[:N]")
-    parser.add_argument("--schemes", nargs="+", default=sorted(SCHEMES), choices=sorted(SCHEMES), help="position schemes")
-    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES), help="shapes (gpt2-small needs CUDA)")
-    parser.add_argument("--batch-size", "--batch-sizes", dest="batch_sizes", nargs="+", type=int, default=None, metavar="N",
-                        help="run every shape at each of these batch sizes, in this order (default: the shape's own, "
-                        + ", ".join(f"{name} {batch}" for name, (_, batch, _) in SHAPES.items()) + ")")
-    parser.add_argument("--phases", nargs="+", default=PHASES, choices=PHASES, help="what to time: training steps, evaluation passes")
+    parser.add_argument(
+        "--schemes", nargs="+", default=sorted(SCHEMES), choices=sorted(SCHEMES), help="position schemes"
+    )
+    parser.add_argument(
+        "--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES), help="shapes (gpt2-small needs CUDA)"
+    )
+    parser.add_argument(
+        "--batch-size",
+        "--batch-sizes",
+        dest="batch_sizes",
+        nargs="+",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run every shape at each of these batch sizes, in this order (default: the shape's own, "
+        + ", ".join(f"{name} {batch}" for name, (_, batch, _) in SHAPES.items())
+        + ")",
+    )
+    parser.add_argument(
+        "--phases", nargs="+", default=PHASES, choices=PHASES, help="what to time: training steps, evaluation passes"
+    )
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps before timing")
     parser.add_argument("--repeats", type=int, default=20, help="timed steps; the median counts")
-    parser.add_argument("--matmul-size", type=int, default=None, help="side of the peak matmul (default 1024, 8192 on CUDA)")
+    parser.add_argument(
+        "--matmul-size", type=int, default=None, help="side of the peak matmul (default 1024, 8192 on CUDA)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile(model) against eager")
-    parser.add_argument("--compile-schemes", nargs="+", choices=sorted(SCHEMES), help="with --compile: compile only these (default: all of --schemes)")
-    parser.add_argument("--compile-mode", choices=COMPILE_MODES, default=None,
-                        help="with --compile: torch.compile's mode (default: default)")
+    parser.add_argument(
+        "--compile-schemes",
+        nargs="+",
+        choices=sorted(SCHEMES),
+        help="with --compile: compile only these (default: all of --schemes)",
+    )
+    parser.add_argument(
+        "--compile-mode",
+        choices=COMPILE_MODES,
+        default=None,
+        help="with --compile: torch.compile's mode (default: default)",
+    )
     parser.add_argument("--out", help="also write the JSON to this file, rewritten after every scheme")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 warm-up, 3 repeats")
     args = parser.parse_args(argv)
@@ -430,10 +493,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def summary(args, device: torch.device, dtype: torch.dtype, peak: PeakFlops, memory: PeakMemory, shapes: list, load_before, complete: bool) -> dict:
+def summary(
+    args,
+    device: torch.device,
+    dtype: torch.dtype,
+    peak: PeakFlops,
+    memory: PeakMemory,
+    shapes: list,
+    load_before,
+    complete: bool,
+) -> dict:
     """The JSON-ready result of the rows measured so far, their MFU against the best peak so far."""
     for row in (row for entry in shapes for row in entry.get("schemes", [])):
-        for name in (name for name in PHASES if f"{name}_flops_per_second" in row):  # not the phases left out, nor a row that failed
+        for name in (
+            name for name in PHASES if f"{name}_flops_per_second" in row
+        ):  # not the phases left out, nor a row that failed
             row[f"{name}_mfu"] = round(row[f"{name}_flops_per_second"] / peak.measured, 4)
             compiled = row.get("compile", {})
             if f"{name}_tokens_per_second" in compiled:
@@ -480,9 +554,14 @@ def run(argv: list[str] | None = None) -> dict:
             Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
         return result
 
-    for shape, batch_size in ((shape, batch) for shape in args.shapes for batch in args.batch_sizes or [SHAPES[shape][1]]):
+    for shape, batch_size in ((name, batch) for name in args.shapes for batch in args.batch_sizes or [SHAPES[name][1]]):
         fields, default_batch_size, needs_cuda = SHAPES[shape]
-        entry: dict = {"name": shape, "config": fields, "batch_size": batch_size, "default_batch_size": default_batch_size}
+        entry: dict = {
+            "name": shape,
+            "config": fields,
+            "batch_size": batch_size,
+            "default_batch_size": default_batch_size,
+        }
         shapes.append(entry)
         if needs_cuda and device.type != "cuda":
             entry["skipped"] = "needs a CUDA device; none was used in this run"

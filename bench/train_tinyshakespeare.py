@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from octlm.cli import main as octlm_main
-from octlm.data.tokens import block_starts, open_tokens
 from octlm.data.tokenizer import Tokenizer
+from octlm.data.tokens import block_starts, open_tokens
 from octlm.train.device import default_threads
 
 #: The corpus built into octlm (octlm.data.corpora), so the benchmark runs on a fresh clone.
@@ -54,7 +54,9 @@ def run(argv: list[str]) -> dict:
         out = Path(tmp) / "run"
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
-            code = octlm_main(["train", "--text", CORPUS, "--time-budget", str(args.time_budget), "--out", str(out), "--json", *extra])
+            code = octlm_main(
+                ["train", "--text", CORPUS, "--time-budget", str(args.time_budget), "--out", str(out), "--json", *extra]
+            )
         if code:
             sys.exit(code)
         result = json.loads(buffer.getvalue().strip().splitlines()[-1])

@@ -8,7 +8,9 @@
 #      TypeScript, builds the page into build/web-check/ (pytest compares it
 #      with the committed src/octlm/web_dist/) and runs Vitest (the parity
 #      tests against Python's fixtures);
-#   4. runs pytest, including the browser test. Extra arguments go to pytest.
+#   4. checks the Python is formatted and lint-clean (ruff format --check,
+#      ruff check; pinned in the test extras) and fails if not;
+#   5. runs pytest, including the browser test. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3.11}"
@@ -35,5 +37,8 @@ fi
   OCTLM_WEB_OUT="$PWD/../build/web-check" npx vite build --logLevel warn
   npx vitest run
 )
+
+.venv/bin/ruff format --check --quiet . || { echo "scripts/test.sh: run '.venv/bin/ruff format .'" >&2; exit 1; }
+.venv/bin/ruff check --quiet . || { echo "scripts/test.sh: fix what ruff check reports (.venv/bin/ruff check --fix . fixes some)" >&2; exit 1; }
 
 exec .venv/bin/python -m pytest "$@"

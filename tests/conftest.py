@@ -48,11 +48,32 @@ def trained_run(tmp_path_factory, small_corpus) -> Path:
     from octlm.cli import main
 
     out = tmp_path_factory.mktemp("runs") / "small"
-    code = main([
-        "train", "--text", str(small_corpus), "--out", str(out), "--vocab-size", "300",
-        "--context-length", "32", "--d-model", "32", "--n-heads", "2", "--max-steps", "30",
-        "--eval-interval", "10", "--batch-size", "8", "--sample-tokens", "8", "--quiet",
-    ])
+    code = main(
+        [
+            "train",
+            "--text",
+            str(small_corpus),
+            "--out",
+            str(out),
+            "--vocab-size",
+            "300",
+            "--context-length",
+            "32",
+            "--d-model",
+            "32",
+            "--n-heads",
+            "2",
+            "--max-steps",
+            "30",
+            "--eval-interval",
+            "10",
+            "--batch-size",
+            "8",
+            "--sample-tokens",
+            "8",
+            "--quiet",
+        ]
+    )
     assert code == 0
     return out
 
@@ -64,10 +85,43 @@ def length_study(tmp_path_factory, small_corpus) -> Path:
     from octlm.cli import main
 
     out = tmp_path_factory.mktemp("studies") / "tiny"
-    code = main([
-        "length", "--text", str(small_corpus), "--out", str(out), "--vocab-size", "280", "--d-model", "16", "--n-heads", "2",
-        "--n-layers", "1", "--batch-size", "4", "--train-length", "8", "--multipliers", "1", "2", "4", "--schemes", "learned",
-        "rope", "alibi", "--rope-scalings", "yarn", "--max-steps", "3", "--extend-to", "2", "--extend-steps", "2", "--quiet",
-    ])
+    code = main(
+        [
+            "length",
+            "--text",
+            str(small_corpus),
+            "--out",
+            str(out),
+            "--vocab-size",
+            "280",
+            "--d-model",
+            "16",
+            "--n-heads",
+            "2",
+            "--n-layers",
+            "1",
+            "--batch-size",
+            "4",
+            "--train-length",
+            "8",
+            "--multipliers",
+            "1",
+            "2",
+            "4",
+            "--schemes",
+            "learned",
+            "rope",
+            "alibi",
+            "--rope-scalings",
+            "yarn",
+            "--max-steps",
+            "3",
+            "--extend-to",
+            "2",
+            "--extend-steps",
+            "2",
+            "--quiet",
+        ]
+    )
     assert code == 0
     return out

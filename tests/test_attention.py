@@ -20,7 +20,13 @@ from hypothesis import strategies as st
 
 from octlm import Decoder, DecoderConfig, KVCache, record_attention
 from octlm.inspect.attention_statistics import (
-    attention_distance, attention_entropy, attention_statistics, key_distances, max_logit, sink_mass, uniform_attention,
+    attention_distance,
+    attention_entropy,
+    attention_statistics,
+    key_distances,
+    max_logit,
+    sink_mass,
+    uniform_attention,
 )
 from octlm.model.positions import SCHEMES
 
@@ -28,9 +34,14 @@ VOCAB, HEADS = 40, 2
 
 
 def sharp_model(position: str, seed: int = 0, **extra) -> Decoder:
-    """A small decoder whose attention is peaked: every matrix, table and bias drawn N(0, 0.5), LayerNorms as made; eval mode."""
+    """A small decoder whose attention is peaked: every matrix, table and bias drawn N(0, 0.5), LayerNorms as made; eval
+    mode."""
     torch.manual_seed(seed)
-    model = Decoder(DecoderConfig(vocab_size=VOCAB, context_length=32, d_model=16, n_heads=HEADS, n_layers=2, position=position, **extra))
+    model = Decoder(
+        DecoderConfig(
+            vocab_size=VOCAB, context_length=32, d_model=16, n_heads=HEADS, n_layers=2, position=position, **extra
+        )
+    )
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if ".ln_" not in name and not name.startswith("ln_"):
@@ -39,7 +50,8 @@ def sharp_model(position: str, seed: int = 0, **extra) -> Decoder:
 
 
 class LayerTaps:
-    """What each attention layer computed: the values it made, and what it handed its output projection ([B, H, T, D])."""
+    """What each attention layer computed: the values it made, and what it handed its output projection ([B, H, T,
+    D])."""
 
     def __init__(self, model: Decoder) -> None:
         self.values, self.outputs, self.handles = [], [], []
@@ -65,9 +77,9 @@ class LayerTaps:
 
 
 def check_against_output(maps, taps: LayerTaps, values: list[torch.Tensor]) -> None:
-    for layer, (p, v, y) in enumerate(zip(maps.probabilities, values, taps.outputs)):
+    for layer, (p, v, y) in enumerate(zip(maps.probabilities, values, taps.outputs, strict=True)):
         assert p.dtype == torch.float32 and p.shape[-1] == v.shape[-2], layer
-        torch.testing.assert_close(p @ v, y, atol=1e-5, rtol=1e-5, msg=lambda m: f"layer {layer}: {m}")
+        torch.testing.assert_close(p @ v, y, atol=1e-5, rtol=1e-5, msg=lambda m, layer=layer: f"layer {layer}: {m}")
 
 
 @pytest.mark.parametrize("position", sorted(SCHEMES))
@@ -104,7 +116,7 @@ def test_a_cached_step_records_its_queries_against_every_cached_key(position, ne
     # the step's rows are the last rows of a full pass's maps
     with record_attention(model) as full:
         model(ids)
-    for step, whole in zip(maps.probabilities, full.probabilities):
+    for step, whole in zip(maps.probabilities, full.probabilities, strict=True):
         torch.testing.assert_close(step, whole[:, :, 9:], atol=1e-5, rtol=1e-5)
 
 
@@ -115,7 +127,7 @@ def test_rows_sum_to_one_and_hidden_keys_are_zero_and_minus_infinity():
     model(ids[:, :6], cache=cache)
     with record_attention(model) as maps:
         model(ids[:, 6:], offset=6, cache=cache)
-    for p, s in zip(maps.probabilities, maps.logits):
+    for p, s in zip(maps.probabilities, maps.logits, strict=True):
         torch.testing.assert_close(p.sum(-1), torch.ones(p.shape[:-1]))
         for i in range(4):  # query i (at position 6 + i) sees keys 0 .. 6 + i
             assert (p[..., i, 7 + i :] == 0).all() and (s[..., i, 7 + i :] == -math.inf).all()
@@ -123,7 +135,8 @@ def test_rows_sum_to_one_and_hidden_keys_are_zero_and_minus_infinity():
 
 
 def rope_by_hand(x: np.ndarray, position: int, theta: float = 10000.0) -> np.ndarray:
-    """RoPE as Su et al. 2021 write it (eq. 34): channel pair (2i, 2i+1) as a complex number times e^(i t theta^(-2i/d))."""
+    """RoPE as Su et al. 2021 write it (eq. 34): channel pair (2i, 2i+1) as a complex number times e^(i t
+    theta^(-2i/d))."""
     d = x.shape[-1]
     z = x[0::2] + 1j * x[1::2]
     return z * np.exp(1j * position * theta ** (-np.arange(d // 2) * 2.0 / d))
@@ -133,7 +146,9 @@ def test_one_rope_head_recomputed_by_hand_from_its_queries_and_keys():
     model = sharp_model("rope", seed=5)
     ids = torch.randint(0, VOCAB, (1, 8), generator=torch.Generator().manual_seed(6))
     raw = []  # the layer's unrotated queries, keys and values: the prefill's 5 tokens, then the step's 3
-    model.blocks[1].attn.qkv.register_forward_hook(lambda m, a, out: raw.append(out.detach().double()[0].view(-1, 3, HEADS, 8).numpy()))
+    model.blocks[1].attn.qkv.register_forward_hook(
+        lambda m, a, out: raw.append(out.detach().double()[0].view(-1, 3, HEADS, 8).numpy())
+    )
     cache = KVCache(2)
     model(ids[:, :5], cache=cache)
     with record_attention(model) as maps:
@@ -222,7 +237,9 @@ def test_statistics_per_layer_and_head():
     stats = attention_statistics([uniform, layer1], logits)
     assert stats.entropy.shape == (2, 2, T)
     torch.testing.assert_close(stats.entropy[0, 1], torch.log(torch.arange(1.0, T + 1)))
-    torch.testing.assert_close(stats.mean_distance, torch.tensor([[1.0, 1.0], [0.0, 2.0]]))  # mean of i/2 over i < 5; 0; mean of i
+    torch.testing.assert_close(
+        stats.mean_distance, torch.tensor([[1.0, 1.0], [0.0, 2.0]])
+    )  # mean of i/2 over i < 5; 0; mean of i
     torch.testing.assert_close(stats.sink_mass[1], torch.tensor([0.2, 1.0]))
     assert stats.max_logit.tolist() == [[1.5, 1.5], [7.0, -4.0]]
     result = stats.to_dict()

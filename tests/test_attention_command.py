@@ -82,20 +82,49 @@ def test_text_is_read_as_training_reads_it(run, small_corpus, tmp_path, capsys):
     assert main(["attention", "--run", str(run), "--text", str(short), "--out", str(tmp_path / "a"), "--json"]) == 0
     assert result_of(capsys)["tokens"] == len(expected)  # shorter than --length: all of it, <|endoftext|> included
     assert json.loads((tmp_path / "a" / "statistics.json").read_text())["tokens"] == expected
-    assert main(["attention", "--run", str(run), "--text", str(small_corpus), "--length", "20", "--out", str(tmp_path / "b"), "--json"]) == 0
-    assert json.loads((tmp_path / "b" / "statistics.json").read_text())["tokens"] == encode_stream(tokenizer, [small_corpus.read_text()])[:20].tolist()
+    assert (
+        main(
+            [
+                "attention",
+                "--run",
+                str(run),
+                "--text",
+                str(small_corpus),
+                "--length",
+                "20",
+                "--out",
+                str(tmp_path / "b"),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    assert (
+        json.loads((tmp_path / "b" / "statistics.json").read_text())["tokens"]
+        == encode_stream(tokenizer, [small_corpus.read_text()])[:20].tolist()
+    )
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--length", "0"], "--length must be >= 1, got 0"),
-    (["--length", "33"], "--length 33: the learned table has 32 rows (positions 0..31), none for position 32 on; give --length 32 or less"),
-    (["--prompt", "a", "--text", "x.txt"], "--prompt and --text are both given; give one of them"),
-    (["--prompt", ""], "--prompt is empty; give some text"),
-    (["--prompt", "To be, or not to be", "--length", "3"], "more than --length 3; shorten it or give --length"),
-    (["--prompt", "To be, or not to be, that is the question: " * 4], "shorten it to 32 tokens (the learned table has 32 rows)"),
-    (["--text", "no-such-file.txt"], "no-such-file.txt: no such file or folder"),
-    (["--text", ""], "--text got an empty path ''"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--length", "0"], "--length must be >= 1, got 0"),
+        (
+            ["--length", "33"],
+            "--length 33: the learned table has 32 rows (positions 0..31), none for position 32 on; give --length 32 "
+            "or less",
+        ),
+        (["--prompt", "a", "--text", "x.txt"], "--prompt and --text are both given; give one of them"),
+        (["--prompt", ""], "--prompt is empty; give some text"),
+        (["--prompt", "To be, or not to be", "--length", "3"], "more than --length 3; shorten it or give --length"),
+        (
+            ["--prompt", "To be, or not to be, that is the question: " * 4],
+            "shorten it to 32 tokens (the learned table has 32 rows)",
+        ),
+        (["--text", "no-such-file.txt"], "no-such-file.txt: no such file or folder"),
+        (["--text", ""], "--text got an empty path ''"),
+    ],
+)
 def test_bad_input_is_one_line_and_writes_nothing(run, tmp_path, capsys, args, message):
     out = tmp_path / "out"
     assert main(["attention", "--run", str(run), "--out", str(out), *args]) == 1
@@ -110,7 +139,10 @@ def test_a_missing_run_or_one_stopped_before_its_weights(run, tmp_path, capsys):
     (run / "model.safetensors").unlink()
     (run / "checkpoint.safetensors").write_bytes(b"")
     assert main(["attention", "--run", str(run)]) == 1
-    assert "its training stopped before it wrote model.safetensors; finish it with `octlm train --resume" in capsys.readouterr().err
+    assert (
+        "its training stopped before it wrote model.safetensors; finish it with `octlm train --resume"
+        in capsys.readouterr().err
+    )
     assert not (run / "attention").exists()
 
 
@@ -148,8 +180,30 @@ def test_train_overwrite_takes_the_attention_folder_only_when_it_holds_octlm_out
     assert RunFolder(run).foreign_files() == []
     (run / "attention" / "NOTES.md").write_text("mine")
     assert RunFolder(run).foreign_files() == ["attention/NOTES.md"]
-    tiny = ["--vocab-size", "280", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "4",
-            "--eval-interval", "50", "--eval-blocks", "4", "--final-eval-blocks", "4", "--sample-tokens", "0", "--max-steps", "2"]
+    tiny = [
+        "--vocab-size",
+        "280",
+        "--context-length",
+        "16",
+        "--d-model",
+        "16",
+        "--n-heads",
+        "2",
+        "--n-layers",
+        "1",
+        "--batch-size",
+        "4",
+        "--eval-interval",
+        "50",
+        "--eval-blocks",
+        "4",
+        "--final-eval-blocks",
+        "4",
+        "--sample-tokens",
+        "0",
+        "--max-steps",
+        "2",
+    ]
     assert main(["train", "--text", str(small_corpus), "--out", str(run), "--overwrite", *tiny]) == 1
     assert "holds attention/NOTES.md besides" in capsys.readouterr().err and (run / "attention" / "NOTES.md").exists()
     (run / "attention" / "NOTES.md").unlink()
@@ -157,9 +211,9 @@ def test_train_overwrite_takes_the_attention_folder_only_when_it_holds_octlm_out
     assert not (run / "attention").exists()
 
 
-
 def test_a_length_past_the_memory_names_the_length_given_and_the_tokens_it_had(run, monkeypatch):
-    """--length beyond the text looks at all of the text; the refusal names both the value given and the tokens it had."""
+    """--length beyond the text looks at all of the text; the refusal names both the value given and the tokens it
+    had."""
     import torch
 
     import octlm.train.device
@@ -174,8 +228,10 @@ def test_a_length_past_the_memory_names_the_length_given_and_the_tokens_it_had(r
         check_map_memory(model, tokens, torch.device("cpu"), asked=100_000)
     need = 8 * layers * heads * tokens**2 / 2**30  # probabilities and logits, float32
     longest = int((2**19 / (8 * layers * heads)) ** 0.5)
-    assert str(caught.value) == (f"--length 100000: the attention maps of {tokens} tokens, {layers} layers x {heads} heads, need about "
-                                 f"{need:,.1f} GiB, more than half this machine's 0 GiB of memory; give --length {longest} or less")
+    assert str(caught.value) == (
+        f"--length 100000: the attention maps of {tokens} tokens, {layers} layers x {heads} heads, need about "
+        f"{need:,.1f} GiB, more than half this machine's 0 GiB of memory; give --length {longest} or less"
+    )
 
 
 def test_a_prompt_of_spaces_is_text_and_a_study_folder_points_at_its_runs(run, tmp_path, capsys):
@@ -188,4 +244,7 @@ def test_a_prompt_of_spaces_is_text_and_a_study_folder_points_at_its_runs(run, t
     capsys.readouterr()
     assert main(["attention", "--run", str(study)]) == 1
     err = capsys.readouterr().err
-    assert f"{study}: is a study, not a run; give one of its runs, e.g. {study / 'runs' / 'rope'}" in err and err.count("\n") == 1
+    assert (
+        f"{study}: is a study, not a run; give one of its runs, e.g. {study / 'runs' / 'rope'}" in err
+        and err.count("\n") == 1
+    )

@@ -1,4 +1,5 @@
-"""Attention scaled with length (--attention-scale log) and document masking (--document-mask), against their definitions.
+"""Attention scaled with length (--attention-scale log) and document masking (--document-mask), against their
+definitions.
 
 The log scale is checked against ``max(1, ln n / ln T)`` written here from
 Qwen's LogN-Scaling (1-based ``n``), on the logits attention takes the softmax
@@ -28,7 +29,16 @@ T = 8
 
 def model(position="rope", context_length=T, **fields) -> Decoder:
     torch.manual_seed(0)
-    config = DecoderConfig(vocab_size=40, context_length=context_length, d_model=32, n_heads=4, n_layers=2, position=position, eot_id=EOT, **fields)
+    config = DecoderConfig(
+        vocab_size=40,
+        context_length=context_length,
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        position=position,
+        eot_id=EOT,
+        **fields,
+    )
     return Decoder(config).eval()
 
 
@@ -60,7 +70,8 @@ def test_log_scale_changes_nothing_within_the_training_length(position):
 
 @pytest.mark.parametrize("position", ["none", "rope"])
 def test_log_scale_multiplies_the_query_key_logits_past_t(position):
-    """Layer 0 sees the same inputs either way, so its logits differ by the factor alone: row i (0-based) by ln(i + 1) / ln T."""
+    """Layer 0 sees the same inputs either way, so its logits differ by the factor alone: row i (0-based) by ln(i + 1) /
+    ln T."""
     ids = torch.randint(0, 40, (1, 5 * T), generator=torch.Generator().manual_seed(2))
     logits = {}
     for scale in ("none", "log"):
@@ -76,7 +87,9 @@ def test_log_scale_multiplies_the_query_key_logits_past_t(position):
 def cached_gap(m: Decoder, ids: torch.Tensor) -> float:
     full = m(ids)
     cache = KVCache(len(m.blocks))
-    return max(float((m.next_token_logits(ids[:, : n + 1], cache) - full[:, n]).abs().max()) for n in range(ids.shape[1]))
+    return max(
+        float((m.next_token_logits(ids[:, : n + 1], cache) - full[:, n]).abs().max()) for n in range(ids.shape[1])
+    )
 
 
 def packed(length: int, seed: int = 3) -> torch.Tensor:
@@ -86,8 +99,11 @@ def packed(length: int, seed: int = 3) -> torch.Tensor:
     return ids
 
 
-@pytest.mark.parametrize("recipe", [{"attention_scale": "log"}, {"document_mask": True}, {"attention_scale": "log", "document_mask": True}],
-                         ids=["log", "document", "both"])
+@pytest.mark.parametrize(
+    "recipe",
+    [{"attention_scale": "log"}, {"document_mask": True}, {"attention_scale": "log", "document_mask": True}],
+    ids=["log", "document", "both"],
+)
 def test_cached_decoding_is_exact_past_t(recipe):
     for position in taking(recipe):
         m = model(position, context_length=T if position != "learned" else 64, **recipe)
@@ -96,7 +112,8 @@ def test_cached_decoding_is_exact_past_t(recipe):
 
 @pytest.mark.parametrize("position", taking({"document_mask": True}))
 def test_a_document_in_a_packed_block_gets_the_logits_it_gets_alone(position):
-    """The marker opens the document after it: from the marker on, the packed row computes what the document alone does."""
+    """The marker opens the document after it: from the marker on, the packed row computes what the document alone
+    does."""
     m = model(position, context_length=64, document_mask=True)
     ids = packed(40)
     full = m(ids)
@@ -141,7 +158,10 @@ def test_bad_recipe_values_are_refused():
 
 
 def test_train_refuses_a_document_mask_its_scheme_cannot_take(capsys, tmp_path):
-    assert main(["train", "--position", "fire", "--document-mask", "--max-steps", "1", "--out", str(tmp_path / "run")]) == 1
+    assert (
+        main(["train", "--position", "fire", "--document-mask", "--max-steps", "1", "--out", str(tmp_path / "run")])
+        == 1
+    )
     err = capsys.readouterr().err
     assert "document_mask needs a scheme" in err and "fire" in err and "Traceback" not in err
 
@@ -150,24 +170,85 @@ def test_length_study_scores_logn_variants_and_trains_under_the_document_mask(sm
     import json
 
     out = tmp_path / "study"
-    tiny = ["--vocab-size", "280", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "4", "--max-steps", "3",
-            "--train-length", str(T), "--multipliers", "1", "2", "--extend-to", "0", "--rope-scalings"]
-    assert main(["length", "--text", str(small_corpus), "--out", str(out), "--schemes", "rope", "alibi", "--attention-scales", "log",
-                 "--document-mask", "--quiet", *tiny]) == 0
+    tiny = [
+        "--vocab-size",
+        "280",
+        "--d-model",
+        "16",
+        "--n-heads",
+        "2",
+        "--n-layers",
+        "1",
+        "--batch-size",
+        "4",
+        "--max-steps",
+        "3",
+        "--train-length",
+        str(T),
+        "--multipliers",
+        "1",
+        "2",
+        "--extend-to",
+        "0",
+        "--rope-scalings",
+    ]
+    assert (
+        main(
+            [
+                "length",
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(out),
+                "--schemes",
+                "rope",
+                "alibi",
+                "--attention-scales",
+                "log",
+                "--document-mask",
+                "--quiet",
+                *tiny,
+            ]
+        )
+        == 0
+    )
     records = [json.loads(line) for line in (out / "length.jsonl").read_text().splitlines()]
     evals = {(r["label"], r["eval_length"]): r for r in records if r["record"] == "eval"}
     assert sorted({label for label, _ in evals}) == ["alibi", "alibi+logn", "rope", "rope+logn"]
     # within T the scale is 1: the same numbers; the models were trained under the document mask
-    assert evals[("rope+logn", T)]["bpb"] == evals[("rope", T)]["bpb"] and evals[("rope+logn", 2 * T)]["bpb"] != evals[("rope", 2 * T)]["bpb"]
+    assert (
+        evals[("rope+logn", T)]["bpb"] == evals[("rope", T)]["bpb"]
+        and evals[("rope+logn", 2 * T)]["bpb"] != evals[("rope", 2 * T)]["bpb"]
+    )
     config = json.loads((out / "runs" / "rope" / "config.json").read_text())["model"]
     assert config["document_mask"] is True and config["eot_id"] == 0
     # a scheme that cannot restart its positions is refused by name, before anything is trained
-    assert main(["length", "--text", str(small_corpus), "--out", str(tmp_path / "fire"), "--schemes", "fire", "--document-mask", *tiny]) == 1
+    assert (
+        main(
+            [
+                "length",
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(tmp_path / "fire"),
+                "--schemes",
+                "fire",
+                "--document-mask",
+                *tiny,
+            ]
+        )
+        == 1
+    )
     assert "document_mask needs a scheme" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("recipe,match", [({"attention_scale": "log"}, "attention_scale='log': transformers"),
-                                          ({"document_mask": True}, "document_mask: transformers")])
+@pytest.mark.parametrize(
+    "recipe,match",
+    [
+        ({"attention_scale": "log"}, "attention_scale='log': transformers"),
+        ({"document_mask": True}, "document_mask: transformers"),
+    ],
+)
 def test_export_hf_refuses_the_recipes_by_name(tmp_path, recipe, match):
     from octlm.export.hf import InteropError, mapper_for
 

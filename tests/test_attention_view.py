@@ -22,12 +22,22 @@ from octlm import Decoder, DecoderConfig
 from octlm.inspect import attention_view
 from octlm.inspect.attention import record
 from octlm.inspect.attention_statistics import attention_statistics
-from octlm.inspect.attention_view import MAP_SIDE, MIN_SIDE, attention_views, block_size, map_side, pool_attention, quantise_map, run_attention
+from octlm.inspect.attention_view import (
+    MAP_SIDE,
+    MIN_SIDE,
+    attention_views,
+    block_size,
+    map_side,
+    pool_attention,
+    quantise_map,
+    run_attention,
+)
 from octlm.model.positions import SCHEMES
 
 
 def pooled_by_loop(p: np.ndarray, k: int) -> np.ndarray:
-    """Cell (r, c): the keys of block c summed, the queries of block r averaged; blocks of k positions, the last cut at T."""
+    """Cell (r, c): the keys of block c summed, the queries of block r averaged; blocks of k positions, the last cut at
+    T."""
     T = p.shape[-1]
     n = math.ceil(T / k)
     out = np.zeros(p.shape[:-2] + (n, n))
@@ -71,7 +81,9 @@ def test_quantised_cells_are_the_lower_triangle_on_the_square_root_scale(n, seed
     p = causal_softmax(torch.randn(2, 3, n, n, generator=torch.Generator().manual_seed(seed)) * 4)
     raw = np.frombuffer(quantise_map(p), dtype=np.uint8)
     assert raw.size == 2 * 3 * n * (n + 1) // 2
-    expected = [p[l, h, r, c].item() for l in range(2) for h in range(3) for r in range(n) for c in range(r + 1)]
+    expected = [
+        p[layer, h, r, c].item() for layer in range(2) for h in range(3) for r in range(n) for c in range(r + 1)
+    ]
     # round(255 sqrt(p)) is within half a step of 255 sqrt(p): p comes back within sqrt(p) / 255 + (1 / 510)^2.
     assert np.all(np.abs(raw / 255 - np.sqrt(expected)) <= 0.5 / 255 + 1e-7)
 
@@ -88,7 +100,9 @@ def unpacked(view: dict, layers: int, heads: int) -> np.ndarray:
 
 def small_model(position: str, seed: int = 0) -> Decoder:
     torch.manual_seed(seed)
-    model = Decoder(DecoderConfig(vocab_size=50, context_length=16, d_model=16, n_heads=2, n_layers=2, position=position))
+    model = Decoder(
+        DecoderConfig(vocab_size=50, context_length=16, d_model=16, n_heads=2, n_layers=2, position=position)
+    )
     with torch.no_grad():  # wider than octlm's init, so attention is far from uniform and a wrong slice shows
         for name, parameter in model.named_parameters():
             if ".ln_" not in name and not name.startswith("ln_"):
@@ -107,13 +121,28 @@ def check_against_separate_passes(model: Decoder, ids: list[int], lengths: list[
         assert np.all(np.abs(np.sqrt(got) - np.sqrt(expected)) <= 0.5 / 255 + 1e-5), (model.config.position, length)
         shown = views[length]["statistics"]
         for name in ("mean_entropy", "mean_distance", "sink_mass", "max_logit"):
-            np.testing.assert_allclose(shown[name], getattr(stats, name).numpy(), atol=2e-4, err_msg=f"{name} at {length}")
+            np.testing.assert_allclose(
+                shown[name], getattr(stats, name).numpy(), atol=2e-4, err_msg=f"{name} at {length}"
+            )
         per_query = stats.entropy.numpy()
         k = views[length]["block"]
-        np.testing.assert_allclose(shown["entropy"], [[[per_query[l, h, i * k:(i + 1) * k].mean() for i in range(views[length]["side"])]
-                                                      for h in range(2)] for l in range(2)], atol=2e-4)
+        np.testing.assert_allclose(
+            shown["entropy"],
+            [
+                [
+                    [per_query[layer, h, i * k : (i + 1) * k].mean() for i in range(views[length]["side"])]
+                    for h in range(2)
+                ]
+                for layer in range(2)
+            ],
+            atol=2e-4,
+        )
         uniform = np.log(np.arange(1, length + 1))
-        np.testing.assert_allclose(shown["uniform_entropy"], [uniform[i * k:(i + 1) * k].mean() for i in range(views[length]["side"])], atol=2e-4)
+        np.testing.assert_allclose(
+            shown["uniform_entropy"],
+            [uniform[i * k : (i + 1) * k].mean() for i in range(views[length]["side"])],
+            atol=2e-4,
+        )
 
 
 @pytest.mark.parametrize("position", list(SCHEMES))

@@ -37,7 +37,8 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | a symbolic link loop or dangling link         | test_a_symlink_loop_is_named_as_one                       |
 | an earlier run inside a --text folder         | test_run_folder_inside_a_text_folder_is_skipped           |
 | --out below a file, not UTF-8, unwritable     | test_out_paths_that_cannot_become_a_folder                |
-| --out in a folder no command can write in     | test_out_in_a_folder_that_cannot_be_written_is_refused_before_the_work |
+| --out in a folder no command can write in     | test_out_in_a_folder_that_cannot_be_written_is_refused_before_the_work
+|
 | --out . (the current folder) in every command | test_out_that_is_the_current_folder_is_refused            |
 | --overwrite of a folder holding a person's files | test_overwrite_replaces_only_what_the_command_wrote    |
 | a length study's --out holding its --text     | test_a_length_study_never_replaces_its_own_text           |
@@ -77,33 +78,83 @@ import torch
 
 from octlm import Decoder, DecoderConfig, fileio
 from octlm.cli import main
-from octlm.data.tokens import open_tokens
 from octlm.data.tokenizer import Tokenizer
+from octlm.data.tokens import open_tokens
 
-TINY = ["--vocab-size", "280", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",
-        "--batch-size", "4", "--eval-interval", "50", "--eval-blocks", "4", "--final-eval-blocks", "4", "--sample-tokens", "0",
-        "--max-steps", "3"]
+TINY = [
+    "--vocab-size",
+    "280",
+    "--context-length",
+    "16",
+    "--d-model",
+    "16",
+    "--n-heads",
+    "2",
+    "--n-layers",
+    "1",
+    "--batch-size",
+    "4",
+    "--eval-interval",
+    "50",
+    "--eval-blocks",
+    "4",
+    "--final-eval-blocks",
+    "4",
+    "--sample-tokens",
+    "0",
+    "--max-steps",
+    "3",
+]
 
 #: Cases tested next to the code they guard: (module, test function).
 ELSEWHERE = {
-    "NaN loss keeps the last good checkpoint": ("test_resume", "test_nan_loss_stops_and_keeps_the_last_good_checkpoint"),
+    "NaN loss keeps the last good checkpoint": (
+        "test_resume",
+        "test_nan_loss_stops_and_keeps_the_last_good_checkpoint",
+    ),
     "a huge learning rate": ("test_resume", "test_huge_learning_rate_is_caught_by_the_cli"),
     "unknown or mistyped TOML key": ("test_cli", "test_bad_toml_config"),
     "resume with a different model shape, seed, data, batch": ("test_resume", "test_contradictory_options_on_resume"),
     "pieces of a long text encode like the whole": ("test_tokenizer", "test_pieces_encode_exactly_like_the_whole_text"),
     "short training text for the sampler": ("test_data", "test_short_training_text_is_refused"),
-    "--rope-layout and the like for a scheme that does not read them": ("test_commands", "test_train_refuses_an_option_its_scheme_does_not_read"),
-    "the same in a length study none of whose schemes reads it": ("test_commands", "test_length_refuses_a_scheme_option_no_chosen_scheme_reads"),
-    "embeddings --out holding other files or a run": ("test_commands", "test_embeddings_out_never_replaces_other_files_or_a_run"),
-    "attention --out holding other files or a run": ("test_attention_command", "test_out_never_replaces_files_it_did_not_write"),
-    "attention: missing run, --length, prompt, text": ("test_attention_command", "test_bad_input_is_one_line_and_writes_nothing"),
-    "staging folders left by a kill -9": ("test_commands", "test_staging_left_by_a_killed_process_is_removed_and_reported"),
-    "--resume or --run on a transformers checkpoint": ("test_commands", "test_resume_of_a_transformers_checkpoint_points_at_import_hf"),
+    "--rope-layout and the like for a scheme that does not read them": (
+        "test_commands",
+        "test_train_refuses_an_option_its_scheme_does_not_read",
+    ),
+    "the same in a length study none of whose schemes reads it": (
+        "test_commands",
+        "test_length_refuses_a_scheme_option_no_chosen_scheme_reads",
+    ),
+    "embeddings --out holding other files or a run": (
+        "test_commands",
+        "test_embeddings_out_never_replaces_other_files_or_a_run",
+    ),
+    "attention --out holding other files or a run": (
+        "test_attention_command",
+        "test_out_never_replaces_files_it_did_not_write",
+    ),
+    "attention: missing run, --length, prompt, text": (
+        "test_attention_command",
+        "test_bad_input_is_one_line_and_writes_nothing",
+    ),
+    "staging folders left by a kill -9": (
+        "test_commands",
+        "test_staging_left_by_a_killed_process_is_removed_and_reported",
+    ),
+    "--resume or --run on a transformers checkpoint": (
+        "test_commands",
+        "test_resume_of_a_transformers_checkpoint_points_at_import_hf",
+    ),
     "import-hf of an octlm run": ("test_commands", "test_import_hf_of_an_octlm_run_names_it"),
     "serve/export-web --study of a non-study": ("test_study_view", "test_a_folder_that_is_not_a_study_is_one_line"),
-    "serve/export-web with --run and --study, or neither": ("test_study_view", "test_run_and_study_are_one_or_the_other"),
-    "a huge binary file in a --text folder, recognised without reading it whole":
-        ("test_data", "test_a_huge_binary_file_is_recognised_from_its_head_not_read_whole"),
+    "serve/export-web with --run and --study, or neither": (
+        "test_study_view",
+        "test_run_and_study_are_one_or_the_other",
+    ),
+    "a huge binary file in a --text folder, recognised without reading it whole": (
+        "test_data",
+        "test_a_huge_binary_file_is_recognised_from_its_head_not_read_whole",
+    ),
 }
 
 
@@ -138,7 +189,11 @@ def test_text_shorter_than_one_block(tmp_path, capsys):
     short = tmp_path / "short.txt"
     short.write_text("To be, or not to be, that is the question.\n" * 3)
     err = train_fails(capsys, ["--text", str(short)], tmp_path / "r")
-    assert "fewer than one block of context_length + 1 = 17" in err and "--context-length" in err and "--val-fraction" in err
+    assert (
+        "fewer than one block of context_length + 1 = 17" in err
+        and "--context-length" in err
+        and "--val-fraction" in err
+    )
 
 
 def test_binary_file(tmp_path, capsys):
@@ -149,8 +204,11 @@ def test_binary_file(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("file", ["tokenizer.json", "train.bin"])
-def test_a_full_disk_during_preparation_names_the_folder_and_the_room(small_corpus, tmp_path, capsys, monkeypatch, file):
-    """The disk fills at the first file (it was full already) or at the token file; a full disk shows at fsync on many file systems."""
+def test_a_full_disk_during_preparation_names_the_folder_and_the_room(
+    small_corpus, tmp_path, capsys, monkeypatch, file
+):
+    """The disk fills at the first file (it was full already) or at the token file; a full disk shows at fsync on many
+    file systems."""
     real_fsync = os.fsync
 
     def full_disk(fd):
@@ -160,13 +218,19 @@ def test_a_full_disk_during_preparation_names_the_folder_and_the_room(small_corp
 
     monkeypatch.setattr(fileio.os, "fsync", full_disk)
     err = train_fails(capsys, ["--text", str(small_corpus)], tmp_path / "r")
-    assert err.startswith(f"octlm: error: {tmp_path}: No space left on device while writing the prepared corpus (train.bin ")
-    assert re.search(r"needs at least [0-9.,]+ [kM]B there before training", err) and "--out a folder on another disk" in err
+    assert err.startswith(
+        f"octlm: error: {tmp_path}: No space left on device while writing the prepared corpus (train.bin "
+    )
+    assert (
+        re.search(r"needs at least [0-9.,]+ [kM]B there before training", err)
+        and "--out a folder on another disk" in err
+    )
     assert len(err.strip().splitlines()) == 1
 
 
 def test_a_failed_atomic_write_names_its_file_and_leaves_nothing(tmp_path, monkeypatch):
-    """Any other write that meets a full disk is named by the one-line error (``octlm: error: PATH: No space left on device``)."""
+    """Any other write that meets a full disk is named by the one-line error (``octlm: error: PATH: No space left on
+    device``)."""
 
     def full_disk(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -187,7 +251,10 @@ def test_not_utf8_names_file_offset_and_encoding_flag(small_corpus, tmp_path, ca
     assert f"{latin}: not valid utf-8 at byte offset {len(text.encode()) + 3} (byte 0xe9)" in err
     assert "--encoding cp1252" in err
     # the fix the message offers works
-    assert main(["train", "--text", str(latin), "--encoding", "cp1252", "--out", str(tmp_path / "ok"), "--quiet", *TINY]) == 0
+    assert (
+        main(["train", "--text", str(latin), "--encoding", "cp1252", "--out", str(tmp_path / "ok"), "--quiet", *TINY])
+        == 0
+    )
 
 
 def test_windows_line_endings_and_bom_are_accepted(small_corpus, tmp_path, capsys):
@@ -274,7 +341,10 @@ def test_unknown_option(capsys):
 @pytest.mark.parametrize(
     "args,match",
     [
-        (["--d-model", "30", "--n-heads", "4"], "--d-model=30 is not divisible by n_heads=4; pick n_heads among the divisors"),
+        (
+            ["--d-model", "30", "--n-heads", "4"],
+            "--d-model=30 is not divisible by n_heads=4; pick n_heads among the divisors",
+        ),
         (["--activation", "relu"], "invalid choice: 'relu'"),
         (["--position", "rope", "--d-model", "12", "--n-heads", "4"], "head_dim=3"),
     ],
@@ -346,7 +416,10 @@ def test_utf16_needs_and_accepts_its_encoding(shakespeare, tmp_path, capsys):
     wide.write_text(shakespeare.read_text(encoding="utf-8")[:30_000], encoding="utf-16")
     err = train_fails(capsys, ["--text", str(wide)], tmp_path / "r")
     assert "binary" in err and "--encoding utf-16" in err
-    assert main(["train", "--text", str(wide), "--encoding", "utf-16", "--out", str(tmp_path / "ok"), *TINY, "--quiet"]) == 0
+    assert (
+        main(["train", "--text", str(wide), "--encoding", "utf-16", "--out", str(tmp_path / "ok"), *TINY, "--quiet"])
+        == 0
+    )
 
 
 def test_fifo_in_a_folder_is_skipped(shakespeare, tmp_path, capsys):
@@ -379,7 +452,9 @@ def test_a_second_process_cannot_train_the_same_run(tmp_path):
 
 
 def test_batch_larger_than_memory_is_refused(small_corpus, tmp_path, capsys):
-    code = main(["train", "--text", str(small_corpus), "--out", str(tmp_path / "r"), *TINY, "--batch-size", "100000000"])
+    code = main(
+        ["train", "--text", str(small_corpus), "--out", str(tmp_path / "r"), *TINY, "--batch-size", "100000000"]
+    )
     err = capsys.readouterr().err
     assert code == 1 and "GiB of activations per step" in err and "lower --batch-size, or --vocab-size" in err
 
@@ -435,7 +510,9 @@ def test_a_symlink_loop_is_named_as_one(tmp_path, capsys):
     (tmp_path / "ring2").symlink_to("ring")
     dangling.symlink_to("nowhere.txt")
     err = train_fails(capsys, ["--text", str(loop)], tmp_path / "r")
-    assert f"{loop}: a symbolic link loop ({loop} -> loop leads back to itself" in err and f"ln -sfn TARGET {loop}" in err
+    assert (
+        f"{loop}: a symbolic link loop ({loop} -> loop leads back to itself" in err and f"ln -sfn TARGET {loop}" in err
+    )
     assert "no such file" not in err
     err = train_fails(capsys, ["--text", str(ring)], tmp_path / "r")
     assert f"{ring}: a symbolic link loop ({ring} -> ring2" in err
@@ -483,7 +560,24 @@ def test_out_paths_that_cannot_become_a_folder(small_corpus, tmp_path, capsys):
 
 def _resumable_run(small_corpus, tmp_path, capsys):
     run = tmp_path / "r"
-    assert main(["train", "--text", str(small_corpus), "--out", str(run), *TINY, "--max-steps", "2", "--save-every", "1", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(run),
+                *TINY,
+                "--max-steps",
+                "2",
+                "--save-every",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     return run
 
@@ -492,11 +586,11 @@ def _resumable_run(small_corpus, tmp_path, capsys):
     "damage,match",
     [
         ({"batch_size": None}, "key 'batch_size' must be int, got null"),
-        ({"learning_rate": "fast"}, 'key \'learning_rate\' must be float, got "fast"'),
-        ({"max_steps": "x"}, 'key \'max_steps\' must be int, got "x"'),
+        ({"learning_rate": "fast"}, "key 'learning_rate' must be float, got \"fast\""),
+        ({"max_steps": "x"}, "key 'max_steps' must be int, got \"x\""),
         ({"position": "bogus"}, "key 'position' must be one of"),
         ({"batch_size": -4}, "--batch-size must be >= 1, got -4 (from the flags given now or the run's"),
-        ("not options", "its \"train\" section must be an object of options, got str"),
+        ("not options", 'its "train" section must be an object of options, got str'),
     ],
 )
 def test_resume_with_a_damaged_config_names_the_file(small_corpus, tmp_path, capsys, damage, match):
@@ -551,7 +645,10 @@ def test_damaged_token_file_is_named_by_every_reader(trained_run, tmp_path, caps
     shutil.copytree(trained_run, run)
     data = (run / "train.bin").read_bytes()
     (run / "train.bin").write_bytes({"odd": data[:-1], "short": data[: len(data) // 2], "empty": b""}[damage])
-    for command in (["embeddings", "--run", str(run), "--out", str(tmp_path / "fig")], ["export-web", "--run", str(run), "--out", str(tmp_path / "web")]):
+    for command in (
+        ["embeddings", "--run", str(run), "--out", str(tmp_path / "fig")],
+        ["export-web", "--run", str(run), "--out", str(tmp_path / "web")],
+    ):
         assert main(command) == 1, command
         err = capsys.readouterr().err
         assert err.startswith(f"octlm: error: {run / 'train.bin'}: ") and "Traceback" not in err
@@ -584,7 +681,22 @@ def test_an_encoding_that_reads_utf8_text_the_same_is_fine(shakespeare, tmp_path
 
     ascii_text = tmp_path / "ascii.txt"
     ascii_text.write_text(shakespeare.read_text(encoding="utf-8")[:20_000], encoding="ascii")
-    assert main(["train", "--text", str(ascii_text), "--encoding", "latin-1", "--out", str(tmp_path / "ok"), *TINY, "--json"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--text",
+                str(ascii_text),
+                "--encoding",
+                "latin-1",
+                "--out",
+                str(tmp_path / "ok"),
+                *TINY,
+                "--json",
+            ]
+        )
+        == 0
+    )
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     corpus = next(e for e in events if e["event"] == "corpus")
     assert corpus["first_line"] == "First Citizen:"
@@ -616,7 +728,9 @@ def test_no_run_folder_is_named_when_bad_input_leaves_none(tmp_path, capsys):
 
 @pytest.mark.parametrize("command", ["train", "embeddings", "attention", "export-web", "export-hf", "length"])
 @pytest.mark.parametrize("out", [".", "HERE", ".."])
-def test_out_that_is_the_current_folder_is_refused(trained_run, small_corpus, tmp_path, monkeypatch, capsys, command, out):
+def test_out_that_is_the_current_folder_is_refused(
+    trained_run, small_corpus, tmp_path, monkeypatch, capsys, command, out
+):
     # Each command builds its output beside the target and renames it in: `--out .` ended in a traceback
     # and left a staging folder inside the current folder (a new user's trial).
     here = tmp_path / "parent" / "here"
@@ -638,7 +752,8 @@ def test_out_that_is_the_current_folder_is_refused(trained_run, small_corpus, tm
 
 
 def test_overwrite_replaces_only_what_the_command_wrote(trained_run, small_corpus, tmp_path, capsys):
-    # A second new-user trial: --overwrite deleted notes put in a run folder, a run nested in it, and the --text it read.
+    # A second new-user trial: --overwrite deleted notes put in a run folder, a run nested in it, and the --text it
+    # read.
     import shutil
 
     run = tmp_path / "run"
@@ -648,7 +763,9 @@ def test_overwrite_replaces_only_what_the_command_wrote(trained_run, small_corpu
     err = capsys.readouterr().err
     assert "holds NOTES.md besides what this command writes" in err and "move them out" in err
     (run / "NOTES.md").unlink()
-    notes = run / "embeddings"  # octlm's own output inside a run may go with it; a person's text given as --text may not
+    notes = (
+        run / "embeddings"
+    )  # octlm's own output inside a run may go with it; a person's text given as --text may not
     notes.mkdir()
     (notes / "text.txt").write_text(small_corpus.read_text())
     assert main(["train", "--text", str(notes / "text.txt"), "--out", str(run), "--overwrite", *TINY]) == 1
@@ -664,7 +781,10 @@ def test_a_length_study_never_replaces_its_own_text(small_corpus, tmp_path, caps
     study = tmp_path / "study"
     (study / "runs").mkdir(parents=True)
     (study / "length.md").write_text(small_corpus.read_text())  # a study folder, and the text the next study reads
-    assert main(["length", "--text", str(study / "length.md"), "--out", str(study), "--overwrite", "--max-steps", "2"]) == 1
+    assert (
+        main(["length", "--text", str(study / "length.md"), "--out", str(study), "--overwrite", "--max-steps", "2"])
+        == 1
+    )
     assert "holds --text" in capsys.readouterr().err and (study / "length.md").exists()
 
 
@@ -686,13 +806,27 @@ def _out_argv(command: str, out: Path, trained_run: Path, small_corpus: Path, tm
     }[command]
 
 
-OUT_COMMANDS = ["train", "length --text", "length --task", "embeddings", "attention", "export-web --run", "export-web --study",
-                "export-hf", "import-hf", "compare"]
+OUT_COMMANDS = [
+    "train",
+    "length --text",
+    "length --task",
+    "embeddings",
+    "attention",
+    "export-web --run",
+    "export-web --study",
+    "export-hf",
+    "import-hf",
+    "compare",
+]
 
 
 @pytest.mark.parametrize("command", OUT_COMMANDS)
-@pytest.mark.parametrize("kind", ["link to a folder", "dangling link", "mount point", "bind mount", "read-only mount point"])
-def test_out_that_is_a_link_or_a_mount_point_is_refused(trained_run, small_corpus, tmp_path, monkeypatch, capsys, kind, command):
+@pytest.mark.parametrize(
+    "kind", ["link to a folder", "dangling link", "mount point", "bind mount", "read-only mount point"]
+)
+def test_out_that_is_a_link_or_a_mount_point_is_refused(
+    trained_run, small_corpus, tmp_path, monkeypatch, capsys, kind, command
+):
     # Built beside --out and renamed over it, the output replaced a link with a folder, and a mount point failed
     # with "Device or resource busy" after all the work, leaving it in a staging folder (two new-user trials): in
     # attention, export-web, length and the rest, and for a bind mount (Docker's -v) that os.path.ismount misses.
@@ -710,8 +844,11 @@ def test_out_that_is_a_link_or_a_mount_point_is_refused(trained_run, small_corpu
     elif kind == "bind mount":  # a folder of the same file system mounted here: only the mount table says so
         out.mkdir()
         table = tmp_path / "mountinfo"
-        table.write_bytes(b"22 1 254:0 / / rw - ext4 /dev/vda rw\n42 22 254:0 /src " +
-                          os.fsencode(os.path.realpath(out)).replace(b" ", b"\\040") + b" rw - ext4 /dev/vda rw\n")
+        table.write_bytes(
+            b"22 1 254:0 / / rw - ext4 /dev/vda rw\n42 22 254:0 /src "
+            + os.fsencode(os.path.realpath(out)).replace(b" ", b"\\040")
+            + b" rw - ext4 /dev/vda rw\n"
+        )
         monkeypatch.setattr(octlm.run.outputs, "MOUNTINFO", table)
         before.add(table)
     else:
@@ -719,9 +856,12 @@ def test_out_that_is_a_link_or_a_mount_point_is_refused(trained_run, small_corpu
         out.symlink_to(tmp_path / ("real" if kind == "link to a folder" else "nowhere"))
     assert main(argv) == 1
     err = capsys.readouterr().err
-    what = {"read-only mount point": "is a mount point, which octlm cannot replace; give a new folder where you can write (it is read-only)",
-            "link to a folder": "is a symbolic link", "dangling link": "is a symbolic link"}.get(
-        kind, f"is a mount point, which octlm cannot replace; give a new folder inside it, e.g. {out / 'out'}")
+    what = {
+        "read-only mount point": "is a mount point, which octlm cannot replace; give a new folder where you can write "
+        "(it is read-only)",
+        "link to a folder": "is a symbolic link",
+        "dangling link": "is a symbolic link",
+    }.get(kind, f"is a mount point, which octlm cannot replace; give a new folder inside it, e.g. {out / 'out'}")
     assert err.startswith(f"octlm: error: {flag} {out}: {what}") and err.count("\n") == 1, err
     assert set(tmp_path.iterdir()) == before | {out} | ({tmp_path / "real"} if "link" in kind else set())
     assert out.is_symlink() or not any(out.iterdir())
@@ -729,8 +869,9 @@ def test_out_that_is_a_link_or_a_mount_point_is_refused(trained_run, small_corpu
 
 
 @pytest.mark.parametrize("command", ["attention", "length --task", "import-hf", "compare"])
-def test_out_in_a_folder_that_cannot_be_written_is_refused_before_the_work(trained_run, small_corpus, tmp_path, monkeypatch, capsys,
-                                                                           command):
+def test_out_in_a_folder_that_cannot_be_written_is_refused_before_the_work(
+    trained_run, small_corpus, tmp_path, monkeypatch, capsys, command
+):
     # A read-only mount (or someone else's folder) above --out refused the staging folder only once the work was done.
     locked = tmp_path / "locked"
     locked.mkdir()
@@ -739,7 +880,10 @@ def test_out_in_a_folder_that_cannot_be_written_is_refused_before_the_work(train
     monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != locked and real_access(p, mode, **kw))
     assert main(argv) == 1
     err = capsys.readouterr().err
-    assert err == f"octlm: error: {flag} {locked / 'a' / 'out'}: cannot write in {locked} (Permission denied); choose a folder you can write to\n"
+    assert (
+        err == f"octlm: error: {flag} {locked / 'a' / 'out'}: cannot write in {locked} (Permission denied); choose a "
+        "folder you can write to\n"
+    )
     assert not any(locked.iterdir())
 
 
@@ -749,7 +893,9 @@ def test_a_failed_rename_into_out_leaves_nothing_and_says_what_to_do(trained_run
     out = tmp_path / "page"
     real_replace = os.replace
 
-    def busy(src, dst, everything=False):  # the staging folder's rename into place fails (or, with everything, any into --out)
+    def busy(
+        src, dst, everything=False
+    ):  # the staging folder's rename into place fails (or, with everything, any into --out)
         if Path(dst) == out and (everything or ".partial-" in Path(src).name):
             raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(dst))
         real_replace(src, dst)
@@ -757,7 +903,9 @@ def test_a_failed_rename_into_out_leaves_nothing_and_says_what_to_do(trained_run
     monkeypatch.setattr(os, "replace", busy)
     assert main(["export-web", "--run", str(trained_run), "--out", str(out)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"octlm: error: --out {out}: cannot move the finished output into place ({os.strerror(errno.EBUSY)})")
+    assert err.startswith(
+        f"octlm: error: --out {out}: cannot move the finished output into place ({os.strerror(errno.EBUSY)})"
+    )
     assert "a mount point or a read-only folder" in err and f"e.g. {out / 'out'}" in err and err.count("\n") == 1, err
     assert list(tmp_path.iterdir()) == []
     # over an earlier export: that one is put back as it was
@@ -773,7 +921,9 @@ def test_a_failed_rename_into_out_leaves_nothing_and_says_what_to_do(trained_run
     monkeypatch.setattr(os, "replace", lambda src, dst: busy(src, dst, everything=True))
     assert main(["export-web", "--run", str(trained_run), "--out", str(out), "--overwrite"]) == 1
     assert f"the earlier page is in {tmp_path / '.page.old'}" in capsys.readouterr().err
-    assert [p.name for p in tmp_path.iterdir()] == [".page.old"] and {p.name: p.read_bytes() for p in (tmp_path / ".page.old").iterdir()} == page
+    assert [p.name for p in tmp_path.iterdir()] == [".page.old"] and {
+        p.name: p.read_bytes() for p in (tmp_path / ".page.old").iterdir()
+    } == page
 
 
 @pytest.mark.parametrize("flag", ["--out", "--init-from", "--config"])
@@ -803,6 +953,11 @@ def test_overwrite_looks_inside_the_folders_octlm_wrote(trained_run, small_corpu
         shutil.copytree(trained_run, study / "runs" / "rope")
         (study / placed).parent.mkdir(parents=True, exist_ok=True)
         (study / placed).write_text("mine")
-        assert main(["length", "--text", str(small_corpus), "--out", str(study), "--overwrite", "--max-steps", "2"]) == 1
-        assert f"holds {placed.rsplit('/', 1)[0] if placed.startswith('runs/mine') else placed} besides" in capsys.readouterr().err
+        assert (
+            main(["length", "--text", str(small_corpus), "--out", str(study), "--overwrite", "--max-steps", "2"]) == 1
+        )
+        assert (
+            f"holds {placed.rsplit('/', 1)[0] if placed.startswith('runs/mine') else placed} besides"
+            in capsys.readouterr().err
+        )
         assert (study / placed).read_text() == "mine"

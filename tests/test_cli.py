@@ -5,13 +5,32 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from itertools import pairwise
 
 import pytest
 
 from octlm.cli import main
 
-TINY = ["--vocab-size", "280", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",
-        "--batch-size", "4", "--eval-interval", "5", "--eval-blocks", "4", "--sample-tokens", "4"]
+TINY = [
+    "--vocab-size",
+    "280",
+    "--context-length",
+    "16",
+    "--d-model",
+    "16",
+    "--n-heads",
+    "2",
+    "--n-layers",
+    "1",
+    "--batch-size",
+    "4",
+    "--eval-interval",
+    "5",
+    "--eval-blocks",
+    "4",
+    "--sample-tokens",
+    "4",
+]
 
 
 def json_lines(text):
@@ -19,11 +38,16 @@ def json_lines(text):
 
 
 def test_python_dash_m_help_shows_defaults():
-    out = subprocess.run([sys.executable, "-m", "octlm", "train", "--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "octlm", "train", "--help"], capture_output=True, text=True, check=True
+    ).stdout
     assert "--context-length" in out and "(default: 128)" in out and "--time-budget" in out
 
 
-@pytest.mark.parametrize("command", ["train", "sample", "bench", "length", "embeddings", "attention", "serve", "export-web", "export-hf", "import-hf"])
+@pytest.mark.parametrize(
+    "command",
+    ["train", "sample", "bench", "length", "embeddings", "attention", "serve", "export-web", "export-hf", "import-hf"],
+)
 def test_every_command_has_help_and_json(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([command, "--help"])
@@ -32,7 +56,9 @@ def test_every_command_has_help_and_json(command, capsys):
 
 
 def test_train_json_last_line_is_the_result(small_corpus, tmp_path, capsys):
-    code = main(["train", "--text", str(small_corpus), "--out", str(tmp_path / "r"), "--max-steps", "6", "--json", *TINY])
+    code = main(
+        ["train", "--text", str(small_corpus), "--out", str(tmp_path / "r"), "--max-steps", "6", "--json", *TINY]
+    )
     assert code == 0
     lines = json_lines(capsys.readouterr().out)
     result = lines[-1]
@@ -44,10 +70,32 @@ def test_train_json_last_line_is_the_result(small_corpus, tmp_path, capsys):
 
 def test_toml_config_and_flags_win(small_corpus, tmp_path, capsys):
     recipe = tmp_path / "recipe.toml"
-    recipe.write_text(f'text = "{small_corpus}"\nmax-steps = 3\nd_model = 16\nn_heads = 2\nposition = "rope"\nlearning_rate = 1e-3\n')
+    recipe.write_text(
+        f'text = "{small_corpus}"\nmax-steps = 3\nd_model = 16\nn_heads = 2\nposition = "rope"\nlearning_rate = 1e-3\n'
+    )
     out = tmp_path / "r"
-    code = main(["train", "--config", str(recipe), "--out", str(out), "--max-steps", "4", "--json", "--vocab-size", "280",
-                 "--context-length", "16", "--n-layers", "1", "--batch-size", "4", "--sample-tokens", "0"])
+    code = main(
+        [
+            "train",
+            "--config",
+            str(recipe),
+            "--out",
+            str(out),
+            "--max-steps",
+            "4",
+            "--json",
+            "--vocab-size",
+            "280",
+            "--context-length",
+            "16",
+            "--n-layers",
+            "1",
+            "--batch-size",
+            "4",
+            "--sample-tokens",
+            "0",
+        ]
+    )
     assert code == 0
     config = json.loads((out / "config.json").read_text())
     assert config["model"]["position"] == "rope" and config["model"]["d_model"] == 16
@@ -128,7 +176,18 @@ def test_text_too_short_for_a_block(tmp_path, capsys):
 
 
 def test_sample_is_reproducible_and_json(trained_run, capsys):
-    args = ["sample", "--run", str(trained_run), "--prompt", "ROMEO:", "--max-new-tokens", "12", "--seed", "7", "--json"]
+    args = [
+        "sample",
+        "--run",
+        str(trained_run),
+        "--prompt",
+        "ROMEO:",
+        "--max-new-tokens",
+        "12",
+        "--seed",
+        "7",
+        "--json",
+    ]
     main(args)
     first = json_lines(capsys.readouterr().out)[-1]
     main(args)
@@ -146,7 +205,19 @@ def test_sample_past_the_table_slides_the_window(trained_run, capsys):
 def test_sample_streams_each_piece_as_it_is_generated(trained_run, capsys, monkeypatch):
     import octlm.model.decoder
 
-    common = ["sample", "--run", str(trained_run), "--prompt", "ROMEO:", "--max-new-tokens", "12", "--seed", "7", "--num-samples", "2"]
+    common = [
+        "sample",
+        "--run",
+        str(trained_run),
+        "--prompt",
+        "ROMEO:",
+        "--max-new-tokens",
+        "12",
+        "--seed",
+        "7",
+        "--num-samples",
+        "2",
+    ]
     assert main([*common, "--json"]) == 0
     samples = json_lines(capsys.readouterr().out)[-1]["samples"]
     pick, seen = octlm.model.decoder.sample_next, []
@@ -160,7 +231,7 @@ def test_sample_streams_each_piece_as_it_is_generated(trained_run, capsys, monke
     out = capsys.readouterr().out
     assert out == "ROMEO:" + samples[0] + "\n" + "-" * 60 + "\nROMEO:" + samples[1] + "\n"
     assert seen[0] == "ROMEO:"  # the prompt shows before the first token is computed
-    assert all(a == b[: len(a)] for a, b in zip(seen, seen[1:]))  # the text only grows
+    assert all(a == b[: len(a)] for a, b in pairwise(seen))  # the text only grows
     assert seen[11] == "ROMEO:" + samples[0][: len(seen[11]) - 6] and len(seen[11]) > len("ROMEO:")
 
 
@@ -192,7 +263,11 @@ def test_sample_ctrl_c_keeps_the_printed_text(trained_run, capsys, monkeypatch, 
         ("sample", ["--run", "r"], "octlm: interrupted\n"),
         ("bench", [], "octlm: interrupted\n"),
         ("serve", ["--run", "r"], "octlm: interrupted\n"),
-        ("embeddings", ["--run", "r"], "octlm: interrupted; files already complete are kept, nothing is half-written\n"),
+        (
+            "embeddings",
+            ["--run", "r"],
+            "octlm: interrupted; files already complete are kept, nothing is half-written\n",
+        ),
         ("attention", ["--run", "r"], "octlm: interrupted; files already complete are kept, nothing is half-written\n"),
         ("train", [], "octlm: interrupted; files already complete are kept, nothing is half-written\n"),
     ],
@@ -233,7 +308,10 @@ def test_unknown_option_names_the_subcommand_and_its_help(capsys):
         main(["sample", "--run", "x", "--bogus"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert err.splitlines() == ["octlm sample: error: unrecognized arguments: --bogus", "`octlm sample --help` lists every option"]
+    assert err.splitlines() == [
+        "octlm sample: error: unrecognized arguments: --bogus",
+        "`octlm sample --help` lists every option",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,8 @@ import pytest
 
 from octlm.cli import build_parser, main
 from octlm.declare import option_fields
-from octlm.studies.length_options import LengthOptions
 from octlm.model.positions import SCHEMES
+from octlm.studies.length_options import LengthOptions
 
 
 @pytest.mark.parametrize(
@@ -45,8 +45,13 @@ def test_the_rule_is_the_schemes_own_declaration():
 
 
 def test_length_hands_scheme_options_to_the_schemes_that_read_them(tmp_path):
-    opts = LengthOptions(text=["t"], out=str(tmp_path), schemes=["learned", "rope", "sinusoidal"],
-                         rope_layout="half", sinusoidal_layout="concatenated")
+    opts = LengthOptions(
+        text=["t"],
+        out=str(tmp_path),
+        schemes=["learned", "rope", "sinusoidal"],
+        rope_layout="half",
+        sinusoidal_layout="concatenated",
+    )
     rope, learned = opts.train_options("rope", tmp_path / "r"), opts.train_options("learned", tmp_path / "l")
     sinusoidal = opts.train_options("sinusoidal", tmp_path / "s")
     assert rope.model.rope_layout == "half" and rope.model.sinusoidal_layout == "interleaved"
@@ -55,7 +60,23 @@ def test_length_hands_scheme_options_to_the_schemes_that_read_them(tmp_path):
 
 
 def test_length_refuses_a_scheme_option_no_chosen_scheme_reads(tmp_path, capsys):
-    assert main(["length", "--text", "x.txt", "--out", str(tmp_path / "s"), "--schemes", "learned", "alibi", "--rope-layout", "half"]) == 1
+    assert (
+        main(
+            [
+                "length",
+                "--text",
+                "x.txt",
+                "--out",
+                str(tmp_path / "s"),
+                "--schemes",
+                "learned",
+                "alibi",
+                "--rope-layout",
+                "half",
+            ]
+        )
+        == 1
+    )
     assert "--rope-layout half means nothing for --schemes learned alibi" in capsys.readouterr().err
 
 
@@ -83,7 +104,9 @@ def test_embeddings_out_never_replaces_other_files_or_a_run(trained_run, tmp_pat
 def test_staging_left_by_a_killed_process_is_removed_and_reported(tmp_path, capsys):
     from octlm.run.folder import RunFolder
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     pid = int(dead.stdout)
     stale = tmp_path / f".page.partial-{pid}-abcd1234"
     stale.mkdir()
@@ -131,25 +154,39 @@ def test_length_help_shows_no_empty_default_and_reads_naturally():
 
 
 def test_each_command_takes_a_declared_options_class():
+    from octlm.export.hf import ExportHfOptions, ImportHfOptions
+    from octlm.export.web import ExportWebOptions, ServeOptions
     from octlm.inspect.attention import AttentionOptions
     from octlm.inspect.bench import BenchOptions
     from octlm.inspect.embeddings import EmbeddingsOptions
     from octlm.inspect.sample import SampleOptions
-    from octlm.export.hf import ExportHfOptions, ImportHfOptions
     from octlm.train.options import TrainOptions
-    from octlm.export.web import ExportWebOptions, ServeOptions
 
     parser = build_parser()
-    for command, cls in [("sample", SampleOptions), ("bench", BenchOptions), ("embeddings", EmbeddingsOptions), ("attention", AttentionOptions), ("serve", ServeOptions),
-                         ("export-web", ExportWebOptions), ("export-hf", ExportHfOptions), ("import-hf", ImportHfOptions)]:
+    for command, cls in [
+        ("sample", SampleOptions),
+        ("bench", BenchOptions),
+        ("embeddings", EmbeddingsOptions),
+        ("attention", AttentionOptions),
+        ("serve", ServeOptions),
+        ("export-web", ExportWebOptions),
+        ("export-hf", ExportHfOptions),
+        ("import-hf", ImportHfOptions),
+    ]:
         dests = {a.dest for a in parser.subcommands[command]._actions}
         assert {f.name for f in dataclasses.fields(cls)} <= dests, command
     # a shared option is the training option's declaration, not a copy
     seed = next(f for f in dataclasses.fields(SampleOptions) if f.name == "seed")
-    assert seed.metadata["same_as"] == "seed" and seed.metadata["bounds"] is next(f for f in option_fields(TrainOptions) if f.name == "seed").metadata["bounds"]
+    assert (
+        seed.metadata["same_as"] == "seed"
+        and seed.metadata["bounds"]
+        is next(f for f in option_fields(TrainOptions) if f.name == "seed").metadata["bounds"]
+    )
 
 
-def test_an_interrupted_length_study_says_what_it_keeps_and_how_to_start_again(monkeypatch, small_corpus, tmp_path, capsys):
+def test_an_interrupted_length_study_says_what_it_keeps_and_how_to_start_again(
+    monkeypatch, small_corpus, tmp_path, capsys
+):
     import octlm.studies.length
 
     def stopped_after_one_model(opts, report):

@@ -10,14 +10,22 @@ import pytest
 from octlm.cli import main
 
 
-def _run(folder: Path, position: str, learning_rate: float, evals: list[tuple[int, float, float]], finished: bool = True) -> Path:
+def _run(
+    folder: Path, position: str, learning_rate: float, evals: list[tuple[int, float, float]], finished: bool = True
+) -> Path:
     """A run folder as octlm train leaves it, as far as compare reads it: config.json and metrics.jsonl."""
     folder.mkdir(parents=True)
-    config = {"octlm_version": "0.1.0", "model": {"position": position, "d_model": 32, "vocab_size": 300},
-              "train": {"learning_rate": learning_rate, "seed": 1337, "out": str(folder), "threads": 1}}
+    config = {
+        "octlm_version": "0.1.0",
+        "model": {"position": position, "d_model": 32, "vocab_size": 300},
+        "train": {"learning_rate": learning_rate, "seed": 1337, "out": str(folder), "threads": 1},
+    }
     (folder / "config.json").write_text(json.dumps(config))
     records = [{"step": s, "kind": "train", "loss": loss + 0.1, "lr": learning_rate} for s, loss, _ in evals]
-    records += [{"step": s, "kind": "eval", "val_loss": loss, "val_bpb": bpb, "val_perplexity": 2.0 ** bpb} for s, loss, bpb in evals]
+    records += [
+        {"step": s, "kind": "eval", "val_loss": loss, "val_bpb": bpb, "val_perplexity": 2.0**bpb}
+        for s, loss, bpb in evals
+    ]
     records.sort(key=lambda r: r["step"])
     if finished:
         records.append({"step": evals[-1][0], "kind": "finished"})
@@ -45,7 +53,10 @@ def test_the_table_holds_the_options_that_differ_and_the_last_evaluation(three, 
     assert sorted(p.name for p in out.iterdir()) == ["compare.json", "compare.md", "compare.png"]
     assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
     table = (out / "compare.md").read_text()
-    assert "| position | learned | rope | rope |" in table and "| **val bits per byte** | 1.2500 | 1.2000 | 1.5500 |" in table
+    assert (
+        "| position | learned | rope | rope |" in table
+        and "| **val bits per byte** | 1.2500 | 1.2000 | 1.5500 |" in table
+    )
     assert json.loads((out / "compare.json").read_text())["differing"] == result["differing"]
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from octlm.data import corpora
 from octlm.cli import main
+from octlm.data import corpora
 from octlm.data.text import read_documents
 from octlm.errors import DataError
 from tests.conftest import REPO
@@ -75,16 +75,51 @@ def test_help_lists_the_builtin_corpora(command, capsys):
 def test_text_tinyshakespeare_trains_and_the_manifest_names_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # nothing called tinyshakespeare here: the built-in one is read
     out = tmp_path / "run"
-    code = main([
-        "train", "--text", "tinyshakespeare", "--out", str(out), "--vocab-size", "300", "--context-length", "32",
-        "--d-model", "32", "--n-heads", "2", "--max-steps", "3", "--eval-interval", "3", "--eval-blocks", "2",
-        "--batch-size", "4", "--sample-tokens", "0", "--quiet",
-    ])
+    code = main(
+        [
+            "train",
+            "--text",
+            "tinyshakespeare",
+            "--out",
+            str(out),
+            "--vocab-size",
+            "300",
+            "--context-length",
+            "32",
+            "--d-model",
+            "32",
+            "--n-heads",
+            "2",
+            "--max-steps",
+            "3",
+            "--eval-interval",
+            "3",
+            "--eval-blocks",
+            "2",
+            "--batch-size",
+            "4",
+            "--sample-tokens",
+            "0",
+            "--quiet",
+        ]
+    )
     assert code == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["source"]["builtin"] == [
-        {"name": "tinyshakespeare", "sha256": TINYSHAKESPEARE_SHA256, "source": corpora.BUILTIN_CORPORA["tinyshakespeare"].source}
+        {
+            "name": "tinyshakespeare",
+            "sha256": TINYSHAKESPEARE_SHA256,
+            "source": corpora.BUILTIN_CORPORA["tinyshakespeare"].source,
+        }
     ]
-    assert manifest["files"] == [{"path": "tinyshakespeare", "bytes": 1_115_394, "sha256": TINYSHAKESPEARE_SHA256, "format": "text", "records": 1}]
+    assert manifest["files"] == [
+        {
+            "path": "tinyshakespeare",
+            "bytes": 1_115_394,
+            "sha256": TINYSHAKESPEARE_SHA256,
+            "format": "text",
+            "records": 1,
+        }
+    ]
     assert json.loads((out / "config.json").read_text())["train"]["text"] == ["tinyshakespeare"]
     assert (out / "model.safetensors").is_file()

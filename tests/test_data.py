@@ -51,7 +51,7 @@ def test_batches_depend_on_step_and_seed_only():
     a = token_files.BlockSampler(10_000, 16, 4, seed=3)
     b = token_files.BlockSampler(10_000, 16, 4, seed=3)
     later = [b.starts(s) for s in (900, 5, 300)]
-    assert all((a.starts(s) == got).all() for s, got in zip((900, 5, 300), later))
+    assert all((a.starts(s) == got).all() for s, got in zip((900, 5, 300), later, strict=True))
     assert not (token_files.BlockSampler(10_000, 16, 4, seed=4).starts(0) == a.starts(0)).all()
 
 
@@ -98,7 +98,7 @@ def test_read_documents_records_bytes_and_sha(tmp_path):
 
 def test_undecodable_text_names_file_and_offset(tmp_path):
     bad = tmp_path / "latin.txt"
-    bad.write_bytes("abc caf".encode() + b"\xe9 ok")
+    bad.write_bytes(b"abc caf" + b"\xe9 ok")
     with pytest.raises(DataError) as err:
         data.read_documents([bad])
     assert str(bad) in str(err.value) and "byte offset 7" in str(err.value) and "--encoding cp1252" in str(err.value)

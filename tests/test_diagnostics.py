@@ -41,19 +41,33 @@ def test_cosine_neighbours_keep_to_the_allowed_rows():
     allowed[[3, 7, 11, 20]] = True
     got = cosine_neighbours(table, 3, k=5, allowed=allowed)
     assert sorted(i for i, _ in got) == [7, 11, 20]  # only the allowed rows, the query itself excluded
-    assert len(cosine_neighbours(table, 0, k=5, allowed=allowed)) == 4  # a query outside the mask is no candidate anyway
+    assert (
+        len(cosine_neighbours(table, 0, k=5, allowed=allowed)) == 4
+    )  # a query outside the mask is no candidate anyway
 
 
 def test_the_end_of_run_diagnostic_asks_about_frequent_words_among_seen_tokens(small_corpus, tmp_path):
     from octlm.inspect.diagnostics import token_counts
-    from octlm.train.options import TrainOptions
     from octlm.report import Reporter
     from octlm.run.folder import RunFolder
     from octlm.train.launch import train
+    from octlm.train.options import TrainOptions
 
     run = tmp_path / "run"
-    opts = TrainOptions.of(text=[str(small_corpus)], out=str(run), vocab_size=400, context_length=16, d_model=16, n_heads=2,
-                        n_layers=1, batch_size=4, max_steps=4, sample_tokens=0, final_eval_blocks=4, threads=1)
+    opts = TrainOptions.of(
+        text=[str(small_corpus)],
+        out=str(run),
+        vocab_size=400,
+        context_length=16,
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+        batch_size=4,
+        max_steps=4,
+        sample_tokens=0,
+        final_eval_blocks=4,
+        threads=1,
+    )
     result = train(opts, Reporter(json_mode=True))
     folder = RunFolder(run)
     tokenizer = folder.read_tokenizer()

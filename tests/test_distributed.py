@@ -28,12 +28,40 @@ from octlm.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 20
-FLAGS = ["--vocab-size", "280", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",
-         "--eval-interval", "10", "--eval-blocks", "4", "--final-eval-blocks", "8", "--sample-tokens", "0",
-         "--max-steps", str(STEPS), "--log-interval", "1", "--threads", "1", "--device", "cpu", "--save-every", "10",
-         # AdamW, whose weights two ranks reproduce to 1e-3; Muon's orthogonalized steps carry the ranks' rounding
-         # further (3e-3 after 20 steps), and its own test below compares loss curves
-         "--optimizer", "adamw"]
+FLAGS = [
+    "--vocab-size",
+    "280",
+    "--context-length",
+    "16",
+    "--d-model",
+    "16",
+    "--n-heads",
+    "2",
+    "--n-layers",
+    "1",
+    "--eval-interval",
+    "10",
+    "--eval-blocks",
+    "4",
+    "--final-eval-blocks",
+    "8",
+    "--sample-tokens",
+    "0",
+    "--max-steps",
+    str(STEPS),
+    "--log-interval",
+    "1",
+    "--threads",
+    "1",
+    "--device",
+    "cpu",
+    "--save-every",
+    "10",
+    # AdamW, whose weights two ranks reproduce to 1e-3; Muon's orthogonalized steps carry the ranks' rounding
+    # further (3e-3 after 20 steps), and its own test below compares loss curves
+    "--optimizer",
+    "adamw",
+]
 TOLERANCE = 1e-4
 
 
@@ -51,17 +79,33 @@ def losses(run: Path) -> list[float]:
 def torchrun_octlm(args: list[str]) -> subprocess.CompletedProcess:
     """``octlm ARGS`` in two CPU processes under torchrun (gloo on loopback)."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-               "--master_port", str(free_port()), "-m", "octlm", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "octlm",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, small_corpus):
     root = tmp_path_factory.mktemp("ddp")
-    done = torchrun_octlm(["train", "--text", str(small_corpus), "--out", str(root / "ddp"), "--batch-size", "4", "--json", *FLAGS])
+    done = torchrun_octlm(
+        ["train", "--text", str(small_corpus), "--out", str(root / "ddp"), "--batch-size", "4", "--json", *FLAGS]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    code = main(["train", "--text", str(small_corpus), "--out", str(root / "single"), "--batch-size", "8", "--quiet", *FLAGS])
+    code = main(
+        ["train", "--text", str(small_corpus), "--out", str(root / "single"), "--batch-size", "8", "--quiet", *FLAGS]
+    )
     assert code == 0
     return root, done.stdout
 
@@ -70,7 +114,7 @@ def test_two_ranks_follow_the_single_process_loss_curve(runs):
     root, _ = runs
     ddp, single = losses(root / "ddp"), losses(root / "single")
     assert len(ddp) == len(single) == STEPS
-    gaps = [abs(a - b) for a, b in zip(ddp, single)]
+    gaps = [abs(a - b) for a, b in zip(ddp, single, strict=True)]
     assert max(gaps) < TOLERANCE, gaps
     assert single[-1] < single[0] - 0.1  # the curve moves, so matching it means something
     a, b = load_file(str(root / "ddp" / "model.safetensors")), load_file(str(root / "single" / "model.safetensors"))
@@ -100,8 +144,10 @@ def test_a_two_process_run_resumes_in_one_process_with_the_same_global_batch(run
     assert main(["train", "--resume", str(run), "--max-steps", str(STEPS + 2), "--batch-size", "8", "--quiet"]) == 0
     assert len(losses(run)) == STEPS + 2
     # rank 1's saved generator has no process to go to, and the run says so
-    assert ("the run had 2 process(es) and resumes with 1: the dropout generators of rank(s) 1 are dropped, "
-            "so the dropout masks differ from an uninterrupted run's") in capsys.readouterr().err
+    assert (
+        "the run had 2 process(es) and resumes with 1: the dropout generators of rank(s) 1 are dropped, "
+        "so the dropout masks differ from an uninterrupted run's"
+    ) in capsys.readouterr().err
 
 
 def test_a_one_process_run_resumes_in_two_and_says_rank_1_starts_a_fresh_generator(runs, tmp_path):
@@ -111,7 +157,9 @@ def test_a_one_process_run_resumes_in_two_and_says_rank_1_starts_a_fresh_generat
     root, _ = runs
     run = tmp_path / "run"
     shutil.copytree(root / "single", run)
-    done = torchrun_octlm(["train", "--resume", str(run), "--max-steps", str(STEPS + 2), "--batch-size", "4", "--quiet"])
+    done = torchrun_octlm(
+        ["train", "--resume", str(run), "--max-steps", str(STEPS + 2), "--batch-size", "4", "--quiet"]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(losses(run)) == STEPS + 2
     note = "the run had 1 process(es) and resumes with 2: rank(s) 1 start fresh dropout generators"
@@ -119,11 +167,29 @@ def test_a_one_process_run_resumes_in_two_and_says_rank_1_starts_a_fresh_generat
 
 
 def test_muon_on_two_ranks_follows_the_single_process_loss_curve(small_corpus, tmp_path):
-    """Each rank orthogonalises the same all-reduced gradients, so Muon needs nothing of its own under DDP (measured: 2.4e-6 nats)."""
+    """Each rank orthogonalises the same all-reduced gradients, so Muon needs nothing of its own under DDP (measured:
+    2.4e-6 nats)."""
     muon = [*FLAGS[:-2], "--optimizer", "muon"]
-    done = torchrun_octlm(["train", "--text", str(small_corpus), "--out", str(tmp_path / "ddp"), "--batch-size", "4", "--quiet", *muon])
+    done = torchrun_octlm(
+        ["train", "--text", str(small_corpus), "--out", str(tmp_path / "ddp"), "--batch-size", "4", "--quiet", *muon]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert main(["train", "--text", str(small_corpus), "--out", str(tmp_path / "single"), "--batch-size", "8", "--quiet", *muon]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(tmp_path / "single"),
+                "--batch-size",
+                "8",
+                "--quiet",
+                *muon,
+            ]
+        )
+        == 0
+    )
     ddp, single = losses(tmp_path / "ddp"), losses(tmp_path / "single")
     assert len(ddp) == len(single) == STEPS
-    assert max(abs(a - b) for a, b in zip(ddp, single)) < TOLERANCE
+    assert max(abs(a - b) for a, b in zip(ddp, single, strict=True)) < TOLERANCE

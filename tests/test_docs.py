@@ -54,7 +54,8 @@ def _links(page: Path) -> list[str]:
 
 
 def _octlm_argvs(line: str) -> list[list[str]]:
-    """The argv after ``octlm`` (or ``python -m octlm``) of each command in one shell line; torchrun lines are skipped."""
+    """The argv after ``octlm`` (or ``python -m octlm``) of each command in one shell line; torchrun lines are
+    skipped."""
     argvs, piece = [], []
     for word in [*shlex.split(line, comments=True), "&&"]:
         if word not in ("&&", "||", ";", "|"):
@@ -137,14 +138,17 @@ def test_every_octlm_command_shown_parses(page):
 
 
 def test_readme_examples_need_nothing_beside_the_clone():
-    """Every --text in the README names a built-in corpus or a file an earlier line writes (``> FILE``), so the examples run on a fresh clone."""
+    """Every --text in the README names a built-in corpus or a file an earlier line writes (``> FILE``), so the examples
+    run on a fresh clone."""
     commands = _commands(README)
     assert len(commands) >= 6
     written = set(re.findall(r"> (\S+)$", _FENCE.sub(lambda m: m.group(0), README.read_text(encoding="utf-8")), re.M))
     for line, argv in commands:
         args = build_parser().parse_args(argv)
         for path in getattr(args, "text", None) or []:
-            assert path in BUILTIN_CORPORA or path in written, f"`{line}` reads {path}, which a fresh clone does not have"
+            assert path in BUILTIN_CORPORA or path in written, (
+                f"`{line}` reads {path}, which a fresh clone does not have"
+            )
 
 
 def test_help_examples_parse():

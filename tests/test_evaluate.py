@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from octlm import Decoder, DecoderConfig
-from octlm.train.evaluate import evaluate, evenly_spaced
 from octlm.data.tokenizer import Tokenizer
+from octlm.train.evaluate import evaluate, evenly_spaced
 
 
 def test_bits_per_byte_matches_direct_computation(shakespeare):
@@ -48,7 +48,15 @@ def test_progress_counts_every_scored_block_once(max_blocks, batch_size):
     model = Decoder(DecoderConfig(vocab_size=300, context_length=16, d_model=32, n_heads=2, n_layers=1))
     stream = np.random.default_rng(0).integers(0, 300, size=16 * 40 + 1).astype(np.uint16)
     done = []
-    result = evaluate(model, stream, np.ones(300, dtype=np.int64), 16, batch_size=batch_size, max_blocks=max_blocks, progress=done.append)
+    result = evaluate(
+        model,
+        stream,
+        np.ones(300, dtype=np.int64),
+        16,
+        batch_size=batch_size,
+        max_blocks=max_blocks,
+        progress=done.append,
+    )
     assert sum(done) == result.blocks == min(40, max_blocks or 40)
     assert max(done) <= batch_size
 
@@ -64,7 +72,9 @@ def test_per_position_totals_match_direct_computation(shakespeare):
     tokenizer = Tokenizer.train([text[:50_000]], vocab_size=300)
     stream = np.array(tokenizer.encode(text[50_000:51_000]), dtype=np.uint16)
     torch.manual_seed(0)
-    model = Decoder(DecoderConfig(vocab_size=300, context_length=8, d_model=32, n_heads=2, n_layers=1, position="alibi"))
+    model = Decoder(
+        DecoderConfig(vocab_size=300, context_length=8, d_model=32, n_heads=2, n_layers=1, position="alibi")
+    )
     result = evaluate(model, stream, tokenizer.bytes_per_token, 24, batch_size=3, per_position=True)
     assert "val_position_nats" not in result.as_dict()
     n_blocks = (len(stream) - 1) // 24
@@ -98,7 +108,7 @@ def test_every_target_is_scored_once_and_sees_at_least_length_minus_stride_token
         return
     starts, first = sliding_windows(n, length, stride)
     scored = np.zeros(n, dtype=int)
-    for start, skip in zip(starts, first):
+    for start, skip in zip(starts, first, strict=True):
         assert 0 <= start and start + length <= n
         scored[start + skip : start + length] += 1
         if start > 0:  # past the first window: target at window position p is predicted from p + 1 tokens
@@ -108,7 +118,9 @@ def test_every_target_is_scored_once_and_sees_at_least_length_minus_stride_token
 
 def _small_model(position: str, seed: int = 0) -> Decoder:
     torch.manual_seed(seed)
-    return Decoder(DecoderConfig(vocab_size=40, context_length=8, d_model=16, n_heads=2, n_layers=1, position=position)).eval()
+    return Decoder(
+        DecoderConfig(vocab_size=40, context_length=8, d_model=16, n_heads=2, n_layers=1, position=position)
+    ).eval()
 
 
 def _stream(n: int) -> np.ndarray:
@@ -125,9 +137,12 @@ def test_a_stride_of_the_whole_window_is_the_non_overlapping_reading(position):
     assert slid.loss == pytest.approx(blocks.loss, rel=1e-5) and slid.bpb == pytest.approx(blocks.bpb, rel=1e-5)
 
 
-@pytest.mark.parametrize("position", sorted(name for name, cls in SCHEMES.items() if not cls.has_table_limit) + ["learned"])
+@pytest.mark.parametrize(
+    "position", sorted(name for name, cls in SCHEMES.items() if not cls.has_table_limit) + ["learned"]
+)
 def test_a_stride_of_one_scores_each_target_after_the_window_before_it(position):
-    # Recomputed token by token: target j is predicted from the (at most) `length` tokens that end at j, each its own forward pass.
+    # Recomputed token by token: target j is predicted from the (at most) `length` tokens that end at j, each its own
+    # forward pass.
     length = 8 if position == "learned" else 6
     model, stream, nbytes = _small_model(position), _stream(23), np.arange(1, 41)
     slid = evaluate_sliding(model, stream, nbytes, length, 1, batch_size=4)
@@ -146,7 +161,8 @@ def test_a_stride_of_one_scores_each_target_after_the_window_before_it(position)
 
 @pytest.mark.parametrize("stride", [None, 3])  # None: the non-overlapping reading
 def test_bits_per_byte_leaves_out_the_end_of_text_targets_and_the_loss_keeps_them(stride):
-    # Issue 21: <|endoftext|> stands for no bytes, so its loss is no part of the text's bits per byte (as The Pile and nanochat count);
+    # Issue 21: <|endoftext|> stands for no bytes, so its loss is no part of the text's bits per byte (as The Pile and
+    # nanochat count);
     # the loss per token, what training minimises, keeps every target.
     eot, length = 0, 8
     stream = np.random.default_rng(1).integers(1, 40, length * 6 + 1).astype(np.uint16)
@@ -161,8 +177,10 @@ def test_bits_per_byte_leaves_out_the_end_of_text_targets_and_the_loss_keeps_the
         starts, first = sliding_windows(len(stream) - 1, length, stride)
     all_nats, text_nats, n_bytes = 0.0, 0.0, 0
     with torch.no_grad():
-        for start, skip in zip(starts, first):
-            logp = torch.log_softmax(model(torch.tensor(stream[start : start + length], dtype=torch.long)[None])[0], dim=-1)
+        for start, skip in zip(starts, first, strict=True):
+            logp = torch.log_softmax(
+                model(torch.tensor(stream[start : start + length], dtype=torch.long)[None])[0], dim=-1
+            )
             for p in range(skip, length):
                 target = int(stream[start + p + 1])
                 nats = -float(logp[p, target])

@@ -47,7 +47,11 @@ def test_token_counts_match_a_plain_count(trained_run):
     manifest = json.loads((trained_run / "manifest.json").read_text())
     entry = manifest["tokens"]["train"]
     raw = (trained_run / entry["file"]).read_bytes()
-    ids = struct.unpack(f"<{len(raw) // 2}H", raw) if entry["dtype"] == "uint16" else struct.unpack(f"<{len(raw) // 4}I", raw)
+    ids = (
+        struct.unpack(f"<{len(raw) // 2}H", raw)
+        if entry["dtype"] == "uint16"
+        else struct.unpack(f"<{len(raw) // 4}I", raw)
+    )
     counts = token_counts(trained_run, 300)
     assert dict(Counter(ids)) == {i: int(c) for i, c in enumerate(counts) if c}
 
@@ -61,7 +65,7 @@ def test_loss_curve_reads_metrics_and_names_a_bad_line(tmp_path):
         '{"step": 10, "kind": "train", "loss": 5.0}\n'
         '{"step": 10, "kind": "eval", "val_loss": 4.5, "val_bpb": 2.0}\n'
         '{"step": 20, "kind": "train", "loss": NaN}\n'
-        '\n'
+        "\n"
         '{"step": 20, "kind": "eval", "val_loss": 4.0}\n'
     )
     assert loss_curve(tmp_path) == {"train": [[10, 5.0]], "eval": [[10, 4.5, 2.0], [20, 4.0, None]]}
@@ -96,9 +100,28 @@ def test_embeddings_command_neighbours_and_figures(trained_run, tmp_path, capsys
     from octlm.run.load import load_run
 
     model, tokenizer = load_run(trained_run)
-    text_token = next(tokenizer.token_str(i) for i in range(257, 300) if len(tokenizer.encode(tokenizer.token_str(i))) == 1)
+    text_token = next(
+        tokenizer.token_str(i) for i in range(257, 300) if len(tokenizer.encode(tokenizer.token_str(i))) == 1
+    )
     out = tmp_path / "figs"
-    assert main(["embeddings", "--run", str(trained_run), "--token", text_token, "7", "--k", "4", "--out", str(out), "--json"]) == 0
+    assert (
+        main(
+            [
+                "embeddings",
+                "--run",
+                str(trained_run),
+                "--token",
+                text_token,
+                "7",
+                "--k",
+                "4",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     result = json_lines(capsys.readouterr().out)[-1]
     assert [e["token"] for e in result["tokens"]] == [tokenizer.encode(text_token)[0], 7]
     table = model.token_embedding.weight.detach().numpy().astype(np.float64)
@@ -121,7 +144,24 @@ def test_embeddings_command_neighbours_and_figures(trained_run, tmp_path, capsys
 
 def test_embeddings_defaults_and_a_scheme_without_vectors(small_corpus, tmp_path, capsys):
     run = tmp_path / "alibi"
-    assert main(["train", "--text", str(small_corpus), "--out", str(run), "--max-steps", "3", "--position", "alibi", "--quiet", *TINY]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(run),
+                "--max-steps",
+                "3",
+                "--position",
+                "alibi",
+                "--quiet",
+                *TINY,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["embeddings", "--run", str(run), "--json"]) == 0
     result = json_lines(capsys.readouterr().out)[-1]
@@ -131,7 +171,11 @@ def test_embeddings_defaults_and_a_scheme_without_vectors(small_corpus, tmp_path
 
 @pytest.mark.parametrize(
     "args,match",
-    [(["--token", "a b c d e"], "tokens"), (["--token", "99999"], "outside the vocabulary"), (["--k", "0"], "--k must be >= 1")],
+    [
+        (["--token", "a b c d e"], "tokens"),
+        (["--token", "99999"], "outside the vocabulary"),
+        (["--k", "0"], "--k must be >= 1"),
+    ],
 )
 def test_embeddings_bad_input_is_one_line(trained_run, tmp_path, capsys, args, match):
     assert main(["embeddings", "--run", str(trained_run), "--out", str(tmp_path / "o"), *args]) == 1
@@ -146,8 +190,8 @@ def test_every_token_stand_in_has_a_glyph_in_the_figure_font(tmp_path):
     from matplotlib import font_manager
     from matplotlib.ft2font import FT2Font
 
-    from octlm.inspect.figures import pca_figure, save_png
     from octlm.data.tokenizer import _VISIBLE
+    from octlm.inspect.figures import pca_figure, save_png
 
     font = font_manager.findfont(font_manager.FontProperties(), fallback_to_default=False)
     charmap = FT2Font(font).get_charmap()
@@ -192,5 +236,9 @@ def test_tokens_no_font_can_draw_are_labelled_by_code_point_without_warnings(tmp
 def test_a_font_that_has_the_glyph_is_asked_for(monkeypatch):
     from octlm.inspect import figures
 
-    monkeypatch.setattr(figures, "font_coverage", lambda: (("DejaVu Sans", frozenset(map(ord, "ab"))), ("Noto Sans CJK JP", frozenset([ord("世")]))))
+    monkeypatch.setattr(
+        figures,
+        "font_coverage",
+        lambda: (("DejaVu Sans", frozenset(map(ord, "ab"))), ("Noto Sans CJK JP", frozenset([ord("世")]))),
+    )
     assert figures.shown_label("a世\U0001f600") == ("a世\\U0001f600", ["DejaVu Sans", "Noto Sans CJK JP"])

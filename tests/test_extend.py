@@ -1,4 +1,5 @@
-"""octlm train --init-from: tokenizer and weights kept, learned tables interpolated, RoPE scaling saved and reapplied."""
+"""octlm train --init-from: tokenizer and weights kept, learned tables interpolated, RoPE scaling saved and
+reapplied."""
 
 from __future__ import annotations
 
@@ -12,13 +13,30 @@ import torch
 
 from octlm.cli import main
 from octlm.errors import OctlmError
-from octlm.train.init_from import interpolate_table
 from octlm.run.folder import RunFolder
 from octlm.run.load import load_run
+from octlm.train.init_from import interpolate_table
 
 T = 16
-TINY = ["--vocab-size", "280", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "4",
-        "--sample-tokens", "0", "--eval-blocks", "2", "--final-eval-blocks", "2", "--quiet"]
+TINY = [
+    "--vocab-size",
+    "280",
+    "--d-model",
+    "16",
+    "--n-heads",
+    "2",
+    "--n-layers",
+    "1",
+    "--batch-size",
+    "4",
+    "--sample-tokens",
+    "0",
+    "--eval-blocks",
+    "2",
+    "--final-eval-blocks",
+    "2",
+    "--quiet",
+]
 
 
 def _train(args: list[str]) -> None:
@@ -30,14 +48,27 @@ def sources(tmp_path_factory, small_corpus):
     """A learned and a rope run at T tokens, 3 steps each."""
     root = tmp_path_factory.mktemp("extend")
     for position in ("learned", "rope"):
-        _train(["--text", str(small_corpus), "--out", str(root / position), "--position", position, "--context-length", str(T),
-                "--max-steps", "3", *TINY])
+        _train(
+            [
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(root / position),
+                "--position",
+                position,
+                "--context-length",
+                str(T),
+                "--max-steps",
+                "3",
+                *TINY,
+            ]
+        )
     return root
 
 
 def _setup_trainer(opts):
-    from octlm.train import distributed
     from octlm.report import Reporter
+    from octlm.train import distributed
     from octlm.train.init_from import init_from_options
     from octlm.train.options import check_options, given_options
     from octlm.train.trainer import Trainer
@@ -56,8 +87,15 @@ def test_init_from_keeps_tokenizer_and_weights_at_step_0(sources, small_corpus, 
 
     for position in ("learned", "rope"):
         source = sources / position
-        opts = TrainOptions.of(text=[str(small_corpus)], init_from=str(source), context_length=T * factor, max_steps=2,
-                            out=str(tmp_path / f"{position}{factor}"), batch_size=4, sample_tokens=0)
+        opts = TrainOptions.of(
+            text=[str(small_corpus)],
+            init_from=str(source),
+            context_length=T * factor,
+            max_steps=2,
+            out=str(tmp_path / f"{position}{factor}"),
+            batch_size=4,
+            sample_tokens=0,
+        )
         trainer = _setup_trainer(opts)
         assert trainer.folder.tokenizer_path.read_bytes() == (source / "tokenizer.json").read_bytes()
         text = small_corpus.read_text(encoding="utf-8")[:2000]
@@ -71,7 +109,10 @@ def test_init_from_keeps_tokenizer_and_weights_at_step_0(sources, small_corpus, 
         assert config["model"]["context_length"] == T * factor and config["model"]["d_model"] == 16
         from octlm.fileio import sha256_file
 
-        assert config["train"]["source"] == {"run_dir": str(source.resolve()), "weights_sha256": sha256_file(source / "model.safetensors")}
+        assert config["train"]["source"] == {
+            "run_dir": str(source.resolve()),
+            "weights_sha256": sha256_file(source / "model.safetensors"),
+        }
         trainer.lock.close()
 
 
@@ -83,7 +124,9 @@ def test_interpolation_follows_the_formula():
         out = interpolate_table(table, length)
         assert out.shape == (length, 3)
         for m in range(length):
-            x = m * 5 / length  # Chen et al. 2023: position m of the longer sequence is position m * T / L of the trained one
+            x = (
+                m * 5 / length
+            )  # Chen et al. 2023: position m of the longer sequence is position m * T / L of the trained one
             i = math.floor(x)
             j = min(i + 1, 4)
             expected = (1 - (x - i)) * table[i].double() + (x - i) * table[j].double()
@@ -91,8 +134,24 @@ def test_interpolation_follows_the_formula():
 
 
 def test_conflicting_shape_is_refused_naming_the_source_value(sources, small_corpus, tmp_path, capsys):
-    for flag, value, key in (("--d-model", "32", "d_model=16"), ("--position", "alibi", "position='rope'"), ("--n-layers", "2", "n_layers=1")):
-        code = main(["train", "--text", str(small_corpus), "--init-from", str(sources / "rope"), "--out", str(tmp_path / "x"), flag, value])
+    for flag, value, key in (
+        ("--d-model", "32", "d_model=16"),
+        ("--position", "alibi", "position='rope'"),
+        ("--n-layers", "2", "n_layers=1"),
+    ):
+        code = main(
+            [
+                "train",
+                "--text",
+                str(small_corpus),
+                "--init-from",
+                str(sources / "rope"),
+                "--out",
+                str(tmp_path / "x"),
+                flag,
+                value,
+            ]
+        )
         err = capsys.readouterr().err
         assert code != 0 and flag in err and key in err
         assert not (tmp_path / "x").exists()
@@ -101,16 +160,48 @@ def test_conflicting_shape_is_refused_naming_the_source_value(sources, small_cor
 def test_out_that_is_or_holds_the_source_is_refused_and_the_source_kept(sources, small_corpus, capsys):
     before = {p.name: p.read_bytes() for p in (sources / "rope").iterdir() if p.is_file()}
     for out in (sources / "rope", sources):
-        code = main(["train", "--text", str(small_corpus), "--init-from", str(sources / "rope"), "--out", str(out), "--overwrite", "--max-steps", "1"])
+        code = main(
+            [
+                "train",
+                "--text",
+                str(small_corpus),
+                "--init-from",
+                str(sources / "rope"),
+                "--out",
+                str(out),
+                "--overwrite",
+                "--max-steps",
+                "1",
+            ]
+        )
         err = capsys.readouterr().err
-        assert code == 1 and "--init-from" in err and "which this command reads" in err and "choose another --out" in err
+        assert (
+            code == 1 and "--init-from" in err and "which this command reads" in err and "choose another --out" in err
+        )
     assert {p.name: p.read_bytes() for p in (sources / "rope").iterdir() if p.is_file()} == before
 
 
 def test_scaling_round_trips_through_config_load_run_and_sample(sources, small_corpus, tmp_path, capsys):
     out = tmp_path / "yarn"
-    _train(["--text", str(small_corpus), "--init-from", str(sources / "rope"), "--context-length", str(2 * T), "--rope-scaling", "yarn",
-            "--rope-factor", "2", "--max-steps", "2", "--out", str(out), *TINY[8:]])
+    _train(
+        [
+            "--text",
+            str(small_corpus),
+            "--init-from",
+            str(sources / "rope"),
+            "--context-length",
+            str(2 * T),
+            "--rope-scaling",
+            "yarn",
+            "--rope-factor",
+            "2",
+            "--max-steps",
+            "2",
+            "--out",
+            str(out),
+            *TINY[8:],
+        ]
+    )
     record = json.loads((out / "config.json").read_text())["train"]["rope_scaling"]
     assert record == {"method": "yarn", "factor": 2.0, "original_length": T}
     model, _ = load_run(out)
@@ -127,9 +218,11 @@ def test_scaling_round_trips_through_config_load_run_and_sample(sources, small_c
 
 def test_scaling_options_are_checked(sources, small_corpus, tmp_path, capsys):
     base = ["train", "--text", str(small_corpus), "--out", str(tmp_path / "x")]
-    for extra, says in ((["--rope-factor", "2"], "--rope-factor needs --rope-scaling"),
-                        (["--rope-scaling", "linear"], "needs --rope-factor"),
-                        (["--rope-scaling", "linear", "--rope-factor", "2"], "needs --position rope")):
+    for extra, says in (
+        (["--rope-factor", "2"], "--rope-factor needs --rope-scaling"),
+        (["--rope-scaling", "linear"], "needs --rope-factor"),
+        (["--rope-scaling", "linear", "--rope-factor", "2"], "needs --position rope"),
+    ):
         assert main([*base, *extra]) != 0
         assert says in capsys.readouterr().err
     with pytest.raises(OctlmError, match="no such run folder"):
@@ -138,8 +231,27 @@ def test_scaling_options_are_checked(sources, small_corpus, tmp_path, capsys):
         source_config(tmp_path / "missing")
 
 
-STUDY = ["--vocab-size", "280", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "4", "--train-length", "8",
-         "--multipliers", "1", "2", "--schemes", "rope", "learned", "--rope-scalings"]
+STUDY = [
+    "--vocab-size",
+    "280",
+    "--d-model",
+    "16",
+    "--n-heads",
+    "2",
+    "--n-layers",
+    "1",
+    "--batch-size",
+    "4",
+    "--train-length",
+    "8",
+    "--multipliers",
+    "1",
+    "2",
+    "--schemes",
+    "rope",
+    "learned",
+    "--rope-scalings",
+]
 
 
 def _study(out, small_corpus, *extra, stdout: list | None = None):
@@ -155,7 +267,9 @@ def _study(out, small_corpus, *extra, stdout: list | None = None):
 @pytest.fixture(scope="module")
 def extended(tmp_path_factory, small_corpus):
     root = tmp_path_factory.mktemp("study")
-    two = _study(root / "two", small_corpus, "--max-steps", "3", "--seeds", "2", "--extend-to", "2", "--extend-steps", "2")
+    two = _study(
+        root / "two", small_corpus, "--max-steps", "3", "--seeds", "2", "--extend-to", "2", "--extend-steps", "2"
+    )
     one = _study(root / "one", small_corpus, "--max-steps", "3", "--extend-to", "2", "--extend-steps", "2")
     return root, two, one
 
@@ -170,7 +284,9 @@ def test_extension_stage_curves_and_scores(extended):
     assert {r["label"] for r in evals} == {f"{label}@2x" for label in labels}
     assert all(r["bpb"] is not None for r in evals)  # the learned table now has 2T rows, so 2x scores
     trains = [r for r in two if r["record"] == "train"]
-    assert {r["steps"] for r in trains if "@" not in r["position"]} == {3} and {r["steps"] for r in trains if "@" in r["position"]} == {2}
+    assert {r["steps"] for r in trains if "@" not in r["position"]} == {3} and {
+        r["steps"] for r in trains if "@" in r["position"]
+    } == {2}
     # the length study reproduces the saved scaling: the linear fine-tune's config holds it, and load_run applies it
     config = json.loads((root / "two" / "runs" / "rope+linear@2x-seed1337" / "config.json").read_text())
     assert config["train"]["rope_scaling"] == {"method": "linear", "factor": 2.0, "original_length": 8}
@@ -184,11 +300,17 @@ def test_same_seed_same_numbers_other_seed_differs(extended):
     _, two, one = extended
 
     def numbers(records, seed):
-        return [(r["label"], r["eval_length"], r["bpb"]) for r in records if r["record"] in ("eval", "curve") and r["seed"] == seed]
+        return [
+            (r["label"], r["eval_length"], r["bpb"])
+            for r in records
+            if r["record"] in ("eval", "curve") and r["seed"] == seed
+        ]
 
     assert numbers(one, 1337) == numbers(two, 1337)
     first, second = numbers(two, 1337), numbers(two, 1338)
-    assert len(first) == len(second) and all(a[2] != b[2] for a, b in zip(first, second) if a[2] is not None)
+    assert len(first) == len(second) and all(
+        a[2] != b[2] for a, b in zip(first, second, strict=True) if a[2] is not None
+    )
 
 
 def test_the_default_study_fine_tunes_at_4x_and_extend_to_0_turns_it_off(tmp_path, small_corpus, capsys):
@@ -197,18 +319,25 @@ def test_the_default_study_fine_tunes_at_4x_and_extend_to_0_turns_it_off(tmp_pat
 
     defaults = options_from(build_parser().parse_args(["length", "--text", "x.txt", "--out", "s"]), LengthOptions)
     assert defaults.extend_to == DEFAULT_EXTEND_TO == 4 and 4 in defaults.resolved().multipliers
-    off = options_from(build_parser().parse_args(["length", "--text", "x.txt", "--out", "s", "--extend-to", "0"]), LengthOptions)
+    off = options_from(
+        build_parser().parse_args(["length", "--text", "x.txt", "--out", "s", "--extend-to", "0"]), LengthOptions
+    )
     assert off.resolved().multipliers == [1, 2, 4, 8, 16] and not off.extend_to
     # sinusoidal has no extension method, so a study of it alone adds no length for one
     assert LengthOptions(schemes=["sinusoidal"], multipliers=[1, 2]).resolved().multipliers == [1, 2]
     assert LengthOptions(schemes=["alibi"], multipliers=[1, 2]).resolved().multipliers == [1, 2, 4]
     # no --extend-to: the study runs the stage at 4 x T, and 4x joins the evaluation lengths
-    records = _study(tmp_path / "default", small_corpus, "--schemes", "learned", "--max-steps", "2", "--extend-steps", "2")
+    records = _study(
+        tmp_path / "default", small_corpus, "--schemes", "learned", "--max-steps", "2", "--extend-steps", "2"
+    )
     assert records[0]["lengths"] == [8, 16, 32]
     assert {(c["label"], c["eval_length"]) for c in records if c["record"] == "curve"} == {("learned", 32)}
     assert [r["bpb"] is not None for r in records if r["record"] == "eval" and r["label"] == "learned@4x"] == [True] * 3
     for value in ("1", "-2"):
-        assert main(["length", "--text", str(small_corpus), "--out", str(tmp_path / "bad"), *STUDY, "--extend-to", value]) == 1
+        assert (
+            main(["length", "--text", str(small_corpus), "--out", str(tmp_path / "bad"), *STUDY, "--extend-to", value])
+            == 1
+        )
         assert f"--extend-to must be 0 (no extension stage) or an integer >= 2, got {value}" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
 

@@ -34,7 +34,9 @@ IDS = [f"{p}-{'-'.join(str(v) for v in extra.values()) or 'default'}-{s or 'unsc
 
 def model_for(position, extra, scaling, n_heads=4):
     torch.manual_seed(0)
-    config = DecoderConfig(position=position, context_length=CONTEXT, d_model=32, n_heads=n_heads, n_layers=2, vocab_size=50, **extra)
+    config = DecoderConfig(
+        position=position, context_length=CONTEXT, d_model=32, n_heads=n_heads, n_layers=2, vocab_size=50, **extra
+    )
     model = Decoder(config).eval()
     for p in model.parameters():  # larger weights than N(0, 0.02) so that logits differ visibly between positions
         p.data.mul_(10 if p.dim() >= 2 else 1)
@@ -55,7 +57,7 @@ def test_cached_logits_equal_full_recompute_at_every_step(position, extra, scali
         cached = model.next_token_logits(ids, cache)
         window = ids if model.max_length is None else ids[:, -model.max_length :]
         full = model(window)[:, -1, :]
-        torch.testing.assert_close(cached, full, rtol=0, atol=1e-5, msg=lambda m: f"step {step}: {m}")
+        torch.testing.assert_close(cached, full, rtol=0, atol=1e-5, msg=lambda m, step=step: f"step {step}: {m}")
         ids = torch.cat((ids, torch.randint(0, 50, (2, 1), generator=g)), dim=1)
     expected = ids.shape[1] - 1 if model.max_length is None else min(ids.shape[1] - 1, model.max_length)
     assert cache.length == expected
@@ -88,7 +90,9 @@ def test_a_chunk_of_tokens_on_top_of_a_cache(position):
 @pytest.mark.parametrize("n_heads", [1, 2, 3, 4, 6])
 def test_alibi_cache_with_any_head_count(n_heads):
     torch.manual_seed(0)
-    model = Decoder(DecoderConfig(position="alibi", d_model=8 * n_heads, n_heads=n_heads, n_layers=1, vocab_size=40)).eval()
+    model = Decoder(
+        DecoderConfig(position="alibi", d_model=8 * n_heads, n_heads=n_heads, n_layers=1, vocab_size=40)
+    ).eval()
     ids = torch.randint(0, 40, (1, 30))
     assert torch.equal(model.generate(ids[:, :2], 20), model.generate(ids[:, :2], 20, use_cache=False))
 
@@ -169,9 +173,12 @@ def test_generate_at_a_tiny_temperature_equals_greedy(temperature):
 def test_forward_traces_as_one_graph_for_every_scheme(position):
     """No host sync or graph break in the forward pass: torch.compile(fullgraph=True) traces it
     (the eager backend checks the tracing without building kernels) and gives the same logits."""
-    torch._dynamo.reset()  # each scheme's class recompiles Decoder.forward: more schemes than dynamo's recompile limit (8)
+    # each scheme's class recompiles Decoder.forward: more schemes than dynamo's recompile limit (8)
+    torch._dynamo.reset()
     torch.manual_seed(0)
-    model = Decoder(DecoderConfig(position=position, vocab_size=64, d_model=32, n_heads=4, n_layers=2, context_length=16)).eval()
+    model = Decoder(
+        DecoderConfig(position=position, vocab_size=64, d_model=32, n_heads=4, n_layers=2, context_length=16)
+    ).eval()
     ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
     compiled = torch.compile(model, fullgraph=True, backend="eager")
     with torch.no_grad():

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from octlm.cli import main
+from octlm.data.tokenizer import Tokenizer
 from octlm.export.hf import InteropError, export_hf, import_hf
 from octlm.run.load import load_run
-from octlm.data.tokenizer import Tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is read from local folders
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel  # noqa: E402  (in the test extra)
@@ -43,7 +43,9 @@ def test_export_loads_in_transformers_with_equal_logits(trained_run, exported):
     model, tokenizer = load_run(trained_run)
     hf = GPT2LMHeadModel.from_pretrained(exported).eval()
     assert hf.lm_head.weight.data_ptr() == hf.transformer.wte.weight.data_ptr()  # the head stays tied
-    ids = torch.randint(0, model.config.vocab_size, (3, model.config.context_length), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(
+        0, model.config.vocab_size, (3, model.config.context_length), generator=torch.Generator().manual_seed(0)
+    )
     assert max_logit_gap(model, hf, ids) < 1e-5
     # the logits are not trivially small: the comparison has something to compare
     with torch.no_grad():
@@ -67,7 +69,7 @@ def test_export_then_import_gives_back_the_same_weights(trained_run, exported, t
     import_hf(exported, tmp_path / "back")
     ours, _ = load_run(trained_run)
     back, _ = load_run(tmp_path / "back")
-    for (name, a), (_, b) in zip(ours.state_dict().items(), back.state_dict().items()):
+    for (name, a), (_, b) in zip(ours.state_dict().items(), back.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
 
 
@@ -90,7 +92,10 @@ def test_export_refuses_positions_transformers_lacks(trained_run, tmp_path, caps
     (run / "config.json").write_text(json.dumps(config))
     assert main(["export-hf", str(run), str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
-    assert f"position='{position}' has no transformers form" in err and "--position learned or none or prope or rope" in err
+    assert (
+        f"position='{position}' has no transformers form" in err
+        and "--position learned or none or prope or rope" in err
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -111,8 +116,17 @@ def gpt2_tokenizer(shakespeare) -> Tokenizer:
 
 def save_random_gpt2(folder, tokenizer: Tokenizer, tokenizer_files: str = "json", **overrides):
     """A randomly initialised transformers GPT-2 and its tokenizer, saved the way transformers saves them."""
-    settings = dict(vocab_size=tokenizer.vocab_size, n_positions=24, n_embd=32, n_layer=2, n_head=4, activation_function="gelu",
-                    initializer_range=0.2, bos_token_id=tokenizer.eot_id, eos_token_id=tokenizer.eot_id)
+    settings = dict(
+        vocab_size=tokenizer.vocab_size,
+        n_positions=24,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        activation_function="gelu",
+        initializer_range=0.2,
+        bos_token_id=tokenizer.eot_id,
+        eos_token_id=tokenizer.eot_id,
+    )
     settings.update(overrides)
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(**settings)).eval()

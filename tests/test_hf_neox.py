@@ -15,14 +15,14 @@ import pytest
 import torch
 
 from octlm.cli import main
+from octlm.data.tokenizer import Tokenizer
 from octlm.export.hf import InteropError, export_hf, import_hf
 from octlm.model import Decoder, DecoderConfig
 from octlm.model.positions import RopeScaling, alibi_slopes
 from octlm.model.positions.rope_scaling import ntk_theta
+from octlm.model.weights import save_weights
 from octlm.run.folder import RunFolder
 from octlm.run.load import load_run
-from octlm.model.weights import save_weights
-from octlm.data.tokenizer import Tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import transformers  # noqa: E402
@@ -36,15 +36,24 @@ LAYOUTS = [
     ("interleaved", dict(position="rope"), None),
     ("half", dict(position="rope", rope_layout="half", rope_theta=500.0), None),
     ("partial-interleaved", dict(position="rope", partial_rotary_factor=0.5), None),
-    ("partial-half-tanh", dict(position="rope", rope_layout="half", partial_rotary_factor=0.25, activation="gelu_tanh"), None),
+    (
+        "partial-half-tanh",
+        dict(position="rope", rope_layout="half", partial_rotary_factor=0.25, activation="gelu_tanh"),
+        None,
+    ),
     ("linear", dict(position="rope"), ("linear", 4.0)),
     ("yarn", dict(position="rope", partial_rotary_factor=0.5), ("yarn", 4.0)),
     ("ntk", dict(position="rope", rope_layout="half"), ("ntk", 4.0)),
     ("llama3", dict(position="rope", rope_layout="half"), ("llama3", 4.0)),
     ("nope", dict(position="none"), None),
-    # p-RoPE as GPT-NeoX partial rotary over its turning pairs (head_dim 8): 3 of 4 pairs, then 1 of 2 over half the head
+    # p-RoPE as GPT-NeoX partial rotary over its turning pairs (head_dim 8): 3 of 4 pairs, then 1 of 2 over half the
+    # head
     ("prope-interleaved", dict(position="prope"), None),
-    ("prope-half-partial", dict(position="prope", rope_layout="half", partial_rotary_factor=0.5, rope_fraction=0.5, rope_theta=500.0), None),
+    (
+        "prope-half-partial",
+        dict(position="prope", rope_layout="half", partial_rotary_factor=0.5, rope_fraction=0.5, rope_theta=500.0),
+        None,
+    ),
     ("prope-linear", dict(position="prope", rope_layout="half", rope_theta=500.0), ("linear", 4.0)),
 ]
 
@@ -91,14 +100,21 @@ def test_export_loads_in_transformers_with_equal_logits(exported):
     model, folder = exported
     hf = AutoModelForCausalLM.from_pretrained(folder / "hf").eval()
     assert isinstance(hf, GPTNeoXForCausalLM)
-    assert hf.get_output_embeddings().weight.data_ptr() == hf.get_input_embeddings().weight.data_ptr()  # the head stays tied
-    ids = torch.randint(0, model.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))  # 3x past training
+    assert (
+        hf.get_output_embeddings().weight.data_ptr() == hf.get_input_embeddings().weight.data_ptr()
+    )  # the head stays tied
+    ids = torch.randint(
+        0, model.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0)
+    )  # 3x past training
     assert logits_gap(model, hf, ids) < 1e-5
 
 
 #: What each transformers major version reads of a GPT-NeoX RoPE: version 4 (4.45 to 4.57; GPTNeoXConfig.__init__)
 #: knows no rope_parameters and loads rotary_pct 0.25 and rotary_emb_base 10000 where its keys are missing.
-SPELLINGS = {"transformers 4": ("rotary_pct", "rotary_emb_base", "rope_scaling"), "transformers 5": ("rope_parameters",)}
+SPELLINGS = {
+    "transformers 4": ("rotary_pct", "rotary_emb_base", "rope_scaling"),
+    "transformers 5": ("rope_parameters",),
+}
 
 
 @pytest.mark.parametrize("spelling", SPELLINGS)
@@ -133,7 +149,9 @@ def test_greedy_generation_is_the_same(exported, tokenizer):
 
 def test_tokenizer_gives_the_same_ids(exported, tokenizer):
     _, folder = exported
-    assert AutoTokenizer.from_pretrained(folder / "hf")(TEXT, add_special_tokens=False)["input_ids"] == tokenizer.encode(TEXT)
+    assert AutoTokenizer.from_pretrained(folder / "hf")(TEXT, add_special_tokens=False)[
+        "input_ids"
+    ] == tokenizer.encode(TEXT)
 
 
 def test_export_then_import_gives_the_same_run(exported, tmp_path):
@@ -144,7 +162,9 @@ def test_export_then_import_gives_the_same_run(exported, tmp_path):
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
     scaling = getattr(model.positions, "scaling", None)
     if scaling is not None and scaling.method == "ntk":  # travels as a larger rope_theta: plain RoPE to transformers
-        assert back.config.rope_theta == pytest.approx(ntk_theta(model.config.rope_theta, scaling.factor, model.positions.rotary_dim))
+        assert back.config.rope_theta == pytest.approx(
+            ntk_theta(model.config.rope_theta, scaling.factor, model.positions.rotary_dim)
+        )
         assert dataclasses.replace(back.config, rope_theta=model.config.rope_theta) == model.config
         return
     assert back.config == model.config
@@ -160,15 +180,28 @@ def rope_arguments(rope: dict) -> dict:
     reads all four, ``rope_scaling`` over ``rope_parameters``.
     """
     scaling = {k: v for k, v in rope.items() if k not in ("rope_theta", "partial_rotary_factor")}
-    return {"rope_parameters": rope, "rotary_pct": rope.get("partial_rotary_factor", 1.0), "rotary_emb_base": rope.get("rope_theta", 10000.0),
-            "rope_scaling": scaling if scaling.get("rope_type", "default") != "default" else None}
+    return {
+        "rope_parameters": rope,
+        "rotary_pct": rope.get("partial_rotary_factor", 1.0),
+        "rotary_emb_base": rope.get("rope_theta", 10000.0),
+        "rope_scaling": scaling if scaling.get("rope_type", "default") != "default" else None,
+    }
 
 
 def random_neox(folder, tokenizer: Tokenizer, **overrides) -> GPTNeoXForCausalLM:
     """A random transformers GPT-NeoX in octlm's block layout, saved the way transformers saves it."""
-    settings = dict(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                    max_position_embeddings=16, use_parallel_residual=False, tie_word_embeddings=True, initializer_range=0.2,
-                    **rope_arguments({"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}))
+    settings = dict(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=16,
+        use_parallel_residual=False,
+        tie_word_embeddings=True,
+        initializer_range=0.2,
+        **rope_arguments({"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
+    )
     settings.update(rope_arguments(overrides.pop("rope_parameters")) if "rope_parameters" in overrides else {})
     settings.update(overrides)
     torch.manual_seed(1)
@@ -182,36 +215,78 @@ def random_neox(folder, tokenizer: Tokenizer, **overrides) -> GPTNeoXForCausalLM
     return model
 
 
-@pytest.mark.parametrize("rope", [
-    {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
-    {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.0},
-    {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
-    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
-    {"rope_type": "llama3", "factor": 4.0, "original_max_position_embeddings": 8, "low_freq_factor": 1.0, "high_freq_factor": 2.0,
-     "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
-], ids=["partial", "nope", "linear", "yarn", "llama3"])
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.0},
+        {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
+        {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 16,
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 1.0,
+        },
+        {
+            "rope_type": "llama3",
+            "factor": 4.0,
+            "original_max_position_embeddings": 8,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 2.0,
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 1.0,
+        },
+    ],
+    ids=["partial", "nope", "linear", "yarn", "llama3"],
+)
 def test_import_random_neox_with_equal_logits(tokenizer, tmp_path, rope):
     hf = random_neox(tmp_path / "hf", tokenizer, rope_parameters=rope, hidden_act="gelu_pytorch_tanh")
     assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "run"), "--quiet"]) == 0
     model, _ = load_run(tmp_path / "run")
     assert model.config.position == ("none" if rope["partial_rotary_factor"] == 0 else "rope")
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())["train"].get("rope_scaling")
-    if recorded:  # a run-time setting in octlm, recorded with the run (with the method's own keys: YaRN's betas, Llama 3's factors)
+    # a run-time setting in octlm, recorded with the run (with the method's own keys: YaRN's betas, Llama 3's factors)
+    if recorded:
         model.positions.set_rope_scaling(RopeScaling(**recorded))
     ids = torch.randint(0, tokenizer.vocab_size, (2, 40), generator=torch.Generator().manual_seed(2))
     assert logits_gap(model, hf, ids) < 1e-5
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"use_parallel_residual": True}, "use_parallel_residual=True"),
-    ({"layer_norm_eps": 1e-6}, "layer_norm_eps=1e-06"),
-    ({"hidden_act": "relu"}, "hidden_act='relu'"),
-    ({"intermediate_size": 100}, "intermediate_size=100"),
-    ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4, "partial_rotary_factor": 1.0}}, "keeps the keys it cached"),
-    ({"rope_parameters": {"rope_type": "longrope", "factor": 2.0, "rope_theta": 1e4}}, "rope_type='longrope'"),
-    ({"rope_parameters": {"rope_type": "llama3", "factor": 2.0, "rope_theta": 1e4, "original_max_position_embeddings": 16,
-                          "low_freq_factor": 4.0, "high_freq_factor": 1.0}}, "0 < low_freq_factor < high_freq_factor"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"use_parallel_residual": True}, "use_parallel_residual=True"),
+        ({"layer_norm_eps": 1e-6}, "layer_norm_eps=1e-06"),
+        ({"hidden_act": "relu"}, "hidden_act='relu'"),
+        ({"intermediate_size": 100}, "intermediate_size=100"),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "dynamic",
+                    "factor": 2.0,
+                    "rope_theta": 1e4,
+                    "partial_rotary_factor": 1.0,
+                }
+            },
+            "keeps the keys it cached",
+        ),
+        ({"rope_parameters": {"rope_type": "longrope", "factor": 2.0, "rope_theta": 1e4}}, "rope_type='longrope'"),
+        (
+            {
+                "rope_parameters": {
+                    "rope_type": "llama3",
+                    "factor": 2.0,
+                    "rope_theta": 1e4,
+                    "original_max_position_embeddings": 16,
+                    "low_freq_factor": 4.0,
+                    "high_freq_factor": 1.0,
+                }
+            },
+            "0 < low_freq_factor < high_freq_factor",
+        ),
+    ],
+)
 def test_import_refuses_what_octlm_cannot_compute(tokenizer, tmp_path, capsys, change, match):
     random_neox(tmp_path / "hf", tokenizer)
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
@@ -238,11 +313,18 @@ def test_export_refuses_dynamic_ntk_by_name(tokenizer, tmp_path, capsys):
 
 @pytest.mark.parametrize("method", ["ntk", "yarn"])
 def test_export_refuses_prope_scalings_transformers_would_spread_otherwise(tokenizer, tmp_path, capsys, method):
-    """p-RoPE travels as partial rotary over its turning pairs; NTK and YaRN there would see 6 channels, not 8 (Barbero et al. 2024 §6)."""
+    """p-RoPE travels as partial rotary over its turning pairs; NTK and YaRN there would see 6 channels, not 8 (Barbero
+    et al. 2024 §6)."""
     make_run(tmp_path / "run", tokenizer, position="prope")
-    assert main(["export-hf", str(tmp_path / "run"), str(tmp_path / "hf"), "--rope-scaling", method, "--rope-factor", "2"]) == 1
+    assert (
+        main(["export-hf", str(tmp_path / "run"), str(tmp_path / "hf"), "--rope-scaling", method, "--rope-factor", "2"])
+        == 1
+    )
     err = capsys.readouterr().err
-    assert f"RoPE scaling '{method}' of position='prope' has no GPT-NeoX form" in err and "over the 6 turning channels" in err
+    assert (
+        f"RoPE scaling '{method}' of position='prope' has no GPT-NeoX form" in err
+        and "over the 6 turning channels" in err
+    )
     assert not (tmp_path / "hf").exists()
 
 
@@ -251,13 +333,16 @@ def test_prope_export_is_partial_rotary_at_a_smaller_base(tokenizer, tmp_path):
     model = make_run(tmp_path / "run", tokenizer, position="prope")
     export_hf(tmp_path / "run", tmp_path / "hf")
     rope = json.loads((tmp_path / "hf" / "config.json").read_text())["rope_parameters"]
-    assert rope["partial_rotary_factor"] == 6 / 8 and rope["rope_theta"] == pytest.approx(model.config.rope_theta ** 0.75)
+    assert rope["partial_rotary_factor"] == 6 / 8 and rope["rope_theta"] == pytest.approx(model.config.rope_theta**0.75)
 
 
-@pytest.mark.parametrize("position,reason", [
-    ("alibi", "MPT has no biases in its linear layers and LayerNorms"),
-    ("sinusoidal", "no transformers architecture adds fixed sine/cosine rows"),
-])
+@pytest.mark.parametrize(
+    "position,reason",
+    [
+        ("alibi", "MPT has no biases in its linear layers and LayerNorms"),
+        ("sinusoidal", "no transformers architecture adds fixed sine/cosine rows"),
+    ],
+)
 def test_export_refuses_schemes_without_an_architecture(tokenizer, tmp_path, capsys, position, reason):
     make_run(tmp_path / "run", tokenizer, position=position)
     assert main(["export-hf", str(tmp_path / "run"), str(tmp_path / "hf")]) == 1
@@ -267,7 +352,8 @@ def test_export_refuses_schemes_without_an_architecture(tokenizer, tmp_path, cap
 
 
 def test_alibi_refusal_is_about_the_blocks_not_the_slopes():
-    """MPT's and BLOOM's slopes are octlm's for 1 to 16 heads; MPT's blocks have no biases, BLOOM normalises the token rows."""
+    """MPT's and BLOOM's slopes are octlm's for 1 to 16 heads; MPT's blocks have no biases, BLOOM normalises the token
+    rows."""
     from transformers import BloomConfig, BloomForCausalLM, MptConfig, MptForCausalLM
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
     from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor

@@ -1,4 +1,5 @@
-"""The house rules the layout promises (docs/architecture.md): schemes named in one package, rooms of a readable size."""
+"""The house rules the layout promises (docs/architecture.md): schemes named in one package, rooms of a readable
+size."""
 
 from __future__ import annotations
 
@@ -28,12 +29,21 @@ def _modules() -> list[Path]:
 def _string_constants(tree: ast.AST) -> list[ast.Constant]:
     """String literals that are not docstrings (a docstring may say which schemes a module serves)."""
     docstrings = {
-        id(node.body[0].value) for node in ast.walk(tree)
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and ast.get_docstring(node, clean=False) is not None
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and ast.get_docstring(node, clean=False) is not None
     }
-    library_words = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.keyword) and isinstance(node.value, ast.Constant)
-                     and node.value.value == "none"}
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings | library_words]
+    library_words = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.keyword) and isinstance(node.value, ast.Constant) and node.value.value == "none"
+    }
+    return [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings | library_words
+    ]
 
 
 def test_no_module_outside_the_positions_package_names_a_scheme():
@@ -46,7 +56,9 @@ def test_no_module_outside_the_positions_package_names_a_scheme():
                 named.setdefault(path.relative_to(PACKAGE).as_posix(), []).append((node.lineno, node.value))
     words = {module: [entry for entry in entries if entry[1] == "none"] for module, entries in named.items()}
     schemes = {module: [entry for entry in entries if entry[1] != "none"] for module, entries in named.items()}
-    assert not {m: e for m, e in schemes.items() if e}, "a scheme is named outside octlm.model.positions; ask the registry instead"
+    assert not {m: e for m, e in schemes.items() if e}, (
+        "a scheme is named outside octlm.model.positions; ask the registry instead"
+    )
     assert all(len(entries) <= NONE_AS_A_WORD.get(module, 0) for module, entries in words.items()), words
 
 
@@ -65,7 +77,14 @@ def test_every_module_and_function_stays_readable():
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 body = node.body
-                start = body[1].lineno if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and len(body) > 1 else body[0].lineno
+                start = (
+                    body[1].lineno
+                    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and len(body) > 1
+                    else body[0].lineno
+                )
                 if node.end_lineno - start + 1 > 60:
-                    too_long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}: {node.end_lineno - start + 1} lines of code")
+                    too_long.append(
+                        f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}: {node.end_lineno - start + 1} lines "
+                        "of code"
+                    )
     assert not too_long, "modules over 400 lines or functions over 60 lines of code: " + "; ".join(too_long)

@@ -14,8 +14,24 @@ from octlm.run.load import load_run
 
 T = 8
 MULTIPLIERS = [1, 2, 4]
-TINY = ["--vocab-size", "280", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "4", "--max-steps", "3",
-        "--train-length", str(T), "--multipliers", *map(str, MULTIPLIERS)]
+TINY = [
+    "--vocab-size",
+    "280",
+    "--d-model",
+    "16",
+    "--n-heads",
+    "2",
+    "--n-layers",
+    "1",
+    "--batch-size",
+    "4",
+    "--max-steps",
+    "3",
+    "--train-length",
+    str(T),
+    "--multipliers",
+    *map(str, MULTIPLIERS),
+]
 #: The tests here are about the base study; tests/test_extend.py covers the extension stage, which is on by default.
 TINY += ["--extend-to", "0"]
 
@@ -44,9 +60,26 @@ def test_study_writes_jsonl_plot_and_table(study):
     assert sum(line["event"] == "trained" for line in lines) == 5
     records = json_lines((out / "length.jsonl").read_text())
     assert records[0]["record"] == "study"
-    assert [r["position"] for r in records if r["record"] == "train"] == ["learned", "sinusoidal", "rope", "alibi", "none"]
+    assert [r["position"] for r in records if r["record"] == "train"] == [
+        "learned",
+        "sinusoidal",
+        "rope",
+        "alibi",
+        "none",
+    ]
     evals = [r for r in records if r["record"] == "eval"]
-    labels = ["learned", "sinusoidal", "rope", "rope+linear", "rope+ntk", "rope+dynamic-ntk", "rope+yarn", "rope+llama3", "alibi", "none"]
+    labels = [
+        "learned",
+        "sinusoidal",
+        "rope",
+        "rope+linear",
+        "rope+ntk",
+        "rope+dynamic-ntk",
+        "rope+yarn",
+        "rope+llama3",
+        "alibi",
+        "none",
+    ]
     assert [r["label"] for r in evals] == [label for label in labels for _ in MULTIPLIERS]
     assert (out / "length.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = (out / "length.md").read_text()
@@ -55,8 +88,16 @@ def test_study_writes_jsonl_plot_and_table(study):
 
 def test_learned_is_not_available_past_its_table(study):
     out, _ = study
-    evals = [r for r in json_lines((out / "length.jsonl").read_text()) if r["record"] == "eval" and r["position"] == "learned"]
-    assert [(r["eval_length"], r["status"]) for r in evals] == [(8, "ok"), (16, "n/a (no rows past T)"), (32, "n/a (no rows past T)")]
+    evals = [
+        r
+        for r in json_lines((out / "length.jsonl").read_text())
+        if r["record"] == "eval" and r["position"] == "learned"
+    ]
+    assert [(r["eval_length"], r["status"]) for r in evals] == [
+        (8, "ok"),
+        (16, "n/a (no rows past T)"),
+        (32, "n/a (no rows past T)"),
+    ]
     assert evals[1]["bpb"] is None
 
 
@@ -105,8 +146,22 @@ def test_terminal_table(small_corpus, study, tmp_path, capsys):
     # an existing study is kept without --overwrite
     assert main(["length", "--text", str(small_corpus), "--out", str(out), *TINY]) == 1
     assert "--overwrite" in capsys.readouterr().err
-    code = main(["length", "--text", str(small_corpus), "--out", str(tmp_path / "s"), "--schemes", "learned", "rope",
-                 "--rope-scalings", "yarn", "--quiet", *TINY])
+    code = main(
+        [
+            "length",
+            "--text",
+            str(small_corpus),
+            "--out",
+            str(tmp_path / "s"),
+            "--schemes",
+            "learned",
+            "rope",
+            "--rope-scalings",
+            "yarn",
+            "--quiet",
+            *TINY,
+        ]
+    )
     assert code == 0
     text = capsys.readouterr().out
     assert "rope+yarn" in text and "where each scheme breaks" in text
@@ -138,7 +193,12 @@ def test_bad_options_write_nothing(small_corpus, tmp_path, capsys, args, match):
 
 def test_validation_too_short_stops_before_training_and_writes_nothing(small_corpus, study, tmp_path, capsys):
     out = tmp_path / "s"
-    assert main(["length", "--text", str(small_corpus), "--out", str(out), "--json", *TINY, "--multipliers", "1", "100000"]) == 1
+    assert (
+        main(
+            ["length", "--text", str(small_corpus), "--out", str(out), "--json", *TINY, "--multipliers", "1", "100000"]
+        )
+        == 1
+    )
     captured = capsys.readouterr()
     assert not out.exists() and not any(tmp_path.iterdir())
     assert not [line for line in json_lines(captured.out) if line.get("event") in ("run", "trained", "study")]
@@ -159,14 +219,33 @@ def test_validation_too_short_stops_before_training_and_writes_nothing(small_cor
 @pytest.fixture(scope="module")
 def alibi_study(tmp_path_factory, small_corpus):
     out = tmp_path_factory.mktemp("alibi") / "study"
-    assert main(["length", "--text", str(small_corpus), "--out", str(out), "--quiet", *TINY, "--schemes", "alibi", "--max-steps", "2"]) == 0
+    assert (
+        main(
+            [
+                "length",
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(out),
+                "--quiet",
+                *TINY,
+                "--schemes",
+                "alibi",
+                "--max-steps",
+                "2",
+            ]
+        )
+        == 0
+    )
     return out, json_lines((out / "length.jsonl").read_text())
 
 
 def test_without_rope_the_default_scalings_are_dropped(alibi_study):
     study, *rows = alibi_study[1]
     assert study["options"]["rope_scalings"] == []
-    assert [(r["label"], r["eval_length"]) for r in rows if r["record"] == "eval"] == [("alibi", m * T) for m in MULTIPLIERS]
+    assert [(r["label"], r["eval_length"]) for r in rows if r["record"] == "eval"] == [
+        ("alibi", m * T) for m in MULTIPLIERS
+    ]
 
 
 def test_extend_to_zero_skips_the_extension_stage(alibi_study):
@@ -227,7 +306,11 @@ def test_position_buckets_and_curve_cover_every_position(study):
     assert position_buckets(128, 2048) == [(0, 128), (128, 256), (256, 512), (512, 1024), (1024, 2048)]
     assert position_buckets(8, 20) == [(0, 8), (8, 16), (16, 20)]
     out, _ = study
-    row = next(r for r in json_lines((out / "length.jsonl").read_text()) if r["record"] == "eval" and r["eval_length"] == 4 * T and r["label"] == "rope")
+    row = next(
+        r
+        for r in json_lines((out / "length.jsonl").read_text())
+        if r["record"] == "eval" and r["eval_length"] == 4 * T and r["label"] == "rope"
+    )
     # one bucket spanning the window is the row's own bits per byte
     assert bucket_bpb(row, [(0, 4 * T)]) == [pytest.approx(row["bpb"], rel=1e-5)]
     centres, curve = position_curve(row, first=3)
@@ -241,7 +324,9 @@ def test_help_and_docs_give_the_measured_duration_of_the_default_study(capsys):
 
     from octlm.studies.length_options import MEASURED_MINUTES
 
-    doc = " ".join((Path(__file__).resolve().parents[1] / "docs" / "length-study.md").read_text(encoding="utf-8").split())
+    doc = " ".join(
+        (Path(__file__).resolve().parents[1] / "docs" / "length-study.md").read_text(encoding="utf-8").split()
+    )
     measured = float(re.search(r"whole study took \*\*([\d.]+) minutes\*\*", doc)[1])
     with pytest.raises(SystemExit):
         main(["length", "--help"])
@@ -252,6 +337,7 @@ def test_help_and_docs_give_the_measured_duration_of_the_default_study(capsys):
 
 
 # -- the sliding reading and the attention statistics (issue 22) ----------------------------------------
+
 
 def test_every_length_is_read_twice_and_the_sliding_reading_recomputes(study):
     from octlm.train.evaluate import evaluate_sliding

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from octlm.cli import main
 from octlm.model import Decoder, DecoderConfig
@@ -30,13 +31,27 @@ from octlm.train.optim import MuonWithAdamW, make_optimizer, muon_parameters, sc
 from octlm.train.options import TrainOptions
 
 QUIET = Reporter(json_mode=True)
-TINY = dict(vocab_size=280, context_length=16, d_model=16, n_heads=2, n_layers=1, batch_size=4, eval_interval=5,
-            eval_blocks=4, final_eval_blocks=8, sample_tokens=0, dropout=0.1, threads=1, optimizer="muon")
+TINY = dict(
+    vocab_size=280,
+    context_length=16,
+    d_model=16,
+    n_heads=2,
+    n_layers=1,
+    batch_size=4,
+    eval_interval=5,
+    eval_blocks=4,
+    final_eval_blocks=8,
+    sample_tokens=0,
+    dropout=0.1,
+    threads=1,
+    optimizer="muon",
+)
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 
 
 def newton_schulz(g: torch.Tensor, steps: int = 5) -> torch.Tensor:
-    """Jordan et al. 2024's quintic iteration X <- aX + (bA + cA^2)X, A = X X^T, from X = G / ||G||_F (wide orientation)."""
+    """Jordan et al. 2024's quintic iteration X <- aX + (bA + cA^2)X, A = X X^T, from X = G / ||G||_F (wide
+    orientation)."""
     a, b, c = NS_COEFFICIENTS
     tall = g.shape[0] > g.shape[1]
     x = (g.T if tall else g) / g.norm()
@@ -46,8 +61,14 @@ def newton_schulz(g: torch.Tensor, steps: int = 5) -> torch.Tensor:
     return x.T if tall else x
 
 
-@given(rows=st.integers(2, 24), cols=st.integers(2, 24), seed=st.integers(0, 2**31 - 1),
-       momentum=st.sampled_from([0.0, 0.9, 0.95]), weight_decay=st.sampled_from([0.0, 0.1]), nesterov=st.booleans())
+@given(
+    rows=st.integers(2, 24),
+    cols=st.integers(2, 24),
+    seed=st.integers(0, 2**31 - 1),
+    momentum=st.sampled_from([0.0, 0.9, 0.95]),
+    weight_decay=st.sampled_from([0.0, 0.1]),
+    nesterov=st.booleans(),
+)
 def test_two_muon_steps_follow_the_papers_update(rows, cols, seed, momentum, weight_decay, nesterov):
     """One Newton-Schulz iteration per step, so that bfloat16's rounding stays near its 0.4% per operation.
 
@@ -60,8 +81,15 @@ def test_two_muon_steps_follow_the_papers_update(rows, cols, seed, momentum, wei
     grads = [torch.randn(rows, cols, generator=g, dtype=torch.float64) for _ in range(2)]
     lr = 0.02
     param = torch.nn.Parameter(w0.float().clone())
-    opt = torch.optim.Muon([param], lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov, ns_steps=1,
-                           adjust_lr_fn="original")
+    opt = torch.optim.Muon(
+        [param],
+        lr=lr,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        nesterov=nesterov,
+        ns_steps=1,
+        adjust_lr_fn="original",
+    )
 
     expected, buf = w0.clone(), torch.zeros_like(w0)
     for grad in grads:
@@ -86,7 +114,8 @@ def test_octlms_muon_is_the_papers():
 
 
 def test_the_update_is_near_orthogonal():
-    """What Muon is for: whatever the gradient's spread of singular values, the update's lie near one (Jordan et al. 2024)."""
+    """What Muon is for: whatever the gradient's spread of singular values, the update's lie near one (Jordan et al.
+    2024)."""
     torch.manual_seed(0)
     grad = torch.randn(32, 64) @ torch.diag(torch.logspace(-3, 0, 64))
     param = torch.nn.Parameter(torch.zeros(32, 64))
@@ -100,7 +129,9 @@ def test_the_update_is_near_orthogonal():
 
 @pytest.mark.parametrize("position", sorted(SCHEMES))
 def test_muon_trains_the_block_matrices_and_adamw_the_rest(position):
-    model = Decoder(DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=2, position=position))
+    model = Decoder(
+        DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=2, position=position)
+    )
     opt = make_optimizer(model, TrainOptions.of(optimizer="muon", position=position), torch.device("cpu"))
     muon, adamw = opt.optimizers
     names = {id(p): n for n, p in model.named_parameters()}
@@ -108,23 +139,31 @@ def test_muon_trains_the_block_matrices_and_adamw_the_rest(position):
     on_adamw = {names[id(p)] for group in adamw.param_groups for p in group["params"]}
     assert on_muon == set(muon_parameters(model))
     assert on_muon | on_adamw == set(names.values()) and not on_muon & on_adamw
-    assert all(n.startswith("blocks.") and n.endswith(".weight") and dict(model.named_parameters())[n].dim() == 2 for n in on_muon)
+    assert all(
+        n.startswith("blocks.") and n.endswith(".weight") and dict(model.named_parameters())[n].dim() == 2
+        for n in on_muon
+    )
     assert "token_embedding.weight" in on_adamw  # the table, and the tied head with it
     assert not any(n.startswith("positions.") for n in on_muon)
 
 
 def test_the_adamw_side_is_plain_adamw():
     torch.manual_seed(0)
-    model = Decoder(DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=1, position="learned"))
+    model = Decoder(
+        DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=1, position="learned")
+    )
     opts = TrainOptions.of(optimizer="muon", position="learned")
     opt = make_optimizer(model, opts, torch.device("cpu"))
     rest = {n: p for n, p in model.named_parameters() if n not in muon_parameters(model)}
     copies = {n: torch.nn.Parameter(p.detach().clone()) for n, p in rest.items()}
     decay = [copies[n] for n in copies if copies[n].dim() >= 2]
     no_decay = [copies[n] for n in copies if copies[n].dim() < 2]
-    reference = torch.optim.AdamW([{"params": decay, "weight_decay": opts.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=opts.learning_rate, betas=(opts.beta1, opts.beta2))
-    for step in range(3):
+    reference = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": opts.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=opts.learning_rate,
+        betas=(opts.beta1, opts.beta2),
+    )
+    for _ in range(3):
         ids = torch.randint(0, 64, (2, 16))
         opt.zero_grad()
         model(ids).logsumexp(-1).mean().backward()
@@ -157,7 +196,9 @@ def test_state_dict_numbers_both_optimizers_as_one():
     assert sorted(state["state"]) == list(range(len(flat)))
     assert [i for g in state["param_groups"] for i in g["params"]] == list(range(len(flat)))
     for index, p in enumerate(flat):
-        assert set(state["state"][index]) == ({"momentum_buffer"} if p.dim() == 2 and index < 4 else {"step", "exp_avg", "exp_avg_sq"})
+        assert set(state["state"][index]) == (
+            {"momentum_buffer"} if p.dim() == 2 and index < 4 else {"step", "exp_avg", "exp_avg_sq"}
+        )
     fresh = make_optimizer(model, TrainOptions.of(optimizer="muon"), torch.device("cpu"))
     assert isinstance(fresh, MuonWithAdamW)
     fresh.load_state_dict(state)
@@ -189,8 +230,24 @@ def flags(**options) -> list[str]:
 
 def test_the_optimizer_round_trips_through_config_resume_and_init_from(small_corpus, tmp_path, capsys):
     run = tmp_path / "muon"
-    assert main(["train", "--text", str(small_corpus), "--out", str(run), "--max-steps", "6", "--muon-lr", "0.03", "--quiet",
-                 *flags(**TINY)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(run),
+                "--max-steps",
+                "6",
+                "--muon-lr",
+                "0.03",
+                "--quiet",
+                *flags(**TINY),
+            ]
+        )
+        == 0
+    )
     train_section = json.loads((run / "config.json").read_text())["train"]
     assert train_section["optimizer"] == "muon" and train_section["muon_lr"] == 0.03
 
@@ -202,9 +259,37 @@ def test_the_optimizer_round_trips_through_config_resume_and_init_from(small_cor
 
     # ... and a fine-tune chooses its own
     tuned = tmp_path / "tuned"
-    assert main(["train", "--init-from", str(run), "--text", str(small_corpus), "--out", str(tuned), "--max-steps", "4",
-                 "--optimizer", "adamw", "--batch-size", "4", "--eval-interval", "5", "--eval-blocks", "4", "--final-eval-blocks", "8",
-                 "--sample-tokens", "0", "--threads", "1", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--init-from",
+                str(run),
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(tuned),
+                "--max-steps",
+                "4",
+                "--optimizer",
+                "adamw",
+                "--batch-size",
+                "4",
+                "--eval-interval",
+                "5",
+                "--eval-blocks",
+                "4",
+                "--final-eval-blocks",
+                "8",
+                "--sample-tokens",
+                "0",
+                "--threads",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert json.loads((tuned / "config.json").read_text())["train"]["optimizer"] == "adamw"
 
 
@@ -234,7 +319,8 @@ def test_the_length_study_hands_the_optimizer_to_every_model(tmp_path):
 
 
 def test_muon_is_the_default_of_octlm_train_the_text_study_and_its_fine_tunes(tmp_path, monkeypatch):
-    """Muon won the main job (1.5204 against 1.6283 bits per byte); the text study, remeasured with it, takes the same default, and so do its fine-tunes."""
+    """Muon won the main job (1.5204 against 1.6283 bits per byte); the text study, remeasured with it, takes the same
+    default, and so do its fine-tunes."""
     import octlm.train.init_from
     from octlm.cli.commands.length import study_options
     from octlm.cli.program import build_parser
@@ -248,16 +334,57 @@ def test_muon_is_the_default_of_octlm_train_the_text_study_and_its_fine_tunes(tm
     opts = study_options(args)
     assert isinstance(opts, LengthOptions) and opts.optimizer == "muon"
     assert opts.train_options("rope", tmp_path / "rope").optimizer == "muon"
-    monkeypatch.setattr(octlm.train.init_from, "init_from_options", lambda opts, given: opts)  # no source run needed here
+    monkeypatch.setattr(
+        octlm.train.init_from, "init_from_options", lambda opts, given: opts
+    )  # no source run needed here
     assert extension_options(opts, "rope+yarn", tmp_path / "source", tmp_path / "tuned", 0).optimizer == "muon"
 
 
 def test_a_fine_tune_trains_with_muon_by_default(small_corpus, tmp_path):
     source, tuned = tmp_path / "source", tmp_path / "tuned"
     tiny = flags(**{k: v for k, v in TINY.items() if k != "optimizer"})
-    assert main(["train", "--text", str(small_corpus), "--out", str(source), "--max-steps", "2", "--optimizer", "adamw", "--quiet", *tiny]) == 0
-    assert main(["train", "--init-from", str(source), "--text", str(small_corpus), "--out", str(tuned), "--max-steps", "2", "--quiet",
-                 *flags(**{k: v for k, v in TINY.items() if k not in ("optimizer", "vocab_size", "d_model", "n_heads", "n_layers")})]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(source),
+                "--max-steps",
+                "2",
+                "--optimizer",
+                "adamw",
+                "--quiet",
+                *tiny,
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "train",
+                "--init-from",
+                str(source),
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(tuned),
+                "--max-steps",
+                "2",
+                "--quiet",
+                *flags(
+                    **{
+                        k: v
+                        for k, v in TINY.items()
+                        if k not in ("optimizer", "vocab_size", "d_model", "n_heads", "n_layers")
+                    }
+                ),
+            ]
+        )
+        == 0
+    )
     assert json.loads((tuned / "config.json").read_text())["train"]["optimizer"] == "muon"
 
 
@@ -266,13 +393,34 @@ def test_the_optimizers_benchmark_compares_both_and_finds_the_steps_to_reach(sma
     import sys
 
     tiny = flags(**{k: v for k, v in TINY.items() if k not in ("optimizer", "eval_interval", "sample_tokens")})
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "bench" / "optimizers.py"), "--parts", "main", "reach", "--main-steps", "8",
-                           "--reach-steps", "2", "8", "--", "--text", str(small_corpus), *tiny], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parents[1] / "bench" / "optimizers.py"),
+            "--parts",
+            "main",
+            "reach",
+            "--main-steps",
+            "8",
+            "--reach-steps",
+            "2",
+            "8",
+            "--",
+            "--text",
+            str(small_corpus),
+            *tiny,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     main_part, reach = result["main"], result["reach"]
     assert main_part["adamw"]["steps"] == main_part["muon"]["steps"] == 8
-    assert main_part["muon_step_cost"] == pytest.approx(main_part["adamw"]["tokens_per_second"] / main_part["muon"]["tokens_per_second"], abs=1e-3)
+    assert main_part["muon_step_cost"] == pytest.approx(
+        main_part["adamw"]["tokens_per_second"] / main_part["muon"]["tokens_per_second"], abs=1e-3
+    )
     assert [row["steps"] for row in reach["muon_runs"]] == [2, 8]
     reached = [row["steps"] for row in reach["muon_runs"] if row["val_bpb"] <= reach["adamw_val_bpb"]]
     assert reach["steps_to_reach_adamw"] == (min(reached) if reached else None)
@@ -280,13 +428,16 @@ def test_the_optimizers_benchmark_compares_both_and_finds_the_steps_to_reach(sma
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 def test_the_extension_stage_fine_tunes_with_the_studys_optimizer(tmp_path, monkeypatch, optimizer):
-    """A fine-tune's rates fall together: Muon's keeps its ratio to AdamW's; with AdamW alone Muon's option stays unset."""
+    """A fine-tune's rates fall together: Muon's keeps its ratio to AdamW's; with AdamW alone Muon's option stays
+    unset."""
     import octlm.train.init_from
     from octlm.studies.extension_stage import extension_options
     from octlm.studies.length_options import LengthOptions
     from octlm.train.options import check_options
 
-    monkeypatch.setattr(octlm.train.init_from, "init_from_options", lambda opts, given: opts)  # no source run needed here
+    monkeypatch.setattr(
+        octlm.train.init_from, "init_from_options", lambda opts, given: opts
+    )  # no source run needed here
     opts = LengthOptions(text=["x"], optimizer=optimizer, schemes=["rope"])
     tuned = extension_options(opts, "rope+yarn", tmp_path / "source", tmp_path / "tuned", 0)
     check_options(tuned)  # a refused Muon option would stop the stage here

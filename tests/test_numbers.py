@@ -83,7 +83,8 @@ KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "DNN
 
 
 def machine() -> dict:
-    """What the bits of a run depend on besides octlm: torch, its CPU kernels, the CPU, the thread count and any kernel settings."""
+    """What the bits of a run depend on besides octlm: torch, its CPU kernels, the CPU, the thread count and any kernel
+    settings."""
     cpu = {"vendor_id": "", "cpu family": "", "model": "", "model name": platform.processor()}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -92,13 +93,18 @@ def machine() -> dict:
                 cpu[key.strip()] = value.strip()
     except OSError:
         pass
-    return {"torch": torch.__version__.split("+")[0], "kernels": torch.backends.cpu.get_cpu_capability(),
-            "cpu": " / ".join(cpu[k] for k in ("vendor_id", "cpu family", "model", "model name")), "threads": threads(),
-            "kernel_env": {k: os.environ[k] for k in KERNEL_ENV if os.environ.get(k)}}
+    return {
+        "torch": torch.__version__.split("+")[0],
+        "kernels": torch.backends.cpu.get_cpu_capability(),
+        "cpu": " / ".join(cpu[k] for k in ("vendor_id", "cpu family", "model", "model name")),
+        "threads": threads(),
+        "kernel_env": {k: os.environ[k] for k in KERNEL_ENV if os.environ.get(k)},
+    }
 
 
 def weight_sketch(path: Path) -> list[float]:
-    """:data:`SKETCH_SIZE` projections of every weight in a safetensors file (names sorted) on random +-1 vectors, / sqrt(N)."""
+    """:data:`SKETCH_SIZE` projections of every weight in a safetensors file (names sorted) on random +-1 vectors, /
+    sqrt(N)."""
     from safetensors.numpy import load_file
 
     tensors = load_file(str(path))
@@ -108,8 +114,23 @@ def weight_sketch(path: Path) -> list[float]:
 
 
 def command(position: str, out: Path, n_threads: int, *extra: str) -> list[str]:
-    return ["train", "--text", "tinyshakespeare", "--position", position, "--max-steps", str(STEPS), "--log-interval", "1",
-            "--threads", str(n_threads), "--out", str(out), "--quiet", *extra]
+    return [
+        "train",
+        "--text",
+        "tinyshakespeare",
+        "--position",
+        position,
+        "--max-steps",
+        str(STEPS),
+        "--log-interval",
+        "1",
+        "--threads",
+        str(n_threads),
+        "--out",
+        str(out),
+        "--quiet",
+        *extra,
+    ]
 
 
 def read_run(out: Path) -> dict:
@@ -124,7 +145,8 @@ def read_run(out: Path) -> dict:
 
 
 def differences(a: dict, b: dict) -> dict:
-    """How far two runs' numbers are apart: the loss at each step, the validation loss, the RMS of the sketch difference."""
+    """How far two runs' numbers are apart: the loss at each step, the validation loss, the RMS of the sketch
+    difference."""
     return {
         "train_loss": [abs(x - y) for x, y in zip(a["train_loss"], b["train_loss"], strict=True)],
         "val_loss": abs(a["val_loss"] - b["val_loss"]),
@@ -134,8 +156,11 @@ def differences(a: dict, b: dict) -> dict:
 
 def tolerances(noise: dict) -> dict:
     """:data:`FACTOR` times the recorded noise, at least :data:`FLOOR`."""
-    return {"train_loss": [FACTOR * max(n, FLOOR["train_loss"]) for n in noise["train_loss"]],
-            "val_loss": FACTOR * max(noise["val_loss"], FLOOR["val_loss"]), "weights": FACTOR * max(noise["weights"], FLOOR["weights"])}
+    return {
+        "train_loss": [FACTOR * max(n, FLOOR["train_loss"]) for n in noise["train_loss"]],
+        "val_loss": FACTOR * max(noise["val_loss"], FLOOR["val_loss"]),
+        "weights": FACTOR * max(noise["weights"], FLOOR["weights"]),
+    }
 
 
 @pytest.mark.slow
@@ -147,13 +172,19 @@ def test_fixed_runs_land_where_they_were_recorded(tmp_path, capsys, position):
     got = read_run(tmp_path / position)
     moved = differences(got, recorded)
     steps = [s + 1 for s, (d, t) in enumerate(zip(moved["train_loss"], allowed["train_loss"], strict=True)) if d > t]
-    assert not steps, (f"{position}: the training loss moved past float noise at steps {steps[:5]} (first: "
-                       f"{moved['train_loss'][steps[0] - 1]:.3g} nats, allowed {allowed['train_loss'][steps[0] - 1]:.3g}); "
-                       "a refactor must not change numbers")
+    assert not steps, (
+        f"{position}: the training loss moved past float noise at steps {steps[:5]} (first: "
+        f"{moved['train_loss'][steps[0] - 1]:.3g} nats, allowed {allowed['train_loss'][steps[0] - 1]:.3g}); "
+        "a refactor must not change numbers"
+    )
     for key in ("val_loss", "weights"):
-        assert moved[key] <= allowed[key], f"{position}: {key} moved by {moved[key]:.3g}, past float noise ({allowed[key]:.3g})"
+        assert moved[key] <= allowed[key], (
+            f"{position}: {key} moved by {moved[key]:.3g}, past float noise ({allowed[key]:.3g})"
+        )
     if machine() == record["machine"]:
-        assert got["sha256"] == recorded["sha256"], f"{position}: the weights moved on the recording machine {record['machine']}"
+        assert got["sha256"] == recorded["sha256"], (
+            f"{position}: the weights moved on the recording machine {record['machine']}"
+        )
 
 
 def run_in_child(position: str, out: Path, n_threads: int, env: dict, *extra: str) -> dict:
@@ -164,29 +195,55 @@ def run_in_child(position: str, out: Path, n_threads: int, env: dict, *extra: st
 
 
 def record() -> dict:
-    """Train every fixed run as recorded, under each variant and with one more warm-up step (a real change); return the fixture."""
+    """Train every fixed run as recorded, under each variant and with one more warm-up step (a real change); return the
+    fixture."""
     runs, noise, variants, sensitivity = {}, {}, {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for position in SCHEMES:
             runs[position] = run_in_child(position, Path(tmp) / position, 2, {})
-            found = {name: differences(run_in_child(position, Path(tmp) / f"{position}-variant-{i}", n, env), runs[position])
-                     for i, (name, (n, env)) in enumerate(VARIANTS.items())}
-            variants[position] = {name: {"train_loss_max": max(d["train_loss"]), "val_loss": d["val_loss"], "weights": d["weights"]}
-                                  for name, d in found.items()}
-            changed = differences(run_in_child(position, Path(tmp) / f"{position}-w7", 2, {}, "--warmup-steps", "7"), runs[position])
-            sensitivity[position] = {"train_loss_max": max(changed["train_loss"]), "val_loss": changed["val_loss"], "weights": changed["weights"]}
+            found = {
+                name: differences(run_in_child(position, Path(tmp) / f"{position}-variant-{i}", n, env), runs[position])
+                for i, (name, (n, env)) in enumerate(VARIANTS.items())
+            }
+            variants[position] = {
+                name: {"train_loss_max": max(d["train_loss"]), "val_loss": d["val_loss"], "weights": d["weights"]}
+                for name, d in found.items()
+            }
+            changed = differences(
+                run_in_child(position, Path(tmp) / f"{position}-w7", 2, {}, "--warmup-steps", "7"), runs[position]
+            )
+            sensitivity[position] = {
+                "train_loss_max": max(changed["train_loss"]),
+                "val_loss": changed["val_loss"],
+                "weights": changed["weights"],
+            }
             per_step = np.max([d["train_loss"] for d in found.values()], axis=0)
-            noise[position] = {"train_loss": np.maximum.accumulate(per_step).tolist(),
-                               "val_loss": max(d["val_loss"] for d in found.values()),
-                               "weights": max(d["weights"] for d in found.values())}
-    return {"about": "Written by `python tests/test_numbers.py --record`; read by tests/test_numbers.py. Do not edit by hand.",
-            "command": " ".join(command("P", Path("DIR"), 2)), "machine": {**machine(), "threads": 2},
-            "noise": noise, "variants": variants, "sensitivity_warmup_steps_7": sensitivity, "runs": runs}
+            noise[position] = {
+                "train_loss": np.maximum.accumulate(per_step).tolist(),
+                "val_loss": max(d["val_loss"] for d in found.values()),
+                "weights": max(d["weights"] for d in found.values()),
+            }
+    return {
+        "about": "Written by `python tests/test_numbers.py --record`; read by tests/test_numbers.py. Do not edit by "
+        "hand.",
+        "command": " ".join(command("P", Path("DIR"), 2)),
+        "machine": {**machine(), "threads": 2},
+        "noise": noise,
+        "variants": variants,
+        "sensitivity_warmup_steps_7": sensitivity,
+        "runs": runs,
+    }
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="Record the fixed runs' numbers and their float noise (tests/fixtures/numbers.json).")
-    parser.add_argument("--record", action="store_true", help="train the fixed runs as recorded and under each variant; write the fixture")
+    parser = argparse.ArgumentParser(
+        description="Record the fixed runs' numbers and their float noise (tests/fixtures/numbers.json)."
+    )
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="train the fixed runs as recorded and under each variant; write the fixture",
+    )
     parser.add_argument("--out", type=Path, default=FIXTURE)
     args = parser.parse_args()
     if not args.record:

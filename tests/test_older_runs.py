@@ -6,7 +6,8 @@ model's shape both in its ``model`` section and again in ``train``, the way
 that octlm wrote it. It was made with::
 
     octlm train --text small.txt --out run-main --vocab-size 280 --context-length 16 --d-model 16 --n-heads 2 \\
-        --n-layers 1 --batch-size 4 --max-steps 6 --eval-interval 3 --save-every 3 --sample-tokens 0 --position rope --threads 1
+        --n-layers 1 --batch-size 4 --max-steps 6 --eval-interval 3 --save-every 3 --sample-tokens 0 --position rope
+        --threads 1
 
 (``small.txt``: the first 30,000 bytes of tinyshakespeare; ``.lock`` and ``loss.png`` left out.)
 """
@@ -36,7 +37,9 @@ def old_run(tmp_path):
 
 def test_the_fixture_is_in_the_old_layout():
     config = json.loads((OLD_RUN / "config.json").read_text())
-    assert config["train"]["d_model"] == config["model"]["d_model"] == 16  # the shape written twice, as octlm wrote it then
+    assert (
+        config["train"]["d_model"] == config["model"]["d_model"] == 16
+    )  # the shape written twice, as octlm wrote it then
 
 
 def test_an_older_run_loads_and_samples(old_run, capsys):
@@ -57,13 +60,23 @@ def test_an_older_run_resumes_and_its_config_then_holds_the_shape_once(old_run, 
 
 
 def test_an_older_run_resumes_with_adamw_as_it_trained(old_run, capsys):
-    """Its config.json predates --optimizer (AdamW then): Muon, octlm train's default since, must not take over on resume."""
+    """Its config.json predates --optimizer (AdamW then): Muon, octlm train's default since, must not take over on
+    resume."""
     assert "optimizer" not in json.loads((OLD_RUN / "config.json").read_text())["train"]
-    assert main(["train", "--resume", str(old_run), "--optimizer", "muon", "--max-steps", "8", "--threads", "1", "--quiet"]) == 1
+    assert (
+        main(
+            ["train", "--resume", str(old_run), "--optimizer", "muon", "--max-steps", "8", "--threads", "1", "--quiet"]
+        )
+        == 1
+    )
     assert "--optimizer muon contradicts the run being resumed, which has optimizer='adamw'" in capsys.readouterr().err
     assert main(["train", "--resume", str(old_run), "--max-steps", "8", "--threads", "1", "--quiet"]) == 0
     assert json.loads((old_run / "config.json").read_text())["train"]["optimizer"] == "adamw"
-    state = {key.rsplit(".", 1)[1] for key in safe_open(str(old_run / "checkpoint.safetensors"), "pt").keys() if key.startswith("optimizer.")}
+    state = {
+        key.rsplit(".", 1)[1]
+        for key in safe_open(str(old_run / "checkpoint.safetensors"), "pt").keys()
+        if key.startswith("optimizer.")
+    }
     assert state == {"step", "exp_avg", "exp_avg_sq"}  # AdamW's moments on every parameter, no Muon momentum buffer
 
 

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from octlm.train.checkpoint import config_digest
 from octlm.cli import build_parser, main
+from octlm.declare import Bound, Resume, checked_values, field_types, flag, option_default, option_fields, replaced
 from octlm.errors import OctlmError
 from octlm.studies.length_options import LengthOptions
-from octlm.declare import Bound, Resume, checked_values, field_types, flag, option_default, option_fields, replaced
+from octlm.train.checkpoint import config_digest
 from octlm.train.options import TrainOptions
 from octlm.train.resume import resume_options
 
@@ -43,7 +43,14 @@ def test_every_option_is_a_flag_a_toml_key_and_a_config_json_key(trained_run):
     parser = build_parser().subcommands["train"]
     flags = {s for action in parser._actions for s in action.option_strings}
     assert {flag(name) for name in FIELDS} <= flags
-    values = {name: option_default(f) or ["a.txt"] if name == "text" else option_default(f) or ["tensorboard"] if name == "log_to" else option_default(f) for name, f in FIELDS.items()}
+    values = {
+        name: option_default(f) or ["a.txt"]
+        if name == "text"
+        else option_default(f) or ["tensorboard"]
+        if name == "log_to"
+        else option_default(f)
+        for name, f in FIELDS.items()
+    }
     values = {name: value for name, value in values.items() if value is not None}
     assert checked_values(values, "test", TrainOptions) == values
     config = json.loads((trained_run / "config.json").read_text())
@@ -92,7 +99,8 @@ def _buildable(name: str, value) -> bool:
 
 
 def _other_value(name: str, data):
-    """A value of option ``name`` unlike its default (range checks come after the merge; the model's own checks come first)."""
+    """A value of option ``name`` unlike its default (range checks come after the merge; the model's own checks come
+    first)."""
     value = _any_other_value(name, data)
     return value if _buildable(name, value) else _valid_other(name)
 
@@ -162,14 +170,23 @@ def test_threads_beyond_the_machines_cpus_are_refused(tmp_path, capsys):
     too_many = (os.cpu_count() or 1) + 1
     code = main(["train", "--text", "tinyshakespeare", "--threads", str(too_many), "--out", str(tmp_path / "run")])
     assert code == 1
-    assert f"--threads must be in [1, {os.cpu_count() or 1}] (this machine's CPUs), got {too_many}" in capsys.readouterr().err
+    assert (
+        f"--threads must be in [1, {os.cpu_count() or 1}] (this machine's CPUs), got {too_many}"
+        in capsys.readouterr().err
+    )
     assert not (tmp_path / "run").exists()
 
 
 #: every command that computes with torch, with the arguments that make it run (issue 21: sample had no --threads)
 COMPUTING = {
-    "train": ["--text", "tinyshakespeare"], "length": ["--out", "x"], "sample": ["--run", "r"], "bench": [],
-    "embeddings": ["--run", "r"], "export-hf": ["r", "o"], "import-hf": ["i", "r"], "serve": ["--run", "r"],
+    "train": ["--text", "tinyshakespeare"],
+    "length": ["--out", "x"],
+    "sample": ["--run", "r"],
+    "bench": [],
+    "embeddings": ["--run", "r"],
+    "export-hf": ["r", "o"],
+    "import-hf": ["i", "r"],
+    "serve": ["--run", "r"],
     "export-web": ["--run", "r", "--out", "o"],
 }
 

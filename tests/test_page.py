@@ -46,7 +46,12 @@ def browser_check(url: str, out: Path, token: str) -> dict:
         pytest.fail(f"node or web/node_modules/playwright-core is missing; {SETUP_HINT}")
     out.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
-        ["node", "e2e/browser.mjs", url, str(out)], check=False, cwd=WEB, capture_output=True, text=True, timeout=180,
+        ["node", "e2e/browser.mjs", url, str(out)],
+        check=False,
+        cwd=WEB,
+        capture_output=True,
+        text=True,
+        timeout=180,
         env={**os.environ, "CHROMIUM": CHROMIUM, "OCTLM_E2E_TOKEN": token},
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -97,7 +102,9 @@ def check_attention(checks: dict, run_dir: Path) -> None:
     T = model.config.context_length
     ids = [int(i) for i in RunFolder(run_dir).tokens("val")[:T]]
     maps = record(model, ids, torch.device("cpu"))
-    expected = attention_statistics(maps.probabilities, maps.logits).mean_entropy[0].tolist()  # layer 0, the page's first
+    expected = (
+        attention_statistics(maps.probabilities, maps.logits).mean_entropy[0].tolist()
+    )  # layer 0, the page's first
     shown = [float(text.split(" nats")[0].removeprefix("entropy ")) for text in checks["run attention head stats"]]
     assert shown == pytest.approx(expected, abs=0.006)  # the page shows 2 decimals
     lengths = checks["run attention"]["lengths"]
@@ -109,7 +116,10 @@ def served_checks(args: list[str], shots: Path, token: str = "the") -> dict:
     """Start ``octlm serve ARGS --port 0`` and run the browser script on it."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "octlm", "serve", *args, "--port", "0", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         started = json.loads(proc.stdout.readline() or "{}")
@@ -135,8 +145,10 @@ def test_page_in_chromium_through_octlm_serve(trained_run, tmp_path):
 def expected_table(evals: list[dict], reading: str) -> list[list[str]]:
     """The base models' table as the page shows it: 4 decimals, n/a past a learned table."""
     base = [r for r in evals if r["label"] == r["position"] and "extended_to" not in r]
-    return [[label, *(f"{r[reading]:.4f}" if r.get(reading) is not None else "n/a" for r in base if r["label"] == label)]
-            for label in dict.fromkeys(r["label"] for r in base)]
+    return [
+        [label, *(f"{r[reading]:.4f}" if r.get(reading) is not None else "n/a" for r in base if r["label"] == label)]
+        for label in dict.fromkeys(r["label"] for r in base)
+    ]
 
 
 def check_study(checks: dict, study: Path) -> None:
@@ -150,17 +162,40 @@ def check_study(checks: dict, study: Path) -> None:
     else:
         assert "a study without the sliding reading says so" in checks
     groups = checks["study groups"]
-    assert groups["scaled"] == list(dict.fromkeys(r["label"] for r in evals if r["rope_scaling"] and "extended_to" not in r))
+    assert groups["scaled"] == list(
+        dict.fromkeys(r["label"] for r in evals if r["rope_scaling"] and "extended_to" not in r)
+    )
     assert groups["extended"] == list(dict.fromkeys(r["label"] for r in evals if "extended_to" in r))
     assert checks["study models"] == list(dict.fromkeys(r["label"] for r in evals))
-    learned = next(label for label in checks["study attention"] if not checks["study attention"][label]["lengths"][-1]["enabled"])
+    learned = next(
+        label for label in checks["study attention"] if not checks["study attention"][label]["lengths"][-1]["enabled"]
+    )
     assert all("rows" in note for note in checks["study attention"][learned]["notes"])
     # The study's own statistics of the first model at its first length, where it recorded them (layer 0).
     first = evals[0]
-    found = [r for r in records if r["record"] == "attention" and r["label"] == first["label"] and r["eval_length"] == first["eval_length"]]
-    expected = [[str(h), f"{found[0]['mean_entropy'][0][h]:.2f}", f"{found[0]['mean_distance'][0][h]:.1f}",
-                 f"{found[0]['sink_mass'][0][h]:.3f}", f"{found[0]['max_logit'][0][h]:.1f}"] for h in range(len(found[0]["mean_entropy"][0]))] if found else []
-    assert [[cell.lstrip("-") if cell.startswith("-0.") and float(cell) == 0 else cell for cell in row] for row in checks["study attention record"]] == expected
+    found = [
+        r
+        for r in records
+        if r["record"] == "attention" and r["label"] == first["label"] and r["eval_length"] == first["eval_length"]
+    ]
+    expected = (
+        [
+            [
+                str(h),
+                f"{found[0]['mean_entropy'][0][h]:.2f}",
+                f"{found[0]['mean_distance'][0][h]:.1f}",
+                f"{found[0]['sink_mass'][0][h]:.3f}",
+                f"{found[0]['max_logit'][0][h]:.1f}",
+            ]
+            for h in range(len(found[0]["mean_entropy"][0]))
+        ]
+        if found
+        else []
+    )
+    assert [
+        [cell.lstrip("-") if cell.startswith("-0.") and float(cell) == 0 else cell for cell in row]
+        for row in checks["study attention record"]
+    ] == expected
 
 
 def test_study_page_in_chromium_through_octlm_serve(length_study, tmp_path):
@@ -169,25 +204,35 @@ def test_study_page_in_chromium_through_octlm_serve(length_study, tmp_path):
     check_study(checks, length_study)
     assert checks["study attention record"], "the study recorded its attention; the page shows it"
     longest = max(int(x["value"]) for x in next(iter(checks["study attention"].values()))["lengths"])
-    assert any(v["longestShape"] == f"{longest}x{longest}" for v in checks["study attention"].values())  # 32 tokens: not pooled
+    assert any(
+        v["longestShape"] == f"{longest}x{longest}" for v in checks["study attention"].values()
+    )  # 32 tokens: not pooled
     for name in checks["screenshots"]:
         assert (tmp_path / "shots" / name).stat().st_size > 10_000, name
 
 
 def test_an_older_study_works_from_disk_and_says_what_it_lacks(length_study, tmp_path):
-    """A study as octlm length wrote it before the sliding reading and the attention records, exported and opened from disk."""
+    """A study as octlm length wrote it before the sliding reading and the attention records, exported and opened from
+    disk."""
     from octlm.cli import main
 
     study = tmp_path / "older"
     shutil.copytree(length_study, study)
     written = [json.loads(line) for line in (study / "length.jsonl").read_text().splitlines() if line.strip()]
-    older = [{k: v for k, v in r.items() if not k.startswith("sliding") and k != "eval_stride"} for r in written if r["record"] != "attention"]
+    older = [
+        {k: v for k, v in r.items() if not k.startswith("sliding") and k != "eval_stride"}
+        for r in written
+        if r["record"] != "attention"
+    ]
     (study / "length.jsonl").write_text("".join(json.dumps(r) + "\n" for r in older))
     out = tmp_path / "exported"
     assert main(["export-web", "--study", str(study), "--out", str(out), "--quiet"]) == 0
     checks = browser_check((out / "index.html").as_uri(), tmp_path / "shots", "the")
     check_study(checks, study)
-    assert "sliding-window reading" in checks["a study without the sliding reading says so"] and checks["study attention record"] == []
+    assert (
+        "sliding-window reading" in checks["a study without the sliding reading says so"]
+        and checks["study attention record"] == []
+    )
 
 
 def test_exported_page_works_from_disk(trained_run, tmp_path):

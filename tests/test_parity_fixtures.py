@@ -28,18 +28,21 @@ def drift(committed, fresh, path="$"):
     if isinstance(committed, list) and isinstance(fresh, list):
         if len(committed) != len(fresh):
             return [f"{path}: length {len(committed)} != {len(fresh)}"]
-        return [d for i, (a, b) in enumerate(zip(committed, fresh)) for d in drift(a, b, f"{path}[{i}]")]
+        return [d for i, (a, b) in enumerate(zip(committed, fresh, strict=True)) for d in drift(a, b, f"{path}[{i}]")]
     if isinstance(committed, (int, float)) and isinstance(fresh, (int, float)) and not isinstance(committed, bool):
         return [] if math.isclose(committed, fresh, rel_tol=0, abs_tol=1e-9) else [f"{path}: {committed} != {fresh}"]
     return [] if committed == fresh else [f"{path}: {committed!r} != {fresh!r}"]
 
 
 def test_committed_fixtures_match_python():
-    assert FIXTURE.is_file(), f"{FIXTURE} is missing; write it with `python -m octlm.export.parity {FIXTURE.relative_to(REPO)}`"
+    assert FIXTURE.is_file(), (
+        f"{FIXTURE} is missing; write it with `python -m octlm.export.parity {FIXTURE.relative_to(REPO)}`"
+    )
     differences = drift(json.loads(FIXTURE.read_text()), json.loads(fixtures_json()))
     assert not differences, (
         f"{FIXTURE.relative_to(REPO)} drifted from the Python formulas ({len(differences)} differences, first: "
-        f"{differences[:3]}); regenerate it with `python -m octlm.export.parity {FIXTURE.relative_to(REPO)}` and rerun Vitest"
+        f"{differences[:3]}); regenerate it with `python -m octlm.export.parity {FIXTURE.relative_to(REPO)}` and rerun "
+        "Vitest"
     )
 
 
@@ -58,12 +61,18 @@ def test_fixtures_cover_every_formula_the_page_computes():
     assert any(c["width"] % 2 for c in fixtures["sinusoidal"]), "an odd width"
     assert {c["layout"] for c in fixtures["rope"]} == {"interleaved", "half"}
     assert any(c["offset"] >= 1000 for c in fixtures["rope"]), "far positions"
-    assert any(n & (n - 1) for n in (c["n_heads"] for c in fixtures["alibi"]["slopes"])), "a head count that is not a power of two"
+    assert any(n & (n - 1) for n in (c["n_heads"] for c in fixtures["alibi"]["slopes"])), (
+        "a head count that is not a power of two"
+    )
     assert fixtures["alibi"]["biases"] and fixtures["cosine"]
     assert any((c["num_buckets"], c["max_distance"]) == (32, 128) for c in fixtures["t5"]), "T5's own buckets"
-    assert all(min(c["distances"]) < 0 and max(c["distances"]) > c["max_distance"] for c in fixtures["t5"]), "future keys and the last bucket"
+    assert all(min(c["distances"]) < 0 and max(c["distances"]) > c["max_distance"] for c in fixtures["t5"]), (
+        "future keys and the last bucket"
+    )
     assert any(c["offset"] + c["q_len"] > c["threshold"] for c in fixtures["fire"]), "queries past FIRE's threshold"
-    assert {c["layout"] for c in fixtures["xpos"]} == {"interleaved", "half"} and any(c["offset"] >= 1000 for c in fixtures["xpos"])
+    assert {c["layout"] for c in fixtures["xpos"]} == {"interleaved", "half"} and any(
+        c["offset"] >= 1000 for c in fixtures["xpos"]
+    )
 
 
 @pytest.mark.parametrize("case", range(3))

@@ -17,8 +17,32 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["--vocab-size", "280", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "4",
-        "--max-steps", "2", "--eval-interval", "50", "--eval-blocks", "2", "--final-eval-blocks", "2", "--sample-tokens", "0", "--threads", "1"]
+TINY = [
+    "--vocab-size",
+    "280",
+    "--context-length",
+    "16",
+    "--d-model",
+    "16",
+    "--n-heads",
+    "2",
+    "--n-layers",
+    "1",
+    "--batch-size",
+    "4",
+    "--max-steps",
+    "2",
+    "--eval-interval",
+    "50",
+    "--eval-blocks",
+    "2",
+    "--final-eval-blocks",
+    "2",
+    "--sample-tokens",
+    "0",
+    "--threads",
+    "1",
+]
 JUPYTER = "module://matplotlib_inline.backend_inline"
 
 
@@ -29,11 +53,15 @@ def run_with_backend(command: list[str], backend: str) -> subprocess.CompletedPr
 
 def test_train_and_embeddings_finish_under_a_notebooks_backend(small_corpus, tmp_path):
     run = tmp_path / "run"
-    trained = run_with_backend(["-m", "octlm", "train", "--text", str(small_corpus), "--out", str(run), *TINY, "--json"], JUPYTER)
+    trained = run_with_backend(
+        ["-m", "octlm", "train", "--text", str(small_corpus), "--out", str(run), *TINY, "--json"], JUPYTER
+    )
     assert trained.returncode == 0 and "Traceback" not in trained.stderr, trained.stderr[-2000:]
     assert json.loads(trained.stdout.splitlines()[-1])["event"] == "result"  # the final row
     assert (run / "loss.png").read_bytes().startswith(b"\x89PNG")
-    drawn = run_with_backend(["-m", "octlm", "embeddings", "--run", str(run), "--out", str(tmp_path / "figures"), "--json"], JUPYTER)
+    drawn = run_with_backend(
+        ["-m", "octlm", "embeddings", "--run", str(run), "--out", str(tmp_path / "figures"), "--json"], JUPYTER
+    )
     assert drawn.returncode == 0 and "Traceback" not in drawn.stderr, drawn.stderr[-2000:]
     assert (tmp_path / "figures" / "tokens-pca.png").read_bytes().startswith(b"\x89PNG")
 

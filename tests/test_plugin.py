@@ -42,7 +42,9 @@ def toy():
 
 
 def small(position: str) -> Decoder:
-    return Decoder(DecoderConfig(position=position, context_length=12, d_model=32, n_heads=4, n_layers=2, vocab_size=50)).eval()
+    return Decoder(
+        DecoderConfig(position=position, context_length=12, d_model=32, n_heads=4, n_layers=2, vocab_size=50)
+    ).eval()
 
 
 def test_the_toy_is_not_registered_outside_its_tests():
@@ -77,8 +79,8 @@ def test_explorer_has_no_vectors_and_a_note(toy):
 
 def test_cli_and_length_study_take_it_from_the_registry(toy):
     from octlm.cli import build_parser, options_from
-    from octlm.studies.length_options import LengthOptions, check_options
     from octlm.model.positions import SCHEME_NAMES
+    from octlm.studies.length_options import LengthOptions, check_options
 
     assert "toy" in SCHEME_NAMES and list(SCHEME_NAMES) == sorted(SCHEMES)
     assert build_parser().parse_args(["train", "--position", toy]).position == toy
@@ -89,7 +91,9 @@ def test_cli_and_length_study_take_it_from_the_registry(toy):
     assert resolved.rope_scalings == []  # the toy takes no RoPE scaling
     from octlm.errors import OctlmError
 
-    with pytest.raises(OctlmError, match="--rope-scalings needs the rope((, | or )[a-z0-9]+)* model: add rope to --schemes"):
+    with pytest.raises(
+        OctlmError, match="--rope-scalings needs the rope((, | or )[a-z0-9]+)* model: add rope to --schemes"
+    ):
         check_options(LengthOptions(text=["x.txt"], out="study", schemes=[toy], rope_scalings=["yarn"]))
     ToyDistanceBias.in_length_study = False
     try:
@@ -100,8 +104,8 @@ def test_cli_and_length_study_take_it_from_the_registry(toy):
 
 def test_sample_memory_check_counts_its_score_bias(toy, monkeypatch):
     import octlm.train.device
-    from octlm.inspect.sample import check_bias_memory
     from octlm.errors import OctlmError
+    from octlm.inspect.sample import check_bias_memory
 
     model = small(toy)
     assert model.positions.score_bias_bytes(4, 100) == 12 * 4 * 100**2
@@ -116,7 +120,10 @@ def test_rope_scaling_and_gpt2_export_refuse_it(toy):
     from octlm.export.hf import InteropError, gpt2_config
 
     model = small(toy)
-    with pytest.raises(ValueError, match=r"RoPE scaling \(linear\) needs position='rope'( or '[a-z0-9]+')*; this model uses position='toy'"):
+    with pytest.raises(
+        ValueError,
+        match=r"RoPE scaling \(linear\) needs position='rope'( or '[a-z0-9]+')*; this model uses position='toy'",
+    ):
         model.set_rope_scaling("linear", 2.0)
     model.set_rope_scaling(None)  # turning no scaling off is allowed
     with pytest.raises(InteropError, match="position='toy' has no GPT-2 form.*--position learned"):

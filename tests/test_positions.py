@@ -32,7 +32,12 @@ def test_sinusoidal_matches_formula(length, width):
     np.testing.assert_allclose(got.numpy(), formula_table(length, width), rtol=0, atol=1e-6)
 
 
-@given(length=st.integers(1, 40), width=st.integers(1, 40), offset=st.integers(0, 5000), base=st.sampled_from([100.0, 10000.0, 5e5]))
+@given(
+    length=st.integers(1, 40),
+    width=st.integers(1, 40),
+    offset=st.integers(0, 5000),
+    base=st.sampled_from([100.0, 10000.0, 5e5]),
+)
 def test_sinusoidal_offset_and_base_match_formula(length, width, offset, base):
     got = sinusoidal_positions(length, width, offset=offset, base=base)
     np.testing.assert_allclose(got.numpy(), formula_table(length, width, offset, base), rtol=0, atol=1e-6)
@@ -189,8 +194,10 @@ def test_partial_rotary_leaves_the_tail_alone():
 
 def reference_alibi_slopes(n):
     """Press et al. 2022 reference algorithm, written independently with fractions of powers of two."""
+
     def pow2(n):
         return [2 ** (-8 * (i + 1) / n) for i in range(n)]
+
     if math.log2(n).is_integer():
         return pow2(n)
     p = 2 ** int(math.log2(n))

@@ -31,7 +31,10 @@ def test_a_signal_during_preparation_stops_within_seconds_and_leaves_nothing(tmp
     env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "octlm", "train", "--text", str(text), "--out", str(out), "--max-steps", "1", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     # Wait until the corpus is read: tokenizer training has begun.
     seen = ""

@@ -19,13 +19,15 @@ from octlm.model.positions import SCHEMES, ContextualPositions, KERPLEBias, Part
 
 
 def dot(a, b):
-    return sum(x * y for x, y in zip(a, b))
+    return sum(x * y for x, y in zip(a, b, strict=True))
 
 
 # ---- p-RoPE ----------------------------------------------------------------------------------
 
+
 def prope_by_hand(x, t, d, theta, fraction, layout):
-    """Barbero et al. 2024 §6: pair i turns by t * theta^(-2i/d) for the first floor(fraction * d/2) pairs, the rest not at all."""
+    """Barbero et al. 2024 §6: pair i turns by t * theta^(-2i/d) for the first floor(fraction * d/2) pairs, the rest not
+    at all."""
     kept = math.floor(fraction * d / 2 + 1e-9)
     out = list(x)
     for i in range(d // 2):
@@ -39,7 +41,9 @@ def prope_by_hand(x, t, d, theta, fraction, layout):
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
 @pytest.mark.parametrize("fraction", [0.75, 0.5, 0.3, 1.0, 0.0])
 def test_prope_turns_the_fastest_pairs_by_ropes_angles_and_leaves_the_rest(layout, fraction):
-    config = DecoderConfig(position="prope", d_model=64, n_heads=2, rope_layout=layout, rope_fraction=fraction, rope_theta=500.0)
+    config = DecoderConfig(
+        position="prope", d_model=64, n_heads=2, rope_layout=layout, rope_fraction=fraction, rope_theta=500.0
+    )
     scheme = PartialFrequencyRoPE(config)
     q, k = torch.randn(1, 1, 5, 32, dtype=torch.float32), torch.randn(1, 1, 5, 32)
     rq, rk = scheme.rotate(q, k, offset=1000)
@@ -64,7 +68,9 @@ def test_prope_at_fraction_1_is_rope_and_at_0_is_nope():
     ids = torch.randint(0, 50, (2, 20))
     for fraction, twin in ((1.0, "rope"), (0.0, "none")):
         torch.manual_seed(0)
-        model = Decoder(DecoderConfig(position="prope", rope_fraction=fraction, vocab_size=50, d_model=32, n_heads=2)).eval()
+        model = Decoder(
+            DecoderConfig(position="prope", rope_fraction=fraction, vocab_size=50, d_model=32, n_heads=2)
+        ).eval()
         other = Decoder(DecoderConfig(position=twin, vocab_size=50, d_model=32, n_heads=2)).eval()
         other.load_state_dict(model.state_dict())
         with torch.no_grad():
@@ -84,11 +90,17 @@ def test_prope_takes_ropes_scalings_and_keeps_the_dropped_pairs_still():
 def test_rope_fraction_is_checked_and_refused_for_other_schemes(tmp_path, capsys):
     with pytest.raises(ValueError, match="rope_fraction must be in \\[0, 1\\]"):
         DecoderConfig(position="prope", rope_fraction=1.5)
-    assert main(["train", "--position", "rope", "--rope-fraction", "0.5", "--max-steps", "1", "--out", str(tmp_path / "r")]) == 1
+    assert (
+        main(
+            ["train", "--position", "rope", "--rope-fraction", "0.5", "--max-steps", "1", "--out", str(tmp_path / "r")]
+        )
+        == 1
+    )
     assert "--rope-fraction 0.5 means nothing for --position rope: only prope reads it" in capsys.readouterr().err
 
 
 # ---- KERPLE ----------------------------------------------------------------------------------
+
 
 def kerple_by_hand(r1, r2, i, j):
     """Chi et al. 2022, the logarithmic kernel: -r1 log(1 + r2 |i - j|)."""
@@ -108,7 +120,9 @@ def test_kerple_bias_is_the_log_kernel_of_each_layer_and_head(q_len, k_len, offs
             for j in range(k_len):
                 qi, kj = offset + i, offset + q_len - k_len + j
                 if kj <= qi:
-                    expected = [kerple_by_hand(max(r1[layer][h], 0.01), max(r2[layer][h], 0.01), qi, kj) for h in range(4)]
+                    expected = [
+                        kerple_by_hand(max(r1[layer][h], 0.01), max(r2[layer][h], 0.01), qi, kj) for h in range(4)
+                    ]
                     assert bias[:, i, j].tolist() == pytest.approx(expected, rel=1e-5, abs=1e-6)
 
 
@@ -123,7 +137,9 @@ def test_kerple_starts_as_its_code_does_and_stays_positive():
     model.eval()(torch.randint(0, 50, (1, 8)))
     assert r1.min().item() == -1.0  # evaluation reads them clamped and leaves them as they are
     model.train()(torch.randint(0, 50, (1, 8)))
-    assert r1.min().item() == pytest.approx(0.01) and r2.min().item() == pytest.approx(0.01)  # a training pass projects them back
+    assert r1.min().item() == pytest.approx(0.01) and r2.min().item() == pytest.approx(
+        0.01
+    )  # a training pass projects them back
 
 
 def test_kerple_bias_falls_with_distance():
@@ -135,30 +151,39 @@ def test_kerple_bias_falls_with_distance():
 
 # ---- randomized positions --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("position", ["alibi", "t5", "fire", "kerple", "prope"])
 def test_relative_schemes_read_distances_between_drawn_positions(position):
     torch.manual_seed(0)
-    model = Decoder(DecoderConfig(position=position, context_length=8, d_model=32, n_heads=2, n_layers=1, randomize_positions=10)).train()
+    model = Decoder(
+        DecoderConfig(position=position, context_length=8, d_model=32, n_heads=2, n_layers=1, randomize_positions=10)
+    ).train()
     model.positions.draw_positions(8)
     drawn = model.positions.drawn.tolist()
     q, k = torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16)
     if position == "prope":
         rq, _ = model.positions.rotate(q, k, 0)
         for t, p in enumerate(drawn):
-            assert rq[0, 0, t].tolist() == pytest.approx(prope_by_hand(q[0, 0, t].tolist(), p, 16, 10000.0, 0.75, "interleaved"), abs=1e-4)
+            assert rq[0, 0, t].tolist() == pytest.approx(
+                prope_by_hand(q[0, 0, t].tolist(), p, 16, 10000.0, 0.75, "interleaved"), abs=1e-4
+            )
         return
     bias = model.positions.attention_bias(q, k, 0, 0)
     model.positions.end_pass()  # then the same scheme at 0, 1, 2, ... gives the bias of each distance
     plain = model.positions.attention_bias(torch.randn(1, 2, 80, 16), torch.randn(1, 2, 80, 16), 0, 0)
     for i in range(8):
         for j in range(i + 1):
-            assert bias[:, i, j].tolist() == pytest.approx(plain[:, 79, 79 - (drawn[i] - drawn[j])].tolist(), abs=1e-6), (i, j)
+            assert bias[:, i, j].tolist() == pytest.approx(
+                plain[:, 79, 79 - (drawn[i] - drawn[j])].tolist(), abs=1e-6
+            ), (i, j)
 
 
 # ---- CoPE ------------------------------------------------------------------------------------
 
+
 def cope_by_hand(q_i, keys, table, j):
-    """Golovneva et al. 2024 §3: p_ij = sum over keys t = j .. i of sigmoid(q_i . k_t / sqrt(d)), ``keys`` ending at the query's own;
+    """Golovneva et al. 2024 §3: p_ij = sum over keys t = j .. i of sigmoid(q_i . k_t / sqrt(d)), ``keys`` ending at the
+    query's own;
     e(p) interpolated between e[floor p] and e[ceil p] (p clamped to npos - 1); the bias is q_i . e(p)."""
     d = len(q_i)
     p = sum(1 / (1 + math.exp(-dot(q_i, k_t) / math.sqrt(d))) for k_t in keys[j:])
@@ -190,8 +215,18 @@ def test_cope_bias_counts_gates_and_interpolates_embeddings(q_len, k_len, npos):
 
 def cope_model(**extra):
     torch.manual_seed(0)
-    model = Decoder(DecoderConfig(position="cope", vocab_size=50, context_length=12, d_model=32, n_heads=4, n_layers=2,
-                                  cope_npos_max=6, **extra)).eval()
+    model = Decoder(
+        DecoderConfig(
+            position="cope",
+            vocab_size=50,
+            context_length=12,
+            d_model=32,
+            n_heads=4,
+            n_layers=2,
+            cope_npos_max=6,
+            **extra,
+        )
+    ).eval()
     for p in model.parameters():  # the generic cache tests leave CoPE's zero-initialised table at 0: give it values
         p.data.normal_(0, 0.5) if p is model.positions.embeddings else p.data.mul_(10 if p.dim() >= 2 else 1)
     return model
@@ -204,8 +239,13 @@ def test_cope_cached_logits_equal_a_full_recompute(prompt_length):
     ids = torch.randint(0, 50, (2, prompt_length), generator=g)
     cache = KVCache(2)
     for step in range(30):
-        torch.testing.assert_close(model.next_token_logits(ids, cache), model(ids)[:, -1, :], rtol=0, atol=1e-5,
-                                   msg=lambda m: f"step {step}: {m}")
+        torch.testing.assert_close(
+            model.next_token_logits(ids, cache),
+            model(ids)[:, -1, :],
+            rtol=0,
+            atol=1e-5,
+            msg=lambda m, step=step: f"step {step}: {m}",
+        )
         ids = torch.cat((ids, torch.randint(0, 50, (2, 1), generator=g)), dim=1)
     chunk = KVCache(2)
     model(ids[:, :7], cache=chunk)

@@ -21,7 +21,7 @@ from octlm.data.records import file_format
 from octlm.data.text import read_documents
 from octlm.errors import DataError
 
-TEXTS = ["First record.\nWith two lines.", "Zweiter Eintrag: grün, ß, 東京.", "", "a \"quoted\", comma, record"]
+TEXTS = ["First record.\nWith two lines.", "Zweiter Eintrag: grün, ß, 東京.", "", 'a "quoted", comma, record']
 
 COMPRESSORS = {
     None: lambda data: data,
@@ -59,8 +59,12 @@ def _parquet(texts, path) -> None:
 def _write(tmp_path, fmt: str, compression: str | None, texts=TEXTS):
     name = f"corpus.{fmt}{SUFFIX[compression]}"
     path = tmp_path / name
-    raw = {"jsonl": lambda: _jsonl(texts), "json": lambda: _json(texts), "csv": lambda: _csv(texts, tmp_path / "plain.csv"),
-           "txt": lambda: texts[0].encode()}[fmt]()
+    raw = {
+        "jsonl": lambda: _jsonl(texts),
+        "json": lambda: _json(texts),
+        "csv": lambda: _csv(texts, tmp_path / "plain.csv"),
+        "txt": lambda: texts[0].encode(),
+    }[fmt]()
     path.write_bytes(COMPRESSORS[compression](raw))
     return path
 
@@ -88,7 +92,9 @@ def test_parquet_is_read_by_batches_in_row_order(tmp_path):
 def test_compressed_plain_text_is_one_document(tmp_path, compression):
     path = _write(tmp_path, "txt", compression)
     (doc,), info = read_documents([path])
-    assert doc.text == TEXTS[0] and info["files"][0]["format"] == "text" and info["files"][0]["compression"] == compression
+    assert (
+        doc.text == TEXTS[0] and info["files"][0]["format"] == "text" and info["files"][0]["compression"] == compression
+    )
 
 
 def test_a_mixed_folder_lists_each_file_with_its_format(tmp_path):
@@ -99,7 +105,12 @@ def test_a_mixed_folder_lists_each_file_with_its_format(tmp_path):
     (tmp_path / "plain.csv").unlink()  # the helper's uncompressed copy
     docs, info = read_documents([tmp_path])
     formats = {e["path"].rsplit("/", 1)[-1]: (e["format"], e["records"]) for e in info["files"]}
-    assert formats == {"corpus.csv": ("csv", 4), "corpus.jsonl.gz": ("jsonl", 4), "more.parquet": ("parquet", 2), "notes.txt": ("text", 1)}
+    assert formats == {
+        "corpus.csv": ("csv", 4),
+        "corpus.jsonl.gz": ("jsonl", 4),
+        "more.parquet": ("parquet", 2),
+        "notes.txt": ("text", 1),
+    }
     assert len(docs) == 11
 
 
@@ -110,13 +121,16 @@ def test_text_field_names_another_field(tmp_path):
     assert [d.text for d in docs] == ["one", "two"]
 
 
-@pytest.mark.parametrize("line, says", [
-    ('{"text": "ok"', "line 2 is not JSON"),
-    ('{"body": "x"}', "line 2: no field 'text' (its fields: body); name the text field with --text-field NAME"),
-    ('{"text": 5}', "line 2: field 'text' is a number, not a string"),
-    ('{"text": null}', "line 2: field 'text' is null, not a string"),
-    ('["text"]', "line 2: the record is an array, not an object"),
-])
+@pytest.mark.parametrize(
+    "line, says",
+    [
+        ('{"text": "ok"', "line 2 is not JSON"),
+        ('{"body": "x"}', "line 2: no field 'text' (its fields: body); name the text field with --text-field NAME"),
+        ('{"text": 5}', "line 2: field 'text' is a number, not a string"),
+        ('{"text": null}', "line 2: field 'text' is null, not a string"),
+        ('["text"]', "line 2: the record is an array, not an object"),
+    ],
+)
 def test_a_bad_jsonl_record_names_file_line_and_fix_or_is_counted(tmp_path, line, says):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"text": "good one"}\n' + line + '\n{"text": "good two"}\n', encoding="utf-8")
@@ -135,7 +149,10 @@ def test_a_parquet_file_without_the_column_or_with_nulls(tmp_path):
 
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"body": ["a"]}), path)
-    with pytest.raises(DataError, match=r"t\.parquet: no column 'text' \(its columns: body\); name the text column with --text-field NAME"):
+    with pytest.raises(
+        DataError,
+        match=r"t\.parquet: no column 'text' \(its columns: body\); name the text column with --text-field NAME",
+    ):
         read_documents([path])
     pq.write_table(pa.table({"text": ["a", None, "c"]}), path)
     with pytest.raises(DataError, match=r"row 2 has a null 'text'.*--skip-bad-records"):
@@ -170,10 +187,20 @@ def test_json_that_is_no_array_and_damaged_compression(tmp_path):
         read_documents([path])
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("a.jsonl", ("jsonl", None)), ("a.JSONL.ZST", ("jsonl", "zstd")), ("b.ndjson.gz", ("jsonl", "gzip")), ("c.parquet", ("parquet", None)),
-    ("d.csv.bz2", ("csv", "bz2")), ("e.txt.xz", ("text", "xz")), ("f", ("text", None)), ("g.py", ("text", None)), ("h.gz", ("text", "gzip")),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("a.jsonl", ("jsonl", None)),
+        ("a.JSONL.ZST", ("jsonl", "zstd")),
+        ("b.ndjson.gz", ("jsonl", "gzip")),
+        ("c.parquet", ("parquet", None)),
+        ("d.csv.bz2", ("csv", "bz2")),
+        ("e.txt.xz", ("text", "xz")),
+        ("f", ("text", None)),
+        ("g.py", ("text", None)),
+        ("h.gz", ("text", "gzip")),
+    ],
+)
 def test_the_format_comes_from_the_name(name, expected):
     assert file_format(name) == expected
 
@@ -186,8 +213,30 @@ def test_a_jsonl_run_trains_on_records_as_documents(tmp_path, shakespeare):
     corpus = tmp_path / "plays.jsonl.gz"
     corpus.write_bytes(gzip.compress(_jsonl(lines) + b"not json\n"))
     out = tmp_path / "run"
-    args = ["train", "--text", str(corpus), "--out", str(out), "--vocab-size", "300", "--context-length", "16", "--d-model", "16",
-            "--n-heads", "2", "--n-layers", "1", "--max-steps", "2", "--batch-size", "2", "--sample-tokens", "0", "--quiet"]
+    args = [
+        "train",
+        "--text",
+        str(corpus),
+        "--out",
+        str(out),
+        "--vocab-size",
+        "300",
+        "--context-length",
+        "16",
+        "--d-model",
+        "16",
+        "--n-heads",
+        "2",
+        "--n-layers",
+        "1",
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--sample-tokens",
+        "0",
+        "--quiet",
+    ]
     assert main(args) == 1  # the bad line stops it, naming line and fix
     assert main([*args, "--skip-bad-records"]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
@@ -204,15 +253,33 @@ def test_a_jsonl_run_trains_on_records_as_documents(tmp_path, shakespeare):
 
 @pytest.fixture
 def streamed(monkeypatch):
-    """Preparation streams above a few kB instead of 128 MiB, in groups of 4 kB: the path a large corpus takes, on a small one."""
+    """Preparation streams above a few kB instead of 128 MiB, in groups of 4 kB: the path a large corpus takes, on a
+    small one."""
     import octlm.train.corpus
 
     monkeypatch.setattr(octlm.train.corpus, "TOKENIZER_SAMPLE_BYTES", 20_000)
     monkeypatch.setattr(octlm.train.corpus, "STREAM_GROUP_BYTES", 4_000)
 
 
-TRAIN_ARGS = ["--vocab-size", "300", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--max-steps", "2",
-              "--batch-size", "2", "--sample-tokens", "0", "--quiet"]
+TRAIN_ARGS = [
+    "--vocab-size",
+    "300",
+    "--context-length",
+    "16",
+    "--d-model",
+    "16",
+    "--n-heads",
+    "2",
+    "--n-layers",
+    "1",
+    "--max-steps",
+    "2",
+    "--batch-size",
+    "2",
+    "--sample-tokens",
+    "0",
+    "--quiet",
+]
 
 
 def test_a_corpus_above_the_sample_size_streams_to_the_same_token_files(streamed, tmp_path, shakespeare):
@@ -244,8 +311,12 @@ def test_a_corpus_above_the_sample_size_streams_to_the_same_token_files(streamed
         expected = encode_stream(tokenizer, texts)
         stored = (out / f"{split}.bin").read_bytes()
         assert stored == expected.astype("<u2").tobytes()
-        assert manifest["tokens"][split] == {"file": f"{split}.bin", "dtype": "uint16", "count": len(expected),
-                                             "sha256": hashlib.sha256(stored).hexdigest()}
+        assert manifest["tokens"][split] == {
+            "file": f"{split}.bin",
+            "dtype": "uint16",
+            "count": len(expected),
+            "sha256": hashlib.sha256(stored).hexdigest(),
+        }
     assert manifest["files"] == info["files"] and manifest["total_bytes"] == sum(d.n_bytes for d in docs)
     assert not list(out.glob(".*.tmp"))
 

@@ -21,7 +21,9 @@ def t5_bucket(n, num_buckets=32, max_distance=128):
     exact = num_buckets // 2
     if n < exact:
         return n
-    return min(exact + int(math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact)), num_buckets - 1)
+    return min(
+        exact + int(math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact)), num_buckets - 1
+    )
 
 
 def test_t5_bucket_reference_values():
@@ -33,7 +35,9 @@ def test_t5_bucket_reference_values():
 @pytest.mark.parametrize("q_len,k_len,offset", [(40, 40, 0), (1, 300, 299), (5, 9, 4)])
 def test_t5_bias_is_the_bucket_row_of_each_head(buckets, max_distance, q_len, k_len, offset):
     torch.manual_seed(0)
-    scheme = T5RelativeBias(DecoderConfig(position="t5", n_heads=4, t5_num_buckets=buckets, t5_max_distance=max_distance))
+    scheme = T5RelativeBias(
+        DecoderConfig(position="t5", n_heads=4, t5_num_buckets=buckets, t5_max_distance=max_distance)
+    )
     torch.nn.init.normal_(scheme.bias_table.weight)
     bias = scheme.score_bias(q_len, k_len, offset)
     assert bias.shape == (4, q_len, k_len)
@@ -60,9 +64,9 @@ def fire_by_hand(scheme, i, j):
     L = abs(scheme.threshold_scale.item()) * 512.0
     x = math.log(c * (i - j) + 1) / math.log(c * max(L, i) + 1)
     w1, b1 = scheme.mlp[0].weight[:, 0].tolist(), scheme.mlp[0].bias.tolist()
-    hidden = [max(0.0, w * x + b) for w, b in zip(w1, b1)]
+    hidden = [max(0.0, w * x + b) for w, b in zip(w1, b1, strict=True)]
     w2, b2 = scheme.mlp[2].weight.tolist(), scheme.mlp[2].bias.tolist()
-    return [sum(w * h for w, h in zip(row, hidden)) + b for row, b in zip(w2, b2)]
+    return [sum(w * h for w, h in zip(row, hidden, strict=True)) + b for row, b in zip(w2, b2, strict=True)]
 
 
 @pytest.mark.parametrize("q_len,k_len,offset", [(30, 30, 0), (1, 60, 59), (4, 10, 6)])
@@ -94,14 +98,18 @@ def test_fire_inputs_stay_in_the_unit_interval_and_the_defaults_are_the_papers()
 
 
 def xpos_score_by_hand(q, k, n, m, gamma=0.4, scale_base=512.0):
-    """Sun et al. 2023 §3.2: a query at n and a key at m score sum_i zeta_i ** ((n - m) / scale_base) (RoPE pair i's product).
+    """Sun et al. 2023 §3.2: a query at n and a key at m score sum_i zeta_i ** ((n - m) / scale_base) (RoPE pair i's
+    product).
 
     zeta_i = (i / (d/2) + gamma) / (1 + gamma); q and k are one head's vectors [d], in float64.
     """
     d = q.shape[-1]
     rq, rk = rotate_by_hand(q, n), rotate_by_hand(k, m)
-    return sum(((i / (d / 2) + gamma) / (1 + gamma)) ** ((n - m) / scale_base) * float(rq[2 * i] * rk[2 * i] + rq[2 * i + 1] * rk[2 * i + 1])
-               for i in range(d // 2))
+    return sum(
+        ((i / (d / 2) + gamma) / (1 + gamma)) ** ((n - m) / scale_base)
+        * float(rq[2 * i] * rk[2 * i] + rq[2 * i + 1] * rk[2 * i + 1])
+        for i in range(d // 2)
+    )
 
 
 def xpos_scheme():
@@ -136,7 +144,10 @@ def test_xpos_decodes_exactly_with_a_cache_up_to_its_span_and_refuses_past_it():
     for m in (0, 1, length // 2, length - 100, length - 1, length):
         expected = xpos_score_by_hand(q[0, 0, length], k[0, 0, m], length, m)
         assert scores[0, m].item() == pytest.approx(expected, rel=1e-4, abs=1e-5), m
-    with pytest.raises(ValueError, match=f"xPos: a cached sequence of {MAX_SPAN + 1:,} tokens is longer than the {MAX_SPAN:,} positions"):
+    with pytest.raises(
+        ValueError,
+        match=f"xPos: a cached sequence of {MAX_SPAN + 1:,} tokens is longer than the {MAX_SPAN:,} positions",
+    ):
         scheme.rotate(q[:, :, :1], k[:, :, :1], MAX_SPAN)
     scheme.start_pass(MAX_SPAN + 1, 0, cached=False)
     with pytest.raises(ValueError, match=f"{MAX_SPAN + 1:,} keys in one pass are more than the {MAX_SPAN:,} positions"):
@@ -149,10 +160,14 @@ def test_xpos_decodes_exactly_with_a_cache_up_to_its_span_and_refuses_past_it():
 RELATIVE_SCHEMES = ["alibi", "cope", "kerple", "none", "prope", "rope", "t5", "xpos"]
 
 
-@pytest.mark.parametrize("position", ["alibi", "cope", "fire", "kerple", "none", "prope", "rope", "sinusoidal", "t5", "xpos"])
+@pytest.mark.parametrize(
+    "position", ["alibi", "cope", "fire", "kerple", "none", "prope", "rope", "sinusoidal", "t5", "xpos"]
+)
 def test_every_scheme_is_finite_at_far_offsets_and_relative_ones_give_the_same_logits(position):
     torch.manual_seed(0)
-    model = Decoder(DecoderConfig(position=position, vocab_size=50, context_length=32, d_model=32, n_heads=2, n_layers=2)).eval()
+    model = Decoder(
+        DecoderConfig(position=position, vocab_size=50, context_length=32, d_model=32, n_heads=2, n_layers=2)
+    ).eval()
     ids = torch.randint(0, 50, (1, 24))
     with torch.no_grad():
         near = model(ids)
@@ -160,7 +175,9 @@ def test_every_scheme_is_finite_at_far_offsets_and_relative_ones_give_the_same_l
             far = model(ids, offset=offset)
             assert far.isfinite().all(), (position, offset)
             if position in RELATIVE_SCHEMES:
-                torch.testing.assert_close(far, near, rtol=0, atol=1e-4, msg=lambda m: f"{position} at offset {offset}: {m}")
+                torch.testing.assert_close(
+                    far, near, rtol=0, atol=1e-4, msg=lambda m, offset=offset: f"{position} at offset {offset}: {m}"
+                )
 
 
 def passes_positions(model, ids):
@@ -175,12 +192,20 @@ def passes_positions(model, ids):
 
 
 def is_sorted_subset(drawn, length, of):
-    return len(drawn) == length and len(set(drawn.tolist())) == length and torch.equal(drawn, drawn.sort().values) and 0 <= drawn.min() and drawn.max() < of
+    return (
+        len(drawn) == length
+        and len(set(drawn.tolist())) == length
+        and torch.equal(drawn, drawn.sort().values)
+        and 0 <= drawn.min()
+        and drawn.max() < of
+    )
 
 
 @pytest.mark.parametrize("position", random_position_schemes())
 def test_randomized_positions_are_drawn_in_training_and_at_test_time(position):
-    config = DecoderConfig(position=position, context_length=16, d_model=32, n_heads=2, n_layers=1, vocab_size=40, randomize_positions=4)
+    config = DecoderConfig(
+        position=position, context_length=16, d_model=32, n_heads=2, n_layers=1, vocab_size=40, randomize_positions=4
+    )
     model = Decoder(config)
     if position == "learned":
         assert model.position_embedding.num_embeddings == 64 and model.max_length == 64
@@ -207,20 +232,28 @@ def test_randomized_positions_are_drawn_in_training_and_at_test_time(position):
 @pytest.mark.parametrize("position", random_position_schemes())
 def test_a_model_without_randomization_trains_shorter_sequences_at_0_1_2(position):
     # The task study trains sequences shorter than the context; they drew random positions when only F > 1 should.
-    model = Decoder(DecoderConfig(position=position, context_length=16, d_model=32, n_heads=2, n_layers=1, vocab_size=40)).train()
+    model = Decoder(
+        DecoderConfig(position=position, context_length=16, d_model=32, n_heads=2, n_layers=1, vocab_size=40)
+    ).train()
     for length in (5, 16):
         assert torch.equal(passes_positions(model, torch.randint(0, 40, (2, length)))[1], torch.arange(length)), length
 
 
 def test_a_randomized_model_samples_the_same_with_and_without_a_cache():
     torch.manual_seed(0)
-    model = Decoder(DecoderConfig(position="rope", context_length=16, d_model=32, n_heads=2, n_layers=1, vocab_size=40, randomize_positions=4)).eval()
+    model = Decoder(
+        DecoderConfig(
+            position="rope", context_length=16, d_model=32, n_heads=2, n_layers=1, vocab_size=40, randomize_positions=4
+        )
+    ).eval()
     prompt = torch.randint(0, 40, (1, 3))
     assert torch.equal(model.generate(prompt, 70), model.generate(prompt, 70, use_cache=False))
 
 
 def test_randomized_rope_rotates_by_the_drawn_positions():
-    model = Decoder(DecoderConfig(position="rope", context_length=8, d_model=32, n_heads=2, n_layers=1, randomize_positions=10)).train()
+    model = Decoder(
+        DecoderConfig(position="rope", context_length=8, d_model=32, n_heads=2, n_layers=1, randomize_positions=10)
+    ).train()
     torch.manual_seed(0)
     model.positions.draw_positions(8)
     q = torch.randn(1, 1, 8, 16)
@@ -230,7 +263,9 @@ def test_randomized_rope_rotates_by_the_drawn_positions():
 
 
 def test_randomized_learned_embedding_adds_the_drawn_rows():
-    model = Decoder(DecoderConfig(position="learned", context_length=8, d_model=16, n_heads=2, n_layers=1, randomize_positions=3)).train()
+    model = Decoder(
+        DecoderConfig(position="learned", context_length=8, d_model=16, n_heads=2, n_layers=1, randomize_positions=3)
+    ).train()
     ids = torch.randint(0, 100, (1, 8))
     model.positions.draw_positions(8)
     added = model._embed(ids) - model.token_embedding(ids)
@@ -239,7 +274,9 @@ def test_randomized_learned_embedding_adds_the_drawn_rows():
 
 @pytest.mark.parametrize("position", ["none", "cope"])  # nothing in them reads a token's index
 def test_randomized_positions_need_a_scheme_that_reads_positions(position):
-    with pytest.raises(ValueError, match=f"randomize_positions=2 needs a scheme that reads positions .*not position='{position}'"):
+    with pytest.raises(
+        ValueError, match=f"randomize_positions=2 needs a scheme that reads positions .*not position='{position}'"
+    ):
         DecoderConfig(position=position, randomize_positions=2)
 
 

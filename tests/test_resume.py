@@ -19,19 +19,31 @@ import pytest
 import torch
 
 from octlm import fileio
-from octlm.train.checkpoint import CHECKPOINT, CheckpointError, load_checkpoint, model_tensors
 from octlm.cli import main
-from octlm.train.options import TrainOptions
 from octlm.report import Reporter
 from octlm.run.load import load_run
+from octlm.train.checkpoint import CHECKPOINT, CheckpointError, load_checkpoint, model_tensors
 from octlm.train.launch import train
+from octlm.train.options import TrainOptions
 from octlm.train.trainer import TrainingError
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
 # dropout > 0 so the dropout generator's state must survive the interruption too
-TINY = dict(vocab_size=280, context_length=16, d_model=16, n_heads=2, n_layers=1, batch_size=4, eval_interval=5,
-            eval_blocks=4, final_eval_blocks=8, sample_tokens=0, dropout=0.1, threads=1)
+TINY = dict(
+    vocab_size=280,
+    context_length=16,
+    d_model=16,
+    n_heads=2,
+    n_layers=1,
+    batch_size=4,
+    eval_interval=5,
+    eval_blocks=4,
+    final_eval_blocks=8,
+    sample_tokens=0,
+    dropout=0.1,
+    threads=1,
+)
 TINY_FLAGS = [x for k, v in TINY.items() for x in (f"--{k.replace('_', '-')}", str(v))]
 QUIET = Reporter(json_mode=True)
 
@@ -102,7 +114,9 @@ def test_a_time_budget_is_the_runs_total(small_corpus, tmp_path, capsys):
             clock["sent"] = True
             os.kill(os.getpid(), signal.SIGINT)
 
-    first = train(options(small_corpus, run, time_budget=budget, save_every=0, eval_interval=10**6), QUIET, step_hook=ctrl_c_late)
+    first = train(
+        options(small_corpus, run, time_budget=budget, save_every=0, eval_interval=10**6), QUIET, step_hook=ctrl_c_late
+    )
     assert first["interrupted"] and stop_after < first["train_seconds"] < budget
     assert json.loads((run / "config.json").read_text())["train"]["max_steps"] is None
     second = train(TrainOptions(), QUIET, resume=run, given=set())
@@ -115,8 +129,24 @@ def test_a_time_budget_is_the_runs_total(small_corpus, tmp_path, capsys):
 
 def test_kill_9_mid_run_leaves_a_loadable_checkpoint_and_resume_is_exact(reference, small_corpus, tmp_path, capsys):
     run = tmp_path / "run"
-    command = [sys.executable, "-m", "octlm", "train", "--text", str(small_corpus), "--out", str(run), "--max-steps", "40",
-               "--save-every", "1", "--log-interval", "1", "--quiet", *TINY_FLAGS]
+    command = [
+        sys.executable,
+        "-m",
+        "octlm",
+        "train",
+        "--text",
+        str(small_corpus),
+        "--out",
+        str(run),
+        "--max-steps",
+        "40",
+        "--save-every",
+        "1",
+        "--log-interval",
+        "1",
+        "--quiet",
+        *TINY_FLAGS,
+    ]
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=CHILD_ENV)
     deadline = time.monotonic() + 120
     while not (run / CHECKPOINT).exists() or load_checkpoint(run / CHECKPOINT).step < 3:
@@ -138,8 +168,21 @@ def test_kill_9_mid_run_leaves_a_loadable_checkpoint_and_resume_is_exact(referen
 
 def test_ctrl_c_in_a_terminal_saves_and_says_how_to_resume(small_corpus, tmp_path):
     run = tmp_path / "run"
-    command = [sys.executable, "-m", "octlm", "train", "--text", str(small_corpus), "--out", str(run), "--max-steps", "100000",
-               "--save-every", "50", *TINY_FLAGS]
+    command = [
+        sys.executable,
+        "-m",
+        "octlm",
+        "train",
+        "--text",
+        str(small_corpus),
+        "--out",
+        str(run),
+        "--max-steps",
+        "100000",
+        "--save-every",
+        "50",
+        *TINY_FLAGS,
+    ]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=CHILD_ENV)
     deadline = time.monotonic() + 120
     while not (run / CHECKPOINT).exists():
@@ -272,7 +315,9 @@ def test_restating_the_runs_own_options_is_fine(reference, tmp_path, capsys):
 
     run = tmp_path / "run"
     shutil.copytree(reference / "12", run)
-    assert main(["train", "--resume", str(run), "--max-steps", "13", "--d-model", "16", "--seed", "1337", "--quiet"]) == 0
+    assert (
+        main(["train", "--resume", str(run), "--max-steps", "13", "--d-model", "16", "--seed", "1337", "--quiet"]) == 0
+    )
 
 
 def poison_the_loss(monkeypatch, step: int) -> None:
@@ -303,8 +348,26 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_pat
 
 
 def test_huge_learning_rate_is_caught_by_the_cli(small_corpus, tmp_path, capsys):
-    code = main(["train", "--text", str(small_corpus), "--out", str(tmp_path / "r"), "--max-steps", "60", "--learning-rate", "1e6",
-                 "--grad-clip", "0", "--warmup-steps", "0", "--save-every", "2", *TINY_FLAGS])
+    code = main(
+        [
+            "train",
+            "--text",
+            str(small_corpus),
+            "--out",
+            str(tmp_path / "r"),
+            "--max-steps",
+            "60",
+            "--learning-rate",
+            "1e6",
+            "--grad-clip",
+            "0",
+            "--warmup-steps",
+            "0",
+            "--save-every",
+            "2",
+            *TINY_FLAGS,
+        ]
+    )
     err = capsys.readouterr().err
     if code == 0:
         pytest.fail("a learning rate of 1e6 trained 60 steps without a non-finite loss")
@@ -318,7 +381,8 @@ def test_nothing_is_ever_unpickled():
 
     # Every way to read (or write) a pickle in Python, torch and numpy.
     forbidden = re.compile(
-        r"import pickle|from pickle|pickle\.|torch\.load\(|torch\.save\(|weights_only=False|allow_pickle=True|import dill|joblib"
+        r"import pickle|from pickle|pickle\.|torch\.load\(|torch\.save\(|weights_only=False|allow_pickle=True|import "
+        r"dill|joblib"
     )
     for path in (REPO / "src" / "octlm").rglob("*.py"):
         assert not forbidden.search(path.read_text()), path
@@ -329,10 +393,11 @@ def test_a_run_from_an_older_octlm_resumes_twice(reference, tmp_path, capsys):
     # and the next resume must still accept the run.
     import shutil
 
-    from octlm.train.checkpoint import config_digest
-    from octlm.fileio import atomic_write
     from safetensors import safe_open
     from safetensors.torch import save
+
+    from octlm.fileio import atomic_write
+    from octlm.train.checkpoint import config_digest
 
     run = tmp_path / "run"
     shutil.copytree(reference / "12", run)
@@ -351,8 +416,18 @@ def test_a_run_from_an_older_octlm_resumes_twice(reference, tmp_path, capsys):
 def test_quiet_report_of_an_interrupted_run_still_says_how_to_resume(trained_run):
     from octlm.train.launch import final_report
 
-    result = {"run_dir": str(trained_run), "steps": 12, "train_seconds": 3.0, "tokens_per_second": 1000.0, "epochs": 0.1,
-              "interrupted": True, "val_loss": 5.0, "val_perplexity": 148.4, "val_bpb": 2.5, "val_tokens": 100}
+    result = {
+        "run_dir": str(trained_run),
+        "steps": 12,
+        "train_seconds": 3.0,
+        "tokens_per_second": 1000.0,
+        "epochs": 0.1,
+        "interrupted": True,
+        "val_loss": 5.0,
+        "val_perplexity": 148.4,
+        "val_bpb": 2.5,
+        "val_tokens": 100,
+    }
     text = final_report(result, "", {}, brief=True)  # what --quiet prints
     assert text.endswith(f"continue exactly where it stopped with: octlm train --resume {trained_run}")
 
@@ -364,7 +439,10 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_from_step_0(reference
         if step == 3:
             raise KeyboardInterrupt  # what a second Ctrl-C does: stop at once, nothing saved
 
-    with pytest.raises(TrainingError, match=f"no checkpoint had been saved yet. Resume trains it from step 0.*octlm train --resume {run}"):
+    with pytest.raises(
+        TrainingError,
+        match=f"no checkpoint had been saved yet. Resume trains it from step 0.*octlm train --resume {run}",
+    ):
         train(options(small_corpus, run, max_steps=12, save_every=0, log_interval=1), QUIET, step_hook=ctrl_c_twice)
     assert not (run / CHECKPOINT).exists() and (run / "metrics.jsonl").read_text()
 
@@ -417,9 +495,15 @@ sys.exit(main(sys.argv[3:]))
 
 
 def ctrl_c_while_paused(name: str, args: list[str], after: Path | None = None) -> tuple[int, str, str]:
-    """Run ``octlm train ARGS`` under :data:`PAUSING_CHILD`, send SIGINT once it pauses; its status, stdout and stderr."""
-    child = subprocess.Popen([sys.executable, "-c", PAUSING_CHILD, name, str(after or ""), "train", *args],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=CHILD_ENV)
+    """Run ``octlm train ARGS`` under :data:`PAUSING_CHILD`, send SIGINT once it pauses; its status, stdout and
+    stderr."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", PAUSING_CHILD, name, str(after or ""), "train", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=CHILD_ENV,
+    )
     seen = ""
     while "PAUSED" not in seen:
         line = child.stdout.readline()
@@ -436,22 +520,43 @@ def evals(run: Path) -> list[dict]:
 
 # Ctrl-C while the corpus is opened (the folder has just appeared) and while the model is built.
 @pytest.mark.parametrize("phase", ["open_corpus", "make_optimizer"])
-def test_ctrl_c_before_the_first_step_names_the_resume_and_a_rerun_agrees(reference, small_corpus, tmp_path, capsys, phase):
+def test_ctrl_c_before_the_first_step_names_the_resume_and_a_rerun_agrees(
+    reference, small_corpus, tmp_path, capsys, phase
+):
     run = tmp_path / "run"
-    command = ["--text", str(small_corpus), "--out", str(run), "--max-steps", "12", "--save-every", "0", "--log-interval", "1", *TINY_FLAGS]
+    command = [
+        "--text",
+        str(small_corpus),
+        "--out",
+        str(run),
+        "--max-steps",
+        "12",
+        "--save-every",
+        "0",
+        "--log-interval",
+        "1",
+        *TINY_FLAGS,
+    ]
     code, out, err = ctrl_c_while_paused(phase, command)
     assert code == 130 and "Traceback" not in err, err
-    assert (f"interrupted before the first training step; nothing was trained. Resume trains it from step 0, on the corpus "
-            f"already prepared: octlm train --resume {run}") in err
+    assert (
+        f"interrupted before the first training step; nothing was trained. Resume trains it from step 0, on the corpus "
+        f"already prepared: octlm train --resume {run}"
+    ) in err
     assert (run / "config.json").is_file() and not (run / CHECKPOINT).exists()
     # the same command again names that fix, not only --overwrite
     assert main(["train", *command]) == 1
-    assert (f"holds a run stopped before its first checkpoint (nothing trained was saved); train it on its prepared corpus "
-            f"with `octlm train --resume {run}`, or pass --overwrite") in capsys.readouterr().err
+    assert (
+        f"holds a run stopped before its first checkpoint (nothing trained was saved); train it on its prepared corpus "
+        f"with `octlm train --resume {run}`, or pass --overwrite"
+    ) in capsys.readouterr().err
     # so do the commands that read a run
     for command in (["sample", "--run", str(run)], ["embeddings", "--run", str(run)], ["bench", "--run", str(run)]):
         assert main(command) == 1
-        assert f"its training stopped before it wrote model.safetensors; finish it with `octlm train --resume {run}`" in capsys.readouterr().err
+        assert (
+            f"its training stopped before it wrote model.safetensors; finish it with `octlm train --resume {run}`"
+            in capsys.readouterr().err
+        )
     # and the fix gives the run an uninterrupted one would have
     assert main(["train", "--resume", str(run), "--quiet"]) == 0
     assert weights(run) == weights(reference / "12")
@@ -459,11 +564,28 @@ def test_ctrl_c_before_the_first_step_names_the_resume_and_a_rerun_agrees(refere
 
 def test_ctrl_c_during_the_final_evaluation_then_resume_finishes_it(reference, small_corpus, tmp_path, capsys):
     run = tmp_path / "run"
-    command = ["--text", str(small_corpus), "--out", str(run), "--max-steps", "12", "--save-every", "0", "--log-interval", "1", *TINY_FLAGS]
-    code, out, err = ctrl_c_while_paused("evaluate", command, after=run / CHECKPOINT)  # the checkpoint is saved just before it
+    command = [
+        "--text",
+        str(small_corpus),
+        "--out",
+        str(run),
+        "--max-steps",
+        "12",
+        "--save-every",
+        "0",
+        "--log-interval",
+        "1",
+        *TINY_FLAGS,
+    ]
+    code, out, err = ctrl_c_while_paused(
+        "evaluate", command, after=run / CHECKPOINT
+    )  # the checkpoint is saved just before it
     assert code == 130 and "Traceback" not in err, err
-    assert (f"interrupted during the final evaluation; the checkpoint of step 12 is saved. Do the final evaluation, loss curve "
-            f"and report with: octlm train --resume {run}") in err
+    assert (
+        "interrupted during the final evaluation; the checkpoint of step 12 is saved. Do the final evaluation, loss "
+        "curve "
+        f"and report with: octlm train --resume {run}"
+    ) in err
     assert not (run / "loss.png").exists()
     trained = weights(run)
 
@@ -508,7 +630,9 @@ def test_the_gpu_path_without_a_sync_per_step_trains_the_same_bits(deferred_sync
     assert train_losses(run) == train_losses(reference / "12")
 
 
-def test_the_gpu_paths_nan_guard_keeps_the_checkpoint_before_the_first_bad_step(deferred_sync, small_corpus, tmp_path, monkeypatch):
+def test_the_gpu_paths_nan_guard_keeps_the_checkpoint_before_the_first_bad_step(
+    deferred_sync, small_corpus, tmp_path, monkeypatch
+):
     run = tmp_path / "run"
     poison_the_loss(monkeypatch, 6)
     with pytest.raises(TrainingError) as err:
@@ -522,9 +646,14 @@ def test_the_gpu_paths_nan_guard_keeps_the_checkpoint_before_the_first_bad_step(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not __import__("octlm.train.device", fromlist=["x"]).has_cpp_compiler(), reason="torch.compile on a CPU needs a C++ compiler")
+@pytest.mark.skipif(
+    not __import__("octlm.train.device", fromlist=["x"]).has_cpp_compiler(),
+    reason="torch.compile on a CPU needs a C++ compiler",
+)
 @pytest.mark.parametrize("optimizer, mean_tolerance", [("adamw", 1e-5), ("muon", 1e-4)])
-def test_a_compiled_run_trains_the_eager_runs_weights_and_resumes_eagerly(small_corpus, tmp_path, optimizer, mean_tolerance):
+def test_a_compiled_run_trains_the_eager_runs_weights_and_resumes_eagerly(
+    small_corpus, tmp_path, optimizer, mean_tolerance
+):
     # Inductor fuses and reorders float arithmetic, so the bits may differ from eager: the same to float32 rounding.
     # Without dropout: compiled code draws its masks from another generator (Philox), so they differ by design.
     # Muon (the default) orthogonalises each update in bfloat16, whose rounding (2**-8) turns float32 reordering into
@@ -546,13 +675,18 @@ def test_a_compiled_run_trains_the_eager_runs_weights_and_resumes_eagerly(small_
         torch.testing.assert_close(compiled[name], eager[name], rtol=0, atol=5e-4)
         assert (compiled[name] - eager[name]).abs().mean() < mean_tolerance
     # --compile may change on resume: the weights and optimizer state are the eager module's
-    train(options(small_corpus, run, max_steps=40, save_every=0, dropout=0.0, compile="off"), QUIET, resume=run, given={"max_steps", "compile"})
+    train(
+        options(small_corpus, run, max_steps=40, save_every=0, dropout=0.0, compile="off"),
+        QUIET,
+        resume=run,
+        given={"max_steps", "compile"},
+    )
     assert load_checkpoint(run / CHECKPOINT).step == 40
 
 
 def test_compile_settings_resolve_per_device(monkeypatch):
-    from octlm.train import device as device_module
     from octlm.errors import OctlmError
+    from octlm.train import device as device_module
 
     cpu, cuda, big = torch.device("cpu"), torch.device("cuda"), device_module.COMPILE_FLOPS_PER_STEP
     long_steps, long_seconds = device_module.COMPILE_MIN_STEPS, device_module.COMPILE_MIN_SECONDS
@@ -561,7 +695,9 @@ def test_compile_settings_resolve_per_device(monkeypatch):
     assert device_module.compiles("auto", cuda, big, long_steps, None) is True
     assert device_module.compiles("auto", cuda, big, None, long_seconds) is True
     assert device_module.compiles("auto", cuda, big / 2, 10 * long_steps, None) is False  # the Day-1 model stays eager
-    assert device_module.compiles("auto", cuda, 100 * big, long_steps - 1, long_seconds - 1) is False  # too short to pay back
+    assert (
+        device_module.compiles("auto", cuda, 100 * big, long_steps - 1, long_seconds - 1) is False
+    )  # too short to pay back
     assert device_module.compiles("on", cuda, 1.0, 1, None) is True
     monkeypatch.setattr(device_module, "has_cpp_compiler", lambda: False)
     with pytest.raises(OctlmError, match="--compile on.*no compiler was found.*--compile off"):
@@ -582,7 +718,9 @@ def test_deterministic_mode_has_a_kernel_for_every_scheme_here(position):
     # --deterministic is strict: an operator without a deterministic kernel would stop the run.
     from octlm.model import Decoder, DecoderConfig, cross_entropy
 
-    model = Decoder(DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=1, position=position))
+    model = Decoder(
+        DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=1, position=position)
+    )
     ids = torch.randint(0, 64, (2, 17))
     torch.use_deterministic_algorithms(True)
     try:
@@ -598,7 +736,10 @@ def test_threads_and_deterministic_hold_for_the_run_and_are_put_back_after_it(sm
     torch.set_num_threads(2)
     try:
         seen = []
-        hook = lambda step: seen.append((torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()))  # noqa: E731
+
+        def hook(step):
+            seen.append((torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()))
+
         train(options(small_corpus, tmp_path / "r", max_steps=3, threads=1, deterministic=True), QUIET, step_hook=hook)
         assert seen == [(1, True)] * 3
         assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == (2, False)

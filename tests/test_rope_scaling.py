@@ -54,6 +54,7 @@ def hand_yarn(d, theta, s, length, beta_fast=32.0, beta_slow=1.0):
     x gives the ends of the ramp; they are rounded outwards, and pairs below the
     fast end keep their frequency, pairs above the slow end are divided by s.
     """
+
     def index_turning(rotations):
         # length / (2 pi theta^(2x/d)) = rotations  <=>  x = (d/2) * log_theta(length / (2 pi rotations))
         return (d / 2) * math.log(length / (2 * math.pi * rotations), theta)
@@ -71,8 +72,10 @@ def hand_yarn(d, theta, s, length, beta_fast=32.0, beta_slow=1.0):
 
 
 def hand_llama3(d, theta, s, length, low=1.0, high=4.0):
-    """Llama 3.1's release: wavelength 2 pi / w per pair; short ones (< length / high) stay, long ones (> length / low) are
-    divided by s, and in between the two mix with weight (length / wavelength - low) / (high - low) on the unscaled one."""
+    """Llama 3.1's release: wavelength 2 pi / w per pair; short ones (< length / high) stay, long ones (> length / low)
+    are
+    divided by s, and in between the two mix with weight (length / wavelength - low) / (high - low) on the unscaled
+    one."""
     out = []
     for w in plain(d, theta):
         wavelength = 2 * math.pi / w
@@ -129,7 +132,9 @@ def test_yarn_matches_the_formula(d, s, length):
 @pytest.mark.parametrize("length,theta", [(16, 10000.0), (128, 10000.0), (8192, 500000.0)])
 @pytest.mark.parametrize("low,high", [(1.0, 4.0), (2.0, 8.0)])
 def test_llama3_matches_the_formula(d, s, length, theta, low, high):
-    inv, attention = RopeScaling("llama3", s, length, low_freq_factor=low, high_freq_factor=high).frequencies(d, theta, length)
+    inv, attention = RopeScaling("llama3", s, length, low_freq_factor=low, high_freq_factor=high).frequencies(
+        d, theta, length
+    )
     assert inv.tolist() == pytest.approx(hand_llama3(d, theta, s, length, low, high), rel=1e-12) and attention == 1.0
     # the fastest pair (wavelength 2 pi, under length / high here) is never touched
     assert inv[0] == 1.0 or length / high <= 2 * math.pi
@@ -137,7 +142,9 @@ def test_llama3_matches_the_formula(d, s, length, theta, low, high):
 
 def llama_config(d, theta, rope_type="default", length=128, partial=1.0, **params):
     return LlamaConfig(
-        hidden_size=2 * d, num_attention_heads=2, max_position_embeddings=length,
+        hidden_size=2 * d,
+        num_attention_heads=2,
+        max_position_embeddings=length,
         rope_parameters={"rope_type": rope_type, "rope_theta": theta, "partial_rotary_factor": partial, **params},
     )
 
@@ -151,7 +158,12 @@ def test_scalings_match_transformers_rope_init_functions(d, s, partial):
         ("linear", "linear", {"factor": s}, None),
         ("dynamic-ntk", "dynamic", {"factor": s}, 700),
         ("yarn", "yarn", {"factor": s, "original_max_position_embeddings": length}, None),
-        ("llama3", "llama3", {"factor": s, "original_max_position_embeddings": length, "low_freq_factor": 1.0, "high_freq_factor": 4.0}, None),
+        (
+            "llama3",
+            "llama3",
+            {"factor": s, "original_max_position_embeddings": length, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+            None,
+        ),
     ]
     for method, rope_type, params, seq_len in cases:
         config = llama_config(d, 10000.0, rope_type, length, partial, **params)
@@ -167,7 +179,9 @@ def test_scalings_match_transformers_rope_init_functions(d, s, partial):
 
 
 def half_rope(d, theta=10000.0, scaling=None):
-    scheme = RotaryPositions(DecoderConfig(d_model=2 * d, n_heads=2, position="rope", rope_theta=theta, rope_layout="half"))
+    scheme = RotaryPositions(
+        DecoderConfig(d_model=2 * d, n_heads=2, position="rope", rope_theta=theta, rope_layout="half")
+    )
     scheme.set_rope_scaling(scaling)
     return scheme
 
@@ -179,7 +193,12 @@ def llama_rotate(config, q, k, offset):
     return apply_rotary_pos_emb(q, k, cos, sin)
 
 
-@given(seed=st.integers(0, 2**16), offset=st.integers(0, 200), theta=st.sampled_from([10000.0, 500000.0, 100.0]), d=st.sampled_from([8, 16, 64]))
+@given(
+    seed=st.integers(0, 2**16),
+    offset=st.integers(0, 200),
+    theta=st.sampled_from([10000.0, 500000.0, 100.0]),
+    d=st.sampled_from([8, 16, 64]),
+)
 def test_half_split_rope_equals_llama_rotary_embedding(seed, offset, theta, d):
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(2, 2, 9, d, generator=g), torch.randn(2, 2, 9, d, generator=g)
@@ -196,7 +215,11 @@ def test_half_split_rope_equals_llama_rotary_embedding(seed, offset, theta, d):
         ("linear", "linear", {"factor": 4.0}),
         ("yarn", "yarn", {"factor": 4.0, "original_max_position_embeddings": 32}),
         ("dynamic-ntk", "dynamic", {"factor": 2.0}),
-        ("llama3", "llama3", {"factor": 4.0, "original_max_position_embeddings": 32, "low_freq_factor": 1.0, "high_freq_factor": 4.0}),
+        (
+            "llama3",
+            "llama3",
+            {"factor": 4.0, "original_max_position_embeddings": 32, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+        ),
     ],
 )
 def test_scaled_half_rope_equals_llama_scaled_rotary(method, rope_type, params):
@@ -231,7 +254,11 @@ def test_yarn_temperature_scales_both_q_and_k():
 
 def tiny(position="rope", context_length=16, **kw):
     torch.manual_seed(0)
-    return Decoder(DecoderConfig(position=position, context_length=context_length, d_model=32, n_heads=4, n_layers=2, vocab_size=64, **kw)).eval()
+    return Decoder(
+        DecoderConfig(
+            position=position, context_length=context_length, d_model=32, n_heads=4, n_layers=2, vocab_size=64, **kw
+        )
+    ).eval()
 
 
 def test_dynamic_ntk_keeps_no_stale_state():

@@ -17,7 +17,15 @@ from octlm.run.load import load_run
 
 
 def test_run_folder_holds_every_file(trained_run):
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "metrics.jsonl", "manifest.json", "train.bin", "val.bin"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "metrics.jsonl",
+        "manifest.json",
+        "train.bin",
+        "val.bin",
+    ):
         assert (trained_run / name).is_file(), name
     assert not list(trained_run.glob(".*.tmp"))
 

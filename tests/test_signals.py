@@ -23,20 +23,57 @@ from octlm.train.checkpoint import CHECKPOINT, load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-FLAGS = ["--vocab-size", "280", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "4",
-         "--eval-interval", "5", "--eval-blocks", "4", "--final-eval-blocks", "8", "--sample-tokens", "0", "--threads", "1"]
+FLAGS = [
+    "--vocab-size",
+    "280",
+    "--context-length",
+    "16",
+    "--d-model",
+    "16",
+    "--n-heads",
+    "2",
+    "--n-layers",
+    "1",
+    "--batch-size",
+    "4",
+    "--eval-interval",
+    "5",
+    "--eval-blocks",
+    "4",
+    "--final-eval-blocks",
+    "8",
+    "--sample-tokens",
+    "0",
+    "--threads",
+    "1",
+]
 
 
 def train_command(corpus: Path, run: Path) -> list[str]:
     """``octlm train`` that would run for a long time, with no periodic checkpoint: only a stop can save one."""
-    return [sys.executable, "-m", "octlm", "train", "--text", str(corpus), "--out", str(run), "--max-steps", "100000",
-            "--save-every", "100000", *FLAGS]
+    return [
+        sys.executable,
+        "-m",
+        "octlm",
+        "train",
+        "--text",
+        str(corpus),
+        "--out",
+        str(run),
+        "--max-steps",
+        "100000",
+        "--save-every",
+        "100000",
+        *FLAGS,
+    ]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGUSR1], ids=["SIGHUP", "SIGUSR1"])
 def test_the_signal_saves_and_says_how_to_resume(small_corpus, tmp_path, signum):
     run = tmp_path / "run"
-    child = subprocess.Popen(train_command(small_corpus, run), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=CHILD_ENV)
+    child = subprocess.Popen(
+        train_command(small_corpus, run), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=CHILD_ENV
+    )
     seen = ""
     while "training for" not in seen:
         line = child.stdout.readline()
@@ -53,7 +90,8 @@ def test_the_signal_saves_and_says_how_to_resume(small_corpus, tmp_path, signum)
 
 
 def test_a_closed_terminal_leaves_a_checkpoint_to_resume(small_corpus, tmp_path, capsys):
-    """The terminal goes away (its controlling pty is closed): the kernel sends SIGHUP and every later write fails with EIO."""
+    """The terminal goes away (its controlling pty is closed): the kernel sends SIGHUP and every later write fails with
+    EIO."""
     run = tmp_path / "run"
     pid, terminal = pty.fork()
     if pid == 0:  # the child, its terminal the pty
@@ -105,12 +143,16 @@ def test_import_octlm_leaves_torch_for_later():
     import subprocess
     import sys
 
-    code = "import sys, octlm; assert 'torch' not in sys.modules; from octlm import Decoder, load_run; assert 'torch' in sys.modules"
+    code = (
+        "import sys, octlm; assert 'torch' not in sys.modules; from octlm import Decoder, load_run; assert 'torch' in "
+        "sys.modules"
+    )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
 def test_ctrl_c_while_the_parser_imports_torch_exits_130_without_a_traceback(monkeypatch, capsys):
-    """The program imports torch while it builds its parser; a Ctrl-C there is the same one clean line (a new user's trial found a traceback)."""
+    """The program imports torch while it builds its parser; a Ctrl-C there is the same one clean line (a new user's
+    trial found a traceback)."""
     import octlm.cli.program as program
 
     def interrupted():

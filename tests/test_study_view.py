@@ -61,14 +61,20 @@ def test_every_model_at_every_length_and_no_rows_invented(view):
     for entry in view["attention"]["models"]:
         assert [x["length"] for x in entry["lengths"]] == LENGTHS
     learned = model_view(view, "learned")
-    assert "maps" in learned[8] and all("has 8 rows" in learned[n]["note"] and "maps" not in learned[n] for n in (16, 32))
+    assert "maps" in learned[8] and all(
+        "has 8 rows" in learned[n]["note"] and "maps" not in learned[n] for n in (16, 32)
+    )
     stretched = model_view(view, "learned@2x")  # the fine-tune interpolated its table to 2 x T rows
     assert "maps" in stretched[16] and "has 16 rows" in stretched[32]["note"]
     assert all("maps" in x for x in model_view(view, "alibi").values())
 
 
 def test_a_scaled_label_is_its_base_run_under_the_records_scaling(view, length_study):
-    rope_yarn = next(r for r in records(length_study) if r["record"] == "eval" and r["label"] == "rope+yarn" and r["eval_length"] == 32)
+    rope_yarn = next(
+        r
+        for r in records(length_study)
+        if r["record"] == "eval" and r["label"] == "rope+yarn" and r["eval_length"] == 32
+    )
     model, _ = load_run(length_study / "runs" / "rope")
     plain = recorded(model, length_study, 32)
     model.set_rope_scaling("yarn", rope_yarn["rope_factor"])
@@ -76,7 +82,9 @@ def test_a_scaled_label_is_its_base_run_under_the_records_scaling(view, length_s
     shown = model_view(view, "rope+yarn")[32]["statistics"]
     np.testing.assert_allclose(shown["max_logit"], scaled.max_logit.numpy(), atol=1e-4)
     assert np.abs(np.array(shown["max_logit"]) - plain.max_logit.numpy()).max() > 1e-3  # the scaling shows
-    np.testing.assert_allclose(model_view(view, "rope")[32]["statistics"]["max_logit"], plain.max_logit.numpy(), atol=1e-4)
+    np.testing.assert_allclose(
+        model_view(view, "rope")[32]["statistics"]["max_logit"], plain.max_logit.numpy(), atol=1e-4
+    )
 
 
 def test_an_extended_run_keeps_the_scaling_it_saved(view, length_study):
@@ -122,11 +130,20 @@ def rewrite(study, tmp_path, name: str, change) -> object:
 
 def test_an_older_study_is_shown_with_what_it_lacks(length_study, tmp_path):
     def strip(r):  # as octlm length wrote it before the sliding reading and the attention records
-        return None if r["record"] == "attention" else {k: v for k, v in r.items() if not k.startswith("sliding") and k != "eval_stride"}
+        return (
+            None
+            if r["record"] == "attention"
+            else {k: v for k, v in r.items() if not k.startswith("sliding") and k != "eval_stride"}
+        )
 
     def add(r):  # the fields a current study writes (by hand until octlm length writes them)
         if r["record"] == "eval":
-            r.update(sliding_bpb=None if r["bpb"] is None else r["bpb"] - 0.01, sliding_loss=None, eval_stride=r["eval_length"] // 2, sliding_windows=3)
+            r.update(
+                sliding_bpb=None if r["bpb"] is None else r["bpb"] - 0.01,
+                sliding_loss=None,
+                eval_stride=r["eval_length"] // 2,
+                sliding_windows=3,
+            )
         return r
 
     old = rewrite(length_study, tmp_path, "old", strip)
@@ -179,25 +196,65 @@ def test_a_folder_that_is_not_a_study_is_one_line(case, not_studies, tmp_path, c
     assert says in one_line_error(capsys)
 
 
-
-#: A record the page cannot read: (the kind of the record changed, the change, the field the refusal names, what it says).
+#: A record the page cannot read: (the kind of the record changed, the change, the field the refusal names, what it
+#: says).
 #: "appended" adds the change's record as a new last line, as a person editing the file would.
 DAMAGED = {
-    "eval appended without fields": ("appended", lambda r: {"record": "eval"}, "label", 'the eval record lacks "label"'),
-    "study lengths a string": ("study", lambda r: {**r, "lengths": "oops"}, "lengths", '"lengths" is a string, expected a list of numbers'),
-    "study lengths holding null": ("study", lambda r: {**r, "lengths": [8, None]}, "lengths", "is a list holding null, expected"),
-    "study without train_length": ("study", lambda r: {k: v for k, v in r.items() if k != "train_length"}, "train_length", "lacks"),
+    "eval appended without fields": (
+        "appended",
+        lambda r: {"record": "eval"},
+        "label",
+        'the eval record lacks "label"',
+    ),
+    "study lengths a string": (
+        "study",
+        lambda r: {**r, "lengths": "oops"},
+        "lengths",
+        '"lengths" is a string, expected a list of numbers',
+    ),
+    "study lengths holding null": (
+        "study",
+        lambda r: {**r, "lengths": [8, None]},
+        "lengths",
+        "is a list holding null, expected",
+    ),
+    "study without train_length": (
+        "study",
+        lambda r: {k: v for k, v in r.items() if k != "train_length"},
+        "train_length",
+        "lacks",
+    ),
     "study targets null": ("study", lambda r: {**r, "targets": None}, "targets", "is null, expected a number"),
     "train without position": ("train", lambda r: {k: v for k, v in r.items() if k != "position"}, "position", "lacks"),
     "eval label a number": ("eval", lambda r: {**r, "label": 12}, "label", "is a number, expected a string"),
-    "eval length a list": ("eval", lambda r: {**r, "eval_length": [8]}, "eval_length", "is a list of numbers, expected a number"),
+    "eval length a list": (
+        "eval",
+        lambda r: {**r, "eval_length": [8]},
+        "eval_length",
+        "is a list of numbers, expected a number",
+    ),
     "eval bpb a string": ("eval", lambda r: {**r, "bpb": "1.2"}, "bpb", "is a string, expected a number or null"),
-    "eval sliding_bpb an object": ("eval", lambda r: {**r, "sliding_bpb": {}}, "sliding_bpb", "is an object, expected a number or null"),
+    "eval sliding_bpb an object": (
+        "eval",
+        lambda r: {**r, "sliding_bpb": {}},
+        "sliding_bpb",
+        "is an object, expected a number or null",
+    ),
     "curve without step": ("curve", lambda r: {k: v for k, v in r.items() if k != "step"}, "step", "lacks"),
     "curve bpb null": ("curve", lambda r: {**r, "bpb": None}, "bpb", "is null, expected a number"),
     "attention without seed": ("attention", lambda r: {k: v for k, v in r.items() if k != "seed"}, "seed", "lacks"),
-    "attention max_logit a number": ("attention", lambda r: {**r, "max_logit": 3.5}, "max_logit", "is a number, expected a list of lists"),
-    "attention sink_mass flat": ("attention", lambda r: {**r, "sink_mass": [0.5]}, "sink_mass", "is a list of numbers, expected a list of"),
+    "attention max_logit a number": (
+        "attention",
+        lambda r: {**r, "max_logit": 3.5},
+        "max_logit",
+        "is a number, expected a list of lists",
+    ),
+    "attention sink_mass flat": (
+        "attention",
+        lambda r: {**r, "sink_mass": [0.5]},
+        "sink_mass",
+        "is a list of numbers, expected a list of",
+    ),
 }
 
 
@@ -215,7 +272,10 @@ def test_a_record_the_page_cannot_read_is_one_line_naming_its_line_and_field(cas
     (study / "length.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     number = len(lines) if kind == "appended" else index + 1
     out = tmp_path / "page"
-    for command in (["export-web", "--study", str(study), "--out", str(out)], ["serve", "--study", str(study), "--port", "0"]):
+    for command in (
+        ["export-web", "--study", str(study), "--out", str(out)],
+        ["serve", "--study", str(study), "--port", "0"],
+    ):
         assert main(command) == 1
         line = one_line_error(capsys)
         assert line.startswith(f"octlm: error: {study / 'length.jsonl'} line {number}: "), line
@@ -234,14 +294,22 @@ def test_a_real_studys_records_all_pass_and_unknown_kinds_and_fields_are_kept(le
     assert read_records(newer) == extra
 
 
-
 def test_the_check_matches_the_pages_own_types():
-    """Each checked field is declared in web/src/study/data.ts with the same type; one the check requires, the page requires too."""
+    """Each checked field is declared in web/src/study/data.ts with the same type; one the check requires, the page
+    requires too."""
     source = (REPO / "web" / "src" / "study" / "data.ts").read_text(encoding="utf-8")
-    interfaces = {name: dict((f, (opt, ts)) for f, opt, ts in re.findall(r"^  (\w+)(\??): (.+);$", body, re.M))
-                  for name, body in re.findall(r"^export interface (\w+) \{\n(.*?)^\}", source, re.M | re.S)}
-    ts_types = {"a number": "number", "a number or null": "number | null", "a string": "string", "a string or null": "string | null",
-                "a list of numbers": "number[]", "a list of lists of numbers": "number[][]"}
+    interfaces = {
+        name: dict((f, (opt, ts)) for f, opt, ts in re.findall(r"^  (\w+)(\??): (.+);$", body, re.M))
+        for name, body in re.findall(r"^export interface (\w+) \{\n(.*?)^\}", source, re.M | re.S)
+    }
+    ts_types = {
+        "a number": "number",
+        "a number or null": "number | null",
+        "a string": "string",
+        "a string or null": "string | null",
+        "a list of numbers": "number[]",
+        "a list of lists of numbers": "number[][]",
+    }
     python_only = {("train", "run_dir")}  # read by study_view to find the runs, never handed to the page's code
     for kind, fields in PAGE_FIELDS.items():
         declared = interfaces[f"{kind.capitalize()}Record"]
@@ -251,7 +319,9 @@ def test_the_check_matches_the_pages_own_types():
                 continue
             optional, ts = declared[field]
             assert ts == ts_types[expected], (kind, field, ts)
-            assert name.endswith("?") or not optional, f"{kind}.{field} is optional on the page; the check must not require it"
+            assert name.endswith("?") or not optional, (
+                f"{kind}.{field} is optional on the page; the check must not require it"
+            )
 
 
 def test_run_and_study_are_one_or_the_other(trained_run, length_study, tmp_path, capsys):
@@ -274,7 +344,7 @@ def test_export_web_writes_the_study(length_study, tmp_path, capsys):
     script = (out / RUN_DATA).read_text(encoding="utf-8")
     prefix = "window.OCTLM_STUDY = "
     assert script.startswith(prefix) and result["bytes"] == sum(p.stat().st_size for p in out.iterdir())
-    data = json.loads(script[len(prefix):].rstrip().rstrip(";"))
+    data = json.loads(script[len(prefix) :].rstrip().rstrip(";"))
     maps = model_view(data, "rope")[32]
     raw = base64.b64decode(maps["maps"])
     assert len(raw) == 1 * 2 * 32 * 33 // 2  # 1 layer x 2 heads, 32 x 32 cells on and below the diagonal

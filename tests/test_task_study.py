@@ -1,4 +1,5 @@
-"""The task study across tasks (issue 24): several tasks and the ranking, randomized rows beside plain ones, presets, and what is refused."""
+"""The task study across tasks (issue 24): several tasks and the ranking, randomized rows beside plain ones, presets,
+and what is refused."""
 
 from __future__ import annotations
 
@@ -10,7 +11,20 @@ from hypothesis import strategies as st
 
 from octlm.studies.task_ranking import fractional_ranks, mean_reciprocal_ranks, separated
 
-TINY = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--max-steps", "3", "--task-length", "2", "--device", "cpu"]
+TINY = [
+    "--d-model",
+    "16",
+    "--n-heads",
+    "2",
+    "--n-layers",
+    "1",
+    "--max-steps",
+    "3",
+    "--task-length",
+    "2",
+    "--device",
+    "cpu",
+]
 
 
 @given(st.dictionaries(st.sampled_from("abcdefgh"), st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=1))
@@ -24,22 +38,42 @@ def test_fractional_ranks_follow_the_textbook_formula(scores):
 
 
 def _eval(task, label, seed, m, value):
-    return {"record": "eval", "task": task, "label": label, "position": label, "seed": seed, "multiplier": m, "size": 4 * m, "exact_match": value}
+    return {
+        "record": "eval",
+        "task": task,
+        "label": label,
+        "position": label,
+        "seed": seed,
+        "multiplier": m,
+        "size": 4 * m,
+        "exact_match": value,
+    }
 
 
 def test_mean_reciprocal_rank_of_a_scheme_first_everywhere_is_one_and_a_table_past_its_rows_counts_as_zero():
     records = []
     for seed in (0, 1):
         for task in ("copy", "count"):
-            records += [_eval(task, "alibi", seed, 2, 0.9), _eval(task, "rope", seed, 2, 0.1 * (seed + 1)), _eval(task, "learned", seed, 2, None)]
+            records += [
+                _eval(task, "alibi", seed, 2, 0.9),
+                _eval(task, "rope", seed, 2, 0.1 * (seed + 1)),
+                _eval(task, "learned", seed, 2, None),
+            ]
     mrr = mean_reciprocal_ranks(records, ["alibi", "rope", "learned"], ["copy", "count"], [0, 1], 2)
     assert mrr["alibi"] == (1.0, 0.0) and mrr["rope"] == (0.5, 0.0) and mrr["learned"][0] == pytest.approx(1 / 3)
 
 
 def test_mean_reciprocal_rank_is_taken_per_seed_and_its_spread_shown():
-    records = [_eval("copy", "a", 0, 2, 1.0), _eval("copy", "b", 0, 2, 0.0), _eval("copy", "a", 1, 2, 0.0), _eval("copy", "b", 1, 2, 1.0)]
+    records = [
+        _eval("copy", "a", 0, 2, 1.0),
+        _eval("copy", "b", 0, 2, 0.0),
+        _eval("copy", "a", 1, 2, 0.0),
+        _eval("copy", "b", 1, 2, 1.0),
+    ]
     mrr = mean_reciprocal_ranks(records, ["a", "b"], ["copy"], [0, 1], 2)
-    assert mrr["a"][0] == pytest.approx(0.75) and mrr["a"][1] == pytest.approx(0.3535, abs=1e-3)  # ranks 1 and 2: sd of 1 and 0.5
+    assert mrr["a"][0] == pytest.approx(0.75) and mrr["a"][1] == pytest.approx(
+        0.3535, abs=1e-3
+    )  # ranks 1 and 2: sd of 1 and 0.5
 
 
 def test_separated_marks_only_rows_whose_interval_clears_the_next():
@@ -53,7 +87,26 @@ def test_several_tasks_write_one_table_each_and_the_ranking(tmp_path, capsys):
     from octlm.cli import main
 
     out = tmp_path / "tasks"
-    assert main(["length", "--task", "copy", "flip-flop", "count", "--schemes", "rope", "alibi", "--seeds", "2", "--out", str(out), *TINY]) == 0
+    assert (
+        main(
+            [
+                "length",
+                "--task",
+                "copy",
+                "flip-flop",
+                "count",
+                "--schemes",
+                "rope",
+                "alibi",
+                "--seeds",
+                "2",
+                "--out",
+                str(out),
+                *TINY,
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "mean reciprocal rank across tasks" in printed
     table = (out / "tasks.md").read_text()
@@ -80,7 +133,26 @@ def test_randomized_rows_sit_beside_plain_ones_and_none_stays_plain(tmp_path, ca
     from octlm.cli import main
 
     out = tmp_path / "rand"
-    assert main(["length", "--task", "copy", "--schemes", "rope", "none", "--randomize-positions", "4", "--seeds", "2", "--out", str(out), *TINY]) == 0
+    assert (
+        main(
+            [
+                "length",
+                "--task",
+                "copy",
+                "--schemes",
+                "rope",
+                "none",
+                "--randomize-positions",
+                "4",
+                "--seeds",
+                "2",
+                "--out",
+                str(out),
+                *TINY,
+            ]
+        )
+        == 0
+    )
     assert "none plain only" in capsys.readouterr().out
     records = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
     assert records[0]["rows"] == ["rope", "rope+rand", "none"]
@@ -115,17 +187,32 @@ def test_a_preset_sets_the_papers_protocol(tmp_path):
     assert opts.randomize_positions > 1 and opts.task_length == 40 and opts.n_layers == 5 and opts.d_model == 64
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--task", "sorting"], "invalid choice: 'sorting'"),
-    (["--task", "copy", "copy"], "--task lists a task twice"),
-    (["--preset", "ruoss2023", "--task-length", "20"], "--task-length 20 conflicts with --preset ruoss2023, which sets --task-length 40"),
-    (["--preset", "ruoss2023", "--seeds", "3", "--n-layers", "2"], "--n-layers 2 conflicts with --preset ruoss2023"),
-    (["--preset", "ruoss2023", "--task", "reverse"], "--task reverse conflicts with --preset ruoss2023, which sets --task copy"),
-    (["--task", "copy", "--schemes", "none", "--randomize-positions", "8"], "--randomize-positions 8: none of --schemes none reads positions"),
-    (["--task", "copy", "--randomize-positions", "0"], "--randomize-positions must be >= 1, got 0"),
-    (["--task", "copy", "--multipliers", "0"], "--multipliers must be integers >= 1"),
-    (["--preset", "nobody2099"], "invalid choice: 'nobody2099'"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--task", "sorting"], "invalid choice: 'sorting'"),
+        (["--task", "copy", "copy"], "--task lists a task twice"),
+        (
+            ["--preset", "ruoss2023", "--task-length", "20"],
+            "--task-length 20 conflicts with --preset ruoss2023, which sets --task-length 40",
+        ),
+        (
+            ["--preset", "ruoss2023", "--seeds", "3", "--n-layers", "2"],
+            "--n-layers 2 conflicts with --preset ruoss2023",
+        ),
+        (
+            ["--preset", "ruoss2023", "--task", "reverse"],
+            "--task reverse conflicts with --preset ruoss2023, which sets --task copy",
+        ),
+        (
+            ["--task", "copy", "--schemes", "none", "--randomize-positions", "8"],
+            "--randomize-positions 8: none of --schemes none reads positions",
+        ),
+        (["--task", "copy", "--randomize-positions", "0"], "--randomize-positions must be >= 1, got 0"),
+        (["--task", "copy", "--multipliers", "0"], "--multipliers must be integers >= 1"),
+        (["--preset", "nobody2099"], "invalid choice: 'nobody2099'"),
+    ],
+)
 def test_bad_task_study_input_is_refused_before_anything_is_written(tmp_path, capsys, flags, message):
     from octlm.cli import main
 
@@ -145,14 +232,35 @@ def test_a_preset_flag_typed_with_its_default_value_still_conflicts():
 
     with pytest.raises(OctlmError, match="conflicts with --preset kazemnejad2023"):
         TaskOptions(preset="kazemnejad2023", n_layers=3).resolved(given={"n_layers"})
-    assert TaskOptions(preset="ruoss2023", seeds=TASK_SEEDS).resolved(given={"seeds"}).seeds == 3  # the same value agrees
+    assert (
+        TaskOptions(preset="ruoss2023", seeds=TASK_SEEDS).resolved(given={"seeds"}).seeds == 3
+    )  # the same value agrees
 
 
 def test_the_trained_size_is_always_scored_and_the_sizes_come_in_order(tmp_path):
     from octlm.cli import main
 
     out = tmp_path / "sizes"
-    assert main(["length", "--task", "copy", "--schemes", "rope", "--multipliers", "3", "2", "--seeds", "1", "--out", str(out), *TINY]) == 0
+    assert (
+        main(
+            [
+                "length",
+                "--task",
+                "copy",
+                "--schemes",
+                "rope",
+                "--multipliers",
+                "3",
+                "2",
+                "--seeds",
+                "1",
+                "--out",
+                str(out),
+                *TINY,
+            ]
+        )
+        == 0
+    )
     header = json.loads((out / "tasks.jsonl").read_text().splitlines()[0])
     assert header["sizes"] == [2, 4, 6] and "trained on sizes 1..2" in (out / "tasks.md").read_text()
 
@@ -161,9 +269,30 @@ def test_progress_in_json_names_each_model_and_tasks_md_states_the_protocol(tmp_
     from octlm.cli import main
 
     out = tmp_path / "json"
-    assert main(["length", "--task", "copy", "count", "--schemes", "rope", "--seeds", "1", "--out", str(out), "--json", *TINY]) == 0
+    assert (
+        main(
+            [
+                "length",
+                "--task",
+                "copy",
+                "count",
+                "--schemes",
+                "rope",
+                "--seeds",
+                "1",
+                "--out",
+                str(out),
+                "--json",
+                *TINY,
+            ]
+        )
+        == 0
+    )
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     progress = [line for line in lines if line.get("event") == "task"]
-    assert [(p["model"], p["models"], p["task"], p["row"]) for p in progress] == [(1, 2, "copy", "rope"), (2, 2, "count", "rope")]
+    assert [(p["model"], p["models"], p["task"], p["row"]) for p in progress] == [
+        (1, 2, "copy", "rope"),
+        (2, 2, "count", "rope"),
+    ]
     assert set(progress[0]["exact_match"]) == {"1x", "2x", "3x", "4x"}
     assert "Each model: 3 steps of muon (batch 32), d_model 16, 1 layers, 2 heads." in (out / "tasks.md").read_text()

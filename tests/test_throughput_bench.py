@@ -30,9 +30,26 @@ def _bench_module():
 def test_quick_run_prints_every_scheme_with_mfu_in_range():
     # one thread: other programs on a shared machine stall a multi-threaded matmul far more
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, str(BENCH), "--quick", "--threads", "1"], capture_output=True, text=True, env=env, timeout=600, check=True)
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--threads", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=True,
+    )
     result = json.loads(done.stdout)
-    for key in ("device", "device_name", "dtype", "threads", "torch", "peak_flops", "memory_method", "load_average_before", "shapes"):
+    for key in (
+        "device",
+        "device_name",
+        "dtype",
+        "threads",
+        "torch",
+        "peak_flops",
+        "memory_method",
+        "load_average_before",
+        "shapes",
+    ):
         assert key in result, key
     assert result["threads"] == 1 and result["quick"] is True
     assert result["peak_flops"]["measured"] > 0
@@ -77,7 +94,12 @@ def test_a_failing_compile_is_recorded_not_raised(monkeypatch):
     result = bench.measure_compile(model, optimizer, ids, bench.contextlib.nullcontext(), args, torch.device("cpu"), 16)
     assert result == {"mode": "default", "error": "RuntimeError: inductor exploded"}
     monkeypatch.setattr(bench.octlm_device, "has_cpp_compiler", lambda: False)
-    assert "no C++ compiler" in bench.measure_compile(model, optimizer, ids, bench.contextlib.nullcontext(), args, torch.device("cpu"), 16)["error"]
+    assert (
+        "no C++ compiler"
+        in bench.measure_compile(model, optimizer, ids, bench.contextlib.nullcontext(), args, torch.device("cpu"), 16)[
+            "error"
+        ]
+    )
 
 
 def _tiny_shapes(bench, monkeypatch):
@@ -90,8 +112,19 @@ def test_batch_sizes_compile_mode_and_phases_parse_and_default():
     bench = _bench_module()
     args = bench.parse_args([])
     assert args.batch_sizes is None and args.compile_mode == "default" and args.phases == ["train", "eval"]
-    args = bench.parse_args(["--batch-sizes", "32", "16", "--phases", "eval", "train",
-                             "--compile", "--compile-mode", "max-autotune-no-cudagraphs"])
+    args = bench.parse_args(
+        [
+            "--batch-sizes",
+            "32",
+            "16",
+            "--phases",
+            "eval",
+            "train",
+            "--compile",
+            "--compile-mode",
+            "max-autotune-no-cudagraphs",
+        ]
+    )
     assert args.batch_sizes == [32, 16]  # the order given is the order run
     assert args.phases == ["train", "eval"]
     assert args.compile_mode == "max-autotune-no-cudagraphs"
@@ -105,8 +138,27 @@ def test_a_batch_sweep_writes_one_entry_per_shape_and_batch(monkeypatch, tmp_pat
     bench = _bench_module()
     _tiny_shapes(bench, monkeypatch)
     out = tmp_path / "sweep.json"
-    result = bench.run(["--device", "cpu", "--shapes", "tiny", "big", "--schemes", "none", "--batch-size", "4", "2",
-                        "--phases", "train", "--quick", "--matmul-size", "64", "--out", str(out)])
+    result = bench.run(
+        [
+            "--device",
+            "cpu",
+            "--shapes",
+            "tiny",
+            "big",
+            "--schemes",
+            "none",
+            "--batch-size",
+            "4",
+            "2",
+            "--phases",
+            "train",
+            "--quick",
+            "--matmul-size",
+            "64",
+            "--out",
+            str(out),
+        ]
+    )
     assert json.loads(out.read_text()) == result and result["complete"]
     assert result["phases"] == ["train"] and result["compile_mode"] is None
     entries = [(e["name"], e["batch_size"], e["default_batch_size"]) for e in result["shapes"]]
@@ -136,8 +188,27 @@ def test_the_compile_mode_reaches_torch_compile_and_the_json(monkeypatch):
 
     monkeypatch.setattr(bench.torch, "compile", fake_compile)
     monkeypatch.setattr(bench.octlm_device, "has_cpp_compiler", lambda: True)
-    result = bench.run(["--device", "cpu", "--shapes", "tiny", "--schemes", "none", "rope", "--batch-size", "2", "--quick",
-                        "--matmul-size", "64", "--compile", "--compile-schemes", "rope", "--compile-mode", "max-autotune-no-cudagraphs"])
+    result = bench.run(
+        [
+            "--device",
+            "cpu",
+            "--shapes",
+            "tiny",
+            "--schemes",
+            "none",
+            "rope",
+            "--batch-size",
+            "2",
+            "--quick",
+            "--matmul-size",
+            "64",
+            "--compile",
+            "--compile-schemes",
+            "rope",
+            "--compile-mode",
+            "max-autotune-no-cudagraphs",
+        ]
+    )
     assert modes == ["max-autotune-no-cudagraphs"]
     assert result["compile_mode"] == "max-autotune-no-cudagraphs"
     none, rope = result["shapes"][0]["schemes"]
@@ -146,9 +217,13 @@ def test_the_compile_mode_reaches_torch_compile_and_the_json(monkeypatch):
     assert compiled["mode"] == "max-autotune-no-cudagraphs"
     for name in ("train", "eval"):
         assert compiled[f"{name}_tokens_per_second"] > 0 and compiled[f"{name}_peak_memory_bytes"] > 0
-        assert compiled[f"{name}_speedup"] == round(compiled[f"{name}_tokens_per_second"] / rope[f"{name}_tokens_per_second"], 2)
+        assert compiled[f"{name}_speedup"] == round(
+            compiled[f"{name}_tokens_per_second"] / rope[f"{name}_tokens_per_second"], 2
+        )
         per_token = rope[f"{name}_flops_per_second"] / rope[f"{name}_tokens_per_second"]
-        assert compiled[f"{name}_mfu"] == round(compiled[f"{name}_tokens_per_second"] * per_token / result["peak_flops"]["measured"], 4)
+        assert compiled[f"{name}_mfu"] == round(
+            compiled[f"{name}_tokens_per_second"] * per_token / result["peak_flops"]["measured"], 4
+        )
 
 
 def test_a_batch_that_runs_out_of_memory_is_a_row_and_the_sweep_goes_on(monkeypatch):
@@ -162,10 +237,26 @@ def test_a_batch_that_runs_out_of_memory_is_a_row_and_the_sweep_goes_on(monkeypa
         return measure(shape, position, batch_size, *rest)
 
     monkeypatch.setattr(bench, "measure_scheme", measure_or_oom)
-    result = bench.run(["--device", "cpu", "--shapes", "tiny", "--schemes", "none", "--batch-size", "8", "2",
-                        "--quick", "--matmul-size", "64"])
+    result = bench.run(
+        [
+            "--device",
+            "cpu",
+            "--shapes",
+            "tiny",
+            "--schemes",
+            "none",
+            "--batch-size",
+            "8",
+            "2",
+            "--quick",
+            "--matmul-size",
+            "64",
+        ]
+    )
     big, small = result["shapes"]
-    assert big["schemes"] == [{"position": "none", "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB"}]
+    assert big["schemes"] == [
+        {"position": "none", "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB"}
+    ]
     assert small["batch_size"] == 2 and "train_mfu" in small["schemes"][0] and result["complete"]
 
 
@@ -184,6 +275,12 @@ def test_forward_ab_alternates_the_two_forwards_and_restores_the_current_one(cap
     row = ab.measure("none", {"base": counted, "current": current}, pairs=2)
     assert len(calls) == 2 * (ab.WARMUP_PAIRS + 2)  # two layers, one base step per pair
     assert CausalSelfAttention.forward is current and row["current_over_base"] > 0
-    result = ab.main(["--base-blocks", str(REPO / "src" / "octlm" / "model" / "blocks.py"), "--pairs", "1", "--schemes", "rope"])
+    result = ab.main(
+        ["--base-blocks", str(REPO / "src" / "octlm" / "model" / "blocks.py"), "--pairs", "1", "--schemes", "rope"]
+    )
     assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(result))
-    assert set(result["schemes"]["rope"]) == {"base_train_tokens_per_second", "current_train_tokens_per_second", "current_over_base"}
+    assert set(result["schemes"]["rope"]) == {
+        "base_train_tokens_per_second",
+        "current_train_tokens_per_second",
+        "current_over_base",
+    }

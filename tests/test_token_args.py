@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from octlm.inspect.bench import parse_token
 from octlm.cli import main
-from octlm.errors import OctlmError
 from octlm.data.tokenizer import Tokenizer
+from octlm.errors import OctlmError
+from octlm.inspect.bench import parse_token
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tokenizers import pre_tokenizers
 
 from octlm.data.tokenizer import END_OF_TEXT, Tokenizer, byte_alphabet, pretoken_chunks
-from tokenizers import pre_tokenizers
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,9 @@ def test_vocab_size_too_small():
 # Letters, digits, ASCII and Unicode whitespace (and \x1c, whitespace to Python
 # but not to the tokenizer's regex), contractions and punctuation.
 _TRICKY = st.lists(
-    st.sampled_from(list("ab Z19 \n\t\r'+/.,-_") + ["\x1c", "\x85", "\u00a0", "\u3000", "é", "中", "٣", "'s", "  ", "\n\n"]),
+    st.sampled_from(
+        list("ab Z19 \n\t\r'+/.,-_") + ["\x1c", "\x85", "\u00a0", "\u3000", "é", "中", "٣", "'s", "  ", "\n\n"]
+    ),
     max_size=120,
 ).map("".join)
 
@@ -91,8 +93,13 @@ def test_training_on_pieces_learns_the_same_merges(shakespeare):
     hf = HFTokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     hf.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, min_frequency=2, special_tokens=[END_OF_TEXT],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        min_frequency=2,
+        special_tokens=[END_OF_TEXT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     hf.train_from_iterator([text], trainer=trainer)  # uncut, as tokenizers would by itself
     ours, theirs = json.loads(Tokenizer.train([text], vocab_size=400).hf.to_str()), json.loads(hf.to_str())
     # octlm keeps <|endoftext|> in the vocabulary, not as an added token (see test_literal_marker_*)
@@ -162,7 +169,9 @@ def test_text_stream_of_any_ids_adds_up_to_decode(tokenizer, data):
     assert "".join(pieces) + stream.finish() == tokenizer.decode(ids)
 
 
-_MARKER_TEXTS = st.lists(st.sampled_from(["<|endoftext|>", "<|endoftext", "|>", "a", " ", "\n", "é", "世"]), max_size=12).map("".join)
+_MARKER_TEXTS = st.lists(
+    st.sampled_from(["<|endoftext|>", "<|endoftext", "|>", "a", " ", "\n", "é", "世"]), max_size=12
+).map("".join)
 
 
 @given(st.one_of(st.text(max_size=40), _MARKER_TEXTS))
@@ -196,7 +205,9 @@ def test_training_pieces_cut_only_runs_longer_than_the_limit():
     assert pieces == ["ab " + "x" * 8, "x" * 8, "x" * 4 + " cd"]
 
 
-@pytest.mark.parametrize("alphabet", ["ACGT", "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", " ", "-"])
+@pytest.mark.parametrize(
+    "alphabet", ["ACGT", "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", " ", "-"]
+)
 def test_bpe_training_never_sees_a_word_longer_than_the_limit(alphabet):
     """BPE training costs the square of the longest pre-token; whatever the text
     (a DNA sequence, a base64 blob, a run of spaces or dashes), the pieces octlm

@@ -1,4 +1,5 @@
-"""--log-to: what TensorBoard and MLflow hold, read back with their own readers, offline; resume; a tracker not installed."""
+"""--log-to: what TensorBoard and MLflow hold, read back with their own readers, offline; resume; a tracker not
+installed."""
 
 from __future__ import annotations
 
@@ -15,10 +16,23 @@ from octlm.report import Reporter
 from octlm.train.launch import train
 from octlm.train.options import TrainOptions
 
-TINY = dict(vocab_size=280, context_length=16, d_model=16, n_heads=2, n_layers=1, batch_size=4, eval_interval=5,
-            eval_blocks=4, final_eval_blocks=8, sample_tokens=0, log_interval=2, threads=1)
+TINY = dict(
+    vocab_size=280,
+    context_length=16,
+    d_model=16,
+    n_heads=2,
+    n_layers=1,
+    batch_size=4,
+    eval_interval=5,
+    eval_blocks=4,
+    final_eval_blocks=8,
+    sample_tokens=0,
+    log_interval=2,
+    threads=1,
+)
 QUIET = Reporter(json_mode=True)
-# Tests never reach the network: MLflow 3 sends usage telemetry unless told not to (read when it logs, so set before any test).
+# Tests never reach the network: MLflow 3 sends usage telemetry unless told not to (read when it logs, so set before any
+# test).
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
 os.environ["DO_NOT_TRACK"] = "true"
 
@@ -63,13 +77,22 @@ def logged_run(tmp_path_factory, small_corpus):
     pytest.importorskip("tensorboard")
     pytest.importorskip("mlflow")
     run = tmp_path_factory.mktemp("tracked") / "run"
-    train(TrainOptions.of(text=[str(small_corpus)], out=str(run), max_steps=10, log_to=["tensorboard", "mlflow"], **TINY), QUIET)
+    train(
+        TrainOptions.of(text=[str(small_corpus)], out=str(run), max_steps=10, log_to=["tensorboard", "mlflow"], **TINY),
+        QUIET,
+    )
     return run
 
 
 def test_tensorboard_holds_the_scalars_of_metrics_jsonl(logged_run):
     reader = _tensorboard(logged_run)
-    for kind, key in (("train", "loss"), ("train", "lr"), ("train", "tokens_per_second"), ("train", "grad_norm"), ("eval", "val_bpb")):
+    for kind, key in (
+        ("train", "loss"),
+        ("train", "lr"),
+        ("train", "tokens_per_second"),
+        ("train", "grad_norm"),
+        ("eval", "val_bpb"),
+    ):
         got = [(e.step, e.value) for e in reader.Scalars(f"{kind}/{key}")]
         want = _expected(logged_run, kind, key)
         assert [s for s, _ in got] == [s for s, _ in want]
@@ -94,7 +117,9 @@ def test_mlflow_holds_the_scalars_options_and_figure(logged_run):
     assert found.data.params["d_model"] == "16" and found.data.params["learning_rate"] == "0.005"
     for kind, key in (("train", "loss"), ("train", "grad_norm"), ("eval", "val_bpb"), ("eval", "val_loss")):
         got, want = _history(client, found.info.run_id, f"{kind}/{key}"), _expected(logged_run, kind, key)
-        assert [s for s, _ in got] == [s for s, _ in want] and [v for _, v in got] == pytest.approx([v for _, v in want])
+        assert [s for s, _ in got] == [s for s, _ in want] and [v for _, v in got] == pytest.approx(
+            [v for _, v in want]
+        )
     assert [a.path for a in client.list_artifacts(found.info.run_id, "figures")] == ["figures/loss.png"]
 
 
@@ -102,7 +127,9 @@ def test_a_crash_and_resume_continue_the_same_tracker_runs_without_a_step_twice(
     pytest.importorskip("tensorboard")
     pytest.importorskip("mlflow")
     run = tmp_path / "run"
-    opts = TrainOptions.of(text=[str(small_corpus)], out=str(run), max_steps=16, save_every=6, log_to=["tensorboard", "mlflow"], **TINY)
+    opts = TrainOptions.of(
+        text=[str(small_corpus)], out=str(run), max_steps=16, save_every=6, log_to=["tensorboard", "mlflow"], **TINY
+    )
 
     def crash(step):
         if step == 11:  # after the checkpoint of step 6, with steps 7..10 already logged
@@ -115,7 +142,9 @@ def test_a_crash_and_resume_continue_the_same_tracker_runs_without_a_step_twice(
     want = _expected(run, "train", "loss")
     assert [s for s, _ in want] == list(range(2, 17, 2))
     got = [(e.step, e.value) for e in _tensorboard(run).Scalars("train/loss")]
-    assert [s for s, _ in got] == [s for s, _ in want] and [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-6)
+    assert [s for s, _ in got] == [s for s, _ in want] and [v for _, v in got] == pytest.approx(
+        [v for _, v in want], rel=1e-6
+    )
     client, found = _mlflow_run(run)  # one run, continued
     assert [s for s, _ in _history(client, found.info.run_id, "train/loss")] == [s for s, _ in want]
 
@@ -125,15 +154,26 @@ def test_a_tracker_added_on_resume_receives_the_whole_run(tmp_path, small_corpus
     run = tmp_path / "run"
     train(TrainOptions.of(text=[str(small_corpus)], out=str(run), max_steps=6, **TINY), QUIET)
     train(TrainOptions.of(max_steps=10, log_to=["tensorboard"]), QUIET, resume=str(run), given={"max_steps", "log_to"})
-    assert [e.step for e in _tensorboard(run).Scalars("train/loss")] == [s for s, _ in _expected(run, "train", "loss")] == [2, 4, 6, 8, 10]
+    assert (
+        [e.step for e in _tensorboard(run).Scalars("train/loss")]
+        == [s for s, _ in _expected(run, "train", "loss")]
+        == [2, 4, 6, 8, 10]
+    )
 
 
 @pytest.mark.parametrize("tracker, extra", [("tensorboard", "tensorboard"), ("mlflow", "mlflow")])
-def test_a_tracker_not_installed_names_its_extra_before_anything_runs(tmp_path, monkeypatch, capsys, tracker, extra, small_corpus):
+def test_a_tracker_not_installed_names_its_extra_before_anything_runs(
+    tmp_path, monkeypatch, capsys, tracker, extra, small_corpus
+):
     monkeypatch.setitem(sys.modules, tracker, None)  # as if it were not installed: import and find_spec both fail
-    code = main(["train", "--text", str(small_corpus), "--out", str(tmp_path / "run"), "--log-to", tracker, "--max-steps", "2"])
+    code = main(
+        ["train", "--text", str(small_corpus), "--out", str(tmp_path / "run"), "--log-to", tracker, "--max-steps", "2"]
+    )
     assert code == 1
-    assert f"--log-to {tracker}: the {tracker} package is not installed; pip install 'octlm[{extra}]'" in capsys.readouterr().err
+    assert (
+        f"--log-to {tracker}: the {tracker} package is not installed; pip install 'octlm[{extra}]'"
+        in capsys.readouterr().err
+    )
     assert not (tmp_path / "run").exists()
 
 
@@ -146,7 +186,8 @@ def test_trackers_are_checked_in_toml_too():
 
 @pytest.fixture
 def study_store(tmp_path, monkeypatch):
-    """An MLflow client on a store of its own that every model of a study logs to (``$MLFLOW_TRACKING_URI``), with TensorBoard at hand."""
+    """An MLflow client on a store of its own that every model of a study logs to (``$MLFLOW_TRACKING_URI``), with
+    TensorBoard at hand."""
     pytest.importorskip("tensorboard")
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
@@ -159,11 +200,43 @@ def study_store(tmp_path, monkeypatch):
 
 def test_a_length_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path, small_corpus, study_store):
     out = tmp_path / "tiny-study"
-    code = main([
-        "length", "--text", str(small_corpus), "--out", str(out), "--vocab-size", "280", "--d-model", "16", "--n-heads", "2",
-        "--n-layers", "1", "--batch-size", "4", "--train-length", "8", "--multipliers", "1", "2", "--schemes", "learned", "alibi",
-        "--max-steps", "3", "--extend-to", "2", "--extend-steps", "2", "--log-to", "tensorboard", "mlflow", "--quiet",
-    ])
+    code = main(
+        [
+            "length",
+            "--text",
+            str(small_corpus),
+            "--out",
+            str(out),
+            "--vocab-size",
+            "280",
+            "--d-model",
+            "16",
+            "--n-heads",
+            "2",
+            "--n-layers",
+            "1",
+            "--batch-size",
+            "4",
+            "--train-length",
+            "8",
+            "--multipliers",
+            "1",
+            "2",
+            "--schemes",
+            "learned",
+            "alibi",
+            "--max-steps",
+            "3",
+            "--extend-to",
+            "2",
+            "--extend-steps",
+            "2",
+            "--log-to",
+            "tensorboard",
+            "mlflow",
+            "--quiet",
+        ]
+    )
     assert code == 0
     client = study_store
     runs = client.search_runs([client.get_experiment_by_name("tiny-study").experiment_id])
@@ -176,13 +249,43 @@ def test_a_length_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path
 
 def test_a_task_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path, study_store):
     out = tmp_path / "task-study"
-    code = main(["length", "--task", "copy", "count", "--out", str(out), "--schemes", "rope", "--seeds", "2", "--max-steps", "60",
-                 "--task-length", "2", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--log-to", "tensorboard", "mlflow", "--quiet"])
+    code = main(
+        [
+            "length",
+            "--task",
+            "copy",
+            "count",
+            "--out",
+            str(out),
+            "--schemes",
+            "rope",
+            "--seeds",
+            "2",
+            "--max-steps",
+            "60",
+            "--task-length",
+            "2",
+            "--d-model",
+            "16",
+            "--n-heads",
+            "2",
+            "--n-layers",
+            "1",
+            "--log-to",
+            "tensorboard",
+            "mlflow",
+            "--quiet",
+        ]
+    )
     assert code == 0
     client = study_store
     runs = client.search_runs([client.get_experiment_by_name("task-study").experiment_id])
     assert sorted(r.info.run_name for r in runs) == ["rope-seed1337", "rope-seed1337", "rope-seed1338", "rope-seed1338"]
-    evals = {json.dumps(r) for r in (json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()) if r["record"] == "eval"}
+    evals = {
+        json.dumps(r)
+        for r in (json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines())
+        if r["record"] == "eval"
+    }
     for run in runs:
         task = run.data.params["task"]
         folder = out / "runs" / task / run.info.run_name
@@ -191,8 +294,14 @@ def test_a_task_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path, 
         assert _history(client, run.info.run_id, "train/loss") == _expected(folder, "train", "loss")
         seed = int(run.info.run_name.removeprefix("rope-seed"))
         for m in (1, 2, 3, 4):  # the tracker's final exact match is the study's own record
-            match = [json.loads(e) for e in evals if json.loads(e)["task"] == task and json.loads(e)["seed"] == seed and json.loads(e)["multiplier"] == m]
+            match = [
+                json.loads(e)
+                for e in evals
+                if json.loads(e)["task"] == task and json.loads(e)["seed"] == seed and json.loads(e)["multiplier"] == m
+            ]
             assert run.data.metrics[f"eval/exact_match_{m}x"] == pytest.approx(match[0]["exact_match"])
         tensorboard = _tensorboard(folder)
         logged = [(e.step, e.value) for e in tensorboard.Scalars("train/loss")]
-        assert [s for s, _ in logged] == [50, 60] and [v for _, v in logged] == pytest.approx([v for _, v in _expected(folder, "train", "loss")])
+        assert [s for s, _ in logged] == [50, 60] and [v for _, v in logged] == pytest.approx(
+            [v for _, v in _expected(folder, "train", "loss")]
+        )

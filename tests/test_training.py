@@ -3,22 +3,40 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import pytest
-
-from octlm.cli import main
-from octlm.train.options import TrainOptions
 from hypothesis import given
 from hypothesis import strategies as st
 
+from octlm.cli import main
 from octlm.train.optim import decay_progress, lr_at
+from octlm.train.options import TrainOptions
 
 
 @pytest.mark.slow
 def test_short_run_on_shakespeare_lowers_validation_loss(shakespeare, tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["train", "--text", str(shakespeare), "--out", str(out), "--max-steps", "120", "--eval-interval", "40",
-                 "--eval-blocks", "32", "--final-eval-blocks", "64", "--sample-tokens", "0", "--json"])
+    code = main(
+        [
+            "train",
+            "--text",
+            str(shakespeare),
+            "--out",
+            str(out),
+            "--max-steps",
+            "120",
+            "--eval-interval",
+            "40",
+            "--eval-blocks",
+            "32",
+            "--final-eval-blocks",
+            "64",
+            "--sample-tokens",
+            "0",
+            "--json",
+        ]
+    )
     assert code == 0
     evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in evals if r["kind"] == "eval"]
@@ -38,7 +56,12 @@ def test_schedule_warms_up_then_decays_to_the_floor():
     assert lr_at(500, 3.0, opts) == pytest.approx(1e-4)
 
 
-@given(max_steps=st.integers(2, 400), warmup_share=st.floats(0.0, 0.999), peak=st.floats(1e-6, 1.0), ratio=st.floats(0.0, 0.99))
+@given(
+    max_steps=st.integers(2, 400),
+    warmup_share=st.floats(0.0, 0.999),
+    peak=st.floats(1e-6, 1.0),
+    ratio=st.floats(0.0, 0.99),
+)
 def test_the_schedule_peaks_at_one_step_and_its_last_step_is_exactly_the_floor(max_steps, warmup_share, peak, ratio):
     warmup = int(warmup_share * max_steps)  # below max_steps, as the options require
     opts = TrainOptions(learning_rate=peak, min_lr_ratio=ratio, warmup_steps=warmup, max_steps=max_steps)
@@ -46,27 +69,87 @@ def test_the_schedule_peaks_at_one_step_and_its_last_step_is_exactly_the_floor(m
     top = max(range(max_steps), key=rates.__getitem__)
     assert rates[top] == peak and rates.count(peak) == 1 and top == max(warmup - 1, 0)
     assert rates[-1] == peak * ratio
-    assert all(a < b for a, b in zip(rates[: top + 1], rates[1 : top + 1])) and all(a >= b for a, b in zip(rates[top:], rates[top + 1 :]))
+    assert all(a < b for a, b in pairwise(rates[: top + 1])) and all(a >= b for a, b in pairwise(rates[top:]))
 
 
 @pytest.mark.parametrize("warmup", ["3", "0"])
 def test_metrics_record_one_step_at_the_peak_and_the_floor_at_the_last(small_corpus, tmp_path, warmup):
     # issue 21: the last step's rate was 0.00134 for a floor of 0.001, and two steps sat at the peak
     out = tmp_path / "run"
-    assert main(["train", "--text", str(small_corpus), "--out", str(out), "--max-steps", "12", "--warmup-steps", warmup, "--learning-rate", "0.01",
-                 "--min-lr-ratio", "0.1", "--log-interval", "1", "--quiet", *TINY_FLAGS]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(out),
+                "--max-steps",
+                "12",
+                "--warmup-steps",
+                warmup,
+                "--learning-rate",
+                "0.01",
+                "--min-lr-ratio",
+                "0.1",
+                "--log-interval",
+                "1",
+                "--quiet",
+                *TINY_FLAGS,
+            ]
+        )
+        == 0
+    )
     rates = [r["lr"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
-    assert len(rates) == 12 and max(rates) == 0.01 and sum(rate > 0.01 * (1 - 1e-9) for rate in rates) == 1  # one step at the peak
+    assert (
+        len(rates) == 12 and max(rates) == 0.01 and sum(rate > 0.01 * (1 - 1e-9) for rate in rates) == 1
+    )  # one step at the peak
     assert rates[-1] == 0.01 * 0.1
 
 
-TINY_FLAGS = ["--vocab-size", "280", "--context-length", "16", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",
-              "--batch-size", "4", "--eval-interval", "5", "--eval-blocks", "4", "--final-eval-blocks", "8", "--sample-tokens", "0"]
+TINY_FLAGS = [
+    "--vocab-size",
+    "280",
+    "--context-length",
+    "16",
+    "--d-model",
+    "16",
+    "--n-heads",
+    "2",
+    "--n-layers",
+    "1",
+    "--batch-size",
+    "4",
+    "--eval-interval",
+    "5",
+    "--eval-blocks",
+    "4",
+    "--final-eval-blocks",
+    "8",
+    "--sample-tokens",
+    "0",
+]
 
 
 def test_without_a_terminal_each_log_interval_prints_a_line_and_the_run_draws_its_loss(small_corpus, tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["train", "--text", str(small_corpus), "--out", str(out), "--max-steps", "12", "--log-interval", "4", *TINY_FLAGS]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(out),
+                "--max-steps",
+                "12",
+                "--log-interval",
+                "4",
+                *TINY_FLAGS,
+            ]
+        )
+        == 0
+    )
     stdout = capsys.readouterr().out  # pytest's stderr is no terminal, like nohup's or a CI log's
     lines = [line for line in stdout.splitlines() if line.startswith("step ") and ": loss " in line]
     assert [line.split(":")[0] for line in lines] == ["step 4", "step 8", "step 12"]
@@ -78,7 +161,24 @@ def test_without_a_terminal_each_log_interval_prints_a_line_and_the_run_draws_it
 @pytest.mark.parametrize("mode", ["--json", "--quiet"])
 def test_json_and_quiet_modes_print_no_step_lines(small_corpus, tmp_path, capsys, mode):
     out = tmp_path / "run"
-    assert main(["train", "--text", str(small_corpus), "--out", str(out), "--max-steps", "6", "--log-interval", "2", mode, *TINY_FLAGS]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(out),
+                "--max-steps",
+                "6",
+                "--log-interval",
+                "2",
+                mode,
+                *TINY_FLAGS,
+            ]
+        )
+        == 0
+    )
     assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
     assert (out / "loss.png").exists()
 
@@ -93,28 +193,58 @@ def test_a_warmup_not_below_the_runs_steps_is_refused(small_corpus, tmp_path, ca
     assert "--warmup-steps 30 is not below the run's 30 steps" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags,warmup", [(["--max-steps", "30"], 3), (["--max-steps", "50"], 5), (["--max-steps", "60"], 50),
-                                          (["--max-steps", "30", "--warmup-steps", "7"], 7)])
+@pytest.mark.parametrize(
+    "flags,warmup",
+    [
+        (["--max-steps", "30"], 3),
+        (["--max-steps", "50"], 5),
+        (["--max-steps", "60"], 50),
+        (["--max-steps", "30", "--warmup-steps", "7"], 7),
+    ],
+)
 def test_the_default_warmup_fits_the_run_and_config_json_records_it(flags, warmup):
     from octlm.train.options import check_options, resolved
 
-    opts = TrainOptions.of(**{name.lstrip("-").replace("-", "_"): int(value) for name, value in zip(flags[::2], flags[1::2])})
+    opts = TrainOptions.of(
+        **{name.lstrip("-").replace("-", "_"): int(value) for name, value in zip(flags[::2], flags[1::2], strict=True)}
+    )
     check_options(opts)
     assert resolved(opts).warmup_steps == warmup
     assert resolved(TrainOptions()).warmup_steps == 50  # the default 1200-step run
     assert resolved(TrainOptions(time_budget=60.0)).warmup_steps == 50
     if warmup < 10:  # a short run still peaks and decays to the floor, as --help describes
-        rates = [lr_at(step, decay_progress(step, opts.max_steps, warmup), resolved(opts)) for step in range(opts.max_steps)]
+        rates = [
+            lr_at(step, decay_progress(step, opts.max_steps, warmup), resolved(opts)) for step in range(opts.max_steps)
+        ]
         assert max(rates) == pytest.approx(opts.learning_rate)
         assert rates[-1] < 0.2 * opts.learning_rate
 
 
 def test_config_json_records_the_warmup_used_and_a_run_ending_in_warmup_warns(small_corpus, tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["train", "--text", str(small_corpus), "--out", str(out), "--max-steps", "12", "--quiet", *TINY_FLAGS]) == 0
+    assert (
+        main(["train", "--text", str(small_corpus), "--out", str(out), "--max-steps", "12", "--quiet", *TINY_FLAGS])
+        == 0
+    )
     assert json.loads((out / "config.json").read_text())["train"]["warmup_steps"] == 1
     capsys.readouterr()
     budget = tmp_path / "budget"
-    assert main(["train", "--text", str(small_corpus), "--out", str(budget), "--time-budget", "1", "--warmup-steps", "1000000",
-                 "--quiet", *TINY_FLAGS]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--text",
+                str(small_corpus),
+                "--out",
+                str(budget),
+                "--time-budget",
+                "1",
+                "--warmup-steps",
+                "1000000",
+                "--quiet",
+                *TINY_FLAGS,
+            ]
+        )
+        == 0
+    )
     assert "still in its 1000000-step warm-up" in capsys.readouterr().err

@@ -22,14 +22,23 @@ from hypothesis import strategies as st
 from octlm.cli import main
 from octlm.errors import OctlmError
 from octlm.export.page_server import BUSY, MAX_CONNECTIONS
-from octlm.export.web import PAGE_FILES, RUN_DATA, export_site, host_name, is_loopback, make_server, resolve_path, site_files
+from octlm.export.web import (
+    PAGE_FILES,
+    RUN_DATA,
+    export_site,
+    host_name,
+    is_loopback,
+    make_server,
+    resolve_path,
+    site_files,
+)
 
 
 def parse_run_data(script: bytes) -> dict:
     text = script.decode("utf-8")
     prefix = "window.OCTLM_RUN = "
     assert text.startswith(prefix) and text.rstrip().endswith(";")
-    return json.loads(text[len(prefix):].rstrip().rstrip(";"))
+    return json.loads(text[len(prefix) :].rstrip().rstrip(";"))
 
 
 def unpack(packed: dict) -> np.ndarray:
@@ -155,7 +164,11 @@ def test_resolve_path_examples():
 def test_loopback_and_host_names():
     assert is_loopback("127.0.0.1") and is_loopback("127.1.2.3") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5") and not is_loopback("example.com")
-    assert host_name("127.0.0.1:8000") == "127.0.0.1" and host_name("[::1]:80") == "[::1]" and host_name("LocalHost") == "localhost"
+    assert (
+        host_name("127.0.0.1:8000") == "127.0.0.1"
+        and host_name("[::1]:80") == "[::1]"
+        and host_name("LocalHost") == "localhost"
+    )
 
 
 def test_busy_port_is_one_clear_error(trained_run):
@@ -171,7 +184,10 @@ def test_serve_command_binds_loopback_and_stops_on_ctrl_c(trained_run):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "octlm", "serve", "--run", str(trained_run), "--port", "0", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         first = json.loads(proc.stdout.readline())
@@ -271,7 +287,8 @@ def wait_for_close(client: socket.socket, seconds: float) -> bytes:
 
 
 def test_idle_and_slow_clients_are_cut_off_and_the_server_keeps_answering():
-    """Clients that never finish their headers, or send them a byte at a time, hold neither a thread nor a place for long."""
+    """Clients that never finish their headers, or send them a byte at a time, hold neither a thread nor a place for
+    long."""
     server = make_server({"index.html": b"page"}, "127.0.0.1", 0)
     server.request_seconds = 1.0
     threads_before = threading.active_count()
@@ -316,9 +333,16 @@ server.serve_forever()
 
 
 def test_a_low_file_limit_does_not_stop_the_server():
-    """300 idle clients against a server allowed 64 file descriptors: it answers throughout, and serves again once they are cut off."""
+    """300 idle clients against a server allowed 64 file descriptors: it answers throughout, and serves again once they
+    are cut off."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
-    child = subprocess.Popen([sys.executable, "-c", LOW_LIMIT_SERVER, "64"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", LOW_LIMIT_SERVER, "64"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     clients, unanswered = [], 0
     try:
         port = int(child.stdout.readline())

@@ -2,13 +2,27 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["Decoder", "DecoderConfig", "KVCache", "__version__", "alibi_slopes", "load_run", "record_attention", "sinusoidal_positions"]
+__all__ = [
+    "Decoder",
+    "DecoderConfig",
+    "KVCache",
+    "__version__",
+    "alibi_slopes",
+    "load_run",
+    "record_attention",
+    "sinusoidal_positions",
+]
 
 # Where each public name lives. `import octlm` stays light (no torch) so that the command's entry point
 # (octlm.console) can catch a Ctrl-C during the seconds torch takes to import.
 _HOMES = {
-    "Decoder": "octlm.model", "DecoderConfig": "octlm.model", "KVCache": "octlm.model", "record_attention": "octlm.model",
-    "alibi_slopes": "octlm.model.positions", "sinusoidal_positions": "octlm.model.positions", "load_run": "octlm.run.load",
+    "Decoder": "octlm.model",
+    "DecoderConfig": "octlm.model",
+    "KVCache": "octlm.model",
+    "record_attention": "octlm.model",
+    "alibi_slopes": "octlm.model.positions",
+    "sinusoidal_positions": "octlm.model.positions",
+    "load_run": "octlm.run.load",
 }
 
 

@@ -6,7 +6,8 @@ import sys
 
 
 def main() -> int:
-    """Run :func:`octlm.cli.main`; a Ctrl-C before it starts (torch takes seconds to import) exits 130 without a traceback."""
+    """Run :func:`octlm.cli.main`; a Ctrl-C before it starts (torch takes seconds to import) exits 130 without a
+    traceback."""
     try:
         from octlm.cli import main as run
     except KeyboardInterrupt:

@@ -103,8 +103,16 @@ def finite(low_open: bool = False, note: str = "", says: str | None = None) -> B
     return Bound(low=0, high=math.inf, low_open=low_open, high_open=True, note=note, says=says)
 
 
-def option(default, help: str, *, bounds: Bound | None = None, check: Callable | None = None,
-           resume: Resume = Resume.FIXED, resume_check: Callable | None = None, **cli) -> dataclasses.Field:
+def option(
+    default,
+    help: str,
+    *,
+    bounds: Bound | None = None,
+    check: Callable | None = None,
+    resume: Resume = Resume.FIXED,
+    resume_check: Callable | None = None,
+    **cli,
+) -> dataclasses.Field:
     """A dataclass field that is also a flag, a TOML key and a ``config.json`` key.
 
     Args:
@@ -179,7 +187,8 @@ def flat_values(opts) -> dict:
 
 
 def build(cls, values: Mapping):
-    """An instance of options dataclass ``cls`` from flat ``{option name: value}``; options left out keep their defaults.
+    """An instance of options dataclass ``cls`` from flat ``{option name: value}``; options left out keep their
+    defaults.
 
     A nested group is built from the options its own class declares; its
     plain fields (:class:`~octlm.model.DecoderConfig`'s ``vocab_size``) keep
@@ -201,7 +210,8 @@ def build(cls, values: Mapping):
 
 
 def replaced(opts, **changes):
-    """A copy of ``opts`` with flat ``changes`` applied, each in the group that declares it (``dataclasses.replace`` for nested options).
+    """A copy of ``opts`` with flat ``changes`` applied, each in the group that declares it (``dataclasses.replace`` for
+    nested options).
 
     Raises:
         TypeError: for a name no field of ``opts`` or its groups has.
@@ -222,7 +232,8 @@ def replaced(opts, **changes):
 
 
 def refused(err: ValueError) -> OctlmError:
-    """The :class:`OctlmError` of a value an options class refused on construction, naming the flag where it names a field.
+    """The :class:`OctlmError` of a value an options class refused on construction, naming the flag where it names a
+    field.
 
     A config that checks its own fields raises a ``ValueError`` with ``field``
     and ``rest`` attributes (:class:`~octlm.model.DecoderFieldError`): the
@@ -259,7 +270,8 @@ def option_default(f: dataclasses.Field):
 
 
 def check_fields(opts) -> None:
-    """Check every option of ``opts`` (nested ones too) against its declared bounds and check; unset (``None``) ones pass.
+    """Check every option of ``opts`` (nested ones too) against its declared bounds and check; unset (``None``) ones
+    pass.
 
     Raises:
         OctlmError: for the first value out of range, naming the flag, what it
@@ -327,7 +339,9 @@ def checked_values(values: Mapping, where: str, cls, stored: bool = False) -> di
                 continue
             close = difflib.get_close_matches(name, kinds, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise OctlmError(f"{where}: unknown key {key!r}; {hint}the keys are this command's options: {', '.join(sorted(kinds))}")
+            raise OctlmError(
+                f"{where}: unknown key {key!r}; {hint}the keys are this command's options: {', '.join(sorted(kinds))}"
+            )
         if name in spelled:
             raise OctlmError(f"{where}: {spelled[name]!r} and {key!r} are the same option; keep one of them")
         spelled[name] = key
@@ -342,7 +356,9 @@ def checked_values(values: Mapping, where: str, cls, stored: bool = False) -> di
             expected = f"a list of {kind.__name__}" if is_list else kind.__name__
             raise OctlmError(f"{where}: key {key!r} must be {expected}, got {shown}")
         if is_list and not items and not stored:
-            raise OctlmError(f"{where}: key {key!r} is an empty list; give at least one value, or leave the key out for the default")
+            raise OctlmError(
+                f"{where}: key {key!r} is an empty list; give at least one value, or leave the key out for the default"
+            )
         if choices[name] and any(v not in choices[name] for v in items):
             raise OctlmError(f"{where}: key {key!r} must be one of {', '.join(choices[name])}, got {shown}")
         checked[name] = kind(value) if kind is float else value
@@ -350,6 +366,23 @@ def checked_values(values: Mapping, where: str, cls, stored: bool = False) -> di
 
 
 __all__ = [
-    "REQUIRED", "Bound", "Resume", "at_least", "build", "check_fields", "checked_values", "field_types", "finite", "flag", "flat_values",
-    "is_option", "nested", "refused", "option", "option_default", "option_fields", "replaced", "same_as",
+    "REQUIRED",
+    "Bound",
+    "Resume",
+    "at_least",
+    "build",
+    "check_fields",
+    "checked_values",
+    "field_types",
+    "finite",
+    "flag",
+    "flat_values",
+    "is_option",
+    "nested",
+    "refused",
+    "option",
+    "option_default",
+    "option_fields",
+    "replaced",
+    "same_as",
 ]

@@ -8,7 +8,6 @@ import os
 import tempfile
 from pathlib import Path
 
-
 # Read once, at import: os.umask can only be read by setting it.
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)

@@ -10,17 +10,17 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
-import signal
 import os
 import re
+import signal
 import sys
 import tomllib
 from pathlib import Path
 
-from octlm.errors import OctlmError
-from octlm.declare import REQUIRED, build, checked_values, field_types, flag, option_default, option_fields, refused
-from octlm.report import Reporter
 from octlm.data.tokenizer import left_running
+from octlm.declare import REQUIRED, build, checked_values, field_types, flag, option_default, option_fields, refused
+from octlm.errors import OctlmError
+from octlm.report import Reporter
 from octlm.train.signals import STOP_SIGNALS, survive_hangup
 
 
@@ -37,7 +37,8 @@ class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionH
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line usage errors: what was wrong, a close spelling when there is one, where the options are listed.
+    """argparse with one-line usage errors: what was wrong, a close spelling when there is one, where the options are
+    listed.
 
     argparse prints the whole usage block (twenty lines for ``octlm train``)
     above its error; the error is the line a person needs. Exit status 2, as argparse.
@@ -53,7 +54,11 @@ class Parser(argparse.ArgumentParser):
             known, quote = [name for name in self._option_string_actions if name.startswith("--")], "{}"
         elif (choice := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)) is not None:
             # Python 3.11 quotes the choices and later versions do not; a choice is quoted in the hint either way.
-            given, known, quote = [choice.group(1)], [name.strip().strip("'") for name in choice.group(2).split(",")], "'{}'"
+            given, known, quote = (
+                [choice.group(1)],
+                [name.strip().strip("'") for name in choice.group(2).split(",")],
+                "'{}'",
+            )
         else:
             return ""
         guesses = [quote.format(close[0]) for word in given if (close := difflib.get_close_matches(word, known, n=1))]
@@ -87,7 +92,9 @@ def add_dataclass_options(parser: argparse.ArgumentParser, cls, only: list | Non
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON object per line on stdout; the last is the result")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object per line on stdout; the last is the result"
+    )
     parser.add_argument("--quiet", action="store_true", help="print only warnings and the result")
 
 
@@ -123,7 +130,19 @@ def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> 
 
 #: Subcommands in the order ``octlm --help`` lists them; each module under
 #: ``octlm.cli.commands`` defines ``add_parser(subparsers)`` and sets ``func``.
-COMMANDS = ["train", "sample", "bench", "length", "compare", "embeddings", "attention", "serve", "export-web", "export-hf", "import-hf"]
+COMMANDS = [
+    "train",
+    "sample",
+    "bench",
+    "length",
+    "compare",
+    "embeddings",
+    "attention",
+    "serve",
+    "export-web",
+    "export-hf",
+    "import-hf",
+]
 
 #: Subcommands that write no files: on Ctrl-C they say only "interrupted",
 #: since the promise about complete and half-written files means nothing there.
@@ -200,7 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     except OctlmError as err:
         return _fail(report, str(err), 1)
     except KeyboardInterrupt:
-        message = "interrupted" if command in WRITE_NO_FILES else "interrupted; files already complete are kept, nothing is half-written"
+        message = (
+            "interrupted"
+            if command in WRITE_NO_FILES
+            else "interrupted; files already complete are kept, nothing is half-written"
+        )
         if parser is None:
             message = "interrupted before it started; nothing was written"
         code = _fail(report, message, 130, prefix="octlm: ")
@@ -218,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _terminate_as_interrupt() -> None:
-    """Let SIGTERM, SIGHUP and SIGUSR1 unwind like Ctrl-C, so cleanup (temporary folders, checkpoints) runs; training installs its own handler."""
+    """Let SIGTERM, SIGHUP and SIGUSR1 unwind like Ctrl-C, so cleanup (temporary folders, checkpoints) runs; training
+    installs its own handler."""
 
     def handler(signum, frame):
         survive_hangup(signum)

@@ -16,12 +16,20 @@ from pathlib import Path
 from octlm.data.corpora import BuiltinCorpus
 from octlm.data.records import BadRecords, decompress, file_format, iter_records, record_file_entry
 from octlm.data.text import (
-    DataError, Document, FolderRule, _decode_candidate, _read_candidate, _unusable, corpus_candidates, default_corpus_root,
+    DataError,
+    Document,
+    FolderRule,
+    _decode_candidate,
+    _read_candidate,
+    _unusable,
+    corpus_candidates,
+    default_corpus_root,
 )
 
 
 class CorpusReader:
-    """The documents of ``--text`` (or of the default corpus), in corpus order; :meth:`documents` may be called again to read them anew.
+    """The documents of ``--text`` (or of the default corpus), in corpus order; :meth:`documents` may be called again to
+    read them anew.
 
     Args: as :func:`octlm.data.text.read_documents`.
 
@@ -30,9 +38,20 @@ class CorpusReader:
             reading, as :func:`octlm.data.text.read_documents`.
     """
 
-    def __init__(self, paths: Sequence[str | Path] | None, encoding: str = "utf-8", skip_folder: FolderRule | None = None,
-                 text_field: str = "text", skip_bad_records: bool = False) -> None:
-        self.paths, self.encoding, self.text_field, self.skip_bad_records = paths, encoding, text_field, skip_bad_records
+    def __init__(
+        self,
+        paths: Sequence[str | Path] | None,
+        encoding: str = "utf-8",
+        skip_folder: FolderRule | None = None,
+        text_field: str = "text",
+        skip_bad_records: bool = False,
+    ) -> None:
+        self.paths, self.encoding, self.text_field, self.skip_bad_records = (
+            paths,
+            encoding,
+            text_field,
+            skip_bad_records,
+        )
         self.source, self.candidates, self.walk_skipped = corpus_candidates(paths, skip_folder)
         self._reset()
 
@@ -52,7 +71,11 @@ class CorpusReader:
                 self.skipped.append({"path": shown, "reason": "not a regular file"})
                 continue
             fmt, _ = ("text", None) if isinstance(item, BuiltinCorpus) else file_format(item)
-            yield from (self._text_file(item, shown, from_folder) if fmt == "text" else self._record_file(item, shown, fmt, from_folder))
+            yield from (
+                self._text_file(item, shown, from_folder)
+                if fmt == "text"
+                else self._record_file(item, shown, fmt, from_folder)
+            )
 
     def check_found(self, docs: Sequence[Document]) -> None:
         """Raise :class:`DataError` when reading found no document at all."""
@@ -100,10 +123,15 @@ class CorpusReader:
             self.skipped.append({"path": shown, "reason": "no records"})
             return
         if not count and self.bad.count > before:
-            raise DataError(f"{shown}: all {self.bad.count - before} of its {fmt} records were bad and skipped (--skip-bad-records); "
-                            f"fix them, name the field that holds the text with --text-field, or leave the file out of --text")
+            raise DataError(
+                f"{shown}: all {self.bad.count - before} of its {fmt} records were bad and skipped "
+                "(--skip-bad-records); "
+                f"fix them, name the field that holds the text with --text-field, or leave the file out of --text"
+            )
         if not count:
-            raise DataError(f"{shown}: holds no {fmt} records; give a file with at least one record, or leave it out of --text")
+            raise DataError(
+                f"{shown}: holds no {fmt} records; give a file with at least one record, or leave it out of --text"
+            )
         self._keep(record_file_entry(item, shown, count, self.bad.count - before))
 
     def _keep(self, entry: dict) -> None:

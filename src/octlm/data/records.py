@@ -61,7 +61,8 @@ def file_format(path: str | Path) -> tuple[str, str | None]:
 
 @contextmanager
 def open_decompressed(source: Path | BinaryIO, compression: str | None) -> Iterator[BinaryIO]:
-    """The bytes of a file (a path, or a binary stream) as a binary stream, decompressed as it is read (constant memory).
+    """The bytes of a file (a path, or a binary stream) as a binary stream, decompressed as it is read (constant
+    memory).
 
     Raises:
         DataError: when ``zstandard`` is missing for a ``.zst`` file.
@@ -80,7 +81,9 @@ def open_decompressed(source: Path | BinaryIO, compression: str | None) -> Itera
             import zstandard
         except ImportError:
             raw.close()
-            raise DataError(f"{source}: reading .zst files needs the zstandard package; pip install zstandard") from None
+            raise DataError(
+                f"{source}: reading .zst files needs the zstandard package; pip install zstandard"
+            ) from None
         opened = zstandard.ZstdDecompressor().stream_reader(raw)
     with raw, opened as stream:
         yield stream
@@ -98,7 +101,9 @@ def decompress(data: bytes, compression: str, shown: str) -> bytes:
     except Exception as err:
         if not _compression_error(err):
             raise
-        raise DataError(f"{shown}: not valid {compression} data ({err}); rename the file if it is not compressed, or fetch it again") from None
+        raise DataError(
+            f"{shown}: not valid {compression} data ({err}); rename the file if it is not compressed, or fetch it again"
+        ) from None
 
 
 @dataclass
@@ -125,7 +130,9 @@ class BadRecords:
 def _type_name(value) -> str:
     if value is None:
         return "null"
-    return {bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
+    return {bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def _field_text(value, field_name: str, where: str, bad: BadRecords) -> str | None:
@@ -133,19 +140,29 @@ def _field_text(value, field_name: str, where: str, bad: BadRecords) -> str | No
     if isinstance(value, dict):
         if field_name not in value:
             fields = ", ".join(list(value)[:8]) or "no fields at all"
-            bad.bad(f"{where}: no field '{field_name}' (its fields: {fields}); name the text field with --text-field NAME")
+            bad.bad(
+                f"{where}: no field '{field_name}' (its fields: {fields}); name the text field with --text-field NAME"
+            )
             return None
         value = value[field_name]
         if isinstance(value, str):
             return value
-        bad.bad(f"{where}: field '{field_name}' is {_type_name(value)}, not a string; fix the record or name another field with --text-field NAME")
+        bad.bad(
+            f"{where}: field '{field_name}' is {_type_name(value)}, not a string; fix the record or name another field "
+            "with --text-field NAME"
+        )
         return None
-    bad.bad(f"{where}: the record is {_type_name(value)}, not an object with a '{field_name}' field; give one JSON object per record")
+    bad.bad(
+        f"{where}: the record is {_type_name(value)}, not an object with a '{field_name}' field; give one JSON object "
+        "per record"
+    )
     return None
 
 
 def _jsonl_records(stream: BinaryIO, shown: str, field_name: str, encoding: str, bad: BadRecords) -> Iterator[str]:
-    text = io.TextIOWrapper(stream, encoding="utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding)
+    text = io.TextIOWrapper(
+        stream, encoding="utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
+    )
     line_no = 0
     try:
         for line_no, line in enumerate(text, 1):
@@ -154,26 +171,38 @@ def _jsonl_records(stream: BinaryIO, shown: str, field_name: str, encoding: str,
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
-                bad.bad(f"{shown}: line {line_no} is not JSON ({err.msg} at column {err.colno}); fix or remove that line")
+                bad.bad(
+                    f"{shown}: line {line_no} is not JSON ({err.msg} at column {err.colno}); fix or remove that line"
+                )
                 continue
             if (value := _field_text(record, field_name, f"{shown}: line {line_no}", bad)) is not None:
                 yield value
     except UnicodeDecodeError as err:
-        raise DataError(f"{shown}: line {line_no + 1} is not valid {encoding} ({err.reason}); "
-                        f"JSON Lines are UTF-8, or give the file's --encoding") from None
+        raise DataError(
+            f"{shown}: line {line_no + 1} is not valid {encoding} ({err.reason}); "
+            f"JSON Lines are UTF-8, or give the file's --encoding"
+        ) from None
 
 
 def _json_records(stream: BinaryIO, shown: str, field_name: str, encoding: str, bad: BadRecords) -> Iterator[str]:
     try:
-        records = json.loads(stream.read().decode("utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding))
+        records = json.loads(
+            stream.read().decode("utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding)
+        )
     except json.JSONDecodeError as err:
-        raise DataError(f"{shown}: not JSON ({err.msg} at line {err.lineno}, column {err.colno}); fix the file, "
-                        f"or give one JSON object per line in a .jsonl file") from None
+        raise DataError(
+            f"{shown}: not JSON ({err.msg} at line {err.lineno}, column {err.colno}); fix the file, "
+            f"or give one JSON object per line in a .jsonl file"
+        ) from None
     except UnicodeDecodeError as err:
-        raise DataError(f"{shown}: not valid {encoding} at byte offset {err.start}; JSON is UTF-8, or give the file's --encoding") from None
+        raise DataError(
+            f"{shown}: not valid {encoding} at byte offset {err.start}; JSON is UTF-8, or give the file's --encoding"
+        ) from None
     if not isinstance(records, list):
-        raise DataError(f"{shown}: the JSON is {_type_name(records)}, not an array of records; give an array of objects with "
-                        f"a '{field_name}' field (or JSON Lines in a .jsonl file), or leave the file out of --text")
+        raise DataError(
+            f"{shown}: the JSON is {_type_name(records)}, not an array of records; give an array of objects with "
+            f"a '{field_name}' field (or JSON Lines in a .jsonl file), or leave the file out of --text"
+        )
     for index, record in enumerate(records):
         if (value := _field_text(record, field_name, f"{shown}: element {index}", bad)) is not None:
             yield value
@@ -182,26 +211,37 @@ def _json_records(stream: BinaryIO, shown: str, field_name: str, encoding: str, 
 def _csv_records(stream: BinaryIO, shown: str, field_name: str, encoding: str, bad: BadRecords) -> Iterator[str]:
     # A document easily passes the csv module's default field limit; the limit is process-wide, so it only grows.
     csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_LIMIT))
-    text = io.TextIOWrapper(stream, encoding="utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding, newline="")
+    text = io.TextIOWrapper(
+        stream,
+        encoding="utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding,
+        newline="",
+    )
     reader = csv.reader(text)
     try:
         header = next(reader, None)
         if header is None or field_name not in header:
             columns = ", ".join(header or []) or "an empty header"
-            raise DataError(f"{shown}: no column '{field_name}' in the header row (its columns: {columns}); "
-                            f"name the text column with --text-field NAME")
+            raise DataError(
+                f"{shown}: no column '{field_name}' in the header row (its columns: {columns}); "
+                f"name the text column with --text-field NAME"
+            )
         column = header.index(field_name)
         for row in reader:
             if not row:
                 continue  # a blank line holds no record
             if column >= len(row):
-                bad.bad(f"{shown}: line {reader.line_num} has {len(row)} fields, no '{field_name}' (column {column + 1}); fix that row")
+                bad.bad(
+                    f"{shown}: line {reader.line_num} has {len(row)} fields, no '{field_name}' (column {column + 1}); "
+                    "fix that row"
+                )
                 continue
             yield row[column]
     except csv.Error as err:
         raise DataError(f"{shown}: line {reader.line_num} is not valid CSV ({err}); fix that line") from None
     except UnicodeDecodeError as err:
-        raise DataError(f"{shown}: after line {reader.line_num}, not valid {encoding} ({err.reason}); give the file's --encoding") from None
+        raise DataError(
+            f"{shown}: after line {reader.line_num}, not valid {encoding} ({err.reason}); give the file's --encoding"
+        ) from None
 
 
 def _parquet_records(path: Path, shown: str, field_name: str, bad: BadRecords) -> Iterator[str]:
@@ -213,26 +253,35 @@ def _parquet_records(path: Path, shown: str, field_name: str, bad: BadRecords) -
     try:
         parquet = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as err:
-        raise DataError(f"{shown}: not a Parquet file ({err}); fetch it again, or rename it if it is not Parquet") from None
+        raise DataError(
+            f"{shown}: not a Parquet file ({err}); fetch it again, or rename it if it is not Parquet"
+        ) from None
     schema = parquet.schema_arrow
     if field_name not in schema.names:
-        raise DataError(f"{shown}: no column '{field_name}' (its columns: {', '.join(schema.names[:12])}); "
-                        f"name the text column with --text-field NAME")
+        raise DataError(
+            f"{shown}: no column '{field_name}' (its columns: {', '.join(schema.names[:12])}); "
+            f"name the text column with --text-field NAME"
+        )
     kind = schema.field(field_name).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
-        raise DataError(f"{shown}: column '{field_name}' holds {kind}, not strings; name the text column with --text-field NAME")
+        raise DataError(
+            f"{shown}: column '{field_name}' holds {kind}, not strings; name the text column with --text-field NAME"
+        )
     row = 0
     for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[field_name]):
         for value in batch.column(0).to_pylist():
             if value is None:
-                bad.bad(f"{shown}: row {row + 1} has a null '{field_name}'; fill it or drop that row")  # counted from 1, as lines are
+                bad.bad(
+                    f"{shown}: row {row + 1} has a null '{field_name}'; fill it or drop that row"
+                )  # counted from 1, as lines are
             else:
                 yield value
             row += 1
 
 
-def iter_records(path: Path, shown: str, fmt: str, compression: str | None, field_name: str, encoding: str,
-                 bad: BadRecords) -> Iterator[str]:
+def iter_records(
+    path: Path, shown: str, fmt: str, compression: str | None, field_name: str, encoding: str, bad: BadRecords
+) -> Iterator[str]:
     """The text of each record of one file, in file order; bad records counted in ``bad`` (or raised).
 
     Args:
@@ -248,7 +297,10 @@ def iter_records(path: Path, shown: str, fmt: str, compression: str | None, fiel
     """
     if fmt == "parquet":
         if compression is not None:
-            raise DataError(f"{shown}: Parquet compresses inside the file; give the .parquet file without the outer {compression} compression")
+            raise DataError(
+                f"{shown}: Parquet compresses inside the file; give the .parquet file without the outer {compression} "
+                "compression"
+            )
         yield from _parquet_records(path, shown, field_name, bad)
         return
     readers = {"jsonl": _jsonl_records, "json": _json_records, "csv": _csv_records}
@@ -258,7 +310,9 @@ def iter_records(path: Path, shown: str, fmt: str, compression: str | None, fiel
     except Exception as err:
         if compression is None or not _compression_error(err):
             raise
-        raise DataError(f"{shown}: not valid {compression} data ({err}); rename the file if it is not compressed, or fetch it again") from None
+        raise DataError(
+            f"{shown}: not valid {compression} data ({err}); rename the file if it is not compressed, or fetch it again"
+        ) from None
 
 
 def _compression_error(err: Exception) -> bool:
@@ -267,7 +321,8 @@ def _compression_error(err: Exception) -> bool:
 
 
 def record_file_entry(path: Path, shown: str, records: int, bad_records: int) -> dict:
-    """The manifest entry of a record file once read: path, bytes on disk, sha256 (of those bytes), format, compression, records, bad records."""
+    """The manifest entry of a record file once read: path, bytes on disk, sha256 (of those bytes), format, compression,
+    records, bad records."""
     import hashlib
 
     fmt, compression = file_format(path)
@@ -282,5 +337,12 @@ def record_file_entry(path: Path, shown: str, records: int, bad_records: int) ->
 
 
 __all__ = [
-    "BadRecords", "COMPRESSIONS", "RECORD_FORMATS", "file_format", "iter_records", "decompress", "open_decompressed", "record_file_entry",
+    "BadRecords",
+    "COMPRESSIONS",
+    "RECORD_FORMATS",
+    "file_format",
+    "iter_records",
+    "decompress",
+    "open_decompressed",
+    "record_file_entry",
 ]

@@ -121,10 +121,14 @@ def check_encoding(encoding: str) -> None:
     except UnicodeDecodeError:
         pass  # a real text codec (UTF-16 wants two bytes)
     except LookupError:
-        raise DataError(f"--encoding {encoding}: unknown text encoding; use a Python codec name such as utf-8 or cp1252") from None
+        raise DataError(
+            f"--encoding {encoding}: unknown text encoding; use a Python codec name such as utf-8 or cp1252"
+        ) from None
 
 
-def _given_candidates(paths: Sequence[str | Path], skipped: list[dict], skip_folder: FolderRule | None) -> tuple[list[tuple], list[dict]]:
+def _given_candidates(
+    paths: Sequence[str | Path], skipped: list[dict], skip_folder: FolderRule | None
+) -> tuple[list[tuple], list[dict]]:
     """What each ``--text`` argument names: ``(path or built-in, shown, from_folder)`` and the built-ins used.
 
     A path that exists on disk wins over a built-in corpus of the same name,
@@ -157,7 +161,8 @@ def _given_candidates(paths: Sequence[str | Path], skipped: list[dict], skip_fol
 
 
 def _broken_link(path: Path) -> str | None:
-    """For a path that does not resolve because of a symbolic link (a loop, or a link to nothing): the message; else ``None``.
+    """For a path that does not resolve because of a symbolic link (a loop, or a link to nothing): the message; else
+    ``None``.
 
     ``Path.exists`` is False for both, which would read as "no such file"
     while ``ls`` shows the link; a link on disk also wins over a built-in name.
@@ -167,14 +172,21 @@ def _broken_link(path: Path) -> str | None:
     except OSError as err:
         target = os.readlink(path) if path.is_symlink() else None
         if err.errno == errno.ELOOP and target is None:
-            return (f"{path}: a symbolic link loop in the path (a link above it leads back to itself); "
-                    f"fix that link or give --text the real path")
+            return (
+                f"{path}: a symbolic link loop in the path (a link above it leads back to itself); "
+                f"fix that link or give --text the real path"
+            )
         if err.errno == errno.ELOOP:
-            return (f"{path}: a symbolic link loop ({path} -> {target} leads back to itself and never reaches a file or folder); "
-                    f"point it at the real text (ln -sfn TARGET {path}) or give --text the real path")
+            return (
+                f"{path}: a symbolic link loop ({path} -> {target} leads back to itself and never reaches a file or "
+                "folder); "
+                f"point it at the real text (ln -sfn TARGET {path}) or give --text the real path"
+            )
         if target is not None:
-            return (f"{path}: a symbolic link to {target}, which does not exist; "
-                    f"point it at the real text (ln -sfn TARGET {path}) or give --text the real path")
+            return (
+                f"{path}: a symbolic link to {target}, which does not exist; "
+                f"point it at the real text (ln -sfn TARGET {path}) or give --text the real path"
+            )
     return None
 
 
@@ -221,7 +233,8 @@ def _decode_candidate(raw: bytes, shown: str, encoding: str) -> tuple[str | None
         if as_utf8 is not None and as_utf8 != text:
             raise DataError(
                 f"{shown}: the file is valid UTF-8, but --encoding {encoding} reads it as different text "
-                f"(first line: \"{first_line(text)}\" instead of \"{first_line(as_utf8)}\"); drop --encoding or give --encoding utf-8"
+                f'(first line: "{first_line(text)}" instead of "{first_line(as_utf8)}"); drop --encoding or give '
+                "--encoding utf-8"
             )
     return text, None
 
@@ -251,8 +264,11 @@ def first_line(text: str, width: int = 60) -> str:
 
 
 def read_documents(
-    paths: Sequence[str | Path] | None, encoding: str = "utf-8", skip_folder: FolderRule | None = None,
-    text_field: str = "text", skip_bad_records: bool = False,
+    paths: Sequence[str | Path] | None,
+    encoding: str = "utf-8",
+    skip_folder: FolderRule | None = None,
+    text_field: str = "text",
+    skip_bad_records: bool = False,
 ) -> tuple[list[Document], dict]:
     """Read the corpus: each plain text file is one document, each record of a record file one more.
 
@@ -295,8 +311,11 @@ def read_documents(
     return docs, reader.info()
 
 
-def corpus_candidates(paths: Sequence[str | Path] | None, skip_folder: FolderRule | None) -> tuple[dict, list[tuple], list[dict]]:
-    """What ``--text`` names: the source for the manifest, ``(path or built-in, shown, from_folder)`` of each file, and what was skipped.
+def corpus_candidates(
+    paths: Sequence[str | Path] | None, skip_folder: FolderRule | None
+) -> tuple[dict, list[tuple], list[dict]]:
+    """What ``--text`` names: the source for the manifest, ``(path or built-in, shown, from_folder)`` of each file, and
+    what was skipped.
 
     Raises:
         DataError: as :func:`read_documents`, for paths that name nothing readable.

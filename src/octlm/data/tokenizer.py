@@ -35,12 +35,13 @@ CHUNK_CHARS = 1 << 18
 MAX_TRAINING_WORD = 256
 
 
-
 @functools.lru_cache(maxsize=4)
 def _long_runs(length: int) -> re.Pattern:
     # Runs that GPT-2's pre-tokenizer keeps whole: letters, digits, other
     # symbols, underscores (\w but neither letter nor digit) and whitespace.
-    return re.compile(r"[^\W\d_]{%(k)d,}|\d{%(k)d,}|[^\s\w]{%(k)d,}|_{%(k)d,}|\s{%(k)d,}" % {"k": length})
+    k = f"{{{length},}}"
+    return re.compile(rf"[^\W\d_]{k}|\d{k}|[^\s\w]{k}|_{k}|\s{k}")
+
 
 # Places where GPT-2's pre-tokenizer regex always splits, whatever comes
 # before or after: before an ASCII space or newline that follows a
@@ -227,7 +228,7 @@ class TextStream:
     time.
     """
 
-    def __init__(self, tokenizer: "Tokenizer") -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self._pending: list[int] = []  # ids since the text was last complete
         self._given = 0  # characters of their text already given out
@@ -273,7 +274,7 @@ class Tokenizer:
         self.eot_id: int = eot
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int = 1024) -> "Tokenizer":
+    def train(cls, texts: Iterable[str], vocab_size: int = 1024) -> Tokenizer:
         """Learn ``vocab_size - 257`` merges from ``texts`` (tokens).
 
         Raises:
@@ -294,11 +295,15 @@ class Tokenizer:
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
-        interruptible(lambda: hf.train_from_iterator((piece for text in texts for piece in training_pieces(text)), trainer=trainer))
+        interruptible(
+            lambda: hf.train_from_iterator(
+                (piece for text in texts for piece in training_pieces(text)), trainer=trainer
+            )
+        )
         return cls(hf)
 
     @classmethod
-    def load(cls, path: str | Path) -> "Tokenizer":
+    def load(cls, path: str | Path) -> Tokenizer:
         return cls(HFTokenizer.from_file(str(path)))
 
     def save(self, path: str | Path) -> None:
@@ -343,7 +348,7 @@ class Tokenizer:
         def flush() -> None:
             pieces = [piece for _, piece in group]
             encodings = interruptible(lambda: self.hf.encode_batch(pieces, add_special_tokens=False))
-            for (owner, _), encoding in zip(group, encodings):
+            for (owner, _), encoding in zip(group, encodings, strict=True):
                 out[owner].append(np.asarray(encoding.ids, dtype=dtype))
             group.clear()
 
@@ -391,6 +396,15 @@ class Tokenizer:
 _ALPHABET = byte_alphabet()
 
 __all__ = [
-    "CHUNK_CHARS", "END_OF_TEXT", "MAX_TRAINING_WORD", "MIN_VOCAB_SIZE", "TextStream", "Tokenizer", "byte_alphabet",
-    "interruptible", "left_running", "pretoken_chunks", "training_pieces",
+    "CHUNK_CHARS",
+    "END_OF_TEXT",
+    "MAX_TRAINING_WORD",
+    "MIN_VOCAB_SIZE",
+    "TextStream",
+    "Tokenizer",
+    "byte_alphabet",
+    "interruptible",
+    "left_running",
+    "pretoken_chunks",
+    "training_pieces",
 ]

@@ -46,11 +46,17 @@ def write_tokens(path: Path, ids: np.ndarray) -> dict:
     """
     data = np.ascontiguousarray(ids, dtype=ids.dtype.newbyteorder("<")).tobytes()
     atomic_write(path, data)
-    return {"file": path.name, "dtype": ids.dtype.name, "count": int(ids.size), "sha256": hashlib.sha256(data).hexdigest()}
+    return {
+        "file": path.name,
+        "dtype": ids.dtype.name,
+        "count": int(ids.size),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
 
 
 class TokenWriter:
-    """A token stream written piece by piece, as :func:`write_tokens` writes it whole: the same bytes and manifest entry.
+    """A token stream written piece by piece, as :func:`write_tokens` writes it whole: the same bytes and manifest
+    entry.
 
     The pieces go to a hidden temporary file beside ``path`` that :meth:`close`
     renames into place, so an interrupted write never leaves a partial token
@@ -77,7 +83,12 @@ class TokenWriter:
         self.handle.close()
         os.chmod(self.tmp, 0o666 & ~umask())  # mkstemp makes it private; give it the mode open() would
         os.replace(self.tmp, self.path)
-        return {"file": self.path.name, "dtype": self.dtype.name, "count": self.count, "sha256": self.digest.hexdigest()}
+        return {
+            "file": self.path.name,
+            "dtype": self.dtype.name,
+            "count": self.count,
+            "sha256": self.digest.hexdigest(),
+        }
 
     def abort(self) -> None:
         """Close and remove the temporary file (after an error or Ctrl-C)."""
@@ -126,9 +137,15 @@ def open_tokens(path: Path, dtype: str, count: int | None = None) -> np.ndarray:
     dtype = np.dtype(dtype).newbyteorder("<")
     size = Path(path).stat().st_size
     if size % dtype.itemsize:
-        raise DataError(f"{path}: {size} bytes is not a whole number of {dtype.itemsize}-byte tokens; the file is damaged (train again)")
+        raise DataError(
+            f"{path}: {size} bytes is not a whole number of {dtype.itemsize}-byte tokens; the file is damaged (train "
+            "again)"
+        )
     if count is not None and size // dtype.itemsize != count:
-        raise DataError(f"{path}: holds {size // dtype.itemsize} tokens, manifest.json says {count}; the file is truncated or replaced (train again)")
+        raise DataError(
+            f"{path}: holds {size // dtype.itemsize} tokens, manifest.json says {count}; the file is truncated or "
+            "replaced (train again)"
+        )
     if size == 0:
         return np.zeros(0, dtype=dtype)  # mmap cannot map an empty file
     return np.memmap(path, dtype=dtype, mode="r")
@@ -170,7 +187,9 @@ class BlockSampler:
         DataError: when the stream holds fewer than ``T + 1`` tokens.
     """
 
-    def __init__(self, n_tokens: int, context_length: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1):
+    def __init__(
+        self, n_tokens: int, context_length: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1
+    ):
         if n_tokens < 2 * context_length:
             # The phase can reach T - 1, and a full block must still fit after it.
             raise DataError(
@@ -219,4 +238,15 @@ class BlockSampler:
         return epoch + index / size
 
 
-__all__ = ["BlockSampler", "TokenWriter", "block_starts", "encode_into", "count_blocks", "encode_stream", "gather_blocks", "open_tokens", "token_dtype", "write_tokens"]
+__all__ = [
+    "BlockSampler",
+    "TokenWriter",
+    "block_starts",
+    "encode_into",
+    "count_blocks",
+    "encode_stream",
+    "gather_blocks",
+    "open_tokens",
+    "token_dtype",
+    "write_tokens",
+]

@@ -29,20 +29,20 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
+from octlm.data.tokenizer import END_OF_TEXT, Tokenizer
+from octlm.declare import REQUIRED, option, same_as
 from octlm.errors import OctlmError
-from octlm.fileio import atomic_write, atomic_write_json
-from octlm.run.scaling import RopeScalingOptions
 from octlm.export.hf_common import EXPORT_ACTIVATION, IMPORT_ACTIVATION, InteropError, Mapper
 from octlm.export.hf_gpt2 import Gpt2Mapper, decoder_config, from_gpt2_state, gpt2_config, name_map, to_gpt2_state
 from octlm.export.hf_neox import NeoxMapper
+from octlm.fileio import atomic_write, atomic_write_json
 from octlm.model import Decoder, DecoderConfig
 from octlm.model.attention_recipes import NO_SCALE
-from octlm.declare import REQUIRED, option, same_as
 from octlm.model.positions import SCHEMES, RopeScaling
 from octlm.run.folder import RunFolder
 from octlm.run.load import load_run
+from octlm.run.scaling import RopeScalingOptions
 from octlm.train.options import TrainOptions
-from octlm.data.tokenizer import END_OF_TEXT, Tokenizer
 
 #: One mapper per transformers ``model_type``.
 MAPPERS: dict[str, Mapper] = {m.model_type: m for m in (Gpt2Mapper(), NeoxMapper())}
@@ -61,15 +61,26 @@ def mapper_for(config: DecoderConfig) -> Mapper:
     """
     scheme = SCHEMES[config.position]
     for refused_recipe, why in (
-        (config.attention_scale != NO_SCALE, f"attention_scale={config.attention_scale!r}: transformers' GPT-2 and GPT-NeoX never scale "
-         "the logits with the length (Qwen's LogN-Scaling lives in its own remote code)"),
-        (config.document_mask, "document_mask: transformers' GPT-2 and GPT-NeoX attend across <|endoftext|> and do not restart positions there"),
+        (
+            config.attention_scale != NO_SCALE,
+            f"attention_scale={config.attention_scale!r}: transformers' GPT-2 and GPT-NeoX never scale "
+            "the logits with the length (Qwen's LogN-Scaling lives in its own remote code)",
+        ),
+        (
+            config.document_mask,
+            "document_mask: transformers' GPT-2 and GPT-NeoX attend across <|endoftext|> and do not restart positions "
+            "there",
+        ),
     ):
         if refused_recipe:
-            raise InteropError(f"{why}; octlm cannot export this run to a transformers architecture that computes it alike")
+            raise InteropError(
+                f"{why}; octlm cannot export this run to a transformers architecture that computes it alike"
+            )
     if scheme.hf_model_type not in MAPPERS:
-        raise InteropError(f"position={config.position!r} has no transformers form: {scheme.hf_refusal}; export-hf takes "
-                           f"runs trained with --position {' or '.join(exportable_schemes())}")
+        raise InteropError(
+            f"position={config.position!r} has no transformers form: {scheme.hf_refusal}; export-hf takes "
+            f"runs trained with --position {' or '.join(exportable_schemes())}"
+        )
     return MAPPERS[scheme.hf_model_type]
 
 
@@ -91,7 +102,9 @@ class ExportHfOptions:
     """Everything ``octlm export-hf`` takes (the arguments of :func:`export_hf`)."""
 
     run_dir: str = option(REQUIRED, "run folder made by octlm train (or import-hf)", positional=True, metavar="RUN_DIR")
-    out_dir: str = option(REQUIRED, "folder to write the transformers checkpoint to", positional=True, metavar="OUT_DIR")
+    out_dir: str = option(
+        REQUIRED, "folder to write the transformers checkpoint to", positional=True, metavar="OUT_DIR"
+    )
     overwrite: bool = option(False, "replace OUT_DIR when it already holds a checkpoint")
     rope_scaling: str | None = same_as(RopeScalingOptions, "rope_scaling")
     rope_factor: float | None = same_as(RopeScalingOptions, "rope_factor")
@@ -102,18 +115,27 @@ class ExportHfOptions:
 class ImportHfOptions:
     """Everything ``octlm import-hf`` takes (the arguments of :func:`import_hf`)."""
 
-    in_dir: str = option(REQUIRED, "local transformers GPT-2 or GPT-NeoX checkpoint folder", positional=True, metavar="IN_DIR")
+    in_dir: str = option(
+        REQUIRED, "local transformers GPT-2 or GPT-NeoX checkpoint folder", positional=True, metavar="IN_DIR"
+    )
     run_dir: str = option(REQUIRED, "octlm run folder to create", positional=True, metavar="RUN_DIR")
     overwrite: bool = option(False, "replace RUN_DIR when it already holds an octlm run")
     threads: int | None = same_as(TrainOptions, "threads")
 
 
 #: What export-hf writes, all that ``--overwrite`` may replace in OUT_DIR.
-EXPORT_FILES = frozenset({"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
+EXPORT_FILES = frozenset(
+    {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}
+)
 
 
-def export_hf(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False,
-              rope_scaling: str | None = None, rope_factor: float | None = None) -> dict:
+def export_hf(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    overwrite: bool = False,
+    rope_scaling: str | None = None,
+    rope_factor: float | None = None,
+) -> dict:
     """Write a run as a transformers checkpoint of the architecture its position scheme maps to.
 
     ``out_dir`` gets ``config.json``, ``model.safetensors`` (the head tied:
@@ -146,28 +168,38 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, overwrite: bool = False,
     with target.staged() as staging:
         atomic_write(staging / "model.safetensors", save(mapper.to_hf_state(model), metadata={"format": "pt"}))
         atomic_write_json(staging / "config.json", config)
-        atomic_write_json(staging / "generation_config.json", {"bos_token_id": tokenizer.eot_id, "eos_token_id": tokenizer.eot_id})
+        atomic_write_json(
+            staging / "generation_config.json", {"bos_token_id": tokenizer.eot_id, "eos_token_id": tokenizer.eot_id}
+        )
         write_tokenizer(staging, tokenizer, model.config.context_length)
     files = sorted(p.name for p in target.path.iterdir())
-    return {"out_dir": str(out_dir), "files": files, "parameters": model.num_parameters(), "architecture": mapper.architecture,
-            "config": config}
+    return {
+        "out_dir": str(out_dir),
+        "files": files,
+        "parameters": model.num_parameters(),
+        "architecture": mapper.architecture,
+        "config": config,
+    }
 
 
 def write_tokenizer(out_dir: Path, tokenizer: Tokenizer, context_length: int) -> None:
     """Write ``tokenizer.json`` and ``tokenizer_config.json``: ``AutoTokenizer`` then gives octlm's ids."""
     atomic_write(out_dir / "tokenizer.json", tokenizer.to_str())
-    atomic_write_json(out_dir / "tokenizer_config.json", {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": END_OF_TEXT,
-        "eos_token": END_OF_TEXT,
-        "unk_token": END_OF_TEXT,
-        "model_max_length": context_length,
-        "add_prefix_space": False,
-        "clean_up_tokenization_spaces": False,
-        # transformers registers eos_token as an added token that it matches in
-        # raw text; octlm reads a literal "<|endoftext|>" in a text as text.
-        "split_special_tokens": True,
-    })
+    atomic_write_json(
+        out_dir / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": END_OF_TEXT,
+            "eos_token": END_OF_TEXT,
+            "unk_token": END_OF_TEXT,
+            "model_max_length": context_length,
+            "add_prefix_space": False,
+            "clean_up_tokenization_spaces": False,
+            # transformers registers eos_token as an added token that it matches in
+            # raw text; octlm reads a literal "<|endoftext|>" in a text as text.
+            "split_special_tokens": True,
+        },
+    )
 
 
 def read_hf_tensors(in_dir: Path) -> dict[str, torch.Tensor]:
@@ -188,7 +220,8 @@ def read_hf_tensors(in_dir: Path) -> dict[str, torch.Tensor]:
         files = [in_dir / name for name in sorted(set(weight_map.values()))]
     elif (in_dir / "pytorch_model.bin").is_file():
         raise InteropError(
-            f"{in_dir / 'pytorch_model.bin'}: a pickle, which octlm never loads (unpickling can run code); convert it to "
+            f"{in_dir / 'pytorch_model.bin'}: a pickle, which octlm never loads (unpickling can run code); convert it "
+            "to "
             f"safetensors first, e.g. AutoModelForCausalLM.from_pretrained(IN).save_pretrained(OUT) with transformers"
         )
     else:
@@ -199,7 +232,9 @@ def read_hf_tensors(in_dir: Path) -> dict[str, torch.Tensor]:
             with safe_open(str(path), framework="pt", device="cpu") as handle:
                 tensors.update({key: handle.get_tensor(key) for key in handle.keys()})
         except (SafetensorError, OSError) as err:
-            raise InteropError(f"{path}: cannot read weights ({err}); the file is missing, truncated or corrupted") from None
+            raise InteropError(
+                f"{path}: cannot read weights ({err}); the file is missing, truncated or corrupted"
+            ) from None
     return tensors
 
 
@@ -220,7 +255,9 @@ def read_hf_tokenizer(in_dir: Path) -> Tokenizer:
             hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
             hf.decoder = decoders.ByteLevel()
         else:
-            raise InteropError(f"{in_dir}: no tokenizer.json (or vocab.json and merges.txt); octlm needs the model's tokenizer")
+            raise InteropError(
+                f"{in_dir}: no tokenizer.json (or vocab.json and merges.txt); octlm needs the model's tokenizer"
+            )
     except InteropError:
         raise
     except Exception as err:  # tokenizers raises plain Exception on a bad file
@@ -228,7 +265,9 @@ def read_hf_tokenizer(in_dir: Path) -> Tokenizer:
     try:
         return Tokenizer(hf)
     except ValueError:
-        raise InteropError(f"{in_dir}: the tokenizer has no {END_OF_TEXT} token, which octlm uses between documents") from None
+        raise InteropError(
+            f"{in_dir}: the tokenizer has no {END_OF_TEXT} token, which octlm uses between documents"
+        ) from None
 
 
 def read_hf_config(in_dir: Path) -> dict:
@@ -238,7 +277,10 @@ def read_hf_config(in_dir: Path) -> dict:
         InteropError: when the folder or file is missing, or it is not a JSON object.
     """
     if not in_dir.is_dir():
-        raise InteropError(f"{in_dir}: no such folder; give a local transformers checkpoint folder (config.json, model.safetensors, tokenizer)")
+        raise InteropError(
+            f"{in_dir}: no such folder; give a local transformers checkpoint folder (config.json, model.safetensors, "
+            "tokenizer)"
+        )
     config_path = in_dir / "config.json"
     try:
         hf = json.loads(config_path.read_text(encoding="utf-8"))
@@ -249,11 +291,15 @@ def read_hf_config(in_dir: Path) -> dict:
     if not isinstance(hf, dict):
         raise InteropError(f"{config_path}: holds a JSON {type(hf).__name__}, not the object of a transformers config")
     if RunFolder(in_dir).kind() == "octlm run":
-        raise InteropError(f"{in_dir}: this is an octlm run, not a transformers checkpoint; octlm reads it as it is "
-                           f"(`octlm sample --run {in_dir}`), and `octlm export-hf {in_dir} OUT_DIR` writes it as one")
+        raise InteropError(
+            f"{in_dir}: this is an octlm run, not a transformers checkpoint; octlm reads it as it is "
+            f"(`octlm sample --run {in_dir}`), and `octlm export-hf {in_dir} OUT_DIR` writes it as one"
+        )
     if hf.get("model_type") not in MAPPERS:
-        raise InteropError(f"{config_path}: model_type={hf.get('model_type')!r}: import-hf reads {', '.join(sorted(MAPPERS))} "
-                           f"checkpoints; octlm cannot represent this model")
+        raise InteropError(
+            f"{config_path}: model_type={hf.get('model_type')!r}: import-hf reads {', '.join(sorted(MAPPERS))} "
+            f"checkpoints; octlm cannot represent this model"
+        )
     return hf
 
 
@@ -272,8 +318,8 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
             message names the key or file); OctlmError when ``run_dir`` holds
             files and ``overwrite`` is not set.
     """
-    from octlm.run.folder import CONFIG, TOKENIZER, WEIGHTS
     from octlm.model.weights import save_weights
+    from octlm.run.folder import CONFIG, TOKENIZER, WEIGHTS
 
     in_dir, run_dir = Path(in_dir), Path(run_dir)
     hf = read_hf_config(in_dir)
@@ -283,23 +329,34 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
     tokenizer = read_hf_tokenizer(in_dir)
     if tokenizer.vocab_size != config.vocab_size:
         raise InteropError(
-            f"{in_dir}: the tokenizer has {tokenizer.vocab_size} tokens but config.json says vocab_size={config.vocab_size}; "
+            f"{in_dir}: the tokenizer has {tokenizer.vocab_size} tokens but config.json says "
+            f"vocab_size={config.vocab_size}; "
             f"octlm needs one row of the token table per token"
         )
     model = Decoder(config)
     model.load_state_dict(state, strict=False)
     model.tie_weights()
     if run_dir.resolve() == in_dir.resolve():
-        raise InteropError(f"RUN_DIR {run_dir} is IN_DIR; the import would replace the checkpoint it reads: choose another RUN_DIR")
+        raise InteropError(
+            f"RUN_DIR {run_dir} is IN_DIR; the import would replace the checkpoint it reads: choose another RUN_DIR"
+        )
     target = RunFolder(run_dir, "RUN_DIR")
     target.check_new_run(overwrite)
     with target.staged() as staging:
         save_weights(staging / WEIGHTS, model)
         tokenizer.save(staging / TOKENIZER)
-        RunFolder(staging).write_config(config, {"imported_from": str(in_dir.resolve()), "architecture": mapper.architecture, **record})
+        RunFolder(staging).write_config(
+            config, {"imported_from": str(in_dir.resolve()), "architecture": mapper.architecture, **record}
+        )
     files = sorted([CONFIG, WEIGHTS, TOKENIZER])
-    return {"run_dir": str(run_dir), "files": files, "parameters": model.num_parameters(), "architecture": mapper.architecture,
-            "model": config.to_dict(), **record}
+    return {
+        "run_dir": str(run_dir),
+        "files": files,
+        "parameters": model.num_parameters(),
+        "architecture": mapper.architecture,
+        "model": config.to_dict(),
+        **record,
+    }
 
 
 def _check_export_target(target: RunFolder, overwrite: bool) -> None:
@@ -312,18 +369,43 @@ def _check_export_target(target: RunFolder, overwrite: bool) -> None:
         if found.is_octlm_run():
             return f"OUT_DIR {folder}: holds an octlm run, which export-hf never replaces; choose another OUT_DIR"
         if not found.config_path.is_file():
-            return f"OUT_DIR {folder}: holds files that are not a model checkpoint, which export-hf never replaces; choose another OUT_DIR"
+            return (
+                f"OUT_DIR {folder}: holds files that are not a model checkpoint, which export-hf never replaces; "
+                "choose another OUT_DIR"
+            )
         return None
 
-    target.check_target(overwrite, refuse, f"OUT_DIR {folder}: already holds files; choose another OUT_DIR or pass --overwrite to replace it",
-                        foreign=lambda found: [name for name in found.names() if name not in EXPORT_FILES])
+    target.check_target(
+        overwrite,
+        refuse,
+        f"OUT_DIR {folder}: already holds files; choose another OUT_DIR or pass --overwrite to replace it",
+        foreign=lambda found: [name for name in found.names() if name not in EXPORT_FILES],
+    )
 
 
 #: The names these functions had when GPT-2 was the only architecture.
 read_gpt2_tensors, read_gpt2_tokenizer = read_hf_tensors, read_hf_tokenizer
 
 __all__ = [
-    "EXPORT_ACTIVATION", "IMPORT_ACTIVATION", "MAPPERS", "ExportHfOptions", "ImportHfOptions", "InteropError", "decoder_config", "export_hf", "exportable_schemes",
-    "from_gpt2_state", "gpt2_config", "import_hf", "mapper_for", "name_map", "read_gpt2_tensors", "read_gpt2_tokenizer",
-    "read_hf_config", "read_hf_tensors", "read_hf_tokenizer", "to_gpt2_state", "write_tokenizer",
+    "EXPORT_ACTIVATION",
+    "IMPORT_ACTIVATION",
+    "MAPPERS",
+    "ExportHfOptions",
+    "ImportHfOptions",
+    "InteropError",
+    "decoder_config",
+    "export_hf",
+    "exportable_schemes",
+    "from_gpt2_state",
+    "gpt2_config",
+    "import_hf",
+    "mapper_for",
+    "name_map",
+    "read_gpt2_tensors",
+    "read_gpt2_tokenizer",
+    "read_hf_config",
+    "read_hf_tensors",
+    "read_hf_tokenizer",
+    "to_gpt2_state",
+    "write_tokenizer",
 ]

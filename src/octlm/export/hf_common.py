@@ -43,7 +43,9 @@ class Mapper(Protocol):
     def hf_config(self, model: Decoder, eot_id: int) -> dict: ...
     def to_hf_state(self, model: Decoder) -> dict[str, torch.Tensor]: ...
     def import_config(self, hf: dict, source: Path) -> tuple[DecoderConfig, dict]: ...
-    def from_hf_state(self, tensors: dict[str, torch.Tensor], config: DecoderConfig, extra: dict, source: Path) -> dict[str, torch.Tensor]: ...
+    def from_hf_state(
+        self, tensors: dict[str, torch.Tensor], config: DecoderConfig, extra: dict, source: Path
+    ) -> dict[str, torch.Tensor]: ...
 
 
 def refusal(hf: dict, source: Path, key: str, why: str, default: object = None) -> InteropError:
@@ -51,7 +53,9 @@ def refusal(hf: dict, source: Path, key: str, why: str, default: object = None) 
     return InteropError(f"{source}: {key}={hf.get(key, default)!r}: {why}; octlm cannot represent this model")
 
 
-def import_block(hf: dict, source: Path, d_model: int, activation: tuple[str, str], eps_key: str, width_key: str) -> str:
+def import_block(
+    hf: dict, source: Path, d_model: int, activation: tuple[str, str], eps_key: str, width_key: str
+) -> str:
     """Check what octlm's block fixes (MLP width 4 x d_model, LayerNorm eps, GELU kind); return octlm's activation.
 
     Each architecture names these keys its own way, hence the key arguments;
@@ -74,7 +78,9 @@ def import_block(hf: dict, source: Path, d_model: int, activation: tuple[str, st
 def export_activation(config: DecoderConfig, architecture: str) -> str:
     """The transformers activation name of ``config.activation``; ``InteropError`` when it has none."""
     if config.activation not in EXPORT_ACTIVATION:
-        raise InteropError(f"activation={config.activation!r} has no {architecture} name; it takes {' or '.join(EXPORT_ACTIVATION)}")
+        raise InteropError(
+            f"activation={config.activation!r} has no {architecture} name; it takes {' or '.join(EXPORT_ACTIVATION)}"
+        )
     return EXPORT_ACTIVATION[config.activation]
 
 
@@ -102,8 +108,14 @@ def take_tensors(named: dict[str, torch.Tensor], pairs: list[tuple[str, str]], s
     return out
 
 
-def check_state(out: dict[str, torch.Tensor], head: torch.Tensor | None, head_name: str, table_name: str,
-                config: DecoderConfig, source: Path) -> dict[str, torch.Tensor]:
+def check_state(
+    out: dict[str, torch.Tensor],
+    head: torch.Tensor | None,
+    head_name: str,
+    table_name: str,
+    config: DecoderConfig,
+    source: Path,
+) -> dict[str, torch.Tensor]:
     """Check a converted state against ``config`` and return it as float32.
 
     ``head`` is the checkpoint's output head, if it stores one: it must equal
@@ -113,15 +125,28 @@ def check_state(out: dict[str, torch.Tensor], head: torch.Tensor | None, head_na
         InteropError: naming a tensor with the wrong shape, or a head that is not the token table.
     """
     if head is not None and not torch.equal(head, out["token_embedding.weight"]):
-        raise InteropError(f"{source}: {head_name} differs from the token table ({table_name}); octlm's head is always tied to it")
+        raise InteropError(
+            f"{source}: {head_name} differs from the token table ({table_name}); octlm's head is always tied to it"
+        )
     reference = Decoder(config).state_dict()
     for key, value in out.items():
         if tuple(value.shape) != tuple(reference[key].shape):
-            raise InteropError(f"{source}: {key} has shape {list(value.shape)}, the config implies {list(reference[key].shape)}")
+            raise InteropError(
+                f"{source}: {key} has shape {list(value.shape)}, the config implies {list(reference[key].shape)}"
+            )
     return {k: v.float() for k, v in out.items()}
 
 
 __all__ = [
-    "EXPORT_ACTIVATION", "IMPORT_ACTIVATION", "LAYER_NORM_EPS", "InteropError", "Mapper", "build_config", "check_state",
-    "export_activation", "import_block", "refusal", "take_tensors",
+    "EXPORT_ACTIVATION",
+    "IMPORT_ACTIVATION",
+    "LAYER_NORM_EPS",
+    "InteropError",
+    "Mapper",
+    "build_config",
+    "check_state",
+    "export_activation",
+    "import_block",
+    "refusal",
+    "take_tensors",
 ]

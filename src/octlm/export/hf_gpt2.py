@@ -28,7 +28,16 @@ from pathlib import Path
 
 import torch
 
-from octlm.export.hf_common import LAYER_NORM_EPS, InteropError, build_config, check_state, export_activation, import_block, refusal, take_tensors
+from octlm.export.hf_common import (
+    LAYER_NORM_EPS,
+    InteropError,
+    build_config,
+    check_state,
+    export_activation,
+    import_block,
+    refusal,
+    take_tensors,
+)
 from octlm.model import Decoder, DecoderConfig
 from octlm.model.positions import SCHEMES
 
@@ -79,7 +88,8 @@ def gpt2_config(config: DecoderConfig, eot_id: int) -> dict:
     """
     if SCHEMES[config.position].hf_model_type != MODEL_TYPE:
         raise InteropError(
-            f"position={config.position!r} has no GPT-2 form: GPT-2 adds a learned position table (wpe) and nothing else; "
+            f"position={config.position!r} has no GPT-2 form: GPT-2 adds a learned position table (wpe) and nothing "
+            "else; "
             f"GPT-2 takes runs trained with --position {gpt2_scheme()}"
         )
     return {
@@ -117,7 +127,9 @@ def decoder_config(gpt2: dict, source: Path) -> DecoderConfig:
             layer-scaled attention, cross-attention, an untied head).
     """
     d_model = gpt2.get("n_embd", 768)
-    activation = import_block(gpt2, source, d_model, ("activation_function", "gelu_new"), "layer_norm_epsilon", "n_inner")
+    activation = import_block(
+        gpt2, source, d_model, ("activation_function", "gelu_new"), "layer_norm_epsilon", "n_inner"
+    )
     if not gpt2.get("scale_attn_weights", True):
         raise refusal(gpt2, source, "scale_attn_weights", "octlm scales attention scores by 1/sqrt(head_dim)")
     if gpt2.get("scale_attn_by_inverse_layer_idx", False):
@@ -195,7 +207,9 @@ class Gpt2Mapper:
     def import_config(self, hf: dict, source: Path) -> tuple[DecoderConfig, dict]:
         return decoder_config(hf, source), {}
 
-    def from_hf_state(self, tensors: dict[str, torch.Tensor], config: DecoderConfig, extra: dict, source: Path) -> dict[str, torch.Tensor]:
+    def from_hf_state(
+        self, tensors: dict[str, torch.Tensor], config: DecoderConfig, extra: dict, source: Path
+    ) -> dict[str, torch.Tensor]:
         return from_gpt2_state(tensors, config, source)
 
 

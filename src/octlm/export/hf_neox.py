@@ -53,7 +53,16 @@ from pathlib import Path
 
 import torch
 
-from octlm.export.hf_common import LAYER_NORM_EPS, InteropError, build_config, check_state, export_activation, import_block, refusal, take_tensors
+from octlm.export.hf_common import (
+    LAYER_NORM_EPS,
+    InteropError,
+    build_config,
+    check_state,
+    export_activation,
+    import_block,
+    refusal,
+    take_tensors,
+)
 from octlm.model import Decoder, DecoderConfig
 from octlm.model.positions import ROPE_SCALINGS, SCHEMES, PositionScheme, RopeScaling, rotary_dim
 from octlm.model.positions.rope_scaling import ntk_theta
@@ -70,15 +79,19 @@ _BLOCK = [
     ("mlp.up", "mlp.dense_h_to_4h"),
     ("mlp.down", "mlp.dense_4h_to_h"),
 ]
-_TOP = [("token_embedding.weight", "gpt_neox.embed_in.weight"),
-        ("ln_final.weight", "gpt_neox.final_layer_norm.weight"), ("ln_final.bias", "gpt_neox.final_layer_norm.bias")]
+_TOP = [
+    ("token_embedding.weight", "gpt_neox.embed_in.weight"),
+    ("ln_final.weight", "gpt_neox.final_layer_norm.weight"),
+    ("ln_final.bias", "gpt_neox.final_layer_norm.bias"),
+]
 
 #: octlm RoPE scalings that transformers computes under a ``rope_type`` of the same name, from the same keys.
 _SAME_TYPE = ("yarn", "llama3")
 
 #: octlm RoPE scalings transformers cannot compute alike, and why.
 REFUSED_SCALINGS = {
-    "dynamic-ntk": "transformers' dynamic RoPE keeps the keys it cached under earlier, shorter-length frequencies, where octlm "
+    "dynamic-ntk": "transformers' dynamic RoPE keeps the keys it cached under earlier, shorter-length frequencies, "
+    "where octlm "
     "computes them again, so generation past the training length differs",
 }
 
@@ -155,16 +168,29 @@ def scaling_parameters(scaling: RopeScaling | None, config: DecoderConfig) -> di
     if scaling is None:
         return {}
     if scaling.method != "linear" and rotates(config.position) and neox_rotation(config)[0] != rotary_dim(config):
-        raise InteropError(f"RoPE scaling {scaling.method!r} of position={config.position!r} has no GPT-NeoX form: transformers would "
-                           f"spread it over the {neox_rotation(config)[0]} turning channels, octlm over all {rotary_dim(config)} "
-                           f"rotated ones; export without --rope-scaling, or with linear")
+        raise InteropError(
+            f"RoPE scaling {scaling.method!r} of position={config.position!r} has no GPT-NeoX form: transformers would "
+            f"spread it over the {neox_rotation(config)[0]} turning channels, octlm over all {rotary_dim(config)} "
+            f"rotated ones; export without --rope-scaling, or with linear"
+        )
     if scaling.method == "linear":
         return {"rope_type": "linear", "factor": scaling.factor}
-    if scaling.method in _SAME_TYPE:  # transformers' rope_type of the same name reads the method's keys under their names
+    if (
+        scaling.method in _SAME_TYPE
+    ):  # transformers' rope_type of the same name reads the method's keys under their names
         keys = {key: getattr(scaling, key) for key in ROPE_SCALINGS[scaling.method].keys}
-        return {"rope_type": scaling.method, "factor": scaling.factor, "original_max_position_embeddings": scaling.original_length, **keys}
+        return {
+            "rope_type": scaling.method,
+            "factor": scaling.factor,
+            "original_max_position_embeddings": scaling.original_length,
+            **keys,
+        }
     if scaling.method == "ntk":  # a fixed NTK scale is plain RoPE with a larger base
-        return {"rope_theta": ntk_theta(config.rope_theta, scaling.factor, int(config.head_dim * config.partial_rotary_factor))}
+        return {
+            "rope_theta": ntk_theta(
+                config.rope_theta, scaling.factor, int(config.head_dim * config.partial_rotary_factor)
+            )
+        }
     why = REFUSED_SCALINGS.get(scaling.method, "transformers has no such RoPE type")
     raise InteropError(f"RoPE scaling {scaling.method!r} has no GPT-NeoX form: {why}; export without --rope-scaling")
 
@@ -179,27 +205,45 @@ def neox_config(model: Decoder, eot_id: int) -> dict:
     config = model.config
     check_config(config)
     rotary = rotates(config.position)
-    rope = {"rope_type": "default", "rope_theta": float(config.rope_theta),
-            "partial_rotary_factor": config.partial_rotary_factor if rotary else 0.0}
+    rope = {
+        "rope_type": "default",
+        "rope_theta": float(config.rope_theta),
+        "partial_rotary_factor": config.partial_rotary_factor if rotary else 0.0,
+    }
     if rotary and neox_rotation(config)[0] != rotary_dim(config):
         dim, theta = neox_rotation(config)
         rope.update(rope_theta=theta, partial_rotary_factor=dim / config.head_dim)
     rope.update(scaling_parameters(getattr(model.positions, "scaling", None), config))
     out = {
-        "architectures": ["GPTNeoXForCausalLM"], "model_type": MODEL_TYPE,
-        "vocab_size": config.vocab_size, "hidden_size": config.d_model, "num_hidden_layers": config.n_layers,
-        "num_attention_heads": config.n_heads, "intermediate_size": 4 * config.d_model,
+        "architectures": ["GPTNeoXForCausalLM"],
+        "model_type": MODEL_TYPE,
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.d_model,
+        "num_hidden_layers": config.n_layers,
+        "num_attention_heads": config.n_heads,
+        "intermediate_size": 4 * config.d_model,
         "hidden_act": _TANH_GELU if config.activation == "gelu_tanh" else export_activation(config, "GPT-NeoX"),
-        "hidden_dropout": config.dropout, "attention_dropout": config.dropout,
-        "max_position_embeddings": config.context_length, "layer_norm_eps": LAYER_NORM_EPS,
-        "use_parallel_residual": False, "attention_bias": True, "rope_parameters": rope, **transformers4_rope(rope, config),
-        "tie_word_embeddings": True, "initializer_range": 0.02, "use_cache": True,
-        "bos_token_id": eot_id, "eos_token_id": eot_id, "dtype": "float32",
+        "hidden_dropout": config.dropout,
+        "attention_dropout": config.dropout,
+        "max_position_embeddings": config.context_length,
+        "layer_norm_eps": LAYER_NORM_EPS,
+        "use_parallel_residual": False,
+        "attention_bias": True,
+        "rope_parameters": rope,
+        **transformers4_rope(rope, config),
+        "tie_word_embeddings": True,
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "bos_token_id": eot_id,
+        "eos_token_id": eot_id,
+        "dtype": "float32",
     }
     if rotary:
         out["octlm"] = {"rope_layout": config.rope_layout}
         if config.position != neox_scheme(True):  # a scheme GPT-NeoX computes but import would not guess
-            out["octlm"].update(position=config.position, **{name: getattr(config, name) for name in SCHEMES[config.position].reads})
+            out["octlm"].update(
+                position=config.position, **{name: getattr(config, name) for name in SCHEMES[config.position].reads}
+            )
     return out
 
 
@@ -215,21 +259,30 @@ def transformers4_rope(rope: dict, config: DecoderConfig) -> dict:
     scaling = {k: v for k, v in rope.items() if k not in ("rope_theta", "partial_rotary_factor")}
     if scaling.get("rope_type") == "yarn" and scaling.get("original_max_position_embeddings") == config.context_length:
         del scaling["original_max_position_embeddings"]
-    return {"rotary_pct": rope["partial_rotary_factor"], "rotary_emb_base": rope["rope_theta"],
-            "rope_scaling": scaling if scaling["rope_type"] != "default" else None}
+    return {
+        "rotary_pct": rope["partial_rotary_factor"],
+        "rotary_emb_base": rope["rope_theta"],
+        "rope_scaling": scaling if scaling["rope_type"] != "default" else None,
+    }
 
 
 def check_config(config: DecoderConfig) -> None:
     """Raise ``InteropError`` when GPT-NeoX cannot hold ``config``'s scheme or activation."""
     if SCHEMES[config.position].hf_model_type != MODEL_TYPE:
-        raise InteropError(f"position={config.position!r} has no GPT-NeoX form: GPT-NeoX rotates queries and keys, or with "
-                           f"partial_rotary_factor 0 adds no position at all")
+        raise InteropError(
+            f"position={config.position!r} has no GPT-NeoX form: GPT-NeoX rotates queries and keys, or with "
+            f"partial_rotary_factor 0 adds no position at all"
+        )
     export_activation(config, "GPT-NeoX")
     if rotates(config.position):
         dim = neox_rotation(config)[0]
-        if int(config.head_dim * (dim / config.head_dim)) != dim:  # transformers' rotary_ndims = int(head_dim * rotary_pct)
-            raise InteropError(f"position={config.position!r} turns {dim} of {config.head_dim} channels per head, which "
-                               f"rotary_pct = {dim / config.head_dim!r} does not give back in transformers; pick another head_dim")
+        if (
+            int(config.head_dim * (dim / config.head_dim)) != dim
+        ):  # transformers' rotary_ndims = int(head_dim * rotary_pct)
+            raise InteropError(
+                f"position={config.position!r} turns {dim} of {config.head_dim} channels per head, which "
+                f"rotary_pct = {dim / config.head_dim!r} does not give back in transformers; pick another head_dim"
+            )
 
 
 def import_rope(hf: dict, source: Path, context_length: int) -> tuple[float, float, dict]:
@@ -247,21 +300,32 @@ def import_rope(hf: dict, source: Path, context_length: int) -> tuple[float, flo
     if kind == "default":
         return theta, factor, {}
     if kind == "dynamic":
-        raise InteropError(f"{source}: rope_type='dynamic': {REFUSED_SCALINGS['dynamic-ntk']}; octlm cannot represent this model")
+        raise InteropError(
+            f"{source}: rope_type='dynamic': {REFUSED_SCALINGS['dynamic-ntk']}; octlm cannot represent this model"
+        )
     odd = [k for k in ("attention_factor", "mscale", "mscale_all_dim") if params.get(k) is not None]
     if kind not in ("linear", *_SAME_TYPE) or odd or params.get("truncate", True) is not True:
         what = f"rope_type={kind!r}" + (f" with {', '.join(odd)}" if odd else "")
-        raise InteropError(f"{source}: {what}: octlm scales RoPE by linear, ntk, dynamic-ntk, yarn (Peng et al. 2023 defaults) or "
-                           f"llama3; octlm cannot represent this model")
-    original = int(params.get("original_max_position_embeddings", context_length)) if kind in _SAME_TYPE else context_length
-    # A key left out (or null) takes octlm's default, which is the paper's (YaRN's betas) or Llama 3.1's (its frequency factors).
+        raise InteropError(
+            f"{source}: {what}: octlm scales RoPE by linear, ntk, dynamic-ntk, yarn (Peng et al. 2023 defaults) or "
+            f"llama3; octlm cannot represent this model"
+        )
+    original = (
+        int(params.get("original_max_position_embeddings", context_length)) if kind in _SAME_TYPE else context_length
+    )
+    # A key left out (or null) takes octlm's default, which is the paper's (YaRN's betas) or Llama 3.1's (its frequency
+    # factors).
     keys = {key: float(params[key]) for key in ROPE_SCALINGS[kind].keys if params.get(key) is not None}
     try:
         scaling = RopeScaling(kind, float(params["factor"]), original, **keys)
     except ValueError as err:
         raise InteropError(f"{source}: rope_type={kind!r}: {err}; octlm cannot represent this model") from None
     record = {"method": scaling.method, "factor": scaling.factor, "original_length": scaling.original_length}
-    return theta, factor, {"rope_scaling": {**record, **{key: getattr(scaling, key) for key in ROPE_SCALINGS[kind].keys}}}
+    return (
+        theta,
+        factor,
+        {"rope_scaling": {**record, **{key: getattr(scaling, key) for key in ROPE_SCALINGS[kind].keys}}},
+    )
 
 
 def decoder_config(hf: dict, source: Path) -> tuple[DecoderConfig, dict]:
@@ -275,27 +339,42 @@ def decoder_config(hf: dict, source: Path) -> tuple[DecoderConfig, dict]:
     d_model = hf.get("hidden_size", 6144)
     activation = import_block(hf, source, d_model, ("hidden_act", "gelu"), "layer_norm_eps", "intermediate_size")
     if hf.get("use_parallel_residual", True):
-        raise refusal(hf, source, "use_parallel_residual", "octlm's MLP reads the output of attention (sequential residual)", True)
+        raise refusal(
+            hf, source, "use_parallel_residual", "octlm's MLP reads the output of attention (sequential residual)", True
+        )
     if not hf.get("attention_bias", True):
         raise refusal(hf, source, "attention_bias", "octlm's attention projections have biases")
     context_length = hf.get("max_position_embeddings", 2048)
     theta, factor, record = import_rope(hf, source, context_length)
-    shape = dict(vocab_size=hf.get("vocab_size", 50432), context_length=context_length, d_model=d_model,
-                 n_heads=hf.get("num_attention_heads", 64), n_layers=hf.get("num_hidden_layers", 44),
-                 dropout=float(hf.get("hidden_dropout", 0.0)), activation=activation)
+    shape = dict(
+        vocab_size=hf.get("vocab_size", 50432),
+        context_length=context_length,
+        d_model=d_model,
+        n_heads=hf.get("num_attention_heads", 64),
+        n_layers=hf.get("num_hidden_layers", 44),
+        dropout=float(hf.get("hidden_dropout", 0.0)),
+        activation=activation,
+    )
     if factor == 0:
         return build_config(source, **shape, position=neox_scheme(False)), {}
     recorded = hf.get("octlm") or {}
     layout = recorded.get("rope_layout", "half")
     position = recorded.get("position")
     if position in SCHEMES and SCHEMES[position].hf_model_type == MODEL_TYPE and rotates(position):
-        config = build_config(source, **shape, position=position, **{k: recorded[k] for k in SCHEMES[position].reads if k in recorded})
+        config = build_config(
+            source, **shape, position=position, **{k: recorded[k] for k in SCHEMES[position].reads if k in recorded}
+        )
         dim, base = neox_rotation(config)
         if dim != int(config.head_dim * factor) or (dim and abs(base - theta) > 1e-9 * theta):
-            raise InteropError(f"{source}: the rotation of rotary_pct {factor} and base {theta} is not the recorded position={position!r}'s; "
-                               f"remove the \"octlm\" entry to import it as {neox_scheme(True)!r}")
+            raise InteropError(
+                f"{source}: the rotation of rotary_pct {factor} and base {theta} is not the recorded "
+                f"position={position!r}'s; "
+                f'remove the "octlm" entry to import it as {neox_scheme(True)!r}'
+            )
         return config, record
-    return build_config(source, **shape, position=neox_scheme(True), rope_theta=theta, rope_layout=layout, partial_rotary_factor=factor), record
+    return build_config(
+        source, **shape, position=neox_scheme(True), rope_theta=theta, rope_layout=layout, partial_rotary_factor=factor
+    ), record
 
 
 class NeoxMapper:
@@ -323,8 +402,11 @@ class NeoxMapper:
     def import_config(self, hf: dict, source: Path) -> tuple[DecoderConfig, dict]:
         return decoder_config(hf, source)
 
-    def from_hf_state(self, tensors: dict[str, torch.Tensor], config: DecoderConfig, extra: dict, source: Path) -> dict[str, torch.Tensor]:
-        """GPT-NeoX tensors as an octlm state dict; a stored head (``lm_head`` or the older ``embed_out``) must be the token table."""
+    def from_hf_state(
+        self, tensors: dict[str, torch.Tensor], config: DecoderConfig, extra: dict, source: Path
+    ) -> dict[str, torch.Tensor]:
+        """GPT-NeoX tensors as an octlm state dict; a stored head (``lm_head`` or the older ``embed_out``) must be the
+        token table."""
         named = {k: v for k, v in tensors.items() if not k.endswith((".attention.bias", ".attention.masked_bias"))}
         head_name = next((k for k in ("lm_head.weight", "embed_out.weight") if k in named), "lm_head.weight")
         head = named.pop(head_name, None)
@@ -338,4 +420,13 @@ class NeoxMapper:
         return check_state(out, head, head_name, "gpt_neox.embed_in", config, source)
 
 
-__all__ = ["NeoxMapper", "REFUSED_SCALINGS", "decoder_config", "name_map", "neox_config", "qkv_rows", "scaling_parameters", "transformers4_rope"]
+__all__ = [
+    "NeoxMapper",
+    "REFUSED_SCALINGS",
+    "decoder_config",
+    "name_map",
+    "neox_config",
+    "qkv_rows",
+    "scaling_parameters",
+    "transformers4_rope",
+]

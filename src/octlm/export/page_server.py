@@ -84,7 +84,8 @@ class PageServer(ThreadingHTTPServer):
         self._holding: dict[socket.socket, bool] = {}  # the connections holding a place, each given back once
 
     def request_reader(self, connection: socket.socket) -> io.BufferedReader:
-        """``connection`` as the handler's ``rfile``: a file whose reads raise ``TimeoutError`` past ``request_seconds``."""
+        """``connection`` as the handler's ``rfile``: a file whose reads raise ``TimeoutError`` past
+        ``request_seconds``."""
         return io.BufferedReader(DeadlineReader(connection, self.request_seconds))
 
     def get_request(self):

@@ -30,7 +30,17 @@ from octlm.model.positions.parity import float_lists, scheme_fixtures
 #: Token texts whose labels the page must show as the terminal does: spaces, line ends, C0, DEL and
 #: C1 controls, a no-break space and a zero-width space (both kept), a split UTF-8 byte, non-BMP text.
 TOKEN_LABEL_CASES = [
-    " the", "\n\n", "\t\r\n", "\x00\x02\x1b[0m", "\x7f\x80\x9f", "a\xa0b", "\u200b", "\\xe4", "é", " 👑", "<|endoftext|>",
+    " the",
+    "\n\n",
+    "\t\r\n",
+    "\x00\x02\x1b[0m",
+    "\x7f\x80\x9f",
+    "a\xa0b",
+    "\u200b",
+    "\\xe4",
+    "é",
+    " 👑",
+    "<|endoftext|>",
 ]
 
 #: (rows, cols, seed, query row, k)
@@ -45,17 +55,23 @@ def _cosine() -> list[dict]:
             table[rows - 1] = -2.5 * table[index]  # an exactly opposite row: similarity -1
         similarity = F.cosine_similarity(table.unsqueeze(1), table.unsqueeze(0), dim=-1)
         neighbours = cosine_neighbours(table, index, k)
-        cases.append({
-            "table": float_lists(table), "similarity": float_lists(similarity), "index": index, "k": k,
-            "neighbours": [{"index": i, "score": s} for i, s in neighbours],
-        })
+        cases.append(
+            {
+                "table": float_lists(table),
+                "similarity": float_lists(similarity),
+                "index": index,
+                "k": k,
+                "neighbours": [{"index": i, "score": s} for i, s in neighbours],
+            }
+        )
     return cases
 
 
 def parity_fixtures() -> dict:
     """Every case the page's parity test checks, as a JSON-ready dict.
 
-    Keys: ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``fire``, ``xpos``, ``prope``, ``kerple``, ``cope``, ``cosine``, ``token_labels``
+    Keys: ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``fire``, ``xpos``, ``prope``, ``kerple``, ``cope``, ``cosine``,
+    ``token_labels``
     (:func:`octlm.data.tokenizer.visible_token`); each case carries
     its inputs next to Python's outputs. Deterministic: the random inputs come
     from fixed seeds.
@@ -74,7 +90,9 @@ def fixtures_json() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m octlm.export.parity", description="Write the page's parity fixtures.")
+    parser = argparse.ArgumentParser(
+        prog="python -m octlm.export.parity", description="Write the page's parity fixtures."
+    )
     parser.add_argument("out", type=Path, help="where to write the JSON, e.g. web/test/fixtures/parity.json")
     args = parser.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)

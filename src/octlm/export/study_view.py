@@ -16,7 +16,14 @@ import json
 from pathlib import Path
 
 from octlm.errors import OctlmError
-from octlm.inspect.attention_view import ATTENTION_FORMAT, MAP_SIDE, attention_views, map_side, unavailable, window_labels
+from octlm.inspect.attention_view import (
+    ATTENTION_FORMAT,
+    MAP_SIDE,
+    attention_views,
+    map_side,
+    unavailable,
+    window_labels,
+)
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
 from octlm.studies.length import FILES
@@ -33,13 +40,29 @@ _UNDRAWN = ("position_loss", "position_bytes")
 PAGE_FIELDS: dict[str, dict[str, str]] = {
     "study": {"train_length": "a number", "lengths": "a list of numbers", "targets": "a number"},
     "train": {"position": "a string", "seed?": "a number", "steps?": "a number", "run_dir?": "a string or null"},
-    "eval": {"label": "a string", "position": "a string", "eval_length": "a number", "status": "a string", "bpb": "a number or null",
-             "rope_scaling": "a string or null", "rope_factor": "a number or null", "seed?": "a number",
-             "sliding_bpb?": "a number or null", "eval_stride?": "a number or null", "extended_to?": "a number"},
+    "eval": {
+        "label": "a string",
+        "position": "a string",
+        "eval_length": "a number",
+        "status": "a string",
+        "bpb": "a number or null",
+        "rope_scaling": "a string or null",
+        "rope_factor": "a number or null",
+        "seed?": "a number",
+        "sliding_bpb?": "a number or null",
+        "eval_stride?": "a number or null",
+        "extended_to?": "a number",
+    },
     "curve": {"label": "a string", "eval_length": "a number", "step": "a number", "bpb": "a number"},
-    "attention": {"label": "a string", "eval_length": "a number", "seed": "a number or null",
-                  "mean_entropy?": "a list of lists of numbers", "mean_distance?": "a list of lists of numbers",
-                  "sink_mass?": "a list of lists of numbers", "max_logit?": "a list of lists of numbers"},
+    "attention": {
+        "label": "a string",
+        "eval_length": "a number",
+        "seed": "a number or null",
+        "mean_entropy?": "a list of lists of numbers",
+        "mean_distance?": "a list of lists of numbers",
+        "sink_mass?": "a list of lists of numbers",
+        "max_logit?": "a list of lists of numbers",
+    },
 }
 
 
@@ -68,7 +91,8 @@ def _what(value) -> str:
 
 
 def record_problem(record: dict) -> str | None:
-    """What the page cannot read in ``record`` (:data:`PAGE_FIELDS`): a required field it lacks or one of another type; else None."""
+    """What the page cannot read in ``record`` (:data:`PAGE_FIELDS`): a required field it lacks or one of another type;
+    else None."""
     for name, kind in PAGE_FIELDS.get(record["record"], {}).items():
         field = name.rstrip("?")
         if field not in record:
@@ -97,13 +121,19 @@ def check_study_folder(path: Path, flag: str = "--study") -> None:
     if not path.exists():
         raise OctlmError(f"{flag} {path}: no such folder; {make}")
     if not path.is_dir():
-        raise OctlmError(f"{flag} {path}: is a file; give the study folder (made by octlm length) that holds {FILES.jsonl}")
+        raise OctlmError(
+            f"{flag} {path}: is a file; give the study folder (made by octlm length) that holds {FILES.jsonl}"
+        )
     if RunFolder(path).is_octlm_run():
-        raise OctlmError(f"{flag} {path}: is a run folder made by octlm train, not a length study; show it with --run {path}")
+        raise OctlmError(
+            f"{flag} {path}: is a run folder made by octlm train, not a length study; show it with --run {path}"
+        )
     if not is_study(path):
         others = sorted(p.name for p in path.glob("*.jsonl"))
         what = f"it holds {', '.join(others)}, not {FILES.jsonl}" if others else f"no {FILES.jsonl}"
-        raise OctlmError(f"{flag} {path}: not a length study ({what}); the page shows folders made by `octlm length --text`; {make}")
+        raise OctlmError(
+            f"{flag} {path}: not a length study ({what}); the page shows folders made by `octlm length --text`; {make}"
+        )
 
 
 def read_records(path: Path) -> list[dict]:
@@ -125,12 +155,20 @@ def read_records(path: Path) -> list[dict]:
         except json.JSONDecodeError as err:
             raise OctlmError(f"{jsonl}:{number}: not a JSON line ({err}); the study's records are damaged") from None
         if not isinstance(record, dict) or not isinstance(record.get("record"), str):
-            raise OctlmError(f"{jsonl}:{number}: not a study record (a JSON object with a 'record' field); the study's records are damaged")
+            raise OctlmError(
+                f"{jsonl}:{number}: not a study record (a JSON object with a 'record' field); the study's records are "
+                "damaged"
+            )
         if problem := record_problem(record):
-            raise OctlmError(f"{jsonl} line {number}: {problem}; the page cannot show it: re-run `octlm length`, or repair the line")
+            raise OctlmError(
+                f"{jsonl} line {number}: {problem}; the page cannot show it: re-run `octlm length`, or repair the line"
+            )
         records.append(record)
     if not any(r["record"] == "study" for r in records):
-        raise OctlmError(f"{jsonl}: holds no 'study' record; it is not a finished length study (octlm length writes it last), run the study again")
+        raise OctlmError(
+            f"{jsonl}: holds no 'study' record; it is not a finished length study (octlm length writes it last), run "
+            "the study again"
+        )
     return records
 
 
@@ -139,16 +177,22 @@ def missing_parts(records: list[dict]) -> list[str]:
     evals = [r for r in records if r["record"] == "eval"]
     missing = []
     if evals and not any("sliding_bpb" in r for r in evals):
-        missing.append("the sliding-window reading: this study was made before octlm length scored sliding windows "
-                       "(its eval records have no sliding_bpb), so only the non-overlapping reading is shown; run the study again to get both")
+        missing.append(
+            "the sliding-window reading: this study was made before octlm length scored sliding windows "
+            "(its eval records have no sliding_bpb), so only the non-overlapping reading is shown; run the study again "
+            "to get both"
+        )
     if evals and not any(r["record"] == "attention" for r in records):
-        missing.append("the study's attention statistics (attention records, over its evaluation windows): this study was made "
-                       "before octlm length recorded them; the statistics under each map are those of the one window shown")
+        missing.append(
+            "the study's attention statistics (attention records, over its evaluation windows): this study was made "
+            "before octlm length recorded them; the statistics under each map are those of the one window shown"
+        )
     return missing
 
 
 def _run_folders(path: Path, records: list[dict]) -> dict[tuple[str, int], Path]:
-    """``(model name, seed) -> run folder`` from the train records (the folder's name under ``runs/``, so a moved study still finds them)."""
+    """``(model name, seed) -> run folder`` from the train records (the folder's name under ``runs/``, so a moved study
+    still finds them)."""
     folders = {}
     for r in records:
         if r["record"] == "train" and r.get("run_dir"):
@@ -157,7 +201,8 @@ def _run_folders(path: Path, records: list[dict]) -> dict[tuple[str, int], Path]
 
 
 def _maps_of(records: list[dict], folders: dict, seed: int, tokens, report: Reporter) -> tuple[list[dict], int]:
-    """Every model's attention at every length it was scored at, for ``seed``: one entry per label, in the records' order, and the maps' side (:func:`map_side`).
+    """Every model's attention at every length it was scored at, for ``seed``: one entry per label, in the records'
+    order, and the maps' side (:func:`map_side`).
 
     A scaled label (``rope+yarn``) is its base run under the record's
     ``rope_scaling`` and ``rope_factor`` (``rope+logn``: its ``attention_scale``); an extended one (``extended_to``)
@@ -170,13 +215,19 @@ def _maps_of(records: list[dict], folders: dict, seed: int, tokens, report: Repo
     for r in (r for r in records if r["record"] == "eval" and r.get("seed") == seed):
         extended = "extended_to" in r
         folder = folders.get((r["label"] if extended else r["position"], seed))
-        entry = by_label.setdefault(r["label"], {"label": r["label"], "position": r["position"], "seed": seed, "lengths": []})
+        entry = by_label.setdefault(
+            r["label"], {"label": r["label"], "position": r["position"], "seed": seed, "lengths": []}
+        )
         entry["lengths"].append({"length": int(r["eval_length"])})
         if folder is None or not folder.is_dir():
             entry["lengths"][-1]["note"] = f"its run folder ({RUNS}/{folder.name if folder else r['label']}) is missing"
             continue
-        scaling = None if extended or not r.get("rope_scaling") else (r["rope_scaling"], float(r.get("rope_factor") or 1.0))
-        passes.setdefault((folder, scaling, r.get("attention_scale")), []).append((entry["lengths"][-1], int(r["eval_length"])))
+        scaling = (
+            None if extended or not r.get("rope_scaling") else (r["rope_scaling"], float(r.get("rope_factor") or 1.0))
+        )
+        passes.setdefault((folder, scaling, r.get("attention_scale")), []).append(
+            (entry["lengths"][-1], int(r["eval_length"]))
+        )
     models: dict[Path, object] = {folder: load_run(folder, "cpu")[0] for folder, _, _ in list(passes)[:1]}
     shape = next((m.config.n_layers * m.config.n_heads for m in models.values()), 1)
     side = map_side(sum(len(wanted) for wanted in passes.values()), shape)  # the models of a study share their shape
@@ -188,8 +239,11 @@ def _maps_of(records: list[dict], folders: dict, seed: int, tokens, report: Repo
             model.set_rope_scaling(*scaling)
         if attention_scale is not None:
             model.set_attention_scale(attention_scale)
-        notes = {length: unavailable(model, length) or (None if len(tokens) >= length else f"the validation text holds {len(tokens)} tokens")
-                 for _, length in wanted}
+        notes = {
+            length: unavailable(model, length)
+            or (None if len(tokens) >= length else f"the validation text holds {len(tokens)} tokens")
+            for _, length in wanted
+        }
         shown = [length for length, note in notes.items() if note is None]
         views = attention_views(model, [int(i) for i in tokens[: max(shown, default=0)]], shown, side=side)
         for slot, length in wanted:
@@ -241,10 +295,23 @@ def study_view(path: str | Path, report: Reporter | None = None) -> dict:
         "curve": [r for r in records if r["record"] == "curve"],
         "attention_records": [r for r in records if r["record"] == "attention"],
         "missing": missing_parts(records),
-        "attention": {"format": ATTENTION_FORMAT, "seed": seeds[0] if seeds else None, "side": side, "tokens": labels, "models": models},
+        "attention": {
+            "format": ATTENTION_FORMAT,
+            "seed": seeds[0] if seeds else None,
+            "side": side,
+            "tokens": labels,
+            "models": models,
+        },
     }
 
 
 __all__ = [
-    "PAGE_FIELDS", "STUDY_VIEW_FORMAT", "check_study_folder", "is_study", "missing_parts", "read_records", "record_problem", "study_view",
+    "PAGE_FIELDS",
+    "STUDY_VIEW_FORMAT",
+    "check_study_folder",
+    "is_study",
+    "missing_parts",
+    "read_records",
+    "record_problem",
+    "study_view",
 ]

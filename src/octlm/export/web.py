@@ -31,9 +31,9 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from octlm.declare import REQUIRED, option, same_as
 from octlm.errors import OctlmError
 from octlm.export.page_server import PageServer, connection_limit
-from octlm.declare import REQUIRED, option, same_as
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
 from octlm.train.options import TrainOptions
@@ -52,7 +52,8 @@ CONTENT_TYPES = {
 # The page needs nothing from elsewhere; forbid it, so a token string shown on
 # the page can never make the browser reach out.
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src "
+    "'self' data:; "
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
@@ -76,7 +77,8 @@ def page_files(dist: Path = WEB_DIST) -> dict[str, bytes]:
 
 
 def run_data_script(view: dict) -> bytes:
-    """``run-data.js``: a classic script that sets ``window.OCTLM_RUN`` to ``view``, or ``window.OCTLM_STUDY`` for a study's view (``kind: "study"``).
+    """``run-data.js``: a classic script that sets ``window.OCTLM_RUN`` to ``view``, or ``window.OCTLM_STUDY`` for a
+    study's view (``kind: "study"``).
 
     ``<`` is escaped as ``\\u003c`` so a token such as ``</script>`` stays
     inert even if the script is ever inlined into HTML.
@@ -102,13 +104,16 @@ def load_view(run_dir: str | Path) -> dict:
     from octlm.run.load import load_run
 
     if Path(run_dir).is_dir() and is_study(Path(run_dir)) and not RunFolder(run_dir).is_octlm_run():
-        raise OctlmError(f"--run {run_dir}: is a length study made by octlm length, not a run; show it with --study {run_dir}")
+        raise OctlmError(
+            f"--run {run_dir}: is a length study made by octlm length, not a run; show it with --study {run_dir}"
+        )
     model, tokenizer = load_run(run_dir, "cpu")
     return run_view(run_dir, model, tokenizer)
 
 
 def page_view(run: str | None, study: str | None, report: Reporter | None = None) -> dict:
-    """The page's data: a run's view (``--run``) or a length study's (``--study``, with a progress bar on ``report``); exactly one of them.
+    """The page's data: a run's view (``--run``) or a length study's (``--study``, with a progress bar on ``report``);
+    exactly one of them.
 
     Raises:
         OctlmError: for both or neither, and whatever :func:`load_view` or
@@ -117,9 +122,14 @@ def page_view(run: str | None, study: str | None, report: Reporter | None = None
     from octlm.export.study_view import study_view
 
     if run is not None and study is not None:
-        raise OctlmError(f"--run {run} and --study {study} are both given; the page shows one of them: give --run RUN_DIR or --study DIR")
+        raise OctlmError(
+            f"--run {run} and --study {study} are both given; the page shows one of them: give --run RUN_DIR or "
+            "--study DIR"
+        )
     if run is None and study is None:
-        raise OctlmError("give --run RUN_DIR (a run made by octlm train) or --study DIR (a length study made by octlm length)")
+        raise OctlmError(
+            "give --run RUN_DIR (a run made by octlm train) or --study DIR (a length study made by octlm length)"
+        )
     return load_view(run) if run is not None else study_view(study, report)
 
 
@@ -213,7 +223,8 @@ def make_handler(files: dict[str, bytes], allowed_hosts: set[str] | None):
 
 
 def make_server(files: dict[str, bytes], host: str = "127.0.0.1", port: int = 8000) -> PageServer:
-    """Bind a :class:`PageServer` serving ``files`` on ``host:port`` (port 0: a free one), :func:`connection_limit` connections at once.
+    """Bind a :class:`PageServer` serving ``files`` on ``host:port`` (port 0: a free one), :func:`connection_limit`
+    connections at once.
 
     On a loopback host, requests must name a loopback ``Host``.
 
@@ -240,7 +251,10 @@ def make_server(files: dict[str, bytes], host: str = "127.0.0.1", port: int = 80
         if err.errno == errno.EADDRINUSE and port:
             hint = "another program listens there; pick another with --port, or --port 0 for a free one"
         elif err.errno in (errno.EACCES, errno.EPERM) and port:
-            hint = f"ports below 1024 need root; pick --port {port + 8000 if port < 1024 else 8000}, or --port 0 for a free one"
+            hint = (
+                f"ports below 1024 need root; pick --port {port + 8000 if port < 1024 else 8000}, or --port 0 for a "
+                "free one"
+            )
         else:
             hint = f"check --host {host}: it must be an address of this machine (127.0.0.1 by default)"
         raise OctlmError(f"cannot listen on {host}:{port} ({err.strerror or err}); {hint}") from None
@@ -260,12 +274,22 @@ def check_export_target(out: Path, overwrite: bool, names: set[str]) -> RunFolde
 
     def refuse(found: RunFolder) -> str | None:
         if not {"index.html", RUN_DATA} <= {p.name for p in found.path.iterdir()}:
-            return f"--out {out}: holds files that are not an exported page, which octlm never replaces, --overwrite or not; choose a new or empty folder"
+            return (
+                f"--out {out}: holds files that are not an exported page, which octlm never replaces, --overwrite or "
+                "not; choose a new or empty folder"
+            )
         return None
 
-    folder.check_target(overwrite, refuse, f"--out {out}: holds an earlier export; add --overwrite to replace it, or choose another --out",
-                        foreign=lambda found: [p.name for p in found.path.iterdir() if not p.name.startswith(".") and p.name not in names
-                                               and not (p.is_file() and p.suffix in PAGE_SUFFIXES)])
+    folder.check_target(
+        overwrite,
+        refuse,
+        f"--out {out}: holds an earlier export; add --overwrite to replace it, or choose another --out",
+        foreign=lambda found: [
+            p.name
+            for p in found.path.iterdir()
+            if not p.name.startswith(".") and p.name not in names and not (p.is_file() and p.suffix in PAGE_SUFFIXES)
+        ],
+    )
     return folder
 
 
@@ -313,7 +337,8 @@ class ExportWebOptions:
 
 
 def serve(opts: ServeOptions, report: Reporter) -> dict:
-    """Run ``octlm serve``: serve the page with the run's or the study's data until Ctrl-C; returns the result dict (url, stopped).
+    """Run ``octlm serve``: serve the page with the run's or the study's data until Ctrl-C; returns the result dict
+    (url, stopped).
 
     Raises:
         OctlmError: for both or neither of ``--run`` and ``--study``, a
@@ -333,9 +358,20 @@ def serve(opts: ServeOptions, report: Reporter) -> dict:
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"
     if not is_loopback(opts.host):
-        report.warn(f"listening on {opts.host}: anyone who can reach this machine on port {port} can read the {'run' if opts.run else 'study'}'s data")
+        report.warn(
+            f"listening on {opts.host}: anyone who can reach this machine on port {port} can read the "
+            f"{'run' if opts.run else 'study'}'s data"
+        )
     shown_folder = opts.run if opts.run is not None else opts.study
-    report.event("serving", f"serving {shown_folder} at {url} (Ctrl-C stops)", url=url, host=host, port=port, run=opts.run, study=opts.study)
+    report.event(
+        "serving",
+        f"serving {shown_folder} at {url} (Ctrl-C stops)",
+        url=url,
+        host=host,
+        port=port,
+        run=opts.run,
+        study=opts.study,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -348,14 +384,17 @@ def serve(opts: ServeOptions, report: Reporter) -> dict:
 
 
 def export_web(opts: ExportWebOptions, report: Reporter) -> dict:
-    """Run ``octlm export-web``: write the page with the run's or the study's data into ``--out`` (:func:`export_site`); returns the result dict.
+    """Run ``octlm export-web``: write the page with the run's or the study's data into ``--out`` (:func:`export_site`);
+    returns the result dict.
 
     Raises:
         OctlmError: for both or neither of ``--run`` and ``--study``, a
             missing or damaged run or study (:func:`page_view`), or an
             ``--out`` that :func:`export_site` refuses.
     """
-    check_export_target(Path(opts.out), opts.overwrite, {*PAGE_FILES, RUN_DATA})  # before the data is made, which can take a while
+    check_export_target(
+        Path(opts.out), opts.overwrite, {*PAGE_FILES, RUN_DATA}
+    )  # before the data is made, which can take a while
     files = site_files(page_view(opts.run, opts.study, report))
     out = export_site(files, opts.out, opts.overwrite)
     index = (out / "index.html").resolve()

@@ -18,7 +18,12 @@ import torch
 from octlm.declare import REQUIRED, at_least, check_fields, option, same_as
 from octlm.errors import OctlmError
 from octlm.inspect.attention_statistics import (
-    AttentionStatistics, attention_distance, attention_entropy, attention_statistics, sink_mass, uniform_attention,
+    AttentionStatistics,
+    attention_distance,
+    attention_entropy,
+    attention_statistics,
+    sink_mass,
+    uniform_attention,
 )
 from octlm.inspect.sample import SampleOptions
 from octlm.model import Decoder
@@ -44,24 +49,45 @@ class AttentionOptions:
     """Everything ``octlm attention`` takes."""
 
     run: str = option(REQUIRED, "run folder made by octlm train", metavar="RUN_DIR")
-    prompt: str | None = same_as(SampleOptions, "prompt", default=None,
-                                 help="text whose attention to show (default: the start of the run's validation text)")
-    text: str | None = option(None, "a text file to read instead of --prompt, as octlm train reads --text (a built-in corpus "
-                              "name works too); its first --length tokens are shown", metavar="FILE")
+    prompt: str | None = same_as(
+        SampleOptions,
+        "prompt",
+        default=None,
+        help="text whose attention to show (default: the start of the run's validation text)",
+    )
+    text: str | None = option(
+        None,
+        "a text file to read instead of --prompt, as octlm train reads --text (a built-in corpus "
+        "name works too); its first --length tokens are shown",
+        metavar="FILE",
+    )
     encoding: str = same_as(TrainOptions, "encoding")
-    length: int | None = option(None, "tokens to show: the first L of --text or of the validation text; a --prompt may "
-                                "have up to L (default: the run's context_length)", bounds=at_least(1), metavar="L")
-    out: str | None = option(None, "folder for the figures and statistics (default: RUN_DIR/attention); earlier output there "
-                             "is replaced, a folder holding anything else is refused", metavar="DIR")
-    overwrite: bool = option(False, "accepted for scripts written for other commands; earlier output is always replaced "
-                             "and other files never are")
+    length: int | None = option(
+        None,
+        "tokens to show: the first L of --text or of the validation text; a --prompt may "
+        "have up to L (default: the run's context_length)",
+        bounds=at_least(1),
+        metavar="L",
+    )
+    out: str | None = option(
+        None,
+        "folder for the figures and statistics (default: RUN_DIR/attention); earlier output there "
+        "is replaced, a folder holding anything else is refused",
+        metavar="DIR",
+    )
+    overwrite: bool = option(
+        False,
+        "accepted for scripts written for other commands; earlier output is always replaced and other files never are",
+    )
     device: str = same_as(TrainOptions, "device")
 
 
 def _check_choice(opts: AttentionOptions) -> None:
     """One source of text at most, and a prompt with something in it."""
     if opts.prompt is not None and opts.text is not None:
-        raise OctlmError("--prompt and --text are both given; give one of them (or neither, for the run's validation text)")
+        raise OctlmError(
+            "--prompt and --text are both given; give one of them (or neither, for the run's validation text)"
+        )
     if opts.prompt == "":  # spaces and newlines are tokens too (a code model's indentation), so only nothing is empty
         raise OctlmError("--prompt is empty; give some text, or leave --prompt out to read the run's validation text")
 
@@ -76,8 +102,10 @@ def checked_length(opts: AttentionOptions, model: Decoder) -> int:
     limit = model.max_length
     if limit is not None and length > limit:
         raise OctlmError(
-            f"--length {length}: {model.positions.label} has {limit} rows (positions 0..{limit - 1}), none for position {limit} "
-            f"on; give --length {limit} or less, or look at a run of a scheme without a table limit ({', '.join(unbounded_schemes())})"
+            f"--length {length}: {model.positions.label} has {limit} rows (positions 0..{limit - 1}), none for "
+            f"position {limit} "
+            f"on; give --length {limit} or less, or look at a run of a scheme without a table limit "
+            f"({', '.join(unbounded_schemes())})"
         )
     return length
 
@@ -98,8 +126,11 @@ def token_ids(opts: AttentionOptions, run: RunFolder, tokenizer, length: int, mo
         ids = tokenizer.encode(opts.prompt)
         if len(ids) > length:
             limit = model.max_length
-            fix = (f"shorten it to {limit} tokens ({model.positions.label} has {limit} rows)" if limit is not None and len(ids) > limit
-                   else f"shorten it or give --length {len(ids)}")
+            fix = (
+                f"shorten it to {limit} tokens ({model.positions.label} has {limit} rows)"
+                if limit is not None and len(ids) > limit
+                else f"shorten it or give --length {len(ids)}"
+            )
             raise OctlmError(f"--prompt is {len(ids)} tokens, more than --length {length}; {fix}")
         return ids, "prompt"
     if opts.text is not None:
@@ -137,8 +168,12 @@ def check_map_memory(model: Decoder, length: int, device: torch.device, asked: i
     if total is not None and need > total / 2:
         longest = int((total / 2 / (MAP_BYTES * config.n_layers * config.n_heads)) ** 0.5)
         where = "this machine's" if device.type == "cpu" else f"this {device.type} device's"
-        raise OctlmError(f"--length {asked or length}: the attention maps of {length:,} tokens, {config.n_layers} layers x {config.n_heads} heads, need about "
-                         f"{need / 2**30:,.1f} GiB, more than half {where} {total / 2**30:.0f} GiB of memory; give --length {longest} or less")
+        raise OctlmError(
+            f"--length {asked or length}: the attention maps of {length:,} tokens, {config.n_layers} layers x "
+            f"{config.n_heads} heads, need about "
+            f"{need / 2**30:,.1f} GiB, more than half {where} {total / 2**30:.0f} GiB of memory; give --length "
+            f"{longest} or less"
+        )
 
 
 def record(model: Decoder, ids: list[int], device: torch.device) -> AttentionMaps:
@@ -151,29 +186,39 @@ def record(model: Decoder, ids: list[int], device: torch.device) -> AttentionMap
 
 
 def _check_out(folder: RunFolder) -> None:
-    """The one overwrite policy (:meth:`RunFolder.check_target`): earlier output is replaced, a folder holding anything else never is."""
+    """The one overwrite policy (:meth:`RunFolder.check_target`): earlier output is replaced, a folder holding anything
+    else never is."""
 
     def refuse(found: RunFolder) -> str | None:
         if all(ATTENTION_FILES.fullmatch(p.name) for p in found.path.iterdir()):
             return None
         what = "an octlm run" if found.is_octlm_run() else "files that octlm attention did not write"
-        return f"--out {found}: holds {what}, which octlm attention never replaces; choose a new or empty folder (default: RUN_DIR/{ATTENTION})"
+        return (
+            f"--out {found}: holds {what}, which octlm attention never replaces; choose a new or empty folder "
+            f"(default: RUN_DIR/{ATTENTION})"
+        )
 
     folder.check_target(True, refuse, "")
 
 
 def summary_lines(stats: AttentionStatistics) -> list[str]:
-    """One line per layer and head: mean entropy, mean distance, sink mass and max logit; then uniform attention's, to compare."""
+    """One line per layer and head: mean entropy, mean distance, sink mass and max logit; then uniform attention's, to
+    compare."""
     T = stats.entropy.shape[-1]
     uniform = uniform_attention(T, T)
     lines = []
     for layer in range(stats.mean_entropy.shape[0]):
         for head in range(stats.mean_entropy.shape[1]):
-            lines.append(f"  layer {layer} head {head}: entropy {stats.mean_entropy[layer, head]:.3f} nats, distance "
-                         f"{stats.mean_distance[layer, head]:.2f} tokens, first-token mass {stats.sink_mass[layer, head]:.3f}, "
-                         f"max logit {stats.max_logit[layer, head]:.2f}")
-    lines.append(f"  uniform attention over these {T} token{'' if T == 1 else 's'}: entropy {attention_entropy(uniform).mean():.3f} nats, distance "
-                 f"{attention_distance(uniform).mean():.2f} tokens, first-token mass {sink_mass(uniform).mean():.3f}")
+            lines.append(
+                f"  layer {layer} head {head}: entropy {stats.mean_entropy[layer, head]:.3f} nats, distance "
+                f"{stats.mean_distance[layer, head]:.2f} tokens, first-token mass {stats.sink_mass[layer, head]:.3f}, "
+                f"max logit {stats.max_logit[layer, head]:.2f}"
+            )
+    lines.append(
+        f"  uniform attention over these {T} token{'' if T == 1 else 's'}: entropy "
+        f"{attention_entropy(uniform).mean():.3f} nats, distance "
+        f"{attention_distance(uniform).mean():.2f} tokens, first-token mass {sink_mass(uniform).mean():.3f}"
+    )
     return lines
 
 
@@ -220,14 +265,34 @@ def attention(opts: AttentionOptions, report: Reporter) -> dict:
         for layer, p in enumerate(maps.probabilities):
             save_png(layer_heatmaps(p[0], stats, layer, labels, title), staging / layer_figure(layer))
         save_png(statistics_figure(stats, title, model.config.context_length), staging / STATISTICS_FIGURE)
-        atomic_write_json(staging / STATISTICS_JSON, {"run": str(opts.run), "source": source, "tokens": ids, "statistics": statistics})
+        atomic_write_json(
+            staging / STATISTICS_JSON, {"run": str(opts.run), "source": source, "tokens": ids, "statistics": statistics}
+        )
     figures.append(str(out.path / STATISTICS_FIGURE))
-    result = {"run": str(opts.run), "source": source, "tokens": len(ids), "position": model.config.position,
-              "figures": figures, "statistics_file": str(out.path / STATISTICS_JSON), "statistics": statistics}
+    result = {
+        "run": str(opts.run),
+        "source": source,
+        "tokens": len(ids),
+        "position": model.config.position,
+        "figures": figures,
+        "statistics_file": str(out.path / STATISTICS_JSON),
+        "statistics": statistics,
+    }
     lines = [f"attention on {shown} (mean over queries):", *summary_lines(stats)]
     report.result(result, "\n".join([*lines, *(f"wrote {path}" for path in [*figures, result["statistics_file"]])]))
     return result
 
 
-__all__ = ["MAP_BYTES", "STATISTICS_FIGURE", "STATISTICS_JSON", "AttentionOptions", "attention", "check_map_memory",
-           "checked_length", "layer_figure", "record", "summary_lines", "token_ids"]
+__all__ = [
+    "MAP_BYTES",
+    "STATISTICS_FIGURE",
+    "STATISTICS_JSON",
+    "AttentionOptions",
+    "attention",
+    "check_map_memory",
+    "checked_length",
+    "layer_figure",
+    "record",
+    "summary_lines",
+    "token_ids",
+]

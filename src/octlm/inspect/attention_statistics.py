@@ -60,7 +60,8 @@ def uniform_attention(q_len: int, k_len: int, device: torch.device | str | None 
 
 
 def attention_distance(probabilities: Tensor) -> Tensor:
-    """Expected distance from each query to the key it attends to, ``sum_j p_ij d_ij`` in tokens: [..., T, S] -> [..., T]."""
+    """Expected distance from each query to the key it attends to, ``sum_j p_ij d_ij`` in tokens: [..., T, S] -> [...,
+    T]."""
     distance = key_distances(probabilities.shape[-2], probabilities.shape[-1], probabilities.device)
     return (probabilities * distance.clamp(min=0)).sum(dim=-1)
 
@@ -103,12 +104,17 @@ class AttentionStatistics:
     max_logit: Tensor
 
     def to_dict(self, digits: int = 4) -> dict:
-        """JSON-ready lists, indexed ``[layer][head]`` (``entropy``: ``[layer][head][query]``), rounded to ``digits``."""
-        return {name: _rounded(getattr(self, name).tolist(), digits)
-                for name in ("mean_entropy", "mean_distance", "sink_mass", "max_logit", "entropy")}
+        """JSON-ready lists, indexed ``[layer][head]`` (``entropy``: ``[layer][head][query]``), rounded to
+        ``digits``."""
+        return {
+            name: _rounded(getattr(self, name).tolist(), digits)
+            for name in ("mean_entropy", "mean_distance", "sink_mass", "max_logit", "entropy")
+        }
 
 
-def attention_statistics(probabilities: Sequence[Tensor] | Tensor, logits: Sequence[Tensor] | Tensor) -> AttentionStatistics:
+def attention_statistics(
+    probabilities: Sequence[Tensor] | Tensor, logits: Sequence[Tensor] | Tensor
+) -> AttentionStatistics:
     """The statistics of every layer and head (:class:`AttentionStatistics`).
 
     Args:
@@ -123,7 +129,9 @@ def attention_statistics(probabilities: Sequence[Tensor] | Tensor, logits: Seque
     s = torch.stack(list(logits)) if len(logits) else None
     if p is None or s is None or p.shape != s.shape or p.dim() != 5:
         shapes = [None if x is None else list(x.shape) for x in (p, s)]
-        raise ValueError(f"attention_statistics needs probabilities and logits of one shape [L, B, H, T, S], got {shapes}")
+        raise ValueError(
+            f"attention_statistics needs probabilities and logits of one shape [L, B, H, T, S], got {shapes}"
+        )
     entropy = attention_entropy(p).mean(dim=1)
     return AttentionStatistics(
         entropy=entropy,
@@ -138,5 +146,13 @@ def _rounded(value, digits: int):
     return [_rounded(v, digits) for v in value] if isinstance(value, list) else round(value, digits)
 
 
-__all__ = ["AttentionStatistics", "attention_distance", "attention_entropy", "attention_statistics", "key_distances",
-           "max_logit", "sink_mass", "uniform_attention"]
+__all__ = [
+    "AttentionStatistics",
+    "attention_distance",
+    "attention_entropy",
+    "attention_statistics",
+    "key_distances",
+    "max_logit",
+    "sink_mass",
+    "uniform_attention",
+]

@@ -43,7 +43,8 @@ from octlm.model import Decoder
 MAP_SIDE = 128
 #: The most memory the recorded probabilities and logits of one forward pass may take (bytes).
 MAP_BUDGET_BYTES = 1 << 30
-#: The most bytes all the maps of one page may take before base64 (which adds a third): a larger study gets smaller maps (:func:`map_side`).
+#: The most bytes all the maps of one page may take before base64 (which adds a third): a larger study gets smaller maps
+#: (:func:`map_side`).
 PAGE_MAP_BYTES = 6 << 20
 #: The fewest cells a side a map gets however large the study.
 MIN_SIDE = 16
@@ -83,7 +84,9 @@ def pool_attention(probabilities: Tensor, side: int = MAP_SIDE) -> Tensor:
 
 
 def map_side(map_sets: int, maps_per_set: int, budget: int | None = None) -> int:
-    """The largest side ``n <= MAP_SIDE`` at which ``map_sets`` sets of ``maps_per_set`` triangular maps fit ``budget`` bytes (default :data:`PAGE_MAP_BYTES`; one byte a cell, ``n (n + 1) / 2`` cells a map), and at least :data:`MIN_SIDE`.
+    """The largest side ``n <= MAP_SIDE`` at which ``map_sets`` sets of ``maps_per_set`` triangular maps fit ``budget``
+    bytes (default :data:`PAGE_MAP_BYTES`; one byte a cell, ``n (n + 1) / 2`` cells a map), and at least
+    :data:`MIN_SIDE`.
 
     A default length study (16 models x 5 lengths, 2 layers x 4 heads) keeps 128;
     a study of 6 layers x 8 heads gets about half that.
@@ -97,7 +100,8 @@ def map_side(map_sets: int, maps_per_set: int, budget: int | None = None) -> int
 
 
 def quantise_map(maps: Tensor) -> bytes:
-    """Maps [..., n, n] of probabilities as bytes: ``round(255 sqrt(p))`` of each cell on or below the diagonal, row by row, map by map.
+    """Maps [..., n, n] of probabilities as bytes: ``round(255 sqrt(p))`` of each cell on or below the diagonal, row by
+    row, map by map.
 
     ``web/src/run/attention.ts`` (``unpackMaps``) reads them back as ``(q / 255) ** 2``.
     """
@@ -108,12 +112,14 @@ def quantise_map(maps: Tensor) -> bytes:
 
 
 def map_bytes(model: Decoder, length: int) -> int:
-    """Bytes the recorded probabilities and logits of one forward pass of ``length`` tokens take (all layers and heads)."""
+    """Bytes the recorded probabilities and logits of one forward pass of ``length`` tokens take (all layers and
+    heads)."""
     return MAP_BYTES * model.config.n_layers * model.config.n_heads * length**2
 
 
 def _record_window(model: Decoder, ids: list[int]) -> tuple[list[Tensor], dict[str, Tensor]]:
-    """One forward pass of ``ids`` (batch 1): each layer's probabilities [H, T, T] and each query's statistics, [L, H, T] each.
+    """One forward pass of ``ids`` (batch 1): each layer's probabilities [H, T, T] and each query's statistics, [L, H,
+    T] each.
 
     Per query, so that the statistics of any prefix are its means (the
     largest logit: its maximum) without another pass; ``uniform`` [T] is
@@ -121,16 +127,20 @@ def _record_window(model: Decoder, ids: list[int]) -> tuple[list[Tensor], dict[s
     """
     maps = record(model, ids, next(model.parameters()).device)
     p = [layer[0] for layer in maps.probabilities]
-    per_query = {"entropy": torch.stack([attention_entropy(x) for x in p]), "distance": torch.stack([attention_distance(x) for x in p]),
-                 "sink_mass": torch.stack([sink_mass(x) for x in p]),
-                 # max_logit's maximum over keys only: the maximum over a prefix of queries is taken per length.
-                 "max_logit": torch.stack([layer[0].amax(dim=-1) for layer in maps.logits]),
-                 "uniform": attention_entropy(uniform_attention(len(ids), len(ids)))}
+    per_query = {
+        "entropy": torch.stack([attention_entropy(x) for x in p]),
+        "distance": torch.stack([attention_distance(x) for x in p]),
+        "sink_mass": torch.stack([sink_mass(x) for x in p]),
+        # max_logit's maximum over keys only: the maximum over a prefix of queries is taken per length.
+        "max_logit": torch.stack([layer[0].amax(dim=-1) for layer in maps.logits]),
+        "uniform": attention_entropy(uniform_attention(len(ids), len(ids))),
+    }
     return p, per_query
 
 
 def _block_means(series: Tensor, k: int) -> Tensor:
-    """The mean of each block of ``k`` consecutive entries of the last dimension [..., T] -> [..., ceil(T / k)] (the last block may be shorter)."""
+    """The mean of each block of ``k`` consecutive entries of the last dimension [..., T] -> [..., ceil(T / k)] (the
+    last block may be shorter)."""
     T = series.shape[-1]
     side = -(-T // k)
     counts = torch.full((side,), float(k))
@@ -140,21 +150,33 @@ def _block_means(series: Tensor, k: int) -> Tensor:
 
 
 def _view_of_prefix(p: list[Tensor], per_query: dict[str, Tensor], length: int, digits: int, side: int) -> dict:
-    """The page's maps and statistics of the first ``length`` positions of a recorded pass (see :func:`attention_views`)."""
+    """The page's maps and statistics of the first ``length`` positions of a recorded pass (see
+    :func:`attention_views`)."""
     pooled = torch.stack([pool_attention(layer[..., :length, :length], side) for layer in p])
     k = block_size(length, side)
     stats = {name: values[..., :length] for name, values in per_query.items()}
     statistics = {
-        "mean_entropy": stats["entropy"].mean(dim=-1), "mean_distance": stats["distance"].mean(dim=-1),
-        "sink_mass": stats["sink_mass"].mean(dim=-1), "max_logit": stats["max_logit"].amax(dim=-1),
-        "entropy": _block_means(stats["entropy"], k), "uniform_entropy": _block_means(stats["uniform"], k),
+        "mean_entropy": stats["entropy"].mean(dim=-1),
+        "mean_distance": stats["distance"].mean(dim=-1),
+        "sink_mass": stats["sink_mass"].mean(dim=-1),
+        "max_logit": stats["max_logit"].amax(dim=-1),
+        "entropy": _block_means(stats["entropy"], k),
+        "uniform_entropy": _block_means(stats["uniform"], k),
     }
-    return {"length": length, "block": k, "side": pooled.shape[-1], "maps": base64.b64encode(quantise_map(pooled)).decode("ascii"),
-            "statistics": {name: _rounded(value.tolist(), digits) for name, value in statistics.items()}}
+    return {
+        "length": length,
+        "block": k,
+        "side": pooled.shape[-1],
+        "maps": base64.b64encode(quantise_map(pooled)).decode("ascii"),
+        "statistics": {name: _rounded(value.tolist(), digits) for name, value in statistics.items()},
+    }
 
 
-def attention_views(model: Decoder, ids: list[int], lengths: list[int], digits: int = 4, side: int = MAP_SIDE) -> dict[int, dict]:
-    """The page's view of ``model``'s attention on the first ``L`` of ``ids`` for each ``L`` of ``lengths``, ``{L: view}``.
+def attention_views(
+    model: Decoder, ids: list[int], lengths: list[int], digits: int = 4, side: int = MAP_SIDE
+) -> dict[int, dict]:
+    """The page's view of ``model``'s attention on the first ``L`` of ``ids`` for each ``L`` of ``lengths``, ``{L:
+    view}``.
 
     Attention is causal, so the maps of the first ``L`` tokens are the top-left
     ``L x L`` block of a longer pass's whenever the position signal of
@@ -194,11 +216,16 @@ def unavailable(model: Decoder, length: int) -> str | None:
     """
     limit = model.max_length
     if limit is not None and length > limit:
-        return f"{model.positions.label} has {limit} rows (positions 0..{limit - 1}): no position {limit} or later, so no attention at {length} tokens"
+        return (
+            f"{model.positions.label} has {limit} rows (positions 0..{limit - 1}): no position {limit} or later, so no "
+            f"attention at {length} tokens"
+        )
     need = map_bytes(model, length)
     if need > MAP_BUDGET_BYTES:
-        return (f"the maps of {length} tokens would take {need / 2**30:.1f} GiB to record (the page records at most "
-                f"{MAP_BUDGET_BYTES / 2**30:.0f} GiB); `octlm attention --length {length}` draws them")
+        return (
+            f"the maps of {length} tokens would take {need / 2**30:.1f} GiB to record (the page records at most "
+            f"{MAP_BUDGET_BYTES / 2**30:.0f} GiB); `octlm attention --length {length}` draws them"
+        )
     return None
 
 
@@ -223,9 +250,14 @@ def run_attention(model: Decoder, val: np.ndarray, tokenizer, multipliers=(1, 2,
         entries.append({"length": length, "multiplier": m, **({"note": note} if note else {})})
         shown += [] if note else [length]
     views = attention_views(model, [int(i) for i in val[: max(shown, default=0)]], shown)
-    return {"format": ATTENTION_FORMAT, "train_length": T, "max_length": model.max_length, "label": model.positions.label,
-            "tokens": window_labels(tokenizer, val[: min(len(val), MAP_SIDE)]),
-            "lengths": [{**entry, **views.get(entry["length"], {})} for entry in entries]}
+    return {
+        "format": ATTENTION_FORMAT,
+        "train_length": T,
+        "max_length": model.max_length,
+        "label": model.positions.label,
+        "tokens": window_labels(tokenizer, val[: min(len(val), MAP_SIDE)]),
+        "lengths": [{**entry, **views.get(entry["length"], {})} for entry in entries],
+    }
 
 
 def _rounded(value, digits: int):
@@ -234,5 +266,19 @@ def _rounded(value, digits: int):
     return round(value, digits) if math.isfinite(value) else None
 
 
-__all__ = ["ATTENTION_FORMAT", "MAP_BUDGET_BYTES", "MAP_SIDE", "MIN_SIDE", "PAGE_MAP_BYTES", "map_side", "attention_views", "block_size", "map_bytes", "pool_attention",
-           "quantise_map", "run_attention", "unavailable", "window_labels"]
+__all__ = [
+    "ATTENTION_FORMAT",
+    "MAP_BUDGET_BYTES",
+    "MAP_SIDE",
+    "MIN_SIDE",
+    "PAGE_MAP_BYTES",
+    "map_side",
+    "attention_views",
+    "block_size",
+    "map_bytes",
+    "pool_attention",
+    "quantise_map",
+    "run_attention",
+    "unavailable",
+    "window_labels",
+]

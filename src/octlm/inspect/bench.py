@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
+from octlm.data.tokenizer import Tokenizer, visible_token
+from octlm.declare import at_least, check_fields, option, same_as
 from octlm.errors import OctlmError
+from octlm.inspect.diagnostics import embedding_diagnostic, format_diagnostic
 from octlm.model import Decoder, DecoderConfig
 from octlm.report import Reporter
-from octlm.data.tokenizer import Tokenizer, visible_token
 from octlm.train.device import resolve_device
-from octlm.inspect.diagnostics import embedding_diagnostic, format_diagnostic
-from octlm.declare import at_least, check_fields, option, same_as
 from octlm.train.options import TrainOptions
 
 #: How a --token argument is read (parse_token), for the --help of every command that takes tokens.
@@ -31,8 +31,9 @@ class BenchOptions:
     """Everything ``octlm bench`` takes."""
 
     run: str | None = option(None, "run folder (default: an untrained Day-1 model)", metavar="RUN_DIR")
-    token: list[str] = option([], f"tokens whose neighbours to show (e.g. --token ' the' ROMEO 5): {TOKEN_RULE}",
-                              nargs="+", action="extend")
+    token: list[str] = option(
+        [], f"tokens whose neighbours to show (e.g. --token ' the' ROMEO 5): {TOKEN_RULE}", nargs="+", action="extend"
+    )
     k: int = option(5, "neighbours to show", bounds=at_least(1))
     batch_size: int = same_as(TrainOptions, "batch_size", default=8, help="sequences per timed forward pass")
     repeats: int = option(5, "timed repeats per length (the median is reported)", bounds=at_least(1))
@@ -122,12 +123,24 @@ def bench(opts: BenchOptions, report: Reporter) -> dict:
     timings = []
     for length in bench_lengths(model):
         seconds = time_forward(model, length, opts.batch_size, opts.repeats, device)
-        timings.append({"context_length": length, "seconds": seconds, "tokens_per_second": opts.batch_size * length / seconds})
+        timings.append(
+            {"context_length": length, "seconds": seconds, "tokens_per_second": opts.batch_size * length / seconds}
+        )
         report.event("forward", None, **timings[-1])
     diagnostic = embedding_diagnostic(model, tokenizer, extra, opts.k)
-    result = {"model": source, "position": model.config.position, "device": str(device), "batch_size": opts.batch_size, "forward": timings, "nearest": diagnostic}
+    result = {
+        "model": source,
+        "position": model.config.position,
+        "device": str(device),
+        "batch_size": opts.batch_size,
+        "forward": timings,
+        "nearest": diagnostic,
+    }
     lines = [f"{source}: position={model.config.position}, device={device}, batch {opts.batch_size}", "forward pass:"]
-    lines += [f"  T={t['context_length']:>5}: {t['seconds'] * 1e3:8.2f} ms  {t['tokens_per_second']:>12,.0f} tokens/s" for t in timings]
+    lines += [
+        f"  T={t['context_length']:>5}: {t['seconds'] * 1e3:8.2f} ms  {t['tokens_per_second']:>12,.0f} tokens/s"
+        for t in timings
+    ]
     lines += ["", format_diagnostic(diagnostic, model.config.position)]
     if not opts.run:
         lines.append("(untrained: the neighbours are random, which shows only that the code path works)")

@@ -1,4 +1,5 @@
-"""``octlm compare``: runs side by side, the options in which they differ, their final figures and one plot of their curves.
+"""``octlm compare``: runs side by side, the options in which they differ, their final figures and one plot of their
+curves.
 
 Each run is read from its own folder: ``config.json`` (the options, the
 model's among them), ``metrics.jsonl`` (the training loss, and the validation
@@ -37,12 +38,25 @@ STUDY_RUNS = "runs"
 class CompareOptions:
     """Everything ``octlm compare`` takes."""
 
-    runs: list[str] = option(REQUIRED, "run folders made by octlm train, or study folders (each stands for the runs in its runs/)",
-                             nargs="+", positional=True, metavar="RUN_DIR")
-    out: str | None = option(None, "folder for compare.png (loss and bits per byte against step), compare.md and compare.json "
-                             "(default: print the table only); an earlier comparison there is replaced, a folder holding anything else never",
-                             metavar="DIR")
-    overwrite: bool = option(False, "accepted for scripts written for other commands; an earlier comparison is always replaced and other files never are")
+    runs: list[str] = option(
+        REQUIRED,
+        "run folders made by octlm train, or study folders (each stands for the runs in its runs/)",
+        nargs="+",
+        positional=True,
+        metavar="RUN_DIR",
+    )
+    out: str | None = option(
+        None,
+        "folder for compare.png (loss and bits per byte against step), compare.md and compare.json "
+        "(default: print the table only); an earlier comparison there is replaced, a folder holding anything else "
+        "never",
+        metavar="DIR",
+    )
+    overwrite: bool = option(
+        False,
+        "accepted for scripts written for other commands; an earlier comparison is always replaced and other files "
+        "never are",
+    )
 
 
 @dataclass
@@ -55,16 +69,23 @@ class ComparedRun:
     records: list[dict]
 
     def final(self) -> dict:
-        """The last evaluation's figures (nats per token, bits per byte, perplexity), its step and the last training loss."""
+        """The last evaluation's figures (nats per token, bits per byte, perplexity), its step and the last training
+        loss."""
         evals = [r for r in self.records if r.get("kind") == "eval"]
         trains = [r for r in self.records if r.get("kind") == "train"]
         last = evals[-1] if evals else {}
-        return {"step": last.get("step"), **{key: last.get(key) for key in FINAL}, "train_loss": trains[-1]["loss"] if trains else None,
-                "finished": any(r.get("kind") == "finished" for r in self.records)}
+        return {
+            "step": last.get("step"),
+            **{key: last.get(key) for key in FINAL},
+            "train_loss": trains[-1]["loss"] if trains else None,
+            "finished": any(r.get("kind") == "finished" for r in self.records),
+        }
 
     def curve(self, kind: str, key: str) -> tuple[list[int], list[float]]:
         """``(steps, values)`` of ``key`` in the records of ``kind`` (``train`` or ``eval``)."""
-        points = [(r["step"], r[key]) for r in self.records if r.get("kind") == kind and isinstance(r.get(key), (int, float))]
+        points = [
+            (r["step"], r[key]) for r in self.records if r.get("kind") == kind and isinstance(r.get(key), (int, float))
+        ]
         return [s for s, _ in points], [v for _, v in points]
 
 
@@ -73,18 +94,23 @@ def _read_run(path: Path, label: str) -> ComparedRun:
     config = folder.read_config()  # RunError naming the file when it is missing or damaged
     options = {**(config.get("model") or {}), **(config.get("train") or {})}
     if not folder.metrics_path.is_file():
-        raise RunError(f"{path}: no metrics.jsonl, so nothing to compare; give the folder of a run that trained (octlm train)")
+        raise RunError(
+            f"{path}: no metrics.jsonl, so nothing to compare; give the folder of a run that trained (octlm train)"
+        )
     records = []
     for number, line in enumerate(folder.metrics_path.read_text(encoding="utf-8").splitlines(), 1):
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
-            raise RunError(f"{folder.metrics_path}: line {number} is not JSON; the file is damaged (put the run's own file back)") from None
+            raise RunError(
+                f"{folder.metrics_path}: line {number} is not JSON; the file is damaged (put the run's own file back)"
+            ) from None
     return ComparedRun(label, path, options, records)
 
 
 def find_runs(given: list[str]) -> list[ComparedRun]:
-    """Each RUN_DIR's run, or for a study folder each run in its ``runs/`` (labelled ``study/model``), in the order given.
+    """Each RUN_DIR's run, or for a study folder each run in its ``runs/`` (labelled ``study/model``), in the order
+    given.
 
     Raises:
         OctlmError: for a path that is neither an octlm run nor a study folder with runs.
@@ -99,10 +125,16 @@ def find_runs(given: list[str]) -> list[ComparedRun]:
         if RunFolder(path).is_octlm_run() or (path / "config.json").is_file():
             runs.append(_read_run(path, name))
             continue
-        inside = sorted(p for p in (path / STUDY_RUNS).glob("*") if p.is_dir() and not p.name.startswith(".") and RunFolder(p).is_octlm_run())
+        inside = sorted(
+            p
+            for p in (path / STUDY_RUNS).glob("*")
+            if p.is_dir() and not p.name.startswith(".") and RunFolder(p).is_octlm_run()
+        )
         if not inside:
-            raise OctlmError(f"{path}: neither an octlm run (no config.json) nor a study folder with runs in {STUDY_RUNS}/; "
-                             f"give run folders made by octlm train, or folders made by octlm length --text")
+            raise OctlmError(
+                f"{path}: neither an octlm run (no config.json) nor a study folder with runs in {STUDY_RUNS}/; "
+                f"give run folders made by octlm train, or folders made by octlm length --text"
+            )
         runs.extend(_read_run(p, f"{path.name}/{p.name}") for p in inside)
     return runs
 
@@ -130,24 +162,42 @@ def comparison_table(runs: list[ComparedRun], differing: dict[str, list]) -> str
     rows = [head, "|---|" + "---|" * len(runs)]
     rows += [f"| {name} | " + " | ".join(_cell(v) for v in values) + " |" for name, values in differing.items()]
     finals = [run.final() for run in runs]
-    labels = {"step": "steps evaluated", "val_loss": "val loss (nats/token)", "val_bpb": "val bits per byte",
-              "val_perplexity": "val perplexity", "train_loss": "last train loss (nats/token)", "finished": "finished"}
+    labels = {
+        "step": "steps evaluated",
+        "val_loss": "val loss (nats/token)",
+        "val_bpb": "val bits per byte",
+        "val_perplexity": "val perplexity",
+        "train_loss": "last train loss (nats/token)",
+        "finished": "finished",
+    }
     rows += [f"| **{text}** | " + " | ".join(_cell(f[key]) for f in finals) + " |" for key, text in labels.items()]
     return "\n".join(rows) + "\n"
 
 
 def comparison_figure(runs: list[ComparedRun]):
-    """Loss (training solid, validation dashed, nats per token) and validation bits per byte against step, one colour per run."""
+    """Loss (training solid, validation dashed, nats per token) and validation bits per byte against step, one colour
+    per run."""
     from octlm.inspect.figures import Figure
 
     figure = Figure(figsize=(12, 4.8), dpi=110, layout="constrained")
     loss_axes, bpb_axes = figure.subplots(1, 2)
     for index, run in enumerate(runs):
         colour = f"C{index % 10}"
-        loss_axes.plot(*run.curve("train", "loss"), color=colour, linewidth=1.1, alpha=0.8, label=f"{run.label} (training)")
-        loss_axes.plot(*run.curve("eval", "val_loss"), color=colour, linewidth=2, linestyle="--", marker="o", markersize=3,
-                       label=f"{run.label} (validation)")
-        bpb_axes.plot(*run.curve("eval", "val_bpb"), color=colour, linewidth=2, marker="o", markersize=3, label=run.label)
+        loss_axes.plot(
+            *run.curve("train", "loss"), color=colour, linewidth=1.1, alpha=0.8, label=f"{run.label} (training)"
+        )
+        loss_axes.plot(
+            *run.curve("eval", "val_loss"),
+            color=colour,
+            linewidth=2,
+            linestyle="--",
+            marker="o",
+            markersize=3,
+            label=f"{run.label} (validation)",
+        )
+        bpb_axes.plot(
+            *run.curve("eval", "val_bpb"), color=colour, linewidth=2, marker="o", markersize=3, label=run.label
+        )
     for axes, label in ((loss_axes, "loss (nats per token)"), (bpb_axes, "validation bits per byte")):
         axes.set_xlabel("step")
         axes.set_ylabel(label)
@@ -159,7 +209,8 @@ def comparison_figure(runs: list[ComparedRun]):
 
 
 def _check_out(out: RunFolder, runs: list[str]) -> None:
-    """The one overwrite policy: an earlier comparison is replaced; a run, a study or a person's files never are, nor an input."""
+    """The one overwrite policy: an earlier comparison is replaced; a run, a study or a person's files never are, nor an
+    input."""
     check_out_spares(out.path, "--out", [("RUN_DIR", r) for r in runs])
 
     def refuse(found: RunFolder) -> str | None:
@@ -174,14 +225,15 @@ def _check_out(out: RunFolder, runs: list[str]) -> None:
 def compare(opts: CompareOptions, report: Reporter) -> dict:
     """Run ``octlm compare``: the table printed, and with ``--out`` compare.png, compare.md and compare.json written.
 
-    Returns the result dict: ``runs`` (label, path, final figures), ``differing`` options, ``files`` (or ``None`` without ``--out``).
+    Returns the result dict: ``runs`` (label, path, final figures), ``differing`` options, ``files`` (or ``None``
+    without ``--out``).
 
     Raises:
         OctlmError: for a RUN_DIR that is no run nor study, a damaged run, or an
             ``--out`` that holds other files or one of the runs.
     """
-    from octlm.inspect.figures import save_png
     from octlm.fileio import atomic_write
+    from octlm.inspect.figures import save_png
 
     check_fields(opts)
     out = RunFolder(Path(opts.out), "--out") if opts.out else None
@@ -190,12 +242,19 @@ def compare(opts: CompareOptions, report: Reporter) -> dict:
     runs = find_runs(opts.runs)
     differing = differing_options(runs)
     table = comparison_table(runs, differing)
-    result = {"runs": [{"label": r.label, "path": str(r.path), **r.final()} for r in runs], "differing": differing, "files": None}
+    result = {
+        "runs": [{"label": r.label, "path": str(r.path), **r.final()} for r in runs],
+        "differing": differing,
+        "files": None,
+    }
     if out is not None:
         with out.staged() as staging:
             save_png(comparison_figure(runs), staging / FILES["figure"])
             atomic_write(staging / FILES["table"], f"# octlm compare\n\n{table}")
-            atomic_write(staging / FILES["numbers"], json.dumps({k: v for k, v in result.items() if k != "files"}, indent=2) + "\n")
+            atomic_write(
+                staging / FILES["numbers"],
+                json.dumps({k: v for k, v in result.items() if k != "files"}, indent=2) + "\n",
+            )
         result["files"] = {key: str(out.path / name) for key, name in FILES.items()}
     lines = [table.rstrip()] + ([f"wrote {path}" for path in result["files"].values()] if result["files"] else [])
     report.result(result, "\n".join(lines))
@@ -204,4 +263,13 @@ def compare(opts: CompareOptions, report: Reporter) -> dict:
 
 assert not set(FILES.values()) & set(RUN_SUBFOLDERS)  # a comparison is never mistaken for a run's own folder
 
-__all__ = ["CompareOptions", "ComparedRun", "FILES", "compare", "comparison_figure", "comparison_table", "differing_options", "find_runs"]
+__all__ = [
+    "CompareOptions",
+    "ComparedRun",
+    "FILES",
+    "compare",
+    "comparison_figure",
+    "comparison_table",
+    "differing_options",
+    "find_runs",
+]

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from octlm.model import Decoder
 from octlm.data.tokenizer import Tokenizer, visible_token
+from octlm.model import Decoder
 
 
 @dataclass
@@ -28,7 +28,9 @@ class Neighbour:
     label: str
 
 
-def cosine_neighbours(table: Tensor, index: int, k: int = 5, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+def cosine_neighbours(
+    table: Tensor, index: int, k: int = 5, allowed: np.ndarray | None = None
+) -> list[tuple[int, float]]:
     """The ``k`` rows of ``table`` [N, C] most cosine-similar to row ``index``, itself excluded.
 
     ``allowed`` (bool [N]) limits the candidates, e.g. to tokens seen in
@@ -49,7 +51,7 @@ def cosine_neighbours(table: Tensor, index: int, k: int = 5, allowed: np.ndarray
     sims[index] = float("-inf")
     k = min(k, candidates - 1)
     values, rows = sims.topk(k)
-    return [(int(r), float(v)) for r, v in zip(rows, values)]
+    return [(int(r), float(v)) for r, v in zip(rows, values, strict=True)]
 
 
 def cosine_similarity_matrix(vectors: Tensor) -> Tensor:
@@ -72,7 +74,9 @@ def position_vectors(model: Decoder, length: int | None = None) -> Tensor | None
     return None if torch.count_nonzero(added) == 0 else added.detach()
 
 
-def nearest_tokens(model: Decoder, token_id: int, k: int = 5, token_str=None, seen: np.ndarray | None = None) -> list[Neighbour]:
+def nearest_tokens(
+    model: Decoder, token_id: int, k: int = 5, token_str=None, seen: np.ndarray | None = None
+) -> list[Neighbour]:
     """Nearest tokens to ``token_id`` in the token table, labelled by ``token_str(id)`` when given.
 
     ``seen`` (bool [vocab]) keeps only tokens that occurred in training: the
@@ -116,8 +120,15 @@ def _word_like(text: str) -> bool:
     return len(word) >= 3 and word.isalpha()
 
 
-def embedding_diagnostic(model: Decoder, tokenizer: Tokenizer | None, extra_tokens: list[int] = (), k: int = 5,
-                         *, queries: list[int] | None = None, seen: np.ndarray | None = None) -> dict:
+def embedding_diagnostic(
+    model: Decoder,
+    tokenizer: Tokenizer | None,
+    extra_tokens: list[int] = (),
+    k: int = 5,
+    *,
+    queries: list[int] | None = None,
+    seen: np.ndarray | None = None,
+) -> dict:
     """Nearest tokens to ``queries`` (default: token 0 and ``extra_tokens``), and nearest positions to position 0.
 
     ``seen`` (bool [vocab]) keeps neighbours to tokens that occurred in training.
@@ -135,7 +146,8 @@ def embedding_diagnostic(model: Decoder, tokenizer: Tokenizer | None, extra_toke
 
 
 def format_diagnostic(diagnostic: dict, position_scheme: str) -> str:
-    """:func:`embedding_diagnostic`'s result as lines for people; ``position_scheme`` explains a missing position row."""
+    """:func:`embedding_diagnostic`'s result as lines for people; ``position_scheme`` explains a missing position
+    row."""
     lines = ["nearest tokens by cosine similarity:"]
     for entry in diagnostic["tokens"]:
         near = ", ".join(f"{visible_token(n['label'])} {n['score']:+.2f}" for n in entry["neighbours"])
@@ -150,4 +162,15 @@ def format_diagnostic(diagnostic: dict, position_scheme: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Neighbour", "cosine_neighbours", "cosine_similarity_matrix", "embedding_diagnostic", "format_diagnostic", "frequent_tokens", "nearest_positions", "nearest_tokens", "position_vectors", "token_counts"]
+__all__ = [
+    "Neighbour",
+    "cosine_neighbours",
+    "cosine_similarity_matrix",
+    "embedding_diagnostic",
+    "format_diagnostic",
+    "frequent_tokens",
+    "nearest_positions",
+    "nearest_tokens",
+    "position_vectors",
+    "token_counts",
+]

@@ -25,15 +25,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from octlm.data.tokenizer import Tokenizer
+from octlm.declare import REQUIRED, at_least, check_fields, option, same_as
+from octlm.errors import RunError
 from octlm.inspect.bench import TOKEN_RULE
 from octlm.inspect.diagnostics import position_vectors
-from octlm.errors import RunError
 from octlm.model import Decoder
-from octlm.declare import REQUIRED, at_least, check_fields, option, same_as
 from octlm.model.positions import SCHEMES, PositionVectors
 from octlm.report import Reporter
 from octlm.run.folder import EMBEDDINGS, EMBEDDINGS_FIGURES, METRICS, RunFolder
-from octlm.data.tokenizer import Tokenizer
 from octlm.train.options import TrainOptions
 
 #: Version of the data layout the page reads (web/src/run/data.ts).
@@ -56,7 +56,8 @@ def run_position_vectors(model: Decoder, length: int | None = None) -> PositionV
 
 
 def position_note(scheme: str) -> str:
-    """Why a scheme has no position vectors to compare, for schemes where :func:`run_position_vectors` gives ``None``."""
+    """Why a scheme has no position vectors to compare, for schemes where :func:`run_position_vectors` gives
+    ``None``."""
     return SCHEMES[scheme].explorer_note()
 
 
@@ -107,7 +108,10 @@ def token_counts(run_dir: str | Path, vocab_size: int) -> np.ndarray | None:
     tokens = folder.tokens("train", manifest)
     counts = np.bincount(np.asarray(tokens), minlength=vocab_size)
     if counts.shape[0] > vocab_size:
-        raise RunError(f"{folder.path / entry['file']}: holds token ids up to {counts.shape[0] - 1}, outside the vocabulary of {vocab_size}")
+        raise RunError(
+            f"{folder.path / entry['file']}: holds token ids up to {counts.shape[0] - 1}, outside the vocabulary of "
+            f"{vocab_size}"
+        )
     return counts.astype(np.int64)
 
 
@@ -156,7 +160,11 @@ def token_labels(tokenizer: Tokenizer) -> list[str]:
 def _pack(matrix: Tensor) -> dict:
     """A [rows, cols] matrix as little-endian float32 bytes in base64 (a third of JSON's size)."""
     array = np.ascontiguousarray(matrix.detach().cpu().float().numpy(), dtype="<f4")
-    return {"rows": int(array.shape[0]), "cols": int(array.shape[1]), "float32_base64": base64.b64encode(array.tobytes()).decode("ascii")}
+    return {
+        "rows": int(array.shape[0]),
+        "cols": int(array.shape[1]),
+        "float32_base64": base64.b64encode(array.tobytes()).decode("ascii"),
+    }
 
 
 def run_view(run_dir: str | Path, model: Decoder, tokenizer: Tokenizer) -> dict:
@@ -209,7 +217,8 @@ def run_view(run_dir: str | Path, model: Decoder, tokenizer: Tokenizer) -> dict:
 
 
 def _validation_tokens(run_dir: Path) -> np.ndarray | None:
-    """The run's validation token stream, or ``None`` when the folder lacks it (a run copied without its token files still loads)."""
+    """The run's validation token stream, or ``None`` when the folder lacks it (a run copied without its token files
+    still loads)."""
     folder = RunFolder(run_dir)
     if not folder.manifest_path.is_file() or "val" not in folder.read_manifest().get("tokens", {}):
         return None
@@ -220,7 +229,7 @@ def _validation_tokens(run_dir: Path) -> np.ndarray | None:
 
 
 #: The files ``octlm embeddings`` writes: a folder holding only these is its earlier output.
-FIGURES = dict(zip(("positions", "pca"), EMBEDDINGS_FIGURES))
+FIGURES = dict(zip(("positions", "pca"), EMBEDDINGS_FIGURES, strict=True))
 
 
 @dataclass
@@ -228,16 +237,31 @@ class EmbeddingsOptions:
     """Everything ``octlm embeddings`` takes."""
 
     run: str = option(REQUIRED, "run folder made by octlm train", metavar="RUN_DIR")
-    token: list[str] = option([], f"tokens whose neighbours to show (default: the 5 most frequent): {TOKEN_RULE}",
-                              nargs="+", action="extend", metavar="TEXT")
+    token: list[str] = option(
+        [],
+        f"tokens whose neighbours to show (default: the 5 most frequent): {TOKEN_RULE}",
+        nargs="+",
+        action="extend",
+        metavar="TEXT",
+    )
     k: int = option(8, "neighbours per token", bounds=at_least(1))
-    out: str | None = option(None, "folder for the figures (default: RUN_DIR/embeddings); earlier figures there are "
-                             "replaced, a folder holding anything else is refused", metavar="DIR")
-    overwrite: bool = option(False, "accepted for scripts written for other commands; earlier figures are always replaced and other files never are")
+    out: str | None = option(
+        None,
+        "folder for the figures (default: RUN_DIR/embeddings); earlier figures there are "
+        "replaced, a folder holding anything else is refused",
+        metavar="DIR",
+    )
+    overwrite: bool = option(
+        False,
+        "accepted for scripts written for other commands; earlier figures are always replaced and other files never "
+        "are",
+    )
     threads: int | None = same_as(TrainOptions, "threads")
 
 
-def _chosen_tokens(opts: EmbeddingsOptions, tokenizer: Tokenizer, counts: np.ndarray | None, vocab_size: int) -> list[int]:
+def _chosen_tokens(
+    opts: EmbeddingsOptions, tokenizer: Tokenizer, counts: np.ndarray | None, vocab_size: int
+) -> list[int]:
     """The ids of ``--token``, else the 5 most frequent tokens (``<|endoftext|>`` aside), else ids 1-5."""
     from octlm.inspect.bench import parse_token
 
@@ -249,15 +273,20 @@ def _chosen_tokens(opts: EmbeddingsOptions, tokenizer: Tokenizer, counts: np.nda
 
 
 def _check_out(folder: RunFolder) -> None:
-    """The one overwrite policy (:meth:`RunFolder.check_target`): earlier figures are replaced, a folder holding anything else never is.
+    """The one overwrite policy (:meth:`RunFolder.check_target`): earlier figures are replaced, a folder holding
+    anything else never is.
 
     Even with ``--overwrite``: ``--out`` naming the run itself, or a folder of a person's files, must never be emptied.
     """
+
     def refuse(found: RunFolder) -> str | None:
         if {p.name for p in found.path.iterdir()} <= set(FIGURES.values()):
             return None
         what = "an octlm run" if found.is_octlm_run() else "files that are not octlm embeddings figures"
-        return f"--out {found}: holds {what}, which octlm embeddings never replaces; choose a new or empty folder (default: RUN_DIR/embeddings)"
+        return (
+            f"--out {found}: holds {what}, which octlm embeddings never replaces; choose a new or empty folder "
+            "(default: RUN_DIR/embeddings)"
+        )
 
     folder.check_target(True, refuse, "")
 
@@ -274,10 +303,10 @@ def embeddings(opts: EmbeddingsOptions, report: Reporter) -> dict:
             ``--token`` that is no token, or an ``--out`` holding other files
             without ``--overwrite``.
     """
+    from octlm.data.tokenizer import visible_token
     from octlm.inspect.diagnostics import nearest_tokens
     from octlm.inspect.figures import pca_figure, position_figure, save_png
     from octlm.run.load import load_run
-    from octlm.data.tokenizer import visible_token
 
     check_fields(opts)
     model, tokenizer = load_run(opts.run, "cpu")
@@ -290,11 +319,16 @@ def embeddings(opts: EmbeddingsOptions, report: Reporter) -> dict:
     entries, lines = [], ["nearest tokens by cosine similarity:"]
     for token_id in ids:
         near = nearest_tokens(model, token_id, opts.k, tokenizer.token_str)
-        entries.append({"token": token_id, "text": tokenizer.token_str(token_id), "neighbours": [n.__dict__ for n in near]})
+        entries.append(
+            {"token": token_id, "text": tokenizer.token_str(token_id), "neighbours": [n.__dict__ for n in near]}
+        )
         shown = ", ".join(f"{visible_token(n.label)} {n.score:+.3f}" for n in near)
         lines.append(f"  {visible_token(tokenizer.token_str(token_id)):>12} (#{token_id}): {shown}")
 
-    title = f"octlm run {Path(opts.run).resolve().name}: {config.position} positions, vocab_size {config.vocab_size}, d_model {config.d_model}"
+    title = (
+        f"octlm run {Path(opts.run).resolve().name}: {config.position} positions, vocab_size {config.vocab_size}, "
+        f"d_model {config.d_model}"
+    )
     positions = run_position_vectors(model)
     coords, explained = pca_2d(model.token_embedding.weight)
     neighbours = {e["token"]: [n["index"] for n in e["neighbours"]] for e in entries}
@@ -308,7 +342,12 @@ def embeddings(opts: EmbeddingsOptions, report: Reporter) -> dict:
         figures["positions"] = None
         lines.append(f"no position heatmap: {position_note(config.position)}")
     lines += [f"wrote {path}" for path in figures.values() if path]
-    result = {"run": str(opts.run), "tokens": entries, "figures": figures, "pca_explained": [float(v) for v in explained]}
+    result = {
+        "run": str(opts.run),
+        "tokens": entries,
+        "figures": figures,
+        "pca_explained": [float(v) for v in explained],
+    }
     report.result(result, "\n".join(lines))
     return result
 

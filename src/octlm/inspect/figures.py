@@ -60,11 +60,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from octlm.inspect.diagnostics import cosine_similarity_matrix
-from octlm.fileio import atomic_write
-from octlm.model.positions import PositionVectors, sinusoidal_positions
-from octlm.data.tokenizer import visible_token
-
+from octlm.data.tokenizer import visible_token  # noqa: E402
+from octlm.fileio import atomic_write  # noqa: E402
+from octlm.inspect.diagnostics import cosine_similarity_matrix  # noqa: E402
+from octlm.model.positions import PositionVectors, sinusoidal_positions  # noqa: E402
 
 #: Fonts whose glyphs are placeholders (one box for every code point): never used to draw a label.
 _PLACEHOLDER_FONTS = ("Last Resort",)
@@ -142,15 +141,24 @@ def position_figure(positions: PositionVectors, title: str) -> Figure:
     figure = Figure(figsize=(12, 5.4), dpi=110, layout="constrained")
     left, right = figure.subplots(1, 2, width_ratios=[1.05, 1])
     image = left.imshow(similarity, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
-    left.set_title(f"cosine similarity of {positions.source} position vectors\n({length} positions × {width} numbers)", fontsize=11)
+    left.set_title(
+        f"cosine similarity of {positions.source} position vectors\n({length} positions × {width} numbers)", fontsize=11
+    )
     left.set_xlabel("position s")
     left.set_ylabel("position t")
     figure.colorbar(image, ax=left, label="cosine similarity", shrink=0.85)
 
     distance = np.arange(length)
-    right.plot(distance, mean_by_distance(similarity), color="#1f77b4", linewidth=2, label=f"this run ({positions.source})")
     right.plot(
-        distance, mean_by_distance(formula), color="#d62728", linewidth=1.5, linestyle="--", label=f"sinusoidal formula, width {width}"
+        distance, mean_by_distance(similarity), color="#1f77b4", linewidth=2, label=f"this run ({positions.source})"
+    )
+    right.plot(
+        distance,
+        mean_by_distance(formula),
+        color="#d62728",
+        linewidth=1.5,
+        linestyle="--",
+        label=f"sinusoidal formula, width {width}",
     )
     right.axhline(0, color="#999", linewidth=0.8)
     right.set_xlim(0, length - 1)
@@ -168,11 +176,15 @@ def loss_figure(records: list[dict], title: str) -> Figure:
     """Training and validation loss (nats per token) against step, from the records of ``metrics.jsonl``."""
     figure = Figure(figsize=(8, 4.8), dpi=110, layout="constrained")
     axes = figure.subplots()
-    for kind, key, style in (("train", "loss", dict(color="#1f77b4", linewidth=1.2)),
-                             ("eval", "val_loss", dict(color="#d62728", linewidth=2, marker="o", markersize=4))):
-        points = [(r["step"], r[key]) for r in records if r.get("kind") == kind and isinstance(r.get(key), (int, float))]
+    for kind, key, style in (
+        ("train", "loss", dict(color="#1f77b4", linewidth=1.2)),
+        ("eval", "val_loss", dict(color="#d62728", linewidth=2, marker="o", markersize=4)),
+    ):
+        points = [
+            (r["step"], r[key]) for r in records if r.get("kind") == kind and isinstance(r.get(key), (int, float))
+        ]
         if points:
-            steps, losses = zip(*points)
+            steps, losses = zip(*points, strict=True)
             axes.plot(steps, losses, label="training" if kind == "train" else "validation", **style)
     axes.set_xlabel("step")
     axes.set_ylabel("loss (nats per token)")
@@ -187,7 +199,8 @@ LOSS_FIGURE = "loss.png"  # in a run folder, beside metrics.jsonl
 
 
 def write_loss_figure(metrics_path: str | Path, path: str | Path, title: str) -> Path | None:
-    """:func:`loss_figure` of a run's ``metrics.jsonl`` written to ``path`` (PNG, atomically); ``None`` when nothing was logged."""
+    """:func:`loss_figure` of a run's ``metrics.jsonl`` written to ``path`` (PNG, atomically); ``None`` when nothing was
+    logged."""
     lines = Path(metrics_path).read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines if line.strip()]
     return save_png(loss_figure(records, title), path) if records else None
@@ -222,8 +235,12 @@ def pca_figure(
         shown = np.maximum(counts, 1)
         order = np.argsort(shown)
         norm = LogNorm(vmin=1, vmax=max(2, shown.max()))
-        points = axes.scatter(x[order], y[order], c=shown[order], s=14, cmap="viridis_r", norm=norm, alpha=0.85, linewidths=0)
-        figure.colorbar(points, ax=axes, label="times seen in the training split (log scale; 1 = never or once)", shrink=0.8)
+        points = axes.scatter(
+            x[order], y[order], c=shown[order], s=14, cmap="viridis_r", norm=norm, alpha=0.85, linewidths=0
+        )
+        figure.colorbar(
+            points, ax=axes, label="times seen in the training split (log scale; 1 = never or once)", shrink=0.8
+        )
         frequent = [int(i) for i in np.argsort(-counts, kind="stable")[:n_frequent]]
     else:
         axes.scatter(x, y, s=14, color="#1f77b4", alpha=0.7, linewidths=0)
@@ -251,7 +268,20 @@ def pca_figure(
 
 
 #: Where a label may sit relative to its point, in points: tried in this order.
-_OFFSETS = [(5, 4), (5, -12), (-5, 4), (-5, -12), (0, 10), (0, -18), (12, 14), (12, -24), (-12, 14), (-12, -24), (20, 0), (-20, 0)]
+_OFFSETS = [
+    (5, 4),
+    (5, -12),
+    (-5, 4),
+    (-5, -12),
+    (0, 10),
+    (0, -18),
+    (12, 14),
+    (12, -24),
+    (-12, 14),
+    (-12, -24),
+    (20, 0),
+    (-20, 0),
+]
 
 
 def _place_labels(figure: Figure, axes, coords: np.ndarray, labels: list[str], items: list[tuple[int, dict]]) -> None:
@@ -287,9 +317,17 @@ def _place_labels(figure: Figure, axes, coords: np.ndarray, labels: list[str], i
         dx, dy, box = chosen
         placed.append(box)
         axes.annotate(
-            text, coords[index], xytext=(dx, dy), textcoords="offset points", ha="right" if dx < 0 else "left", va="bottom",
-            arrowprops={"arrowstyle": "-", "color": "#888", "linewidth": 0.6} if abs(dx) > 10 or abs(dy) > 12 else None, zorder=5,
-            path_effects=[patheffects.withStroke(linewidth=3, foreground="white")], fontfamily=families, **style,
+            text,
+            coords[index],
+            xytext=(dx, dy),
+            textcoords="offset points",
+            ha="right" if dx < 0 else "left",
+            va="bottom",
+            arrowprops={"arrowstyle": "-", "color": "#888", "linewidth": 0.6} if abs(dx) > 10 or abs(dy) > 12 else None,
+            zorder=5,
+            path_effects=[patheffects.withStroke(linewidth=3, foreground="white")],
+            fontfamily=families,
+            **style,
         )
 
 
@@ -308,4 +346,15 @@ def save_png(figure: Figure, path: str | Path) -> Path:
     return Path(path)
 
 
-__all__ = ["Figure", "LOSS_FIGURE", "font_coverage", "loss_figure", "mean_by_distance", "pca_figure", "position_figure", "save_png", "shown_label", "write_loss_figure"]
+__all__ = [
+    "Figure",
+    "LOSS_FIGURE",
+    "font_coverage",
+    "loss_figure",
+    "mean_by_distance",
+    "pca_figure",
+    "position_figure",
+    "save_png",
+    "shown_label",
+    "write_loss_figure",
+]

@@ -1,4 +1,5 @@
-"""Sampling text from a model: ``octlm sample`` (:func:`sample`) and the end-of-training report (:func:`sample_from`)."""
+"""Sampling text from a model: ``octlm sample`` (:func:`sample`) and the end-of-training report
+(:func:`sample_from`)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from dataclasses import dataclass
 
 import torch
 
+from octlm.data.tokenizer import Tokenizer
+from octlm.declare import REQUIRED, at_least, finite, option, same_as
 from octlm.errors import OctlmError
 from octlm.model import Decoder
-from octlm.declare import REQUIRED, at_least, finite, option, same_as
-from octlm.train.options import TrainOptions
-from octlm.run.scaling import RopeScalingOptions, apply_rope_scaling
 from octlm.report import Reporter
-from octlm.data.tokenizer import Tokenizer
+from octlm.run.scaling import RopeScalingOptions, apply_rope_scaling
+from octlm.train.options import TrainOptions
 
 
 def _check_utf8(prompt: str) -> None:
@@ -22,7 +23,9 @@ def _check_utf8(prompt: str) -> None:
         prompt.encode("utf-8")
     except UnicodeEncodeError as err:
         # argv bytes that are not UTF-8 arrive as lone surrogates (PEP 383)
-        raise OctlmError(f"--prompt is not valid UTF-8 (at character {err.start}); pass the prompt as UTF-8 text") from None
+        raise OctlmError(
+            f"--prompt is not valid UTF-8 (at character {err.start}); pass the prompt as UTF-8 text"
+        ) from None
 
 
 @dataclass
@@ -33,7 +36,9 @@ class SampleOptions:
     prompt: str = option("", "text to continue (empty: start a new document)", check=_check_utf8)
     max_new_tokens: int = option(200, "tokens to generate", bounds=at_least(0))
     temperature: float = option(0.8, "softmax temperature (0: greedy)", bounds=finite(note="(0: greedy)"))
-    top_k: int = option(40, "sample among the k most likely tokens (0: all)", bounds=at_least(0, "(0 means all tokens)"))
+    top_k: int = option(
+        40, "sample among the k most likely tokens (0: all)", bounds=at_least(0, "(0 means all tokens)")
+    )
     num_samples: int = option(1, "independent samples to draw", bounds=at_least(1))
     seed: int = same_as(TrainOptions, "seed", help="random seed")
     device: str = same_as(TrainOptions, "device")
@@ -43,14 +48,25 @@ class SampleOptions:
     no_cache: bool = option(False, "recompute the whole sequence at every step (slow; for comparison)")
 
 
-def sample_from(model: Decoder, tokenizer: Tokenizer, prompt: str, max_new_tokens: int, temperature: float, top_k: int | None, seed: int, device: torch.device) -> str:
+def sample_from(
+    model: Decoder,
+    tokenizer: Tokenizer,
+    prompt: str,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int,
+    device: torch.device,
+) -> str:
     """Generate ``max_new_tokens`` after ``prompt`` (after ``<|endoftext|>`` when empty); returns only the new text."""
     ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]
     generator = torch.Generator(device=device).manual_seed(seed)
     was_training = model.training
     model.eval()
     try:
-        out = model.generate(torch.tensor([ids], device=device), max_new_tokens, temperature, top_k, generator=generator)
+        out = model.generate(
+            torch.tensor([ids], device=device), max_new_tokens, temperature, top_k, generator=generator
+        )
     finally:
         model.train(was_training)
     return tokenizer.decode(out[0, len(ids) :].tolist())
@@ -74,8 +90,10 @@ def check_bias_memory(model: Decoder, length: int, device: torch.device) -> None
     if total is not None and need > total:
         longest = int((total * length**2 / need) ** 0.5)
         raise OctlmError(
-            f"the prompt plus --max-new-tokens is {length:,} tokens; {model.positions.label}'s bias for that length needs about "
-            f"{need / 2**30:,.0f} GiB, more than this {device.type} has ({total / 2**30:.0f} GiB): keep it under {longest:,} tokens"
+            f"the prompt plus --max-new-tokens is {length:,} tokens; {model.positions.label}'s bias for that length "
+            "needs about "
+            f"{need / 2**30:,.0f} GiB, more than this {device.type} has ({total / 2**30:.0f} GiB): keep it under "
+            f"{longest:,} tokens"
         )
 
 
@@ -96,7 +114,9 @@ def _show_token(stream, token: torch.Tensor) -> None:
 SEPARATOR = "\n" + "-" * 60 + "\n"
 
 
-def _draw(model: Decoder, tokenizer: Tokenizer, ids: list[int], opts: SampleOptions, device: torch.device, streaming: bool) -> list[str]:
+def _draw(
+    model: Decoder, tokenizer: Tokenizer, ids: list[int], opts: SampleOptions, device: torch.device, streaming: bool
+) -> list[str]:
     """``opts.num_samples`` continuations of ``ids``; each piece is printed as it comes when ``streaming``."""
     from octlm.data.tokenizer import TextStream
 
@@ -108,8 +128,13 @@ def _draw(model: Decoder, tokenizer: Tokenizer, ids: list[int], opts: SampleOpti
             if streaming:
                 _show((SEPARATOR if n else "") + opts.prompt)
             out = model.generate(
-                torch.tensor([ids], device=device), opts.max_new_tokens, opts.temperature, opts.top_k or None, not opts.no_cache,
-                generator=generator, on_token=functools.partial(_show_token, stream) if streaming else None,
+                torch.tensor([ids], device=device),
+                opts.max_new_tokens,
+                opts.temperature,
+                opts.top_k or None,
+                not opts.no_cache,
+                generator=generator,
+                on_token=functools.partial(_show_token, stream) if streaming else None,
             )
             samples.append(tokenizer.decode(out[0, len(ids) :].tolist()))
             if streaming:
@@ -135,10 +160,10 @@ def sample(opts: SampleOptions, report: Reporter) -> dict:
             RoPE scaling the model cannot take, or a length whose score bias
             would not fit in the device's memory.
     """
-    from octlm.train.device import resolve_device
+    from octlm.data.tokenizer import printable_text
     from octlm.declare import check_fields
     from octlm.run.load import load_run
-    from octlm.data.tokenizer import printable_text
+    from octlm.train.device import resolve_device
 
     check_fields(opts)
     device = resolve_device(opts.device)
@@ -158,7 +183,9 @@ def sample(opts: SampleOptions, report: Reporter) -> dict:
         "samples": samples,
         "prompt_tokens": len(ids),
         "use_cache": not opts.no_cache,
-        "rope_scaling": None if scaling is None else {"method": scaling.method, "factor": scaling.factor, "original_length": scaling.original_length},
+        "rope_scaling": None
+        if scaling is None
+        else {"method": scaling.method, "factor": scaling.factor, "original_length": scaling.original_length},
     }
     report.result(result, text)
     return result

@@ -6,4 +6,15 @@ from octlm.model.decoder import Decoder, cross_entropy
 from octlm.model.kvcache import KVCache, LayerCache
 from octlm.model.sampling import sample_next
 
-__all__ = ["ACTIVATIONS", "AttentionMaps", "Decoder", "DecoderConfig", "DecoderFieldError", "KVCache", "LayerCache", "cross_entropy", "record_attention", "sample_next"]
+__all__ = [
+    "ACTIVATIONS",
+    "AttentionMaps",
+    "Decoder",
+    "DecoderConfig",
+    "DecoderFieldError",
+    "KVCache",
+    "LayerCache",
+    "cross_entropy",
+    "record_attention",
+    "sample_next",
+]

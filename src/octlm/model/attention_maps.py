@@ -80,7 +80,7 @@ class AttentionMaps:
 
 
 @contextlib.contextmanager
-def record_attention(model: "Decoder") -> Iterator[AttentionMaps]:
+def record_attention(model: Decoder) -> Iterator[AttentionMaps]:
     """Record every layer's attention probabilities and logits during the forward passes inside the block.
 
     ``with record_attention(model) as maps: model(ids)``, then
@@ -98,8 +98,10 @@ def record_attention(model: "Decoder") -> Iterator[AttentionMaps]:
             (call ``model.eval()`` first), or is already recording.
     """
     if model.training and model.config.dropout > 0:
-        raise ValueError(f"record_attention needs the model in eval mode: with dropout={model.config.dropout} the training "
-                         "pass drops attention weights the recorded probabilities would not show; call model.eval() first")
+        raise ValueError(
+            f"record_attention needs the model in eval mode: with dropout={model.config.dropout} the training "
+            "pass drops attention weights the recorded probabilities would not show; call model.eval() first"
+        )
     layers = [block.attn for block in model.blocks]
     if any(layer.record is not None for layer in layers):
         raise ValueError("record_attention: this model is already recording; leave the outer `with` block first")

@@ -58,7 +58,9 @@ def log_length_scale(n: Tensor, train_length: int) -> Tensor:
         ValueError: when ``train_length`` < 2 (``log 1 = 0``).
     """
     if train_length < 2:
-        raise ValueError(f"attention_scale='log' divides by log(context_length), so context_length must be >= 2, got {train_length}")
+        raise ValueError(
+            f"attention_scale='log' divides by log(context_length), so context_length must be >= 2, got {train_length}"
+        )
     n = n.to(torch.float64)
     return torch.where(n > train_length, torch.log(n) / math.log(train_length), torch.ones_like(n)).float()
 
@@ -94,7 +96,7 @@ class PassPlan:
     positions: Tensor | None = None
 
 
-def plan_pass(config: "DecoderConfig", token_ids: Tensor, offset: int, cache: "KVCache | None") -> PassPlan | None:
+def plan_pass(config: DecoderConfig, token_ids: Tensor, offset: int, cache: KVCache | None) -> PassPlan | None:
     """The recipes' share of a pass of ``token_ids`` [B, T] from position ``offset``, or ``None`` when none is on.
 
     With a cache the keys are positions ``0 .. offset + T - 1`` and the cache

@@ -58,10 +58,16 @@ class CausalSelfAttention(nn.Module):
         self.record: Callable[[Tensor, Tensor, Tensor | None, int], None] | None = None
 
     def forward(
-        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None, plan: "PassPlan | None" = None,
+        self,
+        x: Tensor,
+        positions: PositionScheme,
+        offset: int = 0,
+        cache: LayerCache | None = None,
+        plan: PassPlan | None = None,
         layer: int = 0,
     ) -> Tensor:
-        """[B, T, C] at positions ``offset ..`` -> [B, T, C]; with ``cache``, attend to its keys too and extend it. ``layer``: the block's index."""
+        """[B, T, C] at positions ``offset ..`` -> [B, T, C]; with ``cache``, attend to its keys too and extend it.
+        ``layer``: the block's index."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
         q, k = positions.rotate(q, k, offset)
@@ -73,8 +79,11 @@ class CausalSelfAttention(nn.Module):
         bias = positions.attention_bias(q, k, offset, layer)
         dropout = self.dropout if self.training else 0.0
         if plan is not None and plan.visible is not None:
-            # The bias (or zeros) with -inf on the keys of other documents: [B, 1 or H, T, S], also what the record sees.
-            hidden = (torch.zeros((), device=q.device) if bias is None else bias.float()).masked_fill(~plan.visible, float("-inf"))
+            # The bias (or zeros) with -inf on the keys of other documents: [B, 1 or H, T, S], also what the record
+            # sees.
+            hidden = (torch.zeros((), device=q.device) if bias is None else bias.float()).masked_fill(
+                ~plan.visible, float("-inf")
+            )
             if self.record is not None:
                 self.record(q, k, hidden, offset)
             mask = plan.visible if bias is None else hidden.to(q.dtype)
@@ -90,7 +99,9 @@ class CausalSelfAttention(nn.Module):
                 mask = causal
             else:
                 mask = bias.to(q.dtype) if causal is None else bias.to(q.dtype).masked_fill(~causal, float("-inf"))
-                mask = mask if mask.dim() == 4 else mask.unsqueeze(0)  # [1, H, T, S]: the 4-D shape the CPU flash kernel also accepts
+                mask = (
+                    mask if mask.dim() == 4 else mask.unsqueeze(0)
+                )  # [1, H, T, S]: the 4-D shape the CPU flash kernel also accepts
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
 
@@ -130,7 +141,12 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(
-        self, x: Tensor, positions: "PositionScheme", offset: int = 0, cache: LayerCache | None = None, plan: "PassPlan | None" = None,
+        self,
+        x: Tensor,
+        positions: PositionScheme,
+        offset: int = 0,
+        cache: LayerCache | None = None,
+        plan: PassPlan | None = None,
         layer: int = 0,
     ) -> Tensor:
         x = x + self.attn(self.ln_attn(x), positions, offset, cache, plan, layer)

@@ -106,25 +106,43 @@ class DecoderConfig:
     n_heads: int = option(4, "attention heads")
     n_layers: int = option(2, "transformer blocks")
     dropout: float = option(0.0, "dropout probability")
-    activation: str = option("gelu", "MLP nonlinearity: exact gelu, or gelu_tanh (GPT-2's gelu_new)", choices=list(ACTIVATIONS))
+    activation: str = option(
+        "gelu", "MLP nonlinearity: exact gelu, or gelu_tanh (GPT-2's gelu_new)", choices=list(ACTIVATIONS)
+    )
     position: str = option(positions.default_scheme, "position scheme", choices=positions.SCHEME_NAMES)
-    randomize_positions: int = option(1, "train at positions drawn from FACTOR x context length (Ruoss et al. 2023; "
-                                      f"{', '.join(positions.random_position_schemes())}); 1: off. Evaluation and sampling draw them the same "
-                                      "way, seeded by the sequence length", bounds=at_least(1), metavar="FACTOR")
-    attention_scale: str = option(NO_SCALE, "query-key logits at 1-based position n > context length times log(n) / log(context length) "
-                                  "(Chiang & Cholak 2022; Qwen's logn attention): log, or none", choices=list(ATTENTION_SCALES))
-    document_mask: bool = option(False, "in packed blocks attention does not cross <|endoftext|>, and positions restart at each document")
+    randomize_positions: int = option(
+        1,
+        "train at positions drawn from FACTOR x context length (Ruoss et al. 2023; "
+        f"{', '.join(positions.random_position_schemes())}); 1: off. Evaluation and sampling draw them the same "
+        "way, seeded by the sequence length",
+        bounds=at_least(1),
+        metavar="FACTOR",
+    )
+    attention_scale: str = option(
+        NO_SCALE,
+        "query-key logits at 1-based position n > context length times log(n) / log(context length) "
+        "(Chiang & Cholak 2022; Qwen's logn attention): log, or none",
+        choices=list(ATTENTION_SCALES),
+    )
+    document_mask: bool = option(
+        False, "in packed blocks attention does not cross <|endoftext|>, and positions restart at each document"
+    )
     # Not an option: the run's tokenizer decides it (its <|endoftext|>), as vocab_size.
     eot_id: int = 0
     # ... then one field per option of a position scheme (with_scheme_options).
 
     def __post_init__(self) -> None:
-        integers = [f.name for f in dataclasses.fields(self) if isinstance(option_default(f), int) and not isinstance(option_default(f), bool)]
+        integers = [
+            f.name
+            for f in dataclasses.fields(self)
+            if isinstance(option_default(f), int) and not isinstance(option_default(f), bool)
+        ]
         for name in integers:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise DecoderFieldError(name, f" must be a positive integer, got {value!r}")
-        # A declared bound says more than "positive" (--t5-num-buckets must be >= 2), in the words of every other option.
+        # A declared bound says more than "positive" (--t5-num-buckets must be >= 2), in the words of every other
+        # option.
         for f in option_fields(type(self)):
             bounds = f.metadata["bounds"]
             if bounds is not None and not bounds.admits(getattr(self, f.name)):
@@ -134,16 +152,23 @@ class DecoderConfig:
                 raise DecoderFieldError(name, f" must be a positive integer, got {getattr(self, name)!r}")
         if self.d_model % self.n_heads:
             raise DecoderFieldError(
-                "d_model", f"={self.d_model} is not divisible by n_heads={self.n_heads}; pick n_heads among the divisors of d_model"
+                "d_model",
+                f"={self.d_model} is not divisible by n_heads={self.n_heads}; pick n_heads among the divisors of "
+                "d_model",
             )
         if not 0.0 <= self.dropout < 1.0:
             raise DecoderFieldError("dropout", f" must be in [0, 1), got {self.dropout!r}")
         if self.activation not in ACTIVATIONS:
             raise DecoderFieldError("activation", f" must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
         if self.attention_scale not in ATTENTION_SCALES:
-            raise DecoderFieldError("attention_scale", f" must be one of {', '.join(ATTENTION_SCALES)}, got {self.attention_scale!r}")
+            raise DecoderFieldError(
+                "attention_scale", f" must be one of {', '.join(ATTENTION_SCALES)}, got {self.attention_scale!r}"
+            )
         if self.attention_scale == "log" and self.context_length < 2:
-            raise DecoderFieldError("context_length", f"={self.context_length}: attention_scale='log' divides by log(context_length); give >= 2")
+            raise DecoderFieldError(
+                "context_length",
+                f"={self.context_length}: attention_scale='log' divides by log(context_length); give >= 2",
+            )
         if not 0 <= self.eot_id < self.vocab_size:
             raise DecoderFieldError("eot_id", f"={self.eot_id} is outside the vocabulary [0, {self.vocab_size})")
         positions.check(self)
@@ -157,7 +182,7 @@ class DecoderConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "DecoderConfig":
+    def from_dict(cls, data: dict) -> DecoderConfig:
         """Build from a dict, rejecting unknown keys with a ``ValueError`` naming them."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)

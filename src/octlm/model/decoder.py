@@ -91,15 +91,22 @@ class Decoder(nn.Module):
             ValueError: when the model's scheme does not take the method
                 (its ``scalings()``), the method is unknown or the factor is below 1.
         """
-        scaling = None if method is None else positions.RopeScaling(method, factor, original_length or self.config.context_length)
+        scaling = (
+            None
+            if method is None
+            else positions.RopeScaling(method, factor, original_length or self.config.context_length)
+        )
         if method is not None and method not in self.positions.scalings():
             takers = " or ".join(map(repr, positions.schemes_taking(method)))
-            raise ValueError(f"RoPE scaling ({method}) needs position={takers}; this model uses position={self.config.position!r}")
+            raise ValueError(
+                f"RoPE scaling ({method}) needs position={takers}; this model uses position={self.config.position!r}"
+            )
         if self.positions.scalings():
             self.positions.set_rope_scaling(scaling)
 
     def set_attention_scale(self, name: str) -> None:
-        """Scale the query-key logits with the length (``"log"``) or not (``"none"``) from now on: ``config.attention_scale``.
+        """Scale the query-key logits with the length (``"log"``) or not (``"none"``) from now on:
+        ``config.attention_scale``.
 
         Within ``context_length`` the two are the same model, so a model
         trained either way can be scored either way past it (the length study's ``+logn`` rows).
@@ -144,10 +151,14 @@ class Decoder(nn.Module):
         """The last block's output [B, T, C], before the final LayerNorm."""
         self._check_input(token_ids, offset)
         if cache is not None and offset != cache.length:
-            raise ValueError(f"offset={offset} but the cache holds positions 0..{cache.length - 1}; pass offset=cache.length")
+            raise ValueError(
+                f"offset={offset} but the cache holds positions 0..{cache.length - 1}; pass offset=cache.length"
+            )
         self.positions.start_pass(token_ids.shape[1], offset, cached=cache is not None)
         try:
-            plan = plan_pass(self.config, token_ids, offset, cache)  # attention_scale, document_mask: None when both are off
+            plan = plan_pass(
+                self.config, token_ids, offset, cache
+            )  # attention_scale, document_mask: None when both are off
             if plan is not None and plan.positions is not None:
                 self.positions.place_documents(plan.positions)
             x = self.dropout(self._embed(token_ids, offset))
@@ -187,7 +198,9 @@ class Decoder(nn.Module):
         if cropped or state != cache.state:
             cache.reset()
         elif cache.length >= n:
-            raise ValueError(f"the cache already holds {cache.length} tokens; give the sequence with its new token(s) ({n} given)")
+            raise ValueError(
+                f"the cache already holds {cache.length} tokens; give the sequence with its new token(s) ({n} given)"
+            )
         cache.state = state
         hidden = self._hidden(window[:, cache.length :], cache.length, cache)
         return self.lm_head(self.ln_final(hidden[:, -1:]))[:, -1, :].float()
@@ -232,7 +245,9 @@ class Decoder(nn.Module):
                 by position: pass ``generator=`` by keyword).
         """
         if not isinstance(use_cache, bool):
-            raise TypeError(f"use_cache must be a bool, got {type(use_cache).__name__}; pass a generator as generator=...")
+            raise TypeError(
+                f"use_cache must be a bool, got {type(use_cache).__name__}; pass a generator as generator=..."
+            )
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         if temperature < 0:
@@ -243,7 +258,11 @@ class Decoder(nn.Module):
         self._check_range(prompt_ids)  # once per call: the prompt is where ids enter
         ids = prompt_ids
         capacity = prompt_ids.shape[1] + max_new_tokens
-        cache = KVCache(len(self.blocks), capacity if self.max_length is None else min(capacity, self.max_length)) if use_cache else None
+        cache = (
+            KVCache(len(self.blocks), capacity if self.max_length is None else min(capacity, self.max_length))
+            if use_cache
+            else None
+        )
         for _ in range(max_new_tokens):
             logits = self.next_token_logits(ids, cache)
             token = sample_next(logits, temperature, top_k, generator)
@@ -295,4 +314,3 @@ def cross_entropy(logits: Tensor, targets: Tensor, reduction: str = "mean") -> T
 
 
 __all__ = ["Decoder", "cross_entropy"]
-

@@ -6,7 +6,9 @@ import torch
 from torch import Tensor
 
 
-def sample_next(logits: Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None = None) -> Tensor:
+def sample_next(
+    logits: Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None = None
+) -> Tensor:
     """Pick one token per row of ``logits`` [B, V]; returns int64 [B, 1].
 
     ``temperature`` 0 is greedy (argmax). Any positive temperature samples from

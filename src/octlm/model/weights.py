@@ -11,7 +11,6 @@ from octlm.errors import RunError
 from octlm.fileio import atomic_write, read_safetensors
 from octlm.model.decoder import Decoder
 
-
 #: The head shares the token table's Parameter, so it is not stored.
 _TIED_KEYS = ("lm_head.weight",)
 
@@ -43,10 +42,15 @@ def load_weights(path: str | Path, model: Decoder) -> None:
     expected = set(weights_state(model))
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     if missing or unexpected:
-        raise RunError(f"{path}: weights do not match config.json (missing: {missing or 'none'}, unexpected: {unexpected or 'none'})")
+        raise RunError(
+            f"{path}: weights do not match config.json (missing: {missing or 'none'}, unexpected: "
+            f"{unexpected or 'none'})"
+        )
     for key, tensor in model.state_dict().items():
         if key in state and state[key].shape != tensor.shape:
-            raise RunError(f"{path}: tensor {key} has shape {list(state[key].shape)}, config.json implies {list(tensor.shape)}")
+            raise RunError(
+                f"{path}: tensor {key} has shape {list(state[key].shape)}, config.json implies {list(tensor.shape)}"
+            )
     model.load_state_dict(state, strict=False)
     model.tie_weights()
 

@@ -30,11 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from octlm.data import tokens
+from octlm.data.tokenizer import Tokenizer
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write_json, umask
-from octlm.run.outputs import TRACKER_FOLDERS, check_out_folder, make_folder, make_staging, move_into_place
-from octlm.data.tokenizer import Tokenizer
 from octlm.model import DecoderConfig
+from octlm.run.outputs import TRACKER_FOLDERS, check_out_folder, make_folder, make_staging, move_into_place
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -50,17 +50,28 @@ EMBEDDINGS_FIGURES = ("positions.png", "tokens-pca.png")
 ATTENTION = "attention"
 ATTENTION_FILES = re.compile(r"layer-\d+\.png|statistics\.png|statistics\.json")
 #: octlm's own folders inside a run, each with the rule for the names it writes there.
-RUN_SUBFOLDERS = {EMBEDDINGS: EMBEDDINGS_FIGURES.__contains__, ATTENTION: lambda name: ATTENTION_FILES.fullmatch(name) is not None, **TRACKER_FOLDERS}
+RUN_SUBFOLDERS = {
+    EMBEDDINGS: EMBEDDINGS_FIGURES.__contains__,
+    ATTENTION: lambda name: ATTENTION_FILES.fullmatch(name) is not None,
+    **TRACKER_FOLDERS,
+}
 #: Everything octlm writes into a run folder: what ``--overwrite`` may replace (:meth:`RunFolder.foreign_files`).
-RUN_FILES = frozenset({CONFIG, WEIGHTS, TOKENIZER, MANIFEST, METRICS, CHECKPOINT, "train.bin", "val.bin", "loss.png", *RUN_SUBFOLDERS})
+RUN_FILES = frozenset(
+    {CONFIG, WEIGHTS, TOKENIZER, MANIFEST, METRICS, CHECKPOINT, "train.bin", "val.bin", "loss.png", *RUN_SUBFOLDERS}
+)
 #: Held by the process that trains the run (:meth:`RunFolder.lock`).
 LOCK = ".lock"
+
 
 def read_json(path: Path) -> dict:
     """Parse a JSON file of a run, raising ``RunError`` naming it when absent or malformed."""
     if not path.is_file():
         runs = sorted(p for p in (path.parent / "runs").glob("*") if (p / path.name).is_file())  # a study's models
-        hint = f"is a study, not a run; give one of its runs, e.g. {runs[0]}" if runs else f"missing; is {path.parent} an octlm run folder?"
+        hint = (
+            f"is a study, not a run; give one of its runs, e.g. {runs[0]}"
+            if runs
+            else f"missing; is {path.parent} an octlm run folder?"
+        )
         raise RunError(f"{path.parent if runs else path}: {hint}")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -87,7 +98,7 @@ class RunFolder:
         self.flag = flag
 
     @classmethod
-    def new(cls, out: str | None, flag: str = "--out") -> "RunFolder":
+    def new(cls, out: str | None, flag: str = "--out") -> RunFolder:
         """The folder ``out`` names, or ``runs/<date>-<time>`` when ``out`` is ``None``."""
         if out is None:
             out = f"runs/{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
@@ -132,7 +143,8 @@ class RunFolder:
         return "tokens" in _json_object(self.manifest_path) or "octlm_version" in _json_object(self.config_path)
 
     def kind(self) -> str | None:
-        """What the folder holds, by its own files: ``"octlm run"``, ``"transformers checkpoint"``, ``"web page"``, or ``None``."""
+        """What the folder holds, by its own files: ``"octlm run"``, ``"transformers checkpoint"``, ``"web page"``, or
+        ``None``."""
         if self.is_octlm_run():
             return "octlm run"
         if "model_type" in _json_object(self.config_path):
@@ -146,14 +158,20 @@ class RunFolder:
         kind = self.kind()
         if kind == "transformers checkpoint":
             model_type = _json_object(self.config_path)["model_type"]
-            return (f"this is a transformers checkpoint (model_type {model_type!r}), not an octlm run; "
-                    f"bring it into octlm with `octlm import-hf {self.path} RUN_DIR`")
+            return (
+                f"this is a transformers checkpoint (model_type {model_type!r}), not an octlm run; "
+                f"bring it into octlm with `octlm import-hf {self.path} RUN_DIR`"
+            )
         if kind == "web page":
-            return f"this is a page written by octlm export-web, not a run; open {self.path / 'index.html'}, or give the run folder it came from"
+            return (
+                f"this is a page written by octlm export-web, not a run; open {self.path / 'index.html'}, or give the "
+                "run folder it came from"
+            )
         return None
 
     def stopped_before_first_checkpoint(self) -> bool:
-        """Whether the folder holds a run that never saved a trained step: its ``config.json``, no checkpoint, no weights.
+        """Whether the folder holds a run that never saved a trained step: its ``config.json``, no checkpoint, no
+        weights.
 
         ``octlm train --resume`` trains such a run from step 0 on its prepared corpus.
         """
@@ -199,7 +217,9 @@ class RunFolder:
         """Write ``config.json`` (model shape plus the resolved training options), atomically."""
         from octlm import __version__
 
-        atomic_write_json(self.config_path, {"octlm_version": __version__, "model": model_config.to_dict(), "train": train_options})
+        atomic_write_json(
+            self.config_path, {"octlm_version": __version__, "model": model_config.to_dict(), "train": train_options}
+        )
 
     def read_tokenizer(self) -> Tokenizer:
         """``tokenizer.json``. Raises RunError naming it when it is missing or unreadable."""
@@ -236,8 +256,13 @@ class RunFolder:
         return tokens.open_tokens(self.path / entry["file"], entry["dtype"], entry["count"])
 
     # -- creating and replacing -----------------------------------------------------------------
-    def check_target(self, overwrite: bool, refuse: Callable[["RunFolder"], str | None], occupied: str,
-                     foreign: Callable[["RunFolder"], list[str]] | None = None) -> None:
+    def check_target(
+        self,
+        overwrite: bool,
+        refuse: Callable[[RunFolder], str | None],
+        occupied: str,
+        foreign: Callable[[RunFolder], list[str]] | None = None,
+    ) -> None:
         """Refuse, before anything is written, a folder that this command may not (re)write.
 
         Args:
@@ -265,8 +290,11 @@ class RunFolder:
             found = [] if foreign is None else sorted(foreign(self))
             if found:
                 shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
-                raise OctlmError(f"{self.flag} {self.path}: holds {shown} besides what this command writes; --overwrite replaces only "
-                                 f"its own output: move them out, or choose another {self.flag}")
+                raise OctlmError(
+                    f"{self.flag} {self.path}: holds {shown} besides what this command writes; --overwrite replaces "
+                    "only "
+                    f"its own output: move them out, or choose another {self.flag}"
+                )
 
     def check_new_run(self, overwrite: bool) -> None:
         """:meth:`check_target` for a run folder: only an octlm run is ever replaced, and not while it trains.
@@ -280,14 +308,21 @@ class RunFolder:
 
         def refuse(folder: RunFolder) -> str | None:
             if not folder.is_octlm_run():
-                return f"{flag} {path}: holds files that are not an octlm run, which octlm never replaces; choose a new or empty folder"
+                return (
+                    f"{flag} {path}: holds files that are not an octlm run, which octlm never replaces; choose a new "
+                    "or empty folder"
+                )
             return None
 
         occupied = f"{flag} {path}: already holds an octlm run; choose another {flag} or pass --overwrite to replace it"
         if self.stopped_before_first_checkpoint():
             # What is there is a prepared corpus (Ctrl-C or a kill before the first checkpoint): resume uses it.
-            occupied = (f"{flag} {path}: holds a run stopped before its first checkpoint (nothing trained was saved); train it on its "
-                        f"prepared corpus with `octlm train --resume {shlex.quote(str(path))}`, or pass --overwrite to prepare it anew")
+            occupied = (
+                f"{flag} {path}: holds a run stopped before its first checkpoint (nothing trained was saved); train it "
+                "on its "
+                f"prepared corpus with `octlm train --resume {shlex.quote(str(path))}`, or pass --overwrite to prepare "
+                "it anew"
+            )
         self.check_target(overwrite, refuse, occupied, foreign=RunFolder.foreign_files)
         if (path / LOCK).exists():
             lock = self.lock()  # raises while another process trains it: --overwrite must not pull it away
@@ -311,7 +346,10 @@ class RunFolder:
             if self.path.exists():
                 shutil.rmtree(self.path)
         except OSError as err:
-            raise OctlmError(f"{self.flag} {self.path}: cannot replace it ({err.strerror or err}); choose a new folder you can write to") from None
+            raise OctlmError(
+                f"{self.flag} {self.path}: cannot replace it ({err.strerror or err}); choose a new folder you can "
+                "write to"
+            ) from None
         make_folder(self.path, self.flag)
 
     @contextlib.contextmanager
@@ -360,7 +398,9 @@ class RunFolder:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
             handle.close()
-            raise OctlmError(f"{self.path}: another octlm process ({holder}) is training this run; wait for it or stop it first") from None
+            raise OctlmError(
+                f"{self.path}: another octlm process ({holder}) is training this run; wait for it or stop it first"
+            ) from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}")
@@ -396,5 +436,20 @@ def _json_object(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-__all__ = ["ATTENTION", "ATTENTION_FILES", "CHECKPOINT", "CONFIG", "EMBEDDINGS", "EMBEDDINGS_FIGURES", "RUN_FILES", "RUN_SUBFOLDERS", "LOCK", "MANIFEST", "METRICS", "TOKENIZER",
-           "WEIGHTS", "RunFolder", "read_json"]
+__all__ = [
+    "ATTENTION",
+    "ATTENTION_FILES",
+    "CHECKPOINT",
+    "CONFIG",
+    "EMBEDDINGS",
+    "EMBEDDINGS_FIGURES",
+    "RUN_FILES",
+    "RUN_SUBFOLDERS",
+    "LOCK",
+    "MANIFEST",
+    "METRICS",
+    "TOKENIZER",
+    "WEIGHTS",
+    "RunFolder",
+    "read_json",
+]

@@ -39,9 +39,14 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
         raise RunError(f"{run_dir / CONFIG}: invalid model config: {err}") from None
     model = Decoder(model_config)
     folder = RunFolder(run_dir)
-    if not folder.weights_path.is_file() and (folder.stopped_before_first_checkpoint() or (run_dir / CHECKPOINT).is_file()):
+    if not folder.weights_path.is_file() and (
+        folder.stopped_before_first_checkpoint() or (run_dir / CHECKPOINT).is_file()
+    ):
         # Stopped (Ctrl-C, a kill) before training finished: the weights come with the end of training.
-        raise RunError(f"{run_dir}: its training stopped before it wrote {WEIGHTS}; finish it with `octlm train --resume {shlex.quote(str(run_dir))}`")
+        raise RunError(
+            f"{run_dir}: its training stopped before it wrote {WEIGHTS}; finish it with `octlm train --resume "
+            f"{shlex.quote(str(run_dir))}`"
+        )
     load_weights(run_dir / WEIGHTS, model)
     stored_scaling = (config.get("train") or {}).get("rope_scaling")
     apply_scaling(model, stored_scaling if isinstance(stored_scaling, dict) else None)
@@ -49,7 +54,8 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
     tokenizer_path = run_dir / TOKENIZER
     if tokenizer.vocab_size != model_config.vocab_size:
         raise RunError(
-            f"{tokenizer_path}: has {tokenizer.vocab_size} tokens but the model's vocab_size is {model_config.vocab_size}"
+            f"{tokenizer_path}: has {tokenizer.vocab_size} tokens but the model's vocab_size is "
+            f"{model_config.vocab_size}"
         )
     return model.to(device).eval(), tokenizer
 

@@ -48,9 +48,15 @@ def check_out_folder(path: Path, flag: str = "--out") -> None:
     # The output is built beside the path and renamed over it: a link would be replaced by a folder (its
     # target kept) and a mount point cannot be renamed at all.
     if path.is_symlink():
-        raise OctlmError(f"{flag} {path}: is a symbolic link (to {os.readlink(path)}); give the folder it points to, or a new folder")
+        raise OctlmError(
+            f"{flag} {path}: is a symbolic link (to {os.readlink(path)}); give the folder it points to, or a new folder"
+        )
     if is_mount_point(path):
-        inside = f"a new folder inside it, e.g. {path / 'out'}" if os.access(path, os.W_OK) else "a new folder where you can write (it is read-only)"
+        inside = (
+            f"a new folder inside it, e.g. {path / 'out'}"
+            if os.access(path, os.W_OK)
+            else "a new folder where you can write (it is read-only)"
+        )
         raise OctlmError(f"{flag} {path}: is a mount point, which octlm cannot replace; give {inside}")
     for above in (path, *path.parents):
         if above.exists():
@@ -102,7 +108,8 @@ def is_mount_point(path: Path) -> bool:
 
 
 def _check_not_where_you_are(path: Path, flag: str) -> None:
-    # The output is built beside the target and renamed over it: the folder a shell stands in cannot be replaced that way.
+    # The output is built beside the target and renamed over it: the folder a shell stands in cannot be replaced that
+    # way.
     try:
         here = Path.cwd()
     except OSError:  # the current folder was deleted: nothing to protect
@@ -111,7 +118,8 @@ def _check_not_where_you_are(path: Path, flag: str) -> None:
     if target == here or target in here.parents:
         where = "the folder you are in" if target == here else f"above the folder you are in ({here})"
         raise OctlmError(
-            f"{flag} {path}: is {where}; octlm builds its output beside {flag} and moves it into place, which cannot replace "
+            f"{flag} {path}: is {where}; octlm builds its output beside {flag} and moves it into place, which cannot "
+            "replace "
             f"that folder; give a new folder instead, e.g. {path / 'out' if target != here else 'out'}"
         )
 
@@ -131,8 +139,10 @@ def check_out_spares(out: Path, flag: str, inputs: Iterable[tuple[str, str | Pat
         source = Path(given).resolve()
         if source == target or target in source.parents:
             where = "is" if source == target else "holds"
-            raise OctlmError(f"{flag} {out} {where} {name} {given}, which this command reads, and a new output replaces {flag}; "
-                             f"choose another {flag} (the input is never changed)")
+            raise OctlmError(
+                f"{flag} {out} {where} {name} {given}, which this command reads, and a new output replaces {flag}; "
+                f"choose another {flag} (the input is never changed)"
+            )
 
 
 def make_folder(path: Path, flag: str = "--out") -> None:
@@ -140,7 +150,9 @@ def make_folder(path: Path, flag: str = "--out") -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise OctlmError(f"{flag} {path}: cannot create it ({err.strerror or err}); choose a folder you can write to") from None
+        raise OctlmError(
+            f"{flag} {path}: cannot create it ({err.strerror or err}); choose a folder you can write to"
+        ) from None
 
 
 def make_staging(path: Path, flag: str = "--out") -> Path:
@@ -159,7 +171,9 @@ def make_staging(path: Path, flag: str = "--out") -> Path:
         # The pid in the name tells a later command whether the owner still runs (remove_stale_staging).
         return Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-{os.getpid()}-", dir=path.parent))
     except OSError as err:
-        raise OctlmError(f"{flag} {path}: cannot write in {path.parent} ({err.strerror or err}); choose a folder you can write to") from None
+        raise OctlmError(
+            f"{flag} {path}: cannot write in {path.parent} ({err.strerror or err}); choose a folder you can write to"
+        ) from None
 
 
 def move_into_place(staging: Path, path: Path, flag: str = "--out") -> None:
@@ -185,14 +199,18 @@ def move_into_place(staging: Path, path: Path, flag: str = "--out") -> None:
                 os.replace(old, path)
             except OSError:
                 kept = f"; the earlier {path.name} is in {old}"
-        raise OctlmError(f"{flag} {path}: cannot move the finished output into place ({err.strerror or err}), so nothing was written "
-                         f"there{kept}; octlm builds {flag} beside it and renames it in, which a mount point or a read-only folder "
-                         f"refuses: give a new folder you can write to, e.g. {path / 'out'} when {path} is a mount point") from None
+        raise OctlmError(
+            f"{flag} {path}: cannot move the finished output into place ({err.strerror or err}), so nothing was "
+            "written "
+            f"there{kept}; octlm builds {flag} beside it and renames it in, which a mount point or a read-only folder "
+            f"refuses: give a new folder you can write to, e.g. {path / 'out'} when {path} is a mount point"
+        ) from None
     shutil.rmtree(old, ignore_errors=True)
 
 
 def remove_stale_staging(path: Path) -> list[Path]:
-    """Remove the hidden staging folders beside ``path`` whose owning process is gone (killed with -9), and say so on stderr.
+    """Remove the hidden staging folders beside ``path`` whose owning process is gone (killed with -9), and say so on
+    stderr.
 
     A staging folder is named ``.NAME.partial-PID-XXXX`` (:func:`make_staging`);
     one whose process still runs, or whose name holds no pid (made by an
@@ -200,13 +218,17 @@ def remove_stale_staging(path: Path) -> list[Path]:
     """
     removed = []
     for staging in path.parent.glob(f".{glob.escape(path.name)}.partial-*"):
-        pid = staging.name[len(path.name) + len(".") + len(".partial-"):].split("-")[0]
+        pid = staging.name[len(path.name) + len(".") + len(".partial-") :].split("-")[0]
         if pid.isascii() and pid.isdigit() and not _process_alive(int(pid)):
             shutil.rmtree(staging, ignore_errors=True)
             removed.append(staging)
     if removed:
-        print(f"warning: removed {len(removed)} staging folder(s) beside {path} left by an octlm process that no longer runs: "
-              f"{', '.join(p.name for p in removed)}", file=sys.stderr)
+        print(
+            f"warning: removed {len(removed)} staging folder(s) beside {path} left by an octlm process that no longer "
+            "runs: "
+            f"{', '.join(p.name for p in removed)}",
+            file=sys.stderr,
+        )
     return removed
 
 
@@ -220,5 +242,12 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["check_out_folder", "check_out_spares", "is_mount_point", "make_folder", "make_staging", "move_into_place",
-           "remove_stale_staging"]
+__all__ = [
+    "check_out_folder",
+    "check_out_spares",
+    "is_mount_point",
+    "make_folder",
+    "make_staging",
+    "move_into_place",
+    "remove_stale_staging",
+]

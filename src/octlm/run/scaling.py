@@ -1,4 +1,5 @@
-"""Running a RoPE model under a scaling: the one its run saved (``config.json``'s ``train.rope_scaling``) or one asked for now.
+"""Running a RoPE model under a scaling: the one its run saved (``config.json``'s ``train.rope_scaling``) or one asked
+for now.
 
 ``octlm train --rope-scaling`` trains under a scaling and saves it, so that
 :func:`octlm.run.load.load_run` runs the model as it was trained
@@ -30,21 +31,29 @@ def apply_scaling(model: Decoder, record: dict | None) -> None:
         scaling = RopeScaling(**record)
         model.set_rope_scaling(scaling.method, scaling.factor, scaling.original_length)
         if model.positions.scalings():
-            model.positions.set_rope_scaling(scaling)  # keeps the method's keys an imported run records (YaRN's betas, Llama 3's factors)
+            model.positions.set_rope_scaling(
+                scaling
+            )  # keeps the method's keys an imported run records (YaRN's betas, Llama 3's factors)
     except (TypeError, ValueError) as err:
         raise RunError(f"config.json: train.rope_scaling {record}: {err}") from None
 
 
 @dataclass
 class RopeScalingOptions:
-    """``--rope-scaling`` and ``--rope-factor``: run a trained RoPE model past its training length (sample, export-hf)."""
+    """``--rope-scaling`` and ``--rope-factor``: run a trained RoPE model past its training length (sample,
+    export-hf)."""
 
     rope_scaling: str | None = option(
-        None, "run a RoPE model past its training length without training: linear position interpolation, "
-        "NTK-aware base, dynamic NTK, YaRN or Llama 3's (default: none, plain RoPE)", choices=list(ROPE_SCALINGS))
+        None,
+        "run a RoPE model past its training length without training: linear position interpolation, "
+        "NTK-aware base, dynamic NTK, YaRN or Llama 3's (default: none, plain RoPE)",
+        choices=list(ROPE_SCALINGS),
+    )
     rope_factor: float | None = option(
-        None, "scale of --rope-scaling, >= 1: target length / training length (for dynamic-ntk the multiplier of "
-        "current length / training length; default 1 there); required for the others")
+        None,
+        "scale of --rope-scaling, >= 1: target length / training length (for dynamic-ntk the multiplier of "
+        "current length / training length; default 1 there); required for the others",
+    )
 
 
 def apply_rope_scaling(model: Decoder, method: str | None, factor: float | None) -> None:

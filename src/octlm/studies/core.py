@@ -53,9 +53,16 @@ def check_schemes(schemes: Sequence[str]) -> None:
         raise OctlmError(f"--schemes lists a scheme twice: {list(schemes)}")
 
 
-def prepare_study_folder(out: str, overwrite: bool, files: StudyFiles, inputs: Iterable[tuple[str, str]] = (),
-                         foreign: Callable[[RunFolder], list[str]] | None = None, is_study: Callable[[Path], bool] | None = None) -> Path:
-    """Create the study folder ``out`` (empty); an earlier study of this kind is replaced only with ``overwrite``, anything else never.
+def prepare_study_folder(
+    out: str,
+    overwrite: bool,
+    files: StudyFiles,
+    inputs: Iterable[tuple[str, str]] = (),
+    foreign: Callable[[RunFolder], list[str]] | None = None,
+    is_study: Callable[[Path], bool] | None = None,
+) -> Path:
+    """Create the study folder ``out`` (empty); an earlier study of this kind is replaced only with ``overwrite``,
+    anything else never.
 
     Args:
         inputs: ``(flag, path)`` of what the study reads (``--text``), which
@@ -76,11 +83,18 @@ def prepare_study_folder(out: str, overwrite: bool, files: StudyFiles, inputs: I
     def refuse(folder: RunFolder) -> str | None:
         if looks_like(path):
             return None
-        return f"--out {path}: holds files that are not an octlm {files.kind}, which octlm never replaces; choose a new or empty folder"
+        return (
+            f"--out {path}: holds files that are not an octlm {files.kind}, which octlm never replaces; choose a new "
+            "or empty folder"
+        )
 
     study = RunFolder(path)
-    study.check_target(overwrite, refuse, f"--out {path}: already holds a {files.kind}; choose another --out or pass --overwrite to replace it",
-                       foreign=foreign)
+    study.check_target(
+        overwrite,
+        refuse,
+        f"--out {path}: already holds a {files.kind}; choose another --out or pass --overwrite to replace it",
+        foreign=foreign,
+    )
     study.recreate()
     return path
 
@@ -106,4 +120,12 @@ def wrote_line(paths: Iterable[str], seconds: float) -> str:
     return f"wrote {listed} in {seconds / 60:.1f} minutes"
 
 
-__all__ = ["StudyFiles", "check_schemes", "mean_std", "prepare_study_folder", "study_seeds", "write_study", "wrote_line"]
+__all__ = [
+    "StudyFiles",
+    "check_schemes",
+    "mean_std",
+    "prepare_study_folder",
+    "study_seeds",
+    "write_study",
+    "wrote_line",
+]

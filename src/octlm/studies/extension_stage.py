@@ -25,8 +25,8 @@ import numpy as np
 
 from octlm.declare import replaced
 from octlm.model.positions import SCHEMES
-from octlm.train.evaluate import evaluate
 from octlm.report import Reporter, SilentReporter, TaggedReporter
+from octlm.train.evaluate import evaluate
 
 #: Curve points per fine-tune, after step 0.
 CURVE_POINTS = 4
@@ -43,7 +43,9 @@ def extensions() -> dict[str, tuple[str, str | None]]:
     with the most methods comes first, as the study's tables have always listed it.
     """
     ordered = sorted(SCHEMES.items(), key=lambda item: -len(item[1].extension_methods))
-    return {scheme if m is None else f"{scheme}+{m}": (scheme, m) for scheme, cls in ordered for m in cls.extension_methods}
+    return {
+        scheme if m is None else f"{scheme}+{m}": (scheme, m) for scheme, cls in ordered for m in cls.extension_methods
+    }
 
 
 def measure_steps(opts, timing_dir: Path, report: Reporter) -> dict:
@@ -60,14 +62,27 @@ def measure_steps(opts, timing_dir: Path, report: Reporter) -> dict:
     from octlm.train.launch import train
 
     scheme = next((s for s in opts.schemes if SCHEMES[s].times_length_study), opts.schemes[0])
-    timing = dataclasses.replace(opts.train_options(scheme, timing_dir), log_to=[], time_budget=None, max_steps=TIMING_STEPS, eval_interval=10**9,
-                                 final_eval_blocks=1, save_every=0)
+    timing = dataclasses.replace(
+        opts.train_options(scheme, timing_dir),
+        log_to=[],
+        time_budget=None,
+        max_steps=TIMING_STEPS,
+        eval_interval=10**9,
+        final_eval_blocks=1,
+        save_every=0,
+    )
     result = train(timing, SilentReporter(report, "timing"))
     shutil.rmtree(timing_dir, ignore_errors=True)
     per_step = result["train_seconds"] / max(result["steps"], 1)
     steps = max(1, int(opts.time_budget / per_step))
-    report.event("steps", f"{per_step:.3f}s per step ({scheme}, timed over {TIMING_STEPS} steps): every model trains {steps} steps "
-                 f"for the {opts.time_budget:g}s budget", steps=steps, seconds_per_step=per_step, timed_scheme=scheme)
+    report.event(
+        "steps",
+        f"{per_step:.3f}s per step ({scheme}, timed over {TIMING_STEPS} steps): every model trains {steps} steps "
+        f"for the {opts.time_budget:g}s budget",
+        steps=steps,
+        seconds_per_step=per_step,
+        timed_scheme=scheme,
+    )
     return {"steps": steps, "seconds_per_step": per_step, "timed_scheme": scheme, "time_budget": opts.time_budget}
 
 
@@ -80,11 +95,22 @@ def extension_options(opts, label: str, source_dir: Path, run_dir: Path, seed: i
     base = opts.train_options(scheme, run_dir, seed)
     steps = opts.extend_steps
     tuned = replaced(
-        base, init_from=str(source_dir), context_length=M * opts.train_length, batch_size=max(1, opts.batch_size // M),
-        max_steps=steps, time_budget=None, learning_rate=opts.extend_learning_rate, warmup_steps=max(1, steps // 10),
+        base,
+        init_from=str(source_dir),
+        context_length=M * opts.train_length,
+        batch_size=max(1, opts.batch_size // M),
+        max_steps=steps,
+        time_budget=None,
+        learning_rate=opts.extend_learning_rate,
+        warmup_steps=max(1, steps // 10),
         # Muon's rate, when it trains, falls with AdamW's: the fine-tune keeps the base run's ratio between them.
-        muon_lr=base.muon_lr * opts.extend_learning_rate / base.learning_rate if base.optimizer == "muon" else base.muon_lr,
-        save_every=max(1, steps // CURVE_POINTS), eval_interval=10**9, rope_scaling=method, rope_factor=float(M) if method else None,
+        muon_lr=base.muon_lr * opts.extend_learning_rate / base.learning_rate
+        if base.optimizer == "muon"
+        else base.muon_lr,
+        save_every=max(1, steps // CURVE_POINTS),
+        eval_interval=10**9,
+        rope_scaling=method,
+        rope_factor=float(M) if method else None,
     )
     return init_from_options(tuned, set())
 
@@ -94,16 +120,18 @@ def labels_for(schemes: list[str]) -> list[str]:
     return [label for label, (scheme, _) in extensions().items() if scheme in schemes]
 
 
-def fine_tune(opts, label: str, source_dir: Path, run_dir: Path, seed: int, scored: np.ndarray, device, report: Reporter) -> tuple[dict, list[dict]]:
+def fine_tune(
+    opts, label: str, source_dir: Path, run_dir: Path, seed: int, scored: np.ndarray, device, report: Reporter
+) -> tuple[dict, list[dict]]:
     """Fine-tune one extension and score it at ``M x T`` along the way; returns the train result and the curve rows.
 
     The curve points are read from the run's own ``model.safetensors``, which
     the run saves every ``N / 4`` steps, before the step after it runs.
     """
     from octlm.model import Decoder
-    from octlm.train.init_from import prepare_model
     from octlm.run.folder import RunFolder
     from octlm.run.load import load_run
+    from octlm.train.init_from import prepare_model
     from octlm.train.launch import train
 
     tuned = extension_options(opts, label, source_dir, run_dir, seed)
@@ -112,9 +140,23 @@ def fine_tune(opts, label: str, source_dir: Path, run_dir: Path, seed: int, scor
     curve: list[dict] = []
 
     def score(model, step: int) -> None:
-        result = evaluate(model.to(device).eval(), scored, tokenizer.bytes_per_token, length, max(1, opts.eval_tokens // length), None, device)
-        curve.append({"record": "curve", "label": label, "seed": seed, "step": step, "eval_length": length, "bpb": result.bpb})
-        report.event("curve", f"[{label} seed {seed}] after {step} steps: {result.bpb:.4f} bits per byte at {length}", **curve[-1])
+        result = evaluate(
+            model.to(device).eval(),
+            scored,
+            tokenizer.bytes_per_token,
+            length,
+            max(1, opts.eval_tokens // length),
+            None,
+            device,
+        )
+        curve.append(
+            {"record": "curve", "label": label, "seed": seed, "step": step, "eval_length": length, "bpb": result.bpb}
+        )
+        report.event(
+            "curve",
+            f"[{label} seed {seed}] after {step} steps: {result.bpb:.4f} bits per byte at {length}",
+            **curve[-1],
+        )
 
     start = Decoder(tuned.model_config(tokenizer.vocab_size, tokenizer.eot_id))
     prepare_model(start, tuned, load_source=True)
@@ -123,7 +165,6 @@ def fine_tune(opts, label: str, source_dir: Path, run_dir: Path, seed: int, scor
     def hook(step: int) -> None:
         if step > 0 and step % tuned.save_every == 0:
             score(load_run(run_dir, device)[0], step)
-
 
     result = train(tuned, TaggedReporter(report, f"{label}@{opts.extend_to}x"), step_hook=hook)
     score(load_run(run_dir, device)[0], result["steps"])
@@ -178,4 +219,14 @@ def curve_plot(curves: list[dict]) -> bytes:
     return png_bytes(fig)
 
 
-__all__ = ["CURVE_POINTS", "extensions", "EXTEND_PLOT", "curve_markdown", "curve_plot", "extension_options", "fine_tune", "labels_for", "measure_steps"]
+__all__ = [
+    "CURVE_POINTS",
+    "extensions",
+    "EXTEND_PLOT",
+    "curve_markdown",
+    "curve_plot",
+    "extension_options",
+    "fine_tune",
+    "labels_for",
+    "measure_steps",
+]

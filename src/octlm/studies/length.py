@@ -38,13 +38,21 @@ import numpy as np
 
 from octlm.errors import OctlmError
 from octlm.fileio import atomic_write
+from octlm.model.positions import SCHEMES
 from octlm.report import Reporter, TaggedReporter
 from octlm.run.folder import RunFolder
-from octlm.model.positions import SCHEMES
 from octlm.studies.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
-from octlm.studies.extension_stage import EXTEND_PLOT, curve_markdown, curve_plot, extensions, fine_tune, labels_for, measure_steps
-from octlm.studies.length_options import RUNS, LengthOptions, check_options, check_validation_length, validation_tokens
+from octlm.studies.extension_stage import (
+    EXTEND_PLOT,
+    curve_markdown,
+    curve_plot,
+    extensions,
+    fine_tune,
+    labels_for,
+    measure_steps,
+)
 from octlm.studies.length_attention import attention_markdown, attention_plot
+from octlm.studies.length_options import RUNS, LengthOptions, check_options, check_validation_length, validation_tokens
 from octlm.studies.length_scoring import eval_row, score_lengths, without_positions
 from octlm.studies.length_tables import format_tables, markdown_tables, mean_rows, plot
 from octlm.train.device import resolve_device, torch_settings
@@ -56,7 +64,8 @@ JSONL, PLOT, TABLE = FILES.jsonl, FILES.plot, FILES.table
 
 
 def prepare_study_dir(out: str, overwrite: bool, texts: list[str] = ()) -> Path:
-    """Create the study folder with its empty ``runs/``; an earlier length study is replaced only with ``overwrite``, anything else (its own ``--text`` included) never."""
+    """Create the study folder with its empty ``runs/``; an earlier length study is replaced only with ``overwrite``,
+    anything else (its own ``--text`` included) never."""
 
     def foreign(folder: RunFolder) -> list[str]:
         # The study's runs/ holds only its runs, each only what octlm wrote there.
@@ -70,7 +79,9 @@ def prepare_study_dir(out: str, overwrite: bool, texts: list[str] = ()) -> Path:
 
     path = Path(out)
     is_study = lambda p: (p / RUNS).is_dir() and all(child.name in FILES.names for child in p.iterdir())  # noqa: E731
-    prepare_study_folder(out, overwrite, FILES, [("--text", text) for text in texts], foreign=foreign, is_study=is_study)
+    prepare_study_folder(
+        out, overwrite, FILES, [("--text", text) for text in texts], foreign=foreign, is_study=is_study
+    )
     RunFolder(path / RUNS).create()
     return path
 
@@ -85,7 +96,10 @@ def _same_data(results: dict[str, dict]) -> None:
     first = next(iter(fingerprints.values()))
     differ = [s for s, f in fingerprints.items() if f != first]
     if differ:
-        raise OctlmError(f"the runs of {', '.join(differ)} prepared different tokens from the same text; the comparison would not be fair")
+        raise OctlmError(
+            f"the runs of {', '.join(differ)} prepared different tokens from the same text; the comparison would not "
+            "be fair"
+        )
 
 
 def _validation_stream(run_dir: Path) -> np.ndarray:
@@ -122,15 +136,25 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
     if opts.max_steps is None:  # equal training: the budget becomes one step count for every model
         steps = measure_steps(opts, out / RUNS / ".timing", report)
         opts = dataclasses.replace(opts, max_steps=steps["steps"])
-    report.event("study", f"length study: {len(opts.schemes)} models ({', '.join(opts.schemes)}) x {opts.seeds} seed{'' if opts.seeds == 1 else 's'}, {opts.max_steps} steps "
-                 f"each, T={T}, evaluated at {', '.join(map(str, lengths))} tokens", schemes=opts.schemes, lengths=lengths, options=dataclasses.asdict(opts))
+    report.event(
+        "study",
+        f"length study: {len(opts.schemes)} models ({', '.join(opts.schemes)}) x {opts.seeds} "
+        f"seed{'' if opts.seeds == 1 else 's'}, {opts.max_steps} steps "
+        f"each, T={T}, evaluated at {', '.join(map(str, lengths))} tokens",
+        schemes=opts.schemes,
+        lengths=lengths,
+        options=dataclasses.asdict(opts),
+    )
     seeds = study_seeds(opts.seed, opts.seeds)
     trained = _train_base(opts, out, seeds, report)
     val = _validation_stream(Path(next(iter(trained.values()))["run_dir"]))
     n_windows = check_validation_length(len(val), opts)  # the stream scored, which the check above predicted
     scored = np.asarray(val[: n_windows * max(lengths) + 1])
-    report.event("evaluate", f"evaluating on the first {len(scored) - 1:,} validation targets ({n_windows} windows of {max(lengths)})",
-                 targets=len(scored) - 1)
+    report.event(
+        "evaluate",
+        f"evaluating on the first {len(scored) - 1:,} validation targets ({n_windows} windows of {max(lengths)})",
+        targets=len(scored) - 1,
+    )
     t_eval = time.perf_counter()
     rows: list[dict] = []
     attention: list[dict] = []
@@ -142,14 +166,28 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
     if opts.extend_to:
         for seed in seeds:
             for label in labels_for(opts.schemes):
-                ext_rows, ext_attention, ext_train, curve = _extend_one(opts, label, seed, trained, out, scored, device, report)
+                ext_rows, ext_attention, ext_train, curve = _extend_one(
+                    opts, label, seed, trained, out, scored, device, report
+                )
                 rows, attention = rows + ext_rows, attention + ext_attention
                 train_rows.append(ext_train)
                 curves += curve
-    study = {"record": "study", "train_length": T, "lengths": lengths, "targets": len(scored) - 1, "equal_steps": steps, "options": dataclasses.asdict(opts)}
+    study = {
+        "record": "study",
+        "train_length": T,
+        "lengths": lengths,
+        "targets": len(scored) - 1,
+        "equal_steps": steps,
+        "options": dataclasses.asdict(opts),
+    }
     shown = mean_rows(rows)
     tables = format_tables(shown, T, lengths, train_rows)
-    markdown = markdown_tables(shown, T, lengths, train_rows) + (f"\n{curve_markdown(curves)}" if curves else "") + "\n" + attention_markdown(attention, T, lengths)
+    markdown = (
+        markdown_tables(shown, T, lengths, train_rows)
+        + (f"\n{curve_markdown(curves)}" if curves else "")
+        + "\n"
+        + attention_markdown(attention, T, lengths)
+    )
     write_study(out, FILES, [study, *train_rows, *rows, *curves, *attention], markdown, plot(shown, T, lengths))
     atomic_write(out / ATTENTION_PLOT, attention_plot(attention, T))
     if curves:
@@ -157,12 +195,24 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
         tables += "\n\n" + curve_markdown(curves)
     seconds = time.perf_counter() - t0
     result = {
-        "out": str(out), "train_length": T, "lengths": lengths, "targets": len(scored) - 1, "trained": train_rows,
-        "results": [without_positions(r) for r in rows], "curves": curves, "equal_steps": steps,
-        "jsonl": str(out / JSONL), "plot": str(out / PLOT), "table": str(out / TABLE), "attention_plot": str(out / ATTENTION_PLOT),
-        "seconds": seconds, "eval_seconds": time.perf_counter() - t_eval,
+        "out": str(out),
+        "train_length": T,
+        "lengths": lengths,
+        "targets": len(scored) - 1,
+        "trained": train_rows,
+        "results": [without_positions(r) for r in rows],
+        "curves": curves,
+        "equal_steps": steps,
+        "jsonl": str(out / JSONL),
+        "plot": str(out / PLOT),
+        "table": str(out / TABLE),
+        "attention_plot": str(out / ATTENTION_PLOT),
+        "seconds": seconds,
+        "eval_seconds": time.perf_counter() - t_eval,
     }
-    written = [result["jsonl"], result["table"], result["plot"], result["attention_plot"]] + ([str(out / EXTEND_PLOT)] if curves else [])
+    written = [result["jsonl"], result["table"], result["plot"], result["attention_plot"]] + (
+        [str(out / EXTEND_PLOT)] if curves else []
+    )
     text = f"{tables}\n\n{wrote_line(written, seconds)}"
     report.result(result, text)
     return result
@@ -180,7 +230,9 @@ def _train_base(opts: LengthOptions, out: Path, seeds: list[int], report: Report
     for seed in seeds:
         for scheme in opts.schemes:
             tag = scheme if opts.seeds == 1 else f"{scheme} seed {seed}"
-            result = train(opts.train_options(scheme, _run_dir(out, scheme, seed, opts), seed), TaggedReporter(report, tag))
+            result = train(
+                opts.train_options(scheme, _run_dir(out, scheme, seed, opts), seed), TaggedReporter(report, tag)
+            )
             trained[(scheme, seed)] = result
             if result.get("interrupted"):
                 raise KeyboardInterrupt
@@ -193,43 +245,67 @@ def _train_row(name: str, seed: int, result: dict, n_seeds: int) -> dict:
     return {"record": "train", "position": name, "seed": seed, **{k: v for k, v in result.items() if k in keep}}
 
 
-def _score_base(opts: LengthOptions, scheme: str, seed: int, run_dir: str, scored: np.ndarray, device, report: Reporter) -> list[dict]:
-    """A base model at every length, plain, under each RoPE scaling it takes (factor = length / T) and under each ``--attention-scales``."""
+def _score_base(
+    opts: LengthOptions, scheme: str, seed: int, run_dir: str, scored: np.ndarray, device, report: Reporter
+) -> list[dict]:
+    """A base model at every length, plain, under each RoPE scaling it takes (factor = length / T) and under each
+    ``--attention-scales``."""
     from octlm.run.load import load_run
 
     model, tokenizer = load_run(run_dir, device)
     rows: list[dict] = []
     attention: list[dict] = []
     for method in [None, *(m for m in opts.rope_scalings if m in SCHEMES[scheme].scalings())]:
+
         def factor(m: int, method=method) -> float | None:
             return None if method is None else (1.0 if method == "dynamic-ntk" else float(m))
 
         def make_row(m: int, length: int, method=method) -> dict:
             return {**eval_row(scheme, method, factor(m), m, length), "seed": seed}
 
-        scores, looks = score_lengths(opts, model, tokenizer, make_row, scored, device, report,
-                                      lambda m, method=method: model.set_rope_scaling(method, factor(m) or 1.0))
+        scores, looks = score_lengths(
+            opts,
+            model,
+            tokenizer,
+            make_row,
+            scored,
+            device,
+            report,
+            lambda m, method=method: model.set_rope_scaling(method, factor(m) or 1.0),
+        )
         rows += scores
         attention += looks
     model.set_rope_scaling(None)
     for attention_scale in opts.attention_scales:  # the same weights, scored with the logits scaled past T
         trained_scale = model.config.attention_scale
         model.set_attention_scale(attention_scale)
-        scores, looks = score_lengths(opts, model, tokenizer, lambda m, L: {**eval_row(scheme, None, None, m, L, attention_scale), "seed": seed},
-                                      scored, device, report, lambda m: None)
+        scores, looks = score_lengths(
+            opts,
+            model,
+            tokenizer,
+            lambda m, L, scale=attention_scale: {**eval_row(scheme, None, None, m, L, scale), "seed": seed},
+            scored,
+            device,
+            report,
+            lambda m: None,
+        )
         model.set_attention_scale(trained_scale)
         rows, attention = rows + scores, attention + looks
     return rows, attention
 
 
-def _extend_one(opts: LengthOptions, label: str, seed: int, trained: dict, out: Path, scored: np.ndarray, device, report: Reporter):
+def _extend_one(
+    opts: LengthOptions, label: str, seed: int, trained: dict, out: Path, scored: np.ndarray, device, report: Reporter
+):
     """Fine-tune one extension method from its base run and score it at every length under its saved scaling."""
     from octlm.run.load import load_run
 
     scheme, method = extensions()[label]
     name = f"{label}@{opts.extend_to}x"
     run_dir = _run_dir(out, name, seed, opts)
-    result, curve = fine_tune(opts, label, Path(trained[(scheme, seed)]["run_dir"]), run_dir, seed, scored, device, report)
+    result, curve = fine_tune(
+        opts, label, Path(trained[(scheme, seed)]["run_dir"]), run_dir, seed, scored, device, report
+    )
     model, tokenizer = load_run(run_dir, device)
 
     def make_row(m: int, length: int) -> dict:

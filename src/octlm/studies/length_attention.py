@@ -16,6 +16,7 @@ scheme scoring distances it never saw.
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import numpy as np
 import torch
@@ -29,12 +30,18 @@ from octlm.studies.length_tables import log_buckets
 #: Validation tokens per evaluation length whose attention the study records (at least one window).
 ATTENTION_TOKENS = 4096
 #: The statistics kept per layer and head, and how the tables name them.
-SUMMARY = {"mean_entropy": "entropy (nats)", "mean_distance": "distance (tokens)", "sink_mass": "first-token mass", "max_logit": "largest logit"}
+SUMMARY = {
+    "mean_entropy": "entropy (nats)",
+    "mean_distance": "distance (tokens)",
+    "sink_mass": "first-token mass",
+    "max_logit": "largest logit",
+}
 
 
 @torch.no_grad()
 def attention_record(model, scored: np.ndarray, length: int, train_length: int, device, row: dict) -> dict:
-    """The ``attention`` record of ``model`` at ``length`` tokens, for the eval ``row`` it sits beside in ``length.jsonl``.
+    """The ``attention`` record of ``model`` at ``length`` tokens, for the eval ``row`` it sits beside in
+    ``length.jsonl``.
 
     Windows of ``length`` tokens from the start of ``scored``, one at a time
     (a map takes ``8 * H * length**2`` bytes per layer). Entropy by query is
@@ -50,15 +57,26 @@ def attention_record(model, scored: np.ndarray, length: int, train_length: int, 
         with record_attention(model) as maps:
             model(ids)
         stats = attention_statistics(maps.probabilities, maps.logits)
-        part = {name: getattr(stats, name).double().cpu() for name in ("entropy", "mean_entropy", "mean_distance", "sink_mass")}
+        part = {
+            name: getattr(stats, name).double().cpu()
+            for name in ("entropy", "mean_entropy", "mean_distance", "sink_mass")
+        }
         totals = part if totals is None else {name: totals[name] + part[name] for name in part}
         largest = stats.max_logit.cpu() if largest is None else torch.maximum(largest, stats.max_logit.cpu())
     mean = {name: value / windows for name, value in totals.items()}
     edges = log_buckets(length, first=max(1, train_length // 16))
-    entropy = torch.stack([mean["entropy"][..., a:b].mean(dim=-1) for a, b in zip(edges, edges[1:])], dim=-1)
-    record = {"record": "attention", "label": row["label"], "position": row["position"], "seed": row.get("seed"), "eval_length": length,
-              "windows": windows, "query_positions": [round(math.sqrt((a + 1) * b), 2) for a, b in zip(edges, edges[1:])],
-              "entropy": entropy.tolist(), "max_logit": largest.tolist()}
+    entropy = torch.stack([mean["entropy"][..., a:b].mean(dim=-1) for a, b in pairwise(edges)], dim=-1)
+    record = {
+        "record": "attention",
+        "label": row["label"],
+        "position": row["position"],
+        "seed": row.get("seed"),
+        "eval_length": length,
+        "windows": windows,
+        "query_positions": [round(math.sqrt((a + 1) * b), 2) for a, b in pairwise(edges)],
+        "entropy": entropy.tolist(),
+        "max_logit": largest.tolist(),
+    }
     record.update({name: mean[name].tolist() for name in ("mean_entropy", "mean_distance", "sink_mass")})
     return _rounded(record)
 
@@ -88,13 +106,22 @@ def _over_heads(records: list[dict], name: str) -> float:
 
 
 def attention_markdown(records: list[dict], train_length: int, lengths: list[int]) -> str:
-    """Tables of the attention statistics, one per statistic: a row per model, a column per length (over layers and heads)."""
+    """Tables of the attention statistics, one per statistic: a row per model, a column per length (over layers and
+    heads)."""
     grid = _grid(records)
-    lines = [f"Attention by evaluation length (trained at T = {train_length}; over every layer and head, and the seeds; the largest "
-             f"logit is the maximum). Uniform attention over n keys has entropy ln n and distance (n - 1) / 2.", ""]
+    lines = [
+        f"Attention by evaluation length (trained at T = {train_length}; over every layer and head, and the seeds; the "
+        "largest "
+        f"logit is the maximum). Uniform attention over n keys has entropy ln n and distance (n - 1) / 2.",
+        "",
+    ]
     for name, title in SUMMARY.items():
-        lines += [f"**{title}**", "", "| model | " + " | ".join(f"{L // train_length}x ({L})" for L in lengths) + " |",
-                  "| --- |" + " ---: |" * len(lengths)]
+        lines += [
+            f"**{title}**",
+            "",
+            "| model | " + " | ".join(f"{L // train_length}x ({L})" for L in lengths) + " |",
+            "| --- |" + " ---: |" * len(lengths),
+        ]
         for label, cells in grid.items():
             shown = [f"{_over_heads(cells[L], name):.3g}" if L in cells else "n/a" for L in lengths]
             lines.append(f"| `{label}` | " + " | ".join(shown) + " |")
@@ -103,7 +130,8 @@ def attention_markdown(records: list[dict], train_length: int, lengths: list[int
 
 
 def attention_plot(records: list[dict], train_length: int) -> bytes:
-    """PNG bytes: one panel per model, one line per length: attention entropy (nats, over layers and heads) against query position."""
+    """PNG bytes: one panel per model, one line per length: attention entropy (nats, over layers and heads) against
+    query position."""
     from octlm.inspect.figures import Figure, png_bytes
 
     grid = _grid(records)
@@ -113,7 +141,8 @@ def attention_plot(records: list[dict], train_length: int) -> bytes:
     axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
     lengths = sorted({L for cells in grid.values() for L in cells})
     colours = {L: f"C{i % 10}" for i, L in enumerate(lengths)}
-    for ax, (label, cells) in zip(axes.flat, grid.items()):
+    # the grid may have spare panels past the last figure
+    for ax, (label, cells) in zip(axes.flat, grid.items(), strict=False):
         for L, group in cells.items():
             curve = np.mean([np.mean(r["entropy"], axis=(0, 1)) for r in group], axis=0)
             ax.plot(group[0]["query_positions"], curve, color=colours[L], label=f"{L}")
@@ -123,7 +152,7 @@ def attention_plot(records: list[dict], train_length: int) -> bytes:
         ax.set_xscale("log", base=2)
         ax.set_title(label, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
-    for ax in axes.flat[len(grid):]:
+    for ax in axes.flat[len(grid) :]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel("attention entropy (nats)")
@@ -132,10 +161,21 @@ def attention_plot(records: list[dict], train_length: int) -> bytes:
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=colours[L], label=str(L)) for L in lengths]
-    fig.legend(handles=handles, title="evaluation length (tokens)", loc="upper center", bbox_to_anchor=(0.5, 0.965), fontsize=7,
-               title_fontsize=7, ncol=len(lengths))
-    fig.suptitle(f"attention entropy by query position at each evaluation length (dashed: T = {train_length}; dotted: ln n, uniform over n keys)",
-                 fontsize=10, y=0.995)
+    fig.legend(
+        handles=handles,
+        title="evaluation length (tokens)",
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.965),
+        fontsize=7,
+        title_fontsize=7,
+        ncol=len(lengths),
+    )
+    fig.suptitle(
+        f"attention entropy by query position at each evaluation length (dashed: T = {train_length}; dotted: ln n, "
+        "uniform over n keys)",
+        fontsize=10,
+        y=0.995,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.92))
     return png_bytes(fig)
 

@@ -1,4 +1,5 @@
-"""The options of the text study, ``octlm length --text``: :class:`LengthOptions`, and the checks they must pass before anything is trained."""
+"""The options of the text study, ``octlm length --text``: :class:`LengthOptions`, and the checks they must pass before
+anything is trained."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from typing import Any
 
 from octlm.declare import Bound, at_least, check_fields, flag, option, option_default, option_fields, refused, same_as
 from octlm.errors import OctlmError
-from octlm.model.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, length_study_schemes, schemes_taking, task_study_schemes
+from octlm.model.positions import (
+    ROPE_SCALINGS,
+    SCHEME_NAMES,
+    SCHEMES,
+    length_study_schemes,
+    schemes_taking,
+    task_study_schemes,
+)
 from octlm.model.positions.base import with_scheme_options
 from octlm.studies.core import check_schemes
 from octlm.studies.extension_stage import labels_for
@@ -44,7 +52,10 @@ def _default(cls, name: str) -> Any:
 
 def _task_default(name: str, what: str) -> str:
     """Help text of an option whose default differs between the text and the task study (one flag serves both)."""
-    return f"{what} (default: {_default(TrainOptions, name):g} as octlm train; with --task {_default(TaskOptions, name):g})"
+    return (
+        f"{what} (default: {_default(TrainOptions, name):g} as octlm train; with --task "
+        f"{_default(TaskOptions, name):g})"
+    )
 
 
 @dataclass
@@ -59,68 +70,142 @@ class LengthOptions:
     The task study's options (``--task``) are :class:`octlm.studies.task.TaskOptions`.
     """
 
-    text: list[str] = same_as(TrainOptions, "text", help="text, JSON Lines, Parquet or CSV files (also compressed) or folders of them "
-                                "(the same split, tokenizer and seed for every model)")
-    out: str | None = option(None, "study folder to create: runs/<scheme>/, length.jsonl, length.png, length.md (with --task: tasks.jsonl, "
-                             "tasks.md, tasks.png, and ranking.png for several tasks)")
+    text: list[str] = same_as(
+        TrainOptions,
+        "text",
+        help="text, JSON Lines, Parquet or CSV files (also compressed) or folders of them "
+        "(the same split, tokenizer and seed for every model)",
+    )
+    out: str | None = option(
+        None,
+        "study folder to create: runs/<scheme>/, length.jsonl, length.png, length.md (with --task: tasks.jsonl, "
+        "tasks.md, tasks.png, and ranking.png for several tasks)",
+    )
     # The study checks its budget itself (one of --time-budget and --max-steps must hold), so no train bound here.
     time_budget: float | None = same_as(
-        TrainOptions, "time_budget", default=DEFAULT_TIME_BUDGET, bounds=None,
-        help=f"seconds of training per model, timed once into one step count for every model (default {DEFAULT_TIME_BUDGET:g}; "
-        f"the whole default study, extension stage included, took {MEASURED_MINUTES} minutes on tinyshakespeare with --threads 1 "
-        "on a quiet 2-core machine, both readings and the attention records included, within the 30 minutes it is sized for on 2 CPU cores; 30 gives a quick look)")
-    max_steps: int | None = same_as(TrainOptions, "max_steps", help="train each model for exactly this many steps instead of --time-budget (reproducible; length.jsonl then records time_budget null); "
-                                     f"with --task the only budget (default {TASK_STEPS} for one task, {ALL_TASKS_STEPS} for several)")
-    train_length: int = same_as(TrainOptions, "context_length", help="context length T the models train on (tokens)", bounds=at_least(2, "tokens"))
-    multipliers: list[int] = option([1, 2, 4, 8, 16], "evaluation lengths as multiples of T (with --task: sizes as multiples of "
-                                    f"--task-length, default {' '.join(map(str, TASK_MULTIPLIERS))})", bounds=Bound(1, says="integers >= 1"), nargs="+", metavar="M")
+        TrainOptions,
+        "time_budget",
+        default=DEFAULT_TIME_BUDGET,
+        bounds=None,
+        help="seconds of training per model, timed once into one step count for every model (default "
+        f"{DEFAULT_TIME_BUDGET:g}; "
+        f"the whole default study, extension stage included, took {MEASURED_MINUTES} minutes on tinyshakespeare with "
+        "--threads 1 "
+        "on a quiet 2-core machine, both readings and the attention records included, within the 30 minutes it is "
+        "sized for on 2 CPU cores; 30 gives a quick look)",
+    )
+    max_steps: int | None = same_as(
+        TrainOptions,
+        "max_steps",
+        help="train each model for exactly this many steps instead of --time-budget (reproducible; length.jsonl then "
+        "records time_budget null); "
+        f"with --task the only budget (default {TASK_STEPS} for one task, {ALL_TASKS_STEPS} for several)",
+    )
+    train_length: int = same_as(
+        TrainOptions,
+        "context_length",
+        help="context length T the models train on (tokens)",
+        bounds=at_least(2, "tokens"),
+    )
+    multipliers: list[int] = option(
+        [1, 2, 4, 8, 16],
+        "evaluation lengths as multiples of T (with --task: sizes as multiples of "
+        f"--task-length, default {' '.join(map(str, TASK_MULTIPLIERS))})",
+        bounds=Bound(1, says="integers >= 1"),
+        nargs="+",
+        metavar="M",
+    )
     # The default is read from the registry when used: each scheme says whether the study trains it, in table order.
     schemes: list[str] = option(
-        length_study_schemes, "position schemes to train and compare (default: those the text study trains, in registration order: "
-        f"{' '.join(length_study_schemes())}; with --task: {' '.join(task_study_schemes())})", nargs="+", choices=SCHEME_NAMES,
-        metavar="SCHEME")
+        length_study_schemes,
+        "position schemes to train and compare (default: those the text study trains, in registration order: "
+        f"{' '.join(length_study_schemes())}; with --task: {' '.join(task_study_schemes())})",
+        nargs="+",
+        choices=SCHEME_NAMES,
+        metavar="SCHEME",
+    )
     rope_scalings: list[str] | None = option(
-        None, f"RoPE context-extension methods to evaluate the rope model under (default: {' '.join(ROPE_SCALINGS)} when rope is "
-        "among --schemes, else none)", nargs="*", choices=list(ROPE_SCALINGS), metavar="METHOD")
+        None,
+        f"RoPE context-extension methods to evaluate the rope model under (default: {' '.join(ROPE_SCALINGS)} when "
+        "rope is "
+        "among --schemes, else none)",
+        nargs="*",
+        choices=list(ROPE_SCALINGS),
+        metavar="METHOD",
+    )
     attention_scales: list[str] = option(
-        [], "also score every base model with its query-key logits past T multiplied by log(n) / log(T) (octlm train --attention-scale; "
-        "rows <scheme>+logn; within T the model is the same): log, or none of them (the default, to keep the default study's time)",
-        nargs="*", choices=["log"], metavar="SCALE")
+        [],
+        "also score every base model with its query-key logits past T multiplied by log(n) / log(T) (octlm train "
+        "--attention-scale; "
+        "rows <scheme>+logn; within T the model is the same): log, or none of them (the default, to keep the default "
+        "study's time)",
+        nargs="*",
+        choices=["log"],
+        metavar="SCALE",
+    )
     document_mask: bool = same_as(TrainOptions, "document_mask")
     vocab_size: int = same_as(TrainOptions, "vocab_size")
     d_model: int = same_as(TrainOptions, "d_model", help=_task_default("d_model", "model width C"))
     n_heads: int = same_as(TrainOptions, "n_heads")
     n_layers: int = same_as(TrainOptions, "n_layers", help=_task_default("n_layers", "transformer blocks"))
     batch_size: int = same_as(TrainOptions, "batch_size")
-    learning_rate: float = same_as(TrainOptions, "learning_rate", help=_task_default("learning_rate", "peak AdamW learning rate"))
+    learning_rate: float = same_as(
+        TrainOptions, "learning_rate", help=_task_default("learning_rate", "peak AdamW learning rate")
+    )
     optimizer: str = same_as(TrainOptions, "optimizer")
     muon_lr: float = same_as(TrainOptions, "muon_lr")
     muon_momentum: float = same_as(TrainOptions, "muon_momentum")
     muon_weight_decay: float = same_as(TrainOptions, "muon_weight_decay")
-    eval_tokens: int = option(8192, "tokens per evaluation forward pass (windows per batch = this / length)", bounds=at_least(1))
-    eval_stride: int | None = option(None, "the sliding-window reading: tokens between window starts at every length L, each window scoring "
-                                     "only its last S targets, so every target after the first window sees at least L - S tokens (default: "
-                                     "L / 2 at each length, at twice the cost of the non-overlapping reading; S >= L gives that reading)",
-                                     bounds=at_least(1, "tokens"), metavar="S")
+    eval_tokens: int = option(
+        8192, "tokens per evaluation forward pass (windows per batch = this / length)", bounds=at_least(1)
+    )
+    eval_stride: int | None = option(
+        None,
+        "the sliding-window reading: tokens between window starts at every length L, each window scoring "
+        "only its last S targets, so every target after the first window sees at least L - S tokens (default: "
+        "L / 2 at each length, at twice the cost of the non-overlapping reading; S >= L gives that reading)",
+        bounds=at_least(1, "tokens"),
+        metavar="S",
+    )
     encoding: str = same_as(TrainOptions, "encoding")
     text_field: str = same_as(TrainOptions, "text_field")
     skip_bad_records: bool = same_as(TrainOptions, "skip_bad_records")
-    log_to: list[str] = same_as(TrainOptions, "log_to", help="experiment trackers (tensorboard, mlflow) to log each model to, as its own run "
-                                "filed under the study folder's name (tensorboard --logdir STUDY shows them together); with --task in "
-                                "runs/<task>/<row>-seed<seed>/, with the final exact match at each size")
+    log_to: list[str] = same_as(
+        TrainOptions,
+        "log_to",
+        help="experiment trackers (tensorboard, mlflow) to log each model to, as its own run "
+        "filed under the study folder's name (tensorboard --logdir STUDY shows them together); with --task in "
+        "runs/<task>/<row>-seed<seed>/, with the final exact match at each size",
+    )
     val_fraction: float = same_as(TrainOptions, "val_fraction")
     seed: int = same_as(TrainOptions, "seed", help="random seed, the same for every model")
     device: str = same_as(TrainOptions, "device")
     threads: int | None = same_as(TrainOptions, "threads")
     overwrite: bool = option(False, "replace an existing study folder at --out")
-    seeds: int = option(1, "train every model (base and extended) with this many seeds (--seed, --seed + 1, ...); tables show "
-                        f"mean ± std (default: 1; with --task {TASK_SEEDS})", bounds=at_least(1))
-    extend_to: int = option(DEFAULT_EXTEND_TO, "extension stage: fine-tune a copy of each model at this multiple M of T "
-                            "(octlm train --init-from); 0 skips the stage", check=_check_extend_to, metavar="M")
-    extend_steps: int = option(100, "fine-tuning steps of each extension (curve points after 0, N/4, N/2, 3N/4 and N)", bounds=at_least(1),
-                               metavar="N")
-    extend_learning_rate: float = option(1e-3, "peak learning rate of the fine-tunes", bounds=Bound(0, math.inf, low_open=True, high_open=True,
-                                                                                                  says="a finite number > 0"))
+    seeds: int = option(
+        1,
+        "train every model (base and extended) with this many seeds (--seed, --seed + 1, ...); tables show "
+        f"mean ± std (default: 1; with --task {TASK_SEEDS})",
+        bounds=at_least(1),
+    )
+    extend_to: int = option(
+        DEFAULT_EXTEND_TO,
+        "extension stage: fine-tune a copy of each model at this multiple M of T "
+        "(octlm train --init-from); 0 skips the stage",
+        check=_check_extend_to,
+        metavar="M",
+    )
+    extend_steps: int = option(
+        100,
+        "fine-tuning steps of each extension (curve points after 0, N/4, N/2, 3N/4 and N)",
+        bounds=at_least(1),
+        metavar="N",
+    )
+    extend_learning_rate: float = option(
+        1e-3,
+        "peak learning rate of the fine-tunes",
+        bounds=Bound(0, math.inf, low_open=True, high_open=True, says="a finite number > 0"),
+    )
 
     # ... then every position scheme's options (with_scheme_options): each model takes those its scheme reads.
 
@@ -132,7 +217,8 @@ class LengthOptions:
             scalings = scalings_taken(self.schemes)
         # --max-steps replaces the budget (train_options drops it), so the record must not claim one.
         budget = None if self.max_steps is not None else self.time_budget
-        # The extension stage scores at M x T, so that length is among the evaluated ones (when some scheme has a method).
+        # The extension stage scores at M x T, so that length is among the evaluated ones (when some scheme has a
+        # method).
         extending = self.extend_to and labels_for(self.schemes)
         multipliers = sorted(set(self.multipliers) | ({self.extend_to} if extending else set()))
         return dataclasses.replace(self, rope_scalings=list(scalings), time_budget=budget, multipliers=multipliers)
@@ -140,7 +226,11 @@ class LengthOptions:
     def train_options(self, scheme: str, run_dir: Path, seed: int | None = None) -> TrainOptions:
         """The ``octlm train`` options of one model of the study: the shared ones by name, the rest fixed."""
         unread = scheme_options(scheme)[1]
-        shared = {f.metadata["same_as"]: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("same_as") not in unread | {None}}
+        shared = {
+            f.metadata["same_as"]: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.metadata.get("same_as") not in unread | {None}
+        }
         shared.update(text=list(self.text), time_budget=None if self.max_steps is not None else self.time_budget)
         shared["log_group"] = run_dir.parent.parent.name  # the study folder's name: its models, grouped in the tracker
         if seed is not None:
@@ -156,23 +246,33 @@ def scalings_taken(schemes: list[str]) -> list[str]:
 def check_options(opts: LengthOptions) -> None:
     """Reject options that cannot work, naming the flag; nothing is written before this passes."""
     if not opts.text:
-        raise OctlmError("--text: give at least one text file or folder, e.g. --text tinyshakespeare (the corpus built into octlm)")
+        raise OctlmError(
+            "--text: give at least one text file or folder, e.g. --text tinyshakespeare (the corpus built into octlm)"
+        )
     if opts.out is None:
         raise OctlmError("--out: give the study folder to create, e.g. --out runs/length")
     if opts.max_steps is None and (opts.time_budget is None or not opts.time_budget > 0):
-        raise OctlmError(f"--time-budget must be a positive number of seconds (or give --max-steps), got {opts.time_budget}")
+        raise OctlmError(
+            f"--time-budget must be a positive number of seconds (or give --max-steps), got {opts.time_budget}"
+        )
     check_fields(opts)
     untaken = [m for m in opts.rope_scalings or [] if m not in scalings_taken(opts.schemes)]
     if untaken:
         takers = schemes_taking(untaken[0])
         named = takers[0] if len(takers) == 1 else f"{', '.join(takers[:-1])} or {takers[-1]}"
-        raise OctlmError(f"--rope-scalings needs the {named} model: add {takers[0]} to --schemes or pass --rope-scalings with no methods")
+        raise OctlmError(
+            f"--rope-scalings needs the {named} model: add {takers[0]} to --schemes or pass --rope-scalings with no "
+            "methods"
+        )
     check_schemes(opts.schemes)
     fields = {f.name: f for f in dataclasses.fields(opts)}
     for name in set.intersection(*(scheme_options(s)[1] for s in opts.schemes)) & set(fields):
         if getattr(opts, name) != option_default(fields[name]):
-            raise OctlmError(f"{flag(name)} {getattr(opts, name)} means nothing for --schemes {' '.join(opts.schemes)}: none of them reads it; "
-                             f"drop {flag(name)}, or add a scheme that reads it")
+            raise OctlmError(
+                f"{flag(name)} {getattr(opts, name)} means nothing for --schemes {' '.join(opts.schemes)}: none of "
+                "them reads it; "
+                f"drop {flag(name)}, or add a scheme that reads it"
+            )
     for scheme in opts.schemes:
         try:
             train_opts = opts.train_options(scheme, Path(opts.out) / RUNS / scheme)
@@ -188,8 +288,8 @@ def validation_tokens(opts: LengthOptions) -> int:
     is what lets the study refuse a too-long evaluation length before it
     trains anything.
     """
-    from octlm.train.corpus import split_and_tokenize
     from octlm.data.tokens import encode_stream
+    from octlm.train.corpus import split_and_tokenize
 
     # Every model of the study reads the same text; only the text options matter here, not the folder.
     text = split_and_tokenize(opts.train_options(opts.schemes[0], Path(RUNS)))
@@ -209,12 +309,27 @@ def check_validation_length(n_tokens: int, opts: LengthOptions) -> int:
     if n_windows >= 1:
         return n_windows
     supported = (n_tokens - 1) // T
-    fix = (f"lower --multipliers to at most {supported} (the longest length this text supports is {supported * T} tokens), "
-           if supported >= 1 else "lower --train-length, ")
+    fix = (
+        f"lower --multipliers to at most {supported} (the longest length this text supports is {supported * T} "
+        "tokens), "
+        if supported >= 1
+        else "lower --train-length, "
+    )
     raise OctlmError(
-        f"--multipliers {longest_m}: the validation split holds {n_tokens} tokens, fewer than one window of {longest + 1} for "
+        f"--multipliers {longest_m}: the validation split holds {n_tokens} tokens, fewer than one window of "
+        f"{longest + 1} for "
         f"the longest length ({longest_m} x {T}); {fix}give more text or raise --val-fraction (now {opts.val_fraction})"
     )
 
 
-__all__ = ["DEFAULT_EXTEND_TO", "DEFAULT_TIME_BUDGET", "MEASURED_MINUTES", "RUNS", "LengthOptions", "check_options", "check_validation_length", "scalings_taken", "validation_tokens"]
+__all__ = [
+    "DEFAULT_EXTEND_TO",
+    "DEFAULT_TIME_BUDGET",
+    "MEASURED_MINUTES",
+    "RUNS",
+    "LengthOptions",
+    "check_options",
+    "check_validation_length",
+    "scalings_taken",
+    "validation_tokens",
+]

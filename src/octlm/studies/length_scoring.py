@@ -37,10 +37,21 @@ def stride_at(length: int, opts: LengthOptions) -> int:
 SCALE_LABELS = {"log": "logn"}
 
 
-def eval_row(scheme: str, method: str | None, factor: float | None, multiplier: int, length: int, attention_scale: str = NO_SCALE) -> dict:
-    """An eval record's identity: ``label`` is the scheme, with ``+method`` under a RoPE scaling or ``+logn`` under the log attention scale."""
+def eval_row(
+    scheme: str, method: str | None, factor: float | None, multiplier: int, length: int, attention_scale: str = NO_SCALE
+) -> dict:
+    """An eval record's identity: ``label`` is the scheme, with ``+method`` under a RoPE scaling or ``+logn`` under the
+    log attention scale."""
     label = scheme if method is None else f"{scheme}+{method}"
-    row = {"record": "eval", "label": label, "position": scheme, "rope_scaling": method, "rope_factor": factor, "multiplier": multiplier, "eval_length": length}
+    row = {
+        "record": "eval",
+        "label": label,
+        "position": scheme,
+        "rope_scaling": method,
+        "rope_factor": factor,
+        "multiplier": multiplier,
+        "eval_length": length,
+    }
     if attention_scale != NO_SCALE:
         row.update(label=f"{label}+{SCALE_LABELS[attention_scale]}", attention_scale=attention_scale)
     return row
@@ -50,7 +61,12 @@ def _scored(row: dict, result) -> dict:
     """Fill an eval row: totals, and per window position the mean loss (nats) and the bytes of its targets."""
     nats = np.asarray(result.position_nats)
     row.update(
-        status="ok", bpb=result.bpb, loss=result.loss, tokens=result.tokens, bytes=result.bytes, windows=result.blocks,
+        status="ok",
+        bpb=result.bpb,
+        loss=result.loss,
+        tokens=result.tokens,
+        bytes=result.bytes,
+        windows=result.blocks,
         position_loss=[round(float(v), 6) for v in nats / result.blocks],
         position_bytes=[int(v) for v in result.position_bytes],
     )
@@ -61,8 +77,11 @@ def without_positions(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith("position_")}
 
 
-def score_lengths(opts: LengthOptions, model, tokenizer, make_row, scored: np.ndarray, device, report: Reporter, scale) -> tuple[list[dict], list[dict]]:
-    """Score ``model`` at every evaluation length, both readings and its attention; ``scale(m)`` sets its scaling first (or leaves it).
+def score_lengths(
+    opts: LengthOptions, model, tokenizer, make_row, scored: np.ndarray, device, report: Reporter, scale
+) -> tuple[list[dict], list[dict]]:
+    """Score ``model`` at every evaluation length, both readings and its attention; ``scale(m)`` sets its scaling first
+    (or leaves it).
 
     Returns ``(eval rows, attention records)``. Past a learned table's rows
     the row says so (:data:`NOT_AVAILABLE`) and has neither reading nor attention.
@@ -76,13 +95,19 @@ def score_lengths(opts: LengthOptions, model, tokenizer, make_row, scored: np.nd
         else:
             scale(m)
             batch = max(1, opts.eval_tokens // length)
-            _scored(row, evaluate(model, scored, tokenizer.bytes_per_token, length, batch, None, device, per_position=True))
+            _scored(
+                row, evaluate(model, scored, tokenizer.bytes_per_token, length, batch, None, device, per_position=True)
+            )
             stride = stride_at(length, opts)
             slid = evaluate_sliding(model, scored, tokenizer.bytes_per_token, length, stride, batch, device)
             row.update(sliding_bpb=slid.bpb, sliding_loss=slid.loss, eval_stride=stride, sliding_windows=slid.blocks)
             attention.append(attention_record(model, scored, length, opts.train_length, device, row))
         rows.append(row)
-        shown = row["status"] if row["bpb"] is None else f"{row['bpb']:.4f} bits per byte, {row['sliding_bpb']:.4f} sliding (stride {stride})"
+        shown = (
+            row["status"]
+            if row["bpb"] is None
+            else f"{row['bpb']:.4f} bits per byte, {row['sliding_bpb']:.4f} sliding (stride {stride})"
+        )
         report.event("length", f"{row['label']:>18} at {length:>6} tokens: {shown}", **without_positions(row))
     return rows, attention
 

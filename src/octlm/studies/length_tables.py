@@ -7,6 +7,7 @@ several seeds :func:`mean_rows` folds them into one row per label and length.
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from octlm.studies.core import mean_std
 READINGS = {"bpb": "non-overlapping windows", "sliding_bpb": "sliding windows"}
 
 NOT_AVAILABLE = "n/a (no rows past T)"
+
 
 def position_curve(row: dict, first: int = 1, per_octave: int = 4) -> tuple[np.ndarray, np.ndarray]:
     """Bits per byte along a window, in buckets evenly spaced on a log scale of the position.
@@ -31,7 +33,7 @@ def position_curve(row: dict, first: int = 1, per_octave: int = 4) -> tuple[np.n
     nbytes = np.asarray(row["position_bytes"])
     edges = log_buckets(len(nats), first, per_octave)
     centres, curve = [], []
-    for a, b in zip(edges, edges[1:]):
+    for a, b in pairwise(edges):
         centres.append(math.sqrt((a + 1) * b))
         curve.append(nats[a:b].sum() / math.log(2) / max(nbytes[a:b].sum(), 1))
     return np.asarray(centres), np.asarray(curve)
@@ -55,7 +57,7 @@ def position_buckets(train_length: int, length: int) -> list[tuple[int, int]]:
     edges = [0, train_length]
     while edges[-1] < length:
         edges.append(min(2 * edges[-1], length))
-    return [(a, b) for a, b in zip(edges, edges[1:]) if a < length]
+    return [(a, b) for a, b in pairwise(edges) if a < length]
 
 
 def bucket_bpb(row: dict, buckets: list[tuple[int, int]]) -> list[float | None]:
@@ -105,7 +107,10 @@ def _stride_note(rows: list[dict]) -> str:
     if strides and all(s == max(1, L // 2) for L, s in strides):
         return "stride L/2: every target after the first window sees at least L/2 tokens"
     fixed = sorted({s for _, s in strides})
-    return f"stride {', '.join(map(str, fixed))} tokens (at most L): every target after the first window sees at least L - stride tokens"
+    return (
+        f"stride {', '.join(map(str, fixed))} tokens (at most L): every target after the first window sees at least L "
+        "- stride tokens"
+    )
 
 
 def _grid(rows: list[dict], lengths: list[int]) -> dict[str, dict[int, dict]]:
@@ -127,7 +132,10 @@ def format_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list
             continue  # a study written before the sliding reading
         note = f"; {_stride_note(rows)}" if key == "sliding_bpb" else ""
         lines += [""] if lines else []
-        lines += [f"validation bits per byte by evaluation length, {title}{note}, trained at T={T} (lower is better)", f"{'scheme':<{width}}{head}"]
+        lines += [
+            f"validation bits per byte by evaluation length, {title}{note}, trained at T={T} (lower is better)",
+            f"{'scheme':<{width}}{head}",
+        ]
         for label, cells in grid.items():
             lines.append(f"{label:<{width}}" + "".join(f"{_cell(cells.get(L), key):>{cell}}" for L in lengths))
         if key == "bpb" and any(row["bpb"] is None for row in rows):
@@ -143,7 +151,11 @@ def format_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list
             if row is None or row["bpb"] is None:
                 continue
             lines.append(f"{label:<{width}}" + "".join(f"{v:>12.4f}" for v in bucket_bpb(row, buckets)))
-    lines += ["", "trained: " + "; ".join(f"{r['position']} {r['steps']} steps ({r['tokens_per_second']:,.0f} tokens/s)" for r in train_rows)]
+    lines += [
+        "",
+        "trained: "
+        + "; ".join(f"{r['position']} {r['steps']} steps ({r['tokens_per_second']:,.0f} tokens/s)" for r in train_rows),
+    ]
     return "\n".join(lines)
 
 
@@ -155,14 +167,21 @@ def markdown_tables(rows: list[dict], T: int, lengths: list[int], train_rows: li
         if not any(row.get(key) is not None for row in rows):
             continue
         note = f" ({_stride_note(rows)})" if key == "sliding_bpb" else ""
-        lines += [f"Validation bits per byte by evaluation length, {title}{note} (trained at T = {T}; lower is better):", ""]
+        lines += [
+            f"Validation bits per byte by evaluation length, {title}{note} (trained at T = {T}; lower is better):",
+            "",
+        ]
         lines.append("| scheme | " + " | ".join(f"{L // T}x ({L})" for L in lengths) + " |")
         lines.append("| --- |" + " ---: |" * len(lengths))
         for label, cells in grid.items():
             values = []
             for L in lengths:
                 row = cells.get(L)
-                values.append(NOT_AVAILABLE if row is not None and row.get(key) is None and row["bpb"] is None else _cell(row, key))
+                values.append(
+                    NOT_AVAILABLE
+                    if row is not None and row.get(key) is None and row["bpb"] is None
+                    else _cell(row, key)
+                )
             lines.append(f"| `{label}` | " + " | ".join(values) + " |")
         lines.append("")
     longest = max(lengths)
@@ -175,12 +194,21 @@ def markdown_tables(rows: list[dict], T: int, lengths: list[int], train_rows: li
             row = cells.get(longest)
             if row is not None and row["bpb"] is not None:
                 lines.append(f"| `{label}` | " + " | ".join(f"{v:.4f}" for v in bucket_bpb(row, buckets)) + " |")
-    lines += ["", "Training: " + "; ".join(f"`{r['position']}` {r['steps']} steps, {r['val_bpb']:.4f} bits per byte at its training length" for r in train_rows) + " (T for the base models, M x T for the fine-tuned ones)."]
+    lines += [
+        "",
+        "Training: "
+        + "; ".join(
+            f"`{r['position']}` {r['steps']} steps, {r['val_bpb']:.4f} bits per byte at its training length"
+            for r in train_rows
+        )
+        + " (T for the base models, M x T for the fine-tuned ones).",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
-    """PNG bytes: bits per byte against evaluation length (log x) in both readings, and per position at the longest length."""
+    """PNG bytes: bits per byte against evaluation length (log x) in both readings, and per position at the longest
+    length."""
     from octlm.inspect.figures import Figure  # matplotlib, whatever MPLBACKEND says
 
     grid = _grid(rows, lengths)
@@ -195,7 +223,9 @@ def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
         scaled, extended = "+" in label, "@" in label
         xs = [L for L in lengths if L in cells and cells[L]["bpb"] is not None]
         ys = [cells[L]["bpb"] for L in xs]
-        style = dict(linestyle="--" if scaled else "-", marker="o" if not scaled else ".", linewidth=1.2 if scaled else 2.0)
+        style = dict(
+            linestyle="--" if scaled else "-", marker="o" if not scaled else ".", linewidth=1.2 if scaled else 2.0
+        )
         if extended:
             style = dict(linestyle=":", marker="s", linewidth=1.6)
         colour = f"C{families.index(label.split('@')[0]) % 10}"
@@ -227,4 +257,14 @@ def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
     return png_bytes(fig)
 
 
-__all__ = ["NOT_AVAILABLE", "bucket_bpb", "log_buckets", "format_tables", "markdown_tables", "mean_rows", "plot", "position_buckets", "position_curve"]
+__all__ = [
+    "NOT_AVAILABLE",
+    "bucket_bpb",
+    "log_buckets",
+    "format_tables",
+    "markdown_tables",
+    "mean_rows",
+    "plot",
+    "position_buckets",
+    "position_curve",
+]

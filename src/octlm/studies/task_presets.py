@@ -42,37 +42,68 @@ class Preset:
 
 
 def paper_schemes(paper: str) -> list[str]:
-    """The schemes the paper of preset ``paper`` compares (each scheme says so: ``in_papers``), in registration order."""
+    """The schemes the paper of preset ``paper`` compares (each scheme says so: ``in_papers``), in registration
+    order."""
     return [name for name, cls in SCHEMES.items() if paper in cls.in_papers]
 
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (
-    Preset(
-        "ruoss2023",
-        "Ruoss et al. 2023, Randomized positional encodings boost length generalization of Transformers, §4",
-        # Their small models: 5 layers, width 64, trained on lengths up to 40, positions drawn from 2,048 (about 25 x the
-        # longest copy instance of 81 tokens); each scheme both plain and randomized.
-        {"task": ["copy"], "task_length": 40, "multipliers": [1, 2, 4], "d_model": 64, "n_layers": 5, "n_heads": 8,
-         "schemes": paper_schemes("ruoss2023"), "randomize_positions": 25, "seeds": 3, "max_steps": 1000},
-        "cpu",
-        "30.6 minutes on one thread beside other jobs (docs/tasks.md)",
-        "decoder-only with a causal mask where the paper trains encoder-only models; duplicate string only (octlm's copy), "
-        "not the other fourteen tasks, so that 18 models fit the hour on 2 cores; 1,000 steps of Muon where the paper trains far "
-        "longer; tested to 4x (160 items) where the paper tests up to 500"),
-    Preset(
-        "kazemnejad2023",
-        "Kazemnejad et al. 2023, The impact of positional encoding on length generalization in Transformers, §4",
-        # A decoder of about 100M parameters, trained on instances up to L = 20 and tested up to 2L, three seeds, five schemes.
-        {"task": ["copy", "reverse", "recall", "selective-copy", "count", "flip-flop", "passkey"], "task_length": 20, "multipliers": [1, 2],
-         "d_model": 768, "n_layers": 12, "n_heads": 12, "schemes": paper_schemes("kazemnejad2023"), "seeds": 3,
-         "max_steps": 5000},
-        "gpu",
-        "not measured (no GPU was lent when it was written): 105 models x 5,000 steps, estimated at 3 to 5 hours on one H200 "
-        "(20 to 35 ms a step, bound by kernel launches at this batch) and days on 2 CPU cores",
-        "octlm's seven tasks, of which only copy and reverse are the paper's (it also has addition, sorting, polynomial "
-        "evaluation, summation, parity, LEGO, SCAN and PCFG); no scratchpad; sinusoidal stands for the paper's absolute "
-        "embedding; 5,000 steps of Muon rather than the paper's schedule"),
-)}
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset(
+            "ruoss2023",
+            "Ruoss et al. 2023, Randomized positional encodings boost length generalization of Transformers, §4",
+            # Their small models: 5 layers, width 64, trained on lengths up to 40, positions drawn from 2,048 (about 25
+            # x the
+            # longest copy instance of 81 tokens); each scheme both plain and randomized.
+            {
+                "task": ["copy"],
+                "task_length": 40,
+                "multipliers": [1, 2, 4],
+                "d_model": 64,
+                "n_layers": 5,
+                "n_heads": 8,
+                "schemes": paper_schemes("ruoss2023"),
+                "randomize_positions": 25,
+                "seeds": 3,
+                "max_steps": 1000,
+            },
+            "cpu",
+            "30.6 minutes on one thread beside other jobs (docs/tasks.md)",
+            "decoder-only with a causal mask where the paper trains encoder-only models; duplicate string only "
+            "(octlm's copy), "
+            "not the other fourteen tasks, so that 18 models fit the hour on 2 cores; 1,000 steps of Muon where the "
+            "paper trains far "
+            "longer; tested to 4x (160 items) where the paper tests up to 500",
+        ),
+        Preset(
+            "kazemnejad2023",
+            "Kazemnejad et al. 2023, The impact of positional encoding on length generalization in Transformers, §4",
+            # A decoder of about 100M parameters, trained on instances up to L = 20 and tested up to 2L, three seeds,
+            # five schemes.
+            {
+                "task": ["copy", "reverse", "recall", "selective-copy", "count", "flip-flop", "passkey"],
+                "task_length": 20,
+                "multipliers": [1, 2],
+                "d_model": 768,
+                "n_layers": 12,
+                "n_heads": 12,
+                "schemes": paper_schemes("kazemnejad2023"),
+                "seeds": 3,
+                "max_steps": 5000,
+            },
+            "gpu",
+            "not measured (no GPU was lent when it was written): 105 models x 5,000 steps, estimated at 3 to 5 hours "
+            "on one H200 "
+            "(20 to 35 ms a step, bound by kernel launches at this batch) and days on 2 CPU cores",
+            "octlm's seven tasks, of which only copy and reverse are the paper's (it also has addition, sorting, "
+            "polynomial "
+            "evaluation, summation, parity, LEGO, SCAN and PCFG); no scratchpad; sinusoidal stands for the paper's "
+            "absolute "
+            "embedding; 5,000 steps of Muon rather than the paper's schedule",
+        ),
+    )
+}
 
 
 def apply_preset(opts, given: set[str] | None = None):
@@ -95,8 +126,11 @@ def apply_preset(opts, given: set[str] | None = None):
         current = getattr(opts, name)
         typed = given is not None and name in given
         if current != value and (typed or current != option_default(fields[name])):
-            raise OctlmError(f"{flag(name)} {_shown(current)} conflicts with --preset {preset.name}, which sets {flag(name)} {_shown(value)} "
-                             f"(as {preset.paper.split(',')[0]}); drop {flag(name)} or drop --preset")
+            raise OctlmError(
+                f"{flag(name)} {_shown(current)} conflicts with --preset {preset.name}, which sets {flag(name)} "
+                f"{_shown(value)} "
+                f"(as {preset.paper.split(',')[0]}); drop {flag(name)} or drop --preset"
+            )
         changes[name] = value
     return dataclasses.replace(opts, **changes)
 

@@ -1,4 +1,5 @@
-"""One ranking across tasks: each scheme's mean reciprocal rank at 2x and 4x, and which differences outgrow the spread over seeds.
+"""One ranking across tasks: each scheme's mean reciprocal rank at 2x and 4x, and which differences outgrow the spread
+over seeds.
 
 Kazemnejad et al. 2023 (§4, Figure 3) rank the position schemes on each task
 by accuracy past the training length and average the reciprocal ranks over
@@ -13,6 +14,7 @@ over seeds.
 from __future__ import annotations
 
 import statistics
+from itertools import pairwise
 
 import numpy as np
 
@@ -39,8 +41,11 @@ def fractional_ranks(scores: dict[str, float]) -> dict[str, float]:
     return ranks
 
 
-def mean_reciprocal_ranks(records: list[dict], labels: list[str], tasks: list[str], seeds: list[int], multiplier: int) -> dict[str, tuple[float, float | None]]:
-    """``{label: (mean, sd)}`` over seeds of the MRR across ``tasks`` at ``multiplier`` x L, from the study's eval records."""
+def mean_reciprocal_ranks(
+    records: list[dict], labels: list[str], tasks: list[str], seeds: list[int], multiplier: int
+) -> dict[str, tuple[float, float | None]]:
+    """``{label: (mean, sd)}`` over seeds of the MRR across ``tasks`` at ``multiplier`` x L, from the study's eval
+    records."""
     per_seed: dict[str, list[float]] = {label: [] for label in labels}
     for seed in seeds:
         reciprocal: dict[str, list[float]] = {label: [] for label in labels}
@@ -54,12 +59,21 @@ def mean_reciprocal_ranks(records: list[dict], labels: list[str], tasks: list[st
 
 
 def _score(records: list[dict], task: str, label: str, seed: int, multiplier: int) -> float:
-    found = [r["exact_match"] for r in records if r["record"] == "eval" and r["task"] == task and r["label"] == label
-             and r["seed"] == seed and r["multiplier"] == multiplier]
+    found = [
+        r["exact_match"]
+        for r in records
+        if r["record"] == "eval"
+        and r["task"] == task
+        and r["label"] == label
+        and r["seed"] == seed
+        and r["multiplier"] == multiplier
+    ]
     return found[0] if found and found[0] is not None else 0.0
 
 
-def ranking(records: list[dict], labels: list[str], tasks: list[str], seeds: list[int], multipliers: list[int]) -> dict[int, dict]:
+def ranking(
+    records: list[dict], labels: list[str], tasks: list[str], seeds: list[int], multipliers: list[int]
+) -> dict[int, dict]:
     """``{m: {label: (mean, sd)}}`` for each of :data:`RANK_MULTIPLIERS` the study evaluates."""
     return {m: mean_reciprocal_ranks(records, labels, tasks, seeds, m) for m in RANK_MULTIPLIERS if m in multipliers}
 
@@ -72,7 +86,7 @@ def separated(means: dict[str, float | None], spreads: dict[str, float | None]) 
     """
     rows = sorted(((m, spreads.get(k), k) for k, m in means.items() if m is not None), key=lambda r: -r[0])
     marked = set()
-    for (m1, s1, label), (m2, s2, _) in zip(rows, rows[1:]):
+    for (m1, s1, label), (m2, s2, _) in pairwise(rows):
         if s1 is None or s2 is None:
             return set()
         if m1 - s1 > m2 + s2:
@@ -87,9 +101,17 @@ def ranking_markdown(ranks: dict[int, dict], tasks: list[str], seeds: list[int])
     ms = list(ranks)
     first = ranks[ms[0]]
     order = sorted(first, key=lambda k: -first[k][0])
-    lines = ["## Ranking across tasks", "", f"Mean reciprocal rank (Kazemnejad et al. 2023) over {len(tasks)} tasks ({', '.join(tasks)}): "
-             f"ranked on each task by exact match, ties sharing their places; mean ± sd over seeds {', '.join(map(str, seeds))}. "
-             "1 is first on every task.", "", "| scheme | " + " | ".join(f"MRR at {m}x" for m in ms) + " |", "| --- |" + " ---: |" * len(ms)]
+    lines = [
+        "## Ranking across tasks",
+        "",
+        f"Mean reciprocal rank (Kazemnejad et al. 2023) over {len(tasks)} tasks ({', '.join(tasks)}): "
+        "ranked on each task by exact match, ties sharing their places; mean ± sd over seeds "
+        f"{', '.join(map(str, seeds))}. "
+        "1 is first on every task.",
+        "",
+        "| scheme | " + " | ".join(f"MRR at {m}x" for m in ms) + " |",
+        "| --- |" + " ---: |" * len(ms),
+    ]
     lines += [f"| `{label}` | " + " | ".join(_mrr(ranks[m][label]) for m in ms) + " |" for label in order]
     return "\n".join(lines) + "\n"
 
@@ -100,8 +122,14 @@ def ranking_terminal(ranks: dict[int, dict]) -> str:
         return ""
     ms = list(ranks)
     first = ranks[ms[0]]
-    lines = ["mean reciprocal rank across tasks (1: first on every task)", f"{'scheme':>12} " + " ".join(f"{f'{m}x':>13}" for m in ms)]
-    lines += [f"{label:>12} " + " ".join(f"{_mrr(ranks[m][label]):>13}" for m in ms) for label in sorted(first, key=lambda k: -first[k][0])]
+    lines = [
+        "mean reciprocal rank across tasks (1: first on every task)",
+        f"{'scheme':>12} " + " ".join(f"{f'{m}x':>13}" for m in ms),
+    ]
+    lines += [
+        f"{label:>12} " + " ".join(f"{_mrr(ranks[m][label]):>13}" for m in ms)
+        for label in sorted(first, key=lambda k: -first[k][0])
+    ]
     return "\n".join(lines)
 
 
@@ -133,5 +161,14 @@ def ranking_plot(ranks: dict[int, dict]) -> bytes:
     return png_bytes(fig)
 
 
-__all__ = ["RANK_MULTIPLIERS", "SEPARATED", "fractional_ranks", "mean_reciprocal_ranks", "ranking", "ranking_markdown", "ranking_plot",
-           "ranking_terminal", "separated"]
+__all__ = [
+    "RANK_MULTIPLIERS",
+    "SEPARATED",
+    "fractional_ranks",
+    "mean_reciprocal_ranks",
+    "ranking",
+    "ranking_markdown",
+    "ranking_plot",
+    "ranking_terminal",
+    "separated",
+]

@@ -1,4 +1,5 @@
-"""The task study's tables and figures: exact match by row and size (mean ± sd over seeds), randomized against plain, passkey by needle depth, and :func:`summarize`, which gathers them with the ranking across tasks."""
+"""The task study's tables and figures: exact match by row and size (mean ± sd over seeds), randomized against plain,
+passkey by needle depth, and :func:`summarize`, which gathers them with the ranking across tasks."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ def _multipliers(sizes: list[int]) -> list[int]:
 Grid = dict[str, list[float | None]]
 
 
-def mean_accuracy(records: list[dict], labels: list[str], sizes: list[int], task: str | None = None) -> tuple[Grid, Grid]:
-    """``({label: [mean exact match over seeds at each size]}, {label: [their sample std]})`` of ``task``'s records (all when ``None``).
+def mean_accuracy(
+    records: list[dict], labels: list[str], sizes: list[int], task: str | None = None
+) -> tuple[Grid, Grid]:
+    """``({label: [mean exact match over seeds at each size]}, {label: [their sample std]})`` of ``task``'s records (all
+    when ``None``).
 
     ``None`` where no model could read the size (a learned table's end); the
     std is ``None`` with a single seed too, where there is no spread to show.
@@ -32,8 +36,14 @@ def mean_accuracy(records: list[dict], labels: list[str], sizes: list[int], task
     for label in labels:
         means[label], spreads[label] = [], []
         for size in sizes:
-            values = [r["exact_match"] for r in records if r["record"] == "eval" and r.get("label", r["position"]) == label
-                      and r["size"] == size and (task is None or r.get("task", task) == task)]
+            values = [
+                r["exact_match"]
+                for r in records
+                if r["record"] == "eval"
+                and r.get("label", r["position"]) == label
+                and r["size"] == size
+                and (task is None or r.get("task", task) == task)
+            ]
             mean, std = mean_std(values) if values and None not in values else (None, None)
             means[label].append(mean)
             spreads[label].append(std)
@@ -47,79 +57,139 @@ def _cell(value: float | None, std: float | None = None, mark: bool = False) -> 
 
 
 def _marks(grid: Grid, spread: Grid, sizes: list[int]) -> dict[str, list[bool]]:
-    """Which cells of the 2x column (where the study has one) are separated from the row ranked below them (:func:`separated`)."""
+    """Which cells of the 2x column (where the study has one) are separated from the row ranked below them
+    (:func:`separated`)."""
     column = _multipliers(sizes).index(2) if 2 in _multipliers(sizes) else None
-    marked = set() if column is None else separated({k: v[column] for k, v in grid.items()}, {k: v[column] for k, v in spread.items()})
+    marked = (
+        set()
+        if column is None
+        else separated({k: v[column] for k, v in grid.items()}, {k: v[column] for k, v in spread.items()})
+    )
     return {label: [j == column and label in marked for j in range(len(sizes))] for label in grid}
 
 
 def terminal_table(grid: Grid, spread: Grid, task: Task, sizes: list[int]) -> str:
-    """The exact-match table for the terminal: one row per scheme, one column per size (mean ± std over seeds; † as :func:`markdown_table`)."""
+    """The exact-match table for the terminal: one row per scheme, one column per size (mean ± std over seeds; † as
+    :func:`markdown_table`)."""
     width = 16 if any(v is not None for row in spread.values() for v in row) else 12
     marks = _marks(grid, spread, sizes)
-    lines = [f"{task.name}: exact match of the whole answer (trained on sizes 1..{sizes[0]})",
-             f"{'scheme':>12} " + " ".join(f"{f'{m}x ({s})':>{width}}" for m, s in zip(_multipliers(sizes), sizes))]
-    lines += [f"{label:>12} " + " ".join(f"{_cell(v, d, k):>{width}}" for v, d, k in zip(row, spread[label], marks[label])) for label, row in grid.items()]
+    lines = [
+        f"{task.name}: exact match of the whole answer (trained on sizes 1..{sizes[0]})",
+        f"{'scheme':>12} "
+        + " ".join(f"{f'{m}x ({s})':>{width}}" for m, s in zip(_multipliers(sizes), sizes, strict=True)),
+    ]
+    lines += [
+        f"{label:>12} "
+        + " ".join(f"{_cell(v, d, k):>{width}}" for v, d, k in zip(row, spread[label], marks[label], strict=True))
+        for label, row in grid.items()
+    ]
     return "\n".join(lines)
 
 
-def markdown_table(grid: Grid, spread: Grid, task: Task, sizes: list[int], seeds: list[int], eval_count: int, heading: str = "#") -> str:
+def markdown_table(
+    grid: Grid, spread: Grid, task: Task, sizes: list[int], seeds: list[int], eval_count: int, heading: str = "#"
+) -> str:
     """The same table in Markdown, with the protocol in a sentence and what † means."""
     over = f"mean ± sample std over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else f"seed {seeds[0]}"
     marks = _marks(grid, spread, sizes)
-    lines = [f"{heading} Task study: {task.name}", "", f"{task.description[0].upper()}{task.description[1:]}. Exact match of the whole answer on {eval_count} fresh instances "
-             f"per size, {over}; trained on sizes 1..{sizes[0]}."
-             + (f" {SEPARATED} at 2x: the row's mean ± sd lies wholly above that of the row ranked just below it at 2x (by mean, not the "
-                "table's order), a difference larger than the spread over seeds."
-                if len(seeds) > 1 and any(any(row) for row in marks.values()) else ""), "",
-             "| scheme | " + " | ".join(f"{m}x ({s})" for m, s in zip(_multipliers(sizes), sizes)) + " |",
-             "| --- |" + " ---: |" * len(sizes)]
-    lines += [f"| `{label}` | " + " | ".join(_cell(v, d, k) for v, d, k in zip(row, spread[label], marks[label])) + " |" for label, row in grid.items()]
+    lines = [
+        f"{heading} Task study: {task.name}",
+        "",
+        f"{task.description[0].upper()}{task.description[1:]}. Exact match of the whole answer on {eval_count} fresh "
+        "instances "
+        f"per size, {over}; trained on sizes 1..{sizes[0]}."
+        + (
+            f" {SEPARATED} at 2x: the row's mean ± sd lies wholly above that of the row ranked just below it at 2x (by "
+            "mean, not the "
+            "table's order), a difference larger than the spread over seeds."
+            if len(seeds) > 1 and any(any(row) for row in marks.values())
+            else ""
+        ),
+        "",
+        "| scheme | " + " | ".join(f"{m}x ({s})" for m, s in zip(_multipliers(sizes), sizes, strict=True)) + " |",
+        "| --- |" + " ---: |" * len(sizes),
+    ]
+    lines += [
+        f"| `{label}` | "
+        + " | ".join(_cell(v, d, k) for v, d, k in zip(row, spread[label], marks[label], strict=True))
+        + " |"
+        for label, row in grid.items()
+    ]
     return "\n".join(lines) + "\n"
 
 
 def randomized_markdown(records: list[dict], task: str, labels: list[str], sizes: list[int], seeds: list[int]) -> str:
-    """Randomized minus plain exact match per scheme and size, in points: mean ± sd over seeds of each seed's difference; empty without randomized rows."""
+    """Randomized minus plain exact match per scheme and size, in points: mean ± sd over seeds of each seed's
+    difference; empty without randomized rows."""
     pairs = [(label.removesuffix("+rand"), label) for label in labels if label.endswith("+rand")]
     if not pairs:
         return ""
-    lines = ["Randomized positions minus plain (Ruoss et al. 2023), exact-match points, mean ± sd over seeds:", "",
-             "| scheme | " + " | ".join(f"{m}x ({s})" for m, s in zip(_multipliers(sizes), sizes)) + " |", "| --- |" + " ---: |" * len(sizes)]
+    lines = [
+        "Randomized positions minus plain (Ruoss et al. 2023), exact-match points, mean ± sd over seeds:",
+        "",
+        "| scheme | " + " | ".join(f"{m}x ({s})" for m, s in zip(_multipliers(sizes), sizes, strict=True)) + " |",
+        "| --- |" + " ---: |" * len(sizes),
+    ]
     for plain, rand in pairs:
         cells = []
         for size in sizes:
-            diffs = [_one(records, task, rand, seed, size) - _one(records, task, plain, seed, size) for seed in seeds
-                     if _one(records, task, rand, seed, size) is not None and _one(records, task, plain, seed, size) is not None]
+            diffs = [
+                _one(records, task, rand, seed, size) - _one(records, task, plain, seed, size)
+                for seed in seeds
+                if _one(records, task, rand, seed, size) is not None
+                and _one(records, task, plain, seed, size) is not None
+            ]
             mean, std = mean_std(diffs) if diffs else (None, None)
-            cells.append("n/a" if mean is None else f"{100 * mean:+.1f}" + ("" if std is None else f" ± {100 * std:.1f}"))
+            cells.append(
+                "n/a" if mean is None else f"{100 * mean:+.1f}" + ("" if std is None else f" ± {100 * std:.1f}")
+            )
         lines.append(f"| `{plain}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def _one(records: list[dict], task: str, label: str, seed: int, size: int) -> float | None:
-    found = [r["exact_match"] for r in records if r["record"] == "eval" and r.get("task", task) == task and r.get("label", r["position"]) == label
-             and r["seed"] == seed and r["size"] == size]
+    found = [
+        r["exact_match"]
+        for r in records
+        if r["record"] == "eval"
+        and r.get("task", task) == task
+        and r.get("label", r["position"]) == label
+        and r["seed"] == seed
+        and r["size"] == size
+    ]
     return found[0] if found else None
 
 
 def plot(grids: dict[str, Grid], sizes: list[int]) -> bytes:
-    """PNG bytes: exact match against size, one panel per task (``grids``: ``{task: {label: [mean at each size]}}``), one line per row."""
+    """PNG bytes: exact match against size, one panel per task (``grids``: ``{task: {label: [mean at each size]}}``),
+    one line per row."""
     from octlm.inspect.figures import Figure, png_bytes  # matplotlib, whatever MPLBACKEND says
 
     cols = min(3, len(grids))
     rows = -(-len(grids) // cols)
-    fig = Figure(figsize=(7 if cols == 1 else 4.2 * cols, 4.5 if rows == 1 and cols == 1 else 3.4 * rows + 0.6), dpi=110, layout="constrained")
+    fig = Figure(
+        figsize=(7 if cols == 1 else 4.2 * cols, 4.5 if rows == 1 and cols == 1 else 3.4 * rows + 0.6),
+        dpi=110,
+        layout="constrained",
+    )
     axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, (name, grid) in zip(axes.flat, grids.items()):
+    # the grid may have spare panels past the last figure
+    for ax, (name, grid) in zip(axes.flat, grids.items(), strict=False):
         for label, row in grid.items():
-            xs = [s for s, v in zip(sizes, row) if v is not None]
-            ax.plot(xs, [100 * v for v in row if v is not None], marker="o", label=label, linestyle="--" if label.endswith("+rand") else "-")
+            xs = [s for s, v in zip(sizes, row, strict=True) if v is not None]
+            ax.plot(
+                xs,
+                [100 * v for v in row if v is not None],
+                marker="o",
+                label=label,
+                linestyle="--" if label.endswith("+rand") else "-",
+            )
         ax.axvline(sizes[0], color="grey", linestyle=":", linewidth=1)
         ax.set_xticks(sizes, [str(s) for s in sizes])
         ax.set_ylim(-2, 102)
         ax.set_title(f"{name}: exact match past the training length" if len(grids) == 1 else name, fontsize=10)
         ax.grid(True, alpha=0.3)
-    for ax in axes.flat[len(grids):]:
+    for ax in axes.flat[len(grids) :]:
         ax.set_visible(False)
     fig.supxlabel(f"instance size (items); dotted: longest trained size {sizes[0]}", fontsize=9)
     fig.supylabel("exact match (%)", fontsize=9)
@@ -132,12 +202,23 @@ def plot(grids: dict[str, Grid], sizes: list[int]) -> bytes:
 
 
 def protocol_sentence(opts) -> str:
-    """One sentence of what every model of a task study (its :class:`~octlm.studies.task.TaskOptions`) was: for ``tasks.md``, so that a short trial cannot pass for the default."""
-    rand = (f"; rows +rand at positions drawn from {opts.randomize_positions} x the longest training sequence (schemes that read no "
-            "positions train plain only)") if opts.randomize_positions > 1 else ""
+    """One sentence of what every model of a task study (its :class:`~octlm.studies.task.TaskOptions`) was: for
+    ``tasks.md``, so that a short trial cannot pass for the default."""
+    rand = (
+        (
+            f"; rows +rand at positions drawn from {opts.randomize_positions} x the longest training sequence (schemes "
+            "that read no "
+            "positions train plain only)"
+        )
+        if opts.randomize_positions > 1
+        else ""
+    )
     preset = f"; --preset {opts.preset}" if opts.preset else ""
-    return (f"Each model: {opts.max_steps} steps of {opts.optimizer} (batch {opts.batch_size}), d_model {opts.d_model}, {opts.n_layers} layers, "
-            f"{opts.n_heads} heads{rand}{preset}.")
+    return (
+        f"Each model: {opts.max_steps} steps of {opts.optimizer} (batch {opts.batch_size}), d_model {opts.d_model}, "
+        f"{opts.n_layers} layers, "
+        f"{opts.n_heads} heads{rand}{preset}."
+    )
 
 
 @dataclass
@@ -151,9 +232,17 @@ class Summary:
     extra_files: dict[str, bytes] = field(default_factory=dict)
 
 
-def summarize(records: list[dict], depths: list[dict], tasks: list[Task], labels: list[str], sizes: list[int], seeds: list[int],
-              protocol: str = "") -> Summary:
-    """Every table and figure of the task study from its records: per task, randomized rows, passkey depth, and the ranking across tasks (two or more tasks)."""
+def summarize(
+    records: list[dict],
+    depths: list[dict],
+    tasks: list[Task],
+    labels: list[str],
+    sizes: list[int],
+    seeds: list[int],
+    protocol: str = "",
+) -> Summary:
+    """Every table and figure of the task study from its records: per task, randomized rows, passkey depth, and the
+    ranking across tasks (two or more tasks)."""
     from octlm.studies.task import DEPTH_PLOT, EVAL_COUNT, RANK_PLOT
 
     grids, spreads, sections, terminal = {}, {}, [], []
@@ -176,7 +265,9 @@ def summarize(records: list[dict], depths: list[dict], tasks: list[Task], labels
             sections.insert(0, ranking_markdown(ranks, [t.name for t in tasks], seeds))
             terminal.append(ranking_terminal(ranks))
             extra[RANK_PLOT] = ranking_plot(ranks)
-            result["mean_reciprocal_rank"] = {f"{m}x": {k: {"mean": v[0], "std": v[1]} for k, v in r.items()} for m, r in ranks.items()}
+            result["mean_reciprocal_rank"] = {
+                f"{m}x": {k: {"mean": v[0], "std": v[1]} for k, v in r.items()} for m, r in ranks.items()
+            }
     else:
         result = {"task": tasks[0].name, "accuracy": grids[tasks[0].name], "accuracy_std": spreads[tasks[0].name]}
     title = [f"# Task study: {', '.join(t.name for t in tasks)}", ""] if several else []
@@ -204,20 +295,32 @@ def depth_grid(depths: list[dict], sizes: list[int]) -> dict[str, np.ndarray]:
 
 def depth_markdown(depths: list[dict], sizes: list[int]) -> str:
     """Exact match by needle depth (rows, start to end) and size (columns), one table per scheme."""
-    lines = ["## Passkey by needle depth", "", "Exact match of the whole key with the needle in each tenth of the filler "
-             "(0-10%: at the start, farthest from the question), mean over seeds.", ""]
+    lines = [
+        "## Passkey by needle depth",
+        "",
+        "Exact match of the whole key with the needle in each tenth of the filler "
+        "(0-10%: at the start, farthest from the question), mean over seeds.",
+        "",
+    ]
     for scheme, grid in depth_grid(depths, sizes).items():
-        lines += [f"`{scheme}`", "", "| depth | " + " | ".join(f"{m}x ({s})" for m, s in zip(_multipliers(sizes), sizes)) + " |",
-                  "| --- |" + " ---: |" * len(sizes)]
+        lines += [
+            f"`{scheme}`",
+            "",
+            "| depth | " + " | ".join(f"{m}x ({s})" for m, s in zip(_multipliers(sizes), sizes, strict=True)) + " |",
+            "| --- |" + " ---: |" * len(sizes),
+        ]
         for b, row in enumerate(grid):
             lo, hi = 100 * b // len(grid), 100 * (b + 1) // len(grid)
-            lines.append(f"| {lo}-{hi}% | " + " | ".join("n/a" if np.isnan(v) else f"{100 * v:.0f}%" for v in row) + " |")
+            lines.append(
+                f"| {lo}-{hi}% | " + " | ".join("n/a" if np.isnan(v) else f"{100 * v:.0f}%" for v in row) + " |"
+            )
         lines.append("")
     return "\n".join(lines)
 
 
 def depth_plot(depths: list[dict], sizes: list[int]) -> bytes:
-    """PNG bytes: one heatmap per scheme of exact match by needle depth (rows) and size (columns), as needle-in-a-haystack evaluations draw it."""
+    """PNG bytes: one heatmap per scheme of exact match by needle depth (rows) and size (columns), as
+    needle-in-a-haystack evaluations draw it."""
     from octlm.inspect.figures import Figure, png_bytes
 
     grids = depth_grid(depths, sizes)
@@ -226,13 +329,14 @@ def depth_plot(depths: list[dict], sizes: list[int]) -> bytes:
     fig = Figure(figsize=(2.6 * cols + 1.2, 2.6 * rows + 0.8), dpi=110, layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
     image = None
-    for ax, (scheme, grid) in zip(axes.flat, grids.items()):
+    # the grid may have spare panels past the last figure
+    for ax, (scheme, grid) in zip(axes.flat, grids.items(), strict=False):
         image = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=1, cmap="RdYlGn", aspect="auto", origin="upper")
         ax.set_xticks(range(len(sizes)), [str(s) for s in sizes])
         ax.set_yticks(range(len(grid)), [f"{100 * b // len(grid)}%" for b in range(len(grid))], fontsize=7)
         ax.axvline(0.5, color="black", linewidth=0.8, linestyle=":")
         ax.set_title(scheme, fontsize=9)
-    for ax in axes.flat[len(grids):]:
+    for ax in axes.flat[len(grids) :]:
         ax.set_visible(False)
     # One label per figure: a label per panel ran into its neighbours.
     fig.supylabel("needle depth (start of the filler at the top)", fontsize=9)
@@ -243,4 +347,16 @@ def depth_plot(depths: list[dict], sizes: list[int]) -> bytes:
     return png_bytes(fig)
 
 
-__all__ = ["Summary", "protocol_sentence", "depth_grid", "depth_markdown", "depth_plot", "markdown_table", "mean_accuracy", "plot", "randomized_markdown", "summarize", "terminal_table"]
+__all__ = [
+    "Summary",
+    "protocol_sentence",
+    "depth_grid",
+    "depth_markdown",
+    "depth_plot",
+    "markdown_table",
+    "mean_accuracy",
+    "plot",
+    "randomized_markdown",
+    "summarize",
+    "terminal_table",
+]

@@ -16,8 +16,8 @@ answer from the prompt it has just drawn.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -82,15 +82,21 @@ class Task:
             ValueError: when ``size`` is not in ``1 .. max_size`` or ``count`` < 1.
         """
         if not 1 <= size <= max_size or count < 1:
-            raise ValueError(f"{self.name}: need 1 <= size <= max_size ({max_size}) and count >= 1, got size {size}, count {count}")
+            raise ValueError(
+                f"{self.name}: need 1 <= size <= max_size ({max_size}) and count >= 1, got size {size}, count {count}"
+            )
         return self.make(size, count, max_size, generator)
 
     def depth_slots(self, size: int, low: float, high: float) -> list[int]:
-        """The needle's possible places ``where`` (filler tokens before it, ``0 .. size``) at a depth in ``[low, high)`` (``high`` 1: the end too)."""
+        """The needle's possible places ``where`` (filler tokens before it, ``0 .. size``) at a depth in ``[low, high)``
+        (``high`` 1: the end too)."""
         return [w for w in range(size + 1) if low <= w / size < high or (high >= 1.0 and w == size)]
 
-    def batch_at_depth(self, size: int, count: int, max_size: int, generator: torch.Generator, low: float, high: float) -> Tensor | None:
-        """``count`` instances of ``size`` items whose needle sits at a depth in ``[low, high)``; ``None`` when no place of ``size`` lies there.
+    def batch_at_depth(
+        self, size: int, count: int, max_size: int, generator: torch.Generator, low: float, high: float
+    ) -> Tensor | None:
+        """``count`` instances of ``size`` items whose needle sits at a depth in ``[low, high)``; ``None`` when no place
+        of ``size`` lies there.
 
         Raises:
             ValueError: as :meth:`batch`, or for a task without a needle.
@@ -164,12 +170,15 @@ def _passkey_at(size: int, count: int, max_size: int, g: torch.Generator, slots:
     key = torch.randint(0, DIGITS, (count, PASSKEY_DIGITS), generator=g)
     where = torch.tensor(slots)[torch.randint(0, len(slots), (count,), generator=g)]
     marker = DIGITS + FILLER
-    rows = [torch.cat((filler[r, : where[r]], torch.tensor([marker]), key[r], filler[r, where[r] :])) for r in range(count)]
+    rows = [
+        torch.cat((filler[r, : where[r]], torch.tensor([marker]), key[r], filler[r, where[r] :])) for r in range(count)
+    ]
     return torch.cat((torch.stack(rows), _separator(count, marker + 1), key), dim=1)
 
 
 def _selective_copy(size: int, count: int, max_size: int, g: torch.Generator) -> Tensor:
-    """Symbols 0..9, BLANK = 10, SEP = 11. ``size`` slots, :func:`marked` of them holding a symbol and the rest BLANK, then ``SEP`` and the symbols in order.
+    """Symbols 0..9, BLANK = 10, SEP = 11. ``size`` slots, :func:`marked` of them holding a symbol and the rest BLANK,
+    then ``SEP`` and the symbols in order.
 
     The selective copy of Golovneva et al. 2024 (CoPE, §5.2; the Mamba paper's
     selective copying, Gu & Dao 2023): what to copy is found by content, not
@@ -188,7 +197,8 @@ def marked(size: int) -> int:
 
 
 def _count(size: int, count: int, max_size: int, g: torch.Generator) -> Tensor:
-    """Symbols 0..9, SEP = 10, counts 0..9 as tokens 11..20. ``x_1 .. x_n SEP q c``: ``q`` occurs ``c`` times among the ``x``.
+    """Symbols 0..9, SEP = 10, counts 0..9 as tokens 11..20. ``x_1 .. x_n SEP q c``: ``q`` occurs ``c`` times among the
+    ``x``.
 
     The count ``c`` is drawn uniformly from ``0 .. min(9, size)`` and ``q``
     placed in that many uniformly drawn slots; the other slots hold the nine
@@ -205,7 +215,8 @@ def _count(size: int, count: int, max_size: int, g: torch.Generator) -> Tensor:
 
 
 def _flip_flop(size: int, count: int, max_size: int, g: torch.Generator) -> Tensor:
-    """Bits 0, 1; WRITE = 2, IGNORE = 3, READ = 4. ``size`` instructions ``op b``, then ``READ b``: the bit of the last WRITE.
+    """Bits 0, 1; WRITE = 2, IGNORE = 3, READ = 4. ``size`` instructions ``op b``, then ``READ b``: the bit of the last
+    WRITE.
 
     Flip-flop language modelling (Liu et al. 2023, §3): the first instruction
     writes, each later one writes with probability :data:`FLIP_FLOP_WRITE` and
@@ -221,18 +232,84 @@ def _flip_flop(size: int, count: int, max_size: int, g: torch.Generator) -> Tens
     return torch.cat((pairs, _separator(count, WRITE + 2), bits.gather(1, last)), dim=1)
 
 
-_register(Task("copy", "repeat the symbols after the separator", lambda m: DIGITS + 1, lambda n: 2 * n + 1, lambda n: n, _copy))
-_register(Task("reverse", "repeat the symbols in reverse order", lambda m: DIGITS + 1, lambda n: 2 * n + 1, lambda n: n, _reverse))
-_register(Task("recall", "associative recall: key-value pairs, then some of the keys; answer each one's value",
-               lambda m: DIGITS + m + 1, lambda n: 2 * n + 1 + 2 * queries(n), lambda n: 2 * queries(n), _recall,
-               scored=lambda n: [False, True] * queries(n)))
-_register(Task("passkey", "a 5-digit number hidden in filler; answer it",
-               lambda m: DIGITS + FILLER + 2, lambda n: n + 2 * PASSKEY_DIGITS + 2, lambda n: PASSKEY_DIGITS, _passkey, _passkey_at))
-_register(Task("selective-copy", "copy only the symbols among blanks, in order", lambda m: DIGITS + 2, lambda n: n + 1 + marked(n),
-               marked, _selective_copy))
-_register(Task("count", "how many times the asked symbol occurs (0 to 9)", lambda m: DIGITS + MAX_COUNT + 2, lambda n: n + 3, lambda n: 1, _count))
-_register(Task("flip-flop", "instructions write, ignore a bit; answer the last written bit", lambda m: WRITE + 3, lambda n: 2 * n + 2,
-               lambda n: 1, _flip_flop))
+_register(
+    Task(
+        "copy", "repeat the symbols after the separator", lambda m: DIGITS + 1, lambda n: 2 * n + 1, lambda n: n, _copy
+    )
+)
+_register(
+    Task(
+        "reverse",
+        "repeat the symbols in reverse order",
+        lambda m: DIGITS + 1,
+        lambda n: 2 * n + 1,
+        lambda n: n,
+        _reverse,
+    )
+)
+_register(
+    Task(
+        "recall",
+        "associative recall: key-value pairs, then some of the keys; answer each one's value",
+        lambda m: DIGITS + m + 1,
+        lambda n: 2 * n + 1 + 2 * queries(n),
+        lambda n: 2 * queries(n),
+        _recall,
+        scored=lambda n: [False, True] * queries(n),
+    )
+)
+_register(
+    Task(
+        "passkey",
+        "a 5-digit number hidden in filler; answer it",
+        lambda m: DIGITS + FILLER + 2,
+        lambda n: n + 2 * PASSKEY_DIGITS + 2,
+        lambda n: PASSKEY_DIGITS,
+        _passkey,
+        _passkey_at,
+    )
+)
+_register(
+    Task(
+        "selective-copy",
+        "copy only the symbols among blanks, in order",
+        lambda m: DIGITS + 2,
+        lambda n: n + 1 + marked(n),
+        marked,
+        _selective_copy,
+    )
+)
+_register(
+    Task(
+        "count",
+        "how many times the asked symbol occurs (0 to 9)",
+        lambda m: DIGITS + MAX_COUNT + 2,
+        lambda n: n + 3,
+        lambda n: 1,
+        _count,
+    )
+)
+_register(
+    Task(
+        "flip-flop",
+        "instructions write, ignore a bit; answer the last written bit",
+        lambda m: WRITE + 3,
+        lambda n: 2 * n + 2,
+        lambda n: 1,
+        _flip_flop,
+    )
+)
 
 
-__all__ = ["DIGITS", "FILLER", "FLIP_FLOP_WRITE", "MAX_COUNT", "PASSKEY_DIGITS", "TASKS", "WRITE", "Task", "marked", "queries"]
+__all__ = [
+    "DIGITS",
+    "FILLER",
+    "FLIP_FLOP_WRITE",
+    "MAX_COUNT",
+    "PASSKEY_DIGITS",
+    "TASKS",
+    "WRITE",
+    "Task",
+    "marked",
+    "queries",
+]

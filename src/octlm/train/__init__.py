@@ -4,7 +4,8 @@ __all__ = ["TrainOptions", "train"]
 
 
 def __getattr__(name: str):
-    # Lazily, so that importing one module of this package (device, options) does not import the command and what it shows.
+    # Lazily, so that importing one module of this package (device, options) does not import the command and what it
+    # shows.
     if name == "train":
         from octlm.train.launch import train
 

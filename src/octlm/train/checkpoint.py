@@ -33,11 +33,12 @@ from safetensors.torch import save
 
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write, read_safetensors, sha256_file
-from octlm.train.resume import changeable_on_resume
-from octlm.run.folder import CHECKPOINT, TOKENIZER
 from octlm.model.weights import weights_state
+from octlm.run.folder import CHECKPOINT, TOKENIZER
+from octlm.train.resume import changeable_on_resume
 
 FORMAT = "octlm-checkpoint/1"
+
 
 class CheckpointError(RunError):
     """A checkpoint is missing, damaged, or does not belong to the files beside it."""
@@ -80,7 +81,10 @@ def config_digest(config: dict) -> str:
     know are kept too.
     """
     may_change = changeable_on_resume()
-    kept = {"model": config.get("model"), "train": {k: v for k, v in sorted(config.get("train", {}).items()) if k not in may_change}}
+    kept = {
+        "model": config.get("model"),
+        "train": {k: v for k, v in sorted(config.get("train", {}).items()) if k not in may_change},
+    }
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
@@ -105,10 +109,13 @@ def check_digests(path: Path, recorded: dict[str, str], now: dict[str, str]) -> 
     for name, then in recorded.items():
         current = now.get(name)
         if current != then:
-            what = "its model section or the training options a resume must keep" if name == "config.json" else "its bytes"
+            what = (
+                "its model section or the training options a resume must keep" if name == "config.json" else "its bytes"
+            )
             raise CheckpointError(
                 f"{path.parent / name}: differs from the one {path.name} was trained with ({what} changed: sha256 "
-                f"{then[:12]}... then, {str(current)[:12]}... now); put the original file back (or, if {path.name} was copied from another run, that run's), or start a new run with --out"
+                f"{then[:12]}... then, {str(current)[:12]}... now); put the original file back (or, if {path.name} was "
+                "copied from another run, that run's), or start a new run with --out"
             )
 
 
@@ -167,7 +174,9 @@ def optimizer_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) 
     return out
 
 
-def load_optimizer_tensors(path: Path, tensors: dict[str, torch.Tensor], model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+def load_optimizer_tensors(
+    path: Path, tensors: dict[str, torch.Tensor], model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> None:
     """Put ``optimizer.*`` tensors back into ``optimizer`` (hyper-parameters stay those it was built with).
 
     Raises:
@@ -242,7 +251,9 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: checkpoint format {state.get('format')!r}; this octlm reads {FORMAT!r}")
     if tensors_sha256(tensors) != state.get("tensors_sha256"):
-        raise CheckpointError(f"{path}: tensor bytes do not match the digest the checkpoint recorded; the file is corrupted")
+        raise CheckpointError(
+            f"{path}: tensor bytes do not match the digest the checkpoint recorded; the file is corrupted"
+        )
     return Checkpoint(path, tensors, state)
 
 
@@ -259,11 +270,13 @@ def describe_checkpoint(path: Path) -> str:
 
 
 def resume_hint(run_dir: Path) -> str:
-    """The sentence that tells how to go on with the run in ``run_dir``: from its checkpoint, or from step 0 when it has none."""
+    """The sentence that tells how to go on with the run in ``run_dir``: from its checkpoint, or from step 0 when it has
+    none."""
     run = shlex.quote(str(run_dir))
     if (run_dir / CHECKPOINT).exists():
         return f"Continue exactly where it stopped with: octlm train --resume {run}"
-    # Resuming a run without a checkpoint trains it from step 0 on its prepared corpus, bit for bit as a fresh run would.
+    # Resuming a run without a checkpoint trains it from step 0 on its prepared corpus, bit for bit as a fresh run
+    # would.
     return f"Resume trains it from step 0, on the corpus already prepared: octlm train --resume {run}"
 
 
@@ -282,7 +295,8 @@ def rng_of(checkpoint: Checkpoint, rank: int) -> tuple[dict[str, torch.Tensor], 
 
 
 def generators_note(checkpoint: Checkpoint, world_size: int) -> str | None:
-    """What resuming with ``world_size`` processes does to the dropout generators each process saved; ``None`` when nothing.
+    """What resuming with ``world_size`` processes does to the dropout generators each process saved; ``None`` when
+    nothing.
 
     A rank that did not exist then starts a fresh one (seeded from ``--seed``
     and its rank); those of ranks gone are dropped. Rank 0 says it for all.
@@ -291,8 +305,15 @@ def generators_note(checkpoint: Checkpoint, world_size: int) -> str | None:
     ranks = ", ".join(str(rank) for rank in range(min(then, world_size), max(then, world_size)))
     if then == world_size:
         return None
-    what = f"rank(s) {ranks} start fresh dropout generators" if world_size > then else f"the dropout generators of rank(s) {ranks} are dropped"
-    return f"the run had {then} process(es) and resumes with {world_size}: {what}, so the dropout masks differ from an uninterrupted run's"
+    what = (
+        f"rank(s) {ranks} start fresh dropout generators"
+        if world_size > then
+        else f"the dropout generators of rank(s) {ranks} are dropped"
+    )
+    return (
+        f"the run had {then} process(es) and resumes with {world_size}: {what}, so the dropout masks differ from an "
+        "uninterrupted run's"
+    )
 
 
 #: The kind of the record ``metrics.jsonl`` ends with once a run's full final evaluation and report are done.
@@ -300,7 +321,8 @@ FINISHED = "finished"
 
 
 def reached_limit(state: dict, step: int, max_steps: int | None, time_budget: float | None) -> str | None:
-    """The limit a run at ``step`` (its checkpoint's ``state``) has reached, as the flag that set it (``--max-steps 12``), or ``None``."""
+    """The limit a run at ``step`` (its checkpoint's ``state``) has reached, as the flag that set it (``--max-steps
+    12``), or ``None``."""
     if max_steps is not None and step >= max_steps:
         return f"--max-steps {max_steps}"
     if time_budget is not None and state["elapsed_s"] >= time_budget:
@@ -309,7 +331,8 @@ def reached_limit(state: dict, step: int, max_steps: int | None, time_budget: fl
 
 
 def finished_after(folder, state: dict) -> bool:
-    """Whether ``folder``'s ``metrics.jsonl``, past the place the checkpoint recorded, holds the :data:`FINISHED` record.
+    """Whether ``folder``'s ``metrics.jsonl``, past the place the checkpoint recorded, holds the :data:`FINISHED`
+    record.
 
     A run stopped at its limit during the final evaluation, the loss curve or the
     report has none: resuming it does them, instead of refusing a finished run.
@@ -331,7 +354,8 @@ def finished_after(folder, state: dict) -> bool:
 
 
 def check_resumable(state: dict, step: int, opts, world_size: int, max_steps: int | None, folder) -> str | None:
-    """Whether a run at ``step`` (its checkpoint's ``state``) may go on under ``opts``: the note of a new limit, or ``None``.
+    """Whether a run at ``step`` (its checkpoint's ``state``) may go on under ``opts``: the note of a new limit, or
+    ``None``.
 
     A run at its limit may go on only when it never finished its final
     evaluation and report (:func:`finished_after`): it then does just those.
@@ -358,19 +382,24 @@ def check_resumable(state: dict, step: int, opts, world_size: int, max_steps: in
     if (max_steps, opts.time_budget) == (state["max_steps"], state["time_budget"]):
         return None
     return (
-        f"the run's limit is now {max_steps} steps" + (f" / {opts.time_budget:g}s" if opts.time_budget else "")
-        + f" (was {state['max_steps']} steps" + (f" / {state['time_budget']:g}s" if state["time_budget"] else "")
+        f"the run's limit is now {max_steps} steps"
+        + (f" / {opts.time_budget:g}s" if opts.time_budget else "")
+        + f" (was {state['max_steps']} steps"
+        + (f" / {state['time_budget']:g}s" if state["time_budget"] else "")
         + "): the learning-rate schedule stretches to the new end"
     )
 
 
 def resume_line(state: dict, step: int, time_budget: float | None, max_steps: int | None, folder) -> str:
-    """The line a resumed session opens with: where training goes on, or that only the final evaluation and report are left."""
+    """The line a resumed session opens with: where training goes on, or that only the final evaluation and report are
+    left."""
     limit = reached_limit(state, step, max_steps, time_budget)
     if limit is None:
         return f"resuming {folder} at step {step}"
-    return (f"{folder} is at step {step}, its limit ({limit}), with no record of a finished final evaluation; "
-            f"doing the final evaluation, loss curve and report now (no training step)")
+    return (
+        f"{folder} is at step {step}, its limit ({limit}), with no record of a finished final evaluation; "
+        f"doing the final evaluation, loss curve and report now (no training step)"
+    )
 
 
 __all__ = [

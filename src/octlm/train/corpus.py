@@ -16,18 +16,18 @@ import numpy as np
 from octlm.data import text as data
 from octlm.data import tokens
 from octlm.data.reading import CorpusReader
+from octlm.data.tokenizer import Tokenizer
 from octlm.errors import OctlmError
-from octlm.train.options import TrainOptions
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
-from octlm.data.tokenizer import Tokenizer
-
+from octlm.train.options import TrainOptions
 
 #: Text (bytes, UTF-8, as read: decompressed) above which preparation streams and the tokenizer trains on a sample:
 #: the training split of the corpus's first documents up to this size. Below it (the built-in corpora, the standard
 #: library's 12 MB) everything is as it always was: the whole text in memory, the tokenizer trained on all of it.
 TOKENIZER_SAMPLE_BYTES = 128 * 2**20
-#: Text gathered before each encoding step of a streamed corpus (bytes): memory of one group, and enough for parallel encoding.
+#: Text gathered before each encoding step of a streamed corpus (bytes): memory of one group, and enough for parallel
+#: encoding.
 STREAM_GROUP_BYTES = 16 * 2**20
 
 
@@ -63,7 +63,11 @@ def _reader(opts: TrainOptions) -> CorpusReader:
 
 def _tokenizer(opts: TrainOptions, train_texts: list[str]) -> Tokenizer:
     # A run started from another keeps that run's tokenizer: its token rows mean those ids.
-    return RunFolder(opts.init_from, "--init-from").read_tokenizer() if opts.init_from else Tokenizer.train(train_texts, opts.vocab_size)
+    return (
+        RunFolder(opts.init_from, "--init-from").read_tokenizer()
+        if opts.init_from
+        else Tokenizer.train(train_texts, opts.vocab_size)
+    )
 
 
 def split_and_tokenize(opts: TrainOptions) -> SplitText:
@@ -78,14 +82,20 @@ def split_and_tokenize(opts: TrainOptions) -> SplitText:
     Raises:
         DataError: for unreadable input or a split that leaves one side empty.
     """
-    docs, info = data.read_documents(opts.text or None, opts.encoding, skip_folder=_earlier_run,
-                                     text_field=opts.text_field, skip_bad_records=opts.skip_bad_records)
+    docs, info = data.read_documents(
+        opts.text or None,
+        opts.encoding,
+        skip_folder=_earlier_run,
+        text_field=opts.text_field,
+        skip_bad_records=opts.skip_bad_records,
+    )
     train_texts, val_texts = data.split_documents(docs, opts.val_fraction)
     return SplitText(docs, info, train_texts, val_texts, _tokenizer(opts, train_texts))
 
 
 def read_sample(reader: CorpusReader, limit: int) -> tuple[list[data.Document], bool]:
-    """The corpus's first documents, up to the one that takes their text past ``limit`` bytes; and whether that was all of it.
+    """The corpus's first documents, up to the one that takes their text past ``limit`` bytes; and whether that was all
+    of it.
 
     Raises:
         DataError: as :func:`octlm.data.text.read_documents`, and when the corpus holds no document.
@@ -126,10 +136,20 @@ def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> C
         tokenizer, docs, info = text.tokenizer, text.docs, text.info
         _report_sources(docs, info, sum(d.n_bytes for d in docs), report)
         _check_vocab(tokenizer, opts, report)
-        encoded = {split: tokens.encode_stream(tokenizer, texts) for split, texts in (("train", text.train_texts), ("val", text.val_texts))}
+        encoded = {
+            split: tokens.encode_stream(tokenizer, texts)
+            for split, texts in (("train", text.train_texts), ("val", text.val_texts))
+        }
         n_bytes = sum(d.n_bytes for d in docs)
-        streams, manifest = _store(folder, tokenizer, info, n_bytes, opts, lambda: {split: folder.write_tokens(split, ids) for split, ids in encoded.items()},
-                                   {split: ids.nbytes for split, ids in encoded.items()})
+        streams, manifest = _store(
+            folder,
+            tokenizer,
+            info,
+            n_bytes,
+            opts,
+            lambda: {split: folder.write_tokens(split, ids) for split, ids in encoded.items()},
+            {split: ids.nbytes for split, ids in encoded.items()},
+        )
     else:
         n_bytes, manifest = _prepare_streaming(opts, folder, report, reader, held)
         tokenizer = folder.read_tokenizer()
@@ -153,11 +173,21 @@ def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> C
 
 def _check_vocab(tokenizer: Tokenizer, opts: TrainOptions, report: Reporter) -> None:
     if tokenizer.vocab_size < opts.vocab_size:
-        report.warn(f"the training text supports only {tokenizer.vocab_size} tokens; using that instead of --vocab-size {opts.vocab_size}")
+        report.warn(
+            f"the training text supports only {tokenizer.vocab_size} tokens; using that instead of --vocab-size "
+            f"{opts.vocab_size}"
+        )
 
 
-def _store(folder: RunFolder, tokenizer: Tokenizer, info: dict, n_bytes: int, opts: TrainOptions, write_streams,
-           sizes: dict[str, int]) -> tuple[dict, dict]:
+def _store(
+    folder: RunFolder,
+    tokenizer: Tokenizer,
+    info: dict,
+    n_bytes: int,
+    opts: TrainOptions,
+    write_streams,
+    sizes: dict[str, int],
+) -> tuple[dict, dict]:
     """Write ``tokenizer.json``, the token files (``write_streams()``, their manifest entries) and ``manifest.json``.
 
     Raises:
@@ -190,25 +220,36 @@ def _no_room(err: OSError, folder: RunFolder, tokenizer: Tokenizer, sizes: dict[
     written before the disk filled: the least the run needs).
     """
     where = folder.path.parent
+
     def size(n: int) -> str:
         return f"{n / 1e6:,.1f} MB" if n >= 100_000 else f"{n / 1e3:,.0f} kB"
 
     files = ", ".join(f"{folder.token_path(split).name} {size(n)}" for split, n in sizes.items())
     total = sum(sizes.values()) + len(tokenizer.to_str().encode())
     return OctlmError(
-        f"{where}: {err.strerror} while writing the prepared corpus ({files}, tokenizer.json and manifest.json): the run "
+        f"{where}: {err.strerror} while writing the prepared corpus ({files}, tokenizer.json and manifest.json): the "
+        "run "
         f"needs at least {size(total)} there before training, and its checkpoints more; nothing was written. "
         f"Free that much space, or give --out a folder on another disk"
     )
 
 
-def _prepare_streaming(opts: TrainOptions, folder: RunFolder, report: Reporter, reader: CorpusReader, held: list[data.Document]) -> tuple[int, dict]:
-    """The corpus above :data:`TOKENIZER_SAMPLE_BYTES`: the tokenizer from the first documents (``held``), then every document
-    read again, split, encoded and appended to the token files group by group. Returns the text's bytes and the manifest."""
+def _prepare_streaming(
+    opts: TrainOptions, folder: RunFolder, report: Reporter, reader: CorpusReader, held: list[data.Document]
+) -> tuple[int, dict]:
+    """The corpus above :data:`TOKENIZER_SAMPLE_BYTES`: the tokenizer from the first documents (``held``), then every
+    document
+    read again, split, encoded and appended to the token files group by group. Returns the text's bytes and the
+    manifest."""
     sample = data.split_documents(held, opts.val_fraction)[0]
     sample_bytes = sum(d.n_bytes for d in held)
-    report.event("sample", f"corpus larger than {TOKENIZER_SAMPLE_BYTES / 2**20:.0f} MiB: the tokenizer trains on its first {len(held):,} "
-                 f"documents ({sample_bytes / 1e6:,.1f} MB); every document is encoded", documents=len(held), bytes=sample_bytes)
+    report.event(
+        "sample",
+        f"corpus larger than {TOKENIZER_SAMPLE_BYTES / 2**20:.0f} MiB: the tokenizer trains on its first {len(held):,} "
+        f"documents ({sample_bytes / 1e6:,.1f} MB); every document is encoded",
+        documents=len(held),
+        bytes=sample_bytes,
+    )
     tokenizer = _tokenizer(opts, sample)
     del held, sample  # memory: from here on only a group of documents at a time
     _check_vocab(tokenizer, opts, report)
@@ -224,8 +265,15 @@ def _prepare_streaming(opts: TrainOptions, folder: RunFolder, report: Reporter, 
     return n_bytes, manifest
 
 
-def _stream_into(reader: CorpusReader, tokenizer: Tokenizer, writers: dict, counted: dict, opts: TrainOptions, folder: RunFolder,
-                 report: Reporter) -> tuple[int, dict]:
+def _stream_into(
+    reader: CorpusReader,
+    tokenizer: Tokenizer,
+    writers: dict,
+    counted: dict,
+    opts: TrainOptions,
+    folder: RunFolder,
+    report: Reporter,
+) -> tuple[int, dict]:
     on_disk = sum(item.stat().st_size for item, _, _ in reader.candidates if isinstance(item, Path) and item.is_file())
     bar = report.progress(on_disk, "read and encode", "B")
     bar.unit_scale = True
@@ -255,23 +303,41 @@ def _stream_into(reader: CorpusReader, tokenizer: Tokenizer, writers: dict, coun
     info, n_bytes = reader.info(), counted["bytes"]
     _report_sources([counted["first"]], info, n_bytes, report, documents=counted["documents"])
     sizes = {split: w.count * w.dtype.itemsize for split, w in writers.items()}
-    return n_bytes, _store(folder, tokenizer, info, n_bytes, opts, lambda: {split: w.close() for split, w in writers.items()}, sizes)[1]
+    return n_bytes, _store(
+        folder, tokenizer, info, n_bytes, opts, lambda: {split: w.close() for split, w in writers.items()}, sizes
+    )[1]
 
 
-def _report_sources(docs: list[data.Document], info: dict, n_bytes: int, report: Reporter, documents: int | None = None) -> None:
+def _report_sources(
+    docs: list[data.Document], info: dict, n_bytes: int, report: Reporter, documents: int | None = None
+) -> None:
     documents = len(docs) if documents is None else documents
-    source = "the Python standard library" if info["source"]["kind"] == "python-stdlib" else f"{len(info['files'])} file(s)"
+    source = (
+        "the Python standard library" if info["source"]["kind"] == "python-stdlib" else f"{len(info['files'])} file(s)"
+    )
     # The first line as decoded: a wrong --encoding shows at a glance.
     first = data.first_line(docs[0].text)
-    report.event("corpus", f"corpus: {source}, {documents} documents, {n_bytes / 1e6:.2f} MB; first line: \"{first}\"",
-                 documents=documents, bytes=n_bytes, skipped=len(info["skipped"]), first_line=first)
+    report.event(
+        "corpus",
+        f'corpus: {source}, {documents} documents, {n_bytes / 1e6:.2f} MB; first line: "{first}"',
+        documents=documents,
+        bytes=n_bytes,
+        skipped=len(info["skipped"]),
+        first_line=first,
+    )
     # The standard library has empty files and repeats a few on purpose (the default corpus, same every time);
     # only what was skipped or repeated in the person's own text is worth a warning. manifest.json lists both.
     own = info["source"]["kind"] != "python-stdlib"
     if info["skipped"] and own:
-        report.warn(f"skipped {len(info['skipped'])} entries that are not text: empty, binary or special files, or octlm runs (manifest.json lists them)")
+        report.warn(
+            f"skipped {len(info['skipped'])} entries that are not text: empty, binary or special files, or octlm runs "
+            "(manifest.json lists them)"
+        )
     if (bad := info.get("bad_records")) is not None:
-        report.warn(f"skipped {bad['count']:,} bad record(s) (--skip-bad-records), the first: {bad['first'][0]}; manifest.json counts them per file")
+        report.warn(
+            f"skipped {bad['count']:,} bad record(s) (--skip-bad-records), the first: {bad['first'][0]}; manifest.json "
+            "counts them per file"
+        )
     repeats = info["duplicates"] if own else []
     for dup in repeats[:3]:
         report.warn(f"{dup['path']} repeats {dup['same_as']} byte for byte; it is trained on twice")

@@ -30,7 +30,9 @@ def resolve_device(name: str) -> torch.device:
     except RuntimeError:
         raise OctlmError(f"--device {name!r} is not a device name; use auto, cpu, cuda, cuda:N or mps") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise OctlmError(f"--device {name}: this machine has no CUDA GPU (or this torch build has no CUDA); use --device cpu")
+        raise OctlmError(
+            f"--device {name}: this machine has no CUDA GPU (or this torch build has no CUDA); use --device cpu"
+        )
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise OctlmError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) visible")
     if device.type == "mps" and not torch.backends.mps.is_available():
@@ -56,7 +58,9 @@ def step_memory_bytes(config: DecoderConfig, batch_size: int) -> int:
     not used. Weights and optimizer state are small beside it at octlm's sizes.
     """
     tokens = batch_size * config.context_length
-    per_token = 3 * config.vocab_size + config.n_layers * (24 * config.d_model + 2 * config.n_heads * config.context_length)
+    per_token = 3 * config.vocab_size + config.n_layers * (
+        24 * config.d_model + 2 * config.n_heads * config.context_length
+    )
     return 4 * tokens * per_token
 
 
@@ -81,10 +85,13 @@ def check_memory(config: DecoderConfig, batch_size: int, device: torch.device) -
         layers = config.n_layers * (24 * config.d_model + 2 * config.n_heads * config.context_length)
         fix = "--batch-size, or " + ("--vocab-size" if logits >= layers else "--n-layers or --d-model")
         raise OctlmError(
-            f"this model and batch need about {need / 2**30:,.0f} GiB of activations per step, more than this {device.type} "
-            f"has ({total / 2**30:.0f} GiB): --batch-size {batch_size} x --context-length {config.context_length} tokens, "
+            f"this model and batch need about {need / 2**30:,.0f} GiB of activations per step, more than this "
+            f"{device.type} "
+            f"has ({total / 2**30:.0f} GiB): --batch-size {batch_size} x --context-length {config.context_length} "
+            "tokens, "
             f"each holding about 3 x --vocab-size {config.vocab_size} logits and --n-layers {config.n_layers} x "
-            f"(24 x --d-model {config.d_model} + 2 x --n-heads {config.n_heads} x --context-length) activations; lower {fix}"
+            f"(24 x --d-model {config.d_model} + 2 x --n-heads {config.n_heads} x --context-length) activations; lower "
+            f"{fix}"
         )
 
 
@@ -94,7 +101,8 @@ def available_cpus() -> int:
 
 
 def default_threads() -> int:
-    """torch's CPU threads when ``--threads`` is not given: half the CPUs this process may use, at least 1; ``OMP_NUM_THREADS`` when set.
+    """torch's CPU threads when ``--threads`` is not given: half the CPUs this process may use, at least 1;
+    ``OMP_NUM_THREADS`` when set.
 
     A parallel torch operator waits for its slowest thread, so with a thread
     on every CPU one busy CPU elsewhere stalls every operator: 500 sampled
@@ -130,7 +138,9 @@ COMPILE_MIN_STEPS = 1000
 COMPILE_MIN_SECONDS = 300.0
 
 
-def compiles(setting: str, device: torch.device, flops_per_step: float, steps: int | None, seconds: float | None) -> bool:
+def compiles(
+    setting: str, device: torch.device, flops_per_step: float, steps: int | None, seconds: float | None
+) -> bool:
     """Whether ``--compile SETTING`` compiles a run of ``steps`` steps or ``seconds`` of training (whichever is set).
 
     ``auto`` compiles on a CUDA GPU when the step is at least
@@ -144,13 +154,17 @@ def compiles(setting: str, device: torch.device, flops_per_step: float, steps: i
         OctlmError: for ``on`` with a CPU and no C++ compiler, or with MPS.
     """
     if setting == "auto":
-        long_run = (steps is not None and steps >= COMPILE_MIN_STEPS) or (seconds is not None and seconds >= COMPILE_MIN_SECONDS)
+        long_run = (steps is not None and steps >= COMPILE_MIN_STEPS) or (
+            seconds is not None and seconds >= COMPILE_MIN_SECONDS
+        )
         return device.type == "cuda" and flops_per_step >= COMPILE_FLOPS_PER_STEP and long_run
     if setting == "off":
         return False
     if device.type == "cpu" and not has_cpp_compiler():
-        raise OctlmError("--compile on: torch.compile builds C++ for the CPU and no compiler was found (g++, c++, clang++ or $CXX); "
-                         "install one, or use --compile off")
+        raise OctlmError(
+            "--compile on: torch.compile builds C++ for the CPU and no compiler was found (g++, c++, clang++ or $CXX); "
+            "install one, or use --compile off"
+        )
     if device.type == "mps":
         raise OctlmError("--compile on: torch.compile does not support MPS well enough to train on; use --compile off")
     return True
@@ -189,8 +203,12 @@ def torch_settings(threads: int | None, deterministic: bool) -> Iterator[None]:
     Both are process-wide torch settings; without this, a Python program that
     trains twice (a notebook, a test) would keep the first run's.
     """
-    before = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
-              torch.is_deterministic_algorithms_warn_only_enabled(), torch.backends.cudnn.benchmark)
+    before = (
+        torch.get_num_threads(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.benchmark,
+    )
     set_threads(threads)
     set_deterministic(deterministic)
     try:
@@ -202,7 +220,8 @@ def torch_settings(threads: int | None, deterministic: bool) -> Iterator[None]:
 
 
 def defers_host_sync(device: torch.device, group) -> bool:
-    """Whether a training step leaves its loss and norm on the device: on a GPU in one process (ranks agree every step)."""
+    """Whether a training step leaves its loss and norm on the device: on a GPU in one process (ranks agree every
+    step)."""
     return device.type == "cuda" and not group.active
 
 
@@ -213,4 +232,23 @@ def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
     return batch.to(device)
 
 
-__all__ = ["COMPILE_FLOPS_PER_STEP", "COMPILE_MIN_SECONDS", "COMPILE_MIN_STEPS", "autocast_for", "available_cpus", "compile_model", "compiles", "defers_host_sync", "has_cpp_compiler", "set_deterministic", "to_device", "check_memory", "default_threads", "device_memory_bytes", "resolve_device", "set_threads", "step_memory_bytes", "torch_settings"]
+__all__ = [
+    "COMPILE_FLOPS_PER_STEP",
+    "COMPILE_MIN_SECONDS",
+    "COMPILE_MIN_STEPS",
+    "autocast_for",
+    "available_cpus",
+    "compile_model",
+    "compiles",
+    "defers_host_sync",
+    "has_cpp_compiler",
+    "set_deterministic",
+    "to_device",
+    "check_memory",
+    "default_threads",
+    "device_memory_bytes",
+    "resolve_device",
+    "set_threads",
+    "step_memory_bytes",
+    "torch_settings",
+]

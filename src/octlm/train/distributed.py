@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -111,15 +112,19 @@ def setup(device_name: str) -> tuple[Group, str]:
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if device_name.startswith("cuda:") or device_name == "mps":
         raise OctlmError(
-            f"--device {device_name}: under torchrun each process takes its own GPU (cuda:LOCAL_RANK); use --device auto, cuda or cpu"
+            f"--device {device_name}: under torchrun each process takes its own GPU (cuda:LOCAL_RANK); use --device "
+            "auto, cuda or cpu"
         )
     use_cuda = device_name in ("auto", "cuda") and torch.cuda.is_available()
     if device_name == "cuda" and not use_cuda:
-        raise OctlmError("--device cuda: this machine has no CUDA GPU (or this torch build has no CUDA); use --device cpu")
+        raise OctlmError(
+            "--device cuda: this machine has no CUDA GPU (or this torch build has no CUDA); use --device cpu"
+        )
     if use_cuda:
         if local >= torch.cuda.device_count():
             raise OctlmError(
-                f"LOCAL_RANK={local} but this node has {torch.cuda.device_count()} GPU(s); start at most that many processes per node"
+                f"LOCAL_RANK={local} but this node has {torch.cuda.device_count()} GPU(s); start at most that many "
+                "processes per node"
             )
         torch.cuda.set_device(local)
         device, backend = f"cuda:{local}", "nccl"

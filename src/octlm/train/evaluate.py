@@ -209,8 +209,14 @@ def evaluate_sliding(
     try:
         for i in range(0, len(starts), batch_size):
             blocks = gather_blocks(tokens, starts[i : i + batch_size], length)
-            scored = positions[None, :] >= first[i : i + batch_size, None]  # [B, length]: the targets this window scores
-            losses = cross_entropy(model(torch.from_numpy(blocks[:, :-1]).to(device)), torch.from_numpy(blocks[:, 1:]).to(device), reduction="none")
+            scored = (
+                positions[None, :] >= first[i : i + batch_size, None]
+            )  # [B, length]: the targets this window scores
+            losses = cross_entropy(
+                model(torch.from_numpy(blocks[:, :-1]).to(device)),
+                torch.from_numpy(blocks[:, 1:]).to(device),
+                reduction="none",
+            )
             target_bytes = bytes_per_token[blocks[:, 1:]] * scored
             nats += losses.double().cpu()[torch.from_numpy(scored)].sum()
             text_nats += (losses.double().cpu() * torch.from_numpy(target_bytes > 0)).sum()
@@ -219,8 +225,14 @@ def evaluate_sliding(
         model.train(was_training)
     n_tokens = len(tokens) - 1
     loss = float(nats) / n_tokens
-    return EvalResult(loss=loss, perplexity=math.exp(min(loss, 700.0)), bpb=float(text_nats) / math.log(2) / max(n_bytes, 1), tokens=n_tokens,
-                      bytes=n_bytes, blocks=len(starts))
+    return EvalResult(
+        loss=loss,
+        perplexity=math.exp(min(loss, 700.0)),
+        bpb=float(text_nats) / math.log(2) / max(n_bytes, 1),
+        tokens=n_tokens,
+        bytes=n_bytes,
+        blocks=len(starts),
+    )
 
 
 __all__ = ["EvalResult", "evaluate", "evaluate_sliding", "evenly_spaced", "sliding_windows"]

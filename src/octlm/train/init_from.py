@@ -23,13 +23,15 @@ from octlm.errors import OctlmError, RunError
 from octlm.fileio import read_safetensors, sha256_file
 from octlm.model import Decoder, DecoderConfig
 from octlm.model.positions import ROPE_SCALINGS, SCHEMES, schemes_taking
+from octlm.model.weights import load_weights, weights_state
 from octlm.run.folder import RunFolder
 from octlm.run.scaling import apply_scaling
-from octlm.model.weights import load_weights, weights_state
 
 #: Model options a fine-tuning run must share with its source (``context_length`` and ``dropout`` may change;
 #: ``eot_id`` is the source's tokenizer's, which the run keeps).
-SHAPE_OPTIONS = tuple(f.name for f in dataclasses.fields(DecoderConfig) if f.name not in ("context_length", "dropout", "eot_id"))
+SHAPE_OPTIONS = tuple(
+    f.name for f in dataclasses.fields(DecoderConfig) if f.name not in ("context_length", "dropout", "eot_id")
+)
 #: The state-dict key of a learned position table.
 TABLE_KEY = "positions.table.weight"
 
@@ -100,7 +102,8 @@ def init_from_options(opts, given: set[str]):
         if name in given and values[name] != then:
             raise OctlmError(
                 f"--{name.replace('_', '-')} {values[name]} contradicts --init-from {opts.init_from}, whose model has "
-                f"{name}={then!r}; a fine-tuning run keeps its source's tokenizer and shape: drop --{name.replace('_', '-')}"
+                f"{name}={then!r}; a fine-tuning run keeps its source's tokenizer and shape: drop "
+                f"--{name.replace('_', '-')}"
             )
         shape[name] = then
     return replaced(opts, **shape)
@@ -125,7 +128,9 @@ def scaling_record(opts) -> dict | None:
     if opts.init_from:
         train = source_config(opts.init_from).get("train") or {}
         before = train.get("rope_scaling") if isinstance(train.get("rope_scaling"), dict) else None
-        original = int(before["original_length"]) if before else int(source_config(opts.init_from)["model"]["context_length"])
+        original = (
+            int(before["original_length"]) if before else int(source_config(opts.init_from)["model"]["context_length"])
+        )
     factor = 1.0 if opts.rope_factor is None else float(opts.rope_factor)
     return {"method": opts.rope_scaling, "factor": factor, "original_length": original}
 
@@ -151,10 +156,15 @@ def check_scaling_options(opts) -> None:
             raise OctlmError(f"--rope-factor needs --rope-scaling ({', '.join(ROPE_SCALINGS)})")
         return
     if opts.rope_factor is None and opts.rope_scaling != "dynamic-ntk":
-        raise OctlmError(f"--rope-scaling {opts.rope_scaling} needs --rope-factor F (new length / trained length, e.g. 4)")
+        raise OctlmError(
+            f"--rope-scaling {opts.rope_scaling} needs --rope-factor F (new length / trained length, e.g. 4)"
+        )
     if opts.model.position in SCHEMES and opts.rope_scaling not in SCHEMES[opts.model.position].scalings():
         takers = " or ".join(schemes_taking(opts.rope_scaling))
-        raise OctlmError(f"--rope-scaling {opts.rope_scaling} needs --position {takers}; this run's position is {opts.model.position}")
+        raise OctlmError(
+            f"--rope-scaling {opts.rope_scaling} needs --position {takers}; this run's position is "
+            f"{opts.model.position}"
+        )
 
 
 def prepare_model(model: Decoder, opts, load_source: bool) -> None:
@@ -195,6 +205,14 @@ def load_source_weights(model: Decoder, path: Path) -> None:
 
 
 __all__ = [
-    "SHAPE_OPTIONS", "check_scaling_options", "config_record", "init_from_options", "interpolate_table", "load_source_weights",
-    "prepare_model", "scaling_record", "source_config", "source_record",
+    "SHAPE_OPTIONS",
+    "check_scaling_options",
+    "config_record",
+    "init_from_options",
+    "interpolate_table",
+    "load_source_weights",
+    "prepare_model",
+    "scaling_record",
+    "source_config",
+    "source_record",
 ]

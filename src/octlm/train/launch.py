@@ -15,17 +15,17 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
+from octlm.data.tokenizer import printable_text
+from octlm.errors import OctlmError
+from octlm.inspect.diagnostics import embedding_diagnostic, format_diagnostic, frequent_tokens, token_counts
+from octlm.inspect.sample import sample_from
+from octlm.report import Reporter, SilentReporter
+from octlm.run.folder import CONFIG, RunFolder
 from octlm.train import distributed
 from octlm.train.checkpoint import CHECKPOINT, describe_checkpoint, resume_hint
 from octlm.train.device import torch_settings
-from octlm.inspect.diagnostics import embedding_diagnostic, format_diagnostic, frequent_tokens, token_counts
-from octlm.inspect.sample import sample_from
-from octlm.errors import OctlmError
 from octlm.train.options import TrainOptions, check_options, given_options
 from octlm.train.resume import resume_options
-from octlm.report import Reporter, SilentReporter
-from octlm.run.folder import CONFIG, RunFolder
-from octlm.data.tokenizer import printable_text
 from octlm.train.trainer import Trainer
 
 
@@ -121,9 +121,13 @@ def show_finished_run(trainer: Trainer) -> dict:
         if path is not None and trainer.metrics is not None:
             trainer.metrics.figure("loss", path, trainer.step)  # for the trackers of --log-to that take images
         if opts.sample_tokens and not trainer.interrupted:
-            shown["sample"] = sample_from(trainer.model, data.tokenizer, "", opts.sample_tokens, 0.8, 40, opts.seed, trainer.device)
+            shown["sample"] = sample_from(
+                trainer.model, data.tokenizer, "", opts.sample_tokens, 0.8, 40, opts.seed, trainer.device
+            )
     counts = token_counts(data.train, data.tokenizer.vocab_size)
-    shown["nearest"] = embedding_diagnostic(trainer.model, data.tokenizer, queries=frequent_tokens(counts, data.tokenizer, 3), seen=counts > 0)
+    shown["nearest"] = embedding_diagnostic(
+        trainer.model, data.tokenizer, queries=frequent_tokens(counts, data.tokenizer, 3), seen=counts > 0
+    )
     return shown
 
 
@@ -133,7 +137,11 @@ def _stopped_before_training(trainer: Trainer) -> str | None:
     if folder is None or not folder.config_path.is_file():
         return None  # interrupted while the corpus was prepared: the staging folder is gone, nothing is left
     checkpoint = folder.path / CHECKPOINT
-    kept = f"the last checkpoint ({describe_checkpoint(checkpoint)}) is kept" if checkpoint.exists() else "nothing was trained"
+    kept = (
+        f"the last checkpoint ({describe_checkpoint(checkpoint)}) is kept"
+        if checkpoint.exists()
+        else "nothing was trained"
+    )
     return f"interrupted before the first training step; {kept}. {resume_hint(folder.path)}"
 
 
@@ -160,17 +168,21 @@ def _resumed_options(run_dir: Path, opts: TrainOptions, given: set[str] | None) 
 def final_report(result: dict, sample_text: str, diagnostic: dict, brief: bool = False) -> str:
     """The end-of-training report for people; ``brief`` (``--quiet``) keeps the figures and the path only."""
     scheme = RunFolder(result["run_dir"]).read_config()["model"]["position"]
-    saved = f"saved to {result['run_dir']}/; try: octlm sample --run {shlex.quote(result['run_dir'])} --prompt \"...\""
+    saved = f'saved to {result["run_dir"]}/; try: octlm sample --run {shlex.quote(result["run_dir"])} --prompt "..."'
     lines = [
         "",
-        f"done: {result['steps']} steps in {result['train_seconds']:.0f}s, {result['tokens_per_second']:,.0f} tokens/s, "
+        f"done: {result['steps']} steps in {result['train_seconds']:.0f}s, {result['tokens_per_second']:,.0f} "
+        "tokens/s, "
         f"{result['epochs']:.2f} epochs" + (" (interrupted)" if result["interrupted"] else ""),
         f"validation: loss {result['val_loss']:.4f} nats/token, perplexity {result['val_perplexity']:.2f}, "
         f"{result['val_bpb']:.4f} bits per byte ({result['val_tokens']:,} tokens)",
     ]
     resume = []
     if result["interrupted"]:
-        resume = [f"interrupted at step {result['steps']}; continue exactly where it stopped with: octlm train --resume {shlex.quote(result['run_dir'])}"]
+        resume = [
+            f"interrupted at step {result['steps']}; continue exactly where it stopped with: octlm train --resume "
+            f"{shlex.quote(result['run_dir'])}"
+        ]
     if brief:
         return "\n".join(lines[1:] + [saved] + resume)
     if sample_text:

@@ -23,7 +23,8 @@ from octlm.train.options import TrainOptions, resolved_warmup_steps
 
 
 def lr_at(step: int, progress: float, opts: TrainOptions) -> float:
-    """Learning rate of step ``step`` (0-based): linear warmup over the run's warm-up steps, then cosine decay to ``min_lr_ratio * peak``.
+    """Learning rate of step ``step`` (0-based): linear warmup over the run's warm-up steps, then cosine decay to
+    ``min_lr_ratio * peak``.
 
     The warm-up (:func:`~octlm.train.options.resolved_warmup_steps`, ``W``)
     climbs to the peak at its last step, ``W - 1``; the decay follows.
@@ -41,7 +42,8 @@ def lr_at(step: int, progress: float, opts: TrainOptions) -> float:
 
 
 def decay_progress(step: int, max_steps: int, warmup: int) -> float:
-    """How far step ``step`` (0-based) of a ``max_steps``-step run is through the cosine decay: 0 at the peak, 1 at the last step.
+    """How far step ``step`` (0-based) of a ``max_steps``-step run is through the cosine decay: 0 at the peak, 1 at the
+    last step.
 
     The peak is the warm-up's last step (``warmup - 1``, or step 0 without a
     warm-up), so one step trains at the peak and step ``max_steps - 1``
@@ -65,12 +67,15 @@ def scheduled_lr(optimizer: torch.optim.Optimizer, step: int, opts: TrainOptions
     )
     lr = lr_at(step, progress, opts)
     for group in optimizer.param_groups:
-        # A group with its own peak (Muon's) follows the same schedule, scaled; AdamW's groups take ``lr`` itself, to the bit.
+        # A group with its own peak (Muon's) follows the same schedule, scaled; AdamW's groups take ``lr`` itself, to
+        # the bit.
         group["lr"] = lr if "peak_lr" not in group else lr * (group["peak_lr"] / opts.learning_rate)
     return lr
 
 
-def backward(loss: torch.Tensor, model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float) -> torch.Tensor:
+def backward(
+    loss: torch.Tensor, model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float
+) -> torch.Tensor:
     """Gradients of ``loss`` (a scalar, nats) into ``model``, clipped to global norm ``grad_clip`` (0: not clipped).
 
     Returns the gradient norm before clipping (a 0-dim tensor, zero when not
@@ -82,12 +87,14 @@ def backward(loss: torch.Tensor, model: torch.nn.Module, optimizer: torch.optim.
     return torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) if grad_clip > 0 else loss.new_zeros(())
 
 
-#: Muon's per-matrix rate adjustment (torch.optim.Muon's adjust_lr_fn): "original" is Jordan et al.'s sqrt(max(1, rows / cols)).
+#: Muon's per-matrix rate adjustment (torch.optim.Muon's adjust_lr_fn): "original" is Jordan et al.'s sqrt(max(1, rows /
+#: cols)).
 MUON_ADJUST_LR = "original"
 
 
 def muon_parameters(model: Decoder) -> list[str]:
-    """Names of the parameters Muon trains under ``--optimizer muon``: the 2-D weight matrices of the transformer blocks.
+    """Names of the parameters Muon trains under ``--optimizer muon``: the 2-D weight matrices of the transformer
+    blocks.
 
     Muon orthogonalises a matrix's update, which suits the hidden layers'
     linear maps (Jordan et al. 2024); the token table (and so the tied head),
@@ -95,7 +102,9 @@ def muon_parameters(model: Decoder) -> list[str]:
     biases and norm gains stay with AdamW, as in Jordan et al. 2024 and
     Liu et al. 2025 §2.2 (embeddings and heads are not hidden matrices).
     """
-    return [name for name, p in model.named_parameters() if p.requires_grad and p.dim() == 2 and name.startswith("blocks.")]
+    return [
+        name for name, p in model.named_parameters() if p.requires_grad and p.dim() == 2 and name.startswith("blocks.")
+    ]
 
 
 def _adamw(params, opts: TrainOptions, device: torch.device) -> torch.optim.AdamW:
@@ -144,7 +153,9 @@ class MuonWithAdamW:
         for optimizer in self.optimizers:
             own = optimizer.state_dict()
             state.update({index + offset: value for index, value in own["state"].items()})
-            groups += [{**group, "params": [index + offset for index in group["params"]]} for group in own["param_groups"]]
+            groups += [
+                {**group, "params": [index + offset for index in group["params"]]} for group in own["param_groups"]
+            ]
             offset += sum(len(group["params"]) for group in optimizer.param_groups)
         return {"state": state, "param_groups": groups}
 
@@ -153,9 +164,17 @@ class MuonWithAdamW:
         for optimizer in self.optimizers:
             own_groups = [next(groups) for _ in optimizer.param_groups]
             count = sum(len(group["params"]) for group in own_groups)
-            own_state = {index - offset: value for index, value in state_dict["state"].items() if offset <= index < offset + count}
-            optimizer.load_state_dict({"state": own_state,
-                                       "param_groups": [{**g, "params": [i - offset for i in g["params"]]} for g in own_groups]})
+            own_state = {
+                index - offset: value
+                for index, value in state_dict["state"].items()
+                if offset <= index < offset + count
+            }
+            optimizer.load_state_dict(
+                {
+                    "state": own_state,
+                    "param_groups": [{**g, "params": [i - offset for i in g["params"]]} for g in own_groups],
+                }
+            )
             offset += count
 
 
@@ -174,8 +193,13 @@ def make_optimizer(model: Decoder, opts: TrainOptions, device: torch.device) -> 
     named = dict(model.named_parameters())
     hidden = [named[name] for name in muon_parameters(model)]
     chosen = {id(p) for p in hidden}
-    muon = torch.optim.Muon([{"params": hidden, "peak_lr": opts.muon_lr}], lr=opts.muon_lr, weight_decay=opts.muon_weight_decay,
-                            momentum=opts.muon_momentum, adjust_lr_fn=MUON_ADJUST_LR)
+    muon = torch.optim.Muon(
+        [{"params": hidden, "peak_lr": opts.muon_lr}],
+        lr=opts.muon_lr,
+        weight_decay=opts.muon_weight_decay,
+        momentum=opts.muon_momentum,
+        adjust_lr_fn=MUON_ADJUST_LR,
+    )
     return MuonWithAdamW(muon, _adamw([p for p in params if id(p) not in chosen], opts, device))
 
 

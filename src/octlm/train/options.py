@@ -21,11 +21,23 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from octlm.declare import (
-    Bound, Resume, at_least, build, check_fields, finite, flag, flat_values, nested, option, option_default, option_fields, refused,
-)
 from octlm.data.text import check_encoding
 from octlm.data.tokenizer import MIN_VOCAB_SIZE
+from octlm.declare import (
+    Bound,
+    Resume,
+    at_least,
+    build,
+    check_fields,
+    finite,
+    flag,
+    flat_values,
+    nested,
+    option,
+    option_default,
+    option_fields,
+    refused,
+)
 from octlm.errors import OctlmError
 from octlm.model import DecoderConfig
 from octlm.model.positions import ROPE_SCALINGS, SCHEMES
@@ -75,7 +87,10 @@ def _out_on_resume(name: str, value, then, run_dir: Path) -> str | None:
 def _overwrite_on_resume(name: str, value, then, run_dir: Path) -> str | None:
     if not value:
         return None
-    return f"--overwrite with --resume {run_dir}: --overwrite would delete the run that --resume continues; drop one of them"
+    return (
+        f"--overwrite with --resume {run_dir}: --overwrite would delete the run that --resume continues; drop one of "
+        "them"
+    )
 
 
 FREE, RETUNABLE = Resume.FREE, Resume.RETUNABLE
@@ -86,85 +101,201 @@ class TrainOptions:
     """Everything ``octlm train`` takes. Units are in each help text."""
 
     # data
-    text: list[str] = option([], "text files, JSON Lines (.jsonl, .json), Parquet or CSV files (also .gz, .xz, .bz2, .zst) or folders "
-                             "of them to train on (default: the Python standard library's .py files)",
-                             resume_check=_text_on_resume, nargs="+", metavar="PATH")
+    text: list[str] = option(
+        [],
+        "text files, JSON Lines (.jsonl, .json), Parquet or CSV files (also .gz, .xz, .bz2, .zst) or folders "
+        "of them to train on (default: the Python standard library's .py files)",
+        resume_check=_text_on_resume,
+        nargs="+",
+        metavar="PATH",
+    )
     encoding: str = option("utf-8", "text encoding of the input files, e.g. cp1252", check=check_encoding)
-    text_field: str = option("text", "the field (JSON Lines, JSON) or column (CSV, Parquet) that holds each record's text", metavar="NAME",
-                             check=_check_text_field)
-    skip_bad_records: bool = option(False, "skip records that give no text (not JSON, no --text-field, not a string) and count "
-                                    "them in manifest.json and the report, instead of stopping at the first")
-    val_fraction: float = option(0.1, "fraction of each file (its end) held out for validation", bounds=Bound(0, 1, True, True))
-    vocab_size: int = option(1024, "BPE vocabulary size in tokens, including <|endoftext|>",
-                             bounds=Bound(MIN_VOCAB_SIZE, says=f"at least {MIN_VOCAB_SIZE} (the 256 byte values and <|endoftext|>)"))
+    text_field: str = option(
+        "text",
+        "the field (JSON Lines, JSON) or column (CSV, Parquet) that holds each record's text",
+        metavar="NAME",
+        check=_check_text_field,
+    )
+    skip_bad_records: bool = option(
+        False,
+        "skip records that give no text (not JSON, no --text-field, not a string) and count "
+        "them in manifest.json and the report, instead of stopping at the first",
+    )
+    val_fraction: float = option(
+        0.1, "fraction of each file (its end) held out for validation", bounds=Bound(0, 1, True, True)
+    )
+    vocab_size: int = option(
+        1024,
+        "BPE vocabulary size in tokens, including <|endoftext|>",
+        bounds=Bound(MIN_VOCAB_SIZE, says=f"at least {MIN_VOCAB_SIZE} (the 256 byte values and <|endoftext|>)"),
+    )
     # model: its shape and position scheme, with each scheme's options (the model's vocab_size is the tokenizer's)
     model: DecoderConfig = nested(DecoderConfig)
     # fine-tuning from a run (octlm.train.init_from)
-    init_from: str | None = option(None, "start from this run's weights and tokenizer, with a fresh optimizer and schedule; "
-                                   "the model shape is the source's, --context-length and the data may change", metavar="RUN_DIR")
-    rope_scaling: str | None = option(None, "train and run a RoPE model under this scaling (saved in config.json, so sample, "
-                                      "evaluation and export reproduce it)", choices=list(ROPE_SCALINGS), metavar="METHOD")
-    rope_factor: float | None = option(None, "scale of --rope-scaling: new length / trained length (dynamic-ntk: default 1)",
-                                       bounds=Bound(1, math.inf, high_open=True, says="a finite number >= 1"))
+    init_from: str | None = option(
+        None,
+        "start from this run's weights and tokenizer, with a fresh optimizer and schedule; "
+        "the model shape is the source's, --context-length and the data may change",
+        metavar="RUN_DIR",
+    )
+    rope_scaling: str | None = option(
+        None,
+        "train and run a RoPE model under this scaling (saved in config.json, so sample, "
+        "evaluation and export reproduce it)",
+        choices=list(ROPE_SCALINGS),
+        metavar="METHOD",
+    )
+    rope_factor: float | None = option(
+        None,
+        "scale of --rope-scaling: new length / trained length (dynamic-ntk: default 1)",
+        bounds=Bound(1, math.inf, high_open=True, says="a finite number >= 1"),
+    )
     # optimisation
     batch_size: int = option(32, "blocks per step (per process)", bounds=at_least(1), resume=FREE)
     learning_rate: float = option(5e-3, "peak AdamW learning rate", bounds=finite(low_open=True), resume=RETUNABLE)
-    min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak (cosine decay)", bounds=Bound(0, 1))
-    warmup_steps: int | None = option(None, f"steps of linear warmup, fewer than the run's steps (default: {DEFAULT_WARMUP_STEPS}, "
-                                      f"or a tenth of the run when it has {DEFAULT_WARMUP_STEPS} steps or fewer)", bounds=at_least(0))
-    weight_decay: float = option(1.0, "AdamW weight decay on matrices (not on norms, biases)", bounds=finite(note="(0 turns it off)"))
+    min_lr_ratio: float = option(
+        0.1, "final learning rate as a fraction of the peak (cosine decay)", bounds=Bound(0, 1)
+    )
+    warmup_steps: int | None = option(
+        None,
+        f"steps of linear warmup, fewer than the run's steps (default: {DEFAULT_WARMUP_STEPS}, "
+        f"or a tenth of the run when it has {DEFAULT_WARMUP_STEPS} steps or fewer)",
+        bounds=at_least(0),
+    )
+    weight_decay: float = option(
+        1.0, "AdamW weight decay on matrices (not on norms, biases)", bounds=finite(note="(0 turns it off)")
+    )
     beta1: float = option(0.9, "AdamW beta1", bounds=Bound(0, 1, high_open=True))
     beta2: float = option(0.99, "AdamW beta2", bounds=Bound(0, 1, high_open=True))
-    optimizer: str = option("muon", "muon: Muon on the blocks' weight matrices, AdamW (the options above) on the token table, position "
-                            "parameters, biases and norm gains (the default since it won the main job: 1.520 bits per byte at 1,200 steps "
-                            "against AdamW's 1.628); adamw: AdamW on every parameter", choices=list(OPTIMIZERS))
-    muon_lr: float = option(0.02, "peak Muon learning rate (--optimizer muon), on the same warm-up and cosine decay",
-                            bounds=finite(low_open=True), resume=RETUNABLE)
-    muon_momentum: float = option(0.95, "Muon's Nesterov momentum (--optimizer muon)", bounds=Bound(0, 1, high_open=True))
-    muon_weight_decay: float = option(0.0, "Muon's decoupled weight decay, times the learning rate per step (--optimizer muon)",
-                                      bounds=finite(note="(0 turns it off)"))
-    grad_clip: float = option(1.0, "clip the global gradient norm to this (0 disables)", bounds=finite(note="(0 turns it off)"), resume=RETUNABLE)
+    optimizer: str = option(
+        "muon",
+        "muon: Muon on the blocks' weight matrices, AdamW (the options above) on the token table, position "
+        "parameters, biases and norm gains (the default since it won the main job: 1.520 bits per byte at 1,200 steps "
+        "against AdamW's 1.628); adamw: AdamW on every parameter",
+        choices=list(OPTIMIZERS),
+    )
+    muon_lr: float = option(
+        0.02,
+        "peak Muon learning rate (--optimizer muon), on the same warm-up and cosine decay",
+        bounds=finite(low_open=True),
+        resume=RETUNABLE,
+    )
+    muon_momentum: float = option(
+        0.95, "Muon's Nesterov momentum (--optimizer muon)", bounds=Bound(0, 1, high_open=True)
+    )
+    muon_weight_decay: float = option(
+        0.0,
+        "Muon's decoupled weight decay, times the learning rate per step (--optimizer muon)",
+        bounds=finite(note="(0 turns it off)"),
+    )
+    grad_clip: float = option(
+        1.0,
+        "clip the global gradient norm to this (0 disables)",
+        bounds=finite(note="(0 turns it off)"),
+        resume=RETUNABLE,
+    )
     # length of the run
-    max_steps: int | None = option(None, f"optimizer steps (default: {DEFAULT_MAX_STEPS} unless --time-budget is given; with --resume: the run's total)",
-                                   bounds=at_least(1), resume=FREE)
-    time_budget: float | None = option(None, "stop cleanly after this many seconds of training and save (with --resume: the run's total)", resume=FREE,
-                                       bounds=finite(True, says="a finite number of seconds > 0 (leave it out to stop at --max-steps)"))
-    save_every: int = option(200, "save a checkpoint (checkpoint.safetensors, model.safetensors) every this many steps; 0: only at the end",
-                             bounds=at_least(0), resume=FREE)
+    max_steps: int | None = option(
+        None,
+        f"optimizer steps (default: {DEFAULT_MAX_STEPS} unless --time-budget is given; with --resume: the run's total)",
+        bounds=at_least(1),
+        resume=FREE,
+    )
+    time_budget: float | None = option(
+        None,
+        "stop cleanly after this many seconds of training and save (with --resume: the run's total)",
+        resume=FREE,
+        bounds=finite(True, says="a finite number of seconds > 0 (leave it out to stop at --max-steps)"),
+    )
+    save_every: int = option(
+        200,
+        "save a checkpoint (checkpoint.safetensors, model.safetensors) every this many steps; 0: only at the end",
+        bounds=at_least(0),
+        resume=FREE,
+    )
     # evaluation and logging
     eval_interval: int = option(200, "evaluate every this many steps", bounds=at_least(1), resume=FREE)
-    eval_blocks: int = option(64, "validation blocks per periodic evaluation (the final one uses all)", bounds=at_least(1), resume=FREE)
-    final_eval_blocks: int | None = option(None, "cap on validation blocks of the final evaluation (default: all)", bounds=at_least(1), resume=FREE)
-    log_to: list[str] = option([], "experiment trackers to log to beside metrics.jsonl: tensorboard (tensorboard/ in the run folder), "
-                               "mlflow (a local store, mlruns/ in the run folder, or $MLFLOW_TRACKING_URI); each is an extra: "
-                               "pip install 'octlm[tensorboard]'", nargs="+", choices=list(TRACKERS), check=check_trackers, resume=FREE, metavar="TRACKER")
-    log_group: str = option("octlm", "the tracker experiment (MLflow) the run is filed under; a study files its models under its folder name",
-                            resume=FREE, metavar="NAME")
-    log_interval: int = option(20, "write a training line to metrics.jsonl every this many steps", bounds=at_least(1), resume=FREE)
-    sample_tokens: int = option(160, "tokens of the sample printed at the end (0: none)", bounds=at_least(0), resume=FREE)
+    eval_blocks: int = option(
+        64, "validation blocks per periodic evaluation (the final one uses all)", bounds=at_least(1), resume=FREE
+    )
+    final_eval_blocks: int | None = option(
+        None, "cap on validation blocks of the final evaluation (default: all)", bounds=at_least(1), resume=FREE
+    )
+    log_to: list[str] = option(
+        [],
+        "experiment trackers to log to beside metrics.jsonl: tensorboard (tensorboard/ in the run folder), "
+        "mlflow (a local store, mlruns/ in the run folder, or $MLFLOW_TRACKING_URI); each is an extra: "
+        "pip install 'octlm[tensorboard]'",
+        nargs="+",
+        choices=list(TRACKERS),
+        check=check_trackers,
+        resume=FREE,
+        metavar="TRACKER",
+    )
+    log_group: str = option(
+        "octlm",
+        "the tracker experiment (MLflow) the run is filed under; a study files its models under its folder name",
+        resume=FREE,
+        metavar="NAME",
+    )
+    log_interval: int = option(
+        20, "write a training line to metrics.jsonl every this many steps", bounds=at_least(1), resume=FREE
+    )
+    sample_tokens: int = option(
+        160, "tokens of the sample printed at the end (0: none)", bounds=at_least(0), resume=FREE
+    )
     # machine
     seed: int = option(1337, "random seed (weights, data order, dropout)", bounds=SEED)
     device: str = option("auto", "auto (GPU when there is one), cpu, cuda, cuda:N or mps", resume=FREE)
-    dtype: str = option("auto", "compute dtype: auto (bfloat16 on CUDA, float32 elsewhere), float32 or bfloat16", choices=["auto", "float32", "bfloat16"], resume=FREE)
-    compile: str = option("auto", "torch.compile the model for training and evaluation: auto (on with CUDA for a step of 1e12 FLOPs "
-                          "or more, 6 x parameters x tokens per step, in a run of 1000 steps or 300 s or more; else off), on (--compile alone) or off", choices=["auto", "on", "off"], nargs="?", const="on", resume=FREE)
-    deterministic: bool = option(False, "deterministic kernels (torch.use_deterministic_algorithms): the same bits on every run on one "
-                                 "GPU, slower; CPU runs are bitwise reproducible without it on one machine with one --threads", resume=FREE)
-    threads: int | None = option(None, "CPU threads for torch, at most this machine's CPU count (default: half the CPUs this "
-                                 "process may use, at least 1, so other work on the machine does not stall every step; "
-                                 "OMP_NUM_THREADS when set)",
-                                 bounds=Bound(1, os.cpu_count() or 1, note="(this machine's CPUs)"), resume=FREE)
+    dtype: str = option(
+        "auto",
+        "compute dtype: auto (bfloat16 on CUDA, float32 elsewhere), float32 or bfloat16",
+        choices=["auto", "float32", "bfloat16"],
+        resume=FREE,
+    )
+    compile: str = option(
+        "auto",
+        "torch.compile the model for training and evaluation: auto (on with CUDA for a step of 1e12 FLOPs "
+        "or more, 6 x parameters x tokens per step, in a run of 1000 steps or 300 s or more; else off), on (--compile "
+        "alone) or off",
+        choices=["auto", "on", "off"],
+        nargs="?",
+        const="on",
+        resume=FREE,
+    )
+    deterministic: bool = option(
+        False,
+        "deterministic kernels (torch.use_deterministic_algorithms): the same bits on every run on one "
+        "GPU, slower; CPU runs are bitwise reproducible without it on one machine with one --threads",
+        resume=FREE,
+    )
+    threads: int | None = option(
+        None,
+        "CPU threads for torch, at most this machine's CPU count (default: half the CPUs this "
+        "process may use, at least 1, so other work on the machine does not stall every step; "
+        "OMP_NUM_THREADS when set)",
+        bounds=Bound(1, os.cpu_count() or 1, note="(this machine's CPUs)"),
+        resume=FREE,
+    )
     # output
-    out: str | None = option(None, "run folder to create (default: runs/<date>-<time>)", resume=Resume.RUN_FOLDER, resume_check=_out_on_resume)
-    overwrite: bool = option(False, "replace an existing run folder at --out", resume=Resume.RUN_FOLDER, resume_check=_overwrite_on_resume)
+    out: str | None = option(
+        None,
+        "run folder to create (default: runs/<date>-<time>)",
+        resume=Resume.RUN_FOLDER,
+        resume_check=_out_on_resume,
+    )
+    overwrite: bool = option(
+        False, "replace an existing run folder at --out", resume=Resume.RUN_FOLDER, resume_check=_overwrite_on_resume
+    )
 
     @classmethod
-    def of(cls, **options) -> "TrainOptions":
+    def of(cls, **options) -> TrainOptions:
         """Options from flat names, the model's among them: ``TrainOptions.of(d_model=64, max_steps=100)``."""
         return build(cls, options)
 
     def model_config(self, vocab_size: int, eot_id: int = 0) -> DecoderConfig:
-        """The decoder these options ask for, with the tokenizer's actual vocabulary size and ``<|endoftext|>`` id (``--document-mask`` reads it)."""
+        """The decoder these options ask for, with the tokenizer's actual vocabulary size and ``<|endoftext|>`` id
+        (``--document-mask`` reads it)."""
         return dataclasses.replace(self.model, vocab_size=vocab_size, eot_id=eot_id)
 
     def to_dict(self) -> dict:
@@ -181,14 +312,16 @@ MODEL_OPTIONS = frozenset(f.name for f in option_fields(DecoderConfig))
 
 
 def scheme_options(position: str) -> tuple[set[str], set[str]]:
-    """``(read, unread)``: the scheme options (``PositionScheme.reads`` of any scheme) scheme ``position`` reads, and the rest."""
+    """``(read, unread)``: the scheme options (``PositionScheme.reads`` of any scheme) scheme ``position`` reads, and
+    the rest."""
     every = {name for cls in SCHEMES.values() for name in cls.reads}
     read = set(SCHEMES[position].reads) if position in SCHEMES else every
     return read, every - read
 
 
 def check_scheme_options(opts) -> None:
-    """Refuse a scheme option set away from its default for a scheme that does not read it (``--rope-layout`` with learned).
+    """Refuse a scheme option set away from its default for a scheme that does not read it (``--rope-layout`` with
+    learned).
 
     Raises:
         OctlmError: naming the option, the scheme and the schemes that read it.
@@ -199,8 +332,10 @@ def check_scheme_options(opts) -> None:
         if name in defaults and values[name] != defaults[name]:
             names = [n for n, cls in SCHEMES.items() if name in cls.reads]
             readers = names[0] + " reads" if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]} read"
-            raise OctlmError(f"{flag(name)} {values[name]} means nothing for --position {position}: only {readers} "
-                             f"it; drop {flag(name)}, or choose --position {names[0]}")
+            raise OctlmError(
+                f"{flag(name)} {values[name]} means nothing for --position {position}: only {readers} "
+                f"it; drop {flag(name)}, or choose --position {names[0]}"
+            )
 
 
 def check_optimizer_options(opts) -> None:
@@ -214,19 +349,24 @@ def check_optimizer_options(opts) -> None:
     defaults = {f.name: option_default(f) for f in option_fields(type(opts))}
     for name in MUON_OPTIONS:
         if getattr(opts, name) != defaults[name]:
-            raise OctlmError(f"{flag(name)} {getattr(opts, name)} means nothing with --optimizer {opts.optimizer}: only Muon reads it; "
-                             f"add --optimizer muon, or drop {flag(name)}")
+            raise OctlmError(
+                f"{flag(name)} {getattr(opts, name)} means nothing with --optimizer {opts.optimizer}: only Muon reads "
+                "it; "
+                f"add --optimizer muon, or drop {flag(name)}"
+            )
 
 
 def resolved_max_steps(opts: TrainOptions) -> int | None:
-    """The run's step limit: ``--max-steps``, else :data:`DEFAULT_MAX_STEPS` unless a ``--time-budget`` limits it (then ``None``)."""
+    """The run's step limit: ``--max-steps``, else :data:`DEFAULT_MAX_STEPS` unless a ``--time-budget`` limits it (then
+    ``None``)."""
     if opts.max_steps is not None:
         return opts.max_steps
     return None if opts.time_budget else DEFAULT_MAX_STEPS
 
 
 def resolved_warmup_steps(opts: TrainOptions) -> int:
-    """The run's warm-up: ``--warmup-steps``, else :data:`DEFAULT_WARMUP_STEPS`, or a tenth of a run that short or shorter.
+    """The run's warm-up: ``--warmup-steps``, else :data:`DEFAULT_WARMUP_STEPS`, or a tenth of a run that short or
+    shorter.
 
     A default warm-up as long as the run would leave the learning rate below
     its peak throughout and never decay (issue 10).
@@ -252,7 +392,10 @@ def check_options(opts: TrainOptions) -> None:
             :class:`~octlm.model.decoder.DecoderConfig` refuses (named by its flag:
             ``--d-model=30 is not divisible ...``).
     """
-    for name, value, give in (("--out", opts.out, "a folder for the run, e.g. runs/NAME"), ("--init-from", opts.init_from, "the run folder to start from")):
+    for name, value, give in (
+        ("--out", opts.out, "a folder for the run, e.g. runs/NAME"),
+        ("--init-from", opts.init_from, "the run folder to start from"),
+    ):
         if value == "":  # argparse takes '' as a value, which would quietly mean '.' or nothing
             raise OctlmError(f"{name} got an empty path ''; give {give}, or leave {name} out")
     check_fields(opts)
@@ -262,12 +405,15 @@ def check_options(opts: TrainOptions) -> None:
     steps, warmup = resolved_max_steps(opts), resolved_warmup_steps(opts)
     if steps is not None and warmup >= steps:
         raise OctlmError(
-            f"--warmup-steps {warmup} is not below the run's {steps} steps (--max-steps): the learning rate would stop at "
+            f"--warmup-steps {warmup} is not below the run's {steps} steps (--max-steps): the learning rate would stop "
+            "at "
             f"{min(steps, warmup)}/{warmup} of its peak and never decay, unlike the schedule --help describes; "
             f"give --warmup-steps below {steps} (a tenth of the run, {steps // 10}, is common) or a larger --max-steps"
         )
     try:
-        DecoderConfig(**dataclasses.asdict(opts.model))  # validated again: a Python caller may have changed fields after construction
+        DecoderConfig(
+            **dataclasses.asdict(opts.model)
+        )  # validated again: a Python caller may have changed fields after construction
     except ValueError as err:
         raise refused(err) from None
 
@@ -285,7 +431,21 @@ def check_seed(seed: int, flag: str = "--seed") -> None:
 
 
 __all__ = [
-    "DEFAULT_MAX_STEPS", "DEFAULT_WARMUP_STEPS", "MAX_SEED", "MODEL_OPTIONS", "MUON_OPTIONS", "OPTIMIZERS", "UNRECORDED",
-    "check_optimizer_options", "TrainOptions", "check_options", "check_scheme_options",
-    "check_seed", "given_options", "resolved", "resolved_max_steps", "resolved_warmup_steps", "scheme_options",
+    "DEFAULT_MAX_STEPS",
+    "DEFAULT_WARMUP_STEPS",
+    "MAX_SEED",
+    "MODEL_OPTIONS",
+    "MUON_OPTIONS",
+    "OPTIMIZERS",
+    "UNRECORDED",
+    "check_optimizer_options",
+    "TrainOptions",
+    "check_options",
+    "check_scheme_options",
+    "check_seed",
+    "given_options",
+    "resolved",
+    "resolved_max_steps",
+    "resolved_warmup_steps",
+    "scheme_options",
 ]

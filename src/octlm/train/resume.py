@@ -31,8 +31,10 @@ def _must_match(name: str, value, then, run_dir: Path) -> str | None:
     if value == then:
         return None
     return (
-        f"{flag(name)} {value} contradicts the run being resumed, which has {name}={then!r} ({run_dir / 'config.json'}); "
-        f"a resumed run keeps its model shape, data, seed and optimiser settings: drop {flag(name)}, or start a new run with --out"
+        f"{flag(name)} {value} contradicts the run being resumed, which has {name}={then!r} "
+        f"({run_dir / 'config.json'}); "
+        f"a resumed run keeps its model shape, data, seed and optimiser settings: drop {flag(name)}, or start a new "
+        "run with --out"
     )
 
 
@@ -52,19 +54,28 @@ def stored_options(run_dir: Path) -> dict:
     config = load_config(run_dir)
     stored = config.get("train", {})
     if not isinstance(stored, dict):
-        raise RunError(f"{where}: its \"train\" section must be an object of options, got {type(stored).__name__}; the file is damaged")
+        raise RunError(
+            f'{where}: its "train" section must be an object of options, got {type(stored).__name__}; the file is '
+            "damaged"
+        )
     model = config.get("model")
     if isinstance(model, dict):
-        # The model's options live in the "model" section; a run written before octlm nested them kept them under "train" too.
+        # The model's options live in the "model" section; a run written before octlm nested them kept them under
+        # "train" too.
         stored = {**{name: value for name, value in model.items() if name in MODEL_OPTIONS}, **stored}
-    # A key the run's octlm did not write: the run trained with what that octlm did, not with today's default (UNRECORDED).
+    # A key the run's octlm did not write: the run trained with what that octlm did, not with today's default
+    # (UNRECORDED).
     stored = {**UNRECORDED, **stored}
-    if isinstance(stored.get("rope_scaling"), dict):  # stored resolved (octlm.train.init_from.scaling_record); the option is its method
+    if isinstance(
+        stored.get("rope_scaling"), dict
+    ):  # stored resolved (octlm.train.init_from.scaling_record); the option is its method
         stored = {**stored, "rope_scaling": stored["rope_scaling"].get("method")}
     try:
         return checked_values(stored, where, TrainOptions, stored=True)
     except OctlmError as err:
-        raise RunError(f"{err} (the file is damaged: put the run's own config.json back, or start a new run with --out)") from None
+        raise RunError(
+            f"{err} (the file is damaged: put the run's own config.json back, or start a new run with --out)"
+        ) from None
 
 
 def resume_options(run_dir: Path, opts: TrainOptions, given: set[str]) -> tuple[TrainOptions, list[str]]:
@@ -102,7 +113,6 @@ def resume_options(run_dir: Path, opts: TrainOptions, given: set[str]) -> tuple[
         return TrainOptions.of(**merged), changes
     except ValueError as err:  # the model refuses a value (a damaged or hand-edited config.json, or a flag given now)
         raise OctlmError(f"{refused(err)} (from the flags given now or the run's {run_dir / CONFIG})") from None
-
 
 
 __all__ = ["changeable_on_resume", "resume_options", "resume_policy", "stored_options"]

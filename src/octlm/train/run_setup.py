@@ -16,7 +16,15 @@ from octlm.errors import RunError
 from octlm.model import DecoderConfig
 from octlm.run.folder import RunFolder
 from octlm.run.outputs import check_out_spares
-from octlm.train.checkpoint import CHECKPOINT, check_digests, check_resumable, config_digest, load_checkpoint, resume_line, run_digests
+from octlm.train.checkpoint import (
+    CHECKPOINT,
+    check_digests,
+    check_resumable,
+    config_digest,
+    load_checkpoint,
+    resume_line,
+    run_digests,
+)
 from octlm.train.corpus import open_corpus, prepare_corpus
 from octlm.train.init_from import config_record
 
@@ -37,7 +45,10 @@ class RunFolderPhase:
                 with target.staged() as staging:
                     corpus = prepare_corpus(opts, RunFolder(staging), report)
                     # Written with the corpus, so whenever training stops, the folder that appears can be resumed.
-                    RunFolder(staging).write_config(opts.model_config(corpus.tokenizer.vocab_size, corpus.tokenizer.eot_id), self._config_record(target))
+                    RunFolder(staging).write_config(
+                        opts.model_config(corpus.tokenizer.vocab_size, corpus.tokenizer.eot_id),
+                        self._config_record(target),
+                    )
                 # Named once it exists: bad input leaves no folder to name. Ctrl-C from here on says how to go on.
                 self.folder = target
                 report.event("run", f"run folder: {target}", run_dir=str(target))
@@ -55,17 +66,26 @@ class RunFolderPhase:
             else:
                 # Stopped before its first checkpoint: the prepared corpus and config are all
                 # there is, and all a step-0 start needs (it is what a fresh run does next).
-                report.warn(f"{self.folder} stopped before its first checkpoint; starting it again from step 0 on its prepared corpus")
+                report.warn(
+                    f"{self.folder} stopped before its first checkpoint; starting it again from step 0 on its prepared "
+                    "corpus"
+                )
         self.data = open_corpus(self.folder)
         global_blocks = count_blocks(len(self.data.train), opts.model.context_length)
         if opts.batch_size * group.world_size > global_blocks:
             report.warn(
-                f"a step takes {opts.batch_size * group.world_size} blocks but the training text holds only {global_blocks}; "
+                f"a step takes {opts.batch_size * group.world_size} blocks but the training text holds only "
+                f"{global_blocks}; "
                 f"every step repeats blocks (lower --batch-size or give more text)"
             )
 
     def _config_record(self, folder: RunFolder) -> dict:
-        return {**self.opts.train_section(), "max_steps": self.max_steps, "out": str(folder), **config_record(self.opts)}
+        return {
+            **self.opts.train_section(),
+            "max_steps": self.max_steps,
+            "out": str(folder),
+            **config_record(self.opts),
+        }
 
     def _write_config(self, config: DecoderConfig) -> None:
         folder = self.folder
@@ -90,7 +110,9 @@ class RunFolderPhase:
             config = DecoderConfig.from_dict(stored["model"])
         except (TypeError, ValueError) as err:
             raise RunError(f"{folder.config_path}: invalid model config: {err}") from None
-        note = check_resumable(self.ckpt.state, self.ckpt.step, self.opts, self.group.world_size, self.max_steps, self.folder)
+        note = check_resumable(
+            self.ckpt.state, self.ckpt.step, self.opts, self.group.world_size, self.max_steps, self.folder
+        )
         if note:
             self.changes.append(note)
         self._write_config(config)

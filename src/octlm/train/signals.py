@@ -14,7 +14,8 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SI
 
 
 class _HungUpStream:
-    """A standard stream whose terminal may have hung up: what it cannot write (a hung-up terminal answers EIO) is dropped."""
+    """A standard stream whose terminal may have hung up: what it cannot write (a hung-up terminal answers EIO) is
+    dropped."""
 
     def __init__(self, stream) -> None:
         self._stream = stream
@@ -71,7 +72,7 @@ class StopSignals:
             raise KeyboardInterrupt
         self.requested = True
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, *STOP_SIGNALS):
                 self._previous[signum] = signal.signal(signum, self._handle)

@@ -54,19 +54,27 @@ def check_trackers(names: list[str]) -> None:
             raise OctlmError(f"--log-to {name}: unknown tracker; choose from {', '.join(TRACKERS)}")
         package, extra = TRACKERS[name]
         if importlib.util.find_spec(package) is None:
-            raise OctlmError(f"--log-to {name}: the {package} package is not installed; pip install 'octlm[{extra}]' (or leave out --log-to {name})")
+            raise OctlmError(
+                f"--log-to {name}: the {package} package is not installed; pip install 'octlm[{extra}]' (or leave out "
+                f"--log-to {name})"
+            )
 
 
 def scalars(record: dict) -> dict[str, float]:
-    """The numbers of one ``metrics.jsonl`` record as tracker scalars: ``{"train/loss": 3.2, ...}`` (the step left out)."""
+    """The numbers of one ``metrics.jsonl`` record as tracker scalars: ``{"train/loss": 3.2, ...}`` (the step left
+    out)."""
     if record.get("kind") not in LOGGED_KINDS:
         return {}
-    return {f"{record['kind']}/{key}": float(value) for key, value in record.items()
-            if key not in ("step", "kind") and isinstance(value, (int, float)) and not isinstance(value, bool)}
+    return {
+        f"{record['kind']}/{key}": float(value)
+        for key, value in record.items()
+        if key not in ("step", "kind") and isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
 
 
 def hyperparameters(options: dict) -> dict[str, str | int | float | bool]:
-    """The run's options as tracker hyperparameters: numbers, strings and booleans as they are, the rest (lists, None) as text."""
+    """The run's options as tracker hyperparameters: numbers, strings and booleans as they are, the rest (lists, None)
+    as text."""
     return {k: v if isinstance(v, (str, int, float, bool)) else json.dumps(v) for k, v in sorted(options.items())}
 
 
@@ -79,7 +87,8 @@ class TensorBoardTracker:
 
         log_dir = run_dir / "tensorboard"
         continuing = resume_step is not None and log_dir.is_dir()
-        # purge_step hides whatever the folder holds from that step on: the part of a crashed session after its checkpoint.
+        # purge_step hides whatever the folder holds from that step on: the part of a crashed session after its
+        # checkpoint.
         self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=resume_step if continuing else None)
         self.first_step = resume_step if continuing else 0
         if not continuing:
@@ -128,7 +137,9 @@ class MlflowTracker:
                 self.last_step[key] = max(m.step for m in client.get_metric_history(self.run_id, key))
             client.update_run(self.run_id, status="RUNNING")
         else:
-            run = client.create_run(experiment_id, run_name=run_dir.name, tags={"octlm.run_dir": where, "octlm.group": group})
+            run = client.create_run(
+                experiment_id, run_name=run_dir.name, tags={"octlm.run_dir": where, "octlm.group": group}
+            )
             self.run_id = run.info.run_id
             params = [Param(k, str(v)) for k, v in hyperparameters(options).items()]
             for start in range(0, len(params), 100):  # MLflow takes at most 100 parameters per batch
@@ -138,7 +149,11 @@ class MlflowTracker:
         from mlflow.entities import Metric
 
         step, now = record["step"], int(time.time() * 1000)
-        metrics = [Metric(key, value, now, step) for key, value in scalars(record).items() if step > self.last_step.get(key, -1)]
+        metrics = [
+            Metric(key, value, now, step)
+            for key, value in scalars(record).items()
+            if step > self.last_step.get(key, -1)
+        ]
         if metrics:
             self.client.log_batch(self.run_id, metrics=metrics)
             self.last_step.update({m.key: step for m in metrics})
@@ -168,7 +183,9 @@ class MetricsLog:
         OctlmError: naming the extra to install, when a tracker cannot be imported.
     """
 
-    def __init__(self, run_dir: Path, path: Path, names: list[str], options: dict, resume_step: int | None, group: str) -> None:
+    def __init__(
+        self, run_dir: Path, path: Path, names: list[str], options: dict, resume_step: int | None, group: str
+    ) -> None:
         self.handle = path.open("a", encoding="utf-8")
         self.trackers = []
         for name in names:
@@ -176,7 +193,10 @@ class MetricsLog:
                 self.trackers.append(_CLASSES[name](run_dir, options, resume_step, group))
             except ImportError as err:
                 self.handle.close()
-                raise OctlmError(f"--log-to {name}: cannot import {err.name or TRACKERS[name][0]}; pip install 'octlm[{TRACKERS[name][1]}]'") from None
+                raise OctlmError(
+                    f"--log-to {name}: cannot import {err.name or TRACKERS[name][0]}; pip install "
+                    f"'octlm[{TRACKERS[name][1]}]'"
+                ) from None
         if self.trackers and path.stat().st_size:
             for line in path.read_text(encoding="utf-8").splitlines():
                 self._to_trackers(json.loads(line))
@@ -215,4 +235,14 @@ def open_metrics(folder, opts, resume_step: int | None) -> MetricsLog:
     return MetricsLog(folder.path, folder.metrics_path, list(opts.log_to), opts.to_dict(), resume_step, opts.log_group)
 
 
-__all__ = ["LOGGED_KINDS", "MetricsLog", "open_metrics", "MlflowTracker", "TRACKERS", "TensorBoardTracker", "check_trackers", "hyperparameters", "scalars"]
+__all__ = [
+    "LOGGED_KINDS",
+    "MetricsLog",
+    "open_metrics",
+    "MlflowTracker",
+    "TRACKERS",
+    "TensorBoardTracker",
+    "check_trackers",
+    "hyperparameters",
+    "scalars",
+]

@@ -21,10 +21,28 @@ from octlm.model import Decoder, cross_entropy
 from octlm.model.weights import save_weights
 from octlm.report import Reporter
 from octlm.train.checkpoint import (
-    CHECKPOINT, FINISHED, CheckpointError, capture_rng, describe_checkpoint, generators_note, load_optimizer_tensors, model_tensors,
-    restore_rng, resume_hint, rng_of, save_checkpoint,
+    CHECKPOINT,
+    FINISHED,
+    CheckpointError,
+    capture_rng,
+    describe_checkpoint,
+    generators_note,
+    load_optimizer_tensors,
+    model_tensors,
+    restore_rng,
+    resume_hint,
+    rng_of,
+    save_checkpoint,
 )
-from octlm.train.device import autocast_for, check_memory, compile_model, compiles, defers_host_sync, resolve_device, to_device
+from octlm.train.device import (
+    autocast_for,
+    check_memory,
+    compile_model,
+    compiles,
+    defers_host_sync,
+    resolve_device,
+    to_device,
+)
 from octlm.train.distributed import Group
 from octlm.train.evaluate import EvalResult, evaluate
 from octlm.train.init_from import prepare_model
@@ -40,7 +58,8 @@ class TrainingError(OctlmError):
 
 
 def _empty_window() -> dict:
-    # What the next metrics line averages over: the steps since the last one (grad_norm: before clipping; --grad-clip 0 computes none).
+    # What the next metrics line averages over: the steps since the last one (grad_norm: before clipping; --grad-clip 0
+    # computes none).
     return {"tokens": 0, "seconds": 0.0, "loss": 0.0, "grad_norm": 0.0, "steps": 0}
 
 
@@ -58,8 +77,16 @@ class Trainer(RunFolderPhase):
         step_hook: called with the step number before each optimizer step.
     """
 
-    def __init__(self, opts: TrainOptions, report: Reporter, group: Group, device_name: str, resume: Path | None,
-                 changes: list[str], step_hook: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        opts: TrainOptions,
+        report: Reporter,
+        group: Group,
+        device_name: str,
+        resume: Path | None,
+        changes: list[str],
+        step_hook: Callable[[int], None] | None = None,
+    ) -> None:
         # The step limit and warm-up resolved once; config.json records them as the run uses them.
         opts = resolved(opts)
         self.opts, self.report, self.group, self.step_hook = opts, report, group, step_hook
@@ -95,17 +122,30 @@ class Trainer(RunFolderPhase):
             torch.manual_seed(opts.seed + 1_000_003 * group.rank)
         self.autocast, dtype_name = autocast_for(self.device, opts.dtype)
         model = self.model
-        self.compiled = compiles(opts.compile, self.device, 6 * model.num_parameters() * self.tokens_per_step, self.max_steps, opts.time_budget)
+        self.compiled = compiles(
+            opts.compile,
+            self.device,
+            6 * model.num_parameters() * self.tokens_per_step,
+            self.max_steps,
+            opts.time_budget,
+        )
         self.report.event(
             "model",
             f"model: {model.num_parameters():,} parameters ({model.num_parameters(exclude_embeddings=True):,} without "
-            f"embeddings), position={config.position}, device={self.device}, dtype={dtype_name}, threads={torch.get_num_threads()}"
+            f"embeddings), position={config.position}, device={self.device}, dtype={dtype_name}, "
+            f"threads={torch.get_num_threads()}"
             + (", torch.compile" if self.compiled else "")
             + (f", {group.world_size} processes ({group.backend})" if group.active else ""),
-            parameters=model.num_parameters(), device=str(self.device), dtype=dtype_name, world_size=group.world_size, compiled=self.compiled,
+            parameters=model.num_parameters(),
+            device=str(self.device),
+            dtype=dtype_name,
+            world_size=group.world_size,
+            compiled=self.compiled,
         )
         self.optimizer = make_optimizer(model, opts, self.device)
-        self.sampler = BlockSampler(len(self.data.train), config.context_length, opts.batch_size, opts.seed, group.rank, group.world_size)
+        self.sampler = BlockSampler(
+            len(self.data.train), config.context_length, opts.batch_size, opts.seed, group.rank, group.world_size
+        )
 
     # -- restore ------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -119,7 +159,12 @@ class Trainer(RunFolderPhase):
             self.folder.remove_stale_temporaries(self.report)
         if ckpt is not None:
             state = ckpt.state
-            self.step, self.elapsed, self.step_seconds, self.window = state["step"], state["elapsed_s"], state["step_seconds"], {**_empty_window(), **state["window"]}
+            self.step, self.elapsed, self.step_seconds, self.window = (
+                state["step"],
+                state["elapsed_s"],
+                state["step_seconds"],
+                {**_empty_window(), **state["window"]},
+            )
             self.last_saved = self.step
             self.model.load_state_dict(model_tensors(ckpt), strict=False)
             self.model.tie_weights()
@@ -134,8 +179,14 @@ class Trainer(RunFolderPhase):
         if group.active:
             from torch.nn.parallel import DistributedDataParallel
 
-            self.forward = DistributedDataParallel(self.scorer, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        self.metrics = open_metrics(self.folder, self.opts, self.step if self.resume is not None else None) if group.is_main else None
+            self.forward = DistributedDataParallel(
+                self.scorer, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+        self.metrics = (
+            open_metrics(self.folder, self.opts, self.step if self.resume is not None else None)
+            if group.is_main
+            else None
+        )
         if ckpt is not None:
             saved = rng_of(ckpt, group.rank)
             if saved is not None:
@@ -159,7 +210,12 @@ class Trainer(RunFolderPhase):
                     # evaluate now and then, on the weights before this step
                     if self.step > 0 and self.step % opts.eval_interval == 0:
                         result = self.evaluate(self.step, opts.eval_blocks)
-                        self.report.event("eval", f"step {self.step}: val loss {result.loss:.4f}, val bpb {result.bpb:.4f}", step=self.step, **result.as_dict())
+                        self.report.event(
+                            "eval",
+                            f"step {self.step}: val loss {result.loss:.4f}, val bpb {result.bpb:.4f}",
+                            step=self.step,
+                            **result.as_dict(),
+                        )
                     if self.step_hook is not None:
                         self.step_hook(self.step)
                     # one optimizer step, agreed on by every rank
@@ -176,12 +232,19 @@ class Trainer(RunFolderPhase):
                     self.report.warn(f"interrupted at step {self.step}; saving a checkpoint")
                 elif self.step < opts.warmup_steps:
                     # Only a time budget can end a run this early (a step limit is checked against the warm-up).
-                    self.report.warn(f"the run ended at step {self.step}, still in its {opts.warmup_steps}-step warm-up: the learning rate "
-                                     f"never reached its peak nor decayed; give a longer --time-budget or a smaller --warmup-steps")
+                    self.report.warn(
+                        f"the run ended at step {self.step}, still in its {opts.warmup_steps}-step warm-up: the "
+                        "learning rate "
+                        f"never reached its peak nor decayed; give a longer --time-budget or a smaller --warmup-steps"
+                    )
                 self.save()
             except KeyboardInterrupt:
                 checkpoint = self.folder.path / CHECKPOINT
-                last = f"the last checkpoint ({describe_checkpoint(checkpoint)}) is kept" if checkpoint.exists() else "no checkpoint had been saved yet"
+                last = (
+                    f"the last checkpoint ({describe_checkpoint(checkpoint)}) is kept"
+                    if checkpoint.exists()
+                    else "no checkpoint had been saved yet"
+                )
                 raise TrainingError(f"interrupted twice: stopped at once; {last}. {self._resume_hint()}") from None
             finally:
                 bar.close()
@@ -192,21 +255,36 @@ class Trainer(RunFolderPhase):
             raise
 
     def stopped_while_finishing(self) -> None:
-        """Say what Ctrl-C during the final evaluation or what follows it left: the checkpoint, and the --resume that does the rest."""
-        left = "Continue exactly where it stopped" if self.interrupted else "Do the final evaluation, loss curve and report"
-        self.report.warn(f"interrupted during the final evaluation; the checkpoint of step {self.step} is saved. "
-                         f"{left} with: octlm train --resume {shlex.quote(str(self.folder))}")
+        """Say what Ctrl-C during the final evaluation or what follows it left: the checkpoint, and the --resume that
+        does the rest."""
+        left = (
+            "Continue exactly where it stopped"
+            if self.interrupted
+            else "Do the final evaluation, loss curve and report"
+        )
+        self.report.warn(
+            f"interrupted during the final evaluation; the checkpoint of step {self.step} is saved. "
+            f"{left} with: octlm train --resume {shlex.quote(str(self.folder))}"
+        )
 
     def _resume_hint(self) -> str:
         return resume_hint(self.folder.path)
 
     def _announce(self) -> None:
         opts, max_steps = self.opts, self.max_steps
-        budget_text = " and ".join(filter(None, [f"{max_steps} steps" if max_steps else None, f"{opts.time_budget:g}s" if opts.time_budget else None]))
+        budget_text = " and ".join(
+            filter(
+                None,
+                [f"{max_steps} steps" if max_steps else None, f"{opts.time_budget:g}s" if opts.time_budget else None],
+            )
+        )
         text = f"training for {budget_text}, {self.tokens_per_step} tokens per step"
         self.report.event(
-            "train", f"{text}, a checkpoint every {opts.save_every} steps" if opts.save_every else text,
-            max_steps=max_steps, time_budget=opts.time_budget, start_step=self.step,
+            "train",
+            f"{text}, a checkpoint every {opts.save_every} steps" if opts.save_every else text,
+            max_steps=max_steps,
+            time_budget=opts.time_budget,
+            start_step=self.step,
         )
 
     def _finished(self) -> bool:
@@ -226,7 +304,12 @@ class Trainer(RunFolderPhase):
         opts, group = self.opts, self.group
         lr = scheduled_lr(self.optimizer, self.step, opts, self.elapsed)
         t0 = time.perf_counter()
-        blocks = to_device(torch.from_numpy(gather_blocks(self.data.train, self.sampler.starts(self.step), self.config.context_length)), self.device)
+        blocks = to_device(
+            torch.from_numpy(
+                gather_blocks(self.data.train, self.sampler.starts(self.step), self.config.context_length)
+            ),
+            self.device,
+        )
         with self.autocast:
             loss = cross_entropy(self.forward(blocks[:, :-1]), blocks[:, 1:])
         norm = backward(loss, self.model, self.optimizer, opts.grad_clip)
@@ -239,7 +322,8 @@ class Trainer(RunFolderPhase):
             # One exchange per step keeps the ranks in agreement: the mean loss, whether
             # anyone was asked to stop, and rank 0's clock (which drives the schedule).
             loss_sum, norm_sum, stops, clock = group.all_sum(
-                [float(loss.detach()), float(norm), float(signals.requested), now if group.is_main else 0.0], self.device
+                [float(loss.detach()), float(norm), float(signals.requested), now if group.is_main else 0.0],
+                self.device,
             )
             loss_value, norm_value = loss_sum / group.world_size, norm_sum / group.world_size
             self._check_finite(loss_value, norm_sum, self.step)
@@ -248,7 +332,13 @@ class Trainer(RunFolderPhase):
         self.step += 1
         self.step_seconds += dt
         self.elapsed, self.stop_requested = clock, stops > 0
-        for key, value in (("tokens", self.tokens_per_step), ("seconds", dt), ("loss", loss_value), ("grad_norm", norm_value), ("steps", 1)):
+        for key, value in (
+            ("tokens", self.tokens_per_step),
+            ("seconds", dt),
+            ("loss", loss_value),
+            ("grad_norm", norm_value),
+            ("steps", 1),
+        ):
             self.window[key] += value
         return lr
 
@@ -268,14 +358,18 @@ class Trainer(RunFolderPhase):
         waited = time.perf_counter() - t0
         self.step_seconds, self.window["seconds"] = self.step_seconds + waited, self.window["seconds"] + waited
         self.pending = []
-        for step, (loss, norm) in zip(steps, values):
+        for step, (loss, norm) in zip(steps, values, strict=True):
             self._check_finite(loss, norm, step)
             self.window["loss"] += loss
             self.window["grad_norm"] += norm
 
     def _check_finite(self, loss: float, grad_norm: float, step: int) -> None:
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-            what = f"the training loss became {loss}" if not math.isfinite(loss) else f"the gradient norm became {grad_norm}"
+            what = (
+                f"the training loss became {loss}"
+                if not math.isfinite(loss)
+                else f"the gradient norm became {grad_norm}"
+            )
             unsaved = "this step" if step == self.step else f"it or the {self.step - step - 1} steps after it"
             raise TrainingError(f"{what} at step {step}; stopped without saving {unsaved}. {self._recovery_hint()}")
 
@@ -283,11 +377,13 @@ class Trainer(RunFolderPhase):
         opts, path, run = self.opts, self.folder.path / CHECKPOINT, shlex.quote(str(self.folder))
         if path.exists():
             return (
-                f"The last good checkpoint ({describe_checkpoint(path)}) is kept: lower --learning-rate (now {opts.learning_rate:g}) "
+                f"The last good checkpoint ({describe_checkpoint(path)}) is kept: lower --learning-rate (now "
+                f"{opts.learning_rate:g}) "
                 f"and resume with `octlm train --resume {run} --learning-rate ...`, or start again"
             )
         return (
-            f"No checkpoint had been saved yet (--save-every {opts.save_every}): start again with a lower --learning-rate "
+            f"No checkpoint had been saved yet (--save-every {opts.save_every}): start again with a lower "
+            "--learning-rate "
             f"(now {opts.learning_rate:g}){'' if opts.grad_clip > 0 else ' and --grad-clip on'}, adding --overwrite"
         )
 
@@ -299,22 +395,37 @@ class Trainer(RunFolderPhase):
         self._settle()
         window = self.window
         record = {
-            "step": self.step, "kind": "train", "loss": window["loss"] / window["steps"], "lr": lr,
-            "tokens_per_second": window["tokens"] / max(window["seconds"], 1e-9), "elapsed_s": self.elapsed,
+            "step": self.step,
+            "kind": "train",
+            "loss": window["loss"] / window["steps"],
+            "lr": lr,
+            "tokens_per_second": window["tokens"] / max(window["seconds"], 1e-9),
+            "elapsed_s": self.elapsed,
             **({"grad_norm": window["grad_norm"] / window["steps"]} if self.opts.grad_clip > 0 else {}),
         }
         self._log(record)
         bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_second']:.0f}", refresh=False)
-        self.report.log_line(f"step {self.step}: loss {record['loss']:.4f}, lr {lr:.3g}, {record['tokens_per_second']:,.0f} tokens/s")
+        self.report.log_line(
+            f"step {self.step}: loss {record['loss']:.4f}, lr {lr:.3g}, {record['tokens_per_second']:,.0f} tokens/s"
+        )
         self.window = _empty_window()
 
     # -- evaluate -----------------------------------------------------------------------------------
     def evaluate(self, at_step: int, max_blocks: int | None, progress=None) -> EvalResult:
-        """Score the validation split (at most ``max_blocks`` blocks, ``progress`` as :func:`evaluate`'s); rank 0 logs."""
+        """Score the validation split (at most ``max_blocks`` blocks, ``progress`` as :func:`evaluate`'s); rank 0
+        logs."""
         self._settle()
         with self.autocast:
-            result = evaluate(self.scorer, self.data.val, self.data.tokenizer.bytes_per_token, self.config.context_length,
-                              self.opts.batch_size, max_blocks, self.device, progress=progress)
+            result = evaluate(
+                self.scorer,
+                self.data.val,
+                self.data.tokenizer.bytes_per_token,
+                self.config.context_length,
+                self.opts.batch_size,
+                max_blocks,
+                self.device,
+                progress=progress,
+            )
         self._log({"step": at_step, "kind": "eval", **result.as_dict()})
         return result
 
@@ -331,16 +442,25 @@ class Trainer(RunFolderPhase):
             return
         self._settle()  # never save past a non-finite step
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
-            raise TrainingError(f"the weights stopped being finite by step {at_step}; nothing was saved. {self._recovery_hint()}")
+            raise TrainingError(
+                f"the weights stopped being finite by step {at_step}; nothing was saved. {self._recovery_hint()}"
+            )
         rng = group.gather(capture_rng())
         if group.is_main:
             if self.metrics is not None:
                 self.metrics.flush()
             state = {
-                "step": at_step, "elapsed_s": self.elapsed, "step_seconds": self.step_seconds, "window": dict(self.window),
-                "metrics_bytes": folder.metrics_path.stat().st_size, "world_size": group.world_size,
-                "global_batch": opts.batch_size * group.world_size, "max_steps": self.max_steps,
-                "time_budget": opts.time_budget, "digests": self.digests, "torch": torch.__version__,
+                "step": at_step,
+                "elapsed_s": self.elapsed,
+                "step_seconds": self.step_seconds,
+                "window": dict(self.window),
+                "metrics_bytes": folder.metrics_path.stat().st_size,
+                "world_size": group.world_size,
+                "global_batch": opts.batch_size * group.world_size,
+                "max_steps": self.max_steps,
+                "time_budget": opts.time_budget,
+                "digests": self.digests,
+                "torch": torch.__version__,
             }
             checkpoint = folder.path / CHECKPOINT
             try:
@@ -356,7 +476,8 @@ class Trainer(RunFolderPhase):
 
     # -- finish -------------------------------------------------------------------------------------
     def finish(self) -> dict:
-        """The final evaluation: the result dict of :func:`octlm.train.launch.train`, which then shows the run and calls :meth:`close`."""
+        """The final evaluation: the result dict of :func:`octlm.train.launch.train`, which then shows the run and calls
+        :meth:`close`."""
         opts, data, group = self.opts, self.data, self.group
         # An interrupted run is scored on the periodic blocks only: the person wants out.
         final_blocks = opts.eval_blocks if self.interrupted else opts.final_eval_blocks

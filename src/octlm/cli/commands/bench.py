@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from octlm.inspect.bench import BenchOptions
 from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
+from octlm.inspect.bench import BenchOptions
 from octlm.report import Reporter
 
 

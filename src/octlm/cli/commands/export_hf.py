@@ -14,15 +14,20 @@ def add_parser(sub) -> None:
         "export-hf",
         help="write a run as a Hugging Face transformers checkpoint (GPT-2 or GPT-NeoX, by its position scheme)",
         formatter_class=Formatter,
-        description="Write RUN_DIR as a transformers checkpoint in OUT_DIR (config.json, model.safetensors with the head tied,\n"
-        "tokenizer.json, tokenizer_config.json) that AutoModelForCausalLM.from_pretrained(OUT_DIR) loads with the same logits\n"
-        "and AutoTokenizer with the same ids. --position learned becomes GPT2LMHeadModel; rope (either layout, partial\n"
+        description="Write RUN_DIR as a transformers checkpoint in OUT_DIR (config.json, model.safetensors with the "
+        "head tied,\n"
+        "tokenizer.json, tokenizer_config.json) that AutoModelForCausalLM.from_pretrained(OUT_DIR) loads with the same "
+        "logits\n"
+        "and AutoTokenizer with the same ids. --position learned becomes GPT2LMHeadModel; rope (either layout, "
+        "partial\n"
         "rotary) and none become GPTNeoXForCausalLM. alibi and sinusoidal are refused with the reason.\n"
-        "--rope-scaling writes a RoPE scaling into the checkpoint: linear and yarn as transformers' own, ntk as a larger\n"
+        "--rope-scaling writes a RoPE scaling into the checkpoint: linear and yarn as transformers' own, ntk as a "
+        "larger\n"
         "rope_theta; dynamic-ntk is refused (transformers keeps keys cached under older frequencies).",
         epilog="example:\n  octlm export-hf runs/shakespeare hf/shakespeare\n"
         "  octlm export-hf runs/rope hf/rope-x4 --rope-scaling yarn --rope-factor 4\n"
-        "  python -c \"from transformers import AutoModelForCausalLM; AutoModelForCausalLM.from_pretrained('hf/shakespeare')\"",
+        '  python -c "from transformers import AutoModelForCausalLM; '
+        "AutoModelForCausalLM.from_pretrained('hf/shakespeare')\"",
     )
     add_dataclass_options(p, ExportHfOptions)
     add_common(p)
@@ -36,6 +41,9 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     opts = options_from(args, ExportHfOptions)
     with torch_settings(opts.threads, False):
         result = export_hf(opts.run_dir, opts.out_dir, opts.overwrite, opts.rope_scaling, opts.rope_factor)
-    report.result(result, f"wrote {', '.join(result['files'])} to {result['out_dir']}/ ({result['parameters']:,} parameters); "
-                  f"load it with {result['architecture']}.from_pretrained({result['out_dir']!r})")
+    report.result(
+        result,
+        f"wrote {', '.join(result['files'])} to {result['out_dir']}/ ({result['parameters']:,} parameters); "
+        f"load it with {result['architecture']}.from_pretrained({result['out_dir']!r})",
+    )
     return 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
-from octlm.report import Reporter
 from octlm.export.web import ExportWebOptions
+from octlm.report import Reporter
 
 
 def add_parser(sub) -> None:
@@ -16,7 +16,8 @@ def add_parser(sub) -> None:
         formatter_class=Formatter,
         description="Write the page octlm serve shows, with the run's (--run) or the length study's (--study) data\n"
         "embedded, into a folder: open OUT/index.html in a browser straight from disk (no server, no network).",
-        epilog="examples:\n  octlm export-web --run runs/shakespeare --out shakespeare-page\n  octlm export-web --study runs/length --out length-page",
+        epilog="examples:\n  octlm export-web --run runs/shakespeare --out shakespeare-page\n  octlm export-web "
+        "--study runs/length --out length-page",
     )
     add_dataclass_options(p, ExportWebOptions)
     add_common(p)

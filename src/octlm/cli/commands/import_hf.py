@@ -14,10 +14,12 @@ def add_parser(sub) -> None:
         "import-hf",
         help="bring a local Hugging Face transformers GPT-2 or GPT-NeoX checkpoint into an octlm run folder",
         formatter_class=Formatter,
-        description="Read a local GPT-2 or GPT-NeoX checkpoint folder (config.json, model.safetensors, tokenizer.json or\n"
+        description="Read a local GPT-2 or GPT-NeoX checkpoint folder (config.json, model.safetensors, tokenizer.json "
+        "or\n"
         "vocab.json + merges.txt) and write an octlm run folder that octlm sample and octlm bench read.\n"
         "GPT-2 becomes --position learned, GPT-NeoX rope (half layout; interleaved if octlm exported it) or, with\n"
-        "partial_rotary_factor 0, none. A linear, yarn or llama3 rope scaling is recorded in the run's config.json and printed:\n"
+        "partial_rotary_factor 0, none. A linear, yarn or llama3 rope scaling is recorded in the run's config.json and "
+        "printed:\n"
         "pass it to octlm sample as --rope-scaling/--rope-factor.\n"
         "Nothing is downloaded; pytorch_model.bin (a pickle) is refused. Configs octlm cannot compute\n"
         "exactly (another MLP width, LayerNorm eps, attention scaling, untied head, parallel residual, another rope\n"
@@ -37,9 +39,19 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     with torch_settings(opts.threads, False):
         result = import_hf(opts.in_dir, opts.run_dir, opts.overwrite)
     model = result["model"]
-    shape = (f"{model['n_layers']} layers, d_model {model['d_model']}, {model['n_heads']} heads, "
-             f"context_length {model['context_length']}, vocab_size {model['vocab_size']}")
+    shape = (
+        f"{model['n_layers']} layers, d_model {model['d_model']}, {model['n_heads']} heads, "
+        f"context_length {model['context_length']}, vocab_size {model['vocab_size']}"
+    )
     scaling = result.get("rope_scaling")
-    extra = f"; it was saved with RoPE scaling: sample with --rope-scaling {scaling['method']} --rope-factor {scaling['factor']:g}" if scaling else ""
-    report.result(result, f"wrote {result['run_dir']}/ ({result['parameters']:,} parameters: {shape}, {result['architecture']}){extra}")
+    extra = (
+        f"; it was saved with RoPE scaling: sample with --rope-scaling {scaling['method']} --rope-factor "
+        f"{scaling['factor']:g}"
+        if scaling
+        else ""
+    )
+    report.result(
+        result,
+        f"wrote {result['run_dir']}/ ({result['parameters']:,} parameters: {shape}, {result['architecture']}){extra}",
+    )
     return 0

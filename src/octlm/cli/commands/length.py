@@ -1,4 +1,5 @@
-"""``octlm length``: the text study (:class:`~octlm.studies.length_options.LengthOptions`), or with ``--task`` the task study (:class:`~octlm.studies.task.TaskOptions`).
+"""``octlm length``: the text study (:class:`~octlm.studies.length_options.LengthOptions`), or with ``--task`` the task
+study (:class:`~octlm.studies.task.TaskOptions`).
 
 One command serves both protocols, so its flags are the union of both
 options classes; the options given decide which study runs, and a flag the
@@ -41,12 +42,12 @@ def add_parser(sub) -> None:
         "study instead (tasks.md, tasks.jsonl, tasks.png; passkey adds tasks-depth.png; several tasks add\n"
         "ranking.png, each scheme's mean reciprocal rank across them).",
         epilog="examples:\n  octlm length --text tinyshakespeare --out runs/length\n"
-        "  octlm length --text notes.txt --out runs/quick --time-budget 30 --train-length 64 --schemes rope alibi --extend-to 0\n"
+        "  octlm length --text notes.txt --out runs/quick --time-budget 30 --train-length 64 --schemes rope alibi "
+        "--extend-to 0\n"
         "  octlm length --task copy --out runs/copy --seeds 5\n"
         "  octlm length --task all --out runs/tasks --max-steps 300\n"
         "  octlm length --task copy reverse --randomize-positions 8 --schemes rope alibi --out runs/rand\n"
-        "  octlm length --preset ruoss2023 --out runs/ruoss\n\n"
-        + builtin_help(),
+        "  octlm length --preset ruoss2023 --out runs/ruoss\n\n" + builtin_help(),
     )
     add_dataclass_options(p, LengthOptions)
     add_dataclass_options(p, TaskOptions, only=TASK_ONLY)
@@ -55,7 +56,8 @@ def add_parser(sub) -> None:
 
 
 def study_options(args: argparse.Namespace) -> LengthOptions | TaskOptions:
-    """The options of the study the parsed flags ask for: :class:`TaskOptions` with ``--task`` or ``--preset``, else :class:`LengthOptions`.
+    """The options of the study the parsed flags ask for: :class:`TaskOptions` with ``--task`` or ``--preset``, else
+    :class:`LengthOptions`.
 
     Each class fills what was not given with its own defaults (the task study
     trains a smaller model for more steps).
@@ -66,16 +68,23 @@ def study_options(args: argparse.Namespace) -> LengthOptions | TaskOptions:
     given = given_options(args.parser, args.argv[1:]) - {"json", "quiet"}
     if args.task is None and args.preset is None:
         if task_only := sorted(given & {f.name for f in TASK_ONLY}):
-            raise OctlmError(f"{flag(task_only[0])} needs --task (or --preset): it sets the synthetic task study; add --task NAME or drop it")
+            raise OctlmError(
+                f"{flag(task_only[0])} needs --task (or --preset): it sets the synthetic task study; add --task NAME "
+                "or drop it"
+            )
         cls = LengthOptions
     else:
         if text_only := sorted(given & TEXT_ONLY):
-            raise OctlmError(f"{flag(text_only[0])} means nothing with --task: the task study generates its own sequences, trains "
-                             f"--max-steps steps and scores exact match at --multipliers x --task-length; "
-                             f"drop {flag(text_only[0])}")
+            raise OctlmError(
+                f"{flag(text_only[0])} means nothing with --task: the task study generates its own sequences, trains "
+                f"--max-steps steps and scores exact match at --multipliers x --task-length; "
+                f"drop {flag(text_only[0])}"
+            )
         cls = TaskOptions
     names = {f.name for f in option_fields(cls)}
-    return build(cls, {name: getattr(args, name) for name in given & names | ({"task"} if cls is TaskOptions else set())})
+    return build(
+        cls, {name: getattr(args, name) for name in given & names | ({"task"} if cls is TaskOptions else set())}
+    )
 
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
@@ -91,10 +100,15 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     except KeyboardInterrupt:
         runs = Path(opts.out or "") / RUNS
         if isinstance(opts, LengthOptions) and runs.is_dir() and any(runs.iterdir()):
-            report.warn(f"the models trained so far stay in {runs} (each an octlm run: sample, embeddings); a study is not continued "
-                        f"where it stopped: the same command with --overwrite starts it again")
+            report.warn(
+                f"the models trained so far stay in {runs} (each an octlm run: sample, embeddings); a study is not "
+                "continued "
+                f"where it stopped: the same command with --overwrite starts it again"
+            )
         if isinstance(opts, TaskOptions):
-            report.warn("a task study writes its tables when every model is scored, so the models trained so far are not kept; "
-                        "the same command with --overwrite starts it again (--task, --schemes or --seeds make it shorter)")
+            report.warn(
+                "a task study writes its tables when every model is scored, so the models trained so far are not kept; "
+                "the same command with --overwrite starts it again (--task, --schemes or --seeds make it shorter)"
+            )
         raise
     return 0

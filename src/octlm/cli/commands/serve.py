@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
-from octlm.report import Reporter
 from octlm.export.web import ServeOptions
+from octlm.report import Reporter
 
 
 def add_parser(sub) -> None:
@@ -14,7 +14,8 @@ def add_parser(sub) -> None:
         "serve",
         help="serve the explainer page with a trained run's embeddings and attention, or a length study",
         formatter_class=Formatter,
-        description="Serve the explainer page (nine playgrounds) at http://HOST:PORT/ with either a run (--run: its position\n"
+        description="Serve the explainer page (nine playgrounds) at http://HOST:PORT/ with either a run (--run: its "
+        "position\n"
         "similarity map, nearest tokens, embedding scatter, attention at 1x, 2x and 4x its length and loss curve) or\n"
         "a length study (--study: bits per byte against length, fine-tuning curves, every model's attention at every\n"
         "length). Listens on loopback unless --host says otherwise; serves only the page's own files. Ctrl-C stops it.",

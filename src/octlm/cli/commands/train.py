@@ -6,8 +6,8 @@ import argparse
 
 from octlm.cli import Formatter, add_common, add_dataclass_options, options_from
 from octlm.data.corpora import builtin_help
-from octlm.train.options import TrainOptions
 from octlm.report import Reporter
+from octlm.train.options import TrainOptions
 
 
 def add_parser(sub) -> None:
@@ -15,19 +15,27 @@ def add_parser(sub) -> None:
         "train",
         help="train a decoder on text files (default: the Python standard library)",
         formatter_class=Formatter,
-        description="Train a decoder end to end: tokenizer, packed blocks, Muon and AdamW (--optimizer), evaluation, run folder.",
+        description="Train a decoder end to end: tokenizer, packed blocks, Muon and AdamW (--optimizer), evaluation, "
+        "run folder.",
         epilog="examples:\n  octlm train --text tinyshakespeare --time-budget 300 --out runs/shakespeare\n"
         "  octlm train --config recipe.toml --position rope\n"
-        "  octlm train --text data/ train.jsonl.zst --text-field content --log-to tensorboard --out runs/mine   # records, a tracker\n"
+        "  octlm train --text data/ train.jsonl.zst --text-field content --log-to tensorboard --out runs/mine   # "
+        "records, a tracker\n"
         "  octlm train --resume runs/shakespeare                    # continue after Ctrl-C, a kill or a crash\n"
         "  octlm train --resume runs/shakespeare --max-steps 5000   # train further (the run's new total)\n"
         "  torchrun --nproc_per_node 4 -m octlm train --text data/ --out runs/ddp   # one process per GPU\n\n"
         + builtin_help(),
     )
-    p.add_argument("--config", metavar="FILE.toml", help="read options from a TOML file whose keys are these options (flags given here win)")
     p.add_argument(
-        "--resume", metavar="RUN_DIR",
-        help="continue a run from its checkpoint.safetensors; it keeps its own options, and only the limits, reporting, "
+        "--config",
+        metavar="FILE.toml",
+        help="read options from a TOML file whose keys are these options (flags given here win)",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue a run from its checkpoint.safetensors; it keeps its own options, and only the limits, "
+        "reporting, "
         "device and --learning-rate/--grad-clip may be given again",
     )
     add_dataclass_options(p, TrainOptions)

@@ -91,8 +91,7 @@ def builtin_help() -> str:
     """The lines ``--help`` shows about built-in corpora: their names, and that a path on disk wins."""
     names = "\n".join(f"  {c.name:<18} {c.description}" for c in BUILTIN_CORPORA.values())
     return (
-        "built-in corpora, named by --text NAME (a file or folder called NAME that exists is read instead):\n"
-        f"{names}"
+        f"built-in corpora, named by --text NAME (a file or folder called NAME that exists is read instead):\n{names}"
     )
 
 

@@ -31,25 +31,69 @@ context-extension methods (linear, NTK, dynamic NTK, YaRN) in :mod:`octlm.model.
 """
 
 # Registration order is table order (octlm length, the page): importing the modules registers their schemes.
-from octlm.model.positions.base import (
-    SCHEMES, SCHEME_NAMES, SCORE_BIAS_BYTES, PositionScheme, PositionVectors, build, check, default_scheme, length_study_schemes,
-    random_position_schemes, register, scheme_option_fields, schemes_taking, task_study_schemes, unbounded_schemes,
-)
 from octlm.model.positions.absolute import LearnedPositions, SinusoidalPositions
-from octlm.model.positions.rotary import ROPE_LAYOUTS, RotaryPositions, rotary_dim
 from octlm.model.positions.attention_bias import FIRE_THRESHOLD, ALiBiPositions, FIREBias, KERPLEBias, T5RelativeBias
-from octlm.model.positions.xpos import XPosRotation
-from octlm.model.positions.prope import PartialFrequencyRoPE
+from octlm.model.positions.base import (
+    SCHEME_NAMES,
+    SCHEMES,
+    SCORE_BIAS_BYTES,
+    PositionScheme,
+    PositionVectors,
+    build,
+    check,
+    default_scheme,
+    length_study_schemes,
+    random_position_schemes,
+    register,
+    scheme_option_fields,
+    schemes_taking,
+    task_study_schemes,
+    unbounded_schemes,
+)
 from octlm.model.positions.contextual import ContextualPositions
-from octlm.model.positions.nope import NoPositions
 from octlm.model.positions.distances import alibi_slopes
+from octlm.model.positions.nope import NoPositions
+from octlm.model.positions.prope import PartialFrequencyRoPE
 from octlm.model.positions.rope_scaling import ROPE_SCALINGS, RopeScaling
+from octlm.model.positions.rotary import ROPE_LAYOUTS, RotaryPositions, rotary_dim
 from octlm.model.positions.waves import DEFAULT_BASE, SINUSOIDAL_LAYOUTS, rope_inverse_frequencies, sinusoidal_positions
+from octlm.model.positions.xpos import XPosRotation
 
 __all__ = [
-    "DEFAULT_BASE", "FIRE_THRESHOLD", "ROPE_LAYOUTS", "ROPE_SCALINGS", "SCHEMES", "SCHEME_NAMES", "SCORE_BIAS_BYTES", "SINUSOIDAL_LAYOUTS",
-    "ALiBiPositions", "ContextualPositions", "FIREBias", "KERPLEBias", "LearnedPositions", "NoPositions", "PartialFrequencyRoPE", "PositionScheme", "PositionVectors", "RopeScaling",
-    "RotaryPositions", "SinusoidalPositions", "T5RelativeBias", "XPosRotation", "alibi_slopes", "build", "check", "default_scheme",
-    "length_study_schemes", "task_study_schemes", "random_position_schemes", "register", "rope_inverse_frequencies", "rotary_dim", "scheme_option_fields",
-    "schemes_taking", "sinusoidal_positions", "unbounded_schemes",
+    "DEFAULT_BASE",
+    "FIRE_THRESHOLD",
+    "ROPE_LAYOUTS",
+    "ROPE_SCALINGS",
+    "SCHEMES",
+    "SCHEME_NAMES",
+    "SCORE_BIAS_BYTES",
+    "SINUSOIDAL_LAYOUTS",
+    "ALiBiPositions",
+    "ContextualPositions",
+    "FIREBias",
+    "KERPLEBias",
+    "LearnedPositions",
+    "NoPositions",
+    "PartialFrequencyRoPE",
+    "PositionScheme",
+    "PositionVectors",
+    "RopeScaling",
+    "RotaryPositions",
+    "SinusoidalPositions",
+    "T5RelativeBias",
+    "XPosRotation",
+    "alibi_slopes",
+    "build",
+    "check",
+    "default_scheme",
+    "length_study_schemes",
+    "task_study_schemes",
+    "random_position_schemes",
+    "register",
+    "rope_inverse_frequencies",
+    "rotary_dim",
+    "scheme_option_fields",
+    "schemes_taking",
+    "sinusoidal_positions",
+    "unbounded_schemes",
 ]

@@ -39,7 +39,7 @@ class LearnedPositions(PositionScheme):
     takes_random_positions = True
     takes_document_positions = True
 
-    def __init__(self, config: "DecoderConfig") -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
         # Randomized positions reach past T, so the table has a row for every position they draw.
         self.table = nn.Embedding(self.random_range, config.d_model)
@@ -61,7 +61,11 @@ class LearnedPositions(PositionScheme):
 
     def explorer_vectors(self, added: Tensor | None, length: int) -> PositionVectors:
         """The trained rows themselves (``added`` is ``table.weight[:length]``)."""
-        return PositionVectors(added.float().cpu(), "learned", f"The run's learned table: {length} trained rows of {added.shape[1]} numbers.")
+        return PositionVectors(
+            added.float().cpu(),
+            "learned",
+            f"The run's learned table: {length} trained rows of {added.shape[1]} numbers.",
+        )
 
 
 @register("sinusoidal")
@@ -85,27 +89,38 @@ class SinusoidalPositions(PositionScheme):
     in_papers = ("ruoss2023", "kazemnejad2023")
     description = "fixed sine/cosine rows added to the (scaled) token vectors (Vaswani et al. 2017)"
     hf_refusal = "no transformers architecture adds fixed sine/cosine rows to sqrt(d_model)-scaled token vectors"
-    options = {"sinusoidal_layout": option("interleaved", "sinusoidal columns: interleaved (sin, cos, ...) or concatenated ([sin | cos])",
-                                           choices=list(SINUSOIDAL_LAYOUTS))}
+    options = {
+        "sinusoidal_layout": option(
+            "interleaved",
+            "sinusoidal columns: interleaved (sin, cos, ...) or concatenated ([sin | cos])",
+            choices=list(SINUSOIDAL_LAYOUTS),
+        )
+    }
     takes_random_positions = True
     takes_document_positions = True
 
-    def __init__(self, config: "DecoderConfig") -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
         self.base = DEFAULT_BASE
         self.layout = config.sinusoidal_layout
         self.token_scale = math.sqrt(config.d_model)
 
     @classmethod
-    def check_config(cls, config: "DecoderConfig") -> None:
+    def check_config(cls, config: DecoderConfig) -> None:
         if config.sinusoidal_layout not in SINUSOIDAL_LAYOUTS:
-            raise ValueError(f"sinusoidal_layout must be one of {', '.join(SINUSOIDAL_LAYOUTS)}, got {config.sinusoidal_layout!r}")
+            raise ValueError(
+                f"sinusoidal_layout must be one of {', '.join(SINUSOIDAL_LAYOUTS)}, got {config.sinusoidal_layout!r}"
+            )
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         """``sqrt(C) * x + P[offset : offset + T]`` for token vectors ``x`` [B, T, C]."""
-        if self.drawn is not None:  # randomized positions (draw_positions) or per document (place_documents): the rows at them
+        if (
+            self.drawn is not None
+        ):  # randomized positions (draw_positions) or per document (place_documents): the rows at them
             ids = self.position_ids(x.shape[1], offset, x.device)
-            rows = sinusoidal_positions(max(self.random_range, int(ids.max()) + 1), x.shape[2], 0, self.base, x.device, self.layout)
+            rows = sinusoidal_positions(
+                max(self.random_range, int(ids.max()) + 1), x.shape[2], 0, self.base, x.device, self.layout
+            )
             table = rows[ids]
         else:
             table = sinusoidal_positions(x.shape[1], x.shape[2], offset, self.base, x.device, self.layout)

@@ -1,4 +1,5 @@
-"""Schemes that add a number to every attention score, by the distance between query and key: ALiBi, T5's bias, FIRE, KERPLE.
+"""Schemes that add a number to every attention score, by the distance between query and key: ALiBi, T5's bias, FIRE,
+KERPLE.
 
 Their arithmetic (distances, ALiBi's slopes, T5's buckets) is in
 :mod:`octlm.model.positions.distances`. Each returns a bias [H, Tq, Tk] that
@@ -22,8 +23,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def causal_distances(scheme: PositionScheme, q_len: int, k_len: int, offset: int, device: torch.device) -> Tensor:
-    """``i - j`` for the pass's query positions ``i`` and key positions ``j`` (``scheme.pass_positions``: randomized ones
-    where the run draws them, Ruoss et al. 2023), int64 [q_len, k_len]; future keys get negative entries, masked by the caller."""
+    """``i - j`` for the pass's query positions ``i`` and key positions ``j`` (``scheme.pass_positions``: randomized
+    ones
+    where the run draws them, Ruoss et al. 2023), int64 [q_len, k_len]; future keys get negative entries, masked by the
+    caller."""
     query, key = scheme.pass_positions(q_len, k_len, offset, device)
     return query[:, None] - key[None, :]
 
@@ -42,13 +45,19 @@ class ALiBiPositions(PositionScheme):
     label = "ALiBi"
     in_papers = ("ruoss2023", "kazemnejad2023")
     description = "a penalty growing linearly with distance, added to the attention scores (Press et al. 2022)"
-    hf_refusal = ("transformers' MPT and BLOOM share octlm's ALiBi slopes for 1 to 16 heads, but MPT has no biases in its linear layers "
-                  "and LayerNorms, which octlm's blocks have, and BLOOM normalises the token rows before the first block and has only tanh GELU")
+    hf_refusal = (
+        "transformers' MPT and BLOOM share octlm's ALiBi slopes for 1 to 16 heads, but MPT has no biases in its linear "
+        "layers "
+        "and LayerNorms, which octlm's blocks have, and BLOOM normalises the token rows before the first block and has "
+        "only tanh GELU"
+    )
     extension_methods = (None,)  # a control: ALiBi needs no change to run longer
     takes_document_positions = True  # its bias reads i - j alone, the same within a document wherever it starts
-    takes_random_positions = True  # distances between drawn positions (Ruoss et al. 2023 randomize relative schemes too)
+    takes_random_positions = (
+        True  # distances between drawn positions (Ruoss et al. 2023 randomize relative schemes too)
+    )
 
-    def __init__(self, config: "DecoderConfig") -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
         self.register_buffer("slopes", alibi_slopes(config.n_heads), persistent=False)
 
@@ -86,32 +95,45 @@ class T5RelativeBias(PositionScheme):
     description = "a learned bias per head and bucket of distance, added to the attention scores (Raffel et al. 2020)"
     options = {
         "t5_num_buckets": option(32, "distance buckets of the t5 bias (Raffel et al. 2020)", bounds=at_least(2)),
-        "t5_max_distance": option(128, "distance (tokens) where the t5 bias's last bucket starts", bounds=at_least(2, "tokens")),
+        "t5_max_distance": option(
+            128, "distance (tokens) where the t5 bias's last bucket starts", bounds=at_least(2, "tokens")
+        ),
     }
     in_length_study = False  # opt-in: the default study's 30 minutes hold five models
     takes_document_positions = True  # its bias reads i - j alone, the same within a document wherever it starts
     takes_random_positions = True
 
-    def __init__(self, config: "DecoderConfig") -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
         self.num_buckets, self.max_distance = config.t5_num_buckets, config.t5_max_distance
         self.bias_table = nn.Embedding(config.t5_num_buckets, config.n_heads)
 
     @classmethod
-    def check_config(cls, config: "DecoderConfig") -> None:
+    def check_config(cls, config: DecoderConfig) -> None:
         super().check_config(config)
         if config.t5_num_buckets < 2 or config.t5_max_distance <= config.t5_num_buckets // 2:
-            raise ValueError(f"t5_max_distance must exceed t5_num_buckets // 2 (= {config.t5_num_buckets // 2}) and t5_num_buckets must be >= 2, "
-                             f"got {config.t5_max_distance} and {config.t5_num_buckets}")
+            raise ValueError(
+                f"t5_max_distance must exceed t5_num_buckets // 2 (= {config.t5_num_buckets // 2}) and t5_num_buckets "
+                "must be >= 2, "
+                f"got {config.t5_max_distance} and {config.t5_num_buckets}"
+            )
 
     def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
-        """Bias [H, q_len, k_len]: queries at ``offset ..``, keys ending where the queries end (future keys: bucket 0, masked by the caller)."""
-        buckets = t5_buckets(causal_distances(self, q_len, k_len, offset, self.bias_table.weight.device), self.num_buckets, self.max_distance)
+        """Bias [H, q_len, k_len]: queries at ``offset ..``, keys ending where the queries end (future keys: bucket 0,
+        masked by the caller)."""
+        buckets = t5_buckets(
+            causal_distances(self, q_len, k_len, offset, self.bias_table.weight.device),
+            self.num_buckets,
+            self.max_distance,
+        )
         return self.bias_table(buckets).permute(2, 0, 1)
 
     @classmethod
     def explorer_note(cls) -> str:
-        return "This run uses the T5 bias: position is a learned number per distance bucket on attention scores, not a vector."
+        return (
+            "This run uses the T5 bias: position is a learned number per distance bucket on attention scores, not a "
+            "vector."
+        )
 
 
 #: FIRE's MLP width and initial values (Li et al. 2023, appendix: 32 hidden units, c = 0.1, L = 512).
@@ -135,11 +157,13 @@ class FIREBias(PositionScheme):
     """
 
     label = "FIRE"
-    description = "a learned MLP of the distance over the query's position, added to the attention scores (Li et al. 2023)"
+    description = (
+        "a learned MLP of the distance over the query's position, added to the attention scores (Li et al. 2023)"
+    )
     in_length_study = False  # opt-in: the default study's 30 minutes hold five models
     takes_random_positions = True
 
-    def __init__(self, config: "DecoderConfig") -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
         self.c = nn.Parameter(torch.tensor(FIRE_C))
         self.threshold_scale = nn.Parameter(torch.tensor(1.0))
@@ -163,7 +187,9 @@ class FIREBias(PositionScheme):
 
     @classmethod
     def explorer_note(cls) -> str:
-        return "This run uses FIRE: position is a learned function of relative distance on attention scores, not a vector."
+        return (
+            "This run uses FIRE: position is a learned function of relative distance on attention scores, not a vector."
+        )
 
 
 #: KERPLE's floor on r1 and r2 (Chi et al. 2022's code clamps both to it after every update), and the
@@ -173,7 +199,8 @@ KERPLE_EPS, KERPLE_R1_INIT, KERPLE_R2_INIT = 1e-2, 2.0, 1.0
 
 @register("kerple")
 class KERPLEBias(PositionScheme):
-    """KERPLE, logarithmic variant (Chi et al. 2022, "KERPLE: Kernelized Relative Positional Embedding for Length Extrapolation", §3-4).
+    """KERPLE, logarithmic variant (Chi et al. 2022, "KERPLE: Kernelized Relative Positional Embedding for Length
+    Extrapolation", §3-4).
 
     Attention layer ``l``, head ``h`` adds ``-r1 * log(1 + r2 * (i - j))`` to
     the score of query position ``i`` on key position ``j <= i``, with
@@ -190,20 +217,24 @@ class KERPLEBias(PositionScheme):
     """
 
     label = "KERPLE"
-    description = "a learned logarithmic penalty -r1 log(1 + r2 distance) per layer and head on the attention scores (Chi et al. 2022)"
+    description = (
+        "a learned logarithmic penalty -r1 log(1 + r2 distance) per layer and head on the attention scores (Chi et al. "
+        "2022)"
+    )
     hf_refusal = "no transformers architecture adds KERPLE's learned logarithmic distance bias"
     in_length_study = False  # opt-in: the default study's 30 minutes hold five models
     in_task_study = False  # opt-in: the default task study's measured minutes are for the 8 schemes before it
     takes_random_positions = True
 
-    def __init__(self, config: "DecoderConfig") -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
         self.n_heads, count = config.n_heads, config.n_layers * config.n_heads
         self.r1 = nn.Parameter(torch.rand(count) * KERPLE_R1_INIT)
         self.r2 = nn.Parameter(torch.rand(count) * KERPLE_R2_INIT)
 
     def start_pass(self, length: int, offset: int, cached: bool) -> None:
-        """Project ``r1`` and ``r2`` onto ``>= KERPLE_EPS`` before a training pass (the paper's constraint r1, r2 > 0), then place the tokens."""
+        """Project ``r1`` and ``r2`` onto ``>= KERPLE_EPS`` before a training pass (the paper's constraint r1, r2 > 0),
+        then place the tokens."""
         if self.training:
             with torch.no_grad():
                 self.r1.clamp_(min=KERPLE_EPS)
@@ -211,7 +242,8 @@ class KERPLEBias(PositionScheme):
         super().start_pass(length, offset, cached)
 
     def attention_bias(self, q: Tensor, k: Tensor, offset: int = 0, layer: int = 0) -> Tensor:
-        """Bias [H, Tq, Tk] of layer ``layer``: queries at ``offset ..``, keys ending where the queries end (future keys: distance 0, masked by the caller)."""
+        """Bias [H, Tq, Tk] of layer ``layer``: queries at ``offset ..``, keys ending where the queries end (future
+        keys: distance 0, masked by the caller)."""
         distance = causal_distances(self, q.shape[-2], k.shape[-2], offset, self.r1.device).clamp(min=0).float()
         heads = slice(layer * self.n_heads, (layer + 1) * self.n_heads)
         r1, r2 = (r[heads].clamp(min=KERPLE_EPS)[:, None, None] for r in (self.r1, self.r2))
@@ -219,7 +251,20 @@ class KERPLEBias(PositionScheme):
 
     @classmethod
     def explorer_note(cls) -> str:
-        return "This run uses KERPLE: position is a learned logarithmic distance penalty on attention scores, not a vector."
+        return (
+            "This run uses KERPLE: position is a learned logarithmic distance penalty on attention scores, not a "
+            "vector."
+        )
 
 
-__all__ = ["FIRE_C", "FIRE_HIDDEN", "FIRE_THRESHOLD", "KERPLE_EPS", "ALiBiPositions", "FIREBias", "KERPLEBias", "T5RelativeBias", "causal_distances"]
+__all__ = [
+    "FIRE_C",
+    "FIRE_HIDDEN",
+    "FIRE_THRESHOLD",
+    "KERPLE_EPS",
+    "ALiBiPositions",
+    "FIREBias",
+    "KERPLEBias",
+    "T5RelativeBias",
+    "causal_distances",
+]

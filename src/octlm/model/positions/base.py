@@ -10,8 +10,9 @@ is answered by a class attribute or method of :class:`PositionScheme` or a regis
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -21,14 +22,14 @@ from octlm.model.positions.distances import query_key_positions
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig
 
-SCHEMES: dict[str, type["PositionScheme"]] = {}
+SCHEMES: dict[str, type[PositionScheme]] = {}
 
 #: Bytes per score entry [head, query, key] that a score bias costs inside
 #: attention: the float32 bias, the masked scores and the weights beside them.
 SCORE_BIAS_BYTES = 3 * 4
 
 
-def register(name: str) -> Callable[[type["PositionScheme"]], type["PositionScheme"]]:
+def register(name: str) -> Callable[[type[PositionScheme]], type[PositionScheme]]:
     """Class decorator adding a scheme to :data:`SCHEMES` under ``name``."""
 
     def wrap(cls: type[PositionScheme]) -> type[PositionScheme]:
@@ -124,7 +125,8 @@ class PositionScheme(nn.Module):
     is_default = False
     #: trained by ``octlm length`` unless ``--schemes`` says otherwise (each model costs its time budget)
     in_length_study = True
-    #: trained by ``octlm length --task`` unless ``--schemes`` says otherwise (its measured minutes, docs/tasks.md, are for these)
+    #: trained by ``octlm length --task`` unless ``--schemes`` says otherwise (its measured minutes, docs/tasks.md, are
+    #: for these)
     in_task_study = True
     #: the task-study presets (``--preset``, octlm.studies.task_presets) whose paper compares this scheme
     in_papers: tuple[str, ...] = ()
@@ -133,7 +135,8 @@ class PositionScheme(nn.Module):
     extension_methods: tuple[str | None, ...] = ()
     #: when the length study trains this scheme, its time budget is turned into steps on it (a slower scheme)
     times_length_study = False
-    #: transformers ``model_type`` export-hf writes the scheme as (a mapper in octlm.export.hf), or None: then ``hf_refusal`` says why
+    #: transformers ``model_type`` export-hf writes the scheme as (a mapper in octlm.export.hf), or None: then
+    #: ``hf_refusal`` says why
     hf_model_type: str | None = None
     hf_refusal = "no transformers architecture computes this scheme"
     #: reads its positions through :meth:`position_ids`, so ``randomize_positions`` > 1 can train it
@@ -143,7 +146,7 @@ class PositionScheme(nn.Module):
     #: off unless a scheme says so, so a scheme that reads an absolute position some other way is refused by name
     takes_document_positions = False
 
-    def __init__(self, config: "DecoderConfig") -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         #: with ``randomize_positions`` F > 1, positions are drawn from ``0 .. random_range - 1`` (Ruoss et al. 2023)
         self.randomized = config.randomize_positions > 1
@@ -154,7 +157,8 @@ class PositionScheme(nn.Module):
         self.cached_pass = False
 
     def start_pass(self, length: int, offset: int, cached: bool) -> None:
-        """Called by the decoder before each forward pass of ``length`` new tokens from token ``offset``; :meth:`end_pass` after it.
+        """Called by the decoder before each forward pass of ``length`` new tokens from token ``offset``;
+        :meth:`end_pass` after it.
 
         ``cached`` says that the pass continues a key/value cache, whose keys
         start at position 0 and were made by earlier passes; a scheme whose
@@ -165,7 +169,8 @@ class PositionScheme(nn.Module):
         self.draw_positions(length, offset)
 
     def end_pass(self) -> None:
-        """Forget the pass's positions: a scheme asked outside a pass (the explorer) places tokens at ``0, 1, 2, ...``."""
+        """Forget the pass's positions: a scheme asked outside a pass (the explorer) places tokens at ``0, 1, 2,
+        ...``."""
         self.cached_pass, self.drawn = False, None
 
     def draw_positions(self, length: int, offset: int = 0) -> None:
@@ -188,7 +193,8 @@ class PositionScheme(nn.Module):
             self.drawn = None
 
     def test_positions(self, length: int) -> Tensor | None:
-        """Positions of a ``length``-token sequence outside training, int64 [length], or ``None`` for ``0 .. length - 1``.
+        """Positions of a ``length``-token sequence outside training, int64 [length], or ``None`` for ``0 .. length -
+        1``.
 
         A randomized model meets at test time what it met in training, as
         Ruoss et al. 2023 do (their evaluation draws the positions too): a
@@ -209,12 +215,14 @@ class PositionScheme(nn.Module):
     def place_documents(self, positions: Tensor) -> None:
         """Place the pass's tokens at their positions within their documents, int64 [B, T] (``document_mask``).
 
-        Called by the decoder after :meth:`start_pass`; :meth:`position_ids` then gives these rows until :meth:`end_pass`.
+        Called by the decoder after :meth:`start_pass`; :meth:`position_ids` then gives these rows until
+        :meth:`end_pass`.
         """
         self.drawn = positions
 
     def position_ids(self, length: int, offset: int, device: torch.device) -> Tensor:
-        """Positions of ``length`` tokens starting at token ``offset``, int64 [length] (or [B, length] under :meth:`place_documents`).
+        """Positions of ``length`` tokens starting at token ``offset``, int64 [length] (or [B, length] under
+        :meth:`place_documents`).
 
         The pass's (:meth:`draw_positions`, :meth:`place_documents`) or ``offset ..``.
         """
@@ -223,11 +231,14 @@ class PositionScheme(nn.Module):
         return torch.arange(offset, offset + length, device=device)
 
     @classmethod
-    def check_config(cls, config: "DecoderConfig") -> None:
+    def check_config(cls, config: DecoderConfig) -> None:
         """Raise ``ValueError`` naming the field when ``config`` cannot use this scheme."""
         if config.randomize_positions > 1 and not cls.takes_random_positions:
             takers = ", ".join(random_position_schemes())
-            raise ValueError(f"randomize_positions={config.randomize_positions} needs a scheme that reads positions ({takers}), not position={cls.name!r}")
+            raise ValueError(
+                f"randomize_positions={config.randomize_positions} needs a scheme that reads positions ({takers}), not "
+                f"position={cls.name!r}"
+            )
 
     @classmethod
     def scalings(cls) -> tuple[str, ...]:
@@ -270,7 +281,8 @@ class PositionScheme(nn.Module):
         return self.score_bias(q.shape[-2], k.shape[-2], offset)
 
     def pass_positions(self, q_len: int, k_len: int, offset: int, device: torch.device) -> tuple[Tensor, Tensor]:
-        """Positions of the queries [q_len] and keys [k_len] of an attention call, int64; keys end where the queries end.
+        """Positions of the queries [q_len] and keys [k_len] of an attention call, int64; keys end where the queries
+        end.
 
         ``offset ..`` (:func:`~octlm.model.positions.distances.query_key_positions`)
         unless the pass sits at randomized positions (:meth:`draw_positions`):
@@ -302,7 +314,10 @@ class PositionScheme(nn.Module):
         weights beside it, so it grows with T squared (sample checks it
         against the device's memory).
         """
-        if type(self).score_bias is PositionScheme.score_bias and type(self).attention_bias is PositionScheme.attention_bias:
+        if (
+            type(self).score_bias is PositionScheme.score_bias
+            and type(self).attention_bias is PositionScheme.attention_bias
+        ):
             return 0
         return SCORE_BIAS_BYTES * n_heads * length**2
 
@@ -315,7 +330,11 @@ class PositionScheme(nn.Module):
         """
         if added is None:
             return None
-        return PositionVectors(added.float().cpu(), "computed", f"The {self.name} rows this run adds, computed by formula: {length} rows of {added.shape[1]}.")
+        return PositionVectors(
+            added.float().cpu(),
+            "computed",
+            f"The {self.name} rows this run adds, computed by formula: {length} rows of {added.shape[1]}.",
+        )
 
     @classmethod
     def explorer_note(cls) -> str:
@@ -338,7 +357,10 @@ def scheme_option_fields() -> dict[str, dataclasses.Field]:
     for cls in SCHEMES.values():
         for name, declared in cls.options.items():
             if out.setdefault(name, declared) is not declared:
-                raise TypeError(f"position schemes declare the option {name!r} twice ({cls.name} and another); share one declaration")
+                raise TypeError(
+                    f"position schemes declare the option {name!r} twice ({cls.name} and another); share one "
+                    "declaration"
+                )
     return out
 
 
@@ -365,7 +387,7 @@ def with_scheme_options(cls=None, *, handed_over: bool = False):
     return add if cls is None else add(cls)
 
 
-def check(config: "DecoderConfig") -> None:
+def check(config: DecoderConfig) -> None:
     """Validate ``config.position`` and the fields that scheme depends on (``ValueError`` naming them)."""
     if config.position not in SCHEMES:
         raise ValueError(
@@ -375,14 +397,20 @@ def check(config: "DecoderConfig") -> None:
     if getattr(config, "document_mask", False):  # checked here, whether or not a scheme's check_config calls its base's
         if not cls.takes_document_positions:
             takers = ", ".join(document_position_schemes())
-            raise ValueError(f"document_mask needs a scheme whose positions can restart at each document ({takers}), not position={cls.name!r}")
+            raise ValueError(
+                f"document_mask needs a scheme whose positions can restart at each document ({takers}), not "
+                f"position={cls.name!r}"
+            )
         if config.randomize_positions > 1:
-            raise ValueError(f"document_mask restarts positions at each document, randomize_positions={config.randomize_positions} draws "
-                             "them at random; choose one")
+            raise ValueError(
+                f"document_mask restarts positions at each document, randomize_positions={config.randomize_positions} "
+                "draws "
+                "them at random; choose one"
+            )
     cls.check_config(config)
 
 
-def build(config: "DecoderConfig") -> PositionScheme:
+def build(config: DecoderConfig) -> PositionScheme:
     """Instantiate the scheme named by ``config.position``.
 
     Raises:
@@ -394,7 +422,21 @@ def build(config: "DecoderConfig") -> PositionScheme:
 
 
 __all__ = [
-    "build", "check", "default_scheme", "document_position_schemes", "scheme_option_fields", "with_scheme_options", "SCHEMES", "SCHEME_NAMES",
-    "SCORE_BIAS_BYTES", "PositionScheme", "PositionVectors", "length_study_schemes", "task_study_schemes", "random_position_schemes",
-    "register", "schemes_taking", "unbounded_schemes",
+    "build",
+    "check",
+    "default_scheme",
+    "document_position_schemes",
+    "scheme_option_fields",
+    "with_scheme_options",
+    "SCHEMES",
+    "SCHEME_NAMES",
+    "SCORE_BIAS_BYTES",
+    "PositionScheme",
+    "PositionVectors",
+    "length_study_schemes",
+    "task_study_schemes",
+    "random_position_schemes",
+    "register",
+    "schemes_taking",
+    "unbounded_schemes",
 ]

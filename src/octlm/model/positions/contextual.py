@@ -25,7 +25,8 @@ COPE_EXTRA_BYTES = 3 * 4 + 2 * 8 + 2 * 4
 
 
 def contextual_positions(q: Tensor, k: Tensor, visible: Tensor | None) -> Tensor:
-    """CoPE's positions ``p_ij = sum_{t=j..i} sigmoid(q_i . k_t / sqrt(D))`` (Golovneva et al. 2024, eq. 3-4), float32 [B, H, Tq, Tk].
+    """CoPE's positions ``p_ij = sum_{t=j..i} sigmoid(q_i . k_t / sqrt(D))`` (Golovneva et al. 2024, eq. 3-4), float32
+    [B, H, Tq, Tk].
 
     ``q`` [B, H, Tq, D] and ``k`` [B, H, Tk, D], keys ending where the
     queries end; ``visible`` bool [Tq, Tk] (``None``: every key) zeroes the
@@ -42,7 +43,8 @@ def contextual_positions(q: Tensor, k: Tensor, visible: Tensor | None) -> Tensor
 
 
 def interpolated_logits(q: Tensor, table: Tensor, positions: Tensor) -> Tensor:
-    """``q_i . e[p_ij]`` with ``e`` interpolated between integer positions (Golovneva et al. 2024, eq. 5), float32 [B, H, Tq, Tk].
+    """``q_i . e[p_ij]`` with ``e`` interpolated between integer positions (Golovneva et al. 2024, eq. 5), float32 [B,
+    H, Tq, Tk].
 
     ``table`` holds ``e[0] .. e[npos - 1]`` as columns, [D, npos];
     ``positions`` [B, H, Tq, Tk] are clamped to ``npos - 1``. With
@@ -60,7 +62,8 @@ def interpolated_logits(q: Tensor, table: Tensor, positions: Tensor) -> Tensor:
 
 @register("cope")
 class ContextualPositions(PositionScheme):
-    """Contextual Position Encoding, CoPE (Golovneva et al. 2024, "Contextual Position Encoding: Learning to Count What's Important", §3).
+    """Contextual Position Encoding, CoPE (Golovneva et al. 2024, "Contextual Position Encoding: Learning to Count
+    What's Important", §3).
 
     In attention layer ``l``, query ``i`` gives each key ``j <= i`` a gate
     ``g_ij = sigmoid(q_i . k_j / sqrt(D))`` and counts the key's position as
@@ -81,31 +84,46 @@ class ContextualPositions(PositionScheme):
     """
 
     label = "CoPE"
-    description = "positions counted by sigmoid gates on query-key scores, with interpolated learned embeddings (Golovneva et al. 2024)"
+    description = (
+        "positions counted by sigmoid gates on query-key scores, with interpolated learned embeddings (Golovneva et "
+        "al. 2024)"
+    )
     hf_refusal = "no transformers architecture counts positions with CoPE's gates on query-key scores"
     in_length_study = False  # opt-in: the default study's 30 minutes hold five models, and CoPE forms every score twice
     in_task_study = False  # opt-in: the default task study's measured minutes are for the 8 schemes before it
-    options = {"cope_npos_max": option(64, "CoPE: learned position embeddings per layer (counted positions past the last share it)",
-                                       bounds=at_least(2))}
+    options = {
+        "cope_npos_max": option(
+            64,
+            "CoPE: learned position embeddings per layer (counted positions past the last share it)",
+            bounds=at_least(2),
+        )
+    }
 
-    def __init__(self, config: "DecoderConfig") -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
         self.npos_max = config.cope_npos_max
         self.embeddings = nn.Parameter(torch.zeros(config.n_layers, config.head_dim, config.cope_npos_max))
 
     def attention_bias(self, q: Tensor, k: Tensor, offset: int = 0, layer: int = 0) -> Tensor:
-        """``q_i . e(p_ij)`` of layer ``layer``, float32 [B, H, Tq, Tk]; keys end where the queries end, future keys get 0 (masked by the caller)."""
+        """``q_i . e(p_ij)`` of layer ``layer``, float32 [B, H, Tq, Tk]; keys end where the queries end, future keys get
+        0 (masked by the caller)."""
         q_len, k_len = q.shape[-2], k.shape[-2]
-        visible = None if q_len == 1 else torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril(k_len - q_len)
+        visible = (
+            None if q_len == 1 else torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril(k_len - q_len)
+        )
         return interpolated_logits(q, self.embeddings[layer], contextual_positions(q, k, visible))
 
     def score_bias_bytes(self, n_heads: int, length: int) -> int:
-        """Bytes the bias and its intermediates take for one ``length``-token sequence (:data:`COPE_EXTRA_BYTES` beside the usual)."""
+        """Bytes the bias and its intermediates take for one ``length``-token sequence (:data:`COPE_EXTRA_BYTES` beside
+        the usual)."""
         return (SCORE_BIAS_BYTES + COPE_EXTRA_BYTES) * n_heads * length**2
 
     @classmethod
     def explorer_note(cls) -> str:
-        return "This run uses CoPE: a position is counted by gates on attention scores, so it depends on the text, not the index."
+        return (
+            "This run uses CoPE: a position is counted by gates on attention scores, so it depends on the text, not "
+            "the index."
+        )
 
 
 __all__ = ["COPE_EXTRA_BYTES", "ContextualPositions", "contextual_positions", "interpolated_logits"]

@@ -16,7 +16,9 @@ from torch import Tensor
 from octlm.model.positions.waves import supports_float64
 
 
-def query_key_positions(q_len: int, k_len: int, offset: int, device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
+def query_key_positions(
+    q_len: int, k_len: int, offset: int, device: torch.device | str | None = None
+) -> tuple[Tensor, Tensor]:
     """Positions of the queries [q_len] and keys [k_len], int64: queries start at ``offset``, keys end where they end.
 
     A cached step has ``k_len >= q_len``: the keys reach further back.
@@ -77,7 +79,10 @@ def t5_buckets(distance: Tensor, num_buckets: int, max_distance: int) -> Tensor:
     """
     exact = num_buckets // 2
     if num_buckets < 2 or max_distance <= exact:
-        raise ValueError(f"t5_buckets: need num_buckets >= 2 and max_distance > num_buckets // 2, got {num_buckets} and {max_distance}")
+        raise ValueError(
+            f"t5_buckets: need num_buckets >= 2 and max_distance > num_buckets // 2, got {num_buckets} and "
+            f"{max_distance}"
+        )
     n = distance.clamp(min=0)
     dtype = torch.float64 if supports_float64(distance.device) else torch.float32
     # max(n, 1) only keeps log() finite on entries the `where` below takes from the exact half.

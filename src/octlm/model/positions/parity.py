@@ -19,8 +19,8 @@ import torch
 from octlm.model.config import DecoderConfig
 from octlm.model.positions.attention_bias import FIRE_THRESHOLD, ALiBiPositions, FIREBias, KERPLEBias
 from octlm.model.positions.contextual import ContextualPositions, contextual_positions
-from octlm.model.positions.prope import PartialFrequencyRoPE
 from octlm.model.positions.distances import alibi_slopes, t5_buckets
+from octlm.model.positions.prope import PartialFrequencyRoPE
 from octlm.model.positions.rotary import RotaryPositions
 from octlm.model.positions.waves import rope_inverse_frequencies, sinusoidal_positions
 from octlm.model.positions.xpos import XPosRotation
@@ -53,10 +53,20 @@ T5_CASES = [(32, 128), (8, 20), (2, 5), (16, 64)]
 #: (q_len, k_len, offset, c, threshold scale): FIRE's defaults, a threshold the queries pass, a cached step.
 FIRE_CASES = [(8, 8, 0, 0.1, 1.0), (12, 12, 0, 0.5, 0.01), (3, 9, 6, 1.0, 0.005)]
 #: (d_model, n_heads, rope_layout, length, offset): both layouts, and positions far enough for the decay to show.
-XPOS_CASES = [(16, 2, "interleaved", 6, 0), (16, 2, "half", 6, 0), (8, 1, "interleaved", 4, 3000), (8, 1, "half", 4, 1_000_000)]
+XPOS_CASES = [
+    (16, 2, "interleaved", 6, 0),
+    (16, 2, "half", 6, 0),
+    (8, 1, "interleaved", 4, 3000),
+    (8, 1, "half", 4, 1_000_000),
+]
 
-#: (d_model, n_heads, rope_theta, rope_fraction, rope_layout, length, offset): the paper's 0.75, a fraction that rounds down, both layouts.
-PROPE_CASES = [(16, 2, 10000.0, 0.75, "interleaved", 6, 0), (24, 2, 500.0, 0.6, "half", 5, 3000), (32, 2, 10000.0, 0.0, "half", 3, 9)]
+#: (d_model, n_heads, rope_theta, rope_fraction, rope_layout, length, offset): the paper's 0.75, a fraction that rounds
+#: down, both layouts.
+PROPE_CASES = [
+    (16, 2, 10000.0, 0.75, "interleaved", 6, 0),
+    (24, 2, 500.0, 0.6, "half", 5, 3000),
+    (32, 2, 10000.0, 0.0, "half", 3, 9),
+]
 #: (q_len, k_len, seed): a full pass and a cached step; r1, r2 drawn as KERPLE starts them.
 KERPLE_CASES = [(6, 6, 0), (2, 9, 1)]
 #: (q_len, k_len, npos_max, seed): positions clamped (npos 3) or not, and a cached step.
@@ -72,7 +82,16 @@ def _sinusoidal() -> list[dict]:
     cases = []
     for length, width, offset, base, layout in SINUSOIDAL_CASES:
         table = sinusoidal_positions(length, width, offset=offset, base=base, layout=layout)
-        cases.append({"length": length, "width": width, "offset": offset, "base": base, "layout": layout, "table": float_lists(table)})
+        cases.append(
+            {
+                "length": length,
+                "width": width,
+                "offset": offset,
+                "base": base,
+                "layout": layout,
+                "table": float_lists(table),
+            }
+        )
     return cases
 
 
@@ -80,20 +99,31 @@ def _rope() -> list[dict]:
     cases = []
     generator = torch.Generator().manual_seed(7)
     for d_model, n_heads, theta, layout, length, offset in ROPE_CASES:
-        config = DecoderConfig(vocab_size=300, d_model=d_model, n_heads=n_heads, position="rope", rope_theta=theta, rope_layout=layout)
+        config = DecoderConfig(
+            vocab_size=300, d_model=d_model, n_heads=n_heads, position="rope", rope_theta=theta, rope_layout=layout
+        )
         rope = RotaryPositions(config)
         head_dim = config.head_dim
         cos, sin = rope.angles(length, offset, torch.device("cpu"))
         q = torch.randn(1, 1, length, head_dim, generator=generator)
         k = torch.randn(1, 1, length, head_dim, generator=generator)
         q_rot, k_rot = rope.rotate(q, k, offset)
-        cases.append({
-            "head_dim": head_dim, "theta": theta, "layout": layout, "length": length, "offset": offset,
-            "inv_freq": float_lists(rope_inverse_frequencies(head_dim, theta)),
-            "cos": float_lists(cos), "sin": float_lists(sin),
-            "q": float_lists(q[0, 0]), "k": float_lists(k[0, 0]),
-            "q_rotated": float_lists(q_rot[0, 0]), "k_rotated": float_lists(k_rot[0, 0]),
-        })
+        cases.append(
+            {
+                "head_dim": head_dim,
+                "theta": theta,
+                "layout": layout,
+                "length": length,
+                "offset": offset,
+                "inv_freq": float_lists(rope_inverse_frequencies(head_dim, theta)),
+                "cos": float_lists(cos),
+                "sin": float_lists(sin),
+                "q": float_lists(q[0, 0]),
+                "k": float_lists(k[0, 0]),
+                "q_rotated": float_lists(q_rot[0, 0]),
+                "k_rotated": float_lists(k_rot[0, 0]),
+            }
+        )
     return cases
 
 
@@ -110,16 +140,31 @@ def _alibi() -> dict:
 def _relative() -> dict:
     """T5 buckets of distances -3 .. 300, FIRE's interpolated distances and xPos rotations."""
     distances = torch.arange(-3, 301)
-    t5 = [{"num_buckets": n, "max_distance": m, "distances": distances.tolist(), "buckets": t5_buckets(distances, n, m).tolist()}
-          for n, m in T5_CASES]
+    t5 = [
+        {
+            "num_buckets": n,
+            "max_distance": m,
+            "distances": distances.tolist(),
+            "buckets": t5_buckets(distances, n, m).tolist(),
+        }
+        for n, m in T5_CASES
+    ]
     fire = []
     for q_len, k_len, offset, c, scale in FIRE_CASES:
         module = FIREBias(DecoderConfig(vocab_size=300, d_model=16, n_heads=2, position="fire"))
         with torch.no_grad():
             module.c.fill_(c)
             module.threshold_scale.fill_(scale)
-        fire.append({"q_len": q_len, "k_len": k_len, "offset": offset, "c": c, "threshold": scale * FIRE_THRESHOLD,
-                     "interpolated": float_lists(module.interpolated(q_len, k_len, offset))})
+        fire.append(
+            {
+                "q_len": q_len,
+                "k_len": k_len,
+                "offset": offset,
+                "c": c,
+                "threshold": scale * FIRE_THRESHOLD,
+                "interpolated": float_lists(module.interpolated(q_len, k_len, offset)),
+            }
+        )
     xpos = []
     generator = torch.Generator().manual_seed(11)
     for d_model, n_heads, layout, length, offset in XPOS_CASES:
@@ -128,9 +173,20 @@ def _relative() -> dict:
         scheme = XPosRotation(config)
         q_rot, k_rot = scheme.rotate(q, k, offset)
         reference = int(scheme.reference(torch.arange(offset, offset + length), offset + length))
-        xpos.append({"head_dim": config.head_dim, "theta": config.rope_theta, "layout": layout, "length": length, "offset": offset,
-                     "reference": reference,
-                     "q": float_lists(q[0, 0]), "k": float_lists(k[0, 0]), "q_rotated": float_lists(q_rot[0, 0]), "k_rotated": float_lists(k_rot[0, 0])})
+        xpos.append(
+            {
+                "head_dim": config.head_dim,
+                "theta": config.rope_theta,
+                "layout": layout,
+                "length": length,
+                "offset": offset,
+                "reference": reference,
+                "q": float_lists(q[0, 0]),
+                "k": float_lists(k[0, 0]),
+                "q_rotated": float_lists(q_rot[0, 0]),
+                "k_rotated": float_lists(k_rot[0, 0]),
+            }
+        )
     return {"t5": t5, "fire": fire, "xpos": xpos}
 
 
@@ -138,34 +194,74 @@ def _newer() -> dict:
     """p-RoPE's inverse frequencies and rotations, KERPLE's bias of one head, CoPE's positions and bias of one head."""
     prope, generator = [], torch.Generator().manual_seed(13)
     for d_model, n_heads, theta, fraction, layout, length, offset in PROPE_CASES:
-        config = DecoderConfig(vocab_size=300, d_model=d_model, n_heads=n_heads, position="prope", rope_theta=theta,
-                               rope_fraction=fraction, rope_layout=layout)
-        scheme, (q, k) = PartialFrequencyRoPE(config), (torch.randn(1, 1, length, config.head_dim, generator=generator) for _ in range(2))
+        config = DecoderConfig(
+            vocab_size=300,
+            d_model=d_model,
+            n_heads=n_heads,
+            position="prope",
+            rope_theta=theta,
+            rope_fraction=fraction,
+            rope_layout=layout,
+        )
+        scheme, (q, k) = (
+            PartialFrequencyRoPE(config),
+            (torch.randn(1, 1, length, config.head_dim, generator=generator) for _ in range(2)),
+        )
         q_rot, k_rot = scheme.rotate(q, k, offset)
-        prope.append({"head_dim": config.head_dim, "theta": theta, "fraction": fraction, "layout": layout, "length": length, "offset": offset,
-                      "inv_freq": float_lists(scheme.inv_freq), "q": float_lists(q[0, 0]), "k": float_lists(k[0, 0]),
-                      "q_rotated": float_lists(q_rot[0, 0]), "k_rotated": float_lists(k_rot[0, 0])})
+        prope.append(
+            {
+                "head_dim": config.head_dim,
+                "theta": theta,
+                "fraction": fraction,
+                "layout": layout,
+                "length": length,
+                "offset": offset,
+                "inv_freq": float_lists(scheme.inv_freq),
+                "q": float_lists(q[0, 0]),
+                "k": float_lists(k[0, 0]),
+                "q_rotated": float_lists(q_rot[0, 0]),
+                "k_rotated": float_lists(k_rot[0, 0]),
+            }
+        )
     kerple = []
     for q_len, k_len, seed in KERPLE_CASES:
         torch.manual_seed(seed)
         scheme = KERPLEBias(DecoderConfig(vocab_size=300, d_model=16, n_heads=1, n_layers=1, position="kerple"))
         bias = scheme.attention_bias(torch.zeros(1, 1, q_len, 16), torch.zeros(1, 1, k_len, 16))
-        kerple.append({"q_len": q_len, "k_len": k_len, "r1": scheme.r1.item(), "r2": scheme.r2.item(), "bias": float_lists(bias[0])})
+        kerple.append(
+            {
+                "q_len": q_len,
+                "k_len": k_len,
+                "r1": scheme.r1.item(),
+                "r2": scheme.r2.item(),
+                "bias": float_lists(bias[0]),
+            }
+        )
     cope = []
     for q_len, k_len, npos, seed in COPE_CASES:
         generator = torch.Generator().manual_seed(seed)
-        scheme = ContextualPositions(DecoderConfig(vocab_size=300, d_model=8, n_heads=1, n_layers=1, position="cope", cope_npos_max=npos))
+        scheme = ContextualPositions(
+            DecoderConfig(vocab_size=300, d_model=8, n_heads=1, n_layers=1, position="cope", cope_npos_max=npos)
+        )
         with torch.no_grad():
             scheme.embeddings.copy_(torch.randn(scheme.embeddings.shape, generator=generator))
         q, k = (torch.randn(1, 1, n, 8, generator=generator) * 2 for n in (q_len, k_len))
         visible = torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len)
-        cope.append({"q": float_lists(q[0, 0]), "k": float_lists(k[0, 0]), "embeddings": float_lists(scheme.embeddings[0]),
-                     "positions": float_lists(contextual_positions(q, k, visible)[0, 0]), "bias": float_lists(scheme.attention_bias(q, k)[0, 0])})
+        cope.append(
+            {
+                "q": float_lists(q[0, 0]),
+                "k": float_lists(k[0, 0]),
+                "embeddings": float_lists(scheme.embeddings[0]),
+                "positions": float_lists(contextual_positions(q, k, visible)[0, 0]),
+                "bias": float_lists(scheme.attention_bias(q, k)[0, 0]),
+            }
+        )
     return {"prope": prope, "kerple": kerple, "cope": cope}
 
 
 def scheme_fixtures() -> dict:
-    """The cases of every formula above, keyed ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``fire``, ``xpos``, ``prope``, ``kerple``, ``cope``, each with its inputs and Python's outputs."""
+    """The cases of every formula above, keyed ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``fire``, ``xpos``,
+    ``prope``, ``kerple``, ``cope``, each with its inputs and Python's outputs."""
     return {"sinusoidal": _sinusoidal(), "rope": _rope(), "alibi": _alibi(), **_relative(), **_newer()}
 
 

@@ -53,30 +53,41 @@ class PartialFrequencyRoPE(RotaryPositions):
     extension_methods = ()  # RoPE's fine-tunes are RoPE's: the stage leaves p-RoPE out
     times_length_study = False
     # GPT-NeoX partial rotary over the 2k turning channels (k = turning_pairs) with base rope_theta ** (2k / rotary_dim)
-    # computes the same frequencies, rope_theta ** (-2i / rotary_dim), once the query and key rows are reordered (octlm.export.hf_neox).
+    # computes the same frequencies, rope_theta ** (-2i / rotary_dim), once the query and key rows are reordered
+    # (octlm.export.hf_neox).
     hf_model_type = "gpt_neox"
-    options = {**RotaryPositions.options,
-               "rope_fraction": option(0.75, "p-RoPE: fraction of RoPE's channel pairs (the fastest) that turn; the rest are not rotated")}
+    options = {
+        **RotaryPositions.options,
+        "rope_fraction": option(
+            0.75, "p-RoPE: fraction of RoPE's channel pairs (the fastest) that turn; the rest are not rotated"
+        ),
+    }
 
-    def __init__(self, config: "DecoderConfig") -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
         pairs = self.rotary_dim // 2
-        self.register_buffer("turning", (torch.arange(pairs) < kept_pairs(pairs, config.rope_fraction)).double(), persistent=False)
+        self.register_buffer(
+            "turning", (torch.arange(pairs) < kept_pairs(pairs, config.rope_fraction)).double(), persistent=False
+        )
         self.inv_freq.mul_(self.turning)
 
     @classmethod
-    def turning_pairs(cls, config: "DecoderConfig") -> int:
-        """The first ``floor(rope_fraction * rotary_dim / 2)`` pairs turn (:func:`kept_pairs`); the rest have frequency 0."""
+    def turning_pairs(cls, config: DecoderConfig) -> int:
+        """The first ``floor(rope_fraction * rotary_dim / 2)`` pairs turn (:func:`kept_pairs`); the rest have frequency
+        0."""
         return kept_pairs(rotary_dim(config) // 2, config.rope_fraction)
 
     @classmethod
-    def check_config(cls, config: "DecoderConfig") -> None:
+    def check_config(cls, config: DecoderConfig) -> None:
         super().check_config(config)
         if not 0.0 <= config.rope_fraction <= 1.0:
-            raise ValueError(f"rope_fraction must be in [0, 1] (0: no pair turns, NoPE; 1: RoPE), got {config.rope_fraction}")
+            raise ValueError(
+                f"rope_fraction must be in [0, 1] (0: no pair turns, NoPE; 1: RoPE), got {config.rope_fraction}"
+            )
 
     def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
-        """RoPE's (scaled) inverse frequencies, float64 [rotary_dim // 2], with the dropped pairs' set to 0, and the attention factor."""
+        """RoPE's (scaled) inverse frequencies, float64 [rotary_dim // 2], with the dropped pairs' set to 0, and the
+        attention factor."""
         inv_freq, attention = super().frequencies(seq_len)
         return inv_freq * self.turning.to(inv_freq.device), attention
 

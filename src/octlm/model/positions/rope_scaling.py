@@ -14,13 +14,14 @@ added in one place. A scheme says which of them it takes through
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor
 
 from octlm.model.positions.waves import rope_inverse_frequencies
+
 
 @dataclass(frozen=True)
 class RopeScalingMethod:
@@ -41,7 +42,7 @@ class RopeScalingMethod:
     """
 
     name: str
-    frequencies: Callable[["RopeScaling", int, float, int], tuple[Tensor, float]]
+    frequencies: Callable[[RopeScaling, int, float, int], tuple[Tensor, float]]
     depends_on_length: bool
     keys: tuple[str, ...] = ()
 
@@ -51,7 +52,8 @@ ROPE_SCALINGS: dict[str, RopeScalingMethod] = {}
 
 
 def rope_scaling_method(name: str, depends_on_length: bool = False, keys: tuple[str, ...] = ()) -> Callable:
-    """Decorator registering a frequency function in :data:`ROPE_SCALINGS` under ``name`` (``keys``: :attr:`RopeScalingMethod.keys`)."""
+    """Decorator registering a frequency function in :data:`ROPE_SCALINGS` under ``name`` (``keys``:
+    :attr:`RopeScalingMethod.keys`)."""
 
     def wrap(fn: Callable) -> Callable:
         ROPE_SCALINGS[name] = RopeScalingMethod(name, fn, depends_on_length, keys)
@@ -99,23 +101,33 @@ class RopeScaling:
 
     def __post_init__(self) -> None:
         if self.method not in ROPE_SCALINGS:
-            raise ValueError(f"RoPE scaling method {self.method!r} is unknown; choose one of: {', '.join(ROPE_SCALINGS)}")
+            raise ValueError(
+                f"RoPE scaling method {self.method!r} is unknown; choose one of: {', '.join(ROPE_SCALINGS)}"
+            )
         if not (math.isfinite(self.factor) and self.factor >= 1.0):
-            raise ValueError(f"RoPE scaling factor must be a finite number >= 1 (target length / training length), got {self.factor}")
+            raise ValueError(
+                f"RoPE scaling factor must be a finite number >= 1 (target length / training length), got {self.factor}"
+            )
         if self.original_length < 1:
             raise ValueError(f"RoPE scaling original_length must be >= 1 token, got {self.original_length}")
         if not 0 < self.beta_slow < self.beta_fast:
-            raise ValueError(f"YaRN needs 0 < beta_slow < beta_fast, got beta_slow={self.beta_slow}, beta_fast={self.beta_fast}")
+            raise ValueError(
+                f"YaRN needs 0 < beta_slow < beta_fast, got beta_slow={self.beta_slow}, beta_fast={self.beta_fast}"
+            )
         if not 0 < self.low_freq_factor < self.high_freq_factor:
-            raise ValueError(f"Llama 3 scaling needs 0 < low_freq_factor < high_freq_factor, got low_freq_factor={self.low_freq_factor}, "
-                             f"high_freq_factor={self.high_freq_factor}")
+            raise ValueError(
+                "Llama 3 scaling needs 0 < low_freq_factor < high_freq_factor, got "
+                f"low_freq_factor={self.low_freq_factor}, "
+                f"high_freq_factor={self.high_freq_factor}"
+            )
 
     @property
     def depends_on_length(self) -> bool:
         return ROPE_SCALINGS[self.method].depends_on_length
 
     def frequencies(self, rotary_dim: int, theta: float, seq_len: int) -> tuple[Tensor, float]:
-        """Inverse frequencies float64 [rotary_dim // 2] and the attention factor for a sequence of ``seq_len`` tokens."""
+        """Inverse frequencies float64 [rotary_dim // 2] and the attention factor for a sequence of ``seq_len``
+        tokens."""
         return ROPE_SCALINGS[self.method].frequencies(self, rotary_dim, theta, seq_len)
 
 
@@ -248,11 +260,14 @@ class ScalableRotation:
             ValueError: when the method cannot use this ``theta`` (YaRN needs > 1).
         """
         if scaling is not None:
-            scaling.frequencies(self.rotary_dim, self.theta, scaling.original_length)  # raises for a base YaRN cannot use
+            scaling.frequencies(
+                self.rotary_dim, self.theta, scaling.original_length
+            )  # raises for a base YaRN cannot use
         self.scaling = scaling
 
     def length_state(self, seq_len: int) -> object:
-        """The scheme's own length state (``PositionScheme.length_state``), with the frequencies when they depend on the length (dynamic NTK)."""
+        """The scheme's own length state (``PositionScheme.length_state``), with the frequencies when they depend on the
+        length (dynamic NTK)."""
         positions = super().length_state(seq_len)  # type: ignore[misc]  # the PositionScheme this is mixed into
         if self.scaling is None or not self.scaling.depends_on_length:
             return positions
@@ -267,6 +282,15 @@ class ScalableRotation:
 
 
 __all__ = [
-    "ROPE_SCALINGS", "RopeScaling", "RopeScalingMethod", "ScalableRotation", "dynamic_ntk", "linear_interpolation",
-    "llama3", "ntk_aware", "ntk_theta", "rope_scaling_method", "yarn",
+    "ROPE_SCALINGS",
+    "RopeScaling",
+    "RopeScalingMethod",
+    "ScalableRotation",
+    "dynamic_ntk",
+    "linear_interpolation",
+    "llama3",
+    "ntk_aware",
+    "ntk_theta",
+    "rope_scaling_method",
+    "yarn",
 ]

@@ -64,19 +64,23 @@ class RotaryPositions(ScalableRotation, PositionScheme):
     times_length_study = True
     options = {
         "rope_theta": option(DEFAULT_BASE, "RoPE wavelength base"),
-        "rope_layout": option("interleaved", "RoPE channel pairs: interleaved (2i, 2i+1) or half (i, i+d/2, GPT-NeoX/LLaMA)",
-                              choices=list(ROPE_LAYOUTS)),
+        "rope_layout": option(
+            "interleaved",
+            "RoPE channel pairs: interleaved (2i, 2i+1) or half (i, i+d/2, GPT-NeoX/LLaMA)",
+            choices=list(ROPE_LAYOUTS),
+        ),
         "partial_rotary_factor": option(1.0, "fraction of each head that RoPE rotates"),
     }
     takes_random_positions = True
     takes_document_positions = True  # angles from position_ids, per row under document_mask
 
     @classmethod
-    def turning_pairs(cls, config: "DecoderConfig") -> int:
-        """How many channel pairs turn, the fastest first (pair ``i`` at ``rope_theta ** (-2i / rotary_dim)``): all ``rotary_dim // 2``."""
+    def turning_pairs(cls, config: DecoderConfig) -> int:
+        """How many channel pairs turn, the fastest first (pair ``i`` at ``rope_theta ** (-2i / rotary_dim)``): all
+        ``rotary_dim // 2``."""
         return rotary_dim(config) // 2
 
-    def __init__(self, config: "DecoderConfig") -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
         self.theta = config.rope_theta
         self.layout = config.rope_layout
@@ -85,7 +89,7 @@ class RotaryPositions(ScalableRotation, PositionScheme):
         self.register_buffer("inv_freq", rope_inverse_frequencies(self.rotary_dim, config.rope_theta), persistent=False)
 
     @classmethod
-    def check_config(cls, config: "DecoderConfig") -> None:
+    def check_config(cls, config: DecoderConfig) -> None:
         if config.rope_layout not in ROPE_LAYOUTS:
             raise ValueError(f"rope_layout must be one of {', '.join(ROPE_LAYOUTS)}, got {config.rope_layout!r}")
         if not 0.0 < config.partial_rotary_factor <= 1.0:
@@ -100,17 +104,22 @@ class RotaryPositions(ScalableRotation, PositionScheme):
         if not config.rope_theta > 0:
             raise ValueError(f"rope_theta must be > 0, got {config.rope_theta}")
 
-    def angles(self, length: int, offset: int, device: torch.device, seq_len: int | None = None) -> tuple[Tensor, Tensor]:
+    def angles(
+        self, length: int, offset: int, device: torch.device, seq_len: int | None = None
+    ) -> tuple[Tensor, Tensor]:
         """cos and sin of the rotation angles at positions ``offset .. offset + length - 1``.
 
         Each is float32 [length, rotary_dim // 2], already multiplied by the
         scaling's attention factor. ``seq_len`` is the current sequence length
         (default ``offset + length``), which only dynamic NTK reads.
         """
-        return self.angles_at(self.position_ids(length, offset, device), offset + length if seq_len is None else seq_len)
+        return self.angles_at(
+            self.position_ids(length, offset, device), offset + length if seq_len is None else seq_len
+        )
 
     def angles_at(self, positions: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
-        """cos and sin of the rotation angles at ``positions`` [N] (or [B, N]), as :meth:`angles`: float32 [N, rotary_dim // 2] (or [B, N, ...])."""
+        """cos and sin of the rotation angles at ``positions`` [N] (or [B, N]), as :meth:`angles`: float32 [N,
+        rotary_dim // 2] (or [B, N, ...])."""
         inv_freq, attention = self.frequencies(seq_len)
         dtype = torch.float64 if supports_float64(positions.device) else torch.float32
         t = positions.to(dtype)
@@ -125,10 +134,14 @@ class RotaryPositions(ScalableRotation, PositionScheme):
             raise ValueError(f"rotate: {k_len} keys ending at position {end - 1} would start before position 0")
         # One set of angles for the longer span; queries and keys both end at `end`.
         cos, sin = self.angles(span, end - span, q.device, seq_len=end)
-        if cos.dim() == 3:  # one row of positions per sequence (document_mask): [B, 1, span, pairs] meets [B, H, T, pairs]
+        if (
+            cos.dim() == 3
+        ):  # one row of positions per sequence (document_mask): [B, 1, span, pairs] meets [B, H, T, pairs]
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        return (self._rotate_one(q, cos[..., span - q_len :, :], sin[..., span - q_len :, :]),
-                self._rotate_one(k, cos[..., span - k_len :, :], sin[..., span - k_len :, :]))
+        return (
+            self._rotate_one(q, cos[..., span - q_len :, :], sin[..., span - q_len :, :]),
+            self._rotate_one(k, cos[..., span - k_len :, :], sin[..., span - k_len :, :]),
+        )
 
     def explorer_vectors(self, added: Tensor | None, length: int) -> PositionVectors:
         """``[cos(t w_i) | sin(t w_i)]`` over the channel pairs (Su et al. 2021), [length, rotary_dim].
@@ -139,7 +152,8 @@ class RotaryPositions(ScalableRotation, PositionScheme):
         """
         cos, sin = self.angles(length, 0, self.inv_freq.device)
         return PositionVectors(
-            torch.cat((cos, sin), dim=-1).float().cpu(), "computed",
+            torch.cat((cos, sin), dim=-1).float().cpu(),
+            "computed",
             f"RoPE adds no vectors; this is the score it gives a query and a key with equal unit channel pairs "
             f"({cos.shape[1]} pairs, rope_theta {self.theta:g}), computed from its rotation angles.",
         )
@@ -156,7 +170,7 @@ class RotaryPositions(ScalableRotation, PositionScheme):
         return out if passed.shape[-1] == 0 else torch.cat((out, passed), dim=-1)
 
 
-def rotary_dim(config: "DecoderConfig") -> int:
+def rotary_dim(config: DecoderConfig) -> int:
     """Channels of each head that RoPE rotates: ``int(head_dim * partial_rotary_factor)``."""
     return int(config.head_dim * config.partial_rotary_factor)
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
 from octlm.model.positions.base import register
 from octlm.model.positions.rotary import RotaryPositions
 from octlm.model.positions.waves import supports_float64
-
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig
@@ -60,18 +60,20 @@ class XPosRotation(RotaryPositions):
     hf_refusal = "transformers' GPT-NeoX rotates queries and keys but has no xPos decay"
     gamma, scale_base = 0.4, 512.0
 
-    def __init__(self, config: "DecoderConfig") -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
         pairs = torch.arange(self.rotary_dim // 2, dtype=torch.float64)
         self.register_buffer("zeta", (pairs / (self.rotary_dim / 2) + self.gamma) / (1 + self.gamma), persistent=False)
 
     @classmethod
-    def check_config(cls, config: "DecoderConfig") -> None:
+    def check_config(cls, config: DecoderConfig) -> None:
         super().check_config(config)
         if config.context_length * config.randomize_positions > MAX_SPAN:
             raise ValueError(
-                f"position='xpos' spans at most {MAX_SPAN:,} positions in one pass (its decay factors leave float32 past that); "
-                f"context_length {config.context_length} x randomize_positions {config.randomize_positions} is more: lower them"
+                f"position='xpos' spans at most {MAX_SPAN:,} positions in one pass (its decay factors leave float32 "
+                "past that); "
+                f"context_length {config.context_length} x randomize_positions {config.randomize_positions} is more: "
+                "lower them"
             )
 
     def rotate(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
@@ -100,12 +102,18 @@ class XPosRotation(RotaryPositions):
         """
         if self.cached_pass:
             if end > MAX_SPAN:
-                raise ValueError(f"xPos: a cached sequence of {end:,} tokens is longer than the {MAX_SPAN:,} positions its decay can "
-                                 f"span in float32; decode at most {MAX_SPAN:,} tokens with a cache")
+                raise ValueError(
+                    f"xPos: a cached sequence of {end:,} tokens is longer than the {MAX_SPAN:,} positions its decay "
+                    "can "
+                    f"span in float32; decode at most {MAX_SPAN:,} tokens with a cache"
+                )
             return MAX_SPAN // 2
         if len(positions) > MAX_SPAN:
-            raise ValueError(f"xPos: {len(positions):,} keys in one pass are more than the {MAX_SPAN:,} positions its decay can span "
-                             f"in float32; score the sequence in windows of at most {MAX_SPAN:,} tokens")
+            raise ValueError(
+                f"xPos: {len(positions):,} keys in one pass are more than the {MAX_SPAN:,} positions its decay can "
+                "span "
+                f"in float32; score the sequence in windows of at most {MAX_SPAN:,} tokens"
+            )
         return (positions[0] + positions[-1]) // 2
 
     def _scale(self, x: Tensor, factor: Tensor) -> Tensor:
