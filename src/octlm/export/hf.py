@@ -14,9 +14,9 @@ prope (p-RoPE)      GPT-NeoX over its turning pairs        :mod:`octlm.export.hf
 others              refused, with the scheme's reason      ``hf_refusal``
 ==================  =====================================  ==========================
 
-This module holds what they share: the folder checks, reading safetensors
-weights (only those: a checkpoint that has only ``pytorch_model.bin``, a
-pickle, is refused) and the tokenizer files written beside every export.
+This module holds what they share: picking the mapper, the folder checks,
+and ``export_hf``/``import_hf`` themselves; the weight and tokenizer files
+are read and written by :mod:`octlm.export.hf_files`.
 """
 
 from __future__ import annotations
@@ -25,14 +25,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
-from octlm.data.tokenizer import END_OF_TEXT, Tokenizer
 from octlm.declare import REQUIRED, option, same_as
 from octlm.errors import OctlmError
 from octlm.export.hf_common import EXPORT_ACTIVATION, IMPORT_ACTIVATION, InteropError, Mapper
+from octlm.export.hf_files import read_hf_tensors, read_hf_tokenizer, write_tokenizer
 from octlm.export.hf_gpt2 import Gpt2Mapper, decoder_config, from_gpt2_state, gpt2_config, name_map, to_gpt2_state
 from octlm.export.hf_neox import NeoxMapper
 from octlm.fileio import atomic_write, atomic_write_json
@@ -140,9 +138,9 @@ def export_hf(
 
     ``out_dir`` gets ``config.json``, ``model.safetensors`` (the head tied:
     stored once, as the token table), ``generation_config.json``, and the
-    tokenizer (:func:`write_tokenizer`), so ``AutoModelForCausalLM`` and
-    ``AutoTokenizer`` ``.from_pretrained(out_dir)`` load it with octlm's
-    logits and ids. ``rope_scaling``/``rope_factor`` (as ``octlm sample``
+    tokenizer (:func:`octlm.export.hf_files.write_tokenizer`), so
+    ``AutoModelForCausalLM`` and ``AutoTokenizer`` ``.from_pretrained(out_dir)``
+    load it with octlm's logits and ids. ``rope_scaling``/``rope_factor`` (as ``octlm sample``
     takes them) write a RoPE scaling into the checkpoint where transformers
     computes that method alike.
 
@@ -180,94 +178,6 @@ def export_hf(
         "architecture": mapper.architecture,
         "config": config,
     }
-
-
-def write_tokenizer(out_dir: Path, tokenizer: Tokenizer, context_length: int) -> None:
-    """Write ``tokenizer.json`` and ``tokenizer_config.json``: ``AutoTokenizer`` then gives octlm's ids."""
-    atomic_write(out_dir / "tokenizer.json", tokenizer.to_str())
-    atomic_write_json(
-        out_dir / "tokenizer_config.json",
-        {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "bos_token": END_OF_TEXT,
-            "eos_token": END_OF_TEXT,
-            "unk_token": END_OF_TEXT,
-            "model_max_length": context_length,
-            "add_prefix_space": False,
-            "clean_up_tokenization_spaces": False,
-            # transformers registers eos_token as an added token that it matches in
-            # raw text; octlm reads a literal "<|endoftext|>" in a text as text.
-            "split_special_tokens": True,
-        },
-    )
-
-
-def read_hf_tensors(in_dir: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a transformers checkpoint folder: ``model.safetensors``, or the shards its index names.
-
-    Raises:
-        InteropError: when there is no safetensors file (``pytorch_model.bin``
-            alone is refused: loading it would unpickle), or a file is damaged.
-    """
-    single, index = in_dir / "model.safetensors", in_dir / "model.safetensors.index.json"
-    if single.is_file():
-        files = [single]
-    elif index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as err:
-            raise InteropError(f"{index}: not a safetensors index ({err})") from None
-        files = [in_dir / name for name in sorted(set(weight_map.values()))]
-    elif (in_dir / "pytorch_model.bin").is_file():
-        raise InteropError(
-            f"{in_dir / 'pytorch_model.bin'}: a pickle, which octlm never loads (unpickling can run code); convert it "
-            "to "
-            f"safetensors first, e.g. AutoModelForCausalLM.from_pretrained(IN).save_pretrained(OUT) with transformers"
-        )
-    else:
-        raise InteropError(f"{in_dir}: no model.safetensors; is this a transformers checkpoint folder?")
-    tensors = {}
-    for path in files:
-        try:
-            with safe_open(str(path), framework="pt", device="cpu") as handle:
-                tensors.update({key: handle.get_tensor(key) for key in handle.keys()})
-        except (SafetensorError, OSError) as err:
-            raise InteropError(
-                f"{path}: cannot read weights ({err}); the file is missing, truncated or corrupted"
-            ) from None
-    return tensors
-
-
-def read_hf_tokenizer(in_dir: Path) -> Tokenizer:
-    """The checkpoint's byte-level BPE: ``tokenizer.json``, else ``vocab.json`` + ``merges.txt``.
-
-    Raises:
-        InteropError: when neither is there or the vocabulary has no ``<|endoftext|>``.
-    """
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models, pre_tokenizers
-
-    try:
-        if (in_dir / "tokenizer.json").is_file():
-            hf = HFTokenizer.from_file(str(in_dir / "tokenizer.json"))
-        elif (in_dir / "vocab.json").is_file() and (in_dir / "merges.txt").is_file():
-            hf = HFTokenizer(models.BPE.from_file(str(in_dir / "vocab.json"), str(in_dir / "merges.txt")))
-            hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-            hf.decoder = decoders.ByteLevel()
-        else:
-            raise InteropError(
-                f"{in_dir}: no tokenizer.json (or vocab.json and merges.txt); octlm needs the model's tokenizer"
-            )
-    except InteropError:
-        raise
-    except Exception as err:  # tokenizers raises plain Exception on a bad file
-        raise InteropError(f"{in_dir}: cannot read the tokenizer ({err})") from None
-    try:
-        return Tokenizer(hf)
-    except ValueError:
-        raise InteropError(
-            f"{in_dir}: the tokenizer has no {END_OF_TEXT} token, which octlm uses between documents"
-        ) from None
 
 
 def read_hf_config(in_dir: Path) -> dict:
@@ -404,8 +314,5 @@ __all__ = [
     "read_gpt2_tensors",
     "read_gpt2_tokenizer",
     "read_hf_config",
-    "read_hf_tensors",
-    "read_hf_tokenizer",
     "to_gpt2_state",
-    "write_tokenizer",
 ]
