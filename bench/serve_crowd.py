@@ -27,7 +27,7 @@ from pathlib import Path
 SERVER = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-from octlm.export.web import make_server
+from octlm.export.page_handler import make_server
 server = make_server({"index.html": b"page"}, "127.0.0.1", 0)
 server.request_seconds = 60.0
 print(server.server_address[1], flush=True)

@@ -21,17 +21,9 @@ from hypothesis import strategies as st
 
 from octlm.cli import main
 from octlm.errors import OctlmError
+from octlm.export.page_handler import host_name, is_loopback, make_server, resolve_path
 from octlm.export.page_server import BUSY, MAX_CONNECTIONS
-from octlm.export.web import (
-    PAGE_FILES,
-    RUN_DATA,
-    export_site,
-    host_name,
-    is_loopback,
-    make_server,
-    resolve_path,
-    site_files,
-)
+from octlm.export.web import PAGE_FILES, RUN_DATA, export_site, site_files
 
 
 def parse_run_data(script: bytes) -> dict:
@@ -324,7 +316,7 @@ def test_idle_and_slow_clients_are_cut_off_and_the_server_keeps_answering():
 LOW_LIMIT_SERVER = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-from octlm.export.web import make_server
+from octlm.export.page_handler import make_server
 server = make_server({"index.html": b"page"}, "127.0.0.1", 0)
 server.request_seconds = 1.0
 print(server.server_address[1], flush=True)
