@@ -192,6 +192,11 @@ def _relative() -> dict:
 
 def _newer() -> dict:
     """p-RoPE's inverse frequencies and rotations, KERPLE's bias of one head, CoPE's positions and bias of one head."""
+    return {"prope": _prope(), "kerple": _kerple(), "cope": _cope()}
+
+
+def _prope() -> list[dict]:
+    """p-RoPE's inverse frequencies and its rotation of random queries and keys, one entry per :data:`PROPE_CASES`."""
     prope, generator = [], torch.Generator().manual_seed(13)
     for d_model, n_heads, theta, fraction, layout, length, offset in PROPE_CASES:
         config = DecoderConfig(
@@ -223,6 +228,14 @@ def _newer() -> dict:
                 "k_rotated": float_lists(k_rot[0, 0]),
             }
         )
+    return prope
+
+
+def _kerple() -> list[dict]:
+    """KERPLE's freshly initialised ``r1, r2`` and the bias of its one head, one entry per :data:`KERPLE_CASES`.
+
+    Seeds torch's global generator, which the scheme's initialisation draws from.
+    """
     kerple = []
     for q_len, k_len, seed in KERPLE_CASES:
         torch.manual_seed(seed)
@@ -237,12 +250,19 @@ def _newer() -> dict:
                 "bias": float_lists(bias[0]),
             }
         )
+    return kerple
+
+
+def _cope() -> list[dict]:
+    """CoPE's counted positions and bias of one head over random queries, keys and table, one entry per
+    :data:`COPE_CASES`."""
     cope = []
     for q_len, k_len, npos, seed in COPE_CASES:
         generator = torch.Generator().manual_seed(seed)
         scheme = ContextualPositions(
             DecoderConfig(vocab_size=300, d_model=8, n_heads=1, n_layers=1, position="cope", cope_npos_max=npos)
         )
+        # The table starts at zero, which would leave every bias 0: random rows make the fixture test the lookup.
         with torch.no_grad():
             scheme.embeddings.copy_(torch.randn(scheme.embeddings.shape, generator=generator))
         q, k = (torch.randn(1, 1, n, 8, generator=generator) * 2 for n in (q_len, k_len))
@@ -256,7 +276,7 @@ def _newer() -> dict:
                 "bias": float_lists(scheme.attention_bias(q, k)[0, 0]),
             }
         )
-    return {"prope": prope, "kerple": kerple, "cope": cope}
+    return cope
 
 
 def scheme_fixtures() -> dict:
