@@ -3,7 +3,7 @@
 Each field is an option (default, help, bounds) that ``octlm train``, the
 studies and ``config.json`` read from here; the options of a position scheme
 are declared by the scheme itself and added as fields
-(:func:`octlm.model.positions.base.with_scheme_options`).
+(:func:`octlm.model.positions.registry.with_scheme_options`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from octlm.declare import at_least, option, option_default, option_fields
 from octlm.model import positions
 from octlm.model.attention_recipes import ATTENTION_SCALES, NO_SCALE
-from octlm.model.positions.base import with_scheme_options
+from octlm.model.positions.registry import with_scheme_options
 
 #: MLP nonlinearities by name: the ``approximate`` argument of ``F.gelu``.
 ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}

@@ -19,7 +19,7 @@ from octlm.model.positions import (
     schemes_taking,
     task_study_schemes,
 )
-from octlm.model.positions.base import with_scheme_options
+from octlm.model.positions.registry import with_scheme_options
 from octlm.studies.core import check_schemes
 from octlm.studies.extension_stage import labels_for
 from octlm.studies.task import ALL_TASKS_STEPS, TASK_MULTIPLIERS, TASK_SEEDS, TASK_STEPS, TaskOptions
@@ -66,7 +66,7 @@ class LengthOptions:
     The options it shares with ``octlm train`` are that command's own
     declarations (:func:`octlm.declare.same_as`): the same default, help and
     bounds, handed to every model's :class:`TrainOptions` by name; every
-    position scheme's options are among them (:func:`~octlm.model.positions.base.with_scheme_options`).
+    position scheme's options are among them (:func:`~octlm.model.positions.registry.with_scheme_options`).
     The task study's options (``--task``) are :class:`octlm.studies.task.TaskOptions`.
     """
 

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from torch import Tensor, nn
 
 from octlm.declare import option
-from octlm.model.positions.base import PositionScheme, PositionVectors, register, unbounded_schemes
+from octlm.model.positions.base import PositionScheme, PositionVectors
+from octlm.model.positions.registry import register, unbounded_schemes
 from octlm.model.positions.waves import DEFAULT_BASE, SINUSOIDAL_LAYOUTS, sinusoidal_positions
 
 if TYPE_CHECKING:  # pragma: no cover

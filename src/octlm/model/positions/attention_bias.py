@@ -15,8 +15,9 @@ import torch
 from torch import Tensor, nn
 
 from octlm.declare import at_least, option
-from octlm.model.positions.base import PositionScheme, register
+from octlm.model.positions.base import PositionScheme
 from octlm.model.positions.distances import alibi_slopes, t5_buckets
+from octlm.model.positions.registry import register
 
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig

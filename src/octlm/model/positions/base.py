@@ -1,16 +1,16 @@
-"""The plug-in interface of position schemes: the base class, the registry, and what is asked of them.
+"""The base class of position schemes: the hooks a scheme overrides and the attributes other modules read.
 
 The modules beside this one hold the schemes themselves, one class each,
-registered here by :func:`register`; this module names none of them. Every
-question another module asks about a scheme (its label, the memory its score bias
-costs, whether a study or a paper's preset trains it, which RoPE scalings it takes)
-is answered by a class attribute or method of :class:`PositionScheme` or a registry query below.
+registered in :mod:`octlm.model.positions.registry` by its ``register``; this
+module names none of them. Every question another module asks about a scheme
+(its label, the memory its score bias costs, whether a study or a paper's
+preset trains it, which RoPE scalings it takes) is answered by a class
+attribute or method of :class:`PositionScheme` or a registry query.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,74 +18,15 @@ import torch
 from torch import Tensor, nn
 
 from octlm.model.positions.distances import query_key_positions
+from octlm.model.positions.registry import random_position_schemes
 
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig
 
-SCHEMES: dict[str, type[PositionScheme]] = {}
 
 #: Bytes per score entry [head, query, key] that a score bias costs inside
 #: attention: the float32 bias, the masked scores and the weights beside them.
 SCORE_BIAS_BYTES = 3 * 4
-
-
-def register(name: str) -> Callable[[type[PositionScheme]], type[PositionScheme]]:
-    """Class decorator adding a scheme to :data:`SCHEMES` under ``name``."""
-
-    def wrap(cls: type[PositionScheme]) -> type[PositionScheme]:
-        cls.name = name
-        cls.reads = tuple(cls.options)
-        SCHEMES[name] = cls
-        return cls
-
-    return wrap
-
-
-class _SchemeNames:
-    """The names in :data:`SCHEMES`, sorted and read afresh at every use, so argparse choices follow the registry."""
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in SCHEMES
-
-    def __iter__(self):
-        return iter(sorted(SCHEMES))
-
-    def __repr__(self) -> str:
-        return repr(sorted(SCHEMES))
-
-
-#: Live, sorted view of the registered names (``choices`` of ``--position``).
-SCHEME_NAMES = _SchemeNames()
-
-
-def unbounded_schemes() -> list[str]:
-    """Names of the schemes that can address any position (no table limit)."""
-    return sorted(name for name, cls in SCHEMES.items() if not cls.has_table_limit)
-
-
-def length_study_schemes() -> list[str]:
-    """Schemes ``octlm length`` trains by default, in registration order (the order of its table)."""
-    return [name for name, cls in SCHEMES.items() if cls.in_length_study]
-
-
-def task_study_schemes() -> list[str]:
-    """Schemes ``octlm length --task`` trains by default, in registration order (the order of its table)."""
-    return [name for name, cls in SCHEMES.items() if cls.in_task_study]
-
-
-def schemes_taking(method: str) -> list[str]:
-    """Names of the schemes that accept the RoPE scaling ``method`` (:data:`ROPE_SCALINGS`)."""
-    return [name for name, cls in SCHEMES.items() if method in cls.scalings()]
-
-
-def document_position_schemes() -> list[str]:
-    """Names of the schemes that can run under ``document_mask`` (positions restarting at each document)."""
-    return [name for name, cls in SCHEMES.items() if cls.takes_document_positions]
-
-
-def random_position_schemes() -> list[str]:
-    """Names of the schemes that can train at randomized positions (``randomize_positions`` > 1)."""
-    return [name for name, cls in SCHEMES.items() if cls.takes_random_positions]
 
 
 @dataclass
@@ -342,101 +283,4 @@ class PositionScheme(nn.Module):
         return f"This run's scheme ({cls.name}) adds no position vectors."
 
 
-def default_scheme() -> str:
-    """The name of the scheme marked ``is_default`` (the Day-1 baseline's)."""
-    return next(name for name, cls in SCHEMES.items() if cls.is_default)
-
-
-def scheme_option_fields() -> dict[str, dataclasses.Field]:
-    """Every registered scheme's ``options``, by name, in registration order (a subclass's inherited ones once).
-
-    Raises:
-        TypeError: when two schemes declare different options under one name.
-    """
-    out: dict[str, dataclasses.Field] = {}
-    for cls in SCHEMES.values():
-        for name, declared in cls.options.items():
-            if out.setdefault(name, declared) is not declared:
-                raise TypeError(
-                    f"position schemes declare the option {name!r} twice ({cls.name} and another); share one "
-                    "declaration"
-                )
-    return out
-
-
-def with_scheme_options(cls=None, *, handed_over: bool = False):
-    """Class decorator (under ``@dataclass``): add every registered scheme's options to an options class as fields.
-
-    The fields come after the class's own, typed by their defaults, so
-    ``DecoderConfig(rope_theta=...)`` works and a scheme's option is a flag of
-    every command that builds a model. With ``handed_over`` each field is
-    marked as the model option of the same name (``same_as``), for a command
-    that builds models of several schemes (``octlm length``). A scheme
-    registered after the class is made (in a test, say) can have no options
-    of its own.
-    """
-
-    def add(cls):
-        for name, declared in scheme_option_fields().items():
-            default = declared.default if declared.default is not dataclasses.MISSING else declared.default_factory()
-            cls.__annotations__[name] = type(default)
-            metadata = {**declared.metadata, "same_as": name} if handed_over else declared.metadata
-            setattr(cls, name, dataclasses.field(default=default, metadata=metadata))
-        return cls
-
-    return add if cls is None else add(cls)
-
-
-def check(config: DecoderConfig) -> None:
-    """Validate ``config.position`` and the fields that scheme depends on (``ValueError`` naming them)."""
-    if config.position not in SCHEMES:
-        raise ValueError(
-            f"position={config.position!r} is not a known scheme; choose one of: {', '.join(sorted(SCHEMES))}"
-        )
-    cls = SCHEMES[config.position]
-    if getattr(config, "document_mask", False):  # checked here, whether or not a scheme's check_config calls its base's
-        if not cls.takes_document_positions:
-            takers = ", ".join(document_position_schemes())
-            raise ValueError(
-                f"document_mask needs a scheme whose positions can restart at each document ({takers}), not "
-                f"position={cls.name!r}"
-            )
-        if config.randomize_positions > 1:
-            raise ValueError(
-                f"document_mask restarts positions at each document, randomize_positions={config.randomize_positions} "
-                "draws "
-                "them at random; choose one"
-            )
-    cls.check_config(config)
-
-
-def build(config: DecoderConfig) -> PositionScheme:
-    """Instantiate the scheme named by ``config.position``.
-
-    Raises:
-        ValueError: for an unknown name (listing the known ones) or a config
-            the scheme cannot use.
-    """
-    check(config)
-    return SCHEMES[config.position](config)
-
-
-__all__ = [
-    "build",
-    "check",
-    "default_scheme",
-    "document_position_schemes",
-    "scheme_option_fields",
-    "with_scheme_options",
-    "SCHEMES",
-    "SCHEME_NAMES",
-    "SCORE_BIAS_BYTES",
-    "PositionScheme",
-    "PositionVectors",
-    "length_study_schemes",
-    "task_study_schemes",
-    "random_position_schemes",
-    "register",
-    "schemes_taking",
-    "unbounded_schemes",
-]
+__all__ = ["SCORE_BIAS_BYTES", "PositionScheme", "PositionVectors"]

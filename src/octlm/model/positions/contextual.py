@@ -14,7 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from octlm.declare import at_least, option
-from octlm.model.positions.base import SCORE_BIAS_BYTES, PositionScheme, register
+from octlm.model.positions.base import SCORE_BIAS_BYTES, PositionScheme
+from octlm.model.positions.registry import register
 
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from octlm.model.positions.base import PositionScheme, register
+from octlm.model.positions.base import PositionScheme
+from octlm.model.positions.registry import register
 
 
 @register("none")

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from octlm.declare import option
-from octlm.model.positions.base import register
+from octlm.model.positions.registry import register
 from octlm.model.positions.rotary import RotaryPositions, rotary_dim
 
 if TYPE_CHECKING:  # pragma: no cover

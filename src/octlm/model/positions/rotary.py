@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from octlm.declare import option
-from octlm.model.positions.base import PositionScheme, PositionVectors, register
+from octlm.model.positions.base import PositionScheme, PositionVectors
+from octlm.model.positions.registry import register
 from octlm.model.positions.rope_scaling import RopeScaling, ScalableRotation
 from octlm.model.positions.waves import DEFAULT_BASE, rope_inverse_frequencies, supports_float64
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from octlm.model.positions.base import register
+from octlm.model.positions.registry import register
 from octlm.model.positions.rotary import RotaryPositions
 from octlm.model.positions.waves import supports_float64
 
