@@ -303,7 +303,8 @@ def test_muon_options_mean_nothing_to_adamw(tmp_path, capsys, option, value):
 
 
 def test_the_task_study_trains_with_the_optimizer_it_is_given():
-    from octlm.studies.task import TASKS, TaskOptions
+    from octlm.studies.task_options import TaskOptions
+    from octlm.studies.tasks import TASKS
 
     opts = TaskOptions(task="copy", optimizer="muon", muon_lr=0.01)
     train_opts = opts.train_options(TASKS["copy"], "rope", 0)

@@ -80,7 +80,8 @@ def test_sizes_outside_the_range_are_refused():
 
 
 def test_training_sizes_are_1_to_L_only(monkeypatch):
-    from octlm.studies import task as task_study
+    from octlm.studies.task import train_task_model
+    from octlm.studies.task_options import TaskOptions
 
     seen = []
     real = TASKS["copy"].make
@@ -91,15 +92,16 @@ def test_training_sizes_are_1_to_L_only(monkeypatch):
             **{**TASKS["copy"].__dict__, "make": lambda n, c, m, g: seen.append(n) or real(n, c, m, g)}
         ),
     )
-    opts = task_study.TaskOptions(
+    opts = TaskOptions(
         task="copy", task_length=3, d_model=16, n_heads=2, n_layers=1, max_steps=40, learning_rate=1e-2, batch_size=4
     )
-    task_study.train_task_model(TASKS["copy"], "rope", 0, opts, torch.device("cpu"))
+    train_task_model(TASKS["copy"], "rope", 0, opts, torch.device("cpu"))
     assert len(seen) == 40 and set(seen) <= {1, 2, 3} and len(set(seen)) == 3
 
 
 def test_a_small_model_learns_copy_beyond_chance():
-    from octlm.studies.task import TaskOptions, exact_match, train_task_model
+    from octlm.studies.task import exact_match, train_task_model
+    from octlm.studies.task_options import TaskOptions
 
     opts = TaskOptions(
         task="copy", task_length=2, d_model=32, n_heads=2, n_layers=2, max_steps=150, learning_rate=1e-2, batch_size=32
@@ -162,7 +164,7 @@ def test_the_task_study_has_its_own_defaults_and_flags_still_win():
     from octlm.cli.commands.length import study_options
     from octlm.model.positions import SCHEMES, length_study_schemes, task_study_schemes
     from octlm.studies.length_options import LengthOptions
-    from octlm.studies.task import TASK_SEEDS, TASK_TRAINING, TaskOptions
+    from octlm.studies.task_options import TASK_SEEDS, TASK_TRAINING, TaskOptions
     from octlm.train.options import TrainOptions
 
     TASK_DEFAULTS = {name: TASK_TRAINING[name] for name in ("d_model", "n_layers", "learning_rate")}
@@ -193,7 +195,7 @@ def test_help_and_docs_give_the_measured_task_study(capsys):
 
     from octlm.cli import main
     from octlm.model.positions import task_study_schemes
-    from octlm.studies.task import ALL_TASKS_STEPS, MEASURED_MINUTES, TASK_SEEDS, TASK_STEPS
+    from octlm.studies.task_options import ALL_TASKS_STEPS, MEASURED_MINUTES, TASK_SEEDS, TASK_STEPS
     from tests.conftest import REPO
 
     docs = " ".join((REPO / "docs" / "tasks.md").read_text(encoding="utf-8").split())
@@ -379,7 +381,8 @@ def test_flip_flop_writes_about_one_instruction_in_nine():
     ],
 )
 def test_a_small_model_beats_chance_on_each_new_task(name, length, steps, chance):
-    from octlm.studies.task import TaskOptions, exact_match, train_task_model
+    from octlm.studies.task import exact_match, train_task_model
+    from octlm.studies.task_options import TaskOptions
 
     opts = TaskOptions(task=name, task_length=length, d_model=32, n_heads=2, n_layers=2, max_steps=steps, batch_size=32)
     model, _ = train_task_model(TASKS[name], "rope", 0, opts, torch.device("cpu"))

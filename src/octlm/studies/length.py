@@ -129,13 +129,10 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
     device = resolve_device(opts.device)
     check_validation_length(validation_tokens(opts), opts)
     out = prepare_study_dir(opts.out, opts.overwrite, opts.text)
-    T, multipliers = opts.train_length, opts.multipliers
-    lengths = [m * T for m in multipliers]
+    T = opts.train_length
+    lengths = [m * T for m in opts.multipliers]
     t0 = time.perf_counter()
-    steps = None
-    if opts.max_steps is None:  # equal training: the budget becomes one step count for every model
-        steps = measure_steps(opts, out / RUNS / ".timing", report)
-        opts = dataclasses.replace(opts, max_steps=steps["steps"])
+    opts, steps = _equal_steps(opts, out, report)
     report.event(
         "study",
         f"length study: {len(opts.schemes)} models ({', '.join(opts.schemes)}) x {opts.seeds} "
@@ -147,31 +144,9 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
     )
     seeds = study_seeds(opts.seed, opts.seeds)
     trained = _train_base(opts, out, seeds, report)
-    val = _validation_stream(Path(next(iter(trained.values()))["run_dir"]))
-    n_windows = check_validation_length(len(val), opts)  # the stream scored, which the check above predicted
-    scored = np.asarray(val[: n_windows * max(lengths) + 1])
-    report.event(
-        "evaluate",
-        f"evaluating on the first {len(scored) - 1:,} validation targets ({n_windows} windows of {max(lengths)})",
-        targets=len(scored) - 1,
-    )
+    scored = _scored_stream(opts, trained, lengths, report)
     t_eval = time.perf_counter()
-    rows: list[dict] = []
-    attention: list[dict] = []
-    for (scheme, seed), result in trained.items():
-        scores, looks = _score_base(opts, scheme, seed, result["run_dir"], scored, device, report)
-        rows, attention = rows + scores, attention + looks
-    train_rows = [_train_row(scheme, seed, r, opts.seeds) for (scheme, seed), r in trained.items()]
-    curves: list[dict] = []
-    if opts.extend_to:
-        for seed in seeds:
-            for label in labels_for(opts.schemes):
-                ext_rows, ext_attention, ext_train, curve = _extend_one(
-                    opts, label, seed, trained, out, scored, device, report
-                )
-                rows, attention = rows + ext_rows, attention + ext_attention
-                train_rows.append(ext_train)
-                curves += curve
+    rows, attention, train_rows, curves = _score_all(opts, trained, seeds, out, scored, device, report)
     study = {
         "record": "study",
         "train_length": T,
@@ -180,19 +155,7 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
         "equal_steps": steps,
         "options": dataclasses.asdict(opts),
     }
-    shown = mean_rows(rows)
-    tables = format_tables(shown, T, lengths, train_rows)
-    markdown = (
-        markdown_tables(shown, T, lengths, train_rows)
-        + (f"\n{curve_markdown(curves)}" if curves else "")
-        + "\n"
-        + attention_markdown(attention, T, lengths)
-    )
-    write_study(out, FILES, [study, *train_rows, *rows, *curves, *attention], markdown, plot(shown, T, lengths))
-    atomic_write(out / ATTENTION_PLOT, attention_plot(attention, T))
-    if curves:
-        atomic_write(out / EXTEND_PLOT, curve_plot(curves))
-        tables += "\n\n" + curve_markdown(curves)
+    tables, written = _write(out, study, rows, train_rows, curves, attention, T, lengths)
     seconds = time.perf_counter() - t0
     result = {
         "out": str(out),
@@ -210,12 +173,92 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
         "seconds": seconds,
         "eval_seconds": time.perf_counter() - t_eval,
     }
-    written = [result["jsonl"], result["table"], result["plot"], result["attention_plot"]] + (
-        [str(out / EXTEND_PLOT)] if curves else []
-    )
     text = f"{tables}\n\n{wrote_line(written, seconds)}"
     report.result(result, text)
     return result
+
+
+def _equal_steps(opts: LengthOptions, out: Path, report: Reporter) -> tuple[LengthOptions, dict | None]:
+    """With no ``--max-steps``, time the schemes so that the budget becomes one step count for every model (equal
+    training); returns the options with that count and the timing record (``None`` when the steps were given)."""
+    if opts.max_steps is not None:
+        return opts, None
+    steps = measure_steps(opts, out / RUNS / ".timing", report)
+    return dataclasses.replace(opts, max_steps=steps["steps"]), steps
+
+
+def _scored_stream(opts: LengthOptions, trained: dict, lengths: list[int], report: Reporter) -> np.ndarray:
+    """The validation tokens every length scores: whole windows of the longest length, plus the one token before
+    the first target."""
+    val = _validation_stream(Path(next(iter(trained.values()))["run_dir"]))
+    n_windows = check_validation_length(len(val), opts)  # the stream scored, which the check before training predicted
+    scored = np.asarray(val[: n_windows * max(lengths) + 1])
+    report.event(
+        "evaluate",
+        f"evaluating on the first {len(scored) - 1:,} validation targets ({n_windows} windows of {max(lengths)})",
+        targets=len(scored) - 1,
+    )
+    return scored
+
+
+def _score_all(
+    opts: LengthOptions,
+    trained: dict,
+    seeds: list[int],
+    out: Path,
+    scored: np.ndarray,
+    device,
+    report: Reporter,
+) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    """Score every base model, then fine-tune and score each ``--extend-to`` method: ``(eval rows, attention rows,
+    train rows, fine-tuning curves)``."""
+    rows: list[dict] = []
+    attention: list[dict] = []
+    for (scheme, seed), result in trained.items():
+        scores, looks = _score_base(opts, scheme, seed, result["run_dir"], scored, device, report)
+        rows, attention = rows + scores, attention + looks
+    train_rows = [_train_row(scheme, seed, r, opts.seeds) for (scheme, seed), r in trained.items()]
+    curves: list[dict] = []
+    if opts.extend_to:
+        for seed in seeds:
+            for label in labels_for(opts.schemes):
+                ext_rows, ext_attention, ext_train, curve = _extend_one(
+                    opts, label, seed, trained, out, scored, device, report
+                )
+                rows, attention = rows + ext_rows, attention + ext_attention
+                train_rows.append(ext_train)
+                curves += curve
+    return rows, attention, train_rows, curves
+
+
+def _write(
+    out: Path,
+    study: dict,
+    rows: list[dict],
+    train_rows: list[dict],
+    curves: list[dict],
+    attention: list[dict],
+    T: int,
+    lengths: list[int],
+) -> tuple[str, list[str]]:
+    """Write length.jsonl, length.md and the figures; returns the terminal's tables and the paths written."""
+    shown = mean_rows(rows)
+    tables = format_tables(shown, T, lengths, train_rows)
+    markdown = (
+        markdown_tables(shown, T, lengths, train_rows)
+        + (f"\n{curve_markdown(curves)}" if curves else "")
+        + "\n"
+        + attention_markdown(attention, T, lengths)
+    )
+    write_study(out, FILES, [study, *train_rows, *rows, *curves, *attention], markdown, plot(shown, T, lengths))
+    atomic_write(out / ATTENTION_PLOT, attention_plot(attention, T))
+    if curves:
+        atomic_write(out / EXTEND_PLOT, curve_plot(curves))
+        tables += "\n\n" + curve_markdown(curves)
+    written = [str(out / JSONL), str(out / TABLE), str(out / PLOT), str(out / ATTENTION_PLOT)] + (
+        [str(out / EXTEND_PLOT)] if curves else []
+    )
+    return tables, written
 
 
 def _run_dir(out: Path, name: str, seed: int, opts: LengthOptions) -> Path:

@@ -22,7 +22,7 @@ from octlm.model.positions import (
 from octlm.model.positions.registry import with_scheme_options
 from octlm.studies.core import check_schemes
 from octlm.studies.extension_stage import labels_for
-from octlm.studies.task import ALL_TASKS_STEPS, TASK_MULTIPLIERS, TASK_SEEDS, TASK_STEPS, TaskOptions
+from octlm.studies.task_options import ALL_TASKS_STEPS, TASK_MULTIPLIERS, TASK_SEEDS, TASK_STEPS, TaskOptions
 from octlm.train.options import TrainOptions, scheme_options
 from octlm.train.options import check_options as check_train_options
 
@@ -67,7 +67,7 @@ class LengthOptions:
     declarations (:func:`octlm.declare.same_as`): the same default, help and
     bounds, handed to every model's :class:`TrainOptions` by name; every
     position scheme's options are among them (:func:`~octlm.model.positions.registry.with_scheme_options`).
-    The task study's options (``--task``) are :class:`octlm.studies.task.TaskOptions`.
+    The task study's options (``--task``) are :class:`octlm.studies.task_options.TaskOptions`.
     """
 
     text: list[str] = same_as(

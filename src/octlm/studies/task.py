@@ -9,8 +9,8 @@ Protocol (after Kazemnejad et al. 2023 and Ruoss et al. 2023):
   on the answer tokens only.
 * Evaluation: :data:`EVAL_COUNT` fresh instances (from a generator seeded
   ``seed + EVAL_SEED_OFFSET``, never used in training) at each size ``m x L``
-  for ``m`` in :data:`TASK_MULTIPLIERS`. Sizes above ``L`` never occur in
-  training; ``1x`` is the longest trained size, scored on new instances. An
+  for ``m`` in :data:`~octlm.studies.task_options.TASK_MULTIPLIERS`. Sizes above
+  ``L`` never occur in training; ``1x`` is the longest trained size, scored on new instances. An
   instance counts when the whole answer is right: the greedy choice at every
   answer position (given the right tokens before it, which is what greedy
   decoding sees as long as it has been right) is the answer token.
@@ -18,66 +18,34 @@ Protocol (after Kazemnejad et al. 2023 and Ruoss et al. 2023):
   sizes are reported ``n/a``, as in the text study.
 
 Outputs in ``--out``: ``tasks.jsonl``, ``tasks.png``, ``tasks.md``, and the
-table on the terminal; accuracy is the mean over ``--seeds``.
+table on the terminal; accuracy is the mean over ``--seeds``. The options, their
+defaults and their checks are :mod:`octlm.studies.task_options`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from octlm.declare import Bound, at_least, check_fields, option, refused, same_as
-from octlm.errors import OctlmError
 from octlm.fileio import atomic_write
 from octlm.model import Decoder, cross_entropy
-from octlm.model.positions import SCHEME_NAMES, random_position_schemes, task_study_schemes
+from octlm.model.positions import random_position_schemes
 from octlm.report import Reporter
-from octlm.studies.core import StudyFiles, check_schemes, prepare_study_folder, study_seeds, write_study, wrote_line
-from octlm.studies.task_presets import PRESETS, apply_preset
-from octlm.studies.task_tables import protocol_sentence, summarize
+from octlm.studies.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
+from octlm.studies.task_options import TaskOptions, Variant, check_task_options
+from octlm.studies.task_tables import Summary, protocol_sentence, summarize
 from octlm.studies.tasks import TASKS, Task
 from octlm.train.device import resolve_device, torch_settings
 from octlm.train.optim import backward, make_optimizer, scheduled_lr
-from octlm.train.options import TrainOptions, check_options
-from octlm.train.tracking import MetricsLog, check_trackers
+from octlm.train.tracking import MetricsLog
 
-#: Evaluated sizes, as multiples of the longest training size L.
-TASK_MULTIPLIERS = (1, 2, 3, 4)
 #: Instances scored per size and model.
 EVAL_COUNT = 256
 #: The evaluation generator's seed is the run's seed plus this, so its data never meets training's.
 EVAL_SEED_OFFSET = 10**6
-#: Steps per model of a one-task study when --max-steps is not given (Muon learns copy in about 1,000; docs/tasks.md).
-TASK_STEPS = 2000
-#: Steps per model when several tasks run (--task all), so that every task fits in the hour.
-ALL_TASKS_STEPS = 500
-#: Seeds per scheme when --seeds is not given: three, so that a difference can be set against its spread.
-TASK_SEEDS = 3
-#: The task study's training where it differs from octlm train's (the rest is octlm train's: betas, clipping, schedule
-#: shape).
-#: A deeper, narrower model learns copy in minutes; weight decay would pull the few weights that copy needs back to
-#: zero;
-#: Muon learns copy in a fifth of AdamW's steps here (docs/tasks.md), its learning rate on the blocks' matrices, this
-#: one on the rest.
-TASK_TRAINING = {"d_model": 64, "n_layers": 3, "learning_rate": 1e-3, "weight_decay": 0.0, "optimizer": "muon"}
-#: Minutes of the default one-task study (copy) on one thread: its CPU time, which is its wall time alone (docs/tasks.md
-#: gives
-#: the command, the wall time it had beside other jobs, and the table; a test checks that both agree).
-MEASURED_MINUTES = 20.3
-#: Wall minutes of the default --task all study, measured beside one other job.
-MEASURED_ALL_MINUTES = 43.5
-#: The --task help's measured figure.
-MEASURED_HELP = (
-    f"The default one-task study (copy, {len(task_study_schemes())} default schemes x {TASK_SEEDS} seeds x "
-    f"{TASK_STEPS} steps) took "
-    f"{MEASURED_MINUTES} minutes with --threads 1 on a 2-core machine; --task all ({ALL_TASKS_STEPS} steps) "
-    f"{MEASURED_ALL_MINUTES} minutes "
-    "(docs/tasks.md)"
-)
 #: Bins of needle depth that passkey is scored in, from the start of the filler to its end (as needle-in-a-haystack
 #: evaluations draw it).
 DEPTH_BINS = 10
@@ -91,161 +59,6 @@ RUNS = "runs"
 LOG_EVERY = 50
 FILES = StudyFiles("task study", "tasks.jsonl", "tasks.md", "tasks.png", extra=(DEPTH_PLOT, RANK_PLOT, RUNS))
 JSONL, PLOT, TABLE = FILES.jsonl, FILES.plot, FILES.table
-
-
-#: ``--task all``: every task of :data:`~octlm.studies.tasks.TASKS`, in registration order.
-ALL = "all"
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One row of the task study: a scheme, trained plain or at randomized positions (Ruoss et al. 2023)."""
-
-    scheme: str
-    randomized: bool = False
-
-    @property
-    def label(self) -> str:
-        """The row's name in tables and records: the scheme, ``+rand`` when randomized."""
-        return f"{self.scheme}+rand" if self.randomized else self.scheme
-
-
-@dataclass
-class TaskOptions:
-    """Everything ``octlm length --task`` reads. Units are in each help text.
-
-    Shared options are ``octlm train``'s declarations (:func:`octlm.declare.same_as`),
-    with the task study's own defaults (:data:`TASK_TRAINING`, :data:`TASK_STEPS`,
-    :data:`TASK_SEEDS`, the schemes of :func:`octlm.model.positions.task_study_schemes`).
-    ``task`` is one name, a list, or ``["all"]``; :meth:`resolved` applies
-    ``--preset`` and fills the step count.
-    """
-
-    task: list[str] | None = option(
-        None,
-        f"synthetic tasks to train on instead of --text, one or more of {', '.join(TASKS)}, or all (docs/tasks.md): "
-        "sizes 1..--task-length, exact match at --multipliers; several end with a ranking across tasks (ranking.png). "
-        f"{MEASURED_HELP}",
-        nargs="+",
-        choices=[*TASKS, ALL],
-        metavar="TASK",
-    )
-    task_length: int = option(
-        16,
-        "longest training instance of --task, L (items: symbols, pairs or filler tokens)",
-        bounds=at_least(1, "items"),
-    )
-    multipliers: list[int] = option(
-        list(TASK_MULTIPLIERS),
-        "evaluated sizes as multiples of --task-length (with --task)",
-        bounds=Bound(1, says="integers >= 1"),
-        nargs="+",
-        metavar="M",
-    )
-    preset: str | None = option(
-        None,
-        "a paper's protocol, instead of --task (tasks, lengths, model, steps, seeds, schemes; a flag given "
-        "with it must agree): "
-        + "; ".join(
-            f"{p.name}, {p.paper.split(',')[0]}, for a {p.hardware.upper()}: {p.expected}" for p in PRESETS.values()
-        ),
-        choices=list(PRESETS),
-    )
-    randomize_positions: int = same_as(
-        TrainOptions,
-        "randomize_positions",
-        help="with --task: also train every scheme that reads positions "
-        "at positions drawn from FACTOR x the longest training sequence (Ruoss et al. 2023), and set both "
-        "side by side (rows <scheme>+rand); 1: plain only",
-    )
-    out: str | None = option(None, "study folder to create: tasks.jsonl, tasks.png, tasks.md")
-    overwrite: bool = option(False, "replace an existing study folder at --out")
-    # Read from the registry when used, so a plug-in scheme registered after import takes part.
-    schemes: list[str] = option(
-        task_study_schemes,
-        "position schemes to train and compare (default: those the task study trains, "
-        f"in registration order: {' '.join(task_study_schemes())})",
-        nargs="+",
-        choices=SCHEME_NAMES,
-        metavar="SCHEME",
-    )
-    d_model: int = same_as(TrainOptions, "d_model", default=TASK_TRAINING["d_model"])
-    n_heads: int = same_as(TrainOptions, "n_heads")
-    n_layers: int = same_as(TrainOptions, "n_layers", default=TASK_TRAINING["n_layers"])
-    batch_size: int = same_as(TrainOptions, "batch_size")
-    learning_rate: float = same_as(TrainOptions, "learning_rate", default=TASK_TRAINING["learning_rate"])
-    max_steps: int | None = same_as(TrainOptions, "max_steps", default=None)
-    optimizer: str = same_as(TrainOptions, "optimizer", default=TASK_TRAINING["optimizer"])
-    muon_lr: float = same_as(TrainOptions, "muon_lr")
-    muon_momentum: float = same_as(TrainOptions, "muon_momentum")
-    muon_weight_decay: float = same_as(TrainOptions, "muon_weight_decay")
-    seed: int = same_as(TrainOptions, "seed", help="random seed, the same for every model")
-    seeds: int = option(
-        TASK_SEEDS,
-        "train every model with this many seeds (--seed, --seed + 1, ...); tables show mean ± std",
-        bounds=at_least(1),
-    )
-    device: str = same_as(TrainOptions, "device")
-    threads: int | None = same_as(TrainOptions, "threads")
-    log_to: list[str] = same_as(TrainOptions, "log_to")
-
-    def task_names(self) -> list[str]:
-        """The tasks to run, in the order given (``all``: every task, in registration order)."""
-        names = [self.task] if isinstance(self.task, str) else list(self.task or [])
-        return list(TASKS) if ALL in names else names
-
-    def steps(self) -> int:
-        """Steps per model: ``--max-steps``, else :data:`TASK_STEPS` for one task and :data:`ALL_TASKS_STEPS` for
-        several."""
-        if self.max_steps is not None:
-            return self.max_steps
-        return TASK_STEPS if len(self.task_names()) == 1 else ALL_TASKS_STEPS
-
-    def resolved(self, given: set[str] | None = None) -> TaskOptions:
-        """A copy with ``--preset`` applied (:func:`~octlm.studies.task_presets.apply_preset`), the tasks named, the
-        step count filled in and the multipliers sorted, 1 among them."""
-        opts = apply_preset(self, given)
-        # 1x, the longest trained size, anchors every table ("trained on sizes 1..L"), so it is always scored.
-        return dataclasses.replace(
-            opts, task=opts.task_names(), max_steps=opts.steps(), multipliers=sorted(set(opts.multipliers) | {1})
-        )
-
-    def variants(self) -> list[Variant]:
-        """The study's rows: each scheme plain, and randomized too where ``randomize_positions`` > 1 and the scheme
-        reads positions."""
-        rows = []
-        for scheme in self.schemes:
-            rows.append(Variant(scheme))
-            if self.randomize_positions > 1 and scheme in random_position_schemes():
-                rows.append(Variant(scheme, randomized=True))
-        return rows
-
-    def train_options(self, task: Task, variant: Variant | str, seed: int) -> TrainOptions:
-        """The training of one model: octlm train's options with the task study's (:data:`TASK_TRAINING`), at the
-        longest training instance."""
-        variant = Variant(variant) if isinstance(variant, str) else variant
-        steps = self.steps()
-        return TrainOptions.of(
-            position=variant.scheme,
-            randomize_positions=self.randomize_positions if variant.randomized else 1,
-            context_length=task.sequence_length(self.task_length),
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            n_layers=self.n_layers,
-            batch_size=self.batch_size,
-            learning_rate=self.learning_rate,
-            max_steps=steps,
-            warmup_steps=min(50, steps // 10),
-            weight_decay=TASK_TRAINING["weight_decay"],
-            seed=seed,
-            device=self.device,
-            optimizer=self.optimizer,
-            muon_lr=self.muon_lr,
-            muon_momentum=self.muon_momentum,
-            muon_weight_decay=self.muon_weight_decay,
-            threads=self.threads,
-            sample_tokens=0,
-        )
 
 
 def answer_loss(model: Decoder, tokens: torch.Tensor, task: Task, size: int) -> torch.Tensor:
@@ -346,46 +159,6 @@ def _all_right(model: Decoder, tokens: torch.Tensor, task: Task, size: int) -> f
     return float((guess == tokens[:, -answer:][:, scored]).all(dim=1).float().mean())
 
 
-def check_task_options(opts: TaskOptions) -> None:
-    """Reject task-study options that cannot work, naming the flag, before anything is written (``opts`` as
-    :meth:`TaskOptions.resolved` gives them).
-
-    Raises:
-        OctlmError: for an unknown task, no ``--out``, a value out of its
-            declared range (``--seeds 0``, ``--max-steps -5``,
-            ``--learning-rate nan``), a scheme or task named twice,
-            ``--randomize-positions`` with no scheme that reads positions, or
-            a model shape or training the model or ``octlm train`` refuses.
-    """
-    names = opts.task_names()
-    if not names or any(name not in TASKS for name in names):
-        raise OctlmError(
-            f"--task must name tasks among {', '.join(TASKS)} (or all), got {' '.join(map(str, names)) or 'no task'}"
-        )
-    if len(set(names)) != len(names):
-        raise OctlmError(f"--task lists a task twice: {' '.join(names)}")
-    if opts.out is None:
-        raise OctlmError("--out: give the study folder to create, e.g. --out runs/copy")
-    check_fields(opts)
-    check_schemes(opts.schemes)
-    check_trackers(list(opts.log_to))
-    takers = random_position_schemes()
-    if opts.randomize_positions > 1 and not any(s in takers for s in opts.schemes):
-        raise OctlmError(
-            f"--randomize-positions {opts.randomize_positions}: none of --schemes {' '.join(opts.schemes)} reads "
-            "positions that "
-            f"could be drawn at random (those that do: {', '.join(takers)}); add one of them or drop "
-            "--randomize-positions"
-        )
-    for variant in opts.variants():
-        for name in names:
-            try:
-                train = opts.train_options(TASKS[name], variant, opts.seed)
-            except ValueError as err:
-                raise refused(err) from None
-            check_options(train)
-
-
 def task_study(opts: TaskOptions, report: Reporter | None = None, given: set[str] | None = None) -> dict:
     """Run ``octlm length --task``; returns the result dict (also the last ``--json`` line).
 
@@ -408,18 +181,7 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
     seeds = study_seeds(opts.seed, opts.seeds)
     sizes = [m * opts.task_length for m in opts.multipliers]
     variants = opts.variants()
-    plain_only = [s for s in opts.schemes if opts.randomize_positions > 1 and s not in random_position_schemes()]
-    report.event(
-        "study",
-        f"task study: {', '.join(t.name for t in tasks)}; {len(variants)} rows x {len(seeds)} "
-        f"seed{'' if len(seeds) == 1 else 's'} x "
-        f"{opts.max_steps} steps, trained on sizes 1..{opts.task_length}, evaluated at {', '.join(map(str, sizes))}"
-        + (f"; {', '.join(plain_only)} plain only (no positions to randomize)" if plain_only else ""),
-        tasks=[t.name for t in tasks],
-        rows=[v.label for v in variants],
-        sizes=sizes,
-        seeds=seeds,
-    )
+    _announce(opts, tasks, variants, seeds, sizes, report)
     t0, records, depths = time.perf_counter(), [], []
     total = len(tasks) * len(variants) * len(seeds)
     for task in tasks:
@@ -428,41 +190,11 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
                 got, by_depth = _train_and_score(task, variant, seed, opts, sizes, device, out)
                 records += got
                 depths += by_depth
-                evals = [r for r in got if r["record"] == "eval"]
-                shown = ", ".join(
-                    "n/a" if r["exact_match"] is None else f"{100 * r['exact_match']:.1f}%" for r in evals
-                )
                 done = len([r for r in records if r["record"] == "train"])
-                report.event(
-                    "task",
-                    f"[{done}/{total}] {task.name:>14} {variant.label:>12} seed {seed}: {got[0]['steps']} steps in "
-                    f"{got[0]['train_seconds']:.0f}s; exact match {shown}",
-                    model=done,
-                    models=total,
-                    task=task.name,
-                    row=variant.label,
-                    seed=seed,
-                    steps=got[0]["steps"],
-                    train_seconds=got[0]["train_seconds"],
-                    exact_match={f"{r['multiplier']}x": r["exact_match"] for r in evals},
-                )
-    header = {
-        "record": "study",
-        "task": opts.task_names()[0] if len(tasks) == 1 else opts.task_names(),
-        "tasks": opts.task_names(),
-        "task_length": opts.task_length,
-        "sizes": sizes,
-        "seeds": seeds,
-        "steps": opts.max_steps,
-        "eval_count": EVAL_COUNT,
-        "rows": [v.label for v in variants],
-        "options": asdict(opts),
-    }
+                _report_model(got, task, variant, seed, done, total, report)
+    header = _header(opts, tasks, variants, sizes, seeds)
     summary = summarize(records, depths, tasks, [v.label for v in variants], sizes, seeds, protocol_sentence(opts))
-    paths = write_study(out, FILES, [header, *records, *depths], summary.markdown, summary.figure)
-    for name, data in summary.extra_files.items():
-        atomic_write(out / name, data)
-        paths[name.split(".")[0].replace("-", "_")] = str(out / name)
+    paths = _write(out, [header, *records, *depths], summary)
     seconds = time.perf_counter() - t0
     result = {
         "out": str(out),
@@ -475,6 +207,72 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
     }
     report.result(result, f"{summary.terminal}\n\n{wrote_line(paths.values(), seconds)}")
     return result
+
+
+def _announce(
+    opts: TaskOptions, tasks: list[Task], variants: list[Variant], seeds: list[int], sizes: list[int], report: Reporter
+) -> None:
+    """The study's opening event: what is trained, on which sizes, and which schemes stay plain under
+    ``--randomize-positions``."""
+    plain_only = [s for s in opts.schemes if opts.randomize_positions > 1 and s not in random_position_schemes()]
+    report.event(
+        "study",
+        f"task study: {', '.join(t.name for t in tasks)}; {len(variants)} rows x {len(seeds)} "
+        f"seed{'' if len(seeds) == 1 else 's'} x "
+        f"{opts.max_steps} steps, trained on sizes 1..{opts.task_length}, evaluated at {', '.join(map(str, sizes))}"
+        + (f"; {', '.join(plain_only)} plain only (no positions to randomize)" if plain_only else ""),
+        tasks=[t.name for t in tasks],
+        rows=[v.label for v in variants],
+        sizes=sizes,
+        seeds=seeds,
+    )
+
+
+def _report_model(
+    got: list[dict], task: Task, variant: Variant, seed: int, done: int, total: int, report: Reporter
+) -> None:
+    """One model's progress event: its steps, training seconds and exact match at every size (``n/a`` past a
+    table)."""
+    evals = [r for r in got if r["record"] == "eval"]
+    shown = ", ".join("n/a" if r["exact_match"] is None else f"{100 * r['exact_match']:.1f}%" for r in evals)
+    report.event(
+        "task",
+        f"[{done}/{total}] {task.name:>14} {variant.label:>12} seed {seed}: {got[0]['steps']} steps in "
+        f"{got[0]['train_seconds']:.0f}s; exact match {shown}",
+        model=done,
+        models=total,
+        task=task.name,
+        row=variant.label,
+        seed=seed,
+        steps=got[0]["steps"],
+        train_seconds=got[0]["train_seconds"],
+        exact_match={f"{r['multiplier']}x": r["exact_match"] for r in evals},
+    )
+
+
+def _header(opts: TaskOptions, tasks: list[Task], variants: list[Variant], sizes: list[int], seeds: list[int]) -> dict:
+    """The ``study`` record that opens ``tasks.jsonl``: the protocol and every option."""
+    return {
+        "record": "study",
+        "task": opts.task_names()[0] if len(tasks) == 1 else opts.task_names(),
+        "tasks": opts.task_names(),
+        "task_length": opts.task_length,
+        "sizes": sizes,
+        "seeds": seeds,
+        "steps": opts.max_steps,
+        "eval_count": EVAL_COUNT,
+        "rows": [v.label for v in variants],
+        "options": asdict(opts),
+    }
+
+
+def _write(out: Path, records: list[dict], summary: Summary) -> dict[str, str]:
+    """Write the study's files and the summary's extra figures; ``{name: path}`` of everything written."""
+    paths = write_study(out, FILES, records, summary.markdown, summary.figure)
+    for name, data in summary.extra_files.items():
+        atomic_write(out / name, data)
+        paths[name.split(".")[0].replace("-", "_")] = str(out / name)
+    return paths
 
 
 def _train_and_score(
@@ -559,20 +357,11 @@ def _score(
 
 
 __all__ = [
-    "ALL",
-    "ALL_TASKS_STEPS",
     "DEPTH_BINS",
-    "Variant",
-    "check_task_options",
     "EVAL_COUNT",
     "EVAL_SEED_OFFSET",
-    "exact_match_by_depth",
-    "TASK_MULTIPLIERS",
-    "TASK_SEEDS",
-    "TASK_STEPS",
-    "TASK_TRAINING",
-    "TaskOptions",
     "exact_match",
+    "exact_match_by_depth",
     "task_study",
     "train_task_model",
 ]

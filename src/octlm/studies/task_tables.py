@@ -202,7 +202,7 @@ def plot(grids: dict[str, Grid], sizes: list[int]) -> bytes:
 
 
 def protocol_sentence(opts) -> str:
-    """One sentence of what every model of a task study (its :class:`~octlm.studies.task.TaskOptions`) was: for
+    """One sentence of what every model of a task study (its :class:`~octlm.studies.task_options.TaskOptions`) was: for
     ``tasks.md``, so that a short trial cannot pass for the default."""
     rand = (
         (

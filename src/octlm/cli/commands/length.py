@@ -1,5 +1,5 @@
 """``octlm length``: the text study (:class:`~octlm.studies.length_options.LengthOptions`), or with ``--task`` the task
-study (:class:`~octlm.studies.task.TaskOptions`).
+study (:class:`~octlm.studies.task_options.TaskOptions`).
 
 One command serves both protocols, so its flags are the union of both
 options classes; the options given decide which study runs, and a flag the
@@ -17,7 +17,7 @@ from octlm.declare import build, flag, option_fields
 from octlm.errors import OctlmError
 from octlm.report import Reporter
 from octlm.studies.length_options import RUNS, LengthOptions
-from octlm.studies.task import TaskOptions
+from octlm.studies.task_options import TaskOptions
 
 TEXT_ONLY = {f.name for f in option_fields(LengthOptions)} - {f.name for f in option_fields(TaskOptions)}
 TASK_ONLY = [f for f in option_fields(TaskOptions) if f.name not in {g.name for g in option_fields(LengthOptions)}]
