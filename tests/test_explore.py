@@ -190,7 +190,7 @@ def test_every_token_stand_in_has_a_glyph_in_the_figure_font(tmp_path):
     from matplotlib import font_manager
     from matplotlib.ft2font import FT2Font
 
-    from octlm.data.tokenizer import _VISIBLE
+    from octlm.data.token_display import _VISIBLE
     from octlm.inspect.figures import pca_figure, save_png
 
     font = font_manager.findfont(font_manager.FontProperties(), fallback_to_default=False)

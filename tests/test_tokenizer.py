@@ -108,7 +108,7 @@ def test_training_on_pieces_learns_the_same_merges(shakespeare):
 
 
 def test_visible_token_marks_whitespace_and_controls():
-    from octlm.data.tokenizer import visible_token
+    from octlm.data.token_display import visible_token
 
     assert visible_token(" the\n\t\r") == "␣the↵⇥⇤"
     assert visible_token("a\x06") == "a\\x06"
@@ -120,7 +120,7 @@ def test_visible_token_marks_whitespace_and_controls():
 def test_labels_and_printed_text_hold_no_control_characters(text):
     import unicodedata
 
-    from octlm.data.tokenizer import printable_text, visible_token
+    from octlm.data.token_display import printable_text, visible_token
 
     label = visible_token(text)
     assert not any(unicodedata.category(c) == "Cc" for c in label)
@@ -134,7 +134,7 @@ def test_labels_and_printed_text_hold_no_control_characters(text):
 
 
 def test_text_stream_holds_a_character_split_over_tokens(tokenizer):
-    from octlm.data.tokenizer import TextStream
+    from octlm.data.token_display import TextStream
 
     ids = tokenizer.encode("a世é")
     assert [tokenizer.token_bytes(i) for i in ids[1:4]] == [b"\xe4", b"\xb8", b"\x96"]  # one character, three tokens
@@ -149,7 +149,7 @@ def test_text_stream_holds_a_character_split_over_tokens(tokenizer):
 
 @given(text=st.text())
 def test_text_stream_pieces_add_up_to_the_decoded_text(tokenizer, text):
-    from octlm.data.tokenizer import TextStream
+    from octlm.data.token_display import TextStream
 
     stream = TextStream(tokenizer)
     pieces = [stream.push(i) for i in tokenizer.encode(text)]
@@ -161,7 +161,7 @@ def test_text_stream_pieces_add_up_to_the_decoded_text(tokenizer, text):
 @given(data=st.data())
 def test_text_stream_of_any_ids_adds_up_to_decode(tokenizer, data):
     # Arbitrary ids, so stray continuation bytes and cut characters come in any order.
-    from octlm.data.tokenizer import TextStream
+    from octlm.data.token_display import TextStream
 
     ids = data.draw(st.lists(st.integers(0, tokenizer.vocab_size - 1), max_size=40))
     stream = TextStream(tokenizer)

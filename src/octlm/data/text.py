@@ -256,7 +256,7 @@ def _unusable(raw: bytes, reason: str, encoding: str) -> str:
 
 def first_line(text: str, width: int = 60) -> str:
     """The first non-blank line of ``text``, at most ``width`` characters, control characters escaped."""
-    from octlm.data.tokenizer import printable_text
+    from octlm.data.token_display import printable_text
 
     line = next((line.strip() for line in text.splitlines() if line.strip()), "")
     shown = printable_text(line.replace("\t", " "))

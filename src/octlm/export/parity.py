@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from octlm.data.tokenizer import visible_token
+from octlm.data.token_display import visible_token
 from octlm.fileio import atomic_write
 from octlm.inspect.diagnostics import cosine_neighbours
 from octlm.model.positions.parity import float_lists, scheme_fixtures
@@ -72,7 +72,7 @@ def parity_fixtures() -> dict:
 
     Keys: ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``fire``, ``xpos``, ``prope``, ``kerple``, ``cope``, ``cosine``,
     ``token_labels``
-    (:func:`octlm.data.tokenizer.visible_token`); each case carries
+    (:func:`octlm.data.token_display.visible_token`); each case carries
     its inputs next to Python's outputs. Deterministic: the random inputs come
     from fixed seeds.
     """

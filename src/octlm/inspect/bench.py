@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from octlm.data.tokenizer import Tokenizer, visible_token
+from octlm.data.token_display import visible_token
+from octlm.data.tokenizer import Tokenizer
 from octlm.declare import at_least, check_fields, option, same_as
 from octlm.errors import OctlmError
 from octlm.inspect.diagnostics import embedding_diagnostic, format_diagnostic

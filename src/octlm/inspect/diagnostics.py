@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from octlm.data.tokenizer import Tokenizer, visible_token
+from octlm.data.token_display import visible_token
+from octlm.data.tokenizer import Tokenizer
 from octlm.model import Decoder
 
 

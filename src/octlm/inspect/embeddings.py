@@ -303,7 +303,7 @@ def embeddings(opts: EmbeddingsOptions, report: Reporter) -> dict:
             ``--token`` that is no token, or an ``--out`` holding other files
             without ``--overwrite``.
     """
-    from octlm.data.tokenizer import visible_token
+    from octlm.data.token_display import visible_token
     from octlm.inspect.diagnostics import nearest_tokens
     from octlm.inspect.figures import pca_figure, position_figure, save_png
     from octlm.run.load import load_run

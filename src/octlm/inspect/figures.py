@@ -60,7 +60,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from octlm.data.tokenizer import visible_token  # noqa: E402
+from octlm.data.token_display import visible_token  # noqa: E402
 from octlm.fileio import atomic_write  # noqa: E402
 from octlm.inspect.diagnostics import cosine_similarity_matrix  # noqa: E402
 from octlm.model.positions import PositionVectors, sinusoidal_positions  # noqa: E402

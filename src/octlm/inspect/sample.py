@@ -99,7 +99,7 @@ def check_bias_memory(model: Decoder, length: int, device: torch.device) -> None
 
 def _show(text: str) -> None:
     """Print generated text at once, its control characters escaped (a barely trained model emits them)."""
-    from octlm.data.tokenizer import printable_text
+    from octlm.data.token_display import printable_text
 
     sys.stdout.write(printable_text(text))
     sys.stdout.flush()
@@ -118,7 +118,7 @@ def _draw(
     model: Decoder, tokenizer: Tokenizer, ids: list[int], opts: SampleOptions, device: torch.device, streaming: bool
 ) -> list[str]:
     """``opts.num_samples`` continuations of ``ids``; each piece is printed as it comes when ``streaming``."""
-    from octlm.data.tokenizer import TextStream
+    from octlm.data.token_display import TextStream
 
     generator = torch.Generator(device=device).manual_seed(opts.seed)
     samples = []
@@ -160,7 +160,7 @@ def sample(opts: SampleOptions, report: Reporter) -> dict:
             RoPE scaling the model cannot take, or a length whose score bias
             would not fit in the device's memory.
     """
-    from octlm.data.tokenizer import printable_text
+    from octlm.data.token_display import printable_text
     from octlm.declare import check_fields
     from octlm.run.load import load_run
     from octlm.train.device import resolve_device

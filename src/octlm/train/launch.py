@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-from octlm.data.tokenizer import printable_text
+from octlm.data.token_display import printable_text
 from octlm.errors import OctlmError
 from octlm.inspect.diagnostics import embedding_diagnostic, format_diagnostic, frequent_tokens, token_counts
 from octlm.inspect.sample import sample_from
