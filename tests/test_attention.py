@@ -30,6 +30,9 @@ from octlm.inspect.attention_statistics import (
 )
 from octlm.model.positions import SCHEMES
 
+# results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
+pytestmark = pytest.mark.rounding
+
 VOCAB, HEADS = 40, 2
 
 

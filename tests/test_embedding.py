@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
 from octlm import Decoder, DecoderConfig
+
+# results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
+pytestmark = pytest.mark.rounding
 
 
 def test_day1_shapes_and_table_size():

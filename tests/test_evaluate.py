@@ -98,6 +98,9 @@ from hypothesis import strategies as st  # noqa: E402
 from octlm.model.positions import SCHEMES  # noqa: E402
 from octlm.train.evaluate import evaluate_sliding, sliding_windows  # noqa: E402
 
+# results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
+pytestmark = pytest.mark.rounding
+
 
 @given(n=st.integers(1, 400), length=st.integers(1, 64), stride_fraction=st.floats(0.0, 1.0))
 def test_every_target_is_scored_once_and_sees_at_least_length_minus_stride_tokens(n, length, stride_fraction):

@@ -11,6 +11,9 @@ from octlm import Decoder, DecoderConfig
 from octlm.model import KVCache, LayerCache
 from octlm.model.positions import SCHEMES, RotaryPositions, SinusoidalPositions
 
+# results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
+pytestmark = pytest.mark.rounding
+
 CONTEXT = 12
 
 

@@ -21,6 +21,9 @@ from octlm.run.load import load_run
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is read from local folders
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel  # noqa: E402  (in the test extra)
 
+# results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
+pytestmark = pytest.mark.rounding
+
 TEXT = "ROMEO:\nBut, soft! what light through yonder window breaks?\r\n  Çà et là 1234"
 
 

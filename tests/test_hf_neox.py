@@ -28,6 +28,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM  # noqa: E402
 
+# results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
+pytestmark = pytest.mark.rounding
+
 TEXT = "ROMEO:\nBut, soft! what light through yonder window breaks?"
 SHAPE = dict(context_length=16, d_model=32, n_heads=4, n_layers=2)
 

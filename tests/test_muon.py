@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from octlm.cli import main
@@ -29,6 +29,9 @@ from octlm.report import Reporter
 from octlm.train.launch import train
 from octlm.train.optim import MuonWithAdamW, make_optimizer, muon_parameters, scheduled_lr
 from octlm.train.options import TrainOptions
+
+# results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
+pytestmark = pytest.mark.rounding
 
 QUIET = Reporter(json_mode=True)
 TINY = dict(
@@ -69,6 +72,8 @@ def newton_schulz(g: torch.Tensor, steps: int = 5) -> torch.Tensor:
     weight_decay=st.sampled_from([0.0, 0.1]),
     nesterov=st.booleans(),
 )
+# two steps whose updates nearly cancel (found on an Intel CPU): the bound must be on the steps, not their sum
+@example(rows=2, cols=2, seed=5000, momentum=0.0, weight_decay=0.0, nesterov=False)
 def test_two_muon_steps_follow_the_papers_update(rows, cols, seed, momentum, weight_decay, nesterov):
     """One Newton-Schulz iteration per step, so that bfloat16's rounding stays near its 0.4% per operation.
 
@@ -91,16 +96,21 @@ def test_two_muon_steps_follow_the_papers_update(rows, cols, seed, momentum, wei
         adjust_lr_fn="original",
     )
 
-    expected, buf = w0.clone(), torch.zeros_like(w0)
+    expected, buf, travelled = w0.clone(), torch.zeros_like(w0), 0.0
     for grad in grads:
         param.grad = grad.float().clone()
         opt.step()
         buf = momentum * buf + grad
         update = newton_schulz(grad + momentum * buf if nesterov else buf, steps=1)
-        expected = expected * (1 - lr * weight_decay) - lr * math.sqrt(max(1, rows / cols)) * update
+        step = lr * math.sqrt(max(1, rows / cols)) * update
+        expected = expected * (1 - lr * weight_decay) - step
+        travelled += step.norm().item()
         moved, want = param.detach().double() - w0, expected - w0
-        # measured at most 1.1% over 3,000 such cases
-        assert (moved - want).norm() <= 0.03 * want.norm()
+        # bfloat16 rounds each step's update by about 0.4% per operation, so the error is a share of the steps'
+        # sizes, not of their sum: two steps that nearly cancel (the 2x2 example, 2.7e-3 left of 0.043) would fail a
+        # bound on the sum. Measured at most 1.1% of the steps over 3,000 cases; a wrong coefficient or a missing
+        # momentum term moves the update by tens of percent.
+        assert (moved - want).norm() <= 0.03 * travelled
 
 
 def test_octlms_muon_is_the_papers():

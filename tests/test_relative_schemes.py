@@ -15,6 +15,9 @@ from octlm import Decoder, DecoderConfig
 from octlm.model.positions import FIREBias, T5RelativeBias, XPosRotation, random_position_schemes
 from tests.test_positions import rotate_by_hand
 
+# results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
+pytestmark = pytest.mark.rounding
+
 
 def t5_bucket(n, num_buckets=32, max_distance=128):
     """Raffel et al. 2020 §2.1 (causal): half the buckets one distance each, the rest log-spaced up to max_distance."""

@@ -650,38 +650,42 @@ def test_the_gpu_paths_nan_guard_keeps_the_checkpoint_before_the_first_bad_step(
     not __import__("octlm.train.device", fromlist=["x"]).has_cpp_compiler(),
     reason="torch.compile on a CPU needs a C++ compiler",
 )
-@pytest.mark.parametrize("optimizer, mean_tolerance", [("adamw", 1e-5), ("muon", 1e-4)])
-def test_a_compiled_run_trains_the_eager_runs_weights_and_resumes_eagerly(
-    small_corpus, tmp_path, optimizer, mean_tolerance
-):
-    # Inductor fuses and reorders float arithmetic, so the bits may differ from eager: the same to float32 rounding.
+@pytest.mark.rounding
+@pytest.mark.skipif(
+    os.environ.get("ATEN_CPU_CAPABILITY") == "default",
+    reason="inductor's generated C++ needs vectorized kernels: under ATEN_CPU_CAPABILITY=default it does not compile",
+)
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_a_compiled_run_trains_the_eager_runs_weights_and_resumes_eagerly(small_corpus, tmp_path, optimizer):
+    # Inductor fuses and reorders float arithmetic, so the weights are the eager run's only to rounding, and training
+    # amplifies rounding: Muon orthogonalises in bfloat16 (2**-8), so a float32 difference that flips one rounding
+    # grows about threefold every two steps. Measured on an Intel Xeon (2026-12-02), per tensor, the RMS gap between
+    # compiled and eager as a share of the RMS change of the last step: Muon 0.001 at 4 steps, 0.01 at 6, 0.02 at 8,
+    # 0.24 at 12; AdamW 0.003 at 12. So the check runs 6 steps and allows a tenth of a step, in units of the run's own
+    # last step, which no fixed tolerance is on another CPU; a wrong or missing step is a whole step (1.0).
     # Without dropout: compiled code draws its masks from another generator (Philox), so they differ by design.
-    # Muon (the default) orthogonalises each update in bfloat16, whose rounding (2**-8) turns float32 reordering into
-    # larger differences: a mean of 1.7e-5 on the project's machine (2026-12-02), past AdamW's 1e-5. One step more
-    # (12 steps against 11) moves the blocks' matrices by 0.9e-3 to 1.7e-3 on average, so 1e-4 still tells
-    # reordering from a wrong or missing step.
     from safetensors.torch import load_file
 
-    run, eager_run = tmp_path / "run", tmp_path / "eager"
-    train(options(small_corpus, eager_run, max_steps=12, save_every=0, dropout=0.0, optimizer=optimizer), QUIET)
-    train(options(small_corpus, run, max_steps=12, save_every=0, dropout=0.0, compile="on", optimizer=optimizer), QUIET)
+    steps = 6
+    run, eager_run, before = tmp_path / "run", tmp_path / "eager", tmp_path / "before"
+    for folder, max_steps, compile in ((before, steps - 1, "off"), (eager_run, steps, "off"), (run, steps, "on")):
+        extra = {"save_every": 0, "dropout": 0.0, "optimizer": optimizer, "compile": compile}
+        train(options(small_corpus, folder, max_steps=max_steps, **extra), QUIET)
     compiled, eager = load_file(run / "model.safetensors"), load_file(eager_run / "model.safetensors")
+    previous = load_file(before / "model.safetensors")
     assert compiled.keys() == eager.keys()  # the compiled wrapper adds no "_orig_mod." prefix
     for name in eager:
-        # AdamW divides by the root of the second moment: where a gradient entry is near zero, a rounding
-        # difference can change its update by up to the learning rate (5e-3), so a strict element-wise
-        # tolerance passes on one CPU and fails on another (1.13e-5 seen at atol 1e-5). One part in ten of a
-        # step still tells fused-and-reordered arithmetic from a wrong or missing step.
-        torch.testing.assert_close(compiled[name], eager[name], rtol=0, atol=5e-4)
-        assert (compiled[name] - eager[name]).abs().mean() < mean_tolerance
+        gap = (compiled[name] - eager[name]).pow(2).mean().sqrt()
+        last_step = (eager[name] - previous[name]).pow(2).mean().sqrt()
+        assert gap < 0.1 * last_step, f"{name}: compiled differs from eager by {gap / last_step:.3f} of a step"
     # --compile may change on resume: the weights and optimizer state are the eager module's
     train(
-        options(small_corpus, run, max_steps=40, save_every=0, dropout=0.0, compile="off"),
+        options(small_corpus, run, max_steps=12, save_every=0, dropout=0.0, compile="off", optimizer=optimizer),
         QUIET,
         resume=run,
         given={"max_steps", "compile"},
     )
-    assert load_checkpoint(run / CHECKPOINT).step == 40
+    assert load_checkpoint(run / CHECKPOINT).step == 12
 
 
 def test_compile_settings_resolve_per_device(monkeypatch):

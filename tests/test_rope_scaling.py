@@ -21,6 +21,9 @@ from octlm import Decoder, DecoderConfig
 from octlm.model import KVCache
 from octlm.model.positions import ROPE_SCALINGS, RopeScaling, RotaryPositions
 
+# results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
+pytestmark = pytest.mark.rounding
+
 FACTORS = [1.0, 2.0, 4.0, 8.0, 16.0]
 DIMS = [4, 16, 32, 64]
 
