@@ -12,19 +12,17 @@ A run folder holds
 * ``.lock``             -- held while a process trains the run
 
 Every file is written atomically (:mod:`octlm.fileio`); :class:`RunFolder` owns the
-folder itself: its names, creating and replacing it, and reading it back.
+folder itself: its names and reading it back, and, as an
+:class:`~octlm.run.output_folder.OutputFolder`, creating and replacing it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import os
 import re
 import shlex
-import shutil
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -32,9 +30,10 @@ import numpy as np
 from octlm.data import tokens
 from octlm.data.tokenizer import Tokenizer
 from octlm.errors import OctlmError, RunError
-from octlm.fileio import atomic_write_json, umask
+from octlm.fileio import atomic_write_json
 from octlm.model import DecoderConfig
-from octlm.run.outputs import TRACKER_FOLDERS, check_out_folder, make_folder, make_staging, move_into_place
+from octlm.run.output_folder import OutputFolder
+from octlm.run.outputs import TRACKER_FOLDERS
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -79,23 +78,14 @@ def read_json(path: Path) -> dict:
         raise RunError(f"{path}: not valid JSON ({err}); the file is corrupted") from None
 
 
-class RunFolder:
-    """One run or output folder: its file names, checking and creating it, and reading it back.
+class RunFolder(OutputFolder):
+    """One run or output folder: its file names and reading a run back, and the checks and lock of a new run.
 
-    Every command that writes a folder (train, length, import-hf, export-hf,
-    embeddings, export-web) goes through here, and so does every reader of a
-    run's ``config.json`` and ``manifest.json``. The one overwrite policy:
-    :meth:`check_target` refuses, before anything is written, a folder that
-    holds files octlm may not replace (or any files without ``overwrite``);
-    :meth:`staged` then builds the new folder hidden beside it and swaps it
-    in only when complete, so bad input never loses the old folder.
-
-    ``flag`` is how error messages name the folder (``--out``, ``RUN_DIR``...).
+    Every reader of a run's ``config.json`` and ``manifest.json`` goes through
+    here. As an :class:`~octlm.run.output_folder.OutputFolder` it is also what
+    every command that writes a folder checks, creates and replaces, under the
+    one overwrite policy that class holds.
     """
-
-    def __init__(self, path: str | Path, flag: str = "--out") -> None:
-        self.path = Path(path)
-        self.flag = flag
 
     @classmethod
     def new(cls, out: str | None, flag: str = "--out") -> RunFolder:
@@ -103,9 +93,6 @@ class RunFolder:
         if out is None:
             out = f"runs/{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
         return cls(out, flag)
-
-    def __str__(self) -> str:
-        return str(self.path)
 
     # -- file names -----------------------------------------------------------------------------
     @property
@@ -177,10 +164,6 @@ class RunFolder:
         """
         return self.config_path.is_file() and not (self.path / CHECKPOINT).exists() and not self.weights_path.exists()
 
-    def names(self) -> list[str]:
-        """The folder's entries, hidden ones (octlm's lock and temporaries) left out."""
-        return [p.name for p in self.path.iterdir() if not p.name.startswith(".")]
-
     def foreign_files(self) -> list[str]:
         """What in this run folder octlm did not write (relative paths): all that ``--overwrite`` must not delete."""
         found = [name for name in self.names() if name not in RUN_FILES]
@@ -191,10 +174,6 @@ class RunFolder:
             elif inside.path.exists():
                 found.append(subfolder)
         return found
-
-    def has_files(self) -> bool:
-        """Whether the folder exists and holds anything."""
-        return self.path.is_dir() and any(self.path.iterdir())
 
     def read_config(self) -> dict:
         """``config.json`` as a dict with ``model`` and ``train`` sections.
@@ -255,47 +234,7 @@ class RunFolder:
             raise RunError(f"{self.token_path(split)}: token file missing; the run folder is incomplete")
         return tokens.open_tokens(self.path / entry["file"], entry["dtype"], entry["count"])
 
-    # -- creating and replacing -----------------------------------------------------------------
-    def check_target(
-        self,
-        overwrite: bool,
-        refuse: Callable[[RunFolder], str | None],
-        occupied: str,
-        foreign: Callable[[RunFolder], list[str]] | None = None,
-    ) -> None:
-        """Refuse, before anything is written, a folder that this command may not (re)write.
-
-        Args:
-            overwrite: whether the person allowed replacing what is there.
-            refuse: for a folder that holds files, the message that forbids
-                replacing them even with ``overwrite``, or ``None`` when they
-                may be replaced.
-            occupied: the message when the folder holds files and
-                ``overwrite`` is not set.
-            foreign: for a folder that ``overwrite`` would replace, what it
-                holds that this command did not write (a person's notes, a run
-                put inside a run); any is refused, by name (``None``: no check).
-
-        Raises:
-            OctlmError: with one of those messages, or when the path cannot be
-                a folder (:func:`check_out_folder`).
-        """
-        check_out_folder(self.path, self.flag)
-        if self.has_files():
-            reason = refuse(self)
-            if reason is not None:
-                raise OctlmError(reason)
-            if not overwrite:
-                raise OctlmError(occupied)
-            found = [] if foreign is None else sorted(foreign(self))
-            if found:
-                shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
-                raise OctlmError(
-                    f"{self.flag} {self.path}: holds {shown} besides what this command writes; --overwrite replaces "
-                    "only "
-                    f"its own output: move them out, or choose another {self.flag}"
-                )
-
+    # -- a run's folder as a target, and the process training it ----------------------------------
     def check_new_run(self, overwrite: bool) -> None:
         """:meth:`check_target` for a run folder: only an octlm run is ever replaced, and not while it trains.
 
@@ -318,65 +257,15 @@ class RunFolder:
         if self.stopped_before_first_checkpoint():
             # What is there is a prepared corpus (Ctrl-C or a kill before the first checkpoint): resume uses it.
             occupied = (
-                f"{flag} {path}: holds a run stopped before its first checkpoint (nothing trained was saved); train it "
-                "on its "
-                f"prepared corpus with `octlm train --resume {shlex.quote(str(path))}`, or pass --overwrite to prepare "
-                "it anew"
+                f"{flag} {path}: holds a run stopped before its first checkpoint (nothing trained was saved); "
+                f"train it on its prepared corpus with `octlm train --resume {shlex.quote(str(path))}`, "
+                "or pass --overwrite to prepare it anew"
             )
         self.check_target(overwrite, refuse, occupied, foreign=RunFolder.foreign_files)
         if (path / LOCK).exists():
             lock = self.lock()  # raises while another process trains it: --overwrite must not pull it away
             if lock is not None:
                 lock.close()
-
-    def create(self) -> None:
-        """Check the path and create the folder (``mkdir -p``), keeping what it holds."""
-        check_out_folder(self.path, self.flag)
-        make_folder(self.path, self.flag)
-
-    def recreate(self) -> None:
-        """Replace the folder with an empty one in place, for work whose files must record their final paths.
-
-        Only after :meth:`check_target`, and after every check of the input:
-        the old folder is gone once this returns. ``octlm length`` uses it,
-        since its runs record where they live and an interrupted study keeps
-        the runs it finished.
-        """
-        try:
-            if self.path.exists():
-                shutil.rmtree(self.path)
-        except OSError as err:
-            raise OctlmError(
-                f"{self.flag} {self.path}: cannot replace it ({err.strerror or err}); choose a new folder you can "
-                "write to"
-            ) from None
-        make_folder(self.path, self.flag)
-
-    @contextlib.contextmanager
-    def staged(self, mode: int | None = None) -> Iterator[Path]:
-        """A hidden folder beside this one to build it in; it replaces this folder only on success.
-
-        On an exception the hidden folder is removed and this folder is left
-        as it was. On success the old folder is first renamed aside, so that
-        the folder's name always points at a whole folder, old or new. Call
-        :meth:`check_target` first: whatever is here is replaced.
-
-        Args:
-            mode: the new folder's permissions; by default what ``mkdir`` gives.
-
-        Raises:
-            OctlmError: for a path no rename can replace (a mount point, a
-                link: :func:`make_staging`), and when the rename fails
-                (:func:`move_into_place`); no hidden folder is left either way.
-        """
-        staging = make_staging(self.path, self.flag)
-        staging.chmod(0o777 & ~umask() if mode is None else mode)
-        try:
-            yield staging
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        move_into_place(staging, self.path, self.flag)
 
     def lock(self):
         """Hold an exclusive lock on the folder for this process's lifetime (released even by kill -9).
