@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -100,25 +103,108 @@ def available_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def default_threads() -> int:
-    """torch's CPU threads when ``--threads`` is not given: half the CPUs this process may use, at least 1;
-    ``OMP_NUM_THREADS`` when set.
+#: How long :func:`idle_cpus` watches the CPUs: 20 of the kernel's 10 ms ticks, short beside any job octlm runs.
+PROBE_SECONDS = 0.2
+#: A CPU counts as free when it was idle at least this share of the probe: a parallel torch operator waits for its
+#: slowest thread, so a thread on a CPU that is a quarter busy already slows every operator.
+FREE_SHARE = 0.75
 
-    A parallel torch operator waits for its slowest thread, so with a thread
-    on every CPU one busy CPU elsewhere stalls every operator: 500 sampled
-    tokens took 14.6 s instead of 3.8 s beside one busy process on a 2-CPU
-    machine (issue 21; ``bench/threads.py`` measures it). Half the CPUs keeps
-    the job fast while up to half of them do other work.
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """How many CPU threads torch uses, and why, in words for the model line (``"2 of 2 CPUs idle"``)."""
+
+    threads: int
+    reason: str
+
+
+def _cpu_ticks(cpus: set[int], stat: str) -> dict[int, tuple[int, int]]:
+    """(busy, total) kernel ticks of each CPU in ``cpus`` from the text of ``/proc/stat``."""
+    ticks = {}
+    for line in stat.splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+            values = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+            ticks[int(name[3:])] = (sum(values) - values[3] - values[4], sum(values))
+    return ticks
+
+
+def _read_proc_stat() -> str:
+    with open("/proc/stat", encoding="ascii") as f:
+        return f.read()
+
+
+def idle_cpus(before: str, after: str, cpus: set[int]) -> float:
+    """CPUs' worth of idle time in ``cpus`` between two readings of ``/proc/stat`` (0 .. ``len(cpus)``).
+
+    Each CPU counts as its idle share of the interval (a CPU busy half the time is 0.5 idle); a CPU with no tick in
+    the interval counts as idle.
+    """
+    first, second = _cpu_ticks(cpus, before), _cpu_ticks(cpus, after)
+    idle = 0.0
+    for cpu in cpus & first.keys() & second.keys():
+        busy = second[cpu][0] - first[cpu][0]
+        total = second[cpu][1] - first[cpu][1]
+        idle += 1.0 - busy / total if total > 0 else 1.0
+    return idle
+
+
+def free_cpus(idle: float) -> int:
+    """Threads worth starting with ``idle`` CPUs' worth of idle time: whole CPUs at least :data:`FREE_SHARE` idle,
+    at least 1."""
+    return max(1, math.floor(idle + (1.0 - FREE_SHARE)))
+
+
+def choose_threads() -> ThreadChoice:
+    """torch's CPU threads when ``--threads`` is not given: ``OMP_NUM_THREADS`` when set, else the CPUs free now.
+
+    "Free" is measured, not assumed: over :data:`PROBE_SECONDS` the CPUs this process may run on are watched in
+    ``/proc/stat`` (Linux), or else the 1-minute load average is taken from their count. A quiet machine gets all
+    its CPUs; beside a busy process each busy CPU is left to it, since a parallel operator waits for its slowest
+    thread and one busy CPU among its threads stalled every operator (500 sampled tokens took 14.6 s instead of
+    3.8 s on 2 CPUs, issue 21; ``bench/threads.py`` measures it). Where neither reading exists, half the CPUs.
     """
     given = os.environ.get("OMP_NUM_THREADS", "").strip()
     if given.isdigit() and int(given) > 0:
-        return int(given)
-    return max(1, available_cpus() // 2)
+        return ThreadChoice(int(given), "OMP_NUM_THREADS")
+    cpus = available_cpus()
+    mask = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(cpus))
+    try:
+        before = _read_proc_stat()
+        time.sleep(PROBE_SECONDS)
+        idle = idle_cpus(before, _read_proc_stat(), set(mask))
+    except (OSError, ValueError):
+        try:
+            idle = max(0.0, cpus - os.getloadavg()[0])
+        except (OSError, AttributeError):
+            return ThreadChoice(max(1, cpus // 2), f"half of {cpus} CPUs: their load is unknown here")
+    threads = min(cpus, free_cpus(idle))
+    return ThreadChoice(threads, f"{threads} of {cpus} CPUs idle" if threads < cpus else f"{cpus} CPUs idle")
 
 
-def set_threads(threads: int | None) -> None:
-    """Use ``threads`` CPU threads for torch's operators (``None``: :func:`default_threads`)."""
-    torch.set_num_threads(threads or default_threads())
+def default_threads() -> int:
+    """torch's CPU threads when ``--threads`` is not given (:func:`choose_threads`)."""
+    return choose_threads().threads
+
+
+# torch's thread count is process-wide state, and so is why it was chosen: the model line reads it back.
+_last_choice: ThreadChoice | None = None
+
+
+def set_threads(threads: int | None) -> ThreadChoice:
+    """Use ``threads`` CPU threads for torch's operators (``None``: :func:`choose_threads`); returns the choice."""
+    global _last_choice
+    _last_choice = ThreadChoice(threads, "--threads") if threads else choose_threads()
+    torch.set_num_threads(_last_choice.threads)
+    return _last_choice
+
+
+def thread_choice() -> ThreadChoice:
+    """The threads torch uses now and why: the last :func:`set_threads` choice while it still holds, else torch's
+    own count."""
+    if _last_choice is not None and _last_choice.threads == torch.get_num_threads():
+        return _last_choice
+    return ThreadChoice(torch.get_num_threads(), "set outside octlm")
 
 
 def has_cpp_compiler() -> bool:
@@ -245,10 +331,14 @@ __all__ = [
     "set_deterministic",
     "to_device",
     "check_memory",
+    "ThreadChoice",
+    "choose_threads",
     "default_threads",
+    "idle_cpus",
     "device_memory_bytes",
     "resolve_device",
     "set_threads",
+    "thread_choice",
     "step_memory_bytes",
     "torch_settings",
 ]
