@@ -30,14 +30,10 @@ The waves the sinusoidal table and RoPE share are in :mod:`octlm.model.positions
 context-extension methods (linear, NTK, dynamic NTK, YaRN) in :mod:`octlm.model.positions.rope_scaling`.
 """
 
-# Registration order is table order (octlm length, the page): importing the modules registers their schemes.
-from octlm.model.positions.absolute import LearnedPositions, SinusoidalPositions
-from octlm.model.positions.attention_bias import FIRE_THRESHOLD, ALiBiPositions, FIREBias, KERPLEBias, T5RelativeBias
+# Registration order is table order (octlm length, the page): importing the modules registers their schemes, so
+# the import sorter must leave this order alone.
+# isort: off
 from octlm.model.positions.base import SCORE_BIAS_BYTES, PositionScheme, PositionVectors
-from octlm.model.positions.contextual import ContextualPositions
-from octlm.model.positions.distances import alibi_slopes
-from octlm.model.positions.nope import NoPositions
-from octlm.model.positions.prope import PartialFrequencyRoPE
 from octlm.model.positions.registry import (
     SCHEME_NAMES,
     SCHEMES,
@@ -52,10 +48,17 @@ from octlm.model.positions.registry import (
     task_study_schemes,
     unbounded_schemes,
 )
-from octlm.model.positions.rope_scaling import ROPE_SCALINGS, RopeScaling
+from octlm.model.positions.absolute import LearnedPositions, SinusoidalPositions
 from octlm.model.positions.rotary import ROPE_LAYOUTS, RotaryPositions, rotary_dim
-from octlm.model.positions.waves import DEFAULT_BASE, SINUSOIDAL_LAYOUTS, rope_inverse_frequencies, sinusoidal_positions
+from octlm.model.positions.attention_bias import FIRE_THRESHOLD, ALiBiPositions, FIREBias, KERPLEBias, T5RelativeBias
 from octlm.model.positions.xpos import XPosRotation
+from octlm.model.positions.prope import PartialFrequencyRoPE
+from octlm.model.positions.contextual import ContextualPositions
+from octlm.model.positions.nope import NoPositions
+from octlm.model.positions.distances import alibi_slopes
+from octlm.model.positions.rope_scaling import ROPE_SCALINGS, RopeScaling
+from octlm.model.positions.waves import DEFAULT_BASE, SINUSOIDAL_LAYOUTS, rope_inverse_frequencies, sinusoidal_positions
+# isort: on
 
 __all__ = [
     "DEFAULT_BASE",
