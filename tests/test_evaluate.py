@@ -10,7 +10,7 @@ import torch
 
 from octlm import Decoder, DecoderConfig
 from octlm.data.tokenizer import Tokenizer
-from octlm.train.evaluate import evaluate, evenly_spaced
+from octlm.train.evaluate import evaluate, stratified, stratified_bpb_se
 
 
 def test_bits_per_byte_matches_direct_computation(shakespeare):
@@ -36,10 +36,38 @@ def test_bits_per_byte_matches_direct_computation(shakespeare):
     assert result.perplexity == pytest.approx(math.exp(result.loss), rel=1e-9)
 
 
-def test_evenly_spaced():
-    assert evenly_spaced(5, None).tolist() == [0, 1, 2, 3, 4]
-    assert evenly_spaced(100, 3).tolist() == [0, 50, 99]
-    assert evenly_spaced(3, 10).tolist() == [0, 1, 2]
+def test_a_stratified_draw_takes_one_block_from_each_equal_stretch():
+    for n, k in [(100, 3), (3657, 512), (10, 10), (7, 6)]:
+        picked = stratified(n, k)
+        edges = np.linspace(0, n, k + 1).round()
+        assert len(picked) == k and np.all(picked >= edges[:-1]) and np.all(picked < edges[1:])
+        assert np.array_equal(picked, stratified(n, k))  # the same blocks at every evaluation of a run
+    assert stratified(5, None).tolist() == stratified(5, 9).tolist() == [0, 1, 2, 3, 4]
+    assert not np.array_equal(stratified(10_000, 50, seed=0), stratified(10_000, 50, seed=1))
+
+
+def test_the_stated_error_covers_the_estimates_spread_and_centres_on_the_whole():
+    """Against the sampling distribution itself: 2,000 stratified draws from a population of blocks whose difficulty
+    drifts along the corpus (files differ) and varies within it."""
+    rng = np.random.default_rng(7)
+    population = 3000
+    nbytes = rng.integers(200, 500, size=population).astype(float)
+    drift = 1.0 + 0.5 * np.sin(np.linspace(0, 12, population)) + 0.3 * (np.arange(population) // 250 % 2)
+    nats = nbytes * drift * rng.gamma(4.0, 0.25, size=population)
+    whole = nats.sum() / nbytes.sum() / math.log(2)
+    estimates, errors = [], []
+    for seed in range(2000):
+        picked = stratified(population, 64, seed=seed)
+        estimates.append(nats[picked].sum() / nbytes[picked].sum() / math.log(2))
+        errors.append(stratified_bpb_se(nats[picked], nbytes[picked], population))
+    estimates, errors = np.array(estimates), np.array(errors)
+    spread = float(estimates.std())
+    assert abs(estimates.mean() - whole) < 0.1 * spread  # no bias worth the name (the ratio's is O(1/k))
+    # collapsed strata overstate the error where neighbouring strata differ; it is still the spread's size
+    assert 0.85 * spread < math.sqrt(np.mean(errors**2)) < 1.2 * spread  # measured 1.00
+    covered = np.mean(np.abs(estimates - whole) <= 2 * errors)
+    assert 0.9 <= covered  # +-2 standard errors hold the whole split's figure about 95% of the time
+    assert stratified_bpb_se(nats, nbytes, population) == 0.0  # the whole split: no sampling error
 
 
 @pytest.mark.parametrize("max_blocks, batch_size", [(None, 5), (7, 3), (64, 32)])
@@ -59,6 +87,7 @@ def test_progress_counts_every_scored_block_once(max_blocks, batch_size):
     )
     assert sum(done) == result.blocks == min(40, max_blocks or 40)
     assert max(done) <= batch_size
+    assert (result.bpb_se > 0) == (result.blocks < 40)  # an error is stated for a sample, none for the whole split
 
 
 def test_evaluate_needs_a_block():

@@ -41,6 +41,8 @@ class EvalResult:
         tokens: target tokens scored.
         bytes: UTF-8 bytes those targets stand for.
         blocks: blocks evaluated.
+        bpb_se: standard error of ``bpb`` as an estimate of the whole split's, in bits per byte, from the
+            blocks' spread (:func:`stratified_bpb_se`); 0 when every block was scored.
         position_nats: with ``per_position``, the nats of text targets summed
             over blocks at each position of a block [context_length] (position
             ``p`` is predicted from ``p + 1`` tokens of context); else ``None``.
@@ -54,6 +56,7 @@ class EvalResult:
     tokens: int
     bytes: int
     blocks: int
+    bpb_se: float = 0.0
     position_nats: list[float] | None = None
     position_bytes: list[int] | None = None
 
@@ -62,11 +65,51 @@ class EvalResult:
         return {f"{prefix}{k}": v for k, v in asdict(self).items() if not k.startswith("position_")}
 
 
-def evenly_spaced(n: int, k: int | None) -> np.ndarray:
-    """Indices of ``min(n, k)`` items spread evenly over ``range(n)`` (all when ``k`` is None)."""
+#: The seed of :func:`stratified`'s draw: every evaluation of a run scores the same blocks, so its curve moves only
+#: with the model.
+SAMPLE_SEED = 0
+
+
+def stratified(n: int, k: int | None, seed: int = SAMPLE_SEED) -> np.ndarray:
+    """Indices of ``min(n, k)`` items, one drawn uniformly from each of ``k`` equal consecutive strata of
+    ``range(n)`` (all when ``k`` is None or at least ``n``), sorted.
+
+    Blocks follow the corpus's order, so strata follow its documents: each stretch of the validation text is
+    represented, yet no block is favoured, as a fixed evenly spaced grid can be. (64 evenly spaced blocks of the
+    standard library read 0.1 bits per byte below all of them: the grid met easier files.)
+    """
     if k is None or k >= n:
         return np.arange(n)
-    return np.unique(np.linspace(0, n - 1, k).round().astype(np.int64))
+    edges = np.linspace(0, n, k + 1).round().astype(np.int64)
+    rng = np.random.default_rng(seed)
+    return edges[:-1] + (rng.random(k) * (edges[1:] - edges[:-1])).astype(np.int64)
+
+
+def stratified_bpb_se(nats: np.ndarray, nbytes: np.ndarray, population: int) -> float:
+    """Standard error, in bits per byte, of ``sum(nats) / ln 2 / sum(nbytes)`` over blocks drawn by
+    :func:`stratified` (one per stratum) as an estimate of the same ratio over all ``population`` blocks.
+
+    The ratio is linearised (residuals ``nats - R * nbytes``), and with one block per stratum the variance of their
+    sum is taken from adjacent strata collapsed in pairs, which overstates it when the strata differ (Cochran 1977,
+    Sampling Techniques, §5A.12): the stated error errs on the side of caution. A finite-population correction
+    applies. 0 when every block is scored or fewer than two are.
+
+    Args:
+        nats: nats of the text targets of each drawn block [k], in stratum order.
+        nbytes: bytes of those targets [k].
+        population: blocks in the whole split.
+    """
+    k = len(nats)
+    if k >= population or k < 2:
+        return 0.0
+    ratio = nats.sum() / nbytes.sum()
+    residual = nats - ratio * nbytes
+    pairs = residual[: k - k % 2].reshape(-1, 2)
+    variance = float(((pairs[:, 0] - pairs[:, 1]) ** 2).sum())
+    if k % 2:  # the last stratum pairs with the one before it
+        variance += float((residual[-1] - residual[-2]) ** 2)
+    variance *= 1 - k / population
+    return math.sqrt(variance) / float(nbytes.sum()) / math.log(2)
 
 
 @torch.no_grad()
@@ -94,7 +137,8 @@ def evaluate(
         bytes_per_token: bytes of each token id [vocab_size].
         context_length: tokens the model sees per block.
         batch_size: blocks per forward pass.
-        max_blocks: evaluate this many evenly spaced blocks (``None``: all).
+        max_blocks: evaluate this many blocks, one drawn from each of as many equal stretches of the stream
+            (:func:`stratified`; the same blocks every call), and state the standard error (``None``: all).
         device: where to run.
         per_position: also total the nats and bytes at each position of a
             block (``EvalResult.position_nats``, ``position_bytes``), to see
@@ -108,12 +152,14 @@ def evaluate(
     starts = block_starts(len(tokens), context_length)
     if len(starts) == 0:
         raise ValueError(f"validation text holds {len(tokens)} tokens, fewer than one block of {context_length + 1}")
-    starts = starts[evenly_spaced(len(starts), max_blocks)]
+    population = len(starts)
+    starts = starts[stratified(population, max_blocks)]
     was_training = model.training
     model.eval()
     all_nats = torch.zeros((), dtype=torch.float64)
     position_nats = torch.zeros(context_length, dtype=torch.float64)
     position_bytes = np.zeros(context_length, dtype=np.int64)
+    block_nats, block_bytes = np.zeros(len(starts)), np.zeros(len(starts))
     try:
         for i in range(0, len(starts), batch_size):
             blocks = gather_blocks(tokens, starts[i : i + batch_size], context_length)
@@ -122,8 +168,11 @@ def evaluate(
             y = torch.from_numpy(targets).to(device)
             losses = cross_entropy(model(x), y, reduction="none").double().cpu()
             all_nats += losses.sum()
-            position_nats += (losses * torch.from_numpy(bytes_per_token[targets] > 0)).sum(dim=0)
+            text_nats = losses * torch.from_numpy(bytes_per_token[targets] > 0)
+            position_nats += text_nats.sum(dim=0)
             position_bytes += bytes_per_token[targets].sum(axis=0)
+            block_nats[i : i + len(blocks)] = text_nats.sum(dim=1).numpy()
+            block_bytes[i : i + len(blocks)] = bytes_per_token[targets].sum(axis=1)
             if progress is not None:
                 progress(len(blocks))
     finally:
@@ -137,6 +186,7 @@ def evaluate(
         tokens=n_tokens,
         bytes=n_bytes,
         blocks=len(starts),
+        bpb_se=stratified_bpb_se(block_nats, block_bytes, population),
         position_nats=position_nats.tolist() if per_position else None,
         position_bytes=position_bytes.tolist() if per_position else None,
     )
@@ -235,4 +285,11 @@ def evaluate_sliding(
     )
 
 
-__all__ = ["EvalResult", "evaluate", "evaluate_sliding", "evenly_spaced", "sliding_windows"]
+__all__ = [
+    "EvalResult",
+    "evaluate",
+    "evaluate_sliding",
+    "sliding_windows",
+    "stratified",
+    "stratified_bpb_se",
+]
