@@ -199,18 +199,6 @@ def test_every_command_that_computes_takes_threads(command):
     assert args.threads == 1
 
 
-def test_the_default_threads_leave_half_the_cpus_to_other_work(monkeypatch):
-    # bench/threads.py: on 2 CPUs beside other work, 2 threads sampled 20x slower than 1
-    from octlm.train import device
-
-    for cpus, threads in ((1, 1), (2, 1), (3, 1), (16, 8)):
-        monkeypatch.setattr(device, "available_cpus", lambda cpus=cpus: cpus)
-        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-        assert device.default_threads() == threads, cpus
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert device.default_threads() == 3
-
-
 def test_sample_computes_with_the_threads_given_and_else_the_default(trained_run, monkeypatch, capsys):
     import torch
 
