@@ -70,7 +70,8 @@ def _setup_trainer(opts):
     from octlm.report import Reporter
     from octlm.train import distributed
     from octlm.train.init_from import init_from_options
-    from octlm.train.options import check_options, given_options
+    from octlm.train.option_checks import check_options
+    from octlm.train.options import given_options
     from octlm.train.trainer import Trainer
 
     opts = init_from_options(opts, given_options(opts))

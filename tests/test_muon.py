@@ -444,7 +444,7 @@ def test_the_extension_stage_fine_tunes_with_the_studys_optimizer(tmp_path, monk
     import octlm.train.init_from
     from octlm.studies.extension_stage import extension_options
     from octlm.studies.length_options import LengthOptions
-    from octlm.train.options import check_options
+    from octlm.train.option_checks import check_options
 
     monkeypatch.setattr(
         octlm.train.init_from, "init_from_options", lambda opts, given: opts

@@ -203,7 +203,8 @@ def test_a_warmup_not_below_the_runs_steps_is_refused(small_corpus, tmp_path, ca
     ],
 )
 def test_the_default_warmup_fits_the_run_and_config_json_records_it(flags, warmup):
-    from octlm.train.options import check_options, resolved
+    from octlm.train.option_checks import check_options
+    from octlm.train.options import resolved
 
     opts = TrainOptions.of(
         **{name.lstrip("-").replace("-", "_"): int(value) for name, value in zip(flags[::2], flags[1::2], strict=True)}

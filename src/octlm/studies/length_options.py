@@ -23,8 +23,9 @@ from octlm.model.positions.registry import with_scheme_options
 from octlm.studies.core import check_schemes
 from octlm.studies.extension_stage import labels_for
 from octlm.studies.task_options import ALL_TASKS_STEPS, TASK_MULTIPLIERS, TASK_SEEDS, TASK_STEPS, TaskOptions
-from octlm.train.options import TrainOptions, scheme_options
-from octlm.train.options import check_options as check_train_options
+from octlm.train.option_checks import check_options as check_train_options
+from octlm.train.option_checks import scheme_options
+from octlm.train.options import TrainOptions
 
 #: Seconds of training per model by default. With the extension stage on, the
 #: whole default study fits in 30 minutes on two CPU cores with room to spare

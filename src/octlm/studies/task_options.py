@@ -17,7 +17,8 @@ from octlm.model.positions import SCHEME_NAMES, random_position_schemes, task_st
 from octlm.studies.core import check_schemes
 from octlm.studies.task_presets import PRESETS, apply_preset
 from octlm.studies.tasks import TASKS, Task
-from octlm.train.options import TrainOptions, check_options
+from octlm.train.option_checks import check_options
+from octlm.train.options import TrainOptions
 from octlm.train.tracking import check_trackers
 
 #: Evaluated sizes, as multiples of the longest training size L.

@@ -24,7 +24,8 @@ from octlm.run.folder import CONFIG, RunFolder
 from octlm.train import distributed
 from octlm.train.checkpoint import CHECKPOINT, describe_checkpoint, resume_hint
 from octlm.train.device import torch_settings
-from octlm.train.options import TrainOptions, check_options, given_options
+from octlm.train.option_checks import check_options
+from octlm.train.options import TrainOptions, given_options
 from octlm.train.resume import resume_options
 from octlm.train.trainer import Trainer
 

@@ -1,4 +1,4 @@
-"""The options of ``octlm train``: :class:`TrainOptions`, and the checks a run's options must pass.
+"""The options of ``octlm train``: :class:`TrainOptions`, and the step limit and warm-up a run resolves them to.
 
 Each option is declared once (:func:`octlm.declare.option`): its default, help
 text, argparse shape, bounds and what ``--resume`` may do with it. The model's
@@ -11,6 +11,8 @@ keys of a ``--config`` TOML file and of ``config.json``
 (:func:`octlm.declare.check_fields`) and the resume merge
 (:mod:`octlm.train.resume`). Other commands declare their options beside the
 function that takes them, sharing these with :func:`octlm.declare.same_as`.
+The checks across options (a scheme option the scheme does not read, a
+warm-up as long as the run) are :mod:`octlm.train.option_checks`.
 """
 
 from __future__ import annotations
@@ -23,25 +25,10 @@ from pathlib import Path
 
 from octlm.data.text import check_encoding
 from octlm.data.tokenizer import MIN_VOCAB_SIZE
-from octlm.declare import (
-    Bound,
-    Resume,
-    at_least,
-    build,
-    check_fields,
-    finite,
-    flag,
-    flat_values,
-    nested,
-    option,
-    option_default,
-    option_fields,
-    refused,
-)
+from octlm.declare import Bound, Resume, at_least, build, finite, flat_values, nested, option, option_fields
 from octlm.errors import OctlmError
 from octlm.model import DecoderConfig
-from octlm.model.positions import ROPE_SCALINGS, SCHEMES
-from octlm.train.init_from import check_scaling_options
+from octlm.model.positions import ROPE_SCALINGS
 from octlm.train.tracking import TRACKERS, check_trackers
 
 #: The optimizers --optimizer names (octlm.train.optim.make_optimizer builds them).
@@ -311,51 +298,6 @@ class TrainOptions:
 MODEL_OPTIONS = frozenset(f.name for f in option_fields(DecoderConfig))
 
 
-def scheme_options(position: str) -> tuple[set[str], set[str]]:
-    """``(read, unread)``: the scheme options (``PositionScheme.reads`` of any scheme) scheme ``position`` reads, and
-    the rest."""
-    every = {name for cls in SCHEMES.values() for name in cls.reads}
-    read = set(SCHEMES[position].reads) if position in SCHEMES else every
-    return read, every - read
-
-
-def check_scheme_options(opts) -> None:
-    """Refuse a scheme option set away from its default for a scheme that does not read it (``--rope-layout`` with
-    learned).
-
-    Raises:
-        OctlmError: naming the option, the scheme and the schemes that read it.
-    """
-    values, position = flat_values(opts), opts.model.position
-    defaults = {f.name: option_default(f) for f in option_fields(type(opts))}
-    for name in sorted(scheme_options(position)[1]):
-        if name in defaults and values[name] != defaults[name]:
-            names = [n for n, cls in SCHEMES.items() if name in cls.reads]
-            readers = names[0] + " reads" if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]} read"
-            raise OctlmError(
-                f"{flag(name)} {values[name]} means nothing for --position {position}: only {readers} "
-                f"it; drop {flag(name)}, or choose --position {names[0]}"
-            )
-
-
-def check_optimizer_options(opts) -> None:
-    """Refuse a Muon option set away from its default when the run trains with AdamW alone.
-
-    Raises:
-        OctlmError: naming the option and the fix.
-    """
-    if opts.optimizer == "muon":
-        return
-    defaults = {f.name: option_default(f) for f in option_fields(type(opts))}
-    for name in MUON_OPTIONS:
-        if getattr(opts, name) != defaults[name]:
-            raise OctlmError(
-                f"{flag(name)} {getattr(opts, name)} means nothing with --optimizer {opts.optimizer}: only Muon reads "
-                "it; "
-                f"add --optimizer muon, or drop {flag(name)}"
-            )
-
-
 def resolved_max_steps(opts: TrainOptions) -> int | None:
     """The run's step limit: ``--max-steps``, else :data:`DEFAULT_MAX_STEPS` unless a ``--time-budget`` limits it (then
     ``None``)."""
@@ -382,52 +324,10 @@ def resolved(opts: TrainOptions) -> TrainOptions:
     return dataclasses.replace(opts, max_steps=resolved_max_steps(opts), warmup_steps=resolved_warmup_steps(opts))
 
 
-def check_options(opts: TrainOptions) -> None:
-    """Reject option values that cannot work, naming the flag; nothing is read or written before this passes.
-
-    Raises:
-        OctlmError: for a value outside its declared bounds, a warm-up not
-            shorter than the run, an unknown text encoding, a scheme option the
-            chosen scheme does not read (:func:`check_scheme_options`), or a model shape
-            :class:`~octlm.model.decoder.DecoderConfig` refuses (named by its flag:
-            ``--d-model=30 is not divisible ...``).
-    """
-    for name, value, give in (
-        ("--out", opts.out, "a folder for the run, e.g. runs/NAME"),
-        ("--init-from", opts.init_from, "the run folder to start from"),
-    ):
-        if value == "":  # argparse takes '' as a value, which would quietly mean '.' or nothing
-            raise OctlmError(f"{name} got an empty path ''; give {give}, or leave {name} out")
-    check_fields(opts)
-    check_scheme_options(opts)
-    check_optimizer_options(opts)
-    check_scaling_options(opts)
-    steps, warmup = resolved_max_steps(opts), resolved_warmup_steps(opts)
-    if steps is not None and warmup >= steps:
-        raise OctlmError(
-            f"--warmup-steps {warmup} is not below the run's {steps} steps (--max-steps): the learning rate would stop "
-            "at "
-            f"{min(steps, warmup)}/{warmup} of its peak and never decay, unlike the schedule --help describes; "
-            f"give --warmup-steps below {steps} (a tenth of the run, {steps // 10}, is common) or a larger --max-steps"
-        )
-    try:
-        DecoderConfig(
-            **dataclasses.asdict(opts.model)
-        )  # validated again: a Python caller may have changed fields after construction
-    except ValueError as err:
-        raise refused(err) from None
-
-
 def given_options(opts: TrainOptions) -> set[str]:
     """Options that differ from their defaults: what a Python caller asked for."""
     values, defaults = opts.to_dict(), TrainOptions().to_dict()
     return {name for name, value in values.items() if value != defaults[name]}
-
-
-def check_seed(seed: int, flag: str = "--seed") -> None:
-    """Raise :class:`OctlmError` unless ``0 <= seed <= MAX_SEED``."""
-    if not SEED.admits(seed):
-        raise OctlmError(f"{flag} must be {SEED.phrase()}, got {seed}")
 
 
 __all__ = [
@@ -438,14 +338,9 @@ __all__ = [
     "MUON_OPTIONS",
     "OPTIMIZERS",
     "UNRECORDED",
-    "check_optimizer_options",
     "TrainOptions",
-    "check_options",
-    "check_scheme_options",
-    "check_seed",
     "given_options",
     "resolved",
     "resolved_max_steps",
     "resolved_warmup_steps",
-    "scheme_options",
 ]
