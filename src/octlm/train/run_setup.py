@@ -16,17 +16,10 @@ from octlm.errors import RunError
 from octlm.model import DecoderConfig
 from octlm.run.folder import RunFolder
 from octlm.run.outputs import check_out_spares
-from octlm.train.checkpoint import (
-    CHECKPOINT,
-    check_digests,
-    check_resumable,
-    config_digest,
-    load_checkpoint,
-    resume_line,
-    run_digests,
-)
+from octlm.train.checkpoint import CHECKPOINT, check_digests, config_digest, load_checkpoint, run_digests
 from octlm.train.corpus import open_corpus, prepare_corpus
 from octlm.train.init_from import config_record
+from octlm.train.resumable import check_resumable, resume_line
 
 
 class RunFolderPhase:

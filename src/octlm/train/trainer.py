@@ -22,7 +22,6 @@ from octlm.model.weights import save_weights
 from octlm.report import Reporter
 from octlm.train.checkpoint import (
     CHECKPOINT,
-    FINISHED,
     CheckpointError,
     capture_rng,
     describe_checkpoint,
@@ -48,6 +47,7 @@ from octlm.train.evaluate import EvalResult, evaluate
 from octlm.train.init_from import prepare_model
 from octlm.train.optim import backward, make_optimizer, scheduled_lr
 from octlm.train.options import TrainOptions, resolved
+from octlm.train.resumable import FINISHED
 from octlm.train.run_setup import RunFolderPhase
 from octlm.train.signals import StopSignals
 from octlm.train.tracking import open_metrics
