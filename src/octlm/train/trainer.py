@@ -2,13 +2,15 @@
 
 :class:`Trainer` holds the run's state in plain attributes; :meth:`Trainer.run`
 is the loop, which reads top to bottom like the table of contents of a
-training step. :func:`octlm.train.launch.train` builds one and runs it.
+training step. :func:`octlm.train.launch.train` builds one and runs it. Two
+phases are mixins beside it: the run folder (:mod:`octlm.train.run_setup`)
+and the checkpoint, restored and written (:mod:`octlm.train.checkpointing`);
+what a run says when it stops short is :mod:`octlm.train.stop_messages`.
 """
 
 from __future__ import annotations
 
 import math
-import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,30 +20,9 @@ import torch
 from octlm.data.tokens import BlockSampler, count_blocks, gather_blocks
 from octlm.errors import OctlmError
 from octlm.model import Decoder, cross_entropy
-from octlm.model.weights import save_weights
 from octlm.report import Reporter
-from octlm.train.checkpoint import (
-    CHECKPOINT,
-    CheckpointError,
-    capture_rng,
-    describe_checkpoint,
-    generators_note,
-    load_optimizer_tensors,
-    model_tensors,
-    restore_rng,
-    resume_hint,
-    rng_of,
-    save_checkpoint,
-)
-from octlm.train.device import (
-    autocast_for,
-    check_memory,
-    compile_model,
-    compiles,
-    defers_host_sync,
-    resolve_device,
-    to_device,
-)
+from octlm.train.checkpointing import CheckpointPhase
+from octlm.train.device import autocast_for, check_memory, compiles, defers_host_sync, resolve_device, to_device
 from octlm.train.distributed import Group
 from octlm.train.evaluate import EvalResult, evaluate
 from octlm.train.init_from import prepare_model
@@ -50,20 +31,21 @@ from octlm.train.options import TrainOptions, resolved
 from octlm.train.resumable import FINISHED
 from octlm.train.run_setup import RunFolderPhase
 from octlm.train.signals import StopSignals
-from octlm.train.tracking import open_metrics
+from octlm.train.step_window import add_step, empty_window, window_record
+from octlm.train.stop_messages import (
+    ended_in_warmup,
+    interrupted_twice,
+    interrupted_while_finishing,
+    not_finite_step,
+    not_finite_weights,
+)
 
 
 class TrainingError(OctlmError):
     """Training cannot go on (a non-finite loss, say); the message names the step."""
 
 
-def _empty_window() -> dict:
-    # What the next metrics line averages over: the steps since the last one (grad_norm: before clipping; --grad-clip 0
-    # computes none).
-    return {"tokens": 0, "seconds": 0.0, "loss": 0.0, "grad_norm": 0.0, "steps": 0}
-
-
-class Trainer(RunFolderPhase):
+class Trainer(RunFolderPhase, CheckpointPhase):
     """One training run, fresh or resumed, in one process of a (possibly one-process) group.
 
     Call :meth:`setup`, :meth:`restore`, then :meth:`run`, which returns the
@@ -98,7 +80,7 @@ class Trainer(RunFolderPhase):
         # Where the run stands: fresh, or as restore() finds it in the checkpoint.
         self.ckpt = None
         self.step, self.elapsed, self.step_seconds = 0, 0.0, 0.0
-        self.window = _empty_window()
+        self.window = empty_window()
         self.last_saved = -1
         self.stop_requested = self.interrupted = False
         self.metrics = None
@@ -147,53 +129,6 @@ class Trainer(RunFolderPhase):
             len(self.data.train), config.context_length, opts.batch_size, opts.seed, group.rank, group.world_size
         )
 
-    # -- restore ------------------------------------------------------------------------------------
-    def restore(self) -> None:
-        """Put the run where its checkpoint left it (a fresh run starts at step 0), then wrap the model for the ranks.
-
-        The random generators come back last, so nothing here draws from them after.
-        """
-        ckpt, group = self.ckpt, self.group
-        if ckpt is None and self.resume is not None and group.is_main:
-            self.folder.rewind_metrics(0, self.report)
-            self.folder.remove_stale_temporaries(self.report)
-        if ckpt is not None:
-            state = ckpt.state
-            self.step, self.elapsed, self.step_seconds, self.window = (
-                state["step"],
-                state["elapsed_s"],
-                state["step_seconds"],
-                {**_empty_window(), **state["window"]},
-            )
-            self.last_saved = self.step
-            self.model.load_state_dict(model_tensors(ckpt), strict=False)
-            self.model.tie_weights()
-            load_optimizer_tensors(ckpt.path, ckpt.tensors, self.model, self.optimizer)
-            if group.is_main:
-                self.folder.rewind_metrics(state["metrics_bytes"], self.report)
-                self.folder.remove_stale_temporaries(self.report)
-        # Training and evaluation call self.forward and self.scorer; the weights stay self.model's,
-        # so saving, sampling and the diagnostics use the eager module.
-        self.scorer = compile_model(self.model, self.opts.compile) if self.compiled else self.model
-        self.forward = self.scorer
-        if group.active:
-            from torch.nn.parallel import DistributedDataParallel
-
-            self.forward = DistributedDataParallel(
-                self.scorer, device_ids=[self.device.index] if self.device.type == "cuda" else None
-            )
-        self.metrics = (
-            open_metrics(self.folder, self.opts, self.step if self.resume is not None else None)
-            if group.is_main
-            else None
-        )
-        if ckpt is not None:
-            saved = rng_of(ckpt, group.rank)
-            if saved is not None:
-                restore_rng(*saved)
-            if (note := generators_note(ckpt, group.world_size)) is not None:
-                self.report.warn(note)  # on rank 0, which alone prints, for every rank
-
     # -- the loop -----------------------------------------------------------------------------------
     def run(self) -> dict:
         """Train until the step or time limit, or a stop request; then evaluate and return the result dict."""
@@ -232,20 +167,10 @@ class Trainer(RunFolderPhase):
                     self.report.warn(f"interrupted at step {self.step}; saving a checkpoint")
                 elif self.step < opts.warmup_steps:
                     # Only a time budget can end a run this early (a step limit is checked against the warm-up).
-                    self.report.warn(
-                        f"the run ended at step {self.step}, still in its {opts.warmup_steps}-step warm-up: the "
-                        "learning rate "
-                        f"never reached its peak nor decayed; give a longer --time-budget or a smaller --warmup-steps"
-                    )
+                    self.report.warn(ended_in_warmup(self.step, opts.warmup_steps))
                 self.save()
             except KeyboardInterrupt:
-                checkpoint = self.folder.path / CHECKPOINT
-                last = (
-                    f"the last checkpoint ({describe_checkpoint(checkpoint)}) is kept"
-                    if checkpoint.exists()
-                    else "no checkpoint had been saved yet"
-                )
-                raise TrainingError(f"interrupted twice: stopped at once; {last}. {self._resume_hint()}") from None
+                raise TrainingError(interrupted_twice(self.folder.path)) from None
             finally:
                 bar.close()
         try:
@@ -257,18 +182,7 @@ class Trainer(RunFolderPhase):
     def stopped_while_finishing(self) -> None:
         """Say what Ctrl-C during the final evaluation or what follows it left: the checkpoint, and the --resume that
         does the rest."""
-        left = (
-            "Continue exactly where it stopped"
-            if self.interrupted
-            else "Do the final evaluation, loss curve and report"
-        )
-        self.report.warn(
-            f"interrupted during the final evaluation; the checkpoint of step {self.step} is saved. "
-            f"{left} with: octlm train --resume {shlex.quote(str(self.folder))}"
-        )
-
-    def _resume_hint(self) -> str:
-        return resume_hint(self.folder.path)
+        self.report.warn(interrupted_while_finishing(self.step, self.interrupted, self.folder))
 
     def _announce(self) -> None:
         opts, max_steps = self.opts, self.max_steps
@@ -332,14 +246,7 @@ class Trainer(RunFolderPhase):
         self.step += 1
         self.step_seconds += dt
         self.elapsed, self.stop_requested = clock, stops > 0
-        for key, value in (
-            ("tokens", self.tokens_per_step),
-            ("seconds", dt),
-            ("loss", loss_value),
-            ("grad_norm", norm_value),
-            ("steps", 1),
-        ):
-            self.window[key] += value
+        add_step(self.window, self.tokens_per_step, dt, loss_value, norm_value)
         return lr
 
     def _settle(self) -> None:
@@ -365,27 +272,7 @@ class Trainer(RunFolderPhase):
 
     def _check_finite(self, loss: float, grad_norm: float, step: int) -> None:
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-            what = (
-                f"the training loss became {loss}"
-                if not math.isfinite(loss)
-                else f"the gradient norm became {grad_norm}"
-            )
-            unsaved = "this step" if step == self.step else f"it or the {self.step - step - 1} steps after it"
-            raise TrainingError(f"{what} at step {step}; stopped without saving {unsaved}. {self._recovery_hint()}")
-
-    def _recovery_hint(self) -> str:
-        opts, path, run = self.opts, self.folder.path / CHECKPOINT, shlex.quote(str(self.folder))
-        if path.exists():
-            return (
-                f"The last good checkpoint ({describe_checkpoint(path)}) is kept: lower --learning-rate (now "
-                f"{opts.learning_rate:g}) "
-                f"and resume with `octlm train --resume {run} --learning-rate ...`, or start again"
-            )
-        return (
-            f"No checkpoint had been saved yet (--save-every {opts.save_every}): start again with a lower "
-            "--learning-rate "
-            f"(now {opts.learning_rate:g}){'' if opts.grad_clip > 0 else ' and --grad-clip on'}, adding --overwrite"
-        )
+            raise TrainingError(not_finite_step(loss, grad_norm, step, self.step, self.opts, self.folder))
 
     def _log(self, record: dict) -> None:
         if self.metrics is not None:
@@ -393,22 +280,13 @@ class Trainer(RunFolderPhase):
 
     def _log_window(self, lr: float, bar) -> None:
         self._settle()
-        window = self.window
-        record = {
-            "step": self.step,
-            "kind": "train",
-            "loss": window["loss"] / window["steps"],
-            "lr": lr,
-            "tokens_per_second": window["tokens"] / max(window["seconds"], 1e-9),
-            "elapsed_s": self.elapsed,
-            **({"grad_norm": window["grad_norm"] / window["steps"]} if self.opts.grad_clip > 0 else {}),
-        }
+        record = window_record(self.window, self.step, lr, self.elapsed, self.opts.grad_clip > 0)
         self._log(record)
         bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_second']:.0f}", refresh=False)
         self.report.log_line(
             f"step {self.step}: loss {record['loss']:.4f}, lr {lr:.3g}, {record['tokens_per_second']:,.0f} tokens/s"
         )
-        self.window = _empty_window()
+        self.window = empty_window()
 
     # -- evaluate -----------------------------------------------------------------------------------
     def evaluate(self, at_step: int, max_blocks: int | None, progress=None) -> EvalResult:
@@ -437,41 +315,13 @@ class Trainer(RunFolderPhase):
             TrainingError: when the weights are not finite (nothing is written).
             CheckpointError: when the files cannot be written; the previous ones are kept.
         """
-        at_step, opts, group, folder = self.step, self.opts, self.group, self.folder
+        at_step = self.step
         if at_step == self.last_saved:
             return
         self._settle()  # never save past a non-finite step
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
-            raise TrainingError(
-                f"the weights stopped being finite by step {at_step}; nothing was saved. {self._recovery_hint()}"
-            )
-        rng = group.gather(capture_rng())
-        if group.is_main:
-            if self.metrics is not None:
-                self.metrics.flush()
-            state = {
-                "step": at_step,
-                "elapsed_s": self.elapsed,
-                "step_seconds": self.step_seconds,
-                "window": dict(self.window),
-                "metrics_bytes": folder.metrics_path.stat().st_size,
-                "world_size": group.world_size,
-                "global_batch": opts.batch_size * group.world_size,
-                "max_steps": self.max_steps,
-                "time_budget": opts.time_budget,
-                "digests": self.digests,
-                "torch": torch.__version__,
-            }
-            checkpoint = folder.path / CHECKPOINT
-            try:
-                save_checkpoint(checkpoint, self.model, self.optimizer, state, rng)
-                save_weights(folder.weights_path, self.model, {"step": str(at_step)})
-            except OSError as err:
-                raise CheckpointError(
-                    f"{checkpoint}: could not save the checkpoint of step {at_step}: {err.strerror or err}; "
-                    f"the previous one ({describe_checkpoint(checkpoint)}) is kept. "
-                    f"Free some disk space and resume with: octlm train --resume {shlex.quote(str(folder))}"
-                ) from None
+            raise TrainingError(not_finite_weights(at_step, self.opts, self.folder))
+        self._write_checkpoint(at_step)
         self.last_saved = at_step
 
     # -- finish -------------------------------------------------------------------------------------
