@@ -133,7 +133,7 @@ class Trainer(RunFolderPhase, CheckpointPhase):
     def run(self) -> dict:
         """Train until the step or time limit, or a stop request; then evaluate and return the result dict."""
         opts, max_steps = self.opts, self.max_steps
-        if not self._finished():  # a resume at the limit only finishes (checkpoint.resume_line says so)
+        if not self._finished():  # a resume at the limit only finishes (resumable.resume_line says so)
             self._announce()
         bar = self.report.progress(max_steps if max_steps else opts.time_budget, "train", "step" if max_steps else "s")
         bar.update(self.step if max_steps else min(self.elapsed, opts.time_budget))
