@@ -23,7 +23,8 @@ from unittest import mock
 
 import torch
 
-from octlm.run.folder import RunFolder, load_run
+from octlm.run.folder import RunFolder
+from octlm.run.load import load_run
 from octlm.train.evaluate import evaluate
 
 
