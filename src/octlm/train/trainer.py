@@ -22,7 +22,15 @@ from octlm.errors import OctlmError
 from octlm.model import Decoder, cross_entropy
 from octlm.report import Reporter
 from octlm.train.checkpointing import CheckpointPhase
-from octlm.train.device import autocast_for, check_memory, compiles, defers_host_sync, resolve_device, to_device
+from octlm.train.device import (
+    autocast_for,
+    check_memory,
+    compiles,
+    defers_host_sync,
+    resolve_device,
+    thread_choice,
+    to_device,
+)
 from octlm.train.distributed import Group
 from octlm.train.evaluate import EvalResult, evaluate
 from octlm.train.init_from import prepare_model
@@ -111,11 +119,12 @@ class Trainer(RunFolderPhase, CheckpointPhase):
             self.max_steps,
             opts.time_budget,
         )
+        threads = thread_choice()
         self.report.event(
             "model",
             f"model: {model.num_parameters():,} parameters ({model.num_parameters(exclude_embeddings=True):,} without "
             f"embeddings), position={config.position}, device={self.device}, dtype={dtype_name}, "
-            f"threads={torch.get_num_threads()}"
+            f"threads={threads.threads} ({threads.reason})"
             + (", torch.compile" if self.compiled else "")
             + (f", {group.world_size} processes ({group.backend})" if group.active else ""),
             parameters=model.num_parameters(),
@@ -123,6 +132,8 @@ class Trainer(RunFolderPhase, CheckpointPhase):
             dtype=dtype_name,
             world_size=group.world_size,
             compiled=self.compiled,
+            threads=threads.threads,
+            threads_reason=threads.reason,
         )
         self.optimizer = make_optimizer(model, opts, self.device)
         self.sampler = BlockSampler(
@@ -147,7 +158,8 @@ class Trainer(RunFolderPhase, CheckpointPhase):
                         result = self.evaluate(self.step, opts.eval_blocks)
                         self.report.event(
                             "eval",
-                            f"step {self.step}: val loss {result.loss:.4f}, val bpb {result.bpb:.4f}",
+                            f"step {self.step}: val loss {result.loss:.4f}, val bpb {result.bpb:.4f}"
+                            + (f" ± {result.bpb_se:.4f}" if result.bpb_se else ""),
                             step=self.step,
                             **result.as_dict(),
                         )
@@ -334,7 +346,7 @@ class Trainer(RunFolderPhase, CheckpointPhase):
         n_val_blocks = count_blocks(len(data.val), self.config.context_length)
         n_final = min(n_val_blocks, final_blocks or n_val_blocks)
         # A GB of text has a validation split of 300,000 blocks, minutes of scoring on a CPU: say how to score fewer.
-        fewer = "; --final-eval-blocks N scores N evenly spaced ones" if n_final > 10_000 else ""
+        fewer = "; --final-eval-blocks N scores a sample of N, with its standard error" if n_final > 10_000 else ""
         self.report.event("final_eval", f"final evaluation on {n_final:,} validation blocks{fewer}...")
         with self.report.progress(n_final, "final evaluation", "block") as bar:
             final = self.evaluate(self.step, final_blocks, progress=bar.update)
