@@ -10,6 +10,8 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from octlm import Decoder, DecoderConfig
 from octlm.cli import main
@@ -34,11 +36,46 @@ def test_pca_matches_the_covariance_eigenvectors():
     np.testing.assert_allclose(explained, values[order] / values.sum(), rtol=1e-5)
 
 
+def _pca_by_the_sign_rule(table: np.ndarray) -> np.ndarray:
+    """PCA coordinates by numpy's eigh of the covariance, each component's largest loading made positive by hand."""
+    centred = table - table.mean(axis=0)
+    values, vectors = np.linalg.eigh(np.cov(centred, rowvar=False))
+    components = vectors[:, np.argsort(values)[::-1][:2]]
+    for k in range(2):
+        components[:, k] *= np.sign(components[np.argmax(np.abs(components[:, k])), k])
+    return centred @ components
+
+
+def test_pca_sign_rule_on_a_hand_made_line():
+    """Rows along (1, -2) plus a little (2, 1): the first component is (-1, 2)/sqrt(5), its largest loading positive."""
+    t = np.linspace(-3.0, 3.0, 13)
+    # Alternating signs over a symmetric t: sum(t * wobble) = 0, so the two directions are exactly uncorrelated.
+    wobble = 0.1 * (-1.0) ** np.arange(13)
+    table = np.outer(t, [1.0, -2.0]) + np.outer(wobble, [2.0, 1.0])
+    coords, _ = pca_2d(torch.tensor(table))
+    centred = table - table.mean(axis=0)
+    # float64 SVD of a 13 x 2 table: agreement to ~1e-12; 1e-9 leaves room for any LAPACK.
+    np.testing.assert_allclose(coords[:, 0], centred @ (np.array([-1.0, 2.0]) / math.sqrt(5)), atol=1e-9)
+    np.testing.assert_allclose(coords[:, 1], centred @ (np.array([2.0, 1.0]) / math.sqrt(5)), atol=1e-9)
+
+
+@given(seed=st.integers(0, 2**31 - 1), flip=st.lists(st.sampled_from([-1.0, 1.0]), min_size=6, max_size=6))
+@settings(max_examples=40, deadline=None)
+def test_pca_signs_follow_the_largest_loading_rule(seed, flip):
+    """Signed coordinates equal numpy's eigenvectors with the rule applied by hand, for any column signs."""
+    # Distinct spreads keep the top two eigenvalues apart, so each component is unique up to the sign the rule fixes.
+    table = np.random.default_rng(seed).normal(size=(40, 6)) * np.array([6.0, 3.0, 1.0, 0.5, 0.3, 0.1]) * flip
+    coords, _ = pca_2d(torch.tensor(table))
+    # float64 on both sides, eigenvalue gaps >= 2x: the two routes agree to ~1e-10 of the coordinates' size.
+    np.testing.assert_allclose(coords, _pca_by_the_sign_rule(table), atol=1e-7)
+
+
 def test_pca_sign_is_fixed_and_bad_shapes_refused():
+    """Negating every row negates every coordinate (the rule fixes the components), and bad shapes are refused."""
     table = torch.randn(50, 6, generator=torch.Generator().manual_seed(1))
     a, _ = pca_2d(table)
-    b, _ = pca_2d(-table)  # flipping every row flips the components' loadings, not the picture's orientation rule
-    np.testing.assert_allclose(np.abs(a), np.abs(b), atol=1e-5)
+    b, _ = pca_2d(-table)
+    np.testing.assert_allclose(b, -a, atol=1e-5)
     with pytest.raises(ValueError, match=r"\[N >= 2, C >= 2\]"):
         pca_2d(torch.zeros(1, 5))
 
