@@ -7,14 +7,18 @@ kernel), Golovneva et al. 2024 §3 (CoPE), not from octlm's code.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from octlm import Decoder, DecoderConfig
 from octlm.cli import main
 from octlm.model import KVCache
+from octlm.model.attention_maps import record_attention
 from octlm.model.positions import SCHEMES, ContextualPositions, KERPLEBias, PartialFrequencyRoPE
 
 # results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
@@ -277,3 +281,91 @@ def test_the_new_schemes_are_refused_by_export_hf_by_name():
     for name, reason in (("kerple", "KERPLE"), ("cope", "CoPE")):
         with pytest.raises(InteropError, match=f"position='{name}' has no transformers form: .*{reason}"):
             mapper_for(DecoderConfig(position=name))
+
+
+# ---- which layer reads which parameters ------------------------------------------------------
+# KERPLE's r1, r2 and CoPE's tables are per layer; attention takes `layer=0` by default, so a decoder that stopped
+# passing each block its index would run every block on layer 0's parameters. The tests below read the bias each block
+# of a running model applies and compare it with the formula for that block's own parameters.
+
+
+@contextlib.contextmanager
+def applied_biases(model):
+    """Per forward pass, the (q, k, bias) each block hands SDPA, in block order (the attention layers' ``record``)."""
+    seen = []
+    for i, block in enumerate(model.blocks):
+        block.attn.record = lambda q, k, bias, offset, i=i: seen.append((i, q.detach(), k.detach(), bias.detach()))
+    try:
+        yield seen
+    finally:
+        for block in model.blocks:
+            block.attn.record = None
+
+
+@settings(max_examples=25)  # each example is a model and two passes; 25 draws of 12 parameters are plenty
+@given(
+    r=st.lists(st.floats(0.01, 3.0), min_size=12, max_size=12),
+    seed=st.integers(0, 2**16),
+    prompt=st.integers(1, 6),
+)
+def test_each_kerple_block_applies_its_own_layers_r1_and_r2(r, seed, prompt):
+    """Block l's recorded attention logits, with q = 0, are -r1[l, h] log(1 + r2[l, h] (i - j)) on visible keys, in a
+    full pass and in a cached step at an offset."""
+    n_layers, n_heads = 3, 2
+    torch.manual_seed(seed)
+    model = Decoder(
+        DecoderConfig(position="kerple", vocab_size=64, d_model=16, n_heads=n_heads, n_layers=n_layers)
+    ).eval()
+    with torch.no_grad():
+        model.positions.r1.copy_(torch.tensor(r[:6]))
+        model.positions.r2.copy_(torch.tensor(r[6:]))
+        for block in model.blocks:  # zero queries: the logits are the bias alone, nothing of the content
+            block.attn.qkv.weight[:16].zero_()
+            block.attn.qkv.bias[:16].zero_()
+    r1, r2 = ([r[at + n_heads * layer : at + n_heads * (layer + 1)] for layer in range(n_layers)] for at in (0, 6))
+    ids = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(seed))
+    cache = KVCache(n_layers)
+    with torch.no_grad():
+        model(ids[:, :prompt], cache=cache)
+        for offset, chunk, kwargs in ((0, ids, {}), (prompt, ids[:, prompt:], {"cache": cache})):
+            with record_attention(model) as maps:
+                model(chunk, offset=offset, **kwargs)
+            for layer in range(n_layers):
+                logits = maps.logits[layer][0]  # [H, T, S]: queries at offset.., keys 0 .. S - 1
+                expected = [
+                    kerple_by_hand(r1[layer][h], r2[layer][h], offset + i, j) if j <= offset + i else -math.inf
+                    for h in range(n_heads)
+                    for i in range(logits.shape[1])
+                    for j in range(logits.shape[2])
+                ]
+                # float32 log1p and products: relative error ~1e-7 on values up to ~11 (r1 3, distance 13)
+                torch.testing.assert_close(
+                    logits, torch.tensor(expected).view(logits.shape), rtol=1e-5, atol=1e-6, msg=f"layer {layer}"
+                )
+
+
+@pytest.mark.parametrize("offset", [0, 5])
+def test_each_cope_block_applies_its_own_layers_table(offset):
+    """The bias block l hands attention is q_i . e_l(p_ij) with layer l's table e_l (Golovneva et al. 2024 §3), in a
+    full pass and in a cached step; the layers' tables differ, so another layer's table would not fit."""
+    model = cope_model()  # 2 layers, 4 heads of 8 channels, npos 6, every table drawn apart
+    ids = torch.randint(0, 50, (1, 9))
+    cache = KVCache(2)
+    with torch.no_grad():
+        if offset:
+            model(ids[:, :offset], cache=cache)
+        with applied_biases(model) as seen:
+            model(ids[:, offset:], offset=offset, cache=cache if offset else None)
+    assert [layer for layer, *_ in seen] == [0, 1]
+    tables = [model.positions.embeddings[layer].tolist() for layer in range(2)]
+    for layer, q, k, bias in seen:
+        apart = 0.0  # how far the other layer's table would put the bias: the test must be able to tell them apart
+        for h in range(4):
+            for i in range(q.shape[2]):
+                keys = k[0, h, : offset + i + 1].tolist()  # the query's own key is the last it sees
+                for j in range(offset + i + 1):
+                    want, other = (cope_by_hand(q[0, h, i].tolist(), keys, tables[n], j) for n in (layer, 1 - layer))
+                    # float32 scores, sigmoids and a cumulative sum of <= 9 gates: ~1e-6 relative to values ~10
+                    assert bias[0, h, i, j].item() == pytest.approx(want, rel=1e-4, abs=1e-4), (layer, h, i, j)
+                    apart = max(apart, abs(want - other))
+        assert apart > 0.1, layer
