@@ -206,7 +206,10 @@ def test_bits_per_byte_leaves_out_the_end_of_text_targets_and_the_loss_keeps_the
         starts, first = np.arange(0, len(stream) - 1, length), np.zeros(6, dtype=int)
     else:
         result = evaluate_sliding(model, stream, nbytes, length, stride)
-        starts, first = sliding_windows(len(stream) - 1, length, stride)
+        # 48 targets, windows of 8 every 3, written out by hand: each scores from where the one before ended
+        # (start + 8), and the last is pulled back to end at target 48.
+        starts = [*range(0, 40, 3), 40]
+        first = [0, *[5] * 13, 39 + 8 - 40]
     all_nats, text_nats, n_bytes = 0.0, 0.0, 0
     with torch.no_grad():
         for start, skip in zip(starts, first, strict=True):
@@ -223,3 +226,28 @@ def test_bits_per_byte_leaves_out_the_end_of_text_targets_and_the_loss_keeps_the
     assert result.loss == pytest.approx(all_nats / (len(stream) - 1), rel=1e-5)
     assert result.bpb == pytest.approx(text_nats / math.log(2) / n_bytes, rel=1e-5)
     assert result.bpb < all_nats / math.log(2) / n_bytes  # what counting the marker would have said
+
+
+@pytest.mark.parametrize("position", ["learned", "rope"])
+def test_a_stride_of_half_the_window_against_windows_written_out_by_hand(position):
+    """22 targets, windows of 8 every 4: the layout and every target's context, written out without sliding_windows,
+    give the reading's windows, loss and bits per byte."""
+    length, stride = 8, 4
+    # (start, first scored window position): 0-7 from window 0, then four new targets per window, and the last window
+    # pulled back from 16 to 14 so that it ends at target 21, scoring 20 and 21 (positions 6 and 7).
+    hand = [(0, 0), (4, 4), (8, 4), (12, 4), (14, 6)]
+    assert [list(a) for a in sliding_windows(22, length, stride)] == [[s for s, _ in hand], [f for _, f in hand]]
+    model, stream, nbytes = _small_model(position), _stream(22), np.arange(1, 41)
+    slid = evaluate_sliding(model, stream, nbytes, length, stride, batch_size=2)
+    # target j (stream[j + 1]) is read from its window's start: its own forward pass of stream[start .. j]
+    context_start = [0] * 8 + [4] * 4 + [8] * 4 + [12] * 4 + [14] * 2
+    nats, n_bytes = 0.0, 0
+    with torch.no_grad():
+        for j, start in enumerate(context_start):
+            logp = torch.log_softmax(model(torch.tensor(stream[start : j + 1], dtype=torch.long)[None])[0, -1], dim=-1)
+            nats -= float(logp[int(stream[j + 1])])
+            n_bytes += int(nbytes[stream[j + 1]])
+    assert (slid.tokens, slid.blocks, slid.bytes) == (22, 5, n_bytes)
+    # float32 losses summed in another order: equal to float32 rounding
+    assert slid.loss == pytest.approx(nats / 22, rel=1e-5)
+    assert slid.bpb == pytest.approx(nats / math.log(2) / n_bytes, rel=1e-5)
