@@ -207,7 +207,7 @@ def test_bits_per_byte_leaves_out_the_end_of_text_targets_and_the_loss_keeps_the
     else:
         result = evaluate_sliding(model, stream, nbytes, length, stride)
         # 48 targets, windows of 8 every 3, written out by hand: each scores from where the one before ended
-        # (start + 8), and the last is pulled back to end at target 48.
+        # (start + 8), and the last is pulled back from 42 to 40 to end at the last target (index 47).
         starts = [*range(0, 40, 3), 40]
         first = [0, *[5] * 13, 39 + 8 - 40]
     all_nats, text_nats, n_bytes = 0.0, 0.0, 0
