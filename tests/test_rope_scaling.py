@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -303,3 +303,69 @@ def test_scaling_bad_input():
         RopeScaling("llama3", 2.0, 128, low_freq_factor=4.0, high_freq_factor=1.0)
     with pytest.raises(ValueError, match="rope_theta > 1"):
         Decoder(DecoderConfig(position="rope", rope_theta=1.0, d_model=32, n_heads=2)).set_rope_scaling("yarn", 2.0)
+
+
+def hand_scaled(method, d, theta, s, length, seq_len):
+    """The frequencies and attention factor of each method, from the hand formulas above."""
+    if method == "yarn":
+        return hand_yarn(d, theta, s, length)
+    return {
+        "linear": lambda: hand_linear(d, theta, s),
+        "ntk": lambda: hand_ntk(d, theta, s),
+        "dynamic-ntk": lambda: hand_dynamic(d, theta, s, length, seq_len),
+        "llama3": lambda: hand_llama3(d, theta, s, length),
+    }[method](), 1.0
+
+
+def turn_pairs_by_hand(x, angles, layout, factor):
+    """Pair i of ``x`` (interleaved: 2i, 2i+1; half: i, i + d/2) turned by ``angles[i]``, times ``factor``."""
+    d, out = len(x), list(x)
+    for i, angle in enumerate(angles):
+        a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + d // 2)
+        out[a] = factor * (x[a] * math.cos(angle) - x[b] * math.sin(angle))
+        out[b] = factor * (x[a] * math.sin(angle) + x[b] * math.cos(angle))
+    return out
+
+
+@pytest.mark.parametrize("method", sorted(ROPE_SCALINGS))
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+@settings(max_examples=20)  # 10 cases, each a model and a few positions: enough to reach every pair and factor
+@given(
+    factor=st.sampled_from([2.0, 4.0, 8.0]),
+    fraction=st.sampled_from([0.25, 0.5, 0.75]),
+    offset=st.integers(0, 400),
+    seed=st.integers(0, 2**16),
+)
+def test_prope_under_each_scaling_turns_its_kept_pairs_by_the_scaled_frequencies(
+    method, layout, factor, fraction, offset, seed
+):
+    """p-RoPE under a scaling: the first floor(fraction d/2) pairs turn by the scaled RoPE frequency of their index (the
+    hand formulas above, over the whole rotary dimension), the rest not at all, and YaRN's factor multiplies every pair
+    (Peng et al. 2023 §3.4 scales q and k as a whole)."""
+    d, length, theta = 16, 32, 10000.0
+    model = Decoder(
+        DecoderConfig(
+            position="prope",
+            context_length=length,
+            d_model=2 * d,
+            n_heads=2,
+            n_layers=1,
+            vocab_size=64,
+            rope_fraction=fraction,
+            rope_layout=layout,
+        )
+    )
+    model.set_rope_scaling(method, factor)
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(1, 1, 3, d, generator=g), torch.randn(1, 1, 5, d, generator=g)
+    rq, rk = model.positions.rotate(q, k, offset + 2)  # keys from offset, queries from offset + 2, ending together
+    end = offset + 5
+    frequencies, attention = hand_scaled(method, d, theta, factor, length, end)
+    kept = math.floor(fraction * d / 2)
+    for x, rotated in ((q, rq), (k, rk)):
+        first = end - x.shape[2]
+        for n in range(x.shape[2]):
+            angles = [(first + n) * w if i < kept else 0.0 for i, w in enumerate(frequencies)]
+            want = turn_pairs_by_hand(x[0, 0, n].tolist(), angles, layout, attention)
+            # float64 angles up to ~400 rad cast to float32 cos and sin, float32 products of entries ~4: ~1e-6
+            assert rotated[0, 0, n].tolist() == pytest.approx(want, abs=2e-5), (n, first + n)
