@@ -261,6 +261,24 @@ def test_cope_cached_logits_equal_a_full_recompute(prompt_length):
     assert torch.equal(model.generate(prompt, 25), model.generate(prompt, 25, use_cache=False))
 
 
+@settings(max_examples=30)  # one small model, two passes per example
+@given(offset=st.integers(1, 10**6), split=st.integers(1, 11))
+def test_cope_with_values_in_its_table_reads_no_offset(offset, split):
+    """CoPE counts positions from the gates alone: its logits at any offset are those at 0, and a chunk after a cache
+    (its queries at offset ``split``) gives the full pass's logits, with a table that is not zero."""
+    model = cope_model()
+    assert model.positions.embeddings.abs().min() > 0  # a zero table would hide any use of the offset
+    ids = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(offset))
+    cache = KVCache(2)
+    with torch.no_grad():
+        full = model(ids)
+        # the same operations on the same numbers, so at most a kernel's thread split apart; a chunk's scores run over
+        # other key counts, whose float32 sums round differently: ~1e-6 on logits of a few units
+        torch.testing.assert_close(model(ids, offset=offset), full, rtol=0, atol=1e-5)
+        model(ids[:, :split], cache=cache)
+        torch.testing.assert_close(model(ids[:, split:], offset=split, cache=cache), full[:, split:], rtol=0, atol=1e-5)
+
+
 def test_cope_changes_the_output_and_learns():
     model = cope_model()
     ids = torch.randint(0, 50, (2, 12))
