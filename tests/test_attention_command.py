@@ -226,11 +226,33 @@ def test_a_length_past_the_memory_names_the_length_given_and_the_tokens_it_had(r
     layers, heads, tokens = model.config.n_layers, model.config.n_heads, 300
     with pytest.raises(OctlmError) as caught:
         check_map_memory(model, tokens, torch.device("cpu"), asked=100_000)
-    need = 8 * layers * heads * tokens**2 / 2**30  # probabilities and logits, float32
+    need = 8 * layers * heads * tokens**2 / 2**20  # probabilities and logits, float32
     longest = int((2**19 / (8 * layers * heads)) ** 0.5)
+    # Sizes that would read "0.0 GiB" and "0 GiB" are given in MiB, which a person can compare with what they have.
     assert str(caught.value) == (
         f"--length 100000: the attention maps of {tokens} tokens, {layers} layers x {heads} heads, need about "
-        f"{need:,.1f} GiB, more than half this machine's 0 GiB of memory; give --length {longest} or less"
+        f"{need:,.1f} MiB, more than half this machine's 1 MiB of memory; give --length {longest} or less"
+    )
+
+
+def test_a_length_past_a_large_machines_memory_is_refused_in_gib(run, monkeypatch):
+    """Sizes of a GiB and more keep GiB: 100,000 tokens on a 64 GiB machine."""
+    import torch
+
+    import octlm.train.device
+    from octlm.errors import OctlmError
+    from octlm.inspect.attention import check_map_memory
+    from octlm.run.load import load_run
+
+    model, _ = load_run(run)
+    monkeypatch.setattr(octlm.train.device, "device_memory_bytes", lambda device: 64 * 2**30)
+    layers, heads, tokens = model.config.n_layers, model.config.n_heads, 100_000
+    with pytest.raises(OctlmError) as caught:
+        check_map_memory(model, tokens, torch.device("cpu"))
+    need = 8 * layers * heads * tokens**2 / 2**30
+    longest = int((32 * 2**30 / (8 * layers * heads)) ** 0.5)
+    assert str(caught.value).endswith(
+        f"need about {need:,.1f} GiB, more than half this machine's 64 GiB of memory; give --length {longest} or less"
     )
 
 
