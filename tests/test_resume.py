@@ -335,6 +335,20 @@ def poison_the_loss(monkeypatch, step: int) -> None:
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_path, monkeypatch):
+    """After a NaN at step 7, the checkpoint and model.safetensors hold the weights of step 5: those of the same run
+    stopped there by Ctrl-C, which never met the NaN."""
+    from safetensors.torch import load_file
+
+    stopped = tmp_path / "stopped"
+
+    def ctrl_c(step):
+        if step == 4:  # the hook runs before step 4 (0-based), so the run stops with 5 steps done
+            os.kill(os.getpid(), signal.SIGINT)
+
+    assert train(options(small_corpus, stopped, max_steps=12, save_every=5), QUIET, step_hook=ctrl_c)["interrupted"]
+    assert load_checkpoint(stopped / CHECKPOINT).step == 5
+    good = load_file(stopped / "model.safetensors")
+
     run = tmp_path / "run"
     poison_the_loss(monkeypatch, 7)
     with pytest.raises(TrainingError) as err:
@@ -343,8 +357,11 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(small_corpus, tmp_pat
     assert "became nan at step 7" in message and "step 5" in message and "--learning-rate" in message
     checkpoint = load_checkpoint(run / CHECKPOINT)
     assert checkpoint.step == 5
-    assert all(torch.isfinite(t).all() for t in model_tensors(checkpoint).values())
-    assert load_run(run)[0] is not None  # model.safetensors holds the same good weights
+    kept = model_tensors(checkpoint)
+    assert kept.keys() == good.keys() and all(torch.equal(kept[name], good[name]) for name in good)
+    assert weights(run) == weights(stopped)  # model.safetensors holds the same good weights
+    model = load_run(run)[0].state_dict()
+    assert all(torch.equal(model[name], good[name]) for name in good)  # and they are what loading the run gives
 
 
 def test_huge_learning_rate_is_caught_by_the_cli(small_corpus, tmp_path, capsys):
