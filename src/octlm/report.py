@@ -142,4 +142,12 @@ class SilentReporter(Reporter):
         pass
 
 
-__all__ = ["Reporter", "SilentReporter", "TaggedReporter"]
+def memory_size(n_bytes: float, digits: int = 0) -> str:
+    """``n_bytes`` in GiB to ``digits`` decimals, or in MiB where GiB would read 0 (a small machine, a short length):
+    a figure a person can compare with what they have."""
+    if round(n_bytes / 2**30, digits) == 0:
+        return f"{n_bytes / 2**20:,.{digits}f} MiB"
+    return f"{n_bytes / 2**30:,.{digits}f} GiB"
+
+
+__all__ = ["Reporter", "SilentReporter", "TaggedReporter", "memory_size"]

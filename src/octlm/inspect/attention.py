@@ -29,7 +29,7 @@ from octlm.inspect.sample import SampleOptions
 from octlm.model import Decoder
 from octlm.model.attention_maps import AttentionMaps, record_attention
 from octlm.model.positions import unbounded_schemes
-from octlm.report import Reporter
+from octlm.report import Reporter, memory_size
 from octlm.run.folder import ATTENTION, ATTENTION_FILES, RunFolder
 from octlm.train.options import TrainOptions
 
@@ -171,17 +171,9 @@ def check_map_memory(model: Decoder, length: int, device: torch.device, asked: i
         raise OctlmError(
             f"--length {asked or length}: the attention maps of {length:,} tokens, {config.n_layers} layers x "
             f"{config.n_heads} heads, need about "
-            f"{_size(need, 1)}, more than half {where} {_size(total, 0)} of memory; give --length "
+            f"{memory_size(need, 1)}, more than half {where} {memory_size(total, 0)} of memory; give --length "
             f"{longest} or less"
         )
-
-
-def _size(n_bytes: float, digits: int) -> str:
-    """``n_bytes`` in GiB to ``digits`` decimals, or in MiB where GiB would read 0 (a small machine or a short length):
-    a figure a person can compare with what they have."""
-    if round(n_bytes / 2**30, digits) == 0:
-        return f"{n_bytes / 2**20:,.{digits}f} MiB"
-    return f"{n_bytes / 2**30:,.{digits}f} GiB"
 
 
 def record(model: Decoder, ids: list[int], device: torch.device) -> AttentionMaps:

@@ -13,7 +13,7 @@ from octlm.data.tokenizer import Tokenizer
 from octlm.declare import REQUIRED, at_least, finite, option, same_as
 from octlm.errors import OctlmError
 from octlm.model import Decoder
-from octlm.report import Reporter
+from octlm.report import Reporter, memory_size
 from octlm.run.scaling import RopeScalingOptions, apply_rope_scaling
 from octlm.train.options import TrainOptions
 
@@ -92,7 +92,7 @@ def check_bias_memory(model: Decoder, length: int, device: torch.device) -> None
         raise OctlmError(
             f"the prompt plus --max-new-tokens is {length:,} tokens; {model.positions.label}'s bias for that length "
             "needs about "
-            f"{need / 2**30:,.0f} GiB, more than this {device.type} has ({total / 2**30:.0f} GiB): keep it under "
+            f"{memory_size(need)}, more than this {device.type} has ({memory_size(total)}): keep it under "
             f"{longest:,} tokens"
         )
 

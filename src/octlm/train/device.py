@@ -14,6 +14,7 @@ import torch
 
 from octlm.errors import OctlmError
 from octlm.model import DecoderConfig
+from octlm.report import memory_size
 
 
 def resolve_device(name: str) -> torch.device:
@@ -88,9 +89,9 @@ def check_memory(config: DecoderConfig, batch_size: int, device: torch.device) -
         layers = config.n_layers * (24 * config.d_model + 2 * config.n_heads * config.context_length)
         fix = "--batch-size, or " + ("--vocab-size" if logits >= layers else "--n-layers or --d-model")
         raise OctlmError(
-            f"this model and batch need about {need / 2**30:,.0f} GiB of activations per step, more than this "
+            f"this model and batch need about {memory_size(need)} of activations per step, more than this "
             f"{device.type} "
-            f"has ({total / 2**30:.0f} GiB): --batch-size {batch_size} x --context-length {config.context_length} "
+            f"has ({memory_size(total)}): --batch-size {batch_size} x --context-length {config.context_length} "
             "tokens, "
             f"each holding about 3 x --vocab-size {config.vocab_size} logits and --n-layers {config.n_layers} x "
             f"(24 x --d-model {config.d_model} + 2 x --n-heads {config.n_heads} x --context-length) activations; lower "
