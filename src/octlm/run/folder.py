@@ -267,6 +267,17 @@ class RunFolder(OutputFolder):
             if lock is not None:
                 lock.close()
 
+    def check_still_ours(self) -> None:
+        """As :meth:`OutputFolder.check_still_ours`, and refuse a run that another octlm process is training now
+        (``--overwrite`` given to both).
+
+        Raises:
+            OctlmError: naming the other process.
+        """
+        super().check_still_ours()
+        if (self.path / LOCK).is_file():
+            self.lock().close()  # raises while the other process holds it
+
     def lock(self):
         """Hold an exclusive lock on the folder for this process's lifetime (released even by kill -9).
 

@@ -33,6 +33,8 @@ class OutputFolder:
     def __init__(self, path: str | Path, flag: str = "--out") -> None:
         self.path = Path(path)
         self.flag = flag
+        # what check_target saw: a folder that appears after it was written by someone else, not by this command
+        self._had_files: bool | None = None
 
     def __str__(self) -> str:
         return str(self.path)
@@ -70,7 +72,8 @@ class OutputFolder:
                 a folder (:func:`check_out_folder`).
         """
         check_out_folder(self.path, self.flag)
-        if self.has_files():
+        self._had_files = self.has_files()
+        if self._had_files:
             reason = refuse(self)
             if reason is not None:
                 raise OctlmError(reason)
@@ -128,10 +131,24 @@ class OutputFolder:
         staging.chmod(0o777 & ~umask() if mode is None else mode)
         try:
             yield staging
+            self.check_still_ours()
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         move_into_place(staging, self.path, self.flag)
+
+    def check_still_ours(self) -> None:
+        """Just before the swap: refuse a folder that another process wrote here since :meth:`check_target`, which
+        the swap would otherwise delete (two commands started with the same ``--out`` at once).
+
+        Raises:
+            OctlmError: when the folder was empty or absent at the check and holds files now.
+        """
+        if self._had_files is False and self.has_files():
+            raise OctlmError(
+                f"{self.flag} {self.path}: another process wrote this folder while this command was preparing its "
+                f"own, so nothing was written; choose another {self.flag}, or wait for the other and add --overwrite"
+            )
 
 
 __all__ = ["OutputFolder"]

@@ -1,0 +1,46 @@
+"""Two commands given the same --out at once: the second refuses and the first's folder survives (a new user's trial
+ran two trainings into one folder; both exited 0 and left a run whose config and weights disagreed)."""
+
+from __future__ import annotations
+
+import fcntl
+
+import pytest
+
+from octlm.errors import OctlmError
+from octlm.run.folder import LOCK, RunFolder
+
+
+def test_a_folder_written_by_another_process_after_the_check_is_not_replaced(tmp_path):
+    out = RunFolder(tmp_path / "run")
+    out.check_new_run(overwrite=False)  # empty: this command may write it
+    # meanwhile another process puts its run there (what the staging swap would have deleted)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("{}")
+    with pytest.raises(OctlmError, match="another process wrote this folder"):
+        with out.staged() as staging:
+            (staging / "config.json").write_text('{"ours": true}')
+    assert (tmp_path / "run" / "config.json").read_text() == "{}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no staging folder left behind
+
+
+def test_a_run_another_process_is_training_is_not_replaced_even_with_overwrite(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    held = (run / LOCK).open("a+")
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a training process holds it
+    held.write("pid 4242")
+    held.flush()
+    try:
+        out = RunFolder(run)
+        out._had_files = True  # check_target passed with --overwrite
+        with pytest.raises(OctlmError, match=r"another octlm process \(pid 4242\) is training this run"):
+            with out.staged() as staging:
+                (staging / "config.json").write_text('{"ours": true}')
+        assert (run / "config.json").read_text() == "{}"
+    finally:
+        held.close()
+    with RunFolder(run).staged() as staging:  # once the trainer is gone the swap goes ahead
+        (staging / "config.json").write_text('{"ours": true}')
+    assert (run / "config.json").read_text() == '{"ours": true}'
