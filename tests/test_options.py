@@ -162,16 +162,15 @@ def test_restating_a_fixed_option_is_accepted(tmp_path):
     assert changes == [] and merged.out == str(run)
 
 
-def test_threads_beyond_the_machines_cpus_are_refused(tmp_path, capsys):
-    import os
-
+def test_threads_beyond_the_cpus_this_process_may_use_are_refused(tmp_path, capsys):
     from octlm.cli import main
+    from octlm.train.device import available_cpus
 
-    too_many = (os.cpu_count() or 1) + 1
+    too_many = available_cpus() + 1
     code = main(["train", "--text", "tinyshakespeare", "--threads", str(too_many), "--out", str(tmp_path / "run")])
     assert code == 1
     assert (
-        f"--threads must be in [1, {os.cpu_count() or 1}] (this machine's CPUs), got {too_many}"
+        f"--threads must be in [1, {available_cpus()}] (the CPUs this process may use), got {too_many}"
         in capsys.readouterr().err
     )
     assert not (tmp_path / "run").exists()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
 
 import pytest
 
+from octlm.errors import OctlmError
 from octlm.train import device
 from octlm.train.device import free_cpus, idle_cpus
 
@@ -46,8 +48,30 @@ def test_the_choice_follows_the_probe_and_omp_num_threads(monkeypatch):
     assert (choice.threads, choice.reason) == (1, "1 of 2 CPUs idle")
     readings = iter([stat((0, 0), (0, 0)), stat((1, 19), (0, 20))])
     assert device.choose_threads() == device.ThreadChoice(2, "2 CPUs idle")
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert device.choose_threads() == device.ThreadChoice(3, "OMP_NUM_THREADS")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert device.choose_threads() == device.ThreadChoice(1, "OMP_NUM_THREADS")
+    monkeypatch.setenv("OMP_NUM_THREADS", "999")  # 999 threads on 2 CPUs ran 60 times slower in a user's trial
+    assert device.choose_threads() == device.ThreadChoice(
+        2, "OMP_NUM_THREADS=999, at most the 2 CPUs this process may use"
+    )
+
+
+@pytest.mark.parametrize("given", ["abc", "0", "-1", "2.5"])
+def test_a_malformed_omp_num_threads_is_refused_by_name(monkeypatch, given):
+    monkeypatch.setenv("OMP_NUM_THREADS", given)
+    with pytest.raises(OctlmError, match=f"OMP_NUM_THREADS='{re.escape(given)}' is not a positive whole number"):
+        device.choose_threads()
+
+
+def test_one_allowed_cpu_reads_in_the_singular_and_says_it_is_a_limit(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(device, "available_cpus", lambda: 1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(device.time, "sleep", lambda seconds: None)
+    readings = iter([stat((0, 0), (0, 0)), stat((0, 20), (20, 0))])
+    monkeypatch.setattr(device, "_read_proc_stat", lambda: next(readings))
+    assert device.choose_threads() == device.ThreadChoice(1, "1 CPU idle (this process may use 1 CPU of 2)")
 
 
 def test_without_proc_stat_the_load_average_decides(monkeypatch):

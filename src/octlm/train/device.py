@@ -157,18 +157,29 @@ def free_cpus(idle: float) -> int:
 
 
 def choose_threads() -> ThreadChoice:
-    """torch's CPU threads when ``--threads`` is not given: ``OMP_NUM_THREADS`` when set, else the CPUs free now.
+    """torch's CPU threads when ``--threads`` is not given: ``OMP_NUM_THREADS`` when set (at most the CPUs this
+    process may use), else the CPUs free now.
 
     "Free" is measured, not assumed: over :data:`PROBE_SECONDS` the CPUs this process may run on are watched in
     ``/proc/stat`` (Linux), or else the 1-minute load average is taken from their count. A quiet machine gets all
     its CPUs; beside a busy process each busy CPU is left to it, since a parallel operator waits for its slowest
     thread and one busy CPU among its threads stalled every operator (500 sampled tokens took 14.6 s instead of
     3.8 s on 2 CPUs, issue 21; ``bench/threads.py`` measures it). Where neither reading exists, half the CPUs.
+
+    Raises:
+        OctlmError: when ``OMP_NUM_THREADS`` is set but not a positive whole number.
     """
-    given = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if given.isdigit() and int(given) > 0:
-        return ThreadChoice(int(given), "OMP_NUM_THREADS")
     cpus = available_cpus()
+    given = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if given:
+        if not (given.isdigit() and int(given) > 0):
+            raise OctlmError(
+                f"OMP_NUM_THREADS={given!r} is not a positive whole number; unset it (octlm then takes the idle "
+                "CPUs) or give --threads N"
+            )
+        if int(given) > cpus:  # more threads than CPUs make every operator wait on the oversubscribed ones
+            return ThreadChoice(cpus, f"OMP_NUM_THREADS={given}, at most the {_cpus(cpus)} this process may use")
+        return ThreadChoice(int(given), "OMP_NUM_THREADS")
     mask = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(cpus))
     try:
         before = _read_proc_stat()
@@ -180,7 +191,13 @@ def choose_threads() -> ThreadChoice:
         except (OSError, AttributeError):
             return ThreadChoice(max(1, cpus // 2), f"half of {cpus} CPUs: their load is unknown here")
     threads = min(cpus, free_cpus(idle))
-    return ThreadChoice(threads, f"{threads} of {cpus} CPUs idle" if threads < cpus else f"{cpus} CPUs idle")
+    allowed = f" (this process may use {_cpus(cpus)} of {os.cpu_count()})" if cpus < (os.cpu_count() or cpus) else ""
+    idle_ones = f"{threads} of {_cpus(cpus)}" if threads < cpus else _cpus(cpus)
+    return ThreadChoice(threads, f"{idle_ones} idle{allowed}")
+
+
+def _cpus(n: int) -> str:
+    return f"{n} CPU" if n == 1 else f"{n} CPUs"
 
 
 def default_threads() -> int:

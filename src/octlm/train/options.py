@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from octlm.declare import Bound, Resume, at_least, build, finite, flat_values, n
 from octlm.errors import OctlmError
 from octlm.model import DecoderConfig
 from octlm.model.positions import ROPE_SCALINGS
+from octlm.train.device import available_cpus
 from octlm.train.tracking import TRACKERS, check_trackers
 
 #: The optimizers --optimizer names (octlm.train.optim.make_optimizer builds them).
@@ -266,10 +266,10 @@ class TrainOptions:
     )
     threads: int | None = option(
         None,
-        "CPU threads for torch, at most this machine's CPU count (default: the CPUs idle when the command "
+        "CPU threads for torch, at most the CPUs this process may use (default: the CPUs idle when the command "
         "starts, watched for 0.2 s, so a quiet machine uses all of them and a busy CPU is left to its work, "
         "which would stall every step; OMP_NUM_THREADS when set; the model line says which and why)",
-        bounds=Bound(1, os.cpu_count() or 1, note="(this machine's CPUs)"),
+        bounds=Bound(1, available_cpus(), note="(the CPUs this process may use)"),
         resume=FREE,
     )
     # output
