@@ -68,6 +68,7 @@ def test_the_stated_error_covers_the_estimates_spread_and_centres_on_the_whole()
     covered = np.mean(np.abs(estimates - whole) <= 2 * errors)
     assert 0.9 <= covered  # +-2 standard errors hold the whole split's figure about 95% of the time
     assert stratified_bpb_se(nats, nbytes, population) == 0.0  # the whole split: no sampling error
+    assert stratified_bpb_se(nats[:1], nbytes[:1], population) is None  # one block has no spread: no error to state
 
 
 @pytest.mark.parametrize("max_blocks, batch_size", [(None, 5), (7, 3), (64, 32)])

@@ -42,7 +42,8 @@ class EvalResult:
         bytes: UTF-8 bytes those targets stand for.
         blocks: blocks evaluated.
         bpb_se: standard error of ``bpb`` as an estimate of the whole split's, in bits per byte, from the
-            blocks' spread (:func:`stratified_bpb_se`); 0 when every block was scored.
+            blocks' spread (:func:`stratified_bpb_se`); 0 when every block was scored, ``None`` when one block was
+            drawn from many (one block has no spread to measure).
         position_nats: with ``per_position``, the nats of text targets summed
             over blocks at each position of a block [context_length] (position
             ``p`` is predicted from ``p + 1`` tokens of context); else ``None``.
@@ -56,7 +57,7 @@ class EvalResult:
     tokens: int
     bytes: int
     blocks: int
-    bpb_se: float = 0.0
+    bpb_se: float | None = 0.0
     position_nats: list[float] | None = None
     position_bytes: list[int] | None = None
 
@@ -85,14 +86,14 @@ def stratified(n: int, k: int | None, seed: int = SAMPLE_SEED) -> np.ndarray:
     return edges[:-1] + (rng.random(k) * (edges[1:] - edges[:-1])).astype(np.int64)
 
 
-def stratified_bpb_se(nats: np.ndarray, nbytes: np.ndarray, population: int) -> float:
+def stratified_bpb_se(nats: np.ndarray, nbytes: np.ndarray, population: int) -> float | None:
     """Standard error, in bits per byte, of ``sum(nats) / ln 2 / sum(nbytes)`` over blocks drawn by
     :func:`stratified` (one per stratum) as an estimate of the same ratio over all ``population`` blocks.
 
     The ratio is linearised (residuals ``nats - R * nbytes``), and with one block per stratum the variance of their
     sum is taken from adjacent strata collapsed in pairs, which overstates it when the strata differ (Cochran 1977,
     Sampling Techniques, §5A.12): the stated error errs on the side of caution. A finite-population correction
-    applies. 0 when every block is scored or fewer than two are.
+    applies. 0 when every block is scored; ``None`` when a single block stands for more.
 
     Args:
         nats: nats of the text targets of each drawn block [k], in stratum order.
@@ -100,8 +101,10 @@ def stratified_bpb_se(nats: np.ndarray, nbytes: np.ndarray, population: int) -> 
         population: blocks in the whole split.
     """
     k = len(nats)
-    if k >= population or k < 2:
+    if k >= population:
         return 0.0
+    if k < 2:
+        return None
     ratio = nats.sum() / nbytes.sum()
     residual = nats - ratio * nbytes
     pairs = residual[: k - k % 2].reshape(-1, 2)

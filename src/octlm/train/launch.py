@@ -176,7 +176,9 @@ def final_report(result: dict, sample_text: str, diagnostic: dict, brief: bool =
         "tokens/s, "
         f"{result['epochs']:.2f} epochs" + (" (interrupted)" if result["interrupted"] else ""),
         f"validation: loss {result['val_loss']:.4f} nats/token, perplexity {result['val_perplexity']:.2f}, "
-        f"{result['val_bpb']:.4f} bits per byte ({result['val_tokens']:,} tokens)",
+        f"{result['val_bpb']:.4f}"
+        + (f" ± {result['val_bpb_se']:.4f}" if result.get("val_bpb_se") else "")
+        + f" bits per byte ({result['val_tokens']:,} tokens)",
     ]
     resume = []
     if result["interrupted"]:

@@ -347,7 +347,9 @@ class Trainer(RunFolderPhase, CheckpointPhase):
         n_final = min(n_val_blocks, final_blocks or n_val_blocks)
         # A GB of text has a validation split of 300,000 blocks, minutes of scoring on a CPU: say how to score fewer.
         fewer = "; --final-eval-blocks N scores a sample of N, with its standard error" if n_final > 10_000 else ""
-        self.report.event("final_eval", f"final evaluation on {n_final:,} validation blocks{fewer}...")
+        self.report.event(
+            "final_eval", f"final evaluation on {n_final:,} validation block{'s' if n_final != 1 else ''}{fewer}..."
+        )
         with self.report.progress(n_final, "final evaluation", "block") as bar:
             final = self.evaluate(self.step, final_blocks, progress=bar.update)
         result = {
