@@ -16,34 +16,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import json
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from octlm.cli import main as octlm_main
-from octlm.data.tokenizer import Tokenizer
-from octlm.data.tokens import block_starts, open_tokens
 from octlm.train.device import default_threads
 
 #: The corpus built into octlm (octlm.data.corpora), so the benchmark runs on a fresh clone.
 CORPUS = "tinyshakespeare"
 
 
-def unigram_bpb(run_dir: Path, context_length: int) -> float:
-    """Bits per byte of add-one-smoothed training-split token frequencies on the scored validation targets."""
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    tokenizer = Tokenizer.load(run_dir / "tokenizer.json")
-    train = open_tokens(run_dir / "train.bin", manifest["tokens"]["train"]["dtype"])
-    val = open_tokens(run_dir / "val.bin", manifest["tokens"]["val"]["dtype"])
-    counts = np.bincount(train, minlength=tokenizer.vocab_size).astype(np.float64) + 1.0
-    log2p = np.log2(counts / counts.sum())
-    n_targets = len(block_starts(len(val), context_length)) * context_length
-    targets = np.asarray(val[1 : n_targets + 1])
-    return float(-log2p[targets].sum() / tokenizer.bytes_per_token[targets].sum())
+def _baselines():
+    """bench/baselines.py, the one definition of the unigram baseline (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("baselines_bench", Path(__file__).with_name("baselines.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run(argv: list[str]) -> dict:
@@ -61,7 +53,7 @@ def run(argv: list[str]) -> dict:
             sys.exit(code)
         result = json.loads(buffer.getvalue().strip().splitlines()[-1])
         config = json.loads((out / "config.json").read_text())
-        baseline = unigram_bpb(out, config["model"]["context_length"])
+        baseline = _baselines().baselines(out)["unigram_val_bpb"]
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return {
         "benchmark": "train_tinyshakespeare",
