@@ -65,6 +65,13 @@ def mapper_for(config: DecoderConfig) -> Mapper:
             "the logits with the length (Qwen's LogN-Scaling lives in its own remote code)",
         ),
         (
+            config.randomize_positions > 1,
+            f"randomize_positions={config.randomize_positions}: octlm places a sequence of n tokens at n sorted "
+            f"positions drawn from 0 .. {config.randomize_positions} x context_length - 1 (one draw per length, as it "
+            "trained), transformers' GPT-2 and GPT-NeoX at 0 .. n - 1, which this model almost never trained on "
+            "(train without --randomize-positions to export)",
+        ),
+        (
             config.document_mask,
             "document_mask: transformers' GPT-2 and GPT-NeoX attend across <|endoftext|> and do not restart positions "
             "there",
