@@ -118,6 +118,11 @@ def test_several_tasks_write_one_table_each_and_the_ranking(tmp_path, capsys):
     assert records[0]["tasks"] == ["copy", "flip-flop", "count"]
     evals = [r for r in records if r["record"] == "eval"]
     assert len(evals) == 3 * 2 * 2 * 4 and {r["task"] for r in evals} == {"copy", "flip-flop", "count"}
+    ranked = [r for r in records if r["record"] == "ranking"]  # at 2x and 4x: which tasks decide, which are left out
+    assert [r["multiplier"] for r in ranked] == [2, 4]
+    assert all(
+        sorted(r["tasks"] + [t["task"] for t in r["left_out"]]) == ["copy", "count", "flip-flop"] for r in ranked
+    )
 
 
 def test_all_runs_every_task(tmp_path):

@@ -194,7 +194,7 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
                 _report_model(got, task, variant, seed, done, total, report)
     header = _header(opts, tasks, variants, sizes, seeds)
     summary = summarize(records, depths, tasks, [v.label for v in variants], sizes, seeds, protocol_sentence(opts))
-    paths = _write(out, [header, *records, *depths], summary)
+    paths = _write(out, [header, *records, *depths, *summary.records], summary)
     seconds = time.perf_counter() - t0
     result = {
         "out": str(out),

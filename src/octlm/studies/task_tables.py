@@ -230,6 +230,8 @@ class Summary:
     terminal: str
     result: dict
     extra_files: dict[str, bytes] = field(default_factory=dict)
+    #: the ``ranking`` records of ``tasks.jsonl``, one per ranked multiple of L (several tasks only)
+    records: list[dict] = field(default_factory=list)
 
 
 def summarize(
@@ -245,7 +247,7 @@ def summarize(
     ranking across tasks (two or more tasks)."""
     from octlm.studies.task import DEPTH_PLOT, EVAL_COUNT, RANK_PLOT
 
-    grids, spreads, sections, terminal = {}, {}, [], []
+    grids, spreads, sections, terminal, ranking_records = {}, {}, [], [], []
     several = len(tasks) > 1
     for task in tasks:
         grid, spread = mean_accuracy(records, labels, sizes, task.name)
@@ -265,15 +267,16 @@ def summarize(
             sections.insert(0, ranking_markdown(ranks, [t.name for t in tasks], seeds))
             terminal.append(ranking_terminal(ranks))
             extra[RANK_PLOT] = ranking_plot(ranks)
-            result["mean_reciprocal_rank"] = {
-                f"{m}x": {k: {"mean": v[0], "std": v[1]} for k, v in r.items()} for m, r in ranks.items()
-            }
+            result["mean_reciprocal_rank"] = {f"{m}x": r.record()["mean_reciprocal_rank"] for m, r in ranks.items()}
+            result["ranking"] = {f"{m}x": {k: r.record()[k] for k in ("tasks", "left_out")} for m, r in ranks.items()}
+            ranking_records = [r.record() for r in ranks.values()]
     else:
         result = {"task": tasks[0].name, "accuracy": grids[tasks[0].name], "accuracy_std": spreads[tasks[0].name]}
     title = [f"# Task study: {', '.join(t.name for t in tasks)}", ""] if several else []
     if protocol:
         (title if several else sections).insert(len(title) if several else 1, protocol + "\n")
-    return Summary("\n".join([*title, *sections]), plot(grids, sizes), "\n\n".join(terminal), result, extra)
+    markdown = "\n".join([*title, *sections])
+    return Summary(markdown, plot(grids, sizes), "\n\n".join(terminal), result, extra, ranking_records)
 
 
 def depth_grid(depths: list[dict], sizes: list[int]) -> dict[str, np.ndarray]:
