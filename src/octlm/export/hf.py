@@ -29,7 +29,7 @@ from safetensors.torch import save
 
 from octlm.declare import REQUIRED, option, same_as
 from octlm.errors import OctlmError
-from octlm.export.hf_common import EXPORT_ACTIVATION, IMPORT_ACTIVATION, InteropError, Mapper
+from octlm.export.hf_common import EXPORT_ACTIVATION, IMPORT_ACTIVATION, InteropError, Mapper, served_length
 from octlm.export.hf_files import read_hf_tensors, read_hf_tokenizer, write_tokenizer
 from octlm.export.hf_gpt2 import Gpt2Mapper, decoder_config, from_gpt2_state, gpt2_config, name_map, to_gpt2_state
 from octlm.export.hf_neox import NeoxMapper
@@ -176,7 +176,7 @@ def export_hf(
         atomic_write_json(
             staging / "generation_config.json", {"bos_token_id": tokenizer.eot_id, "eos_token_id": tokenizer.eot_id}
         )
-        write_tokenizer(staging, tokenizer, model.config.context_length)
+        write_tokenizer(staging, tokenizer, served_length(model.config, getattr(model.positions, "scaling", None)))
     files = sorted(p.name for p in target.path.iterdir())
     return {
         "out_dir": str(out_dir),

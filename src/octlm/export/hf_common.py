@@ -84,6 +84,19 @@ def export_activation(config: DecoderConfig, architecture: str) -> str:
     return EXPORT_ACTIVATION[config.activation]
 
 
+def served_length(config: DecoderConfig, scaling: object | None) -> int:
+    """Tokens the exported model is for: the trained ``context_length``, or under a RoPE scaling its target length.
+
+    ``--rope-factor`` is the target length over the length trained on, so a
+    scaling serves ``factor x original_length`` tokens (at least ``context_length``:
+    an imported checkpoint may already say more). Written as the tokenizer's
+    ``model_max_length``, so ``tokenizer(..., truncation=True)`` keeps what the model reads.
+    """
+    if scaling is None:
+        return config.context_length
+    return max(config.context_length, int(scaling.original_length * scaling.factor))
+
+
 def build_config(source: Path, **fields) -> DecoderConfig:
     """``DecoderConfig(**fields)``, its ``ValueError`` turned into an ``InteropError`` naming ``source``."""
     try:
@@ -148,5 +161,6 @@ __all__ = [
     "export_activation",
     "import_block",
     "refusal",
+    "served_length",
     "take_tensors",
 ]

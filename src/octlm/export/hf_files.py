@@ -20,8 +20,11 @@ from octlm.export.hf_common import InteropError
 from octlm.fileio import atomic_write, atomic_write_json
 
 
-def write_tokenizer(out_dir: Path, tokenizer: Tokenizer, context_length: int) -> None:
-    """Write ``tokenizer.json`` and ``tokenizer_config.json``: ``AutoTokenizer`` then gives octlm's ids."""
+def write_tokenizer(out_dir: Path, tokenizer: Tokenizer, model_max_length: int) -> None:
+    """Write ``tokenizer.json`` and ``tokenizer_config.json``: ``AutoTokenizer`` then gives octlm's ids.
+
+    ``model_max_length`` is the length the exported model serves, where ``truncation=True`` cuts.
+    """
     atomic_write(out_dir / "tokenizer.json", tokenizer.to_str())
     atomic_write_json(
         out_dir / "tokenizer_config.json",
@@ -30,7 +33,7 @@ def write_tokenizer(out_dir: Path, tokenizer: Tokenizer, context_length: int) ->
             "bos_token": END_OF_TEXT,
             "eos_token": END_OF_TEXT,
             "unk_token": END_OF_TEXT,
-            "model_max_length": context_length,
+            "model_max_length": model_max_length,
             "add_prefix_space": False,
             "clean_up_tokenization_spaces": False,
             # transformers registers eos_token as an added token that it matches in

@@ -26,7 +26,9 @@ octlm                        GPT-NeoX ``config.json``
 ===========================  ==================================================
 ``d_model``, ``n_heads``     ``hidden_size``, ``num_attention_heads``
 ``n_layers``                 ``num_hidden_layers`` (``intermediate_size`` = 4 x)
-``context_length``           ``max_position_embeddings``
+``context_length``           ``max_position_embeddings`` (under a RoPE scaling
+                             other than YaRN, the length served, with
+                             ``"octlm"``'s ``context_length`` the trained one)
 ``dropout``                  ``hidden_dropout``, ``attention_dropout``
 ``activation``               ``hidden_act``: gelu, or gelu_pytorch_tanh
 ``rope_theta``               ``rope_parameters.rope_theta``; ``rotary_emb_base``
@@ -60,6 +62,7 @@ from octlm.export.hf_common import (
     export_activation,
     import_block,
     refusal,
+    served_length,
     take_tensors,
 )
 from octlm.export.hf_neox_rope import import_rope, neox_rotation, rotates, scaling_parameters, transformers4_rope
@@ -129,6 +132,21 @@ def qkv_rows(config: DecoderConfig) -> torch.Tensor:
     return torch.cat([part * C + h * D + (turned if part < 2 else plain) for h in range(H) for part in range(3)])
 
 
+def max_positions(config: DecoderConfig, scaling: RopeScaling | None) -> int:
+    """``max_position_embeddings``: the length the model serves (:func:`served_length`), as transformers reads it.
+
+    Transformers takes it as the length after scaling: Llama 3's rope_type warns
+    unless ``original_max_position_embeddings`` is below it. YaRN alone keeps
+    the trained length: transformers 4.45 (the oldest the ``hf`` extra allows)
+    reads ``max_position_embeddings`` as YaRN's length before scaling, where
+    version 5 reads ``original_max_position_embeddings`` and takes a ratio of 1
+    between the two as no statement.
+    """
+    if scaling is not None and scaling.method == "yarn":
+        return config.context_length
+    return served_length(config, scaling)
+
+
 def neox_config(model: Decoder, eot_id: int) -> dict:
     """The ``config.json`` of the GPT-NeoX equivalent of ``model`` (with its run-time RoPE scaling, if set).
 
@@ -147,7 +165,8 @@ def neox_config(model: Decoder, eot_id: int) -> dict:
     if rotary and neox_rotation(config)[0] != rotary_dim(config):
         dim, theta = neox_rotation(config)
         rope.update(rope_theta=theta, partial_rotary_factor=dim / config.head_dim)
-    rope.update(scaling_parameters(getattr(model.positions, "scaling", None), config))
+    scaling = getattr(model.positions, "scaling", None)
+    rope.update(scaling_parameters(scaling, config))
     out = {
         "architectures": ["GPTNeoXForCausalLM"],
         "model_type": MODEL_TYPE,
@@ -159,7 +178,7 @@ def neox_config(model: Decoder, eot_id: int) -> dict:
         "hidden_act": _TANH_GELU if config.activation == "gelu_tanh" else export_activation(config, "GPT-NeoX"),
         "hidden_dropout": config.dropout,
         "attention_dropout": config.dropout,
-        "max_position_embeddings": config.context_length,
+        "max_position_embeddings": max_positions(config, scaling),
         "layer_norm_eps": LAYER_NORM_EPS,
         "use_parallel_residual": False,
         "attention_bias": True,
@@ -174,6 +193,8 @@ def neox_config(model: Decoder, eot_id: int) -> dict:
     }
     if rotary:
         out["octlm"] = {"rope_layout": config.rope_layout}
+        if out["max_position_embeddings"] != config.context_length:  # import gives the run its trained length back
+            out["octlm"]["context_length"] = config.context_length
         if config.position != neox_scheme(True):  # a scheme GPT-NeoX computes but import would not guess
             out["octlm"].update(
                 position=config.position, **{name: getattr(config, name) for name in SCHEMES[config.position].reads}
@@ -200,6 +221,24 @@ def check_config(config: DecoderConfig) -> None:
             )
 
 
+def trained_length(hf: dict, recorded: dict, source: Path) -> int:
+    """The octlm ``context_length`` of a GPT-NeoX config: the length octlm's export recorded, else
+    ``max_position_embeddings``.
+
+    Raises:
+        InteropError: when the recorded length is not a positive whole number.
+    """
+    if "context_length" not in recorded:
+        return hf.get("max_position_embeddings", 2048)  # a bad value is named by DecoderConfig's check
+    length = recorded["context_length"]
+    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        raise InteropError(
+            f'{source}: "octlm" context_length={length!r} is not a positive whole number of tokens; remove the '
+            f'"octlm" entry to import the checkpoint at max_position_embeddings'
+        )
+    return length
+
+
 def decoder_config(hf: dict, source: Path) -> tuple[DecoderConfig, dict]:
     """The octlm config of a GPT-NeoX ``config.json`` dict, and what the run records beside it.
 
@@ -216,7 +255,8 @@ def decoder_config(hf: dict, source: Path) -> tuple[DecoderConfig, dict]:
         )
     if not hf.get("attention_bias", True):
         raise refusal(hf, source, "attention_bias", "octlm's attention projections have biases")
-    context_length = hf.get("max_position_embeddings", 2048)
+    recorded = hf.get("octlm") or {}
+    context_length = trained_length(hf, recorded, source)
     theta, factor, record = import_rope(hf, source, context_length)
     shape = dict(
         vocab_size=hf.get("vocab_size", 50432),
@@ -229,7 +269,6 @@ def decoder_config(hf: dict, source: Path) -> tuple[DecoderConfig, dict]:
     )
     if factor == 0:
         return build_config(source, **shape, position=neox_scheme(False)), {}
-    recorded = hf.get("octlm") or {}
     layout = recorded.get("rope_layout", "half")
     position = recorded.get("position")
     if position in SCHEMES and SCHEMES[position].hf_model_type == MODEL_TYPE and rotates(position):
