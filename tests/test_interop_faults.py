@@ -196,7 +196,7 @@ def test_import_drops_the_padding_rows_of_a_padded_token_table(tokenizer, tmp_pa
     assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "run")]) == 0
     out = capsys.readouterr()
     assert "Traceback" not in out.err
-    said = [line for line in (out.out + out.err).splitlines() if "padding" in line]
+    said = [line for line in (out.out + out.err).splitlines() if "padding rows" in line]
     assert len(said) == 1 and "20" in said[0] and "320" in said[0] and "300" in said[0], out
     model, _ = load_run(tmp_path / "run")
     assert model.config.vocab_size == tokenizer.vocab_size

@@ -21,10 +21,12 @@ are read and written by :mod:`octlm.export.hf_files`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from safetensors.torch import save
 
 from octlm.declare import REQUIRED, option, same_as
@@ -228,11 +230,14 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
     ``octlm bench`` read. Nothing is downloaded. A RoPE scaling the
     checkpoint applies is a run-time setting in octlm: it is recorded in the
     run's ``config.json`` (``train.rope_scaling``) and returned, for
-    ``--rope-scaling``/``--rope-factor``.
+    ``--rope-scaling``/``--rope-factor``. A token table padded past the
+    tokenizer's tokens loses its padding rows (:func:`drop_padding_rows`);
+    their count is recorded and returned as ``padding_rows_dropped``.
 
     Raises:
         InteropError: for a checkpoint octlm cannot represent or read (the
-            message names the key or file); OctlmError when ``run_dir`` holds
+            message names the key or file), or a tokenizer with more tokens
+            than the table has rows; OctlmError when ``run_dir`` holds
             files and ``overwrite`` is not set.
     """
     from octlm.model.weights import save_weights
@@ -242,14 +247,19 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
     hf = read_hf_config(in_dir)
     mapper = MAPPERS[hf["model_type"]]
     config, record = mapper.import_config(hf, in_dir / "config.json")
-    state = mapper.from_hf_state(read_hf_tensors(in_dir), config, record, in_dir)
     tokenizer = read_hf_tokenizer(in_dir)
-    if tokenizer.vocab_size != config.vocab_size:
+    tensors, padding = read_hf_tensors(in_dir), config.vocab_size - tokenizer.vocab_size
+    if padding < 0:
         raise InteropError(
             f"{in_dir}: the tokenizer has {tokenizer.vocab_size} tokens but config.json says "
             f"vocab_size={config.vocab_size}; "
             f"octlm needs one row of the token table per token"
         )
+    if padding:
+        tensors = drop_padding_rows(tensors, mapper.vocab_tensors, config.vocab_size, tokenizer.vocab_size)
+        config = dataclasses.replace(config, vocab_size=tokenizer.vocab_size)
+        record = {**record, "padding_rows_dropped": padding}
+    state = mapper.from_hf_state(tensors, config, record, in_dir)
     model = Decoder(config)
     model.load_state_dict(state, strict=False)
     model.tie_weights()
@@ -273,6 +283,25 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
         "architecture": mapper.architecture,
         "model": config.to_dict(),
         **record,
+    }
+
+
+def drop_padding_rows(
+    tensors: dict[str, torch.Tensor], names: tuple[str, ...], rows: int, tokens: int
+) -> dict[str, torch.Tensor]:
+    """``tensors`` with the token table and a stored head cut from ``rows`` rows to the tokenizer's ``tokens``.
+
+    Checkpoints pad the table to a multiple of 64 or 128 for faster matrix
+    products (Pythia: 50,304 rows for 50,277 tokens); no token id reaches a
+    padding row, and the head's padding rows only add logits for ids no
+    tokenizer gives, so the real tokens' logits are unchanged. ``names`` are
+    the tensor name endings of the mapper's token-sized tensors
+    (``Mapper.vocab_tensors``); a tensor of another row count is left for the
+    shape check to name.
+    """
+    return {
+        key: value[:tokens] if key.endswith(names) and value.dim() == 2 and value.shape[0] == rows else value
+        for key, value in tensors.items()
     }
 
 

@@ -38,6 +38,8 @@ class Mapper(Protocol):
 
     model_type: str
     architecture: str
+    #: endings of the names of the tensors with one row per token (the token table, a stored head)
+    vocab_tensors: tuple[str, ...]
 
     def check(self, config: DecoderConfig, scaling: object | None) -> None: ...
     def hf_config(self, model: Decoder, eot_id: int) -> dict: ...

@@ -191,6 +191,7 @@ class Gpt2Mapper:
 
     model_type = MODEL_TYPE
     architecture = "GPT2LMHeadModel"
+    vocab_tensors = ("wte.weight", "lm_head.weight")
 
     def check(self, config: DecoderConfig, scaling: object | None) -> None:
         gpt2_config(config, 0)

@@ -293,6 +293,7 @@ class NeoxMapper:
 
     model_type = MODEL_TYPE
     architecture = "GPTNeoXForCausalLM"
+    vocab_tensors = ("embed_in.weight", "lm_head.weight", "embed_out.weight")
 
     def check(self, config: DecoderConfig, scaling: RopeScaling | None) -> None:
         check_config(config)

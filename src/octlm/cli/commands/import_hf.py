@@ -21,6 +21,8 @@ def add_parser(sub) -> None:
         "partial_rotary_factor 0, none. A linear, yarn or llama3 rope scaling is recorded in the run's config.json and "
         "printed:\n"
         "pass it to octlm sample as --rope-scaling/--rope-factor.\n"
+        "A token table padded past the tokenizer's tokens (to a multiple of 64, as Pythia's) loses its padding "
+        "rows.\n"
         "Nothing is downloaded; pytorch_model.bin (a pickle) is refused. Configs octlm cannot compute\n"
         "exactly (another MLP width, LayerNorm eps, attention scaling, untied head, parallel residual, another rope\n"
         "type) are refused by name.",
@@ -38,6 +40,12 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     opts = options_from(args, ImportHfOptions)
     with torch_settings(opts.threads, False):
         result = import_hf(opts.in_dir, opts.run_dir, opts.overwrite)
+    if padding := result.get("padding_rows_dropped"):
+        report.event(
+            "padding",
+            f"dropped {padding} padding rows of the token table (and of the head): {model_rows(result, padding)}",
+            rows=padding,
+        )
     model = result["model"]
     shape = (
         f"{model['n_layers']} layers, d_model {model['d_model']}, {model['n_heads']} heads, "
@@ -55,3 +63,12 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         f"wrote {result['run_dir']}/ ({result['parameters']:,} parameters: {shape}, {result['architecture']}){extra}",
     )
     return 0
+
+
+def model_rows(result: dict, padding: int) -> str:
+    """Why the padding rows go, in words: the checkpoint's rows against the tokenizer's tokens."""
+    tokens = result["model"]["vocab_size"]
+    return (
+        f"the checkpoint has {tokens + padding:,} rows for the tokenizer's {tokens:,} tokens; no token id reaches "
+        "them, so the tokens' logits are unchanged"
+    )
