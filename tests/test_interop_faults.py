@@ -128,7 +128,6 @@ def test_a_process_memory_limit_refuses_up_front(tokenizer, small_corpus, tmp_pa
         assert not (tmp_path / "maps").exists()
         return
     import octlm.train.memory_limit as memory_limit
-
     from octlm.errors import OctlmError
     from octlm.train.device import check_memory
 

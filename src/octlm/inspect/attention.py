@@ -155,24 +155,23 @@ def _text_ids(opts: AttentionOptions, tokenizer, length: int) -> list[int]:
 
 
 def check_map_memory(model: Decoder, length: int, device: torch.device, asked: int | None = None) -> None:
-    """Refuse a length whose recorded maps (:data:`MAP_BYTES` per entry) would not fit half the device's memory.
+    """Refuse a length whose recorded maps (:data:`MAP_BYTES` per entry) would not fit half the memory this process
+    may take: the device's, or less under a process limit (:func:`octlm.train.memory_limit.memory_limit`).
 
     Raises:
-        OctlmError: naming the length, the memory and the longest that fits.
+        OctlmError: naming the length, the memory limit and the longest that fits.
     """
-    from octlm.train.device import device_memory_bytes
+    from octlm.train.memory_limit import memory_limit
 
     config = model.config
     need = MAP_BYTES * config.n_layers * config.n_heads * length**2
-    total = device_memory_bytes(device)
-    if total is not None and need > total / 2:
-        longest = int((total / 2 / (MAP_BYTES * config.n_layers * config.n_heads)) ** 0.5)
-        where = "this machine's" if device.type == "cpu" else f"this {device.type} device's"
+    limit = memory_limit(device)
+    if limit is not None and need > limit.n_bytes / 2:
+        longest = int((limit.n_bytes / 2 / (MAP_BYTES * config.n_layers * config.n_heads)) ** 0.5)
         raise OctlmError(
             f"--length {asked or length}: the attention maps of {length:,} tokens, {config.n_layers} layers x "
             f"{config.n_heads} heads, need about "
-            f"{memory_size(need, 1)}, more than half {where} {memory_size(total, 0)} of memory; give --length "
-            f"{longest} or less"
+            f"{memory_size(need, 1)}, more than half {limit.describe(0)}; give --length {longest} or less"
         )
 
 

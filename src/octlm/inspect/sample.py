@@ -37,7 +37,9 @@ class SampleOptions:
     max_new_tokens: int = option(200, "tokens to generate", bounds=at_least(0))
     temperature: float = option(0.8, "softmax temperature (0: greedy)", bounds=finite(note="(0: greedy)"))
     top_k: int = option(
-        40, "sample among the k most likely tokens (0: all)", bounds=at_least(0, "(0 means all tokens)")
+        40,
+        "sample among the k most likely tokens, exactly k: of tokens tied with the k-th, the lowest ids (0: all)",
+        bounds=at_least(0, "(0 means all tokens)"),
     )
     num_samples: int = option(1, "independent samples to draw", bounds=at_least(1))
     seed: int = same_as(TrainOptions, "seed", help="random seed")
@@ -79,21 +81,20 @@ def check_bias_memory(model: Decoder, length: int, device: torch.device) -> None
     scheme estimates it (``PositionScheme.score_bias_bytes``).
 
     Raises:
-        OctlmError: when the bias for ``length`` tokens exceeds the device's memory.
+        OctlmError: when the bias for ``length`` tokens exceeds the memory this process may take
+            (:func:`octlm.train.memory_limit.memory_limit`).
     """
-    from octlm.train.device import device_memory_bytes
+    from octlm.train.memory_limit import memory_limit
 
     need = model.positions.score_bias_bytes(model.config.n_heads, length)
     if not need:
         return
-    total = device_memory_bytes(device)
-    if total is not None and need > total:
-        longest = int((total * length**2 / need) ** 0.5)
+    limit = memory_limit(device)
+    if limit is not None and need > limit.n_bytes:
+        longest = int((limit.n_bytes * length**2 / need) ** 0.5)
         raise OctlmError(
             f"the prompt plus --max-new-tokens is {length:,} tokens; {model.positions.label}'s bias for that length "
-            "needs about "
-            f"{memory_size(need)}, more than this {device.type} has ({memory_size(total)}): keep it under "
-            f"{longest:,} tokens"
+            f"needs about {memory_size(need)}, more than {limit.describe()}: keep it under {longest:,} tokens"
         )
 
 

@@ -79,19 +79,25 @@ def device_memory_bytes(device: torch.device) -> int | None:
 
 
 def check_memory(config: DecoderConfig, batch_size: int, device: torch.device) -> None:
-    """Refuse a batch whose activations alone would not fit the device's memory (instead of being OOM-killed)."""
-    total = device_memory_bytes(device)
-    if total is None:
+    """Refuse a batch whose activations alone would not fit the memory this process may take (instead of being
+    OOM-killed): the device's, or less under a process limit (:func:`octlm.train.memory_limit.memory_limit`).
+
+    Raises:
+        OctlmError: naming the estimate, the limit that binds and the options to lower.
+    """
+    from octlm.train.memory_limit import memory_limit
+
+    limit = memory_limit(device)
+    if limit is None:
         return
     need = step_memory_bytes(config, batch_size)
-    if need > total:
+    if need > limit.n_bytes:
         logits = 3 * config.vocab_size
         layers = config.n_layers * (24 * config.d_model + 2 * config.n_heads * config.context_length)
         fix = "--batch-size, or " + ("--vocab-size" if logits >= layers else "--n-layers or --d-model")
         raise OctlmError(
-            f"this model and batch need about {memory_size(need)} of activations per step, more than this "
-            f"{device.type} "
-            f"has ({memory_size(total)}): --batch-size {batch_size} x --context-length {config.context_length} "
+            f"this model and batch need about {memory_size(need)} of activations per step, more than "
+            f"{limit.describe()}: --batch-size {batch_size} x --context-length {config.context_length} "
             "tokens, "
             f"each holding about 3 x --vocab-size {config.vocab_size} logits and --n-layers {config.n_layers} x "
             f"(24 x --d-model {config.d_model} + 2 x --n-heads {config.n_heads} x --context-length) activations; lower "
