@@ -58,7 +58,7 @@ they guard live beside it and are listed in ``ELSEWHERE``, which
 | staging folders left by a kill -9             | ELSEWHERE                                                 |
 | a folder of the wrong kind (transformers/run) | ELSEWHERE                                                 |
 | serve/export-web --study of a non-study       | ELSEWHERE                                                 |
-| serve/export-web with --run and --study, or neither | ELSEWHERE                                           |
+| serve/export-web with both --run and --study   | ELSEWHERE                                                 |
 | a huge binary file (a disk image) in a folder | ELSEWHERE                                                 |
 | a full disk while the corpus is prepared      | test_a_full_disk_during_preparation_names_the_folder_and_the_room |
 | a full disk at any other file octlm writes    | test_a_failed_atomic_write_names_its_file_and_leaves_nothing |
@@ -147,7 +147,7 @@ ELSEWHERE = {
     ),
     "import-hf of an octlm run": ("test_commands", "test_import_hf_of_an_octlm_run_names_it"),
     "serve/export-web --study of a non-study": ("test_study_view", "test_a_folder_that_is_not_a_study_is_one_line"),
-    "serve/export-web with --run and --study, or neither": (
+    "serve/export-web with both --run and --study (neither: the playgrounds alone)": (
         "test_study_view",
         "test_run_and_study_are_one_or_the_other",
     ),

@@ -142,6 +142,23 @@ def test_page_in_chromium_through_octlm_serve(trained_run, tmp_path):
         assert (tmp_path / "shots" / name).stat().st_size > 10_000, name
 
 
+def test_playgrounds_alone_in_chromium_through_octlm_serve(tmp_path):
+    """``octlm serve`` with neither --run nor --study: the nine playgrounds work, and where the run or the study would
+    be, the page gives the commands that fill it."""
+    checks = served_checks([], tmp_path / "shots")
+    assert checks["view"] == "none"
+    text = " ".join(checks["how to fill"].split())
+    for command in (
+        "octlm train --out runs/stdlib",
+        "octlm serve --run runs/stdlib",
+        "octlm length",
+        "octlm serve --study DIR",
+    ):
+        assert command in text, command
+    for name in checks["screenshots"]:
+        assert (tmp_path / "shots" / name).stat().st_size > 10_000, name
+
+
 def expected_table(evals: list[dict], reading: str) -> list[list[str]]:
     """The base models' table as the page shows it: 4 decimals, n/a past a learned table."""
     base = [r for r in evals if r["label"] == r["position"] and "extended_to" not in r]

@@ -394,3 +394,50 @@ def test_ctrl_c_while_a_connection_thread_starts_stops_the_server(monkeypatch):
         server.server_close()
     places = [server.places.acquire(blocking=False) for _ in range(MAX_CONNECTIONS + 1)]
     assert places.count(True) == server.places._initial_value  # every place free, none given back twice
+
+
+#: What the page says in place of a run or a study when neither is given: the commands that fill it.
+HOW_TO_FILL = ("octlm train --out runs/stdlib", "octlm serve --run runs/stdlib", "octlm serve --study DIR")
+
+
+def test_serve_without_a_run_or_a_study_serves_the_playgrounds_alone():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "octlm", "serve", "--port", "0", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        first = json.loads(proc.stdout.readline() or "{}")
+        assert first.get("event") == "serving", proc.stderr.read() if proc.poll() is not None else first
+        assert first["run"] is None and first["study"] is None
+        status, _, html = request(first["port"], "/")
+        assert status == 200 and b'<script src="app.js"></script>' in html and b"run-data.js" in html
+        status, _, data = request(first["port"], f"/{RUN_DATA}")
+        assert status == 200 and b"OCTLM_RUN" not in data and b"OCTLM_STUDY" not in data
+        app = request(first["port"], "/app.js")[2].decode()
+        assert "sinusoidal-map" in app and all(command in app for command in HOW_TO_FILL)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+
+
+def test_export_web_without_a_run_or_a_study_writes_the_playgrounds(tmp_path, capsys):
+    out = tmp_path / "page"
+    assert main(["export-web", "--out", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert sorted(p.name for p in out.iterdir()) == sorted([*PAGE_FILES, RUN_DATA]) == result["files"]
+    assert b"OCTLM_RUN" not in (out / RUN_DATA).read_bytes()
+    assert all(command in (out / "app.js").read_text() for command in HOW_TO_FILL)
+
+
+@pytest.mark.parametrize("command", ["serve", "export-web"])
+def test_help_says_the_playgrounds_need_neither_flag(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split()).lower()
+    assert "without --run or --study" in text and f"octlm {command} --run" in text

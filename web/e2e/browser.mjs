@@ -4,7 +4,8 @@
 // switches learned/sinusoidal rows, then on a run's page types a token and
 // reads its neighbours and looks at the run's attention, or on a length
 // study's page switches readings and models and reads the table and the maps;
-// and saves screenshots at laptop and phone width.
+// or, served without --run or --study, reads what the last section says to
+// do; and saves screenshots at laptop and phone width.
 //
 //   node e2e/browser.mjs URL OUT_DIR [--screenshots-only]
 //
@@ -53,9 +54,12 @@ try {
   await page.goto(url, { waitUntil: "load" });
   await page.waitForSelector("body[data-ready=true]", { timeout: 20000 });
   const isStudy = (await page.locator("#study").count()) === 1;
-  seen.view = isStudy ? "study" : "run";
+  // Served without --run or --study: the playgrounds alone, and the commands that fill the last section.
+  const isEmpty = !isStudy && (await page.locator("[data-testid=no-run]").count()) === 1;
+  seen.view = isStudy ? "study" : isEmpty ? "none" : "run";
   check("page has nine playgrounds and the run or study", (await page.locator("section.playground").count()) === 10, await page.locator("section.playground h2").allTextContents());
-  if (!isStudy) check("the run is loaded", (await page.locator("[data-testid=no-run]").count()) === 0, await page.locator("#run h2").textContent());
+  if (isEmpty) seen["how to fill"] = await page.locator("#run").innerText();
+  else if (!isStudy) check("the run is loaded", (await page.locator("[data-testid=no-run]").count()) === 0, await page.locator("#run h2").textContent());
 
   // Every control has a label.
   const unlabelled = await page.evaluate(() =>
@@ -98,7 +102,7 @@ try {
   check("xPos score unchanged by a shift of both positions", xposShifted === xposBase && (await page.locator("[data-testid=xpos-decay] svg polyline").count()) === 4, { xposBase, xposShifted });
 
   if (isStudy) await studyChecks(page);
-  else await runChecks(page);
+  else if (!isEmpty) await runChecks(page);
 
   check("no script errors", errors.length === 0, errors);
   check("nothing fetched from outside", external.length === 0, external);
@@ -108,7 +112,7 @@ try {
   await page.screenshot({ path: join(outDir, "page-laptop.png") });
   await page.locator("#sinusoidal").screenshot({ path: join(outDir, "sinusoidal.png") });
   await page.locator(isStudy ? "#study" : "#run").screenshot({ path: join(outDir, isStudy ? "study.png" : "run.png") });
-  await page.locator(isStudy ? "#study-attention" : "#run-attention").screenshot({ path: join(outDir, isStudy ? "study-attention.png" : "run-attention.png") });
+  if (!isEmpty) await page.locator(isStudy ? "#study-attention" : "#run-attention").screenshot({ path: join(outDir, isStudy ? "study-attention.png" : "run-attention.png") });
   await page.screenshot({ path: join(outDir, "page-laptop-full.png"), fullPage: true });
   await page.setViewportSize({ width: 390, height: 844 });
   await page.waitForTimeout(300);
@@ -117,7 +121,8 @@ try {
   await page.evaluate(() => document.getElementById("sum")?.scrollIntoView());
   await page.screenshot({ path: join(outDir, "page-phone.png") });
   await page.screenshot({ path: join(outDir, "page-phone-full.png"), fullPage: true });
-  seen.screenshots = ["page-laptop.png", "sinusoidal.png", ...(isStudy ? ["study.png", "study-attention.png"] : ["run.png", "run-attention.png"]), "page-laptop-full.png", "page-phone.png", "page-phone-full.png"];
+  const last = isStudy ? ["study.png", "study-attention.png"] : isEmpty ? ["run.png"] : ["run.png", "run-attention.png"];
+  seen.screenshots = ["page-laptop.png", "sinusoidal.png", ...last, "page-laptop-full.png", "page-phone.png", "page-phone-full.png"];
 } catch (err) {
   code = 1;
   seen.error = String(err?.message ?? err);

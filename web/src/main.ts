@@ -1,4 +1,4 @@
-// The explainer page: eight playgrounds about the first layer and the position schemes, then the user's own run or length study.
+// The explainer page: nine playgrounds about the first layer and the position schemes, then the user's own run or length study.
 import "./style.css";
 import { alibiPlayground } from "./playgrounds/alibi";
 import { firePlayground, t5Playground } from "./playgrounds/biases";

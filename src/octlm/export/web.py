@@ -5,9 +5,11 @@ The page is built from ``web/`` by Vite into ``src/octlm/web_dist/``
 as package data, so a pip-installed octlm serves it without Node. The page
 reads its data from ``run-data.js``: ``window.OCTLM_RUN = {...}`` for a run
 (:func:`octlm.inspect.embeddings.run_view`) or ``window.OCTLM_STUDY = {...}``
-for a length study (:func:`octlm.export.study_view.study_view`); one file
-name for both, so an export's ``index.html`` never names a file that is not
-there. Classic scripts rather than a fetched JSON
+for a length study (:func:`octlm.export.study_view.study_view`), and sets
+neither when the page is served alone (no ``--run``, no ``--study``: the
+playgrounds need no model, and the page says how to fill the rest); one file
+name for all three, so an export's ``index.html`` never names a file that is
+not there. Classic scripts rather than a fetched JSON
 file keep an exported copy working straight from disk (``file://``), where
 browsers refuse ``fetch`` and module scripts.
 
@@ -51,20 +53,26 @@ def page_files(dist: Path = WEB_DIST) -> dict[str, bytes]:
     return {name: (dist / name).read_bytes() for name in PAGE_FILES}
 
 
-def run_data_script(view: dict) -> bytes:
+#: ``run-data.js`` of a page served without a run or a study: it sets nothing, so the page shows how to fill it.
+NO_DATA = b"// octlm serve or export-web without --run or --study: the playgrounds alone\n"
+
+
+def run_data_script(view: dict | None) -> bytes:
     """``run-data.js``: a classic script that sets ``window.OCTLM_RUN`` to ``view``, or ``window.OCTLM_STUDY`` for a
-    study's view (``kind: "study"``).
+    study's view (``kind: "study"``); for ``None`` (neither given), a script that sets nothing (:data:`NO_DATA`).
 
     ``<`` is escaped as ``\\u003c`` so a token such as ``</script>`` stays
     inert even if the script is ever inlined into HTML.
     """
+    if view is None:
+        return NO_DATA
     payload = json.dumps(view, ensure_ascii=False, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
     variable = "OCTLM_STUDY" if view.get("kind") == "study" else "OCTLM_RUN"
     return f"window.{variable} = {payload};\n".encode()
 
 
-def site_files(view: dict, dist: Path = WEB_DIST) -> dict[str, bytes]:
-    """Every file of the page with the run: the built page plus ``run-data.js``."""
+def site_files(view: dict | None, dist: Path = WEB_DIST) -> dict[str, bytes]:
+    """Every file of the page with the run, the study or neither (``None``): the built page plus ``run-data.js``."""
     return {**page_files(dist), RUN_DATA: run_data_script(view)}
 
 
@@ -86,12 +94,12 @@ def load_view(run_dir: str | Path) -> dict:
     return run_view(run_dir, model, tokenizer)
 
 
-def page_view(run: str | None, study: str | None, report: Reporter | None = None) -> dict:
-    """The page's data: a run's view (``--run``) or a length study's (``--study``, with a progress bar on ``report``);
-    exactly one of them.
+def page_view(run: str | None, study: str | None, report: Reporter | None = None) -> dict | None:
+    """The page's data: a run's view (``--run``), a length study's (``--study``, with a progress bar on ``report``),
+    or ``None`` for neither (the playgrounds alone: they need no model).
 
     Raises:
-        OctlmError: for both or neither, and whatever :func:`load_view` or
+        OctlmError: for both, and whatever :func:`load_view` or
             :func:`octlm.export.study_view.study_view` refuses.
     """
     from octlm.export.study_view import study_view
@@ -101,11 +109,9 @@ def page_view(run: str | None, study: str | None, report: Reporter | None = None
             f"--run {run} and --study {study} are both given; the page shows one of them: give --run RUN_DIR or "
             "--study DIR"
         )
-    if run is None and study is None:
-        raise OctlmError(
-            "give --run RUN_DIR (a run made by octlm train) or --study DIR (a length study made by octlm length)"
-        )
-    return load_view(run) if run is not None else study_view(study, report)
+    if run is not None:
+        return load_view(run)
+    return study_view(study, report) if study is not None else None
 
 
 #: Files an export of any octlm version may hold (its page and assets): --overwrite replaces them, and nothing else.
@@ -166,7 +172,11 @@ def export_site(files: dict[str, bytes], out: str | Path, overwrite: bool = Fals
 class ServeOptions:
     """Everything ``octlm serve`` takes."""
 
-    run: str | None = option(None, "run folder made by octlm train (or give --study)", metavar="RUN_DIR")
+    run: str | None = option(
+        None,
+        "run folder made by octlm train (or give --study; without either, the playgrounds alone)",
+        metavar="RUN_DIR",
+    )
     study: str | None = option(None, "length study folder made by octlm length, instead of --run", metavar="STUDY_DIR")
     host: str = option("127.0.0.1", "address to listen on; anything but loopback lets other machines read the run")
     port: int = option(8000, "port to listen on (0: a free one, printed at start)")
@@ -178,18 +188,22 @@ class ExportWebOptions:
     """Everything ``octlm export-web`` takes."""
 
     out: str = option(REQUIRED, "folder to write (must be new or empty)", metavar="DIR")
-    run: str | None = option(None, "run folder made by octlm train (or give --study)", metavar="RUN_DIR")
+    run: str | None = option(
+        None,
+        "run folder made by octlm train (or give --study; without either, the playgrounds alone)",
+        metavar="RUN_DIR",
+    )
     study: str | None = option(None, "length study folder made by octlm length, instead of --run", metavar="STUDY_DIR")
     overwrite: bool = option(False, "replace an earlier export in --out")
     threads: int | None = same_as(TrainOptions, "threads")
 
 
 def serve(opts: ServeOptions, report: Reporter) -> dict:
-    """Run ``octlm serve``: serve the page with the run's or the study's data until Ctrl-C; returns the result dict
-    (url, stopped).
+    """Run ``octlm serve``: serve the page with the run's or the study's data (or the playgrounds alone, with neither)
+    until Ctrl-C; returns the result dict (url, stopped).
 
     Raises:
-        OctlmError: for both or neither of ``--run`` and ``--study``, a
+        OctlmError: for both ``--run`` and ``--study``, a
             missing or damaged run or study (:func:`page_view`), or an
             address or port the server cannot listen on.
     """
@@ -205,15 +219,13 @@ def serve(opts: ServeOptions, report: Reporter) -> dict:
     host, port = server.server_address[:2]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"
+    what = "the run's data" if opts.run else "the study's data" if opts.study else "the page"
     if not is_loopback(opts.host):
-        report.warn(
-            f"listening on {opts.host}: anyone who can reach this machine on port {port} can read the "
-            f"{'run' if opts.run else 'study'}'s data"
-        )
-    shown_folder = opts.run if opts.run is not None else opts.study
+        report.warn(f"listening on {opts.host}: anyone who can reach this machine on port {port} can read {what}")
+    serving = opts.run or opts.study or "the playgrounds (no --run or --study; the page says how to add one)"
     report.event(
         "serving",
-        f"serving {shown_folder} at {url} (Ctrl-C stops)",
+        f"serving {serving} at {url} (Ctrl-C stops)",
         url=url,
         host=host,
         port=port,
@@ -232,11 +244,11 @@ def serve(opts: ServeOptions, report: Reporter) -> dict:
 
 
 def export_web(opts: ExportWebOptions, report: Reporter) -> dict:
-    """Run ``octlm export-web``: write the page with the run's or the study's data into ``--out`` (:func:`export_site`);
-    returns the result dict.
+    """Run ``octlm export-web``: write the page with the run's or the study's data (or the playgrounds alone, with
+    neither) into ``--out`` (:func:`export_site`); returns the result dict.
 
     Raises:
-        OctlmError: for both or neither of ``--run`` and ``--study``, a
+        OctlmError: for both ``--run`` and ``--study``, a
             missing or damaged run or study (:func:`page_view`), or an
             ``--out`` that :func:`export_site` refuses.
     """
@@ -258,6 +270,7 @@ __all__ = [
     "export_web",
     "serve",
     "PAGE_FILES",
+    "NO_DATA",
     "RUN_DATA",
     "WEB_DIST",
     "check_export_target",

@@ -6,17 +6,7 @@ import { attentionExplorer } from "../attention/view";
 import { lookupToken, showToken, unpack, type RunData } from "./data";
 
 export function runSection(run: RunData | undefined): HTMLElement {
-  if (!run) {
-    const { root, body } = section("run", "Your model", [
-      "Start the page with a trained run to see its own embeddings here: ",
-      el("code", {}, "octlm serve --run RUN_DIR"),
-      " (or open the folder written by ",
-      el("code", {}, "octlm export-web --run RUN_DIR --out DIR"),
-      ").",
-    ]);
-    body.append(el("p", { class: "note", "data-testid": "no-run" }, "No run is loaded."));
-    return root;
-  }
+  if (!run) return howToFill();
   const { root, body } = section("run", `Your model: ${run.name}`, [
     "Everything the playgrounds showed, on the model you trained. Tokens that appear in similar contexts end up with similar rows, ",
     "and a learned position table finds its own version of the sinusoidal band.",
@@ -34,6 +24,36 @@ export function runSection(run: RunData | undefined): HTMLElement {
   );
   const table = unpack(run.embedding);
   body.append(positionPanel(run), neighboursPanel(run, table), attentionPanel(run), lossPanel(run));
+  return root;
+}
+
+/**
+ * The page served without --run or --study: the playgrounds need no model, and this section says which
+ * commands put the learner's own model (or length study) here.
+ */
+function howToFill(): HTMLElement {
+  const { root, body } = section("run", "Your model, or your study", [
+    "The page was started without a run or a study, so the playgrounds above are all it shows. They need no model; ",
+    "to see these ideas on a model you trained, make one and start the page on it.",
+  ]);
+  const step = (text: string, command: string, after: string) => el("li", {}, text, el("code", {}, command), after);
+  body.append(
+    el("div", { class: "panel", "data-testid": "no-run" },
+      el("h3", {}, "Your model"),
+      el("ol", {},
+        step("Train one on the Python standard library's source (about 2 minutes on 2 CPU cores): ", "octlm train --out runs/stdlib", ""),
+        el("li", {}, "Start the page on it: ", el("code", {}, "octlm serve --run runs/stdlib"),
+          " (or write the page into a folder to open from disk: ", el("code", {}, "octlm export-web --run runs/stdlib --out DIR"), ")."),
+      ),
+      el("p", {}, "This section then shows its position similarity map, nearest tokens, embedding scatter, loss curve and attention at 1×, 2× and 4× its training length."),
+      el("h3", {}, "Your length study"),
+      el("ol", {},
+        step("Train and score every position scheme past its training length (about 25 minutes): ", "octlm length --text tinyshakespeare --out DIR", ""),
+        step("Start the page on it: ", "octlm serve --study DIR", ""),
+      ),
+      el("p", {}, "This section then shows bits per byte against length, the fine-tuning curves and every model's attention at every length."),
+    ),
+  );
   return root;
 }
 

@@ -15,8 +15,10 @@ def add_parser(sub) -> None:
         help="write the explainer page with a run's or a length study's data, to open from disk",
         formatter_class=Formatter,
         description="Write the page octlm serve shows, with the run's (--run) or the length study's (--study) data\n"
-        "embedded, into a folder: open OUT/index.html in a browser straight from disk (no server, no network).",
-        epilog="examples:\n  octlm export-web --run runs/shakespeare --out shakespeare-page\n  octlm export-web "
+        "embedded, into a folder: open OUT/index.html in a browser straight from disk (no server, no network).\n"
+        "Without --run or --study it writes the playgrounds alone (they need no model).",
+        epilog="examples:\n  octlm export-web --out playgrounds-page\n"
+        "  octlm export-web --run runs/shakespeare --out shakespeare-page\n  octlm export-web "
         "--study runs/length --out length-page",
     )
     add_dataclass_options(p, ExportWebOptions)

@@ -12,14 +12,17 @@ from octlm.report import Reporter
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "serve",
-        help="serve the explainer page with a trained run's embeddings and attention, or a length study",
+        help="serve the explainer page: its playgrounds, with a trained run's embeddings and attention, or a study",
         formatter_class=Formatter,
         description="Serve the explainer page (nine playgrounds) at http://HOST:PORT/ with either a run (--run: its "
         "position\n"
         "similarity map, nearest tokens, embedding scatter, attention at 1x, 2x and 4x its length and loss curve) or\n"
         "a length study (--study: bits per byte against length, fine-tuning curves, every model's attention at every\n"
-        "length). Listens on loopback unless --host says otherwise; serves only the page's own files. Ctrl-C stops it.",
-        epilog="examples:\n  octlm serve --run runs/shakespeare --port 8000\n  octlm serve --study runs/length",
+        "length). Without --run or --study it serves the playgrounds alone (they need no model) and says there how\n"
+        "to add one. Listens on loopback unless --host says otherwise; serves only the page's own files. Ctrl-C stops\n"
+        "it.",
+        epilog="examples:\n  octlm serve                          # the playgrounds, no training needed\n"
+        "  octlm serve --run runs/shakespeare --port 8000\n  octlm serve --study runs/length",
     )
     add_dataclass_options(p, ServeOptions)
     add_common(p)
