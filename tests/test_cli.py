@@ -351,6 +351,7 @@ def test_quiet_train_prints_only_the_figures_and_the_path(small_corpus, tmp_path
     printed = capsys.readouterr().out
     assert "validation:" in printed and "sample:" not in printed and "nearest tokens" not in printed
     assert f"octlm sample --run '{out}'" in printed  # quoted: the path has a space
+    assert f"see it on the explainer page: octlm serve --run '{out}'" in printed
 
 
 def test_help_shows_no_empty_defaults(capsys):

@@ -169,7 +169,11 @@ def _resumed_options(run_dir: Path, opts: TrainOptions, given: set[str] | None) 
 def final_report(result: dict, sample_text: str, diagnostic: dict, brief: bool = False) -> str:
     """The end-of-training report for people; ``brief`` (``--quiet``) keeps the figures and the path only."""
     scheme = RunFolder(result["run_dir"]).read_config()["model"]["position"]
-    saved = f'saved to {result["run_dir"]}/; try: octlm sample --run {shlex.quote(result["run_dir"])} --prompt "..."'
+    quoted = shlex.quote(result["run_dir"])
+    saved = (
+        f'saved to {result["run_dir"]}/; try: octlm sample --run {quoted} --prompt "..."\n'
+        f"see it on the explainer page: octlm serve --run {quoted}"
+    )
     lines = [
         "",
         f"done: {result['steps']} steps in {result['train_seconds']:.0f}s, {result['tokens_per_second']:,.0f} "
