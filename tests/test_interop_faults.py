@@ -103,6 +103,7 @@ def fake_rlimit(monkeypatch, tmp_path, which: str) -> str:
 
 
 @pytest.mark.parametrize("source", ["cgroup v2", "cgroup v1", "RLIMIT_AS", "RLIMIT_DATA", "real ulimit -v"])
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads and fakes Linux's /proc")
 def test_a_process_memory_limit_refuses_up_front(tokenizer, small_corpus, tmp_path, capsys, monkeypatch, source):
     """Fault: `octlm attention --length L` under `ulimit -v` or a container's cgroup limit allocated past it and died
     with the allocator's traceback: the memory check read the machine's physical memory only. Now the one check of
@@ -111,20 +112,27 @@ def test_a_process_memory_limit_refuses_up_front(tokenizer, small_corpus, tmp_pa
     run = tmp_path / "run"
     make_run(run, tokenizer, position="rope")
     if source == "real ulimit -v":
-        # 16,000 tokens: 4 GiB of maps (1 layer x 2 heads x 8 bytes x 16,000^2) against a 4 GiB address space.
-        limit = 4 * 2**30
+        # The limit is set once torch is imported, 2 GiB above what the process then maps (a CUDA build of torch maps
+        # far more than a CPU one); 16,000 tokens take 4 GiB of maps (1 layer x 2 heads x 8 bytes x 16,000^2).
+        limited = (
+            "import resource, sys, torch\n"
+            "from octlm.cli import main\n"
+            "status = open('/proc/self/status').read().splitlines()\n"
+            "mapped = next(int(line.split()[1]) * 1024 for line in status if line.startswith('VmSize'))\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (mapped + 2**31, mapped + 2**31))\n"
+            "sys.exit(main(sys.argv[1:]))\n"
+        )
         done = subprocess.run(
-            [sys.executable, "-m", "octlm", "attention", "--run", str(run), "--text", str(small_corpus)]
+            [sys.executable, "-c", limited, "attention", "--run", str(run), "--text", str(small_corpus)]
             + ["--length", "16000", "--device", "cpu", "--out", str(tmp_path / "maps")],
             capture_output=True,
             text=True,
             env={**os.environ, "OMP_NUM_THREADS": "1"},
-            preexec_fn=lambda: __import__("resource").setrlimit(__import__("resource").RLIMIT_AS, (limit, limit)),
             timeout=300,
         )
         assert done.returncode == 1, done.stderr[-2000:]
         line = one_error_line(done.stderr)
-        assert "--length 16000" in line and "RLIMIT_AS" in line and "ulimit -v" in line and "4 GiB" in line
+        assert "--length 16000" in line and "RLIMIT_AS" in line and "ulimit -v" in line and "mapped already" in line
         assert not (tmp_path / "maps").exists()
         return
     import octlm.train.memory_limit as memory_limit
