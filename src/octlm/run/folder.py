@@ -10,6 +10,7 @@ A run folder holds
 * ``metrics.jsonl``     -- one JSON object per training or evaluation event
 * ``checkpoint.safetensors`` -- weights, AdamW state, generators and step (:mod:`octlm.train.checkpoint`)
 * ``.lock``             -- held while a process trains the run
+* ``trackers.json``     -- with ``--log-to mlflow``, the MLflow run a resume continues
 
 Every file is written atomically (:mod:`octlm.fileio`); :class:`RunFolder` owns the
 folder itself: its names and reading it back, and, as an
@@ -33,7 +34,7 @@ from octlm.errors import OctlmError, RunError
 from octlm.fileio import atomic_write_json
 from octlm.model import DecoderConfig
 from octlm.run.output_folder import OutputFolder
-from octlm.run.outputs import TRACKER_FOLDERS
+from octlm.run.outputs import TRACKER_FOLDERS, TRACKER_RUNS
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -56,7 +57,19 @@ RUN_SUBFOLDERS = {
 }
 #: Everything octlm writes into a run folder: what ``--overwrite`` may replace (:meth:`RunFolder.foreign_files`).
 RUN_FILES = frozenset(
-    {CONFIG, WEIGHTS, TOKENIZER, MANIFEST, METRICS, CHECKPOINT, "train.bin", "val.bin", "loss.png", *RUN_SUBFOLDERS}
+    {
+        CONFIG,
+        WEIGHTS,
+        TOKENIZER,
+        MANIFEST,
+        METRICS,
+        CHECKPOINT,
+        "train.bin",
+        "val.bin",
+        "loss.png",
+        TRACKER_RUNS,
+        *RUN_SUBFOLDERS,
+    }
 )
 #: Held by the process that trains the run (:meth:`RunFolder.lock`).
 LOCK = ".lock"

@@ -27,6 +27,9 @@ from octlm.errors import OctlmError
 #: The folders the experiment trackers of ``--log-to`` write inside a run folder (:mod:`octlm.train.tracking`), each
 #: with the rule for the names they write there: ``--overwrite`` may replace them, as octlm's own.
 TRACKER_FOLDERS = {"tensorboard": lambda name: name.startswith("events.out.tfevents."), "mlruns": lambda name: True}
+#: The file in a run folder naming its tracker runs (the MLflow run's store, experiment and id), which a resume
+#: continues (:mod:`octlm.train.mlflow_tracker`).
+TRACKER_RUNS = "trackers.json"
 
 
 def check_out_folder(path: Path, flag: str = "--out") -> None:

@@ -23,6 +23,7 @@ from octlm.model.positions.registry import with_scheme_options
 from octlm.studies.core import check_schemes
 from octlm.studies.extension_stage import labels_for
 from octlm.studies.task_options import ALL_TASKS_STEPS, TASK_MULTIPLIERS, TASK_SEEDS, TASK_STEPS, TaskOptions
+from octlm.train.mlflow_tracker import check_experiment
 from octlm.train.option_checks import check_options as check_train_options
 from octlm.train.option_checks import scheme_options
 from octlm.train.options import TrainOptions
@@ -280,6 +281,9 @@ def check_options(opts: LengthOptions) -> None:
         except ValueError as err:  # the model refuses the shape (--d-model 30 --n-heads 4)
             raise refused(err) from None
         check_train_options(train_opts)
+    # The study files its models under its folder's name: a deleted experiment of that name is refused here, before
+    # the study folder is made.
+    check_experiment(list(opts.log_to), Path(opts.out).name, None, "--out", opts.out)
 
 
 def validation_tokens(opts: LengthOptions) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 from octlm.declare import Bound, at_least, check_fields, option, refused, same_as
 from octlm.errors import OctlmError
@@ -17,6 +18,7 @@ from octlm.model.positions import SCHEME_NAMES, random_position_schemes, task_st
 from octlm.studies.core import check_schemes
 from octlm.studies.task_presets import PRESETS, apply_preset
 from octlm.studies.tasks import TASKS, Task
+from octlm.train.mlflow_tracker import check_experiment
 from octlm.train.option_checks import check_options
 from octlm.train.options import TrainOptions
 from octlm.train.tracking import check_trackers
@@ -241,6 +243,8 @@ def check_task_options(opts: TaskOptions) -> None:
             except ValueError as err:
                 raise refused(err) from None
             check_options(train)
+    # The study files its models under its folder's name, refused here when MLflow cannot take it.
+    check_experiment(list(opts.log_to), Path(opts.out).name, None, "--out", opts.out)
 
 
 __all__ = [

@@ -24,6 +24,7 @@ from octlm.run.folder import CONFIG, RunFolder
 from octlm.train import distributed
 from octlm.train.checkpoint import CHECKPOINT, describe_checkpoint, resume_hint
 from octlm.train.device import torch_settings
+from octlm.train.mlflow_tracker import check_experiment
 from octlm.train.option_checks import check_options
 from octlm.train.options import TrainOptions, given_options
 from octlm.train.resume import resume_options
@@ -76,6 +77,7 @@ def train(
 
             opts = init_from_options(opts, given_options(opts) if given is None else set(given))
         check_options(opts)
+    check_experiment(list(opts.log_to), opts.log_group, run_dir)  # a look at the tracker's store, before any reading
     group, device_name = distributed.setup(opts.device)
     try:
         if not group.is_main:

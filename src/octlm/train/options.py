@@ -29,7 +29,7 @@ from octlm.errors import OctlmError
 from octlm.model import DecoderConfig
 from octlm.model.positions import ROPE_SCALINGS
 from octlm.train.device import available_cpus
-from octlm.train.tracking import TRACKERS, check_trackers
+from octlm.train.tracking import TRACKERS, check_log_group, check_trackers
 
 #: The optimizers --optimizer names (octlm.train.optim.make_optimizer builds them).
 OPTIMIZERS = ("adamw", "muon")
@@ -91,7 +91,9 @@ class TrainOptions:
     text: list[str] = option(
         [],
         "text files, JSON Lines (.jsonl, .json), Parquet or CSV files (also .gz, .xz, .bz2, .zst) or folders "
-        "of them to train on (default: the Python standard library's .py files)",
+        "of them to train on (default: the Python standard library's .py files); inside a folder, a record file "
+        "without the --text-field (a package.json, a results.csv) is skipped and listed in manifest.json, and "
+        "symbolic links to folders are followed",
         resume_check=_text_on_resume,
         nargs="+",
         metavar="PATH",
@@ -219,8 +221,8 @@ class TrainOptions:
     log_to: list[str] = option(
         [],
         "experiment trackers to log to beside metrics.jsonl: tensorboard (tensorboard/ in the run folder), "
-        "mlflow (a local store, mlruns/ in the run folder, or $MLFLOW_TRACKING_URI); each is an extra: "
-        "pip install 'octlm[tensorboard]'",
+        "mlflow (a local store, mlruns/ in the run folder, or $MLFLOW_TRACKING_URI), each named once; each is an "
+        "extra: pip install 'octlm[tensorboard]'",
         nargs="+",
         choices=list(TRACKERS),
         check=check_trackers,
@@ -229,7 +231,9 @@ class TrainOptions:
     )
     log_group: str = option(
         "octlm",
-        "the tracker experiment (MLflow) the run is filed under; a study files its models under its folder name",
+        "the tracker experiment (MLflow) the run is filed under, at most 500 characters; a study files its models "
+        "under its folder name",
+        check=check_log_group,
         resume=FREE,
         metavar="NAME",
     )

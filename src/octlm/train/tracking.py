@@ -12,18 +12,22 @@
   ``MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri file:RUN/mlruns``),
   or the store ``$MLFLOW_TRACKING_URI`` names (``sqlite:///mlflow.db`` with the
   full ``mlflow`` package), under the experiment ``--log-group``; the options
-  are its parameters, the loss figure an artifact.
+  are its parameters, the loss figure an artifact. Every new run, ``--overwrite``
+  included, is a new MLflow run, whose id the run folder keeps in
+  ``trackers.json`` (:mod:`octlm.train.mlflow_tracker`).
 
 Scalars are named ``train/loss``, ``train/lr``, ``train/tokens_per_second``,
 ``eval/val_loss``, ``eval/val_bpb`` (bits per byte) ..., one per number of the
 record, at the record's step. Each tracker is an optional extra
-(``pip install 'octlm[tensorboard]'``); asking for one that is not installed
-fails before anything is read or trained, naming the extra.
+(``pip install 'octlm[tensorboard]'``); asking for one that is not installed,
+naming one twice, or a ``--log-group`` MLflow cannot take (blank, over 500
+characters, a deleted experiment) fails before anything is read or trained.
 
 A resumed run continues the same tracker run with no step twice: TensorBoard
 purges what it holds from the resumed step on (``purge_step``) and the records
-``metrics.jsonl`` kept from there are written again; MLflow, whose metric
-history cannot be edited, skips each number it already holds at that step.
+``metrics.jsonl`` kept from there are written again; MLflow continues the run
+``trackers.json`` names and, as its metric history cannot be edited, skips each
+number it already holds at that step.
 A tracker added on resume first receives everything ``metrics.jsonl`` holds.
 """
 
@@ -31,24 +35,31 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import time
 from pathlib import Path
 
 from octlm.errors import OctlmError
+from octlm.train.mlflow_tracker import MlflowTracker
 
 #: Tracker name: (the package it needs, the octlm extra that installs it).
 TRACKERS = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow")}
 #: The record kinds whose numbers trackers receive (``finished`` marks the end and holds none).
 LOGGED_KINDS = ("train", "eval")
+#: The longest experiment name MLflow takes (its ``MAX_EXPERIMENT_NAME_LENGTH``), in characters.
+MAX_GROUP_LENGTH = 500
 
 
 def check_trackers(names: list[str]) -> None:
-    """Raise unless every tracker in ``names`` is installed.
+    """Raise unless every tracker in ``names`` is installed, each named once.
 
     Raises:
-        OctlmError: naming the tracker and the extra to install, e.g. ``pip install 'octlm[tensorboard]'``.
+        OctlmError: naming a tracker given twice (two writers into one run would log every number twice), or the
+            tracker and the extra to install, e.g. ``pip install 'octlm[tensorboard]'``.
     """
+    twice = [name for at, name in enumerate(names) if name in names[:at]]
+    if twice:
+        raise OctlmError(
+            f"--log-to names {twice[0]} twice; give each tracker once: --log-to {' '.join(dict.fromkeys(names))}"
+        )
     for name in names:
         if name not in TRACKERS:
             raise OctlmError(f"--log-to {name}: unknown tracker; choose from {', '.join(TRACKERS)}")
@@ -58,6 +69,22 @@ def check_trackers(names: list[str]) -> None:
                 f"--log-to {name}: the {package} package is not installed; pip install 'octlm[{extra}]' (or leave out "
                 f"--log-to {name})"
             )
+
+
+def check_log_group(name: str) -> None:
+    """Raise unless ``name`` is an experiment name MLflow takes: not blank, at most :data:`MAX_GROUP_LENGTH`
+    characters. Checked whatever ``--log-to`` holds, so that the group a run records could file it in any tracker.
+
+    Raises:
+        OctlmError: naming the value (cut short when long) and the fix.
+    """
+    if not name.strip():
+        raise OctlmError(f"--log-group must name an experiment, got {name!r}; leave it out for 'octlm'")
+    if len(name) > MAX_GROUP_LENGTH:
+        raise OctlmError(
+            f"--log-group {name[:40]}...: {len(name)} characters, and MLflow takes experiment names of at most "
+            f"{MAX_GROUP_LENGTH}; choose a shorter name"
+        )
 
 
 def scalars(record: dict) -> dict[str, float]:
@@ -81,9 +108,9 @@ def hyperparameters(options: dict) -> dict[str, str | int | float | bool]:
 class TensorBoardTracker:
     """Scalars, hyperparameters and figures in ``RUN/tensorboard/``, through torch's ``SummaryWriter``."""
 
-    def __init__(self, run_dir: Path, options: dict, resume_step: int | None, group: str) -> None:
+    def __init__(self, run_dir: Path, hparams: dict, resume_step: int | None, group: str) -> None:
         from torch.utils.tensorboard import SummaryWriter
-        from torch.utils.tensorboard.summary import hparams
+        from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
         log_dir = run_dir / "tensorboard"
         continuing = resume_step is not None and log_dir.is_dir()
@@ -92,15 +119,15 @@ class TensorBoardTracker:
         self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=resume_step if continuing else None)
         self.first_step = resume_step if continuing else 0
         if not continuing:
-            values = {**hyperparameters(options), "log_group": group}
-            for summary in hparams(values, {"eval/val_bpb": 0.0, "eval/val_loss": 0.0}):
+            values = {**hparams, "log_group": group}
+            for summary in hparams_summaries(values, {"eval/val_bpb": 0.0, "eval/val_loss": 0.0}):
                 self.writer.file_writer.add_summary(summary)
 
-    def log(self, record: dict) -> None:
-        if record["step"] < self.first_step:
+    def log(self, step: int, numbers: dict[str, float]) -> None:
+        if step < self.first_step:
             return  # still held from before the resumed step
-        for tag, value in scalars(record).items():
-            self.writer.add_scalar(tag, value, record["step"])
+        for tag, value in numbers.items():
+            self.writer.add_scalar(tag, value, step)
 
     def figure(self, name: str, path: Path, step: int) -> None:
         import matplotlib.image
@@ -112,60 +139,16 @@ class TensorBoardTracker:
         self.writer.close()
 
 
-class MlflowTracker:
-    """Metrics, parameters and figures in one MLflow run, found again on resume by its ``octlm.run_dir`` tag."""
-
-    def __init__(self, run_dir: Path, options: dict, resume_step: int | None, group: str) -> None:
-        from mlflow.entities import Param
-        from mlflow.tracking import MlflowClient
-
-        self.uri = os.environ.get("MLFLOW_TRACKING_URI")
-        if not self.uri:
-            # MLflow 3 keeps its file store (no database, no server) but refuses it unless asked: a run folder
-            # should need nothing installed beside it. A store named in MLFLOW_TRACKING_URI is used as it is.
-            self.uri = (run_dir / "mlruns").resolve().as_uri()
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        self.client = client = MlflowClient(tracking_uri=self.uri)
-        experiment = client.get_experiment_by_name(group)
-        experiment_id = experiment.experiment_id if experiment is not None else client.create_experiment(group)
-        where = str(run_dir.resolve())
-        found = client.search_runs([experiment_id], filter_string=f"tags.`octlm.run_dir` = '{where}'", max_results=1)
-        self.last_step: dict[str, int] = {}
-        if found:
-            self.run_id = found[0].info.run_id
-            for key in found[0].data.metrics:
-                self.last_step[key] = max(m.step for m in client.get_metric_history(self.run_id, key))
-            client.update_run(self.run_id, status="RUNNING")
-        else:
-            run = client.create_run(
-                experiment_id, run_name=run_dir.name, tags={"octlm.run_dir": where, "octlm.group": group}
-            )
-            self.run_id = run.info.run_id
-            params = [Param(k, str(v)) for k, v in hyperparameters(options).items()]
-            for start in range(0, len(params), 100):  # MLflow takes at most 100 parameters per batch
-                client.log_batch(self.run_id, params=params[start : start + 100])
-
-    def log(self, record: dict) -> None:
-        from mlflow.entities import Metric
-
-        step, now = record["step"], int(time.time() * 1000)
-        metrics = [
-            Metric(key, value, now, step)
-            for key, value in scalars(record).items()
-            if step > self.last_step.get(key, -1)
-        ]
-        if metrics:
-            self.client.log_batch(self.run_id, metrics=metrics)
-            self.last_step.update({m.key: step for m in metrics})
-
-    def figure(self, name: str, path: Path, step: int) -> None:
-        self.client.log_artifact(self.run_id, str(path), artifact_path="figures")
-
-    def close(self, finished: bool) -> None:
-        self.client.set_terminated(self.run_id, status="FINISHED" if finished else "KILLED")
-
-
 _CLASSES = {"tensorboard": TensorBoardTracker, "mlflow": MlflowTracker}
+
+
+def _open_tracker(name: str, run_dir: Path, hparams: dict, resume_step: int | None, group: str):
+    try:
+        return _CLASSES[name](run_dir, hparams, resume_step, group)
+    except ImportError as err:
+        raise OctlmError(
+            f"--log-to {name}: cannot import {err.name or TRACKERS[name][0]}; pip install 'octlm[{TRACKERS[name][1]}]'"
+        ) from None
 
 
 class MetricsLog:
@@ -180,7 +163,8 @@ class MetricsLog:
         group: the experiment or group the trackers file the run under.
 
     Raises:
-        OctlmError: naming the extra to install, when a tracker cannot be imported.
+        OctlmError: naming the extra to install, when a tracker cannot be imported, or the experiment ``group``
+            when MLflow's was deleted (the trackers opened before are closed).
     """
 
     def __init__(
@@ -188,22 +172,23 @@ class MetricsLog:
     ) -> None:
         self.handle = path.open("a", encoding="utf-8")
         self.trackers = []
-        for name in names:
-            try:
-                self.trackers.append(_CLASSES[name](run_dir, options, resume_step, group))
-            except ImportError as err:
-                self.handle.close()
-                raise OctlmError(
-                    f"--log-to {name}: cannot import {err.name or TRACKERS[name][0]}; pip install "
-                    f"'octlm[{TRACKERS[name][1]}]'"
-                ) from None
+        hparams = hyperparameters(options)
+        try:
+            for name in names:
+                self.trackers.append(_open_tracker(name, run_dir, hparams, resume_step, group))
+        except BaseException:
+            self.close(finished=False)
+            raise
         if self.trackers and path.stat().st_size:
             for line in path.read_text(encoding="utf-8").splitlines():
                 self._to_trackers(json.loads(line))
 
     def _to_trackers(self, record: dict) -> None:
+        numbers = scalars(record)
+        if not numbers:
+            return  # a record with no numbers (``finished``)
         for tracker in self.trackers:
-            tracker.log(record)
+            tracker.log(record["step"], numbers)
 
     def log(self, record: dict) -> None:
         """Append ``record`` to ``metrics.jsonl`` (flushed) and give its numbers to every tracker."""
@@ -237,11 +222,13 @@ def open_metrics(folder, opts, resume_step: int | None) -> MetricsLog:
 
 __all__ = [
     "LOGGED_KINDS",
+    "MAX_GROUP_LENGTH",
     "MetricsLog",
     "open_metrics",
     "MlflowTracker",
     "TRACKERS",
     "TensorBoardTracker",
+    "check_log_group",
     "check_trackers",
     "hyperparameters",
     "scalars",
