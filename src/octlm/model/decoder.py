@@ -221,7 +221,8 @@ class Decoder(nn.Module):
 
         ``temperature`` 0 picks the most likely token (greedy); otherwise
         logits are divided by it and sampled (with ``generator``), keeping
-        only the ``top_k`` most likely tokens when given.
+        only the ``top_k`` most likely tokens when given (exactly ``top_k``:
+        ties at the k-th go to the lowest ids, :func:`~octlm.model.sampling.top_k_mask`).
 
         ``use_cache`` keeps every layer's keys and values (:class:`KVCache`),
         so each step computes one token; without it each step recomputes the
