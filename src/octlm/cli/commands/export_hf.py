@@ -20,7 +20,9 @@ def add_parser(sub) -> None:
         "logits\n"
         "and AutoTokenizer with the same ids. --position learned becomes GPT2LMHeadModel; rope (either layout, "
         "partial\n"
-        "rotary) and none become GPTNeoXForCausalLM. alibi and sinusoidal are refused with the reason.\n"
+        "rotary) and none become GPTNeoXForCausalLM. alibi and sinusoidal are refused with the reason, as are runs\n"
+        "trained with --randomize-positions, --document-mask or --attention-scale (transformers computes them "
+        "otherwise).\n"
         "--rope-scaling writes a RoPE scaling into the checkpoint: linear and yarn as transformers' own, ntk as a "
         "larger\n"
         "rope_theta; dynamic-ntk is refused (transformers keeps keys cached under older frequencies).",
