@@ -20,7 +20,8 @@ from pathlib import Path
 
 from octlm.declare import REQUIRED, check_fields, option
 from octlm.errors import OctlmError, RunError
-from octlm.report import Reporter
+from octlm.inspect.compare_units import not_comparable, tokenizer_key, validation_text_key
+from octlm.report import Reporter, SilentReporter
 from octlm.run.folder import RUN_SUBFOLDERS, RunFolder
 from octlm.run.outputs import check_out_spares
 
@@ -61,12 +62,15 @@ class CompareOptions:
 
 @dataclass
 class ComparedRun:
-    """One run: its label, folder, options (flat) and the records of its ``metrics.jsonl``."""
+    """One run: its label, folder, options (flat), the records of its ``metrics.jsonl``, and what its validation text
+    and tokenizer are (:mod:`octlm.inspect.compare_units`; ``None`` where the folder does not say)."""
 
     label: str
     path: Path
     options: dict
     records: list[dict]
+    text: str | None = None
+    tokenizer: str | None = None
 
     def final(self) -> dict:
         """The last evaluation's figures (nats per token, bits per byte, perplexity), its step and the last training
@@ -89,7 +93,7 @@ class ComparedRun:
         return [s for s, _ in points], [v for _, v in points]
 
 
-def _read_run(path: Path, label: str) -> ComparedRun:
+def _read_run(path: Path, label: str, report: Reporter) -> ComparedRun:
     folder = RunFolder(path, "RUN_DIR")
     config = folder.read_config()  # RunError naming the file when it is missing or damaged
     options = {**(config.get("model") or {}), **(config.get("train") or {})}
@@ -97,25 +101,45 @@ def _read_run(path: Path, label: str) -> ComparedRun:
         raise RunError(
             f"{path}: no metrics.jsonl, so nothing to compare; give the folder of a run that trained (octlm train)"
         )
-    records = []
-    for number, line in enumerate(folder.metrics_path.read_text(encoding="utf-8").splitlines(), 1):
+    records = _read_metrics(folder.metrics_path, report)
+    return ComparedRun(label, path, options, records, validation_text_key(path, options), tokenizer_key(path))
+
+
+def _read_metrics(path: Path, report: Reporter) -> list[dict]:
+    """The records of a ``metrics.jsonl``; a last line without its newline (a run still training is writing it) is
+    left out with a warning, where a complete line that is no JSON object is damage (RunError)."""
+    *lines, tail = path.read_bytes().split(b"\n")  # tail: b"" when the file ends in a newline
+    records = [_record(line, number, path) for number, line in enumerate(lines, 1)]
+    if tail:
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise RunError(
-                f"{folder.metrics_path}: line {number} is not JSON; the file is damaged (put the run's own file back)"
-            ) from None
-    return ComparedRun(label, path, options, records)
+            records.append(_record(tail, len(lines) + 1, path))  # all but its newline was written
+        except RunError:
+            report.warn(
+                f"{path}: line {len(lines) + 1} is still being written (no newline yet; a run still training), so "
+                "it is left out"
+            )
+    return records
 
 
-def find_runs(given: list[str]) -> list[ComparedRun]:
+def _record(line: bytes, number: int, path: Path) -> dict:
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except ValueError:  # not UTF-8, or not JSON
+        record = None
+    if not isinstance(record, dict):
+        raise RunError(f"{path}: line {number} is not JSON; the file is damaged (put the run's own file back)")
+    return record
+
+
+def find_runs(given: list[str], report: Reporter | None = None) -> list[ComparedRun]:
     """Each RUN_DIR's run, or for a study folder each run in its ``runs/`` (labelled ``study/model``), in the order
-    given.
+    given; ``report`` hears of a ``metrics.jsonl`` line left out because a run is still writing it.
 
     Raises:
         OctlmError: for a path that is neither an octlm run nor a study folder with runs.
         RunError: for a run whose ``config.json`` or ``metrics.jsonl`` is missing or damaged.
     """
+    report = report if report is not None else SilentReporter()
     runs: list[ComparedRun] = []
     for name in given:
         path = Path(name)
@@ -123,7 +147,7 @@ def find_runs(given: list[str]) -> list[ComparedRun]:
             what = "is a file, not a run folder" if path.exists() else "no such folder"
             raise OctlmError(f"{path}: {what}; give run folders made by octlm train, or study folders")
         if RunFolder(path).is_octlm_run() or (path / "config.json").is_file():
-            runs.append(_read_run(path, name))
+            runs.append(_read_run(path, name, report))
             continue
         inside = sorted(
             p
@@ -135,7 +159,7 @@ def find_runs(given: list[str]) -> list[ComparedRun]:
                 f"{path}: neither an octlm run (no config.json) nor a study folder with runs in {STUDY_RUNS}/; "
                 f"give run folders made by octlm train, or folders made by octlm length --text"
             )
-        runs.extend(_read_run(p, f"{path.name}/{p.name}") for p in inside)
+        runs.extend(_read_run(p, f"{path.name}/{p.name}", report) for p in inside)
     return runs
 
 
@@ -225,8 +249,9 @@ def _check_out(out: RunFolder, runs: list[str]) -> None:
 def compare(opts: CompareOptions, report: Reporter) -> dict:
     """Run ``octlm compare``: the table printed, and with ``--out`` compare.png, compare.md and compare.json written.
 
-    Returns the result dict: ``runs`` (label, path, final figures), ``differing`` options, ``files`` (or ``None``
-    without ``--out``).
+    Returns the result dict: ``runs`` (label, path, final figures), ``differing`` options, ``not_comparable`` (each
+    reason some figures do not compare, :func:`~octlm.inspect.compare_units.not_comparable`: also a warning and a
+    line of compare.md), ``files`` (or ``None`` without ``--out``).
 
     Raises:
         OctlmError: for a RUN_DIR that is no run nor study, a damaged run, or an
@@ -239,18 +264,23 @@ def compare(opts: CompareOptions, report: Reporter) -> dict:
     out = RunFolder(Path(opts.out), "--out") if opts.out else None
     if out is not None:
         _check_out(out, opts.runs)  # before anything is read: a bad --out costs nothing
-    runs = find_runs(opts.runs)
+    runs = find_runs(opts.runs, report)
     differing = differing_options(runs)
     table = comparison_table(runs, differing)
+    caveats = not_comparable([r.label for r in runs], [r.text for r in runs], [r.tokenizer for r in runs])
+    for caveat in caveats:
+        report.warn(caveat["message"], figures=caveat["figures"])
     result = {
         "runs": [{"label": r.label, "path": str(r.path), **r.final()} for r in runs],
         "differing": differing,
+        "not_comparable": caveats,
         "files": None,
     }
     if out is not None:
         with out.staged() as staging:
             save_png(comparison_figure(runs), staging / FILES["figure"])
-            atomic_write(staging / FILES["table"], f"# octlm compare\n\n{table}")
+            notes = "".join(f"\n**Does not compare:** {caveat['message']}.\n" for caveat in caveats)
+            atomic_write(staging / FILES["table"], f"# octlm compare\n\n{table}{notes}")
             atomic_write(
                 staging / FILES["numbers"],
                 json.dumps({k: v for k, v in result.items() if k != "files"}, indent=2) + "\n",
