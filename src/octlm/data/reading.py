@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from octlm.data.corpora import BuiltinCorpus
-from octlm.data.records import BadRecords, decompress, file_format, iter_records, record_file_entry
+from octlm.data.records import BadRecords, NotRecords, decompress, file_format, iter_records, record_file_entry
 from octlm.data.text import (
     DataError,
     Document,
@@ -82,9 +82,16 @@ class CorpusReader:
         if not docs:
             paths = self.paths
             where = ", ".join(str(p) for p in paths) if paths else str(default_corpus_root())
+            records = sum(1 for entry in self.skipped if "format" in entry)
+            if not records:
+                raise DataError(
+                    f"no text files found in {where} ({len(self.skipped)} skipped as empty or binary); "
+                    f"give --text a folder that holds text files, or the files themselves"
+                )
             raise DataError(
-                f"no text files found in {where} ({len(self.skipped)} skipped as empty or binary); "
-                f"give --text a folder that holds text files, or the files themselves"
+                f"no text files found in {where} ({len(self.skipped)} skipped: {records} record file(s) without the "
+                f"field '{self.text_field}', the rest empty or binary); name the field that holds the text with "
+                "--text-field NAME, or give --text the files themselves to see why each is refused"
             )
 
     def info(self) -> dict:
@@ -115,10 +122,23 @@ class CorpusReader:
         yield Document(shown, text, len(raw), digest)
 
     def _record_file(self, item: Path, shown: str, fmt: str, from_folder: bool) -> Iterator[Document]:
-        before, count = self.bad.count, 0
-        for text in iter_records(item, shown, fmt, file_format(item)[1], self.text_field, self.encoding, self.bad):
-            count += 1
-            yield Document(shown, text, len(text.encode("utf-8")), "")
+        before, examples, count = self.bad.count, len(self.bad.examples), 0
+        records = iter_records(
+            item, shown, fmt, file_format(item)[1], self.text_field, self.encoding, self.bad, in_folder=from_folder
+        )
+        try:
+            for text in records:
+                count += 1
+                yield Document(shown, text, len(text.encode("utf-8")), "")
+        except NotRecords as err:
+            if not from_folder or count:
+                raise
+            # A file the person did not name, which is not records of the field (package.json, results.csv):
+            # listed, never a reason to stop the folder's run; its bad lines read so far are not the corpus's.
+            self.bad.count = before
+            del self.bad.examples[examples:]
+            self.skipped.append({"path": shown, "reason": f"{fmt} without the field: {err.reason}", "format": fmt})
+            return
         if not count and from_folder:
             self.skipped.append({"path": shown, "reason": "no records"})
             return

@@ -69,14 +69,45 @@ FolderRule = Callable[[Path], "str | None"]
 
 def _folder_files(folder: Path, skipped: list[dict], skip_folder: FolderRule | None) -> list[Path]:
     files = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIPPED_FOLDERS)
+    # Symbolic links to folders are followed (a corpus is often linked in from another disk); each folder is read
+    # once, by the identity of what it is, so a link back up the tree, or a second way to one folder, is listed instead.
+    walked = {_identity(folder): str(folder)}
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        dirnames[:] = _folders_to_walk(Path(dirpath), dirnames, walked, skipped)
         if skip_folder is not None and (reason := skip_folder(Path(dirpath))):
             skipped.append({"path": dirpath, "reason": reason})
             dirnames[:] = []
             continue
         files.extend(Path(dirpath, f) for f in filenames if not f.startswith("."))
     return sorted(files, key=lambda p: p.as_posix())
+
+
+def _identity(folder: Path) -> tuple[int, int]:
+    info = os.stat(folder)
+    return info.st_dev, info.st_ino
+
+
+def _folders_to_walk(parent: Path, names: list[str], walked: dict, skipped: list[dict]) -> list[str]:
+    """The subfolders of ``parent`` to walk, sorted: not hidden, not installed code, not a folder already walked
+    (the real folder before a link to it beside it)."""
+    keep = []
+    names = [d for d in names if not d.startswith(".") and d not in _SKIPPED_FOLDERS]
+    for name in sorted(names, key=lambda d: ((parent / d).is_symlink(), d)):
+        path = parent / name
+        identity = _identity(path)
+        if identity not in walked:
+            walked[identity] = str(path)
+            keep.append(name)
+            continue
+        before = walked[identity]
+        if not path.is_symlink():
+            reason = f"the same folder as {before} (reached through a symbolic link), read there"
+        elif Path(before) in (parent, *parent.parents):
+            reason = f"a symbolic link to {before}, a folder above it (a loop); not followed"
+        else:
+            reason = f"a symbolic link to {before}, read there"
+        skipped.append({"path": str(path), "reason": reason})
+    return sorted(keep)
 
 
 def _wide_encoding(encoding: str) -> bool:
@@ -276,10 +307,14 @@ def read_documents(
         paths: files, folders or names of built-in corpora
             (:mod:`octlm.data.corpora`, e.g. ``tinyshakespeare``; a path that
             exists wins over a built-in name). Folders are walked recursively
-            in sorted order, skipping hidden entries, ``__pycache__``,
-            ``node_modules``, folders ``skip_folder`` rules out, files that are not regular files (FIFOs,
-            sockets), empty files and binary files (a NUL byte in the first
-            8 KiB, or in the text for UTF-16/32). ``None`` or empty: the
+            in sorted order, following symbolic links to folders, skipping
+            hidden entries, ``__pycache__``, ``node_modules``, folders
+            ``skip_folder`` rules out, a folder reached a second time (a
+            link loop, or two ways to one folder), files that are not
+            regular files (FIFOs, sockets), empty files, binary files (a NUL
+            byte in the first 8 KiB, or in the text for UTF-16/32) and
+            record files that are not records of ``text_field``
+            (:class:`octlm.data.records.NotRecords`). ``None`` or empty: the
             default corpus, :func:`default_corpus_files`.
         encoding: codec of every file (UTF-8 by default).
         skip_folder: called on each folder met while walking; a reason

@@ -328,10 +328,17 @@ def _report_sources(
     # The standard library has empty files and repeats a few on purpose (the default corpus, same every time);
     # only what was skipped or repeated in the person's own text is worth a warning. manifest.json lists both.
     own = info["source"]["kind"] != "python-stdlib"
-    if info["skipped"] and own:
+    records = [entry["path"] for entry in info["skipped"] if "format" in entry]
+    if len(info["skipped"]) > len(records) and own:
         report.warn(
-            f"skipped {len(info['skipped'])} entries that are not text: empty, binary or special files, or octlm runs "
-            "(manifest.json lists them)"
+            f"skipped {len(info['skipped']) - len(records)} entries that are not text: empty, binary or special files, "
+            "octlm runs, or folders reached twice through links (manifest.json lists them)"
+        )
+    if records:
+        shown = ", ".join(records[:3]) + (f" and {len(records) - 3} more" if len(records) > 3 else "")
+        report.warn(
+            f"skipped {len(records)} record file(s) in folders that are not records of the text field: {shown} "
+            "(manifest.json says why; --text-field NAME names another field)"
         )
     if (bad := info.get("bad_records")) is not None:
         report.warn(
