@@ -234,7 +234,9 @@ class LengthOptions:
             if f.metadata.get("same_as") not in unread | {None}
         }
         shared.update(text=list(self.text), time_budget=None if self.max_steps is not None else self.time_budget)
-        shared["log_group"] = run_dir.parent.parent.name  # the study folder's name: its models, grouped in the tracker
+        shared["log_group"] = (
+            run_dir.parent.parent.resolve().name
+        )  # the study folder's name: its models, grouped in the tracker
         if seed is not None:
             shared["seed"] = seed
         return TrainOptions.of(**shared, position=scheme, sample_tokens=0, out=str(run_dir), overwrite=True)
@@ -283,7 +285,7 @@ def check_options(opts: LengthOptions) -> None:
         check_train_options(train_opts)
     # The study files its models under its folder's name: a deleted experiment of that name is refused here, before
     # the study folder is made.
-    check_experiment(list(opts.log_to), Path(opts.out).name, None, "--out", opts.out)
+    check_experiment(list(opts.log_to), Path(opts.out).resolve().name, None, "--out", opts.out)
 
 
 def validation_tokens(opts: LengthOptions) -> int:

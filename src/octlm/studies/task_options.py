@@ -244,7 +244,7 @@ def check_task_options(opts: TaskOptions) -> None:
                 raise refused(err) from None
             check_options(train)
     # The study files its models under its folder's name, refused here when MLflow cannot take it.
-    check_experiment(list(opts.log_to), Path(opts.out).name, None, "--out", opts.out)
+    check_experiment(list(opts.log_to), Path(opts.out).resolve().name, None, "--out", opts.out)
 
 
 __all__ = [
