@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import filecmp
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -112,6 +113,25 @@ def check_attention(checks: dict, run_dir: Path) -> None:
     assert all(f"has {T} rows" in note for note in checks["run attention"]["notes"])
 
 
+def expected_slow_pairs(head_dim: int, theta: float, T: int, positions: int) -> tuple[int, int]:
+    """The first pair with T theta_i < 2 pi, and how many (pair, position >= T) cells no training angle comes within
+    half a step of: Python's search (octlm.export.parity), independent of the page's arc formula."""
+    from octlm.export.parity import rope_reach_distance
+
+    inv_freq = [theta ** (-2 * i / head_dim) for i in range(head_dim // 2)]
+    first = next((i for i, w in enumerate(inv_freq) if T * w < 2 * math.pi), head_dim // 2)
+    unseen = sum(rope_reach_distance(w, T, p) > w / 2 for w in inv_freq for p in range(T, positions))
+    return first, unseen
+
+
+def check_rope_reach(line: str, head_dim: int, theta: float, T: int) -> None:
+    """The page's one-line count of RoPE's slow pairs and never-seen cells, against Python's."""
+    first, unseen = expected_slow_pairs(head_dim, theta, T, 4 * T)
+    pairs = head_dim // 2
+    assert f"Pairs {first}–{pairs - 1} of 0–{pairs - 1} never complete a turn within T = {T}" in line, line
+    assert f"{unseen} of the {pairs * 3 * T} (pair, position) cells" in line, line
+
+
 def served_checks(args: list[str], shots: Path, token: str = "the") -> dict:
     """Start ``octlm serve ARGS --port 0`` and run the browser script on it."""
     proc = subprocess.Popen(
@@ -147,6 +167,8 @@ def test_playgrounds_alone_in_chromium_through_octlm_serve(tmp_path):
     be, the page gives the commands that fill it."""
     checks = served_checks([], tmp_path / "shots")
     assert checks["view"] == "none"
+    for shown in checks["rope reach"]:  # the playground's default head (64 channels, rope_theta 10000), T moved by keys
+        check_rope_reach(shown["line"], 64, 10000.0, shown["T"])
     text = " ".join(checks["how to fill"].split())
     for command in (
         "octlm train --out runs/stdlib",
@@ -157,6 +179,37 @@ def test_playgrounds_alone_in_chromium_through_octlm_serve(tmp_path):
         assert command in text, command
     for name in checks["screenshots"]:
         assert (tmp_path / "shots" / name).stat().st_size > 10_000, name
+
+
+def test_rope_run_ties_the_angles_to_its_own_attention(length_study, tmp_path):
+    """A RoPE run's page: the count of its own slow pairs, and every head's mean entropy at 1x, 2x and 4x T equal to
+    ``attention_statistics`` of the run's first L validation tokens, recorded here."""
+    import torch
+
+    from octlm.inspect.attention import record
+    from octlm.inspect.attention_statistics import attention_statistics
+    from octlm.run.folder import RunFolder
+    from octlm.run.load import load_run
+
+    run_dir = length_study / "runs" / "rope"
+    checks = served_checks(["--run", str(run_dir)], tmp_path / "shots")
+    model, _ = load_run(run_dir)
+    config = model.config
+    T = config.context_length
+    check_rope_reach(checks["run rope"]["line"], config.d_model // config.n_heads, config.rope_theta, T)
+    heads = config.n_layers * config.n_heads
+    assert checks["run rope"]["entropyLines"] == heads + 1  # and uniform attention's
+    ids = [int(i) for i in RunFolder(run_dir).tokens("val")[: 4 * T]]
+    shown = {
+        title.rsplit(":", 1)[0]: float(title.rsplit(": ", 1)[1].split()[0]) for title in checks["run rope"]["dots"]
+    }
+    for length in (T, 2 * T, 4 * T):
+        maps = record(model, ids[:length], torch.device("cpu"))
+        entropy = attention_statistics(maps.probabilities, maps.logits).mean_entropy
+        for layer in range(config.n_layers):
+            for head in range(config.n_heads):
+                key = f"layer {layer} head {head} at {length} tokens"
+                assert shown[key] == pytest.approx(float(entropy[layer][head]), abs=6e-4), key  # 3 decimals
 
 
 def expected_table(evals: list[dict], reading: str) -> list[list[str]]:

@@ -104,3 +104,22 @@ def test_exporter_writes_the_file(tmp_path, capsys):
     out = tmp_path / "deep" / "parity.json"
     assert main([str(out)]) == 0
     assert json.loads(out.read_text()) == json.loads(fixtures_json())
+
+
+def test_rope_reach_fixture_covers_slow_and_fast_pairs_away_from_every_boundary():
+    """Slow pairs and fast ones, a T where every pair is slow and one where none is; and no cell within 1e-6 rad of
+    the half-step rule's boundary, nor any T * theta_i within 1e-6 of 2 pi, so float rounding on either side cannot
+    flip a cell."""
+    from octlm.export.parity import rope_reach_distance
+
+    cases = parity_fixtures()["rope_reach"]
+    firsts = {(c["first_slow_pair"], c["head_dim"] // 2) for c in cases}
+    assert any(0 < k < n for k, n in firsts) and (0, 4) in firsts and (4, 4) in firsts
+    assert any("2" in row for c in cases for row in c["cells"]), "positions past T at angles training never saw"
+    assert any(row.count("1") > 0 and "2" in row for c in cases for row in c["cells"]), "a slow pair that wraps round"
+    for c in cases:
+        T = c["train_length"]
+        for w in c["inv_freq"]:
+            assert abs(T * w - 2 * math.pi) > 1e-6
+            for p in range(T, c["positions"]):
+                assert abs(rope_reach_distance(w, T, p) - w / 2) > 1e-6, (c["head_dim"], c["theta"], w, p)

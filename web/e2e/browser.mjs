@@ -101,6 +101,16 @@ try {
   const xposShifted = await page.locator("[data-testid=xpos-score-shifted]").textContent();
   check("xPos score unchanged by a shift of both positions", xposShifted === xposBase && (await page.locator("[data-testid=xpos-decay] svg polyline").count()) === 4, { xposBase, xposShifted });
 
+  // Why RoPE breaks past T: moving T from the keyboard redraws the chart of pairs x positions up to 4T and its count.
+  const reach = page.locator("#rope-reach-map");
+  const line = page.locator("[data-testid=rope-slow-pairs]");
+  const reachBefore = { T: Number(await page.locator("input[name=rope-train-length]").inputValue()), line: await line.textContent(), shape: await reach.getAttribute("data-shape"), renders: Number(await reach.getAttribute("data-renders")) };
+  await page.locator("input[name=rope-train-length]").focus();
+  for (let i = 0; i < 4; i++) await page.keyboard.press("ArrowRight");
+  const reachAfter = { T: Number(await page.locator("input[name=rope-train-length]").inputValue()), line: await line.textContent(), shape: await reach.getAttribute("data-shape"), renders: Number(await reach.getAttribute("data-renders")) };
+  seen["rope reach"] = [reachBefore, reachAfter];
+  check("RoPE's training length redraws pairs x 4T positions and the count", reachAfter.T === reachBefore.T + 32 && reachAfter.renders > reachBefore.renders && reachAfter.shape === `32x${4 * reachAfter.T}` && reachAfter.line !== reachBefore.line, seen["rope reach"]);
+
   if (isStudy) await studyChecks(page);
   else if (!isEmpty) await runChecks(page);
 
@@ -158,6 +168,15 @@ async function runChecks(page) {
 
   seen["run attention head stats"] = await page.locator("#run-attention-heads [data-testid=head-stats]").allTextContents();  // at 1x T
   seen["run attention"] = await attentionChecks(page, "run-attention");
+  // A RoPE run: its own pairs and its heads' entropy at each length.
+  if ((await page.locator("#run-rope").count()) === 1) {
+    seen["run rope"] = {
+      line: await page.locator("[data-testid=run-rope-slow-pairs]").textContent(),
+      shape: await page.locator("#run-rope-reach-map").getAttribute("data-shape"),
+      entropyLines: await page.locator("#run-rope-entropy svg polyline").count(),
+      dots: await page.locator("#run-rope-entropy svg circle title").allTextContents(),
+    };
+  }
 }
 
 /**

@@ -167,7 +167,7 @@ export function heatmap(title: string): Heatmap {
     ctx.textAlign = "center";
     ctx.textBaseline = "top";
     const size = opts.cellSize ?? 1;
-    const xs = niceStep(m.cols * size, Math.max(2, Math.floor(plotW / 48)));
+    const xs = Math.max(1, niceStep(m.cols * size, Math.max(2, Math.floor(plotW / 48)))); // cells are whole positions
     for (let p = 0; p < m.cols * size; p += xs) {
       const x = margin.left + (p / size + 0.5) * geometry.cw;
       ctx.beginPath();
@@ -178,7 +178,7 @@ export function heatmap(title: string): Heatmap {
     }
     ctx.textAlign = "right";
     ctx.textBaseline = "middle";
-    const ys = niceStep(m.rows * size, Math.max(2, Math.floor(plotH / 28)));
+    const ys = Math.max(1, niceStep(m.rows * size, Math.max(2, Math.floor(plotH / 28))));
     for (let p = 0; p < m.rows * size; p += ys) {
       const y = margin.top + (p / size + 0.5) * geometry.ch;
       ctx.beginPath();

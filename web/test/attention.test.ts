@@ -1,7 +1,7 @@
 // Reading the attention maps octlm.inspect.attention_view packs: one byte per cell on the
 // square-root scale, the cells on and below the diagonal, row by row, head by head, layer by layer.
 import { describe, expect, it } from "vitest";
-import { cellRange, hasMaps, times, unpackMaps, type MapSet } from "../src/attention/data";
+import { cellRange, entropyByLength, hasMaps, times, unpackMaps, type MapSet } from "../src/attention/data";
 
 const b64 = (bytes: number[]) => btoa(String.fromCharCode(...bytes));
 const stats = { mean_entropy: [[0]], mean_distance: [[0]], sink_mass: [[0]], max_logit: [[0]], entropy: [[[0]]], uniform_entropy: [0] };
@@ -57,5 +57,26 @@ describe("times", () => {
   it("writes a length as a multiple of T", () => {
     expect(times(256, 128)).toBe("2×");
     expect(times(64, 128)).toBe("0.50×");
+  });
+});
+
+describe("entropyByLength", () => {
+  const at = (length: number, entropy: number[][], uniform: number[]): MapSet => ({
+    length, block: 1, side: 1, maps: "", statistics: { ...stats, mean_entropy: entropy, uniform_entropy: uniform },
+  });
+  it("gives every layer and head its mean entropy at each length with maps, and uniform attention's beside it", () => {
+    const found = entropyByLength([
+      at(8, [[1, 2], [0.5, 0.25]], [0, Math.log(2), Math.log(3), Math.log(4)]),
+      { length: 16, note: "over 1 GiB" },
+      at(32, [[1.5, 2.5], [1, 0.5]], [Math.log(2), Math.log(4)]),
+    ]);
+    expect(found.lengths).toEqual([8, 32]);
+    expect(found.heads.map((h) => h.label)).toEqual(["layer 0 head 0", "layer 0 head 1", "layer 1 head 0", "layer 1 head 1"]);
+    expect(found.heads.map((h) => h.entropy)).toEqual([[1, 1.5], [2, 2.5], [0.5, 1], [0.25, 0.5]]);
+    expect(found.uniform[0]).toBeCloseTo(Math.log(24) / 4, 12); // the mean of ln(i + 1) over the cells
+    expect(found.uniform[1]).toBeCloseTo(Math.log(8) / 2, 12);
+  });
+  it("is empty without lengths that have maps", () => {
+    expect(entropyByLength([{ length: 16, note: "no rows" }])).toEqual({ lengths: [], heads: [], uniform: [] });
   });
 });

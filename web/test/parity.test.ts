@@ -23,6 +23,7 @@ import {
   type RopeLayout,
   type SinusoidalLayout,
 } from "../src/math";
+import { ropeReach } from "../src/ropeReach";
 import { showToken } from "../src/run/data";
 
 const TOL = 1e-5;
@@ -169,5 +170,18 @@ describe("cosine similarity", () => {
 describe("token labels (octlm.tokenizer.visible_token)", () => {
   for (const c of fixtures.token_labels) {
     it(`labels ${JSON.stringify(c.text)} as the terminal does`, () => expect(showToken(c.text)).toBe(c.label));
+  }
+});
+
+describe("RoPE past the training length: which angles training saw (octlm.export.parity, by search)", () => {
+  for (const c of fixtures.rope_reach) {
+    it(`head_dim ${c.head_dim}, theta ${c.theta}, T ${c.train_length}, ${c.positions} positions`, () => {
+      const r = ropeReach(c.head_dim, c.theta, c.train_length, c.positions);
+      expect(maxDiff(Array.from(r.invFreq), c.inv_freq)).toBeLessThan(TOL);
+      expect(maxDiff(r.turns, c.turns)).toBeLessThan(TOL);
+      expect(r.firstSlowPair).toBe(c.first_slow_pair);
+      expect(r.cells.map((row) => row.join(""))).toEqual(c.cells);
+      expect(r.unseen).toEqual(c.cells.map((row) => [...row].filter((x) => x === "2").length));
+    });
   }
 });

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -26,6 +27,7 @@ from octlm.data.token_display import visible_token
 from octlm.fileio import atomic_write
 from octlm.inspect.diagnostics import cosine_neighbours
 from octlm.model.positions.parity import float_lists, scheme_fixtures
+from octlm.model.positions.waves import rope_inverse_frequencies
 
 #: Token texts whose labels the page must show as the terminal does: spaces, line ends, C0, DEL and
 #: C1 controls, a no-break space and a zero-width space (both kept), a split UTF-8 byte, non-BMP text.
@@ -67,11 +69,55 @@ def _cosine() -> list[dict]:
     return cases
 
 
+#: (head_dim, rope_theta, training length T, positions shown): the page's default (64, 10000, T = 64, 4T), a small
+#: theta whose pairs turn fast, a T so short every pair is slow, and one where every pair turns.
+ROPE_REACH_CASES = [(64, 10000.0, 64, 256), (16, 500.0, 20, 80), (8, 10000.0, 4, 16), (8, 4.0, 200, 300)]
+
+
+def rope_reach_distance(inv_freq: float, train_length: int, position: int) -> float:
+    """Radians from ``position``'s angle (``position * inv_freq``) to the nearest angle a training position ``m <
+    train_length`` gave the same pair, round the circle; ``0`` for a training position."""
+    return min(abs(math.remainder((position - m) * inv_freq, 2 * math.pi)) for m in range(train_length))
+
+
+def _rope_reach() -> list[dict]:
+    """Which angles RoPE's training positions show each pair, and which positions past T reach others.
+
+    Computed by search, not by the page's arc formula: a position past T is "seen" (1) when some training angle lies
+    within half a step (``inv_freq / 2``) of its own, "unseen" (2) when none does; training positions are 0. The first
+    pair that never completes a turn, from ``T * theta_i < 2 pi`` solved for ``i``.
+    """
+    cases = []
+    for head_dim, theta, T, positions in ROPE_REACH_CASES:
+        inv_freq = rope_inverse_frequencies(head_dim, theta).tolist()
+        cells = [
+            "".join("0" if p < T else "1" if rope_reach_distance(w, T, p) <= w / 2 else "2" for p in range(positions))
+            for w in inv_freq
+        ]
+        # T theta^(-2i/d) < 2 pi  <=>  i > d ln(T / 2 pi) / (2 ln theta)
+        first_slow = min(
+            head_dim // 2, max(0, math.floor(head_dim * math.log(T / (2 * math.pi)) / (2 * math.log(theta))) + 1)
+        )
+        cases.append(
+            {
+                "head_dim": head_dim,
+                "theta": theta,
+                "train_length": T,
+                "positions": positions,
+                "inv_freq": inv_freq,
+                "turns": [T * w / (2 * math.pi) for w in inv_freq],
+                "first_slow_pair": first_slow,
+                "cells": cells,
+            }
+        )
+    return cases
+
+
 def parity_fixtures() -> dict:
     """Every case the page's parity test checks, as a JSON-ready dict.
 
     Keys: ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``fire``, ``xpos``, ``prope``, ``kerple``, ``cope``, ``cosine``,
-    ``token_labels``
+    ``rope_reach`` (which angles RoPE's training positions show each channel pair), ``token_labels``
     (:func:`octlm.data.token_display.visible_token`); each case carries
     its inputs next to Python's outputs. Deterministic: the random inputs come
     from fixed seeds.
@@ -80,6 +126,7 @@ def parity_fixtures() -> dict:
         "about": "Written by `python -m octlm.export.parity`; read by web/test/parity.test.ts. Do not edit by hand.",
         **scheme_fixtures(),
         "cosine": _cosine(),
+        "rope_reach": _rope_reach(),
         "token_labels": [{"text": t, "label": visible_token(t)} for t in TOKEN_LABEL_CASES],
     }
 

@@ -89,3 +89,29 @@ export function times(length: number, trainLength: number): string {
   const m = length / trainLength;
   return `${Number.isInteger(m) ? m : m.toFixed(2)}×`;
 }
+
+/** Every head's mean entropy at each length a model has maps for, with uniform attention's for comparison. */
+export interface EntropyByLength {
+  /** Lengths with maps, in the order given. */
+  lengths: number[];
+  /** One per layer and head ("layer l head h"): its mean entropy over the queries (nats) at each length. */
+  heads: Array<{ label: string; entropy: number[] }>;
+  /** Uniform attention's mean entropy at each length: the mean of ln(i + 1) over the map's cells (nats). */
+  uniform: number[];
+}
+
+/**
+ * How spread out each head's attention is at each length: the statistics `octlm serve --run` records at 1x, 2x and 4x
+ * T (lengths without maps are left out). A head whose entropy climbs with length like uniform attention's is spreading
+ * its attention over more keys.
+ */
+export function entropyByLength(sets: MapSet[]): EntropyByLength {
+  const shown = sets.filter(hasMaps);
+  const first = shown[0]?.statistics.mean_entropy ?? [];
+  const heads = first.flatMap((layer, l) => layer.map((_, h) => ({
+    label: `layer ${l} head ${h}`,
+    entropy: shown.map((s) => s.statistics.mean_entropy[l][h]),
+  })));
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  return { lengths: shown.map((s) => s.length), heads, uniform: shown.map((s) => mean(s.statistics.uniform_entropy)) };
+}

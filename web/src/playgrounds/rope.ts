@@ -1,6 +1,7 @@
-// Playground 4: RoPE rotates one channel pair of a query and a key by their positions.
+// Playground 4: RoPE rotates one channel pair of a query and a key by their positions; then why it breaks past T.
 import { dot, gaussianMatrix, ropeInverseFrequencies, ropePair, ropeRotateVector, row, type RopeLayout } from "../math";
 import { clear, el, fmt, section, select, slider } from "../ui";
+import { ropeLengthPanel } from "./ropeLength";
 
 const HEAD_DIM = 8;
 const THETA = 10000;
@@ -48,6 +49,7 @@ export function ropePlayground(): HTMLElement {
     select("Pair layout", [["interleaved", "interleaved: (2i, 2i+1)"], ["half", "half: (i, i + d/2)"]], state.layout, (v) => { state.layout = v as RopeLayout; render(); }, "rope-layout").root,
   );
   render();
+  root.append(ropeLengthPanel());
   return root;
 }
 

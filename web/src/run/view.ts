@@ -4,6 +4,7 @@ import { colorBar, heatmap, lineChart, scatter } from "../plot";
 import { append, clear, el, fmt, radios, section, slider } from "../ui";
 import { attentionExplorer } from "../attention/view";
 import { lookupToken, showToken, unpack, type RunData } from "./data";
+import { ropeRunPanel } from "./ropeRun";
 
 export function runSection(run: RunData | undefined): HTMLElement {
   if (!run) return howToFill();
@@ -23,7 +24,10 @@ export function runSection(run: RunData | undefined): HTMLElement {
     ),
   );
   const table = unpack(run.embedding);
-  body.append(positionPanel(run), neighboursPanel(run, table), attentionPanel(run), lossPanel(run));
+  body.append(positionPanel(run), neighboursPanel(run, table), attentionPanel(run));
+  const rope = ropeRunPanel(run);
+  if (rope) body.append(rope);
+  body.append(lossPanel(run));
   return root;
 }
 
