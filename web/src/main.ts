@@ -18,7 +18,7 @@ function main(): void {
   const study = window.OCTLM_STUDY;
   const last = study ? ["study", "Your study"] : ["run", "Your model"];
   const nav = el("nav", { "aria-label": "sections" },
-    ...[["onehot", "Lookup"], ["sum", "Token + position"], ["sinusoidal", "Sinusoidal"], ["rope", "RoPE"], ["alibi", "ALiBi"], ["t5", "T5"], ["fire", "FIRE"], ["xpos", "xPos"], last].map(([id, text]) => el("a", { href: `#${id}` }, text)),
+    ...[["onehot", "Lookup"], ["sum", "Token + position"], ["sinusoidal", "Sinusoidal"], ["rope", "RoPE"], ["alibi", "ALiBi"], ["t5", "T5"], ["fire", "FIRE"], ["xpos", "xPos"], ["kerple", "KERPLE"], last].map(([id, text]) => el("a", { href: `#${id}` }, text)),
   );
   app.append(
     el("header", {},
