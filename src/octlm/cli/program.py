@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import itertools
 import os
 import re
 import signal
@@ -17,10 +18,11 @@ import sys
 import tomllib
 from pathlib import Path
 
+from octlm.data.token_display import argv_text
 from octlm.data.tokenizer import left_running
 from octlm.declare import REQUIRED, build, checked_values, field_types, flag, option_default, option_fields, refused
 from octlm.errors import OctlmError
-from octlm.report import Reporter
+from octlm.report import Reporter, terminal_output
 from octlm.train.signals import STOP_SIGNALS, survive_hangup
 
 
@@ -38,15 +40,39 @@ class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionH
 
 class Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors: what was wrong, a close spelling when there is one, where the options are
-    listed.
+    listed; and no abbreviated options.
 
     argparse prints the whole usage block (twenty lines for ``octlm train``)
     above its error; the error is the line a person needs. Exit status 2, as argparse.
+    A prefix of an option (``--js`` for ``--json``) is refused with the full
+    name as its hint, never taken: :func:`main` reads ``--json``, ``--quiet``
+    and ``--config`` from the words before argparse does, and an abbreviation
+    there would mean one thing early and another later.
     """
 
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", True)  # every subcommand's parser is one of these
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._words = list(sys.argv[1:] if args is None else args)  # for the hint on a value that starts with '-'
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> None:  # type: ignore[override]
-        hint = self._spelling_hint(message)
+        hint = self._spelling_hint(message) or self._dash_hint(message)
         self.exit(2, f"{self.prog}: error: {message}{hint}\n`{self.prog} --help` lists every option\n")
+
+    def _dash_hint(self, message: str) -> str:
+        """For ``--prompt -ROMEO``: argparse takes a word that starts with '-' for an option, so the value must be
+        joined to its option with '='."""
+        missing = re.match(r"argument ([^:]+): expected (?:one|at least one) argument", message)
+        if missing is None:
+            return ""
+        names, words = missing.group(1).split("/"), getattr(self, "_words", [])
+        for word, value in itertools.pairwise(words):
+            if word in names and value.startswith("-"):
+                return f"; a value that starts with '-' goes after '=': write it as {word}={value}"
+        return ""
 
     def _spelling_hint(self, message: str) -> str:
         if message.startswith("unrecognized arguments:"):
@@ -98,6 +124,19 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="print only warnings and the result")
 
 
+def add_plugin_option(parser: argparse.ArgumentParser) -> None:
+    """``--plugin MODULE``, for a command that builds or reads a model; :func:`main` imports it before parsing, so its
+    schemes are choices of ``--position`` and ``--schemes`` (:mod:`octlm.model.positions.plugins`)."""
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import a module that registers position schemes first: an importable name or a .py file's path "
+        "(repeatable); installed octlm.positions entry points need none",
+    )
+
+
 def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> None:
     """Make the keys of ``--config FILE.toml`` the parser's defaults, so command-line flags still win.
 
@@ -107,7 +146,7 @@ def apply_toml_config(parser: argparse.ArgumentParser, argv: list[str], cls) -> 
         OctlmError: when the file is missing or not TOML, or a key is unknown
             or has the wrong type (:func:`octlm.train.options.checked_values`).
     """
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # --conf is no --config here either
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
     if known.config == "":
@@ -160,8 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"octlm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     parser.subcommands = sub.choices
+    from octlm.model.positions.plugins import PLUGIN_COMMANDS
+
     for name in COMMANDS:
         importlib.import_module(f"octlm.cli.commands.{name.replace('-', '_')}").add_parser(sub)
+        if name in PLUGIN_COMMANDS:
+            add_plugin_option(sub.choices[name])
     return parser
 
 
@@ -173,7 +216,8 @@ def given_options(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
     nothing was given.
     """
     marker = object()
-    names = [a.dest for a in parser._actions if a.dest not in ("help", argparse.SUPPRESS)]
+    # --plugin says where a scheme's code is, not how a run is made: no run or study option depends on it
+    names = [a.dest for a in parser._actions if a.dest not in ("help", "plugin", argparse.SUPPRESS)]
     namespace = argparse.Namespace(**{name: marker for name in names})
     parser.parse_args(argv, namespace=namespace)
     return {name for name in names if getattr(namespace, name) is not marker} | getattr(parser, "toml_options", set())
@@ -195,14 +239,20 @@ def options_from(args: argparse.Namespace, cls):
 
 def main(argv: list[str] | None = None) -> int:
     program = argv is None  # run as the octlm program, not called from Python
+    if program:
+        terminal_output()
     argv = list(sys.argv[1:] if argv is None else argv)
     json_mode = "--json" in argv
     report = Reporter(json_mode=json_mode, quiet="--quiet" in argv)
     command = parser = None
     try:
+        from octlm.model.positions.plugins import load_plugins
+
+        load_plugins(argv)  # before the parser: a plug-in's schemes are choices of --position and --schemes
         parser = build_parser()  # imports torch: seconds in which a Ctrl-C must end as cleanly as later
         if argv and argv[0] in parser.subcommands and hasattr(parser.subcommands[argv[0]], "options_class"):
             sub = parser.subcommands[argv[0]]
+            _refuse_abbreviations(sub, argv[1:])  # before --config, whose errors would otherwise come first
             apply_toml_config(sub, argv[1:], sub.options_class)
         args, unknown = parser.parse_known_args(argv)
         command = args.command
@@ -214,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
         report = Reporter(json_mode=args.json, quiet=args.quiet)
         args.argv = argv
+        _decode_argv_text(args)
         _terminate_as_interrupt()
         return args.func(args, report)
     except OctlmError as err:
@@ -238,6 +289,34 @@ def main(argv: list[str] | None = None) -> int:
         # The file system said no (a parent that is a file, a read-only or full disk, ...).
         where = f"{err.filename}: " if err.filename else ""
         return _fail(report, f"{where}{err.strerror or err}", 1)
+
+
+def _refuse_abbreviations(parser: argparse.ArgumentParser, words: list[str]) -> None:
+    """Exit 2 on a word before ``--`` that is a prefix of one of ``parser``'s options but no option itself (``--js``),
+    as argparse would once it parses (:class:`Parser`), with the full name as a hint."""
+    known = [name for name in parser._option_string_actions if name.startswith("--")]
+    for word in itertools.takewhile(lambda w: w != "--", words):
+        name = word.split("=", 1)[0]
+        if name.startswith("--") and name not in known and any(option.startswith(name) for option in known):
+            parser.error(f"unrecognized arguments: {word}")
+
+
+#: Options whose values are text for the tokenizer, not paths: their command-line bytes are read as UTF-8.
+TEXT_OPTIONS = ("prompt", "token")
+
+
+def _decode_argv_text(args: argparse.Namespace) -> None:
+    """Replace each :data:`TEXT_OPTIONS` value by the text its bytes spell in UTF-8 (:func:`argv_text`).
+
+    Raises:
+        OctlmError: naming the option, its value and the first byte that is not UTF-8.
+    """
+    for name in TEXT_OPTIONS:
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            setattr(args, name, argv_text(value, flag(name)))
+        elif isinstance(value, list):
+            setattr(args, name, [argv_text(v, flag(name)) if isinstance(v, str) else v for v in value])
 
 
 def _terminate_as_interrupt() -> None:

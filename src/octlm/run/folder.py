@@ -2,7 +2,8 @@
 
 A run folder holds
 
-* ``config.json``       -- ``{"model": DecoderConfig fields, "train": resolved options}``
+* ``config.json``       -- ``{"model": DecoderConfig fields, "train": resolved options}``, and ``"plugin"``
+  (what ``--plugin`` takes) when the scheme comes from outside octlm
 * ``model.safetensors`` -- the weights; the tied head is stored once, as the token table
 * ``tokenizer.json``    -- the Hugging Face tokenizer
 * ``manifest.json``     -- what was read (paths, bytes, sha256) and the token files
@@ -206,12 +207,35 @@ class RunFolder(OutputFolder):
         return self.read_config().get("train") if self.config_path.is_file() else None
 
     def write_config(self, model_config: DecoderConfig, train_options: dict) -> None:
-        """Write ``config.json`` (model shape plus the resolved training options), atomically."""
+        """Write ``config.json`` (model shape plus the resolved training options, and the plug-in that provides the
+        scheme if one does), atomically."""
         from octlm import __version__
+        from octlm.model.positions import PLUGIN_SOURCES
 
-        atomic_write_json(
-            self.config_path, {"octlm_version": __version__, "model": model_config.to_dict(), "train": train_options}
-        )
+        config = {"octlm_version": __version__, "model": model_config.to_dict(), "train": train_options}
+        if model_config.position in PLUGIN_SOURCES:
+            config["plugin"] = PLUGIN_SOURCES[model_config.position]
+        atomic_write_json(self.config_path, config)
+
+    def check_scheme_found(self, config: dict) -> None:
+        """Refuse, naming the plug-in, a run (``config``, its ``config.json``) whose scheme comes from a plug-in this
+        process has not imported.
+
+        The plug-in is not imported from the run's record: a run folder may come
+        from anyone, and opening one must not run its code.
+
+        Raises:
+            RunError: ``--plugin`` and the recorded module or file to give.
+        """
+        from octlm.model.positions import SCHEMES
+
+        position, plugin = (config.get("model") or {}).get("position"), config.get("plugin")
+        if isinstance(plugin, str) and isinstance(position, str) and position not in SCHEMES:
+            raise RunError(
+                f"{self.path}: its position scheme {position!r} comes from the plug-in {plugin}, which is not "
+                f"imported; give --plugin {shlex.quote(plugin)} (or install the package whose octlm.positions entry "
+                "point provides it)"
+            )
 
     def read_tokenizer(self) -> Tokenizer:
         """``tokenizer.json``. Raises RunError naming it when it is missing or unreadable."""

@@ -25,7 +25,8 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
 
     Raises:
         RunError: when the folder or one of its files is missing or corrupted
-            (the message names the file).
+            (the message names the file), or its scheme comes from a plug-in
+            not imported (naming the ``--plugin`` to give).
     """
     run_dir = Path(run_dir)
     if run_dir.is_file():
@@ -33,6 +34,7 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
     if not run_dir.is_dir():
         raise RunError(f"{run_dir}: no such run folder; train one with `octlm train --out {run_dir}`")
     config = RunFolder(run_dir).read_config()
+    RunFolder(run_dir).check_scheme_found(config)
     try:
         model_config = DecoderConfig.from_dict(config["model"])
     except (TypeError, ValueError) as err:

@@ -83,7 +83,9 @@ def source_config(init_from: str | Path) -> dict:
     folder = RunFolder(path, "--init-from")
     if not folder.weights_path.is_file():
         raise OctlmError(f"--init-from {path}: holds no {folder.weights_path.name}; give a finished octlm run")
-    return folder.read_config()
+    config = folder.read_config()
+    folder.check_scheme_found(config)
+    return config
 
 
 def init_from_options(opts, given: set[str]):

@@ -99,6 +99,7 @@ class RunFolderPhase:
         stored = folder.read_config()
         # Each process checks the files it is about to read.
         check_digests(ckpt.path, ckpt.state["digests"], run_digests(folder.path, stored))
+        folder.check_scheme_found(stored)
         try:
             config = DecoderConfig.from_dict(stored["model"])
         except (TypeError, ValueError) as err:

@@ -15,7 +15,8 @@ A scheme is a small ``nn.Module`` that overrides only the hooks it needs; the
 base class makes every hook a no-op. Schemes are found by name in
 :data:`SCHEMES`, so adding one means writing one class in a module of this
 package (by the hook it uses), decorating it with :func:`register` and
-importing the module below. Nothing else in octlm names a scheme:
+importing the module below; or, outside octlm, in a module of one's own loaded
+with ``--plugin`` or an ``octlm.positions`` entry point (:mod:`.plugins`). Nothing else in octlm names a scheme:
 what other modules need to know (a name for people, the explorer's vectors,
 the memory a score bias takes, which RoPE scalings apply, which transformers
 model holds it, whether the length study trains it) they ask the scheme, through the
@@ -35,6 +36,7 @@ context-extension methods (linear, NTK, dynamic NTK, YaRN) in :mod:`octlm.model.
 # isort: off
 from octlm.model.positions.base import SCORE_BIAS_BYTES, PositionScheme, PositionVectors
 from octlm.model.positions.registry import (
+    PLUGIN_SOURCES,
     SCHEME_NAMES,
     SCHEMES,
     build,
@@ -63,6 +65,7 @@ from octlm.model.positions.waves import DEFAULT_BASE, SINUSOIDAL_LAYOUTS, rope_i
 __all__ = [
     "DEFAULT_BASE",
     "FIRE_THRESHOLD",
+    "PLUGIN_SOURCES",
     "ROPE_LAYOUTS",
     "ROPE_SCALINGS",
     "SCHEMES",

@@ -7,11 +7,16 @@ declares (fields of :class:`~octlm.model.config.DecoderConfig`), and
 :func:`build`, which checks a config and makes its scheme. The class every
 scheme derives from is :class:`~octlm.model.positions.base.PositionScheme`;
 this module names no scheme.
+
+Schemes from outside octlm (``--plugin``, the ``octlm.positions`` entry points)
+are imported by :mod:`octlm.model.positions.plugins`; the entry points the first
+time anything reads :data:`SCHEMES`, so every question below sees them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -19,14 +24,90 @@ if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig
     from octlm.model.positions.base import PositionScheme
 
+
+class SchemeNameTaken(ValueError):
+    """A second class registered under a scheme's name."""
+
+
+class _Registry(dict):
+    """A dict whose every read first imports the installed ``octlm.positions`` entry points (once per process).
+
+    Writes (:func:`register`) and ``dict.*`` calls on it do not, so registering
+    a built-in scheme while the package imports never starts a plug-in.
+    """
+
+    def raw(self, name: str) -> type[PositionScheme]:
+        """The class under ``name`` without looking for entry points (``KeyError`` when absent)."""
+        return dict.__getitem__(self, name)
+
+    def __getitem__(self, name):
+        _load_entry_points()
+        return dict.__getitem__(self, name)
+
+    def __contains__(self, name) -> bool:
+        _load_entry_points()
+        return dict.__contains__(self, name)
+
+    def __iter__(self):
+        _load_entry_points()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        _load_entry_points()
+        return dict.__len__(self)
+
+    def get(self, name, default=None):
+        _load_entry_points()
+        return dict.get(self, name, default)
+
+    def keys(self):
+        _load_entry_points()
+        return dict.keys(self)
+
+    def values(self):
+        _load_entry_points()
+        return dict.values(self)
+
+    def items(self):
+        _load_entry_points()
+        return dict.items(self)
+
+
 #: Every registered scheme class by name, in registration order (the order of the studies' tables).
-SCHEMES: dict[str, type[PositionScheme]] = {}
+SCHEMES: dict[str, type[PositionScheme]] = _Registry()
+#: For each scheme a plug-in registered, what ``--plugin`` takes to import it again (a module name or a file's
+#: absolute path); a run records it in ``config.json``. Built-in schemes are absent.
+PLUGIN_SOURCES: dict[str, str] = {}
+_entry_points_loaded = False
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    config = sys.modules.get("octlm.model.config")
+    if config is not None and not hasattr(config, "DecoderConfig"):
+        return  # DecoderConfig's own class body is asking (built-in schemes only); plug-ins load after it exists
+    _entry_points_loaded = True  # before importing: a plug-in's own reads of the registry must not start this again
+    from octlm.model.positions.plugins import load_entry_points
+
+    load_entry_points()
 
 
 def register(name: str) -> Callable[[type[PositionScheme]], type[PositionScheme]]:
-    """Class decorator adding a scheme to :data:`SCHEMES` under ``name``."""
+    """Class decorator adding a scheme to :data:`SCHEMES` under ``name``.
+
+    Raises:
+        SchemeNameTaken: when another class is registered under ``name`` already.
+    """
 
     def wrap(cls: type[PositionScheme]) -> type[PositionScheme]:
+        taken = dict.get(SCHEMES, name)
+        if taken is not None and taken is not cls:
+            raise SchemeNameTaken(
+                f"registers the position scheme {name!r}, which is already {taken.__module__}.{taken.__qualname__}; "
+                "choose another name"
+            )
         cls.name = name
         cls.reads = tuple(cls.options)
         SCHEMES[name] = cls
@@ -94,7 +175,7 @@ def scheme_option_fields() -> dict[str, dataclasses.Field]:
         TypeError: when two schemes declare different options under one name.
     """
     out: dict[str, dataclasses.Field] = {}
-    for cls in SCHEMES.values():
+    for cls in dict.values(SCHEMES):  # the schemes octlm is made with: a plug-in's come too late to be fields
         for name, declared in cls.options.items():
             if out.setdefault(name, declared) is not declared:
                 raise TypeError(
@@ -162,6 +243,8 @@ def build(config: DecoderConfig) -> PositionScheme:
 
 
 __all__ = [
+    "PLUGIN_SOURCES",
+    "SchemeNameTaken",
     "build",
     "check",
     "default_scheme",
