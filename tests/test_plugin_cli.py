@@ -82,6 +82,8 @@ def test_a_scheme_from_a_file_outside_octlm_trains_and_samples_through_plugin(
     assert main(["sample", "--run", str(run), "--max-new-tokens", "4"]) == 1
     line = one_error_line(capsys)
     assert "'penalty'" in line and f"--plugin {PLUGIN.resolve()}" in line
+    assert main(["train", "--resume", str(run), "--max-steps", "4"]) == 1  # not "config.json is damaged"
+    assert f"--plugin {PLUGIN.resolve()}" in one_error_line(capsys)
 
     sample = ["sample", "--plugin", str(PLUGIN), "--run", str(run), "--max-new-tokens", "4", "--json"]
     assert main(sample) == 0

@@ -217,26 +217,6 @@ class RunFolder(OutputFolder):
             config["plugin"] = PLUGIN_SOURCES[model_config.position]
         atomic_write_json(self.config_path, config)
 
-    def check_scheme_found(self, config: dict) -> None:
-        """Refuse, naming the plug-in, a run (``config``, its ``config.json``) whose scheme comes from a plug-in this
-        process has not imported.
-
-        The plug-in is not imported from the run's record: a run folder may come
-        from anyone, and opening one must not run its code.
-
-        Raises:
-            RunError: ``--plugin`` and the recorded module or file to give.
-        """
-        from octlm.model.positions import SCHEMES
-
-        position, plugin = (config.get("model") or {}).get("position"), config.get("plugin")
-        if isinstance(plugin, str) and isinstance(position, str) and position not in SCHEMES:
-            raise RunError(
-                f"{self.path}: its position scheme {position!r} comes from the plug-in {plugin}, which is not "
-                f"imported; give --plugin {shlex.quote(plugin)} (or install the package whose octlm.positions entry "
-                "point provides it)"
-            )
-
     def read_tokenizer(self) -> Tokenizer:
         """``tokenizer.json``. Raises RunError naming it when it is missing or unreadable."""
         if not self.tokenizer_path.is_file():

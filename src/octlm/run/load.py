@@ -34,7 +34,7 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
     if not run_dir.is_dir():
         raise RunError(f"{run_dir}: no such run folder; train one with `octlm train --out {run_dir}`")
     config = RunFolder(run_dir).read_config()
-    RunFolder(run_dir).check_scheme_found(config)
+    check_scheme_found(RunFolder(run_dir), config)
     try:
         model_config = DecoderConfig.from_dict(config["model"])
     except (TypeError, ValueError) as err:
@@ -62,9 +62,30 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
     return model.to(device).eval(), tokenizer
 
 
+def check_scheme_found(folder: RunFolder, config: dict) -> None:
+    """Refuse, naming the plug-in, a run (``config``, its ``config.json``) whose scheme comes from a plug-in this
+    process has not imported.
+
+    The plug-in is not imported from the run's record: a run folder may come
+    from anyone, and opening one must not run its code.
+
+    Raises:
+        RunError: ``--plugin`` and the recorded module or file to give.
+    """
+    from octlm.model.positions import SCHEMES
+
+    position, plugin = (config.get("model") or {}).get("position"), config.get("plugin")
+    if isinstance(plugin, str) and isinstance(position, str) and position not in SCHEMES:
+        raise RunError(
+            f"{folder.path}: its position scheme {position!r} comes from the plug-in {plugin}, which is not "
+            f"imported; give --plugin {shlex.quote(plugin)} (or install the package whose octlm.positions entry "
+            "point provides it)"
+        )
+
+
 def load_config(run_dir: str | Path) -> dict:
     """:meth:`RunFolder.read_config` of ``run_dir``."""
     return RunFolder(run_dir).read_config()
 
 
-__all__ = ["load_config", "load_run"]
+__all__ = ["check_scheme_found", "load_config", "load_run"]

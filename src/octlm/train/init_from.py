@@ -25,6 +25,7 @@ from octlm.model import Decoder, DecoderConfig
 from octlm.model.positions import ROPE_SCALINGS, SCHEMES, schemes_taking
 from octlm.model.weights import load_weights, weights_state
 from octlm.run.folder import RunFolder
+from octlm.run.load import check_scheme_found
 from octlm.run.scaling import apply_scaling
 
 #: Model options a fine-tuning run must share with its source (``context_length`` and ``dropout`` may change;
@@ -84,7 +85,7 @@ def source_config(init_from: str | Path) -> dict:
     if not folder.weights_path.is_file():
         raise OctlmError(f"--init-from {path}: holds no {folder.weights_path.name}; give a finished octlm run")
     config = folder.read_config()
-    folder.check_scheme_found(config)
+    check_scheme_found(folder, config)
     return config
 
 

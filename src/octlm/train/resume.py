@@ -13,7 +13,7 @@ from pathlib import Path
 from octlm.declare import Resume, checked_values, flag, option_default, option_fields, refused
 from octlm.errors import OctlmError, RunError
 from octlm.run.folder import CONFIG, RunFolder
-from octlm.run.load import load_config
+from octlm.run.load import check_scheme_found, load_config
 from octlm.train.options import MODEL_OPTIONS, UNRECORDED, TrainOptions
 
 
@@ -52,7 +52,7 @@ def stored_options(run_dir: Path) -> dict:
     """
     where = f"--resume {run_dir}: {run_dir / CONFIG}"
     config = load_config(run_dir)
-    RunFolder(run_dir).check_scheme_found(config)  # a plug-in's scheme, not a damaged file
+    check_scheme_found(RunFolder(run_dir), config)  # a plug-in's scheme, not a damaged file
     stored = config.get("train", {})
     if not isinstance(stored, dict):
         raise RunError(

@@ -15,6 +15,7 @@ from octlm.data.tokens import count_blocks
 from octlm.errors import RunError
 from octlm.model import DecoderConfig
 from octlm.run.folder import RunFolder
+from octlm.run.load import check_scheme_found
 from octlm.run.outputs import check_out_spares
 from octlm.train.checkpoint import CHECKPOINT, check_digests, config_digest, load_checkpoint, run_digests
 from octlm.train.corpus import open_corpus, prepare_corpus
@@ -99,7 +100,7 @@ class RunFolderPhase:
         stored = folder.read_config()
         # Each process checks the files it is about to read.
         check_digests(ckpt.path, ckpt.state["digests"], run_digests(folder.path, stored))
-        folder.check_scheme_found(stored)
+        check_scheme_found(folder, stored)
         try:
             config = DecoderConfig.from_dict(stored["model"])
         except (TypeError, ValueError) as err:
