@@ -184,17 +184,17 @@ def test_each_command_takes_a_declared_options_class():
     )
 
 
-def test_an_interrupted_length_study_says_what_it_keeps_and_how_to_start_again(
+def test_an_interrupted_length_study_says_what_it_keeps_and_how_to_continue(
     monkeypatch, small_corpus, tmp_path, capsys
 ):
     import octlm.studies.length
 
     def stopped_after_one_model(opts, report):
-        (Path(opts.out) / "runs" / "rope").mkdir(parents=True)
+        (Path(opts.out) / "progress").mkdir(parents=True)  # an unfinished study's records
         raise KeyboardInterrupt
 
     monkeypatch.setattr(octlm.studies.length, "length_study", stopped_after_one_model)
     out = tmp_path / "study"
     assert main(["length", "--text", str(small_corpus), "--out", str(out)]) == 130
     err = capsys.readouterr().err
-    assert f"the models trained so far stay in {out / 'runs'}" in err and "--overwrite starts it again" in err
+    assert f"finished parts stay in {out}; the same command continues it" in err and "--overwrite starts it" in err

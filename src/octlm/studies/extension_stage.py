@@ -121,27 +121,44 @@ def labels_for(schemes: list[str]) -> list[str]:
 
 
 def fine_tune(
-    opts, label: str, source_dir: Path, run_dir: Path, seed: int, scored: np.ndarray, device, report: Reporter
+    opts,
+    label: str,
+    source_dir: Path,
+    run_dir: Path,
+    seed: int,
+    scored: np.ndarray,
+    device,
+    report: Reporter,
+    progress,
 ) -> tuple[dict, list[dict]]:
     """Fine-tune one extension and score it at ``M x T`` along the way; returns the train result and the curve rows.
 
     The curve points are read from the run's own ``model.safetensors``, which
-    the run saves every ``N / 4`` steps, before the step after it runs.
+    the run saves every ``N / 4`` steps, before the step after it runs. The
+    fine-tune and each curve point are units of ``progress``
+    (:class:`octlm.studies.progress.StudyProgress`): a continued study keeps
+    those recorded and resumes a fine-tune stopped midway from its checkpoint.
+
+    Raises:
+        KeyboardInterrupt: when the fine-tune was interrupted (its checkpoint is saved).
     """
     from octlm.model import Decoder
     from octlm.run.folder import RunFolder
     from octlm.run.load import load_run
+    from octlm.studies.progress import test_stop
+    from octlm.studies.study_models import train_unit
     from octlm.train.init_from import prepare_model
-    from octlm.train.launch import train
 
     tuned = extension_options(opts, label, source_dir, run_dir, seed)
     length = tuned.model.context_length
     tokenizer = RunFolder(source_dir).read_tokenizer()
-    curve: list[dict] = []
+    unit = f"extend-{label}-seed{seed}"
 
-    def score(model, step: int) -> None:
+    def score(load, step: int) -> None:
+        if progress.get(f"curve-{label}-seed{seed}-step{step}") is not None:
+            return
         result = evaluate(
-            model.to(device).eval(),
+            load().to(device).eval(),
             scored,
             tokenizer.bytes_per_token,
             length,
@@ -149,26 +166,36 @@ def fine_tune(
             None,
             device,
         )
-        curve.append(
-            {"record": "curve", "label": label, "seed": seed, "step": step, "eval_length": length, "bpb": result.bpb}
-        )
+        point = {
+            "record": "curve",
+            "label": label,
+            "seed": seed,
+            "step": step,
+            "eval_length": length,
+            "bpb": result.bpb,
+        }
+        progress.put(f"curve-{label}-seed{seed}-step{step}", point)
         report.event(
-            "curve",
-            f"[{label} seed {seed}] after {step} steps: {result.bpb:.4f} bits per byte at {length}",
-            **curve[-1],
+            "curve", f"[{label} seed {seed}] after {step} steps: {result.bpb:.4f} bits per byte at {length}", **point
         )
 
-    start = Decoder(tuned.model_config(tokenizer.vocab_size, tokenizer.eot_id))
-    prepare_model(start, tuned, load_source=True)
-    score(start, 0)
+    def start() -> Decoder:
+        model = Decoder(tuned.model_config(tokenizer.vocab_size, tokenizer.eot_id))
+        prepare_model(model, tuned, load_source=True)
+        return model
+
+    if progress.get(unit) is None:
+        score(start, 0)
 
     def hook(step: int) -> None:
+        test_stop("step")
         if step > 0 and step % tuned.save_every == 0:
-            score(load_run(run_dir, device)[0], step)
+            score(lambda: load_run(run_dir, device)[0], step)
 
-    result = train(tuned, TaggedReporter(report, f"{label}@{opts.extend_to}x"), step_hook=hook)
-    score(load_run(run_dir, device)[0], result["steps"])
-    return result, curve
+    result = train_unit(progress, unit, tuned, TaggedReporter(report, f"{label}@{opts.extend_to}x"), hook)
+    score(lambda: load_run(run_dir, device)[0], result["steps"])
+    steps = [0, *range(tuned.save_every, result["steps"], tuned.save_every), result["steps"]]
+    return result, [progress.get(f"curve-{label}-seed{seed}-step{step}") for step in steps]
 
 
 def curve_markdown(curves: list[dict]) -> str:

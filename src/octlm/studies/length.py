@@ -36,7 +36,6 @@ from pathlib import Path
 
 import numpy as np
 
-from octlm.errors import OctlmError
 from octlm.fileio import atomic_write
 from octlm.model.positions import SCHEMES
 from octlm.report import Reporter, TaggedReporter
@@ -55,11 +54,15 @@ from octlm.studies.length_attention import attention_markdown, attention_plot
 from octlm.studies.length_options import RUNS, LengthOptions, check_options, check_validation_length, validation_tokens
 from octlm.studies.length_scoring import eval_row, score_lengths, without_positions
 from octlm.studies.length_tables import format_tables, markdown_tables, mean_rows, plot
+from octlm.studies.progress import PROGRESS, StudyProgress, open_study, test_step
+from octlm.studies.study_models import check_same_data, train_unit
 from octlm.train.device import resolve_device, torch_settings
 
 #: Attention entropy by query position, one panel per model, one line per length.
 ATTENTION_PLOT = "attention.png"
-FILES = StudyFiles("length study", "length.jsonl", "length.md", "length.png", extra=(RUNS, EXTEND_PLOT, ATTENTION_PLOT))
+FILES = StudyFiles(
+    "length study", "length.jsonl", "length.md", "length.png", extra=(RUNS, EXTEND_PLOT, ATTENTION_PLOT, PROGRESS)
+)
 JSONL, PLOT, TABLE = FILES.jsonl, FILES.plot, FILES.table
 
 
@@ -86,22 +89,6 @@ def prepare_study_dir(out: str, overwrite: bool, texts: list[str] = ()) -> Path:
     return path
 
 
-def _same_data(results: dict[str, dict]) -> None:
-    """Every run must hold the same tokenizer and token streams (octlm's data preparation is deterministic)."""
-    fingerprints = {}
-    for scheme, result in results.items():
-        folder = RunFolder(result["run_dir"])
-        tokens = folder.read_manifest()["tokens"]
-        fingerprints[scheme] = (tokens["train"]["sha256"], tokens["val"]["sha256"], folder.tokenizer_path.read_bytes())
-    first = next(iter(fingerprints.values()))
-    differ = [s for s, f in fingerprints.items() if f != first]
-    if differ:
-        raise OctlmError(
-            f"the runs of {', '.join(differ)} prepared different tokens from the same text; the comparison would not "
-            "be fair"
-        )
-
-
 def _validation_stream(run_dir: Path) -> np.ndarray:
     return RunFolder(run_dir).tokens("val")
 
@@ -115,10 +102,17 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
     ``length.png`` (bits per byte against length, and per position at the
     longest length) and ``length.md`` (the tables).
 
+    An unfinished study of the same options at ``opts.out`` (stopped by
+    Ctrl-C or a kill) is continued: what it recorded in ``progress/`` is
+    kept, a model stopped mid-training resumes from its checkpoint
+    (:mod:`octlm.studies.progress`).
+
     Raises:
-        OctlmError: for bad options, an existing folder, or validation text
-            shorter than one window of the longest length (checked before
-            anything is trained or written).
+        OctlmError: for bad options, an existing finished study or other
+            files without ``overwrite``, an unfinished study of other options
+            (naming the first that differs), or validation text shorter than
+            one window of the longest length (checked before anything is
+            trained or written).
     """
     check_options(opts)
     with torch_settings(opts.threads, False):
@@ -128,11 +122,20 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
 def _study(opts: LengthOptions, report: Reporter) -> dict:
     device = resolve_device(opts.device)
     check_validation_length(validation_tokens(opts), opts)
-    out = prepare_study_dir(opts.out, opts.overwrite, opts.text)
+    progress = open_study(
+        opts.out,
+        opts.overwrite,
+        FILES.kind,
+        JSONL,
+        dataclasses.asdict(opts),
+        lambda: prepare_study_dir(opts.out, opts.overwrite, opts.text),
+        report,
+    )
+    out = progress.out
     T = opts.train_length
     lengths = [m * T for m in opts.multipliers]
     t0 = time.perf_counter()
-    opts, steps = _equal_steps(opts, out, report)
+    opts, steps = _equal_steps(opts, out, progress, report)
     report.event(
         "study",
         f"length study: {len(opts.schemes)} models ({', '.join(opts.schemes)}) x {opts.seeds} "
@@ -143,10 +146,10 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
         options=dataclasses.asdict(opts),
     )
     seeds = study_seeds(opts.seed, opts.seeds)
-    trained = _train_base(opts, out, seeds, report)
+    trained = _train_base(opts, out, seeds, progress, report)
     scored = _scored_stream(opts, trained, lengths, report)
     t_eval = time.perf_counter()
-    rows, attention, train_rows, curves = _score_all(opts, trained, seeds, out, scored, device, report)
+    rows, attention, train_rows, curves = _score_all(opts, trained, seeds, progress, scored, device, report)
     study = {
         "record": "study",
         "train_length": T,
@@ -156,6 +159,7 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
         "options": dataclasses.asdict(opts),
     }
     tables, written = _write(out, study, rows, train_rows, curves, attention, T, lengths)
+    progress.finish()
     seconds = time.perf_counter() - t0
     result = {
         "out": str(out),
@@ -178,12 +182,17 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
     return result
 
 
-def _equal_steps(opts: LengthOptions, out: Path, report: Reporter) -> tuple[LengthOptions, dict | None]:
+def _equal_steps(
+    opts: LengthOptions, out: Path, progress: StudyProgress, report: Reporter
+) -> tuple[LengthOptions, dict | None]:
     """With no ``--max-steps``, time the schemes so that the budget becomes one step count for every model (equal
-    training); returns the options with that count and the timing record (``None`` when the steps were given)."""
+    training); returns the options with that count and the timing record (``None`` when the steps were given).
+    A continued study keeps the count it timed first."""
     if opts.max_steps is not None:
         return opts, None
-    steps = measure_steps(opts, out / RUNS / ".timing", report)
+    steps = progress.get("equal-steps") or progress.put(
+        "equal-steps", measure_steps(opts, out / RUNS / ".timing", report)
+    )
     return dataclasses.replace(opts, max_steps=steps["steps"]), steps
 
 
@@ -205,25 +214,28 @@ def _score_all(
     opts: LengthOptions,
     trained: dict,
     seeds: list[int],
-    out: Path,
+    progress: StudyProgress,
     scored: np.ndarray,
     device,
     report: Reporter,
 ) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
     """Score every base model, then fine-tune and score each ``--extend-to`` method: ``(eval rows, attention rows,
-    train rows, fine-tuning curves)``."""
+    train rows, fine-tuning curves)``. Each model's scores are a unit of ``progress``: recorded once, never redone."""
     rows: list[dict] = []
     attention: list[dict] = []
     for (scheme, seed), result in trained.items():
-        scores, looks = _score_base(opts, scheme, seed, result["run_dir"], scored, device, report)
-        rows, attention = rows + scores, attention + looks
+        unit = f"score-{scheme}-seed{seed}"
+        if (done := progress.get(unit)) is None:
+            scores, looks = _score_base(opts, scheme, seed, result["run_dir"], scored, device, report)
+            done = progress.put(unit, {"rows": scores, "attention": looks})
+        rows, attention = rows + done["rows"], attention + done["attention"]
     train_rows = [_train_row(scheme, seed, r, opts.seeds) for (scheme, seed), r in trained.items()]
     curves: list[dict] = []
     if opts.extend_to:
         for seed in seeds:
             for label in labels_for(opts.schemes):
                 ext_rows, ext_attention, ext_train, curve = _extend_one(
-                    opts, label, seed, trained, out, scored, device, report
+                    opts, label, seed, trained, progress, scored, device, report
                 )
                 rows, attention = rows + ext_rows, attention + ext_attention
                 train_rows.append(ext_train)
@@ -265,21 +277,20 @@ def _run_dir(out: Path, name: str, seed: int, opts: LengthOptions) -> Path:
     return out / RUNS / (name if opts.seeds == 1 else f"{name}-seed{seed}")
 
 
-def _train_base(opts: LengthOptions, out: Path, seeds: list[int], report: Reporter) -> dict[tuple[str, int], dict]:
-    """Train every scheme with every seed; ``{(scheme, seed): train result}``."""
-    from octlm.train.launch import train
-
+def _train_base(
+    opts: LengthOptions, out: Path, seeds: list[int], progress: StudyProgress, report: Reporter
+) -> dict[tuple[str, int], dict]:
+    """Train every scheme with every seed (keeping or resuming those of an earlier command); ``{(scheme, seed): train
+    result}``."""
     trained: dict[tuple[str, int], dict] = {}
     for seed in seeds:
         for scheme in opts.schemes:
             tag = scheme if opts.seeds == 1 else f"{scheme} seed {seed}"
-            result = train(
-                opts.train_options(scheme, _run_dir(out, scheme, seed, opts), seed), TaggedReporter(report, tag)
+            train_opts = opts.train_options(scheme, _run_dir(out, scheme, seed, opts), seed)
+            trained[(scheme, seed)] = train_unit(
+                progress, f"train-{scheme}-seed{seed}", train_opts, TaggedReporter(report, tag), test_step
             )
-            trained[(scheme, seed)] = result
-            if result.get("interrupted"):
-                raise KeyboardInterrupt
-    _same_data({f"{scheme} seed {seed}": r for (scheme, seed), r in trained.items()})
+    check_same_data({f"{scheme} seed {seed}": r for (scheme, seed), r in trained.items()})
     return trained
 
 
@@ -338,25 +349,40 @@ def _score_base(
 
 
 def _extend_one(
-    opts: LengthOptions, label: str, seed: int, trained: dict, out: Path, scored: np.ndarray, device, report: Reporter
+    opts: LengthOptions,
+    label: str,
+    seed: int,
+    trained: dict,
+    progress: StudyProgress,
+    scored: np.ndarray,
+    device,
+    report: Reporter,
 ):
-    """Fine-tune one extension method from its base run and score it at every length under its saved scaling."""
-    from octlm.run.load import load_run
-
+    """Fine-tune one extension method from its base run and score it at every length under its saved scaling (each
+    a unit of ``progress``)."""
     scheme, method = extensions()[label]
     name = f"{label}@{opts.extend_to}x"
-    run_dir = _run_dir(out, name, seed, opts)
-    result, curve = fine_tune(
-        opts, label, Path(trained[(scheme, seed)]["run_dir"]), run_dir, seed, scored, device, report
-    )
+    run_dir = _run_dir(progress.out, name, seed, opts)
+    source = Path(trained[(scheme, seed)]["run_dir"])
+    result, curve = fine_tune(opts, label, source, run_dir, seed, scored, device, report, progress)
+    unit = f"score-{name}-seed{seed}"
+    if (done := progress.get(unit)) is None:
+        rows, attention = _score_extended(opts, scheme, method, name, seed, result, run_dir, scored, device, report)
+        done = progress.put(unit, {"rows": rows, "attention": attention})
+    return done["rows"], done["attention"], _train_row(name, seed, result, opts.seeds), curve
+
+
+def _score_extended(opts, scheme, method, name, seed, result, run_dir, scored, device, report):
+    """A fine-tuned model at every length, under the scaling it trained with: ``(eval rows, attention records)``."""
+    from octlm.run.load import load_run
+
     model, tokenizer = load_run(run_dir, device)
 
     def make_row(m: int, length: int) -> dict:
         row = {**eval_row(scheme, method, float(opts.extend_to) if method else None, m, length), "seed": seed}
         return {**row, "label": name, "extended_to": opts.extend_to, "extend_steps": result["steps"]}
 
-    rows, attention = score_lengths(opts, model, tokenizer, make_row, scored, device, report, lambda m: None)
-    return rows, attention, _train_row(name, seed, result, opts.seeds), curve
+    return score_lengths(opts, model, tokenizer, make_row, scored, device, report, lambda m: None)
 
 
 __all__ = ["FILES", "length_study", "prepare_study_dir"]

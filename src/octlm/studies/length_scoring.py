@@ -25,6 +25,7 @@ from octlm.report import Reporter
 from octlm.studies.length_attention import attention_record
 from octlm.studies.length_options import LengthOptions
 from octlm.studies.length_tables import NOT_AVAILABLE
+from octlm.studies.progress import test_stop
 from octlm.train.evaluate import evaluate, evaluate_sliding
 
 
@@ -103,6 +104,7 @@ def score_lengths(
             row.update(sliding_bpb=slid.bpb, sliding_loss=slid.loss, eval_stride=stride, sliding_windows=slid.blocks)
             attention.append(attention_record(model, scored, length, opts.train_length, device, row))
         rows.append(row)
+        test_stop("length")
         shown = (
             row["status"]
             if row["bpb"] is None

@@ -24,6 +24,7 @@ defaults and their checks are :mod:`octlm.studies.task_options`.
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -35,6 +36,7 @@ from octlm.model import Decoder, cross_entropy
 from octlm.model.positions import random_position_schemes
 from octlm.report import Reporter
 from octlm.studies.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
+from octlm.studies.progress import PROGRESS, open_study, test_stop
 from octlm.studies.task_options import TaskOptions, Variant, check_task_options
 from octlm.studies.task_tables import Summary, protocol_sentence, summarize
 from octlm.studies.tasks import TASKS, Task
@@ -57,7 +59,7 @@ RANK_PLOT = "ranking.png"
 RUNS = "runs"
 #: Steps between the train records a tracker receives.
 LOG_EVERY = 50
-FILES = StudyFiles("task study", "tasks.jsonl", "tasks.md", "tasks.png", extra=(DEPTH_PLOT, RANK_PLOT, RUNS))
+FILES = StudyFiles("task study", "tasks.jsonl", "tasks.md", "tasks.png", extra=(DEPTH_PLOT, RANK_PLOT, RUNS, PROGRESS))
 JSONL, PLOT, TABLE = FILES.jsonl, FILES.plot, FILES.table
 
 
@@ -91,6 +93,7 @@ def train_task_model(
     g = torch.Generator().manual_seed(seed)
     t0, loss = time.perf_counter(), torch.tensor(float("nan"))
     for step in range(train.max_steps):
+        test_stop("step")
         scheduled_lr(optimizer, step, train)
         size = int(torch.randint(1, opts.task_length + 1, (1,), generator=g))
         tokens = task.batch(size, opts.batch_size, longest, g).to(device)
@@ -165,8 +168,15 @@ def task_study(opts: TaskOptions, report: Reporter | None = None, given: set[str
     ``given``: the flags typed on the command line, so that one typed with its
     default value still conflicts with ``--preset``.
 
+    An unfinished study of the same options at ``--out`` is continued: the
+    models it trained and scored are kept (``progress/``); one stopped
+    mid-training trains again from step 0 (it has no checkpoint; seeded, so
+    the numbers are the same).
+
     Raises:
-        OctlmError: for bad options or an existing folder (before anything is trained).
+        OctlmError: for bad options, an existing finished study without
+            ``--overwrite``, or an unfinished study of other options (before
+            anything is trained).
     """
     opts = opts.resolved(given)
     check_task_options(opts)
@@ -177,7 +187,16 @@ def task_study(opts: TaskOptions, report: Reporter | None = None, given: set[str
 def _study(opts: TaskOptions, report: Reporter) -> dict:
     device = resolve_device(opts.device)
     tasks = [TASKS[name] for name in opts.task_names()]
-    out = prepare_study_folder(opts.out, opts.overwrite, FILES)
+    progress = open_study(
+        opts.out,
+        opts.overwrite,
+        FILES.kind,
+        JSONL,
+        asdict(opts),
+        lambda: prepare_study_folder(opts.out, opts.overwrite, FILES),
+        report,
+    )
+    out = progress.out
     seeds = study_seeds(opts.seed, opts.seeds)
     sizes = [m * opts.task_length for m in opts.multipliers]
     variants = opts.variants()
@@ -187,14 +206,18 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
     for task in tasks:
         for variant in variants:
             for seed in seeds:
-                got, by_depth = _train_and_score(task, variant, seed, opts, sizes, device, out)
-                records += got
-                depths += by_depth
+                unit = f"model-{task.name}-{variant.label}-seed{seed}"
+                if (kept := progress.get(unit)) is None:  # trained and scored in an earlier command: never redone
+                    got, by_depth = _train_and_score(task, variant, seed, opts, sizes, device, out)
+                    kept = progress.put(unit, {"records": got, "depths": by_depth})
+                records += kept["records"]
+                depths += kept["depths"]
                 done = len([r for r in records if r["record"] == "train"])
-                _report_model(got, task, variant, seed, done, total, report)
+                _report_model(kept["records"], task, variant, seed, done, total, report)
     header = _header(opts, tasks, variants, sizes, seeds)
     summary = summarize(records, depths, tasks, [v.label for v in variants], sizes, seeds, protocol_sentence(opts))
     paths = _write(out, [header, *records, *depths, *summary.records], summary)
+    progress.finish()
     seconds = time.perf_counter() - t0
     result = {
         "out": str(out),
@@ -286,7 +309,8 @@ def _train_and_score(
     log = None
     if opts.log_to:
         folder = out / RUNS / task.name / f"{variant.label}-seed{seed}"
-        folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)  # what a model stopped mid-training logged: it trains again
+        folder.mkdir(parents=True)
         log = MetricsLog(
             folder,
             folder / "metrics.jsonl",

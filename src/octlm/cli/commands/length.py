@@ -16,7 +16,8 @@ from octlm.data.corpora import builtin_help
 from octlm.declare import build, flag, option_fields
 from octlm.errors import OctlmError
 from octlm.report import Reporter
-from octlm.studies.length_options import RUNS, LengthOptions
+from octlm.studies.length_options import LengthOptions
+from octlm.studies.progress import PROGRESS
 from octlm.studies.task_options import TaskOptions
 
 TEXT_ONLY = {f.name for f in option_fields(LengthOptions)} - {f.name for f in option_fields(TaskOptions)}
@@ -98,17 +99,11 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
         else:
             length_study(opts, report)
     except KeyboardInterrupt:
-        runs = Path(opts.out or "") / RUNS
-        if isinstance(opts, LengthOptions) and runs.is_dir() and any(runs.iterdir()):
+        # Every finished part of the study is recorded in its folder (octlm.studies.progress).
+        if opts.out and (Path(opts.out) / PROGRESS).is_dir():
             report.warn(
-                f"the models trained so far stay in {runs} (each an octlm run: sample, embeddings); a study is not "
-                "continued "
-                f"where it stopped: the same command with --overwrite starts it again"
-            )
-        if isinstance(opts, TaskOptions):
-            report.warn(
-                "a task study writes its tables when every model is scored, so the models trained so far are not kept; "
-                "the same command with --overwrite starts it again (--task, --schemes or --seeds make it shorter)"
+                f"the study's finished parts stay in {opts.out}; the same command continues it where it stopped "
+                "(--overwrite starts it again)"
             )
         raise
     return 0

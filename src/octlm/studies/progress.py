@@ -1,0 +1,187 @@
+"""An unfinished study's records, so that the same command continues it where it stopped.
+
+While a study runs, its folder holds ``progress/``: ``study.json`` (every
+option of the study, as it records them) and one JSON file per finished
+*unit* of work (a model trained, a model scored, a curve point), each
+written atomically once the unit is done. The tables are written from those
+records when every unit is done, and ``progress/`` is removed after them: a
+finished study folder holds what it always did.
+
+Running the same command on a folder with ``progress/`` and no table
+continues the study: units with a record are read back, never recomputed; a
+model stopped mid-training resumes from its checkpoint. Options that differ
+from ``study.json`` are refused, naming the first that differs, so a study
+never mixes results from different options.
+
+:func:`test_stop` is a hook for tests only: with ``OCTLM_TEST_STUDY_STOP``
+set it sends the process a signal at a chosen point, to interrupt a study
+the way Ctrl-C or ``kill -9`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from octlm.declare import flag
+from octlm.errors import OctlmError
+from octlm.fileio import atomic_write_json
+
+#: The folder of an unfinished study's records, inside the study folder.
+PROGRESS = "progress"
+#: The options of the study, in ``progress/``.
+STUDY = "study.json"
+#: Options that name where the study is, not what it computes: a continued study may give them anew.
+FREE_OPTIONS = frozenset({"out", "overwrite"})
+#: ``POINT:N:SIGNAL`` (``unit:3:INT``, ``step:5:KILL``): at the N-th ``POINT`` of this process, send it ``SIGNAL``.
+#: Points: ``unit`` (a unit recorded), ``step`` (a training step begun), ``length`` (one length of a model scored).
+#: Read only by :func:`test_stop`, for the tests that interrupt a study; never set it otherwise.
+TEST_STOP = "OCTLM_TEST_STUDY_STOP"
+_reached: dict[str, int] = {}
+
+
+def test_stop(point: str) -> None:
+    """Tests only: count ``point`` (:data:`TEST_STOP` lists them) and, at the count
+    ``OCTLM_TEST_STUDY_STOP`` names, send this process that signal (``INT`` as Ctrl-C, ``KILL`` as ``kill -9``)."""
+    wanted = os.environ.get(TEST_STOP, "")
+    if not wanted.startswith(f"{point}:"):
+        return
+    _, count, name = wanted.split(":")
+    _reached[point] = _reached.get(point, 0) + 1
+    if _reached[point] == int(count):
+        os.kill(os.getpid(), getattr(signal, f"SIG{name}"))
+
+
+def test_step(step: int) -> None:
+    """A training run's ``step_hook`` for :func:`test_stop`: counts ``step`` points."""
+    test_stop("step")
+
+
+def comparable(options: dict) -> dict:
+    """``options`` as ``study.json`` holds them (JSON's lists, not tuples), those in :data:`FREE_OPTIONS` left out."""
+    return {k: v for k, v in json.loads(json.dumps(options)).items() if k not in FREE_OPTIONS}
+
+
+def first_difference(recorded: dict, options: dict) -> str | None:
+    """The first option (sorted by name) whose value in ``options`` differs from ``recorded``, or ``None``."""
+    now = comparable(options)
+    return next((name for name in sorted(set(recorded) | set(now)) if recorded.get(name) != now.get(name)), None)
+
+
+class StudyProgress:
+    """The records of one study folder's finished units (``out/progress/<unit>.json``).
+
+    Attributes:
+        out: the study folder.
+        continuing: whether the study began in an earlier command.
+    """
+
+    def __init__(self, out: Path, continuing: bool) -> None:
+        self.out = Path(out)
+        self.continuing = continuing
+
+    @property
+    def folder(self) -> Path:
+        return self.out / PROGRESS
+
+    def start(self, options: dict) -> None:
+        """Record the study's options: the folder is an unfinished study from now on."""
+        self.folder.mkdir(exist_ok=True)
+        atomic_write_json(self.folder / STUDY, comparable(options))
+
+    def get(self, unit: str) -> dict | None:
+        """The record of ``unit``, or ``None`` when it is not done."""
+        path = self.folder / f"{unit}.json"
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+    def put(self, unit: str, record: dict) -> dict:
+        """Record ``unit`` as done (atomically: a kill leaves the record whole or absent); returns ``record``."""
+        atomic_write_json(self.folder / f"{unit}.json", record)
+        test_stop("unit")
+        return record
+
+    def done(self) -> int:
+        """How many units are recorded."""
+        return sum(1 for p in self.folder.glob("*.json") if p.name != STUDY)
+
+    def finish(self) -> None:
+        """Remove the records once the study's tables are written: the folder is a finished study."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def unfinished_options(out: Path, table: str) -> dict | None:
+    """The options of the unfinished study in ``out`` (``progress/study.json`` and no ``table`` yet), or ``None``."""
+    path = Path(out) / PROGRESS / STUDY
+    if not path.is_file() or (Path(out) / table).exists():
+        return None
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        recorded = None
+    if not isinstance(recorded, dict):
+        raise OctlmError(
+            f"--out {out}: {path} is damaged, so the unfinished study cannot be continued; pass --overwrite to start "
+            "it again"
+        )
+    return recorded
+
+
+def continue_study(out: Path, kind: str, recorded: dict, options: dict) -> StudyProgress:
+    """The progress of the unfinished study in ``out``, after checking that ``options`` are the ones it began with.
+
+    Raises:
+        OctlmError: naming the first option that differs, its value then and now, and the fix.
+    """
+    name = first_difference(recorded, options)
+    if name is not None:
+        then, now = recorded.get(name), comparable(options).get(name)
+        raise OctlmError(
+            f"--out {out}: holds an unfinished {kind} begun with {flag(name)} {then!r}, but this command gives "
+            f"{now!r}; give the same options to continue it, --overwrite to start it again, or another --out"
+        )
+    return StudyProgress(out, continuing=True)
+
+
+def open_study(
+    out: str, overwrite: bool, kind: str, table: str, options: dict, prepare: Callable[[], Path], report
+) -> StudyProgress:
+    """The progress of the study at ``out``: the unfinished study there when it began with ``options`` (continued;
+    ``table`` is the file whose absence says it is unfinished), else a new study folder made by ``prepare`` (which
+    refuses an occupied folder without ``overwrite``).
+
+    Raises:
+        OctlmError: for an unfinished study begun with other options (:func:`continue_study`), or what ``prepare``
+            raises.
+    """
+    recorded = None if overwrite else unfinished_options(Path(out), table)
+    if recorded is not None:
+        progress = continue_study(Path(out), kind, recorded, options)
+        report.event(
+            "continue",
+            f"continuing the unfinished {kind} in {out}: {progress.done()} finished parts kept",
+            kept=progress.done(),
+        )
+        return progress
+    progress = StudyProgress(prepare(), continuing=False)
+    progress.start(options)
+    return progress
+
+
+__all__ = [
+    "FREE_OPTIONS",
+    "PROGRESS",
+    "STUDY",
+    "TEST_STOP",
+    "StudyProgress",
+    "comparable",
+    "continue_study",
+    "first_difference",
+    "open_study",
+    "test_step",
+    "test_stop",
+    "unfinished_options",
+]
