@@ -11,11 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 from octlm.cli import main
+from octlm.cli.program import COMMANDS
 from octlm.model.sampling import sample_next
 
 TINY_TRAINING = [
@@ -52,6 +54,27 @@ def _octlm(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "octlm", *args], env={**base, **env}, capture_output=True)
 
 
+@pytest.mark.parametrize("setting", list(NOT_UTF8))
+def test_a_terminal_that_is_not_utf8_gets_escapes_not_a_traceback(setting, shakespeare, tmp_path):
+    """Fault: with stdout not UTF-8 and a corpus whose first line has an accented letter, ``octlm train --json``
+    ended in a UnicodeEncodeError traceback, and so did ``octlm sample`` printing non-ASCII text; in the C locale
+    a UTF-8 ``--prompt`` was refused as "not valid UTF-8"."""
+    corpus = tmp_path / "accented.txt"
+    corpus.write_text("Ça va, élan, café\n" + shakespeare.read_text(encoding="utf-8")[:60_000], encoding="utf-8")
+    env = NOT_UTF8[setting]
+    trained = _octlm(["train", "--text", str(corpus), "--out", str(tmp_path / "run"), "--json", *TINY_TRAINING], env)
+    assert trained.returncode == 0, trained.stderr.decode("utf-8", "replace")
+    assert b"Traceback" not in trained.stderr
+    lines = [json.loads(line) for line in trained.stdout.decode("ascii").splitlines()]  # ASCII, every line JSON
+    assert lines[-1]["event"] == "result"
+    assert "Ça va" in json.dumps(lines, ensure_ascii=False)  # escaped, not lost
+
+    sampled = _octlm(["sample", "--run", str(tmp_path / "run"), "--prompt", "Ça va", "--max-new-tokens", "4"], env)
+    assert sampled.returncode == 0, sampled.stderr.decode("utf-8", "replace")
+    assert b"Traceback" not in sampled.stderr
+    assert sampled.stdout.startswith(b"\\xc7a va")  # what an ASCII terminal cannot show, as an escape
+
+
 def _metrics_run(folder: Path, text: str) -> Path:
     """A run folder as far as compare reads it: config.json and ``text`` as metrics.jsonl."""
     folder.mkdir(parents=True)
@@ -76,6 +99,52 @@ def test_compare_skips_the_line_a_training_run_is_still_writing(tmp_path, capsys
     damaged = _metrics_run(tmp_path / "damaged", '{"step": 20, "kind": "tr\n' + done)
     assert main(["compare", str(damaged)]) == 1
     assert "line 1 is not JSON; the file is damaged" in capsys.readouterr().err
+
+
+def _required(command: str) -> list[str]:
+    """Words that give ``command`` every argument it requires (placeholders), so only the word under test is wrong."""
+    from octlm.cli import build_parser
+
+    words = ["--text", "missing.txt"] if command == "train" else []  # train requires nothing, reads tinyshakespeare
+    for action in build_parser().subcommands[command]._actions:
+        value = str(next(iter(action.choices))) if action.choices else "x"
+        if not action.option_strings:
+            words.append(value)
+        elif action.required:
+            words += [action.option_strings[0], value]
+    return words
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_abbreviated_option_is_refused_by_every_command(command, tmp_path, capsys, monkeypatch):
+    """Fault: argparse took ``--js`` for ``--json``, but an error met before parsing (a missing --config file) came
+    as plain text, not the JSON line --json promises; the --config pre-parser likewise took ``--conf``."""
+    monkeypatch.chdir(tmp_path)  # where the placeholders name nothing, and any file written is the test's
+    missing = str(tmp_path / "recipe.toml")
+    wrongs = [["--jso"], ["--js", "--config", missing], ["--conf", missing, "--json"]]
+    for wrong in wrongs if command == "train" else wrongs[:1]:  # train takes --config
+        with pytest.raises(SystemExit) as exit_:
+            main([command, *_required(command), *wrong])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert f"unrecognized arguments: {wrong[0]}" in err and "no such file" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["sample", "--run", "r", "--prompt", "-ROMEO"], "--prompt=-ROMEO"),
+        (["bench", "--token", "-x", "--run", "r"], "--token=-x"),
+        (["train", "--text", "-notes.txt"], "--text=-notes.txt"),
+    ],
+)
+def test_a_value_that_starts_with_a_dash_gets_the_equals_hint(args, hint, capsys):
+    """Fault: ``--prompt -ROMEO`` was refused with "expected one argument" and no word of ``--prompt=-ROMEO``."""
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "expected" in err and f"write it as {hint}" in err
 
 
 def _unit_run(folder: Path, text: str, tokenizer: str, bpb: float) -> Path:
@@ -109,6 +178,30 @@ def test_compare_says_which_figures_do_not_compare(tmp_path, capsys):
     figures = [entry["figures"] for entry in result["not_comparable"]]
     assert figures == [["val_loss", "val_perplexity", "train_loss", "val_bpb"]]
     assert len(warnings) == 1 and "validation text" in warnings[0] and "other-text" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["embeddings", "--token", "\udcff", "--out", "{tmp}/figures"],
+        ["bench", "--token", "\udcff"],
+        ["sample", "--prompt", "a\udcff"],
+        ["attention", "--prompt", "a\udcff", "--out", "{tmp}/attention"],
+    ],
+    ids=["embeddings", "bench", "sample", "attention"],
+)
+def test_argv_text_that_is_not_utf8_is_one_line(args, trained_run, tmp_path, capsys):
+    """Fault: ``octlm embeddings --token $'\\xff'`` (a byte that is not UTF-8 reaches Python as a lone surrogate)
+    ended in a TypeError traceback from the tokenizer; bench --token did the same."""
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    code = main([args[0], "--run", str(trained_run), *args[1:]])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    flag = args[1]
+    shown = args[2].replace("\udcff", "\\xff")
+    assert len(err.splitlines()) == 1 and err.startswith(f"octlm: error: {flag} '{shown}': byte 0xff ")
+    assert "is not UTF-8" in err
+    assert not (tmp_path / "figures").exists() and not (tmp_path / "attention").exists()
 
 
 def test_top_k_keeps_k_tokens_and_breaks_ties_toward_the_lowest_id():

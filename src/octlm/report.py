@@ -7,6 +7,7 @@ nothing else there; the last line is the result.
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import sys
@@ -82,8 +83,44 @@ class Reporter:
         return tqdm(total=total, desc=desc, unit=unit, disable=disable, dynamic_ncols=True, file=sys.stderr)
 
     def _json(self, obj: dict) -> None:
-        sys.stdout.write(json.dumps(_jsonable(obj), ensure_ascii=False) + "\n")
+        line = json.dumps(_jsonable(obj), ensure_ascii=False)
+        if not _takes(sys.stdout, line):
+            line = json.dumps(_jsonable(obj))  # \u escapes: ASCII, which every stdout takes, and the same JSON
+        sys.stdout.write(line + "\n")
         sys.stdout.flush()
+
+
+def _takes(stream, text: str) -> bool:
+    """Whether ``stream`` can encode ``text`` as it is, without an error handler's stand-ins."""
+    try:
+        text.encode(getattr(stream, "encoding", None) or "utf-8")
+    except (UnicodeError, LookupError):
+        return False
+    return True
+
+
+def _escape_for_terminal(err: UnicodeError) -> tuple[str | bytes, int]:
+    """The ``octlm.terminal`` error handler: a byte of argv that was no text (a surrogate, PEP 383) goes out as that
+    byte, as the C locale writes it; any other character the terminal cannot take as ``\\xNN``/``\\uNNNN``."""
+    try:
+        return codecs.lookup_error("surrogateescape")(err)
+    except UnicodeError:
+        return codecs.lookup_error("backslashreplace")(err)
+
+
+codecs.register_error("octlm.terminal", _escape_for_terminal)
+
+
+def terminal_output() -> None:
+    """Let stdout and stderr write what their encoding cannot take (an ASCII or C-locale terminal, an accented
+    letter of the corpus or the model's text) as escapes, where Python's default raises UnicodeEncodeError.
+
+    For the program itself, not for callers of :func:`octlm.cli.main`, whose streams are their own. JSON lines
+    need none of it: :class:`Reporter` writes ``\\u`` escapes where the encoding falls short.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) in ("strict", "surrogateescape") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="octlm.terminal")
 
 
 class TaggedReporter(Reporter):
@@ -150,4 +187,4 @@ def memory_size(n_bytes: float, digits: int = 0) -> str:
     return f"{n_bytes / 2**30:,.{digits}f} GiB"
 
 
-__all__ = ["Reporter", "SilentReporter", "TaggedReporter", "memory_size"]
+__all__ = ["Reporter", "SilentReporter", "TaggedReporter", "memory_size", "terminal_output"]

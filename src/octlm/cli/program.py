@@ -51,7 +51,7 @@ class Parser(argparse.ArgumentParser):
     """
 
     def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("allow_abbrev", True)  # every subcommand's parser is one of these
+        kwargs.setdefault("allow_abbrev", False)  # every subcommand's parser is one of these
         super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):

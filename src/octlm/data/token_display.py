@@ -1,16 +1,21 @@
-"""Tokens and generated text as people see them: token labels, printable model output, text streamed as it decodes.
+"""Tokens and text as people see them and give them: token labels, printable model output, text streamed as it
+decodes, text from the command line.
 
 Byte-level BPE tokens hold whitespace, control bytes and parts of UTF-8
 characters; :func:`visible_token` labels them for the terminal, the figures
 and the page, :func:`printable_text` keeps a barely trained model's control
 bytes from reaching the terminal, and :class:`TextStream` gives out the text
 of tokens sampled one at a time once no later token can change it.
+:func:`argv_text` reads a ``--prompt`` or ``--token`` as the UTF-8 its bytes spell.
 """
 
 from __future__ import annotations
 
+import os
 import unicodedata
 from typing import TYPE_CHECKING
+
+from octlm.errors import OctlmError
 
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.data.tokenizer import Tokenizer
@@ -88,4 +93,34 @@ class TextStream:
         return piece
 
 
-__all__ = ["TextStream", "printable_text", "visible_token"]
+def argv_text(value: str, option: str) -> str:
+    """``value``, a text option from the command line (``--prompt``, ``--token``), as the text its bytes spell in
+    UTF-8.
+
+    Python decodes argv with the locale's encoding and turns each byte it
+    cannot decode into a lone surrogate (PEP 383): a byte that is no UTF-8
+    (``$'\\xff'``), and under the C locale every byte of a UTF-8 ``é``. The
+    bytes are taken back and read as UTF-8, so ``é`` is ``é`` in any locale.
+    A value without such surrogates is returned as it is.
+
+    Raises:
+        OctlmError: naming ``option``, the value (its bytes that are not UTF-8
+            as ``\\xNN``) and the first such byte.
+    """
+    if not any("\udc80" <= c <= "\udcff" for c in value):
+        return value
+    try:
+        raw = os.fsencode(value)  # the argument's own bytes
+    except UnicodeEncodeError:  # not from argv (a str built in Python): its surrogates stand for bytes all the same
+        raw = value.encode("utf-8", "surrogateescape")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        shown = raw.decode("utf-8", "backslashreplace")
+        raise OctlmError(
+            f"{option} '{shown}': byte 0x{raw[err.start]:02x} (byte {err.start + 1} of the argument) is not UTF-8; "
+            "give the text in UTF-8"
+        ) from None
+
+
+__all__ = ["TextStream", "argv_text", "printable_text", "visible_token"]

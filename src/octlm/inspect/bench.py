@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from octlm.data.token_display import visible_token
+from octlm.data.token_display import argv_text, visible_token
 from octlm.data.tokenizer import Tokenizer
 from octlm.declare import at_least, check_fields, option, same_as
 from octlm.errors import OctlmError
@@ -84,9 +84,11 @@ def parse_token(spec: str, tokenizer: Tokenizer | None, vocab_size: int) -> int:
     is therefore given by its id, which the output prints beside each token.
 
     Raises:
-        OctlmError: for an id outside the vocabulary, or text that is not
-            exactly one token (or no tokenizer to encode it).
+        OctlmError: for an id outside the vocabulary, text that is not
+            exactly one token (or no tokenizer to encode it), or command-line
+            bytes that are not UTF-8 (:func:`~octlm.data.token_display.argv_text`).
     """
+    spec = argv_text(spec, "--token")  # the tokenizer takes no lone surrogate (TypeError)
     if TOKEN_ID.fullmatch(spec):
         token_id = int(spec)
         if not 0 <= token_id < vocab_size:
