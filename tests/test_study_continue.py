@@ -184,6 +184,21 @@ def test_an_interrupted_task_study_continues_to_the_rows_of_an_uninterrupted_one
     assert not (out / "progress").exists()
 
 
+@pytest.mark.slow
+def test_a_task_model_killed_mid_training_resumes_from_its_checkpoint(tmp_path):
+    # 250 steps, checkpoints every 100 (task_checkpoint.SAVE_EVERY): killed in step 180, the model resumes at 100, so
+    # the continued command trains 150 steps; a stop at its 151st step would kill a model trained again from step 0
+    args = [a for a in with_value(with_value(TASK, "--max-steps", "250"), "--seeds", "1") if a != "alibi"]  # one model
+    reference = run(args, tmp_path / "reference")
+    assert reference.returncode == 0, reference.stderr
+    out = tmp_path / "study"
+    assert run(args, out, "step:180:KILL").returncode == -signal.SIGKILL
+    assert (out / "progress" / "model-copy-rope-seed1337.pt").is_file()
+    continued = run(args, out, "step:151:KILL")
+    assert continued.returncode == 0, continued.stderr
+    assert rows(out / "tasks.jsonl") == rows(tmp_path / "reference" / "tasks.jsonl")
+
+
 def test_a_study_with_other_options_in_the_folder_is_refused_naming_the_option(tmp_path, monkeypatch, capsys):
     import octlm.studies.progress
 

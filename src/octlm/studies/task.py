@@ -33,10 +33,11 @@ import torch
 
 from octlm.fileio import atomic_write
 from octlm.model import Decoder, cross_entropy
-from octlm.model.positions import random_position_schemes
 from octlm.report import Reporter
 from octlm.studies.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
 from octlm.studies.progress import PROGRESS, open_study, test_stop
+from octlm.studies.task_checkpoint import SAVE_EVERY, restore_task_checkpoint, save_task_checkpoint
+from octlm.studies.task_events import announce, report_model
 from octlm.studies.task_options import TaskOptions, Variant, check_task_options
 from octlm.studies.task_tables import Summary, protocol_sentence, summarize
 from octlm.studies.tasks import TASKS, Task
@@ -72,7 +73,13 @@ def answer_loss(model: Decoder, tokens: torch.Tensor, task: Task, size: int) -> 
 
 
 def train_task_model(
-    task: Task, scheme: Variant | str, seed: int, opts: TaskOptions, device: torch.device, log: MetricsLog | None = None
+    task: Task,
+    scheme: Variant | str,
+    seed: int,
+    opts: TaskOptions,
+    device: torch.device,
+    log: MetricsLog | None = None,
+    checkpoint: Path | None = None,
 ) -> tuple[Decoder, dict]:
     """Train one model for ``opts.max_steps`` steps as ``octlm train`` steps (its optimizer, schedule and clipping);
     returns it in eval mode and its record.
@@ -82,7 +89,9 @@ def train_task_model(
     The decoder's context holds the longest training instance (a learned
     table's rows); its vocabulary, the task's symbols up to the longest evaluated size.
     ``log`` receives a ``train`` record (loss in nats, learning rate) every
-    :data:`LOG_EVERY` steps and at the last.
+    :data:`LOG_EVERY` steps and at the last. With ``checkpoint``, training
+    resumes from that file when it exists and saves it every
+    :data:`~octlm.studies.task_checkpoint.SAVE_EVERY` steps.
     """
     variant = Variant(scheme) if isinstance(scheme, str) else scheme
     train = opts.train_options(task, variant, seed)
@@ -91,8 +100,10 @@ def train_task_model(
     model = Decoder(train.model_config(task.vocab_size(longest))).to(device).train()
     optimizer = make_optimizer(model, train, device)
     g = torch.Generator().manual_seed(seed)
-    t0, loss = time.perf_counter(), torch.tensor(float("nan"))
-    for step in range(train.max_steps):
+    t0, loss, start, before = time.perf_counter(), torch.tensor(float("nan")), 0, 0.0
+    if checkpoint is not None and checkpoint.is_file():
+        start, before = restore_task_checkpoint(checkpoint, model, optimizer, g)
+    for step in range(start, train.max_steps):
         test_stop("step")
         scheduled_lr(optimizer, step, train)
         size = int(torch.randint(1, opts.task_length + 1, (1,), generator=g))
@@ -100,6 +111,8 @@ def train_task_model(
         loss = answer_loss(model, tokens, task, size)
         backward(loss, model, optimizer, train.grad_clip)
         optimizer.step()
+        if checkpoint is not None and (step + 1) % SAVE_EVERY == 0 and step + 1 < train.max_steps:
+            save_task_checkpoint(checkpoint, step + 1, model, optimizer, g, before + time.perf_counter() - t0)
         if log is not None and ((step + 1) % LOG_EVERY == 0 or step + 1 == train.max_steps):
             log.log(
                 {"kind": "train", "step": step + 1, "loss": float(loss.detach()), "lr": optimizer.param_groups[0]["lr"]}
@@ -111,7 +124,7 @@ def train_task_model(
         "seed": seed,
         "steps": train.max_steps,
         "final_loss": float(loss.detach()),
-        "train_seconds": time.perf_counter() - t0,
+        "train_seconds": before + time.perf_counter() - t0,
     }
     return model.eval(), record
 
@@ -168,10 +181,8 @@ def task_study(opts: TaskOptions, report: Reporter | None = None, given: set[str
     ``given``: the flags typed on the command line, so that one typed with its
     default value still conflicts with ``--preset``.
 
-    An unfinished study of the same options at ``--out`` is continued: the
-    models it trained and scored are kept (``progress/``); one stopped
-    mid-training trains again from step 0 (it has no checkpoint; seeded, so
-    the numbers are the same).
+    An unfinished study of the same options at ``--out`` is continued
+    (:mod:`octlm.studies.progress`, :mod:`octlm.studies.task_checkpoint`).
 
     Raises:
         OctlmError: for bad options, an existing finished study without
@@ -200,7 +211,7 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
     seeds = study_seeds(opts.seed, opts.seeds)
     sizes = [m * opts.task_length for m in opts.multipliers]
     variants = opts.variants()
-    _announce(opts, tasks, variants, seeds, sizes, report)
+    announce(opts, tasks, variants, seeds, sizes, report)
     t0, records, depths = time.perf_counter(), [], []
     total = len(tasks) * len(variants) * len(seeds)
     for task in tasks:
@@ -208,12 +219,14 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
             for seed in seeds:
                 unit = f"model-{task.name}-{variant.label}-seed{seed}"
                 if (kept := progress.get(unit)) is None:  # trained and scored in an earlier command: never redone
-                    got, by_depth = _train_and_score(task, variant, seed, opts, sizes, device, out)
+                    saved = progress.folder / f"{unit}.pt"
+                    got, by_depth = _train_and_score(task, variant, seed, opts, sizes, device, out, saved)
                     kept = progress.put(unit, {"records": got, "depths": by_depth})
+                    saved.unlink(missing_ok=True)
                 records += kept["records"]
                 depths += kept["depths"]
                 done = len([r for r in records if r["record"] == "train"])
-                _report_model(kept["records"], task, variant, seed, done, total, report)
+                report_model(kept["records"], task, variant, seed, done, total, report)
     header = _header(opts, tasks, variants, sizes, seeds)
     summary = summarize(records, depths, tasks, [v.label for v in variants], sizes, seeds, protocol_sentence(opts))
     paths = _write(out, [header, *records, *depths, *summary.records], summary)
@@ -230,47 +243,6 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
     }
     report.result(result, f"{summary.terminal}\n\n{wrote_line(paths.values(), seconds)}")
     return result
-
-
-def _announce(
-    opts: TaskOptions, tasks: list[Task], variants: list[Variant], seeds: list[int], sizes: list[int], report: Reporter
-) -> None:
-    """The study's opening event: what is trained, on which sizes, and which schemes stay plain under
-    ``--randomize-positions``."""
-    plain_only = [s for s in opts.schemes if opts.randomize_positions > 1 and s not in random_position_schemes()]
-    report.event(
-        "study",
-        f"task study: {', '.join(t.name for t in tasks)}; {len(variants)} rows x {len(seeds)} "
-        f"seed{'' if len(seeds) == 1 else 's'} x "
-        f"{opts.max_steps} steps, trained on sizes 1..{opts.task_length}, evaluated at {', '.join(map(str, sizes))}"
-        + (f"; {', '.join(plain_only)} plain only (no positions to randomize)" if plain_only else ""),
-        tasks=[t.name for t in tasks],
-        rows=[v.label for v in variants],
-        sizes=sizes,
-        seeds=seeds,
-    )
-
-
-def _report_model(
-    got: list[dict], task: Task, variant: Variant, seed: int, done: int, total: int, report: Reporter
-) -> None:
-    """One model's progress event: its steps, training seconds and exact match at every size (``n/a`` past a
-    table)."""
-    evals = [r for r in got if r["record"] == "eval"]
-    shown = ", ".join("n/a" if r["exact_match"] is None else f"{100 * r['exact_match']:.1f}%" for r in evals)
-    report.event(
-        "task",
-        f"[{done}/{total}] {task.name:>14} {variant.label:>12} seed {seed}: {got[0]['steps']} steps in "
-        f"{got[0]['train_seconds']:.0f}s; exact match {shown}",
-        model=done,
-        models=total,
-        task=task.name,
-        row=variant.label,
-        seed=seed,
-        steps=got[0]["steps"],
-        train_seconds=got[0]["train_seconds"],
-        exact_match={f"{r['multiplier']}x": r["exact_match"] for r in evals},
-    )
 
 
 def _header(opts: TaskOptions, tasks: list[Task], variants: list[Variant], sizes: list[int], seeds: list[int]) -> dict:
@@ -299,7 +271,14 @@ def _write(out: Path, records: list[dict], summary: Summary) -> dict[str, str]:
 
 
 def _train_and_score(
-    task: Task, variant: Variant, seed: int, opts: TaskOptions, sizes: list[int], device: torch.device, out: Path
+    task: Task,
+    variant: Variant,
+    seed: int,
+    opts: TaskOptions,
+    sizes: list[int],
+    device: torch.device,
+    out: Path,
+    checkpoint: Path,
 ) -> tuple[list[dict], list[dict]]:
     """Train one model and score it at every size: ``([train record, eval records], [depth records])``.
 
@@ -309,7 +288,7 @@ def _train_and_score(
     log = None
     if opts.log_to:
         folder = out / RUNS / task.name / f"{variant.label}-seed{seed}"
-        shutil.rmtree(folder, ignore_errors=True)  # what a model stopped mid-training logged: it trains again
+        shutil.rmtree(folder, ignore_errors=True)  # a resumed model's tracker run starts anew
         folder.mkdir(parents=True)
         log = MetricsLog(
             folder,
@@ -320,7 +299,7 @@ def _train_and_score(
             out.name,
         )
     try:
-        model, record = train_task_model(task, variant, seed, opts, device, log)
+        model, record = train_task_model(task, variant, seed, opts, device, log, checkpoint)
         got = _score(model, record, task, variant, seed, opts, sizes, device)
         if log is not None:
             log.log(
