@@ -482,7 +482,7 @@ def test_sample_refuses_nan_temperature_and_non_utf8_prompt(trained_run, capsys)
     assert "--temperature must be a finite number" in capsys.readouterr().err
     bad_prompt = b"ab\xff\xfe".decode("utf-8", errors="surrogateescape")  # what Python makes of such argv bytes
     assert main(["sample", "--run", str(trained_run), "--prompt", bad_prompt]) == 1
-    assert "--prompt is not valid UTF-8" in capsys.readouterr().err
+    assert "--prompt 'ab\\xff\\xfe' is not valid UTF-8 (byte 0xff" in capsys.readouterr().err
     assert main(["sample", "--run", str(trained_run / "config.json")]) == 1
     assert "is a file; give the run folder" in capsys.readouterr().err
 

@@ -118,8 +118,8 @@ def argv_text(value: str, option: str) -> str:
     except UnicodeDecodeError as err:
         shown = raw.decode("utf-8", "backslashreplace")
         raise OctlmError(
-            f"{option} '{shown}': byte 0x{raw[err.start]:02x} (byte {err.start + 1} of the argument) is not UTF-8; "
-            "give the text in UTF-8"
+            f"{option} '{shown}' is not valid UTF-8 (byte 0x{raw[err.start]:02x}, byte {err.start + 1} of the "
+            "argument); give the text in UTF-8"
         ) from None
 
 
