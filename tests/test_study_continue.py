@@ -250,3 +250,27 @@ def test_a_kept_model_is_checked_against_its_recorded_options_and_data_not_its_n
 
     assert main(args) == 0
     assert not (out / "progress").exists() and (out / "length.jsonl").is_file()
+
+
+def test_a_study_stopped_while_writing_its_tables_writes_them_all_when_continued(tmp_path, monkeypatch, capsys):
+    import octlm.studies.core
+
+    out = tmp_path / "study"
+    written = []
+
+    def stopped_after_the_first_file(path, data, write=octlm.studies.core.atomic_write):
+        if written:
+            raise KeyboardInterrupt
+        write(path, data)
+        written.append(path)
+
+    monkeypatch.setattr(octlm.studies.core, "atomic_write", stopped_after_the_first_file)
+    assert main([*TASK, "--out", str(out)]) == 130
+    assert written == [out / "tasks.jsonl"] and not (out / "tasks.md").exists()
+    first = rows(out / "tasks.jsonl")
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main([*TASK, "--out", str(out)]) == 0
+    assert "continuing the unfinished task study" in "".join(capsys.readouterr())
+    assert rows(out / "tasks.jsonl") == first and (out / "tasks.md").is_file() and (out / "tasks.png").is_file()
+    assert not (out / "progress").exists()

@@ -126,7 +126,6 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
         opts.out,
         opts.overwrite,
         FILES.kind,
-        JSONL,
         dataclasses.asdict(opts),
         lambda: prepare_study_dir(opts.out, opts.overwrite, opts.text),
         report,

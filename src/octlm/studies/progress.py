@@ -7,9 +7,10 @@ written atomically once the unit is done. The tables are written from those
 records when every unit is done, and ``progress/`` is removed after them: a
 finished study folder holds what it always did.
 
-Running the same command on a folder with ``progress/`` and no table
-continues the study: units with a record are read back, never recomputed; a
-model stopped mid-training resumes from its checkpoint. Options that differ
+Running the same command on a folder with ``progress/`` continues the
+study (one stopped while writing its tables writes them all again): units
+with a record are read back, never recomputed; a model stopped
+mid-training resumes from its checkpoint. Options that differ
 from ``study.json`` are refused, naming the first that differs, so a study
 never mixes results from different options.
 
@@ -113,10 +114,14 @@ class StudyProgress:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def unfinished_options(out: Path, table: str) -> dict | None:
-    """The options of the unfinished study in ``out`` (``progress/study.json`` and no ``table`` yet), or ``None``."""
+def unfinished_options(out: Path) -> dict | None:
+    """The options of the unfinished study in ``out`` (it holds ``progress/study.json``), or ``None``.
+
+    A study stays unfinished until every table is written: ``progress/`` goes
+    last, so a study stopped while writing its tables writes them all again.
+    """
     path = Path(out) / PROGRESS / STUDY
-    if not path.is_file() or (Path(out) / table).exists():
+    if not path.is_file():
         return None
     try:
         recorded = json.loads(path.read_text(encoding="utf-8"))
@@ -147,17 +152,16 @@ def continue_study(out: Path, kind: str, recorded: dict, options: dict) -> Study
 
 
 def open_study(
-    out: str, overwrite: bool, kind: str, table: str, options: dict, prepare: Callable[[], Path], report
+    out: str, overwrite: bool, kind: str, options: dict, prepare: Callable[[], Path], report
 ) -> StudyProgress:
-    """The progress of the study at ``out``: the unfinished study there when it began with ``options`` (continued;
-    ``table`` is the file whose absence says it is unfinished), else a new study folder made by ``prepare`` (which
-    refuses an occupied folder without ``overwrite``).
+    """The progress of the study at ``out``: the unfinished study there when it began with ``options`` (continued),
+    else a new study folder made by ``prepare`` (which refuses an occupied folder without ``overwrite``).
 
     Raises:
         OctlmError: for an unfinished study begun with other options (:func:`continue_study`), or what ``prepare``
             raises.
     """
-    recorded = None if overwrite else unfinished_options(Path(out), table)
+    recorded = None if overwrite else unfinished_options(Path(out))
     if recorded is not None:
         progress = continue_study(Path(out), kind, recorded, options)
         report.event(

@@ -202,7 +202,6 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
         opts.out,
         opts.overwrite,
         FILES.kind,
-        JSONL,
         asdict(opts),
         lambda: prepare_study_folder(opts.out, opts.overwrite, FILES),
         report,
