@@ -62,3 +62,14 @@ def test_write_replaces_only_between_the_markers(tmp_path):
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match="headline:start"):
         module.main([str(tmp_path), "--commit", "c", "--command", "x", "--write", str(readme)])
+
+
+def test_a_max_steps_study_states_its_step_count(tmp_path):
+    """A study run with --max-steps records no timed count (equal_steps null): the table states --max-steps."""
+    module = _headline()
+    path = _study(tmp_path) / "length.jsonl"
+    lines = path.read_text().splitlines()
+    head = json.loads(lines[0])
+    head.update(equal_steps=None, options={**head["options"], "max_steps": 7})
+    path.write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
+    assert "for 7 steps each" in module.headline(*module.read_study(path), "c", "x")
