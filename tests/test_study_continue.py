@@ -193,7 +193,7 @@ def test_a_task_model_killed_mid_training_resumes_from_its_checkpoint(tmp_path):
     assert reference.returncode == 0, reference.stderr
     out = tmp_path / "study"
     assert run(args, out, "step:180:KILL").returncode == -signal.SIGKILL
-    assert (out / "progress" / "model-copy-rope-seed1337.pt").is_file()
+    assert (out / "progress" / "model-copy-rope-seed1337.safetensors").is_file()
     continued = run(args, out, "step:151:KILL")
     assert continued.returncode == 0, continued.stderr
     assert rows(out / "tasks.jsonl") == rows(tmp_path / "reference" / "tasks.jsonl")

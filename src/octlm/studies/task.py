@@ -218,7 +218,7 @@ def _study(opts: TaskOptions, report: Reporter) -> dict:
             for seed in seeds:
                 unit = f"model-{task.name}-{variant.label}-seed{seed}"
                 if (kept := progress.get(unit)) is None:  # trained and scored in an earlier command: never redone
-                    saved = progress.folder / f"{unit}.pt"
+                    saved = progress.folder / f"{unit}.safetensors"
                     got, by_depth = _train_and_score(task, variant, seed, opts, sizes, device, out, saved)
                     kept = progress.put(unit, {"records": got, "depths": by_depth})
                     saved.unlink(missing_ok=True)

@@ -11,13 +11,20 @@ uninterrupted run. The file is removed once the model's record is written.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import torch
 
 from octlm.errors import OctlmError
-from octlm.fileio import atomic_write
+from octlm.train.checkpoint import (
+    capture_rng,
+    load_checkpoint,
+    load_optimizer_tensors,
+    model_tensors,
+    restore_rng,
+    rng_of,
+    save_checkpoint,
+)
 
 #: Steps between a task model's checkpoints.
 SAVE_EVERY = 100
@@ -26,24 +33,20 @@ SAVE_EVERY = 100
 def save_task_checkpoint(
     path: Path, step: int, model: torch.nn.Module, optimizer, generator: torch.Generator, seconds: float
 ) -> None:
-    """Write the state after ``step`` steps (``seconds`` of training so far) to ``path``, whole or not at all."""
-    state = {
-        "step": step,
-        "seconds": seconds,
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "generator": generator.get_state(),
-        "torch_rng": torch.get_rng_state(),
-    }
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    atomic_write(path, buffer.getvalue())
+    """Write the state after ``step`` steps (``seconds`` of training so far) to ``path``, whole or not at all.
+
+    The file is an octlm training checkpoint (safetensors and JSON, nothing pickled): the batch generator's
+    state is one more tensor beside the weights, the optimizer's state and the process's generators.
+    """
+    tensors, meta = capture_rng()
+    tensors["batches"] = generator.get_state()
+    save_checkpoint(path, model, optimizer, {"step": step, "seconds": seconds}, [(tensors, meta)])
 
 
 def restore_task_checkpoint(
     path: Path, model: torch.nn.Module, optimizer, generator: torch.Generator
 ) -> tuple[int, float]:
-    """Load ``path`` into ``model``, ``optimizer`` and ``generator`` (and torch's global generator); returns ``(steps
+    """Load ``path`` into ``model``, ``optimizer`` and ``generator`` (and the process's generators); returns ``(steps
     done, seconds of training so far)``.
 
     Raises:
@@ -51,17 +54,20 @@ def restore_task_checkpoint(
             other options).
     """
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        generator.set_state(state["generator"])
-        torch.set_rng_state(state["torch_rng"])
-    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
+        checkpoint = load_checkpoint(path)
+        missing, unexpected = model.load_state_dict(model_tensors(checkpoint), strict=False)
+        if unexpected or [k for k in missing if not k.endswith("lm_head.weight")]:
+            raise ValueError(f"its weights do not fit this model (missing {missing}, unexpected {unexpected})")
+        load_optimizer_tensors(path, checkpoint.tensors, model, optimizer)
+        tensors, meta = rng_of(checkpoint, 0)
+        generator.set_state(tensors.pop("batches"))
+        restore_rng(tensors, meta)
+    except (OctlmError, OSError, RuntimeError, KeyError, ValueError, TypeError) as err:
         raise OctlmError(
             f"{path}: cannot resume the task model from it ({err}); delete the file to train that model again from "
             "step 0, or pass --overwrite to start the study again"
         ) from None
-    return int(state["step"]), float(state["seconds"])
+    return int(checkpoint.state["step"]), float(checkpoint.state["seconds"])
 
 
 __all__ = ["SAVE_EVERY", "restore_task_checkpoint", "save_task_checkpoint"]
