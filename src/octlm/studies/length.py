@@ -37,8 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from octlm.fileio import atomic_write
-from octlm.model.positions import SCHEMES
-from octlm.report import Reporter, TaggedReporter
+from octlm.report import Reporter, SilentReporter, TaggedReporter
 from octlm.run.folder import RunFolder
 from octlm.studies.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
 from octlm.studies.extension_stage import (
@@ -52,14 +51,17 @@ from octlm.studies.extension_stage import (
 )
 from octlm.studies.length_attention import attention_markdown, attention_plot
 from octlm.studies.length_options import RUNS, LengthOptions, check_options, check_validation_length, validation_tokens
-from octlm.studies.length_scoring import eval_row, score_lengths, without_positions
+from octlm.studies.length_scoring import score_base, score_extended, without_positions
 from octlm.studies.length_tables import format_tables, markdown_tables, mean_rows, plot
 from octlm.studies.progress import PROGRESS, StudyProgress, open_study, test_step
-from octlm.studies.study_models import check_same_data, train_unit
+from octlm.studies.spread import Share, count_models, finish_share, open_share, placed_device, share_of
+from octlm.studies.study_models import base_models, check_same_data, study_units, train_unit
 from octlm.train.device import resolve_device, torch_settings
 
 #: Attention entropy by query position, one panel per model, one line per length.
 ATTENTION_PLOT = "attention.png"
+#: A study in one process: it owns every model.
+ONE = Share()
 FILES = StudyFiles(
     "length study", "length.jsonl", "length.md", "length.png", extra=(RUNS, EXTEND_PLOT, ATTENTION_PLOT, PROGRESS)
 )
@@ -115,26 +117,34 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
             trained or written).
     """
     check_options(opts)
-    with torch_settings(opts.threads, False):
-        return _study(opts.resolved(), report or Reporter())
+    share = share_of(opts.shard, opts.overwrite)
+    device, threads = placed_device(opts.device, opts.threads, share)
+    report = report or Reporter()
+    with torch_settings(threads, False):
+        return _study(opts.resolved(), share, device, threads, report if share.speaks else SilentReporter(report))
 
 
-def _study(opts: LengthOptions, report: Reporter) -> dict:
-    device = resolve_device(opts.device)
+def _study(opts: LengthOptions, share: Share, device_name: str, threads: int | None, report: Reporter) -> dict:
+    device = resolve_device(device_name)
     check_validation_length(validation_tokens(opts), opts)
-    progress = open_study(
-        opts.out,
-        opts.overwrite,
-        FILES.kind,
-        dataclasses.asdict(opts),
-        lambda: prepare_study_dir(opts.out, opts.overwrite, opts.text),
-        report,
-    )
+    placed = dataclasses.replace(opts, device=device_name, threads=threads)
+
+    def begin(overwrite: bool) -> tuple:
+        progress = open_study(
+            opts.out,
+            overwrite,
+            FILES.kind,
+            dataclasses.asdict(opts),
+            lambda: prepare_study_dir(opts.out, overwrite, opts.text),
+            report,
+        )
+        return (progress, *_equal_steps(placed, progress.out, progress, report))
+
+    t0 = time.perf_counter()
+    progress, opts, steps = open_share(share, opts.out, opts.overwrite, begin)
     out = progress.out
     T = opts.train_length
     lengths = [m * T for m in opts.multipliers]
-    t0 = time.perf_counter()
-    opts, steps = _equal_steps(opts, out, progress, report)
     report.event(
         "study",
         f"length study: {len(opts.schemes)} models ({', '.join(opts.schemes)}) x {opts.seeds} "
@@ -144,6 +154,26 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
         lengths=lengths,
         options=dataclasses.asdict(opts),
     )
+    seeds = study_seeds(opts.seed, opts.seeds)
+    if share.spread:
+        units = study_units(opts, seeds)
+        models = [unit for unit in units if unit.startswith("score-")]
+        count_models(progress, models, report)
+        if trained := _train_base(opts, out, seeds, progress, report, share):
+            scored = _scored_stream(opts, trained, lengths, report)
+            _score_all(opts, trained, seeds, progress, scored, device, report)
+        tables = lambda: _tables(opts, progress, steps, device, report, t0)  # noqa: E731
+        return finish_share(share, progress, units, models, report, tables)
+    return _tables(opts, progress, steps, device, report, t0)
+
+
+def _tables(
+    opts: LengthOptions, progress: StudyProgress, steps: dict | None, device, report: Reporter, t0: float
+) -> dict:
+    """Every model of the study (trained and scored here, or read back from the records), then the tables: the
+    study's result."""
+    out, T = progress.out, opts.train_length
+    lengths = [m * T for m in opts.multipliers]
     seeds = study_seeds(opts.seed, opts.seeds)
     trained = _train_base(opts, out, seeds, progress, report)
     scored = _scored_stream(opts, trained, lengths, report)
@@ -155,7 +185,7 @@ def _study(opts: LengthOptions, report: Reporter) -> dict:
         "lengths": lengths,
         "targets": len(scored) - 1,
         "equal_steps": steps,
-        "options": dataclasses.asdict(opts),
+        "options": {k: v for k, v in dataclasses.asdict(opts).items() if k != "shard"},  # where it ran: not recorded
     }
     tables, written = _write(out, study, rows, train_rows, curves, attention, T, lengths)
     progress.finish()
@@ -225,14 +255,14 @@ def _score_all(
     for (scheme, seed), result in trained.items():
         unit = f"score-{scheme}-seed{seed}"
         if (done := progress.get(unit)) is None:
-            scores, looks = _score_base(opts, scheme, seed, result["run_dir"], scored, device, report)
+            scores, looks = score_base(opts, scheme, seed, result["run_dir"], scored, device, report)
             done = progress.put(unit, {"rows": scores, "attention": looks})
         rows, attention = rows + done["rows"], attention + done["attention"]
     train_rows = [_train_row(scheme, seed, r, opts.seeds) for (scheme, seed), r in trained.items()]
     curves: list[dict] = []
     if opts.extend_to:
         for seed in seeds:
-            for label in labels_for(opts.schemes):
+            for label in (lb for lb in labels_for(opts.schemes) if (extensions()[lb][0], seed) in trained):
                 ext_rows, ext_attention, ext_train, curve = _extend_one(
                     opts, label, seed, trained, progress, scored, device, report
                 )
@@ -277,74 +307,26 @@ def _run_dir(out: Path, name: str, seed: int, opts: LengthOptions) -> Path:
 
 
 def _train_base(
-    opts: LengthOptions, out: Path, seeds: list[int], progress: StudyProgress, report: Reporter
+    opts: LengthOptions, out: Path, seeds: list[int], progress: StudyProgress, report: Reporter, share: Share = ONE
 ) -> dict[tuple[str, int], dict]:
-    """Train every scheme with every seed (keeping or resuming those of an earlier command); ``{(scheme, seed): train
-    result}``."""
+    """Train every scheme with every seed that ``share`` owns (keeping or resuming those of an earlier command);
+    ``{(scheme, seed): train result}``."""
     trained: dict[tuple[str, int], dict] = {}
-    for seed in seeds:
-        for scheme in opts.schemes:
+    for k, (seed, scheme) in enumerate(base_models(opts, seeds)):
+        if share.owns(k):
             tag = scheme if opts.seeds == 1 else f"{scheme} seed {seed}"
             train_opts = opts.train_options(scheme, _run_dir(out, scheme, seed, opts), seed)
             trained[(scheme, seed)] = train_unit(
                 progress, f"train-{scheme}-seed{seed}", train_opts, TaggedReporter(report, tag), test_step
             )
-    check_same_data({f"{scheme} seed {seed}": r for (scheme, seed), r in trained.items()})
+    if trained:
+        check_same_data({f"{scheme} seed {seed}": r for (scheme, seed), r in trained.items()})
     return trained
 
 
 def _train_row(name: str, seed: int, result: dict, n_seeds: int) -> dict:
     keep = ("steps", "train_seconds", "tokens_per_second", "val_bpb", "run_dir")
     return {"record": "train", "position": name, "seed": seed, **{k: v for k, v in result.items() if k in keep}}
-
-
-def _score_base(
-    opts: LengthOptions, scheme: str, seed: int, run_dir: str, scored: np.ndarray, device, report: Reporter
-) -> list[dict]:
-    """A base model at every length, plain, under each RoPE scaling it takes (factor = length / T) and under each
-    ``--attention-scales``."""
-    from octlm.run.load import load_run
-
-    model, tokenizer = load_run(run_dir, device)
-    rows: list[dict] = []
-    attention: list[dict] = []
-    for method in [None, *(m for m in opts.rope_scalings if m in SCHEMES[scheme].scalings())]:
-
-        def factor(m: int, method=method) -> float | None:
-            return None if method is None else (1.0 if method == "dynamic-ntk" else float(m))
-
-        def make_row(m: int, length: int, method=method) -> dict:
-            return {**eval_row(scheme, method, factor(m), m, length), "seed": seed}
-
-        scores, looks = score_lengths(
-            opts,
-            model,
-            tokenizer,
-            make_row,
-            scored,
-            device,
-            report,
-            lambda m, method=method: model.set_rope_scaling(method, factor(m) or 1.0),
-        )
-        rows += scores
-        attention += looks
-    model.set_rope_scaling(None)
-    for attention_scale in opts.attention_scales:  # the same weights, scored with the logits scaled past T
-        trained_scale = model.config.attention_scale
-        model.set_attention_scale(attention_scale)
-        scores, looks = score_lengths(
-            opts,
-            model,
-            tokenizer,
-            lambda m, L, scale=attention_scale: {**eval_row(scheme, None, None, m, L, scale), "seed": seed},
-            scored,
-            device,
-            report,
-            lambda m: None,
-        )
-        model.set_attention_scale(trained_scale)
-        rows, attention = rows + scores, attention + looks
-    return rows, attention
 
 
 def _extend_one(
@@ -366,22 +348,9 @@ def _extend_one(
     result, curve = fine_tune(opts, label, source, run_dir, seed, scored, device, report, progress)
     unit = f"score-{name}-seed{seed}"
     if (done := progress.get(unit)) is None:
-        rows, attention = _score_extended(opts, scheme, method, name, seed, result, run_dir, scored, device, report)
+        rows, attention = score_extended(opts, scheme, method, name, seed, result, run_dir, scored, device, report)
         done = progress.put(unit, {"rows": rows, "attention": attention})
     return done["rows"], done["attention"], _train_row(name, seed, result, opts.seeds), curve
-
-
-def _score_extended(opts, scheme, method, name, seed, result, run_dir, scored, device, report):
-    """A fine-tuned model at every length, under the scaling it trained with: ``(eval rows, attention records)``."""
-    from octlm.run.load import load_run
-
-    model, tokenizer = load_run(run_dir, device)
-
-    def make_row(m: int, length: int) -> dict:
-        row = {**eval_row(scheme, method, float(opts.extend_to) if method else None, m, length), "seed": seed}
-        return {**row, "label": name, "extended_to": opts.extend_to, "extend_steps": result["steps"]}
-
-    return score_lengths(opts, model, tokenizer, make_row, scored, device, report, lambda m: None)
 
 
 __all__ = ["FILES", "length_study", "prepare_study_dir"]

@@ -22,6 +22,7 @@ from octlm.model.positions import (
 from octlm.model.positions.registry import with_scheme_options
 from octlm.studies.core import check_schemes
 from octlm.studies.extension_stage import labels_for
+from octlm.studies.spread import SHARD_HELP
 from octlm.studies.task_options import ALL_TASKS_STEPS, TASK_MULTIPLIERS, TASK_SEEDS, TASK_STEPS, TaskOptions
 from octlm.train.mlflow_tracker import check_experiment
 from octlm.train.option_checks import check_options as check_train_options
@@ -184,6 +185,7 @@ class LengthOptions:
     device: str = same_as(TrainOptions, "device")
     threads: int | None = same_as(TrainOptions, "threads")
     overwrite: bool = option(False, "replace an existing study folder at --out")
+    shard: str | None = option(None, SHARD_HELP, metavar="I/N")
     seeds: int = option(
         1,
         "train every model (base and extended) with this many seeds (--seed, --seed + 1, ...); tables show "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from octlm.model.attention_recipes import NO_SCALE
+from octlm.model.positions import SCHEMES
 from octlm.report import Reporter
 from octlm.studies.length_attention import attention_record
 from octlm.studies.length_options import LengthOptions
@@ -114,4 +115,74 @@ def score_lengths(
     return rows, attention
 
 
-__all__ = ["SCALE_LABELS", "eval_row", "score_lengths", "stride_at", "without_positions"]
+def score_base(
+    opts: LengthOptions, scheme: str, seed: int, run_dir: str, scored: np.ndarray, device, report: Reporter
+) -> list[dict]:
+    """A base model at every length, plain, under each RoPE scaling it takes (factor = length / T) and under each
+    ``--attention-scales``."""
+    from octlm.run.load import load_run
+
+    model, tokenizer = load_run(run_dir, device)
+    rows: list[dict] = []
+    attention: list[dict] = []
+    for method in [None, *(m for m in opts.rope_scalings if m in SCHEMES[scheme].scalings())]:
+
+        def factor(m: int, method=method) -> float | None:
+            return None if method is None else (1.0 if method == "dynamic-ntk" else float(m))
+
+        def make_row(m: int, length: int, method=method) -> dict:
+            return {**eval_row(scheme, method, factor(m), m, length), "seed": seed}
+
+        scores, looks = score_lengths(
+            opts,
+            model,
+            tokenizer,
+            make_row,
+            scored,
+            device,
+            report,
+            lambda m, method=method: model.set_rope_scaling(method, factor(m) or 1.0),
+        )
+        rows += scores
+        attention += looks
+    model.set_rope_scaling(None)
+    for attention_scale in opts.attention_scales:  # the same weights, scored with the logits scaled past T
+        trained_scale = model.config.attention_scale
+        model.set_attention_scale(attention_scale)
+        scores, looks = score_lengths(
+            opts,
+            model,
+            tokenizer,
+            lambda m, L, scale=attention_scale: {**eval_row(scheme, None, None, m, L, scale), "seed": seed},
+            scored,
+            device,
+            report,
+            lambda m: None,
+        )
+        model.set_attention_scale(trained_scale)
+        rows, attention = rows + scores, attention + looks
+    return rows, attention
+
+
+def score_extended(opts, scheme, method, name, seed, result, run_dir, scored, device, report):
+    """A fine-tuned model at every length, under the scaling it trained with: ``(eval rows, attention records)``."""
+    from octlm.run.load import load_run
+
+    model, tokenizer = load_run(run_dir, device)
+
+    def make_row(m: int, length: int) -> dict:
+        row = {**eval_row(scheme, method, float(opts.extend_to) if method else None, m, length), "seed": seed}
+        return {**row, "label": name, "extended_to": opts.extend_to, "extend_steps": result["steps"]}
+
+    return score_lengths(opts, model, tokenizer, make_row, scored, device, report, lambda m: None)
+
+
+__all__ = [
+    "SCALE_LABELS",
+    "eval_row",
+    "score_base",
+    "score_extended",
+    "score_lengths",
+    "stride_at",
+    "without_positions",
+]

@@ -37,7 +37,7 @@ PROGRESS = "progress"
 #: The options of the study, in ``progress/``.
 STUDY = "study.json"
 #: Options that name where the study is, not what it computes: a continued study may give them anew.
-FREE_OPTIONS = frozenset({"out", "overwrite"})
+FREE_OPTIONS = frozenset({"out", "overwrite", "shard"})
 #: ``POINT:N:SIGNAL`` (``unit:3:INT``, ``step:5:KILL``): at the N-th ``POINT`` of this process, send it ``SIGNAL``.
 #: Points: ``unit`` (a unit recorded), ``step`` (a training step begun), ``length`` (one length of a model scored).
 #: Read only by :func:`test_stop`, for the tests that interrupt a study; never set it otherwise.
@@ -84,6 +84,8 @@ class StudyProgress:
     def __init__(self, out: Path, continuing: bool) -> None:
         self.out = Path(out)
         self.continuing = continuing
+        #: Called with each unit's name once it is recorded (a spread study's count of models done).
+        self.recorded: Callable[[str], None] = lambda unit: None
 
     @property
     def folder(self) -> Path:
@@ -102,6 +104,7 @@ class StudyProgress:
     def put(self, unit: str, record: dict) -> dict:
         """Record ``unit`` as done (atomically: a kill leaves the record whole or absent); returns ``record``."""
         atomic_write_json(self.folder / f"{unit}.json", record)
+        self.recorded(unit)
         test_stop("unit")
         return record
 

@@ -27,7 +27,7 @@ from octlm.train.resumable import FINISHED
 #: What a study keeps of a model's training result.
 KEPT = ("steps", "train_seconds", "tokens_per_second", "val_bpb", "run_dir", "interrupted")
 #: Train options that say where a model lives, not what it computes.
-PLACE = frozenset({"log_group"})
+PLACE = frozenset({"log_group", "device", "threads"})
 
 
 def data_digest(run_dir: Path) -> dict:
@@ -107,6 +107,22 @@ def check_same_data(results: dict[str, dict]) -> None:
         )
 
 
+def base_models(opts, seeds: list[int]) -> list[tuple[int, str]]:
+    """The study's base models in order, ``(seed, scheme)``: seeds outer, schemes inner; model ``k`` is the k-th."""
+    return [(seed, scheme) for seed in seeds for scheme in opts.schemes]
+
+
+def study_units(opts, seeds: list[int]) -> list[str]:
+    """Every unit a length study records for its models (the ``score-`` units, one per model, last of each)."""
+    from octlm.studies.extension_stage import labels_for
+
+    units = [f"{what}-{scheme}-seed{seed}" for seed, scheme in base_models(opts, seeds) for what in ("train", "score")]
+    for seed in seeds if opts.extend_to else []:
+        for label in labels_for(opts.schemes):
+            units += [f"extend-{label}-seed{seed}", f"score-{label}@{opts.extend_to}x-seed{seed}"]
+    return units
+
+
 def train_unit(
     progress: StudyProgress,
     unit: str,
@@ -141,4 +157,13 @@ def train_unit(
     return kept
 
 
-__all__ = ["KEPT", "changed_inputs", "check_same_data", "check_kept", "data_digest", "train_unit"]
+__all__ = [
+    "KEPT",
+    "base_models",
+    "study_units",
+    "changed_inputs",
+    "check_same_data",
+    "check_kept",
+    "data_digest",
+    "train_unit",
+]

@@ -33,9 +33,10 @@ import torch
 
 from octlm.fileio import atomic_write
 from octlm.model import Decoder, cross_entropy
-from octlm.report import Reporter
+from octlm.report import Reporter, SilentReporter
 from octlm.studies.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
-from octlm.studies.progress import PROGRESS, open_study, test_stop
+from octlm.studies.progress import PROGRESS, StudyProgress, open_study, test_stop
+from octlm.studies.spread import Share, count_models, finish_share, open_share, placed_device, share_of
 from octlm.studies.task_checkpoint import SAVE_EVERY, restore_task_checkpoint, save_task_checkpoint
 from octlm.studies.task_events import announce, report_model
 from octlm.studies.task_options import TaskOptions, Variant, check_task_options
@@ -191,41 +192,61 @@ def task_study(opts: TaskOptions, report: Reporter | None = None, given: set[str
     """
     opts = opts.resolved(given)
     check_task_options(opts)
-    with torch_settings(opts.threads, False):
-        return _study(opts, report or Reporter())
+    share = share_of(opts.shard, opts.overwrite)
+    device, threads = placed_device(opts.device, opts.threads, share)
+    report = report or Reporter()
+    with torch_settings(threads, False):
+        return _study(opts, share, resolve_device(device), report if share.speaks else SilentReporter(report))
 
 
-def _study(opts: TaskOptions, report: Reporter) -> dict:
-    device = resolve_device(opts.device)
+def _study(opts: TaskOptions, share: Share, device: torch.device, report: Reporter) -> dict:
+    def begin(overwrite: bool) -> StudyProgress:
+        prepare = lambda: prepare_study_folder(opts.out, overwrite, FILES)  # noqa: E731
+        return open_study(opts.out, overwrite, FILES.kind, asdict(opts), prepare, report)
+
+    progress = open_share(share, opts.out, opts.overwrite, begin)
     tasks = [TASKS[name] for name in opts.task_names()]
-    progress = open_study(
-        opts.out,
-        opts.overwrite,
-        FILES.kind,
-        asdict(opts),
-        lambda: prepare_study_folder(opts.out, opts.overwrite, FILES),
-        report,
-    )
-    out = progress.out
     seeds = study_seeds(opts.seed, opts.seeds)
     sizes = [m * opts.task_length for m in opts.multipliers]
     variants = opts.variants()
     announce(opts, tasks, variants, seeds, sizes, report)
-    t0, records, depths = time.perf_counter(), [], []
-    total = len(tasks) * len(variants) * len(seeds)
-    for task in tasks:
-        for variant in variants:
-            for seed in seeds:
-                unit = f"model-{task.name}-{variant.label}-seed{seed}"
-                if (kept := progress.get(unit)) is None:  # trained and scored in an earlier command: never redone
-                    saved = progress.folder / f"{unit}.safetensors"
-                    got, by_depth = _train_and_score(task, variant, seed, opts, sizes, device, out, saved)
-                    kept = progress.put(unit, {"records": got, "depths": by_depth})
-                    saved.unlink(missing_ok=True)
-                records += kept["records"]
-                depths += kept["depths"]
-                done = len([r for r in records if r["record"] == "train"])
-                report_model(kept["records"], task, variant, seed, done, total, report)
+    t0 = time.perf_counter()
+    models = [(task, variant, seed) for task in tasks for variant in variants for seed in seeds]
+    if share.spread:
+        units = [_unit(*model) for model in models]
+        count_models(progress, units, report)
+        _models([m for k, m in enumerate(models) if share.owns(k)], opts, sizes, device, progress, report)
+        tables = lambda: _tables(opts, tasks, variants, sizes, seeds, models, device, progress, report, t0)  # noqa: E731
+        return finish_share(share, progress, units, units, report, tables)
+    return _tables(opts, tasks, variants, sizes, seeds, models, device, progress, report, t0)
+
+
+def _unit(task: Task, variant: Variant, seed: int) -> str:
+    return f"model-{task.name}-{variant.label}-seed{seed}"
+
+
+def _models(models: list, opts: TaskOptions, sizes, device, progress: StudyProgress, report):
+    """Train and score ``models`` (``(task, variant, seed)``, in order), or read back those recorded: ``(records,
+    depths)``. Each model's line says how many of ``models`` are done."""
+    records, depths = [], []
+    for task, variant, seed in models:
+        unit = _unit(task, variant, seed)
+        if (kept := progress.get(unit)) is None:  # trained and scored in an earlier command: never redone
+            saved = progress.folder / f"{unit}.safetensors"
+            got, by_depth = _train_and_score(task, variant, seed, opts, sizes, device, progress.out, saved)
+            kept = progress.put(unit, {"records": got, "depths": by_depth})
+            saved.unlink(missing_ok=True)
+        records += kept["records"]
+        depths += kept["depths"]
+        done = len([r for r in records if r["record"] == "train"])
+        report_model(kept["records"], task, variant, seed, done, len(models), report)
+    return records, depths
+
+
+def _tables(opts, tasks, variants, sizes, seeds, models, device, progress: StudyProgress, report, t0: float) -> dict:
+    """Every model of the study (trained here or read back), then the tables: the study's result."""
+    out = progress.out
+    records, depths = _models(models, opts, sizes, device, progress, report)
     header = _header(opts, tasks, variants, sizes, seeds)
     summary = summarize(records, depths, tasks, [v.label for v in variants], sizes, seeds, protocol_sentence(opts))
     paths = _write(out, [header, *records, *depths, *summary.records], summary)
@@ -256,7 +277,7 @@ def _header(opts: TaskOptions, tasks: list[Task], variants: list[Variant], sizes
         "steps": opts.max_steps,
         "eval_count": EVAL_COUNT,
         "rows": [v.label for v in variants],
-        "options": asdict(opts),
+        "options": {k: v for k, v in asdict(opts).items() if k != "shard"},  # where it ran, not what it computed
     }
 
 

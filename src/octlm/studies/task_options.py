@@ -16,6 +16,7 @@ from octlm.declare import Bound, at_least, check_fields, option, refused, same_a
 from octlm.errors import OctlmError
 from octlm.model.positions import SCHEME_NAMES, random_position_schemes, task_study_schemes
 from octlm.studies.core import check_schemes
+from octlm.studies.spread import SHARD_HELP
 from octlm.studies.task_presets import PRESETS, apply_preset
 from octlm.studies.tasks import TASKS, Task
 from octlm.train.mlflow_tracker import check_experiment
@@ -117,6 +118,7 @@ class TaskOptions:
     )
     out: str | None = option(None, "study folder to create: tasks.jsonl, tasks.png, tasks.md")
     overwrite: bool = option(False, "replace an existing study folder at --out")
+    shard: str | None = option(None, SHARD_HELP, metavar="I/N")
     # Read from the registry when used, so a plug-in scheme registered after import takes part.
     schemes: list[str] = option(
         task_study_schemes,
