@@ -104,6 +104,25 @@ def test_resume_changes_only_what_may_change(reference, small_corpus, tmp_path, 
     assert json.loads((run / "config.json").read_text())["train"]["max_steps"] == 15
 
 
+def test_a_max_steps_below_the_runs_step_is_refused(small_corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+
+    def ctrl_c(step):
+        if step == 6:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    train(options(small_corpus, run, max_steps=12, save_every=5, log_interval=1), QUIET, step_hook=ctrl_c)
+    assert load_checkpoint(run / CHECKPOINT).step == 7
+    config, metrics = (run / "config.json").read_bytes(), (run / "metrics.jsonl").read_bytes()
+    capsys.readouterr()
+    # the run trained 7 steps: a limit of 5 would train nothing yet record 5
+    assert main(["train", "--resume", str(run), "--max-steps", "5"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("octlm: error:") and len(err.strip().splitlines()) == 1, err
+    assert "--max-steps 5 is below step 7" in err and "give a --max-steps above 7" in err
+    assert (run / "config.json").read_bytes() == config and (run / "metrics.jsonl").read_bytes() == metrics
+
+
 def test_a_time_budget_is_the_runs_total(small_corpus, tmp_path, capsys):
     run, budget, stop_after = tmp_path / "run", 2.0, 1.6
     clock = {}

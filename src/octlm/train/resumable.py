@@ -62,7 +62,8 @@ def check_resumable(state: dict, step: int, opts, world_size: int, max_steps: in
     Raises:
         OctlmError: for a global batch (``--batch-size`` x ``world_size``
             processes, blocks per step) that differs from the run's, or a limit
-            (``--max-steps``, ``--time-budget`` in seconds) the run has reached and finished.
+            (``--max-steps``, ``--time-budget`` in seconds) the run has reached and finished,
+            or a ``--max-steps`` below ``step``.
     """
     global_batch = opts.batch_size * world_size
     if global_batch != state["global_batch"]:
@@ -71,6 +72,12 @@ def check_resumable(state: dict, step: int, opts, world_size: int, max_steps: in
             f"--batch-size {opts.batch_size} x {world_size} process(es) = {global_batch} blocks per step, but the run "
             f"trained on {then} ({state['world_size']} x {then // state['world_size']}); "
             f"keep the global batch: --batch-size {then // world_size if then % world_size == 0 else '?'}"
+        )
+    if max_steps is not None and max_steps < step:
+        # Nothing would train, yet config.json would claim fewer steps than the weights had.
+        raise OctlmError(
+            f"--resume {folder}: --max-steps {max_steps} is below step {step}, where the run already is; "
+            f"give a --max-steps above {step} (the total for the run, not an addition)"
         )
     limit = reached_limit(state, step, max_steps, opts.time_budget)
     if limit is not None and finished_after(folder, state):
