@@ -171,6 +171,13 @@ def not_studies(tmp_path, trained_run, length_study):
     damaged = tmp_path / "damaged"
     shutil.copytree(length_study, damaged, ignore=shutil.ignore_patterns("runs"))
     (damaged / "length.jsonl").write_text((damaged / "length.jsonl").read_text() + "{not json\n")
+    # Stopped by Ctrl-C before any table: progress/study.json holds the options (a task study's have task_length).
+    for name, options in {
+        "stopped": {"text": ["a.txt"]},
+        "stopped-tasks": {"task": ["copy"], "task_length": 8},
+    }.items():
+        (tmp_path / name / "progress").mkdir(parents=True)
+        (tmp_path / name / "progress" / "study.json").write_text(json.dumps(options))
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
     (unfinished / "length.jsonl").write_text('{"record": "train", "position": "rope", "seed": 1}\n')
@@ -182,10 +189,33 @@ def not_studies(tmp_path, trained_run, length_study):
         "empty": (tmp_path / "empty", "not a length study (no length.jsonl)"),
         "damaged": (damaged, "length.jsonl:"),
         "unfinished": (unfinished, "holds no 'study' record"),
+        "stopped length study": (
+            tmp_path / "stopped",
+            f"{tmp_path / 'stopped'}: an unfinished length study (its finished parts are in progress/); run the same "
+            "octlm length command to finish it, then serve it",
+        ),
+        "stopped task study": (
+            tmp_path / "stopped-tasks",
+            f"{tmp_path / 'stopped-tasks'}: an unfinished task study (its finished parts are in progress/), not a "
+            "length study; run the same octlm length --task command to finish it",
+        ),
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "file", "run", "task study", "empty", "damaged", "unfinished"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing",
+        "file",
+        "run",
+        "task study",
+        "empty",
+        "damaged",
+        "unfinished",
+        "stopped length study",
+        "stopped task study",
+    ],
+)
 def test_a_folder_that_is_not_a_study_is_one_line(case, not_studies, tmp_path, capsys):
     folder, says = not_studies[case]
     out = tmp_path / "page"

@@ -28,6 +28,7 @@ from octlm.report import Reporter
 from octlm.run.folder import RunFolder
 from octlm.studies.length import FILES
 from octlm.studies.length_options import RUNS
+from octlm.studies.progress import PROGRESS, unfinished_options
 
 #: Version of the data layout ``web/src/study/data.ts`` reads.
 STUDY_VIEW_FORMAT = 1
@@ -112,7 +113,7 @@ def check_study_folder(path: Path, flag: str = "--study") -> None:
     """Refuse, in one line naming the fix, a ``path`` that is not a length study.
 
     Raises:
-        OctlmError: for a missing path, a file, a run folder, a task study, or
+        OctlmError: for a missing path, a file, a run folder, a task study, a study stopped before its tables, or
             a folder without ``length.jsonl``.
     """
     # The folder named may exist with other files (or be a task study), where `octlm length --out` refuses to write.
@@ -129,11 +130,32 @@ def check_study_folder(path: Path, flag: str = "--study") -> None:
             f"{flag} {path}: is a run folder made by octlm train, not a length study; show it with --run {path}"
         )
     if not is_study(path):
+        _refuse_unfinished(path, flag)
         others = sorted(p.name for p in path.glob("*.jsonl"))
         what = f"it holds {', '.join(others)}, not {FILES.jsonl}" if others else f"no {FILES.jsonl}"
         raise OctlmError(
             f"{flag} {path}: not a length study ({what}); the page shows folders made by `octlm length --text`; {make}"
         )
+
+
+def _refuse_unfinished(path: Path, flag: str) -> None:
+    """Refuse a study stopped before its tables (it holds ``progress/study.json``), naming how to finish it."""
+    try:
+        options = unfinished_options(path)
+    except OctlmError:  # a damaged study.json still marks an unfinished study; its kind is unknown
+        options = {}
+    if options is None:
+        return
+    finished = f"{flag} {path}: an unfinished {{}} (its finished parts are in {PROGRESS}/)"
+    # Only a task study's options have task_length (study.json holds the options of octlm length or length --task).
+    if "task_length" in options:
+        raise OctlmError(
+            finished.format("task study") + ", not a length study; run the same octlm length --task command to "
+            "finish it; the page shows length studies made by `octlm length --text`"
+        )
+    raise OctlmError(
+        finished.format("length study") + "; run the same octlm length command to finish it, then serve it"
+    )
 
 
 def read_records(path: Path) -> list[dict]:
