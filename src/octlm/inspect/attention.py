@@ -80,6 +80,7 @@ class AttentionOptions:
         "accepted for scripts written for other commands; earlier output is always replaced and other files never are",
     )
     device: str = same_as(TrainOptions, "device")
+    threads: int | None = same_as(TrainOptions, "threads")
 
 
 def _check_choice(opts: AttentionOptions) -> None:

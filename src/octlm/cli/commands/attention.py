@@ -32,6 +32,9 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.inspect.attention import attention
+    from octlm.train.device import torch_settings
 
-    attention(options_from(args, AttentionOptions), report)
+    opts = options_from(args, AttentionOptions)
+    with torch_settings(opts.threads, False):
+        attention(opts, report)
     return 0
