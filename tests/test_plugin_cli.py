@@ -116,6 +116,41 @@ def test_a_plugin_that_cannot_be_found_is_one_error_line(registry_restored, plug
     assert says in one_error_line(capsys)
 
 
+#: --plugin values that name no scheme module (``{tmp}`` is the test's folder, which holds plain.txt): what the one
+#: line says.
+NOT_SCHEME_MODULES = {
+    "a file that is not .py": (
+        "{tmp}/plain.txt",
+        "--plugin {tmp}/plain.txt: is not a Python file (.py); give the path",
+    ),
+    "a folder": (
+        "{tmp}",
+        "--plugin {tmp}: is a folder; give a .py file or an importable module name (a package folder on sys.path "
+        "is imported by its name",
+    ),
+    "an empty value": ("", "--plugin needs a module name or a .py file"),
+    "a module with no scheme": (
+        "json",
+        "--plugin json: it registered no position scheme (did you mean another module?",
+    ),
+    "a file with no scheme": ("{tmp}/empty.py", "--plugin {tmp}/empty.py: it registered no position scheme"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_SCHEME_MODULES))
+def test_a_plugin_that_is_not_a_scheme_module_is_one_error_line(
+    registry_restored, small_corpus, tmp_path, case, capsys
+):
+    (tmp_path / "plain.txt").write_text("not python\n")
+    (tmp_path / "empty.py").write_text("import json\n")
+    plugin, says = (text.format(tmp=tmp_path) for text in NOT_SCHEME_MODULES[case])
+    out = tmp_path / "r"
+    for _ in range(2):  # the second time too: a file that registered nothing is not remembered as loaded
+        assert main(["train", "--plugin", plugin, "--text", str(small_corpus), "--out", str(out), *TINY]) == 1
+        line = one_error_line(capsys)
+        assert says in line and "Error" not in line and not out.exists()
+
+
 def test_a_plugin_that_fails_to_import_or_takes_a_name_octlm_has_is_one_error_line(
     registry_restored, small_corpus, tmp_path, capsys
 ):

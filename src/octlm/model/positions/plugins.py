@@ -86,18 +86,24 @@ def load_plugin(spec: str) -> list[str]:
         the scheme names it registered (none when it was imported already).
 
     Raises:
-        OctlmError: ``--plugin SPEC: ...`` when it is not found, raises while
-            importing (its exception's type and message), registers a taken
-            name, or declares options; nothing it registered stays registered.
+        OctlmError: ``--plugin SPEC: ...`` when it is empty, not found, a
+            folder or a file not ending in ``.py``, raises while importing (its
+            exception's type and message), registers no scheme, registers a
+            taken name, or declares options; nothing it registered stays
+            registered.
     """
+    if not spec.strip():
+        raise OctlmError("--plugin needs a module name or a .py file")
     if spec.endswith(".py") or "/" in spec or "\\" in spec:
         path = Path(spec).expanduser().resolve()
-        if not path.is_file():
-            raise OctlmError(f"--plugin {spec}: no such file; give the path of a .py file or an importable module name")
+        _check_plugin_file(spec, path)
         if path in _loaded_files and all(dict.__contains__(registry.SCHEMES, n) for n in _loaded_files[path]):
             return []
-        _loaded_files[path] = _registering(f"--plugin {spec}", str(path), lambda: _exec_file(path))
-        return _loaded_files[path]
+        added = _registering(f"--plugin {spec}", str(path), lambda: _exec_file(path))
+        if not added:
+            raise OctlmError(f"--plugin {spec}: {_NO_SCHEME}")
+        _loaded_files[path] = added
+        return added
     try:
         found = importlib.util.find_spec(spec)
     except (ImportError, ValueError):
@@ -107,7 +113,37 @@ def load_plugin(spec: str) -> list[str]:
             f"--plugin {spec}: no module named {spec!r} on this Python's path; install it, or give the path of its "
             ".py file"
         )
-    return _registering(f"--plugin {spec}", spec, lambda: importlib.import_module(spec))
+    added = _registering(f"--plugin {spec}", spec, lambda: importlib.import_module(spec))
+    # Imported before (by octlm or an earlier --plugin), a scheme module registers nothing new but has its schemes.
+    if not added and not any(_defined_in(registry.SCHEMES.raw(n), spec) for n in dict.keys(registry.SCHEMES)):
+        raise OctlmError(f"--plugin {spec}: {_NO_SCHEME}")
+    return added
+
+
+_NO_SCHEME = (
+    "it registered no position scheme (did you mean another module?); a plug-in registers its schemes with "
+    '@register("name") when imported'
+)
+
+
+def _check_plugin_file(spec: str, path: Path) -> None:
+    """Refuse a ``--plugin`` path that is not an existing ``.py`` file, saying what it is instead."""
+    if path.is_dir():
+        raise OctlmError(
+            f"--plugin {spec}: is a folder; give a .py file or an importable module name (a package folder on "
+            f"sys.path is imported by its name: --plugin {path.name})"
+        )
+    if not path.is_file():
+        raise OctlmError(f"--plugin {spec}: no such file; give the path of a .py file or an importable module name")
+    if path.suffix != ".py":
+        raise OctlmError(
+            f"--plugin {spec}: is not a Python file (.py); give the path of a .py file that registers a scheme, or "
+            "an importable module name"
+        )
+
+
+def _defined_in(cls: type, module: str) -> bool:
+    return cls.__module__ == module or cls.__module__.startswith(f"{module}.")
 
 
 def load_entry_points() -> list[str]:
