@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from octlm.cli import main
+from octlm.errors import OctlmError
 from octlm.run.load import load_run
 
 T = 8
@@ -189,6 +190,23 @@ def test_bad_options_write_nothing(small_corpus, tmp_path, capsys, args, match):
     err = capsys.readouterr().err
     assert err.startswith("octlm: error:") and match in err
     assert not out.exists()
+
+
+def test_eval_tokens_below_the_longest_window_is_refused(small_corpus, tmp_path, capsys):
+    from octlm.studies.length_options import LengthOptions, check_eval_tokens
+
+    out = tmp_path / "s"
+    longest = max(MULTIPLIERS) * T  # a batch of --eval-tokens must hold one window of the longest length
+    assert main(["length", "--text", str(small_corpus), "--out", str(out), *TINY, "--eval-tokens", "31"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("octlm: error:") and len(err.strip().splitlines()) == 1, err
+    assert f"--eval-tokens 31 is below {longest}" in err and f"give --eval-tokens {longest} or more" in err
+    assert not out.exists()
+    base = dict(text=[str(small_corpus)], out=str(out), train_length=T, multipliers=MULTIPLIERS, schemes=["rope"])
+    check_eval_tokens(LengthOptions(**base, extend_to=0, eval_tokens=longest))  # exactly one window is fine
+    # the extension stage scores its fine-tunes at extend_to x T, past the longest multiplier here
+    with pytest.raises(OctlmError, match=f"below {8 * T}, the longest evaluated window"):
+        check_eval_tokens(LengthOptions(**base, extend_to=8, eval_tokens=longest))
 
 
 def test_validation_too_short_stops_before_training_and_writes_nothing(small_corpus, study, tmp_path, capsys):

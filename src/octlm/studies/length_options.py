@@ -160,7 +160,11 @@ class LengthOptions:
     muon_momentum: float = same_as(TrainOptions, "muon_momentum")
     muon_weight_decay: float = same_as(TrainOptions, "muon_weight_decay")
     eval_tokens: int = option(
-        8192, "tokens per evaluation forward pass (windows per batch = this / length)", bounds=at_least(1)
+        8192,
+        "the batch size of evaluation, in tokens: each forward pass reads this / L windows of length L, so it "
+        "sets speed and memory, not how many tokens are scored (every length reads the whole validation split); "
+        "at least the longest evaluated length",
+        bounds=at_least(1),
     )
     eval_stride: int | None = option(
         None,
@@ -271,6 +275,7 @@ def check_options(opts: LengthOptions) -> None:
             "methods"
         )
     check_schemes(opts.schemes)
+    check_eval_tokens(opts)
     fields = {f.name: f for f in dataclasses.fields(opts)}
     for name in set.intersection(*(scheme_options(s)[1] for s in opts.schemes)) & set(fields):
         if getattr(opts, name) != option_default(fields[name]):
@@ -288,6 +293,26 @@ def check_options(opts: LengthOptions) -> None:
     # The study files its models under its folder's name: a deleted experiment of that name is refused here, before
     # the study folder is made.
     check_experiment(list(opts.log_to), Path(opts.out).resolve().name, None, "--out", opts.out)
+
+
+def check_eval_tokens(opts: LengthOptions) -> None:
+    """Refuse an ``--eval-tokens`` (tokens per evaluation batch) below the longest evaluated length in tokens.
+
+    A batch holds ``eval_tokens // L`` windows of L tokens; below one window the
+    scorer falls back to one window per pass, much slower than the batch the
+    user meant, so the value cannot have meant what it says.
+
+    Raises:
+        OctlmError: naming the value, the longest length (multiplier x ``--train-length``) and the fix.
+    """
+    longest_m = max(opts.resolved().multipliers)  # with --extend-to, whose fine-tunes are scored too
+    longest = longest_m * opts.train_length
+    if opts.eval_tokens < longest:
+        raise OctlmError(
+            f"--eval-tokens {opts.eval_tokens} is below {longest}, the longest evaluated window ({longest_m} x "
+            f"--train-length {opts.train_length}): it is the batch size of evaluation in tokens, and a batch holds "
+            f"whole windows; give --eval-tokens {longest} or more (default 8192), or lower --multipliers"
+        )
 
 
 def validation_tokens(opts: LengthOptions) -> int:
@@ -337,6 +362,7 @@ __all__ = [
     "MEASURED_MINUTES",
     "RUNS",
     "LengthOptions",
+    "check_eval_tokens",
     "check_options",
     "check_validation_length",
     "scalings_taken",
