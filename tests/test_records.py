@@ -143,6 +143,33 @@ def test_a_bad_jsonl_record_names_file_line_and_fix_or_is_counted(tmp_path, line
     assert info["files"][0]["bad_records"] == 1 and info["files"][0]["records"] == 2
 
 
+#: Record files cut short (a copy or download stopped mid-record), as written: (name, content, what the error says).
+CUT_SHORT = [
+    ("cut.jsonl", '{"text": "one"}\n{"text": "tw', "line 2 is not JSON (Unterminated string starting at column 10)"),
+    ("cut.json", '[{"text": "one"}, {"text": "tw', "not JSON (Unterminated string starting at line 1, column 28)"),
+    ("cut-after.json", '[{"text": "one"}\n', "not JSON (Expecting ',' delimiter at line 2, column 1)"),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "says"), CUT_SHORT)
+def test_a_record_file_cut_short_says_so(tmp_path, name, content, says):
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        read_documents([path])
+    assert str(err.value).startswith(f"{path}: {says}") and "looks cut short" in str(err.value)
+    assert " at at " not in str(err.value)
+
+
+def test_a_damaged_line_inside_a_jsonl_file_is_not_called_cut_short(tmp_path):
+    path = tmp_path / "mid.jsonl"
+    path.write_text('{"text": "ok\n{"text": "two"}\n', encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        read_documents([path])
+    assert str(err.value).startswith(f"{path}: line 1 is not JSON (Invalid control character at column 13)")
+    assert "cut short" not in str(err.value)
+
+
 def test_a_parquet_file_without_the_column_or_with_nulls(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq

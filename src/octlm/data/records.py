@@ -125,6 +125,19 @@ def _codec(encoding: str) -> str:
     return "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
 
 
+def _json_error(err: json.JSONDecodeError, line: str = "") -> str:
+    """Python's words for ``err`` and its place (``line`` is ``"line N, "`` for a whole-file document)."""
+    # Some messages end in "at" ("Unterminated string starting at"), the place following them.
+    return f"{err.msg.removesuffix(' at')} at {line}column {err.colno}"
+
+
+def _cut_short(err: json.JSONDecodeError) -> str:
+    """``"; ...looks cut short"`` when ``err`` is at the end of its document (a string that never closes runs to the
+    end), else ``""``."""
+    at_end = err.pos >= len(err.doc.rstrip()) or err.msg.startswith("Unterminated string")
+    return "; the file ends mid-record, so it looks cut short (a copy or download that stopped?)" if at_end else ""
+
+
 def _jsonl_records(
     stream: BinaryIO, shown: str, field_name: str, encoding: str, bad: BadRecords, in_folder: bool
 ) -> Iterator[str]:
@@ -137,9 +150,9 @@ def _jsonl_records(
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
-                bad.bad(
-                    f"{shown}: line {line_no} is not JSON ({err.msg} at column {err.colno}); fix or remove that line"
-                )
+                # A last line without its newline, broken at its end, is where a copy or download stopped.
+                cut = _cut_short(err) if not line.endswith("\n") else ""
+                bad.bad(f"{shown}: line {line_no} is not JSON ({_json_error(err)}){cut}; fix or remove that line")
                 continue
             if first:
                 _first_decides(record, field_name, shown, f"line {line_no}")
@@ -161,7 +174,7 @@ def _json_records(
     except json.JSONDecodeError as err:
         raise NotRecords(
             shown,
-            f"not JSON ({err.msg} at line {err.lineno}, column {err.colno})",
+            f"not JSON ({_json_error(err, f'line {err.lineno}, ')}){_cut_short(err)}",
             "fix the file, or give one JSON object per line in a .jsonl file",
         ) from None
     except UnicodeDecodeError as err:
