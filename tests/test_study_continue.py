@@ -211,10 +211,39 @@ def test_a_study_with_other_options_in_the_folder_is_refused_naming_the_option(t
     capsys.readouterr()
     assert main([*with_value(TASK, "--max-steps", "4"), "--out", str(out)]) == 1  # --max-steps 4 where it began with 3
     err = capsys.readouterr().err
-    assert "begun with --max-steps 3" in err and "gives 4" in err and err.count("\n") == 1
+    assert "begun with --max-steps 3, but this command gives --max-steps 4" in err and err.count("\n") == 1
     assert sorted(p.name for p in (out / "progress").iterdir()) == kept  # nothing of the study was touched
     assert main([*TASK, "--out", str(out)]) == 0
     assert "continuing the unfinished task study" in "".join(capsys.readouterr())
+
+
+@pytest.mark.parametrize(
+    ("name", "then", "now", "says"),
+    [
+        ("multipliers", [1, 2], [1, 2, 4], "begun with --multipliers 1 2, but this command gives --multipliers 1 2 4"),
+        (
+            "schemes",
+            ["rope", "rope"],
+            ["rope", "alibi"],
+            "with --schemes rope rope, but this command gives --schemes rope alibi",
+        ),
+        ("max_steps", 300, None, "begun with --max-steps 300, but this command gives no --max-steps"),
+        ("document_mask", False, True, "begun with no --document-mask, but this command gives --document-mask"),
+        (
+            "text",
+            ["my corpus.txt"],
+            ["b.txt"],
+            "begun with --text 'my corpus.txt', but this command gives --text b.txt",
+        ),
+    ],
+)
+def test_an_option_that_differs_is_shown_as_the_command_line_writes_it(tmp_path, name, then, now, says):
+    from octlm.errors import OctlmError
+    from octlm.studies.progress import continue_study
+
+    with pytest.raises(OctlmError) as err:
+        continue_study(tmp_path, "length study", {name: then, "seed": 1}, {name: now, "seed": 1})
+    assert says in str(err.value) and "[" not in str(err.value)
 
 
 def test_a_kept_model_is_checked_against_its_recorded_options_and_data_not_its_name(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 from collections.abc import Callable
@@ -71,6 +72,17 @@ def first_difference(recorded: dict, options: dict) -> str | None:
     """The first option (sorted by name) whose value in ``options`` differs from ``recorded``, or ``None``."""
     now = comparable(options)
     return next((name for name in sorted(set(recorded) | set(now)) if recorded.get(name) != now.get(name)), None)
+
+
+def as_given(name: str, value) -> str:
+    """Option ``name`` with ``value`` as a command line writes it: ``--schemes rope alibi``, ``--document-mask``;
+    ``no --max-steps`` for an option left out (``None``) or a switch off (``False``)."""
+    if value is None or value is False:
+        return f"no {flag(name)}"
+    if value is True:
+        return flag(name)
+    values = value if isinstance(value, list) else [value]
+    return " ".join([flag(name), *(shlex.quote(str(v)) for v in values)])
 
 
 class StudyProgress:
@@ -148,8 +160,9 @@ def continue_study(out: Path, kind: str, recorded: dict, options: dict) -> Study
     if name is not None:
         then, now = recorded.get(name), comparable(options).get(name)
         raise OctlmError(
-            f"--out {out}: holds an unfinished {kind} begun with {flag(name)} {then!r}, but this command gives "
-            f"{now!r}; give the same options to continue it, --overwrite to start it again, or another --out"
+            f"--out {out}: holds an unfinished {kind} begun with {as_given(name, then)}, but this command gives "
+            f"{as_given(name, now)}; give the same options to continue it, --overwrite to start it again, or another "
+            "--out"
         )
     return StudyProgress(out, continuing=True)
 
@@ -184,6 +197,7 @@ __all__ = [
     "STUDY",
     "TEST_STOP",
     "StudyProgress",
+    "as_given",
     "comparable",
     "continue_study",
     "first_difference",
