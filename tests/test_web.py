@@ -261,6 +261,16 @@ def test_built_page_is_package_data():
         assert (WEB_DIST / name).stat().st_size > 0
 
 
+def test_the_page_without_javascript_says_it_needs_it():
+    """The page is all script: with JavaScript off, one paragraph says so, and that it fetches nothing."""
+    from octlm.export.web import WEB_DIST
+
+    html = (WEB_DIST / "index.html").read_text(encoding="utf-8")
+    noscript = html[html.index("<noscript>") : html.index("</noscript>")]
+    assert "<p>" in noscript and "needs JavaScript" in noscript
+    assert "entirely in the browser" in noscript and "nothing is fetched" in noscript
+
+
 def wait_for_close(client: socket.socket, seconds: float) -> bytes:
     """Read ``client`` until the server closes it (what it sent), or fail after ``seconds``."""
     client.settimeout(0.2)
