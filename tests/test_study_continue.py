@@ -303,3 +303,21 @@ def test_a_study_stopped_while_writing_its_tables_writes_them_all_when_continued
     assert "continuing the unfinished task study" in "".join(capsys.readouterr())
     assert rows(out / "tasks.jsonl") == first and (out / "tasks.md").is_file() and (out / "tasks.png").is_file()
     assert not (out / "progress").exists()
+
+
+@pytest.mark.parametrize("stage", ["restore", "finish"])  # before the first step; during the final evaluation
+def test_ctrl_c_inside_a_study_says_only_the_studys_way_on(stage, small_corpus, tmp_path, monkeypatch, capsys):
+    import octlm.train.trainer
+
+    real = getattr(octlm.train.trainer.Trainer, stage)
+
+    def ctrl_c(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # outside the training loop: Python's own KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(octlm.train.trainer.Trainer, stage, ctrl_c)
+    assert main([*LENGTH, "--text", str(small_corpus), "--out", str(tmp_path / "study")]) == 130
+    err = capsys.readouterr().err
+    assert "the same command continues it" in err
+    # following a model's own resume would leave the continued study to train that model again
+    assert "train --resume" not in err, err

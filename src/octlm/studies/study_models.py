@@ -137,6 +137,7 @@ def train_unit(
         OctlmError: for a recorded model that the study would not train now (:func:`check_kept`).
     """
     from octlm.train.launch import train
+    from octlm.train.stop_messages import study_says_how_to_go_on
 
     run_dir = Path(train_opts.out)
     options = train_opts.to_dict()
@@ -146,10 +147,9 @@ def train_unit(
         return record["result"]
     if run_dir.is_dir() and _finished(run_dir):
         shutil.rmtree(run_dir)  # trained, then stopped before its record: training it again gives the same weights
-    if (run_dir / "config.json").is_file():
-        result = train(train_opts, report, resume=run_dir, given=set(), step_hook=step_hook)
-    else:
-        result = train(train_opts, report, step_hook=step_hook)
+    resume = run_dir if (run_dir / "config.json").is_file() else None
+    with study_says_how_to_go_on():  # the study's Ctrl-C message, not the model's train --resume
+        result = train(train_opts, report, resume=resume, given=set() if resume else None, step_hook=step_hook)
     if result.get("interrupted"):
         raise KeyboardInterrupt
     kept = {k: v for k, v in result.items() if k in KEPT}

@@ -22,12 +22,13 @@ from octlm.inspect.sample import sample_from
 from octlm.report import Reporter, SilentReporter
 from octlm.run.folder import CONFIG, RunFolder
 from octlm.train import distributed
-from octlm.train.checkpoint import CHECKPOINT, describe_checkpoint, resume_hint
+from octlm.train.checkpoint import CHECKPOINT, describe_checkpoint
 from octlm.train.device import torch_settings
 from octlm.train.mlflow_tracker import check_experiment
 from octlm.train.option_checks import check_options
 from octlm.train.options import TrainOptions, given_options
 from octlm.train.resume import resume_options
+from octlm.train.stop_messages import stopped_hint
 from octlm.train.trainer import Trainer
 
 
@@ -145,7 +146,7 @@ def _stopped_before_training(trainer: Trainer) -> str | None:
         if checkpoint.exists()
         else "nothing was trained"
     )
-    return f"interrupted before the first training step; {kept}. {resume_hint(folder.path)}"
+    return f"interrupted before the first training step; {kept}.{stopped_hint(folder.path)}"
 
 
 def _resumed_options(run_dir: Path, opts: TrainOptions, given: set[str] | None) -> tuple[TrainOptions, list[str]]:

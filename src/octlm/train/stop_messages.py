@@ -11,11 +11,35 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from octlm.run.folder import CHECKPOINT, RunFolder
 from octlm.train.checkpoint import describe_checkpoint, resume_hint
 from octlm.train.options import TrainOptions
+
+# False while a study trains one of its models: the study's own message says how to go on, and a model
+# resumed by hand would leave the continued study to train it again.
+_TRAIN_RESUME_SAID: ContextVar[bool] = ContextVar("train_resume_said", default=True)
+
+
+@contextmanager
+def study_says_how_to_go_on() -> Iterator[None]:
+    """Within it, a Ctrl-C of training leaves out ``octlm train --resume``: the study that trains the model says how
+    to go on (:mod:`octlm.studies.study_models`)."""
+    token = _TRAIN_RESUME_SAID.set(False)
+    try:
+        yield
+    finally:
+        _TRAIN_RESUME_SAID.reset(token)
+
+
+def stopped_hint(run_dir: Path) -> str:
+    """The sentence after a Ctrl-C's account of what is kept: :func:`resume_hint` with a leading space, or nothing
+    inside :func:`study_says_how_to_go_on`."""
+    return f" {resume_hint(run_dir)}" if _TRAIN_RESUME_SAID.get() else ""
 
 
 def interrupted_twice(run_dir: Path) -> str:
@@ -27,17 +51,17 @@ def interrupted_twice(run_dir: Path) -> str:
         if checkpoint.exists()
         else "no checkpoint had been saved yet"
     )
-    return f"interrupted twice: stopped at once; {last}. {resume_hint(run_dir)}"
+    return f"interrupted twice: stopped at once; {last}.{stopped_hint(run_dir)}"
 
 
 def interrupted_while_finishing(step: int, interrupted: bool, folder: RunFolder) -> str:
     """The warning of a Ctrl-C during the final evaluation or what follows it: the checkpoint of ``step`` and the
     ``--resume`` that does the rest (training on, when the run had been ``interrupted`` before)."""
     left = "Continue exactly where it stopped" if interrupted else "Do the final evaluation, loss curve and report"
-    return (
-        f"interrupted during the final evaluation; the checkpoint of step {step} is saved. "
-        f"{left} with: octlm train --resume {shlex.quote(str(folder))}"
-    )
+    saved = f"interrupted during the final evaluation; the checkpoint of step {step} is saved."
+    if not _TRAIN_RESUME_SAID.get():
+        return saved
+    return f"{saved} {left} with: octlm train --resume {shlex.quote(str(folder))}"
 
 
 def recovery_hint(opts: TrainOptions, folder: RunFolder) -> str:
@@ -84,4 +108,6 @@ __all__ = [
     "not_finite_step",
     "not_finite_weights",
     "recovery_hint",
+    "stopped_hint",
+    "study_says_how_to_go_on",
 ]
