@@ -50,7 +50,14 @@ from octlm.studies.extension_stage import (
     measure_steps,
 )
 from octlm.studies.length_attention import attention_markdown, attention_plot
-from octlm.studies.length_options import RUNS, LengthOptions, check_options, check_validation_length, validation_tokens
+from octlm.studies.length_options import (
+    RUNS,
+    LengthOptions,
+    check_eval_tokens,
+    check_options,
+    check_validation_length,
+    validation_tokens,
+)
 from octlm.studies.length_scoring import score_base, score_extended, without_positions
 from octlm.studies.length_tables import format_tables, markdown_tables, mean_rows, plot
 from octlm.studies.progress import PROGRESS, StudyProgress, open_study, test_step
@@ -113,8 +120,8 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
         OctlmError: for bad options, an existing finished study or other
             files without ``overwrite``, an unfinished study of other options
             (naming the first that differs), or validation text shorter than
-            one window of the longest length (checked before anything is
-            trained or written).
+            one window of the longest length, or an ``--eval-tokens`` below that
+            length (both checked before anything is trained or written).
     """
     check_options(opts)
     share = share_of(opts.shard, opts.overwrite)
@@ -127,6 +134,7 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
 def _study(opts: LengthOptions, share: Share, device_name: str, threads: int | None, report: Reporter) -> dict:
     device = resolve_device(device_name)
     check_validation_length(validation_tokens(opts), opts)
+    check_eval_tokens(opts)  # after: a multiplier longer than the text is the first thing to fix
     placed = dataclasses.replace(opts, device=device_name, threads=threads)
 
     def begin(overwrite: bool) -> tuple:

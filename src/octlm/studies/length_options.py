@@ -275,7 +275,6 @@ def check_options(opts: LengthOptions) -> None:
             "methods"
         )
     check_schemes(opts.schemes)
-    check_eval_tokens(opts)
     fields = {f.name: f for f in dataclasses.fields(opts)}
     for name in set.intersection(*(scheme_options(s)[1] for s in opts.schemes)) & set(fields):
         if getattr(opts, name) != option_default(fields[name]):
