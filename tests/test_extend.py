@@ -251,6 +251,9 @@ STUDY = [
     "--schemes",
     "rope",
     "learned",
+    # same numbers are promised for one thread count; without it the idle-CPU default can differ between studies
+    "--threads",
+    "1",
     "--rope-scalings",
 ]
 
