@@ -24,6 +24,11 @@ settings.register_profile("octlm", deadline=None, max_examples=60)
 settings.load_profile("octlm")
 
 
+#: The smallest model the command-line tests train: its shape and steps, on one thread (a run's numbers repeat only at
+#: one thread count, and the idle-CPU default can differ between two runs on a busy machine).
+TINY_MODEL = "--max-steps 3 --d-model 32 --n-heads 2 --n-layers 1 --vocab-size 300 --batch-size 4 --threads 1".split()
+
+
 @pytest.fixture(scope="session")
 def shakespeare(tmp_path_factory) -> Path:
     """tinyshakespeare, the built-in corpus, written out as an ordinary file for tests that need a path."""

@@ -19,27 +19,9 @@ from hypothesis import strategies as st
 from octlm.cli import main
 from octlm.cli.program import COMMANDS
 from octlm.model.sampling import sample_next
+from tests.conftest import TINY_MODEL
 
-TINY_TRAINING = [
-    "--max-steps",
-    "3",
-    "--d-model",
-    "32",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--vocab-size",
-    "300",
-    "--batch-size",
-    "4",
-    "--context-length",
-    "32",
-    "--threads",
-    "1",
-    "--sample-tokens",
-    "8",
-]
+TINY_TRAINING = [*TINY_MODEL, "--context-length", "32", "--sample-tokens", "8"]
 
 #: Two ways a terminal ends up not UTF-8: Python told so, and the C locale with Python's UTF-8 mode off.
 NOT_UTF8 = {

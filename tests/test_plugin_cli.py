@@ -20,26 +20,10 @@ import pytest
 from octlm.cli import main
 from octlm.model.positions import registry
 from octlm.model.positions.registry import SCHEMES
+from tests.conftest import TINY_MODEL
 
 PLUGIN = Path(__file__).parent / "fixtures" / "plugins" / "distance_penalty.py"
-TINY = [
-    "--max-steps",
-    "3",
-    "--d-model",
-    "32",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--vocab-size",
-    "300",
-    "--batch-size",
-    "4",
-    "--context-length",
-    "32",
-    "--threads",
-    "1",
-]
+TINY = [*TINY_MODEL, "--context-length", "32"]
 
 
 @pytest.fixture

@@ -19,27 +19,9 @@ import pytest
 
 from octlm.data.text import read_documents
 from octlm.errors import DataError
+from tests.conftest import TINY_MODEL
 
-TINY = [
-    "--max-steps",
-    "3",
-    "--d-model",
-    "32",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--vocab-size",
-    "300",
-    "--batch-size",
-    "4",
-    "--context-length",
-    "32",
-    "--threads",
-    "1",
-    "--sample-tokens",
-    "0",
-]
+TINY = [*TINY_MODEL, "--context-length", "32", "--sample-tokens", "0"]
 
 
 def _octlm(*args: str) -> subprocess.CompletedProcess:

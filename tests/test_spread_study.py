@@ -21,22 +21,12 @@ import pytest
 
 from octlm.errors import OctlmError
 from octlm.studies.spread import Share, parse_shard, share_of
+from tests.conftest import TINY_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
 SPREAD = [
     "length",
-    "--max-steps",
-    "3",
-    "--d-model",
-    "32",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--vocab-size",
-    "300",
-    "--batch-size",
-    "4",
+    *TINY_MODEL,
     "--train-length",
     "16",
     "--multipliers",
@@ -51,8 +41,6 @@ SPREAD = [
     "2",
     "--eval-tokens",
     "512",
-    "--threads",
-    "1",
     "--device",
     "cpu",
 ]

@@ -20,24 +20,14 @@ from pathlib import Path
 import pytest
 
 from octlm.cli import main
+from tests.conftest import TINY_MODEL
 
 #: Fields that hold wall times or the study's own path, which no two studies share.
 NOT_COMPARED = {"train_seconds", "tokens_per_second", "seconds", "eval_seconds", "run_dir"}
 
 LENGTH = [
     "length",
-    "--max-steps",
-    "3",
-    "--d-model",
-    "32",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--vocab-size",
-    "300",
-    "--batch-size",
-    "4",
+    *TINY_MODEL,
     "--train-length",
     "16",
     "--multipliers",
@@ -52,8 +42,6 @@ LENGTH = [
     "2",
     "--eval-tokens",
     "512",
-    "--threads",
-    "1",
     "--device",
     "cpu",
 ]
