@@ -9,7 +9,6 @@ independent one-process study of the same options in its own folder.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -22,6 +21,7 @@ import pytest
 from octlm.errors import OctlmError
 from octlm.studies.spread import Share, parse_shard, share_of
 from tests.conftest import TINY_MODEL
+from tests.test_study_continue import rows
 
 REPO = Path(__file__).resolve().parents[1]
 SPREAD = [
@@ -44,8 +44,7 @@ SPREAD = [
     "--device",
     "cpu",
 ]
-#: Fields that hold wall times or the study's own path, which no two studies share.
-NOT_COMPARED = {"train_seconds", "tokens_per_second", "seconds", "eval_seconds", "run_dir"}
+#: How far a float of a spread study may sit from the one-process study's, relatively.
 RELATIVE = 1e-6
 
 
@@ -66,17 +65,6 @@ def octlm(args: list[str], torchrun: bool = False) -> subprocess.CompletedProces
     command = [sys.executable, *(launch if torchrun else []), "-m", "octlm", *args]
     extra = {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"} if torchrun else {}
     return subprocess.run(command, capture_output=True, text=True, env={**env(), **extra}, timeout=900)
-
-
-def rows(path: Path) -> list[dict]:
-    """The study's records, without timings and paths."""
-    found = []
-    for line in path.read_text().splitlines():
-        record = {k: v for k, v in json.loads(line).items() if k not in NOT_COMPARED}
-        if "options" in record:
-            record["options"] = {k: v for k, v in record["options"].items() if k != "out"}
-        found.append(record)
-    return found
 
 
 def assert_close(got, want, where: str = "") -> None:

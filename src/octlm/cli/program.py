@@ -182,6 +182,9 @@ COMMANDS = [
     "export-hf",
     "import-hf",
 ]
+#: Subcommands that build or read an octlm model, and so take ``--plugin`` (import-hf reads a transformers
+#: checkpoint, whose architecture names its own positions).
+PLUGIN_COMMANDS = [name for name in COMMANDS if name != "import-hf"]
 
 #: Subcommands that write no files: on Ctrl-C they say only "interrupted",
 #: since the promise about complete and half-written files means nothing there.
@@ -199,8 +202,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"octlm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     parser.subcommands = sub.choices
-    from octlm.model.positions.plugins import PLUGIN_COMMANDS
-
     for name in COMMANDS:
         importlib.import_module(f"octlm.cli.commands.{name.replace('-', '_')}").add_parser(sub)
         if name in PLUGIN_COMMANDS:
@@ -248,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from octlm.model.positions.plugins import load_plugins
 
-        load_plugins(argv)  # before the parser: a plug-in's schemes are choices of --position and --schemes
+        if argv and argv[0] in PLUGIN_COMMANDS:
+            load_plugins(argv)  # before the parser: a plug-in's schemes are choices of --position and --schemes
         parser = build_parser()  # imports torch: seconds in which a Ctrl-C must end as cleanly as later
         if argv and argv[0] in parser.subcommands and hasattr(parser.subcommands[argv[0]], "options_class"):
             sub = parser.subcommands[argv[0]]

@@ -34,29 +34,14 @@ from octlm.model.positions import registry
 
 #: The entry point group a distribution lists its scheme modules under.
 ENTRY_POINT_GROUP = "octlm.positions"
-#: Commands that build or read a model, and so take ``--plugin``.
-PLUGIN_COMMANDS = (
-    "train",
-    "sample",
-    "bench",
-    "length",
-    "compare",
-    "embeddings",
-    "attention",
-    "serve",
-    "export-web",
-    "export-hf",
-)
 #: The schemes each file registered, by resolved path: a second ``--plugin`` naming it must not register them twice.
 _loaded_files: dict[Path, list[str]] = {}
 
 
 def plugin_arguments(argv: list[str]) -> list[str]:
     """The values of ``--plugin X`` and ``--plugin=X`` in a command line (``argv`` without the program name), in
-    order; none unless ``argv[0]`` is one of :data:`PLUGIN_COMMANDS`. A ``--plugin`` with no value is left to the
+    order. The caller decides whether the command takes ``--plugin``. A ``--plugin`` with no value is left to the
     parser to refuse."""
-    if not argv or argv[0] not in PLUGIN_COMMANDS:
-        return []
     found = []
     for i, word in enumerate(argv[1:], 1):
         if word == "--":
@@ -214,7 +199,6 @@ def _exec_file(path: Path) -> None:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "PLUGIN_COMMANDS",
     "load_entry_points",
     "load_plugin",
     "load_plugins",
