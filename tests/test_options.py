@@ -108,7 +108,8 @@ def _other_value(name: str, data):
 
 def _valid_other(name: str):
     kind = field_types(TrainOptions)[name][0]
-    candidates = [2, 8, 16, 64] if kind is int else [0.5, 0.25, 2.0]
+    # a string option with a grammar (--layers) needs a sentence of it: two NoPE layers fit the default shape
+    candidates = {int: [2, 8, 16, 64], str: ["none*2"]}.get(kind, [0.5, 0.25, 2.0])
     return next(v for v in candidates if v != option_default(FIELDS[name]) and _buildable(name, v))
 
 

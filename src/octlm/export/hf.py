@@ -74,6 +74,11 @@ def mapper_for(config: DecoderConfig) -> Mapper:
             "(train without --randomize-positions to export)",
         ),
         (
+            bool(config.layers.strip()) or config.block != "gpt2" or config.qk_norm,
+            f"layers={config.layers!r}, block={config.block!r}, qk_norm={config.qk_norm}: transformers' GPT-2 and "
+            "GPT-NeoX have one scheme in every layer, global, in GPT-2's block",
+        ),
+        (
             config.document_mask,
             "document_mask: transformers' GPT-2 and GPT-NeoX attend across <|endoftext|> and do not restart positions "
             "there",

@@ -103,7 +103,8 @@ def plan_pass(config: DecoderConfig, token_ids: Tensor, offset: int, cache: KVCa
     carries where each row's open document began (``cache.document_start``,
     updated here); without one the keys are the pass's own tokens.
     """
-    if not config.document_mask and config.attention_scale == NO_SCALE:
+    scaled = config.attention_scale == "log" or any(spec.log_scale for spec in config.layer_specs)
+    if not config.document_mask and not scaled:
         return None
     B, T = token_ids.shape
     device = token_ids.device
@@ -121,7 +122,7 @@ def plan_pass(config: DecoderConfig, token_ids: Tensor, offset: int, cache: KVCa
         plan.visible = ((keys >= starts[..., None]) & (keys <= query[:, None])).unsqueeze(1)
         plan.positions = query - starts
         n = plan.positions + 1
-    if config.attention_scale == "log":
+    if scaled:
         scale = log_length_scale(n, config.context_length).unsqueeze(-1)
         plan.query_scale = scale if scale.dim() == 2 else scale.unsqueeze(1)
     return plan

@@ -14,8 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from octlm.model.block_recipes import BLOCKS, RMS_EPS, SwiGLU, norm
 from octlm.model.config import ACTIVATIONS, DecoderConfig
 from octlm.model.kvcache import LayerCache
+from octlm.model.layout import LayerSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.attention_recipes import PassPlan
@@ -46,15 +48,27 @@ class CausalSelfAttention(nn.Module):
     ``record`` is ``None`` except inside :func:`octlm.model.attention_maps.record_attention`,
     which sets it to a callable taking the queries and keys SDPA gets and the
     scheme's score bias and the offset, ``record(q, k, bias, offset)``; the output is SDPA's either way.
+
+    A layer of a layout (:class:`~octlm.model.layout.LayerSpec`) may have a
+    ``window``: each query sees its last ``window`` keys, itself included,
+    in every pass (a boolean band mask [T, S], :func:`window_keys`, joined
+    to the causal and document masks), and a key/value cache keeps only the
+    last ``window - 1`` keys between passes. ``qk_norm`` puts an RMSNorm over
+    ``head_dim`` on the queries and keys before the scheme rotates them.
     """
 
-    def __init__(self, config: DecoderConfig) -> None:
+    def __init__(self, config: DecoderConfig, spec: LayerSpec | None = None) -> None:
         super().__init__()
+        bias = BLOCKS[config.block].bias
         self.n_heads = config.n_heads
-        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
-        self.proj = nn.Linear(config.d_model, config.d_model)
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=bias)
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=bias)
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
+        self.window = None if spec is None else spec.window
+        qk_norm = config.qk_norm if spec is None or spec.qk_norm is None else spec.qk_norm
+        self.q_norm = nn.RMSNorm(config.head_dim, eps=RMS_EPS) if qk_norm else None
+        self.k_norm = nn.RMSNorm(config.head_dim, eps=RMS_EPS) if qk_norm else None
         self.record: Callable[[Tensor, Tensor, Tensor | None, int], None] | None = None
 
     def forward(
@@ -65,19 +79,24 @@ class CausalSelfAttention(nn.Module):
         cache: LayerCache | None = None,
         plan: PassPlan | None = None,
         layer: int = 0,
+        scale_queries: bool = True,
     ) -> Tensor:
         """[B, T, C] at positions ``offset ..`` -> [B, T, C]; with ``cache``, attend to its keys too and extend it.
-        ``layer``: the block's index."""
+        ``layer``: the block's index; ``scale_queries``: whether the plan's ``query_scale`` applies to this layer."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = positions.rotate(q, k, offset)
-        if plan is not None and plan.query_scale is not None:
+        if scale_queries and plan is not None and plan.query_scale is not None:
             q = q * plan.query_scale.to(q.dtype)  # the q.k logits only, not a scheme's additive bias
         if cache is not None:
-            k, v = cache.append(k, v)
+            k, v = cache.append(k, v, self.window)
         S = k.shape[-2]
         bias = positions.attention_bias(q, k, offset, layer)
         dropout = self.dropout if self.training else 0.0
+        if self.window is not None:
+            plan = self._windowed(plan, T, S, x.device)
         if plan is not None and plan.visible is not None:
             # The bias (or zeros) with -inf on the keys of other documents: [B, 1 or H, T, S], also what the record
             # sees.
@@ -105,6 +124,38 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
 
+    def _windowed(self, plan: PassPlan | None, T: int, S: int, device: torch.device) -> PassPlan | PassView | None:
+        """The pass's masks for this window layer: the plan's ``visible`` cut to the S keys a window cache kept, and
+        the band wherever a query has more than ``window`` keys before it."""
+        visible = None if plan is None else plan.visible
+        if visible is not None and visible.shape[-1] != S:
+            visible = visible[..., -S:]
+        if S > self.window:
+            band = window_keys(T, S, self.window, device)
+            visible = band if visible is None else visible & band
+        return plan if visible is None else PassView(visible)
+
+
+class PassView:
+    """The part of a :class:`~octlm.model.attention_recipes.PassPlan` one layer reads once its window is joined in."""
+
+    def __init__(self, visible: Tensor) -> None:
+        self.visible = visible
+        self.query_scale = None
+
+
+def window_keys(q_len: int, k_len: int, window: int, device: torch.device | str | None = None) -> Tensor:
+    """Causal sliding-window mask, bool [q_len, k_len]: True where query ``i`` may see key ``j`` within ``window``.
+
+    Keys end where the queries end (as :func:`visible_keys`): query ``i``
+    sees key ``j`` when ``0 <= (i + k_len - q_len) - j < window``, its last
+    ``window`` keys, itself included. Sliding-window (local) attention:
+    Child et al. 2019 (sparse transformers' local pattern), Beltagy et al.
+    2020 (Longformer, §3.1), Mistral 7B (Jiang et al. 2023).
+    """
+    ones = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+    return ones.tril(k_len - q_len) & ones.triu(k_len - q_len - window + 1)
+
 
 def visible_keys(q_len: int, k_len: int, device: torch.device | str | None = None) -> Tensor:
     """The causal mask, bool [q_len, k_len]: True where query ``i`` may see key ``j``.
@@ -131,14 +182,20 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm transformer block: ``x + attn(ln(x))``, then ``x + mlp(ln(x))``."""
+    """Pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
 
-    def __init__(self, config: DecoderConfig) -> None:
+    ``config.block`` picks the norm and the MLP (:data:`~octlm.model.block_recipes.BLOCKS`:
+    GPT-2's LayerNorm and GELU MLP, or Llama's RMSNorm and SwiGLU); ``spec``
+    is the block's layer of a layout, or ``None``.
+    """
+
+    def __init__(self, config: DecoderConfig, spec: LayerSpec | None = None) -> None:
         super().__init__()
-        self.ln_attn = nn.LayerNorm(config.d_model)
-        self.attn = CausalSelfAttention(config)
-        self.ln_mlp = nn.LayerNorm(config.d_model)
-        self.mlp = MLP(config)
+        recipe = BLOCKS[config.block]
+        self.ln_attn = norm(recipe.norm, config.d_model)
+        self.attn = CausalSelfAttention(config, spec)
+        self.ln_mlp = norm(recipe.norm, config.d_model)
+        self.mlp = MLP(config) if recipe.mlp == "gelu" else SwiGLU(config.d_model, config.dropout, recipe.bias)
 
     def forward(
         self,
@@ -148,9 +205,10 @@ class Block(nn.Module):
         cache: LayerCache | None = None,
         plan: PassPlan | None = None,
         layer: int = 0,
+        scale_queries: bool = True,
     ) -> Tensor:
-        x = x + self.attn(self.ln_attn(x), positions, offset, cache, plan, layer)
+        x = x + self.attn(self.ln_attn(x), positions, offset, cache, plan, layer, scale_queries)
         return x + self.mlp(self.ln_mlp(x))
 
 
-__all__ = ["MLP", "Block", "CausalSelfAttention", "visible_keys"]
+__all__ = ["MLP", "Block", "CausalSelfAttention", "PassView", "visible_keys", "window_keys"]

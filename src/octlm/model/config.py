@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from octlm.declare import at_least, option, option_default, option_fields
 from octlm.model import positions
 from octlm.model.attention_recipes import ATTENTION_SCALES, NO_SCALE
+from octlm.model.block_recipes import BLOCKS
+from octlm.model.layout import LayoutError, layer_config, parse_layout
 from octlm.model.positions.registry import with_scheme_options
 
 #: MLP nonlinearities by name: the ``approximate`` argument of ``F.gelu``.
@@ -65,6 +67,14 @@ class DecoderConfig:
             ``eot_id`` and positions restart at each document
             (:mod:`octlm.model.attention_recipes`), for the schemes that
             take it (``PositionScheme.takes_document_positions``).
+        block: ``gpt2`` (the Day-1 block) or ``llama`` (RMSNorm, SwiGLU, no
+            biases): :data:`~octlm.model.block_recipes.BLOCKS`.
+        qk_norm: RMSNorm over ``head_dim`` on the queries and keys of every
+            layer (a layout may say otherwise per layer).
+        layers: a layer layout (:mod:`octlm.model.layout`): per layer a
+            scheme, an attention window, a RoPE base, log-scaled queries and
+            QK-norm; ``""`` (the default) is ``position`` in every layer,
+            global. Entries without a scheme take ``position``.
         eot_id: the tokenizer's ``<|endoftext|>`` id, which ``document_mask``
             reads (0 in every tokenizer octlm trains; ``octlm train`` writes
             the run's own).
@@ -127,6 +137,19 @@ class DecoderConfig:
     document_mask: bool = option(
         False, "in packed blocks attention does not cross <|endoftext|>, and positions restart at each document"
     )
+    block: str = option(
+        "gpt2",
+        "the block: gpt2 (LayerNorm, GELU MLP of 4C, biases) or llama (RMSNorm, SwiGLU MLP of 8C/3, no biases)",
+        choices=list(BLOCKS),
+    )
+    qk_norm: bool = option(False, "RMSNorm on each head's queries and keys before the position scheme turns them")
+    layers: str = option(
+        "",
+        "a scheme, window, RoPE base and query scale per layer, one entry per layer: e.g. 'rope/w64*3 none' "
+        "(3 RoPE layers with 64-token windows, then a global NoPE layer); keys wN, global, thetaX, logn, qknorm, "
+        "noqknorm; an entry without a scheme takes --position (docs/layouts.md)",
+        metavar="LAYOUT",
+    )
     # Not an option: the run's tokenizer decides it (its <|endoftext|>), as vocab_size.
     eot_id: int = 0
     # ... then one field per option of a position scheme (with_scheme_options).
@@ -169,9 +192,16 @@ class DecoderConfig:
                 "context_length",
                 f"={self.context_length}: attention_scale='log' divides by log(context_length); give >= 2",
             )
+        if self.block not in BLOCKS:
+            raise DecoderFieldError("block", f" must be one of {', '.join(BLOCKS)}, got {self.block!r}")
+        try:
+            self.layer_specs = parse_layout(self)
+        except LayoutError as err:
+            raise DecoderFieldError("layers", str(err)) from None
         if not 0 <= self.eot_id < self.vocab_size:
             raise DecoderFieldError("eot_id", f"={self.eot_id} is outside the vocabulary [0, {self.vocab_size})")
-        positions.check(self)
+        for spec in dict.fromkeys(self.layer_specs) or [None]:
+            positions.check(self if spec is None else layer_config(self, spec))
 
     @property
     def head_dim(self) -> int:

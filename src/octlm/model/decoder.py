@@ -16,9 +16,11 @@ from torch import Tensor, nn
 
 from octlm.model import positions
 from octlm.model.attention_recipes import ATTENTION_SCALES, plan_pass
+from octlm.model.block_recipes import BLOCKS, norm
 from octlm.model.blocks import Block
 from octlm.model.config import DecoderConfig
 from octlm.model.kvcache import KVCache
+from octlm.model.layered_positions import build_positions
 from octlm.model.sampling import sample_next
 
 
@@ -41,10 +43,11 @@ class Decoder(nn.Module):
         super().__init__()
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
-        self.positions = positions.build(config)
+        self.positions = build_positions(config, config.layer_specs)
         self.dropout = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
-        self.ln_final = nn.LayerNorm(config.d_model)
+        specs = config.layer_specs or (None,) * config.n_layers
+        self.blocks = nn.ModuleList(Block(config, spec) for spec in specs)
+        self.ln_final = norm(BLOCKS[config.block].norm, config.d_model)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.apply(_init_weights)
         self.tie_weights()
@@ -163,10 +166,19 @@ class Decoder(nn.Module):
                 self.positions.place_documents(plan.positions)
             x = self.dropout(self._embed(token_ids, offset))
             for i, block in enumerate(self.blocks):
-                x = block(x, self.positions, offset, None if cache is None else cache.layers[i], plan, layer=i)
+                scheme, scaled = self._layer(i)
+                x = block(x, scheme, offset, None if cache is None else cache.layers[i], plan, i, scaled)
         finally:
             self.positions.end_pass()
         return x
+
+    def _layer(self, i: int) -> tuple:
+        """Layer ``i``'s position scheme, and whether the pass's query scale applies to it (``attention_scale``
+        for every layer, a layout's ``logn`` for its own)."""
+        specs = self.config.layer_specs
+        if not specs:
+            return self.positions, True
+        return self.positions.for_layer(i), self.config.attention_scale == "log" or specs[i].log_scale
 
     @torch.no_grad()
     def next_token_logits(self, token_ids: Tensor, cache: KVCache | None = None) -> Tensor:

@@ -7,6 +7,7 @@ whole sequence.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -15,7 +16,9 @@ class LayerCache:
 
     Holds ``keys`` and ``values`` [B, H, capacity, head_dim] of which the
     first ``length`` rows along the third axis are filled; the buffers grow
-    by doubling when a step needs more than ``capacity``. Keys are stored
+    by doubling when a step needs more than ``capacity``. A sliding-window
+    layer's cache holds only its last ``window - 1`` keys (``length`` still
+    counts every position seen). Keys are stored
     after the scheme's rotation (RoPE), so a cached key is never rotated
     again.
     """
@@ -26,8 +29,17 @@ class LayerCache:
         self.values: Tensor | None = None
         self.length = 0
 
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add ``k``, ``v`` [B, H, T, D]; return all keys and values so far, [B, H, length, D] each."""
+    def append(self, k: Tensor, v: Tensor, window: int | None = None) -> tuple[Tensor, Tensor]:
+        """Add ``k``, ``v`` [B, H, T, D]; return all keys and values so far, [B, H, length, D] each.
+
+        With ``window`` (a sliding-window layer, tokens) the pass gets the
+        kept keys and its own, and only the last ``window - 1`` are kept for
+        the next pass: the most the next token can see besides itself. So the
+        layer never holds more than ``window - 1 + T`` keys, however long the
+        sequence grows (Beltagy et al. 2020; Mistral's rolling buffer cache).
+        """
+        if window is not None:
+            return self._append_window(k, v, window)
         end = self.length + k.shape[-2]
         if self.keys is None or end > self.keys.shape[-2]:
             size = max(end, self.capacity, 2 * (0 if self.keys is None else self.keys.shape[-2]))
@@ -40,6 +52,21 @@ class LayerCache:
         self.values[..., self.length : end, :] = v
         self.length = end
         return self.keys[..., :end, :], self.values[..., :end, :]
+
+    def _append_window(self, k: Tensor, v: Tensor, window: int) -> tuple[Tensor, Tensor]:
+        keys = k if self.keys is None else torch.cat((self.keys, k), dim=-2)
+        values = v if self.values is None else torch.cat((self.values, v), dim=-2)
+        kept = min(window - 1, keys.shape[-2])
+        # Copies, so the longer tensors of this pass are freed once it ends.
+        self.keys = keys[..., keys.shape[-2] - kept :, :].clone()
+        self.values = values[..., values.shape[-2] - kept :, :].clone()
+        self.length += k.shape[-2]
+        return keys, values
+
+    @property
+    def held(self) -> int:
+        """Keys held between passes (tokens): ``length``, or at most ``window - 1`` for a window layer."""
+        return 0 if self.keys is None else min(self.length, self.keys.shape[-2])
 
 
 class KVCache:

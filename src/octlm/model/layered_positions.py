@@ -1,0 +1,114 @@
+"""The position scheme of a model with a layer layout: one scheme per layer, asked as one.
+
+:class:`LayeredPositions` holds one instance of each distinct (scheme, RoPE
+base) the layout names (:mod:`octlm.model.layout`), shared by the layers that
+name it, so a layer's parameters (KERPLE's, CoPE's) are indexed by the
+layer as in a one-scheme model. The decoder hands each block its own scheme
+(:meth:`for_layer`); the questions the rest of octlm asks of a model's scheme
+(its label, maximum length, RoPE scalings, cache state) are answered for all
+of them together.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch import Tensor, nn
+
+from octlm.model import positions
+from octlm.model.layout import LayerSpec, describe, layer_config
+from octlm.model.positions.base import PositionScheme
+
+if TYPE_CHECKING:  # pragma: no cover
+    from octlm.model.config import DecoderConfig
+    from octlm.model.positions.rope_scaling import RopeScaling
+
+
+class LayeredPositions(PositionScheme):
+    """Each layer's scheme of a layout; the embedding gets nothing (every layer's scheme acts inside attention).
+
+    Attributes:
+        schemes: the distinct schemes, ``nn.ModuleList``.
+        specs: the layout, one :class:`~octlm.model.layout.LayerSpec` per layer.
+    """
+
+    name = "layout"
+    description = "a scheme per layer (--layers)"
+
+    def __init__(self, config: DecoderConfig, specs: tuple[LayerSpec, ...]) -> None:
+        super().__init__(config)
+        keys: list[tuple[str, float | None]] = []
+        for spec in specs:
+            if (spec.position, spec.rope_theta) not in keys:
+                keys.append((spec.position, spec.rope_theta))
+        self.schemes = nn.ModuleList(
+            positions.build(layer_config(config, LayerSpec(key[0], rope_theta=key[1]))) for key in keys
+        )
+        self.specs = specs
+        self._index = [keys.index((spec.position, spec.rope_theta)) for spec in specs]
+        self.label = "layout: " + "; ".join(describe(specs))
+
+    def for_layer(self, layer: int) -> PositionScheme:
+        """The scheme of layer ``layer`` (0-based)."""
+        return self.schemes[self._index[layer]]
+
+    def start_pass(self, length: int, offset: int, cached: bool) -> None:
+        super().start_pass(length, offset, cached)
+        for scheme in self.schemes:
+            scheme.start_pass(length, offset, cached)
+
+    def end_pass(self) -> None:
+        super().end_pass()
+        for scheme in self.schemes:
+            scheme.end_pass()
+
+    def place_documents(self, positions: Tensor) -> None:
+        for scheme in self.schemes:
+            scheme.place_documents(positions)
+
+    @property
+    def max_length(self) -> int | None:
+        limits = [scheme.max_length for scheme in self.schemes if scheme.max_length is not None]
+        return min(limits) if limits else None
+
+    def scalings(self) -> tuple[str, ...]:  # type: ignore[override]  # an instance's: its layers' schemes decide
+        """The RoPE scalings any layer's scheme takes; :meth:`set_rope_scaling` sets them on those layers alone."""
+        return tuple(dict.fromkeys(method for scheme in self.schemes for method in scheme.scalings()))
+
+    def set_rope_scaling(self, scaling: RopeScaling | None) -> None:
+        """Scale the layers whose scheme takes ``scaling``'s method (all of them for ``None``); the rest keep theirs."""
+        for scheme in self.schemes:
+            if scaling is None or scaling.method in scheme.scalings():
+                scheme.set_rope_scaling(scaling)
+
+    @property
+    def scaling(self) -> RopeScaling | None:
+        """The RoPE scaling the layers run under, or ``None``."""
+        return next((s.scaling for s in self.schemes if getattr(s, "scaling", None) is not None), None)
+
+    def length_state(self, seq_len: int) -> object:
+        states = tuple(scheme.length_state(seq_len) for scheme in self.schemes)
+        return None if all(state is None for state in states) else states
+
+    def attention_bias(self, q: Tensor, k: Tensor, offset: int = 0, layer: int = 0) -> Tensor | None:
+        return self.for_layer(layer).attention_bias(q, k, offset, layer)
+
+    def score_bias_bytes(self, n_heads: int, length: int) -> int:
+        return max(scheme.score_bias_bytes(n_heads, length) for scheme in self.schemes)
+
+    def explorer_vectors(self, added: Tensor | None, length: int):
+        return None
+
+    def explorer_note(self) -> str:  # type: ignore[override]
+        return "This run has a layer layout; every layer's scheme acts inside attention, so no position vectors."
+
+    def extra_repr(self) -> str:
+        return "\n".join(f"layer {i}: {line}" for i, line in enumerate(describe(self.specs)))
+
+
+def build_positions(config: DecoderConfig, specs: tuple[LayerSpec, ...]) -> PositionScheme:
+    """The scheme a decoder holds: ``config.position``'s without a layout, :class:`LayeredPositions` with one."""
+    return LayeredPositions(config, specs) if specs else positions.build(config)
+
+
+__all__ = ["LayeredPositions", "build_positions"]
