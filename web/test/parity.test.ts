@@ -23,6 +23,7 @@ import {
   type RopeLayout,
   type SinusoidalLayout,
 } from "../src/math";
+import { cellVisible, lastQueryKeys } from "../src/layout/data";
 import { ropeReach } from "../src/ropeReach";
 import { showToken } from "../src/run/data";
 
@@ -182,6 +183,17 @@ describe("RoPE past the training length: which angles training saw (octlm.export
       expect(r.firstSlowPair).toBe(c.first_slow_pair);
       expect(r.cells.map((row) => row.join(""))).toEqual(c.cells);
       expect(r.unseen).toEqual(c.cells.map((row) => [...row].filter((x) => x === "2").length));
+    });
+  }
+});
+
+describe("a layout's window layers: which keys a query sees (octlm.model.blocks.window_keys)", () => {
+  for (const c of fixtures.windows) {
+    it(`${c.length} positions, ${c.block} a cell, ${c.window === null ? "global" : `window ${c.window}`}`, () => {
+      expect(lastQueryKeys(c.length, c.window)).toEqual(c.last_query_keys);
+      const side = c.cells.length;
+      const cells = Array.from({ length: side }, (_, r) => Array.from({ length: side }, (_, k) => (cellVisible(r, k, c.block, c.length, c.window) ? "1" : "0")).join(""));
+      expect(cells).toEqual(c.cells);
     });
   }
 });

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from octlm.data.token_display import visible_token
 from octlm.fileio import atomic_write
 from octlm.inspect.diagnostics import cosine_neighbours
+from octlm.model.blocks import window_keys
 from octlm.model.positions.parity import float_lists, scheme_fixtures
 from octlm.model.positions.waves import rope_inverse_frequencies
 
@@ -113,11 +114,44 @@ def _rope_reach() -> list[dict]:
     return cases
 
 
+#: (length, positions per pooled cell, window or None for global): unpooled, a last block cut short, a window of one
+#: token, a window as long as the text, and a window narrower than a cell.
+WINDOW_CASES = [(8, 1, 3), (10, 3, 4), (33, 4, 5), (20, 3, 1), (16, 2, 16), (12, 5, None), (40, 8, 3)]
+
+
+def _windows() -> list[dict]:
+    """Which keys a layout's window layer lets queries see, from the model's own mask
+    (:func:`octlm.model.blocks.window_keys`, or the causal one for global): the keys the last query sees (first,
+    count), and which cells of a map pooled ``block`` positions a side hold any visible (query, key) pair ("1")."""
+    cases = []
+    for length, block, window in WINDOW_CASES:
+        mask = (
+            torch.ones(length, length, dtype=torch.bool).tril()
+            if window is None
+            else window_keys(length, length, window)
+        )
+        last = mask[-1].nonzero().flatten().tolist()
+        side = -(-length // block)
+        padded = F.pad(mask, (0, side * block - length, 0, side * block - length))
+        cells = padded.reshape(side, block, side, block).any(dim=3).any(dim=1)
+        cases.append(
+            {
+                "length": length,
+                "block": block,
+                "window": window,
+                "last_query_keys": [last[0], len(last)],
+                "cells": ["".join("1" if v else "0" for v in row) for row in cells.tolist()],
+            }
+        )
+    return cases
+
+
 def parity_fixtures() -> dict:
     """Every case the page's parity test checks, as a JSON-ready dict.
 
     Keys: ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``fire``, ``xpos``, ``prope``, ``kerple``, ``cope``, ``cosine``,
-    ``rope_reach`` (which angles RoPE's training positions show each channel pair), ``token_labels``
+    ``rope_reach`` (which angles RoPE's training positions show each channel pair), ``windows`` (which keys a
+    window layer's queries see, and which cells of a pooled map), ``token_labels``
     (:func:`octlm.data.token_display.visible_token`); each case carries
     its inputs next to Python's outputs. Deterministic: the random inputs come
     from fixed seeds.
@@ -127,6 +161,7 @@ def parity_fixtures() -> dict:
         **scheme_fixtures(),
         "cosine": _cosine(),
         "rope_reach": _rope_reach(),
+        "windows": _windows(),
         "token_labels": [{"text": t, "label": visible_token(t)} for t in TOKEN_LABEL_CASES],
     }
 

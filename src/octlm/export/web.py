@@ -77,12 +77,14 @@ def site_files(view: dict | None, dist: Path = WEB_DIST) -> dict[str, bytes]:
 
 
 def load_view(run_dir: str | Path) -> dict:
-    """Load a run folder and compute what the page shows (:func:`octlm.inspect.embeddings.run_view`).
+    """Load a run folder and compute what the page shows (:func:`octlm.inspect.embeddings.run_view`), with ``layout``:
+    its layers' schemes and windows (:func:`octlm.inspect.attention_view.layout_view`; ``None`` without a layout).
 
     Raises:
         OctlmError: for a missing or damaged run, and for a length study (naming ``--study``).
     """
     from octlm.export.study_view import is_study
+    from octlm.inspect.attention_view import layout_view
     from octlm.inspect.embeddings import run_view
     from octlm.run.load import load_run
 
@@ -91,7 +93,7 @@ def load_view(run_dir: str | Path) -> dict:
             f"--run {run_dir}: is a length study made by octlm length, not a run; show it with --study {run_dir}"
         )
     model, tokenizer = load_run(run_dir, "cpu")
-    return run_view(run_dir, model, tokenizer)
+    return {**run_view(run_dir, model, tokenizer), "layout": layout_view(model.config)}
 
 
 def page_view(run: str | None, study: str | None, report: Reporter | None = None) -> dict | None:

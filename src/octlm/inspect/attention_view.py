@@ -37,7 +37,8 @@ from torch import Tensor
 
 from octlm.inspect.attention import MAP_BYTES, record
 from octlm.inspect.attention_statistics import attention_distance, attention_entropy, sink_mass, uniform_attention
-from octlm.model import Decoder
+from octlm.model import Decoder, DecoderConfig, positions
+from octlm.model.layout import describe, layer_config
 
 #: The most cells a side of a map on the page has (a default study's maps are 128 x 128 at every length).
 MAP_SIDE = 128
@@ -260,6 +261,37 @@ def run_attention(model: Decoder, val: np.ndarray, tokenizer, multipliers=(1, 2,
     }
 
 
+def layout_view(config: DecoderConfig) -> list[dict] | None:
+    """Each layer of a run's layer layout (:mod:`octlm.model.layout`) as the page shows it; ``None`` without a layout.
+
+    Per layer: ``layer`` (0-based), ``position`` (its scheme), ``window``
+    (keys each query sees, itself included, tokens; ``None`` for global),
+    and what the layer computes with, defaults applied: ``rope_theta`` (its
+    RoPE base, ``None`` for a scheme without one), ``log_scale`` (queries
+    scaled by ``max(1, log n / log T)``: the layer's ``logn`` or
+    ``attention_scale="log"``, as the decoder decides), ``qk_norm``; and
+    ``description``, the layer's line of :func:`octlm.model.layout.describe`
+    (what the layout says, the label of its maps).
+    """
+    if not config.layer_specs:
+        return None
+    lines = describe(config.layer_specs)
+    return [
+        {
+            "layer": i,
+            "position": spec.position,
+            "window": spec.window,
+            "rope_theta": layer_config(config, spec).rope_theta
+            if "rope_theta" in positions.SCHEMES[spec.position].reads
+            else None,
+            "log_scale": spec.log_scale or config.attention_scale == "log",
+            "qk_norm": config.qk_norm if spec.qk_norm is None else spec.qk_norm,
+            "description": line,
+        }
+        for i, (spec, line) in enumerate(zip(config.layer_specs, lines, strict=True))
+    ]
+
+
 def _rounded(value, digits: int):
     if isinstance(value, list):
         return [_rounded(v, digits) for v in value]
@@ -275,6 +307,7 @@ __all__ = [
     "map_side",
     "attention_views",
     "block_size",
+    "layout_view",
     "map_bytes",
     "pool_attention",
     "quantise_map",

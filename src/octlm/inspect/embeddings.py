@@ -210,7 +210,7 @@ def run_view(run_dir: str | Path, model: Decoder, tokenizer: Tokenizer) -> dict:
         "positions": None
         if positions is None
         else {**_pack(positions.vectors), "source": positions.source, "description": positions.description},
-        "positions_note": "" if positions is not None else position_note(config.position),
+        "positions_note": "" if positions is not None else model.positions.explorer_note(),
         "loss": loss,
         "attention": None if val is None else run_attention(model, val, tokenizer),
     }
