@@ -1,18 +1,31 @@
 """Moving decoders between octlm and Hugging Face transformers.
 
-Each position scheme names the transformers ``model_type`` that holds it
+With GPT-2's block (``block="gpt2"``, the default) each position scheme
+names the transformers ``model_type`` that holds it
 (``PositionScheme.hf_model_type``) or says why none does (``hf_refusal``);
-one mapper per architecture translates config and tensors both ways:
+with Llama's block (``block="llama"``) the layers' schemes, windows and
+QK-norm pick one of three architectures (:mod:`octlm.export.hf_hybrid`).
+One mapper per architecture translates config and tensors:
 
-==================  =====================================  ==========================
-octlm position      transformers                           mapper
-==================  =====================================  ==========================
-learned             ``GPT2LMHeadModel`` (gpt2)             :mod:`octlm.export.hf_gpt2`
-rope                ``GPTNeoXForCausalLM`` (gpt_neox)      :mod:`octlm.export.hf_neox`
-none (NoPE)         GPT-NeoX with partial_rotary_factor 0  :mod:`octlm.export.hf_neox`
-prope (p-RoPE)      GPT-NeoX over its turning pairs        :mod:`octlm.export.hf_neox`
-others              refused, with the scheme's reason      ``hf_refusal``
-==================  =====================================  ==========================
+=================================  =====================================  ==========================
+octlm run                          transformers                           mapper
+=================================  =====================================  ==========================
+learned                            ``GPT2LMHeadModel`` (gpt2)             :mod:`octlm.export.hf_gpt2`
+rope                               ``GPTNeoXForCausalLM`` (gpt_neox)      :mod:`octlm.export.hf_neox`
+none (NoPE)                        GPT-NeoX with partial_rotary_factor 0  :mod:`octlm.export.hf_neox`
+prope (p-RoPE)                     GPT-NeoX over its turning pairs        :mod:`octlm.export.hf_neox`
+llama block, rope                  ``LlamaForCausalLM`` (llama)           :mod:`octlm.export.hf_llama`
+llama block, rope and none         ``SmolLM3ForCausalLM`` (smollm3)       :mod:`octlm.export.hf_llama`
+layers, one window size
+llama block, QK-norm, rope,        ``Qwen3ForCausalLM`` (qwen3)           :mod:`octlm.export.hf_llama`
+one window size
+others                             refused, naming what and why           ``hf_refusal``,
+                                                                          :mod:`octlm.export.hf_hybrid`
+=================================  =====================================  ==========================
+
+GPT-2 and GPT-NeoX go both ways; Llama, SmolLM3 and Qwen3 are written only
+(import-hf reads GPT-2 and GPT-NeoX). SmolLM3 needs transformers 4.53 or
+newer, the ``hf`` extra's floor.
 
 This module holds what they share: picking the mapper, the folder checks,
 and ``export_hf``/``import_hf`` themselves; the weight and tokenizer files
@@ -34,6 +47,7 @@ from octlm.errors import OctlmError
 from octlm.export.hf_common import EXPORT_ACTIVATION, IMPORT_ACTIVATION, InteropError, Mapper, served_length
 from octlm.export.hf_files import read_hf_tensors, read_hf_tokenizer, write_tokenizer
 from octlm.export.hf_gpt2 import Gpt2Mapper, decoder_config, from_gpt2_state, gpt2_config, name_map, to_gpt2_state
+from octlm.export.hf_llama import family_mapper
 from octlm.export.hf_neox import NeoxMapper
 from octlm.fileio import atomic_write, atomic_write_json
 from octlm.model import Decoder, DecoderConfig
@@ -44,7 +58,8 @@ from octlm.run.load import load_run
 from octlm.run.scaling import RopeScalingOptions
 from octlm.train.options import TrainOptions
 
-#: One mapper per transformers ``model_type``.
+#: One mapper per transformers ``model_type`` octlm reads and writes; Llama's block is written only
+#: (:data:`octlm.export.hf_llama.FAMILY_MAPPERS`).
 MAPPERS: dict[str, Mapper] = {m.model_type: m for m in (Gpt2Mapper(), NeoxMapper())}
 
 
@@ -54,46 +69,63 @@ def exportable_schemes() -> list[str]:
 
 
 def mapper_for(config: DecoderConfig) -> Mapper:
-    """The mapper that writes ``config``'s scheme.
+    """The mapper that writes ``config``: by its block, then its layout or position scheme.
+
+    GPT-2's block goes to GPT-2 or GPT-NeoX by the scheme; Llama's block to
+    Llama, SmolLM3 or Qwen3 by what its layers do (:mod:`octlm.export.hf_hybrid`).
 
     Raises:
-        InteropError: with the scheme's reason, when no transformers architecture holds it.
+        InteropError: naming the option, and why, when no transformers architecture computes the run alike.
     """
+    why = _recipe_refusal(config) or _gpt2_block_refusal(config)
+    if why:
+        raise InteropError(f"{why}; octlm cannot export this run to a transformers architecture that computes it alike")
+    if config.block != "gpt2":
+        return family_mapper(config)
     scheme = SCHEMES[config.position]
-    for refused_recipe, why in (
-        (
-            config.attention_scale != NO_SCALE,
-            f"attention_scale={config.attention_scale!r}: transformers' GPT-2 and GPT-NeoX never scale "
-            "the logits with the length (Qwen's LogN-Scaling lives in its own remote code)",
-        ),
-        (
-            config.randomize_positions > 1,
-            f"randomize_positions={config.randomize_positions}: octlm places a sequence of n tokens at n sorted "
-            f"positions drawn from 0 .. {config.randomize_positions} x context_length - 1 (one draw per length, as it "
-            "trained), transformers' GPT-2 and GPT-NeoX at 0 .. n - 1, which this model almost never trained on "
-            "(train without --randomize-positions to export)",
-        ),
-        (
-            bool(config.layers.strip()) or config.block != "gpt2" or config.qk_norm,
-            f"layers={config.layers!r}, block={config.block!r}, qk_norm={config.qk_norm}: transformers' GPT-2 and "
-            "GPT-NeoX have one scheme in every layer, global, in GPT-2's block",
-        ),
-        (
-            config.document_mask,
-            "document_mask: transformers' GPT-2 and GPT-NeoX attend across <|endoftext|> and do not restart positions "
-            "there",
-        ),
-    ):
-        if refused_recipe:
-            raise InteropError(
-                f"{why}; octlm cannot export this run to a transformers architecture that computes it alike"
-            )
     if scheme.hf_model_type not in MAPPERS:
         raise InteropError(
             f"position={config.position!r} has no transformers form: {scheme.hf_refusal}; export-hf takes "
             f"runs trained with --position {' or '.join(exportable_schemes())}"
         )
     return MAPPERS[scheme.hf_model_type]
+
+
+def _recipe_refusal(config: DecoderConfig) -> str | None:
+    # Training recipes no architecture export-hf writes computes, whatever the block.
+    if config.attention_scale != NO_SCALE:
+        return (
+            f"attention_scale={config.attention_scale!r}: transformers' GPT-2, GPT-NeoX, Llama, SmolLM3 and Qwen3 "
+            "never scale the logits with the length (Qwen's LogN-Scaling lives in its own remote code, Llama 4's "
+            "temperature tuning is another formula)"
+        )
+    if config.randomize_positions > 1:
+        return (
+            f"randomize_positions={config.randomize_positions}: octlm places a sequence of n tokens at n sorted "
+            f"positions drawn from 0 .. {config.randomize_positions} x context_length - 1 (one draw per length, as it "
+            "trained), transformers at 0 .. n - 1, which this model almost never trained on "
+            "(train without --randomize-positions to export)"
+        )
+    if config.document_mask:
+        return (
+            "document_mask: transformers' architectures attend across <|endoftext|> and do not restart positions there"
+        )
+    return None
+
+
+def _gpt2_block_refusal(config: DecoderConfig) -> str | None:
+    if config.block != "gpt2" or not (config.layers.strip() or config.qk_norm):
+        return None
+    said = ", ".join(
+        part
+        for part, present in ((f"layers={config.layers!r}", config.layers.strip()), ("qk_norm=True", config.qk_norm))
+        if present
+    )
+    return (
+        f"{said} with GPT-2's block (block='gpt2'): transformers' GPT-2 and GPT-NeoX have one scheme in every layer, "
+        "global, without QK-norm; the architectures with layouts and QK-norm (SmolLM3, Qwen3) have Llama's block "
+        "(train with --block llama)"
+    )
 
 
 def _precheck(run_dir: Path, method: str | None, factor: float | None) -> None:
@@ -148,7 +180,7 @@ def export_hf(
     rope_scaling: str | None = None,
     rope_factor: float | None = None,
 ) -> dict:
-    """Write a run as a transformers checkpoint of the architecture its position scheme maps to.
+    """Write a run as a transformers checkpoint of the architecture that computes it (:func:`mapper_for`).
 
     ``out_dir`` gets ``config.json``, ``model.safetensors`` (the head tied:
     stored once, as the token table), ``generation_config.json``, and the

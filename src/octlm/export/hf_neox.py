@@ -137,7 +137,7 @@ def max_positions(config: DecoderConfig, scaling: RopeScaling | None) -> int:
 
     Transformers takes it as the length after scaling: Llama 3's rope_type warns
     unless ``original_max_position_embeddings`` is below it. YaRN alone keeps
-    the trained length: transformers 4.45 (the oldest the ``hf`` extra allows)
+    the trained length: transformers 4.45 (where GPT-2, GPT-NeoX and Llama exports still load)
     reads ``max_position_embeddings`` as YaRN's length before scaling, where
     version 5 reads ``original_max_position_embeddings`` and takes a ratio of 1
     between the two as no statement.

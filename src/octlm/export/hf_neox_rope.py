@@ -53,8 +53,11 @@ def neox_rotation(config: DecoderConfig) -> tuple[int, float]:
     return 2 * pairs, float(config.rope_theta) ** (2 * pairs / dim)
 
 
-def scaling_parameters(scaling: RopeScaling | None, config: DecoderConfig) -> dict:
+def scaling_parameters(scaling: RopeScaling | None, config: DecoderConfig, architecture: str = "GPT-NeoX") -> dict:
     """The ``rope_parameters`` entries that make transformers compute ``scaling`` (none for ``None``).
+
+    ``architecture`` names the target in messages; Llama, SmolLM3 and Qwen3
+    read these entries as GPT-NeoX does (one ``ROPE_INIT_FUNCTIONS`` for all).
 
     Raises:
         InteropError: naming a method transformers cannot compute alike.
@@ -63,9 +66,9 @@ def scaling_parameters(scaling: RopeScaling | None, config: DecoderConfig) -> di
         return {}
     if scaling.method != "linear" and rotates(config.position) and neox_rotation(config)[0] != rotary_dim(config):
         raise InteropError(
-            f"RoPE scaling {scaling.method!r} of position={config.position!r} has no GPT-NeoX form: transformers would "
-            f"spread it over the {neox_rotation(config)[0]} turning channels, octlm over all {rotary_dim(config)} "
-            f"rotated ones; export without --rope-scaling, or with linear"
+            f"RoPE scaling {scaling.method!r} of position={config.position!r} has no {architecture} form: "
+            f"transformers would spread it over the {neox_rotation(config)[0]} turning channels, octlm over all "
+            f"{rotary_dim(config)} rotated ones; export without --rope-scaling, or with linear"
         )
     if scaling.method == "linear":
         return {"rope_type": "linear", "factor": scaling.factor}
@@ -86,7 +89,9 @@ def scaling_parameters(scaling: RopeScaling | None, config: DecoderConfig) -> di
             )
         }
     why = REFUSED_SCALINGS.get(scaling.method, "transformers has no such RoPE type")
-    raise InteropError(f"RoPE scaling {scaling.method!r} has no GPT-NeoX form: {why}; export without --rope-scaling")
+    raise InteropError(
+        f"RoPE scaling {scaling.method!r} has no {architecture} form: {why}; export without --rope-scaling"
+    )
 
 
 def transformers4_rope(rope: dict, config: DecoderConfig) -> dict:
