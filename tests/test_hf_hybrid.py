@@ -23,7 +23,7 @@ from packaging.version import Version  # noqa: E402  (a transformers dependency)
 
 from octlm.cli import main  # noqa: E402
 from octlm.data.tokenizer import Tokenizer  # noqa: E402
-from octlm.export.hf import InteropError, export_hf, mapper_for  # noqa: E402
+from octlm.export.hf import InteropError, export_hf, import_hf, mapper_for  # noqa: E402
 from octlm.export.hf_llama import SINCE  # noqa: E402
 from octlm.model import Decoder, DecoderConfig  # noqa: E402
 from octlm.model.weights import save_weights  # noqa: E402
@@ -200,3 +200,10 @@ def test_a_refused_layout_is_said_on_the_command_line_before_anything_is_written
     err = capsys.readouterr().err
     assert "windows of more than one size" in err and "sliding_window is one size" in err
     assert not (tmp_path / "hf").exists()
+
+
+def test_import_of_an_export_says_it_is_written_only(tokenizer, tmp_path):
+    make_run(tmp_path / "run", tokenizer, n_layers=3, layers="rope/w4*2 none")
+    export_hf(tmp_path / "run", tmp_path / "hf")
+    with pytest.raises(InteropError, match="export-hf writes smollm3 .* but import-hf does not read it back"):
+        import_hf(tmp_path / "hf", tmp_path / "back")

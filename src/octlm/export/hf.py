@@ -47,7 +47,7 @@ from octlm.errors import OctlmError
 from octlm.export.hf_common import EXPORT_ACTIVATION, IMPORT_ACTIVATION, InteropError, Mapper, served_length
 from octlm.export.hf_files import read_hf_tensors, read_hf_tokenizer, write_tokenizer
 from octlm.export.hf_gpt2 import Gpt2Mapper, decoder_config, from_gpt2_state, gpt2_config, name_map, to_gpt2_state
-from octlm.export.hf_llama import family_mapper
+from octlm.export.hf_llama import FAMILY_MAPPERS, family_mapper
 from octlm.export.hf_neox import NeoxMapper
 from octlm.fileio import atomic_write, atomic_write_json
 from octlm.model import Decoder, DecoderConfig
@@ -250,6 +250,12 @@ def read_hf_config(in_dir: Path) -> dict:
         raise InteropError(
             f"{in_dir}: this is an octlm run, not a transformers checkpoint; octlm reads it as it is "
             f"(`octlm sample --run {in_dir}`), and `octlm export-hf {in_dir} OUT_DIR` writes it as one"
+        )
+    if hf.get("model_type") in FAMILY_MAPPERS:
+        raise InteropError(
+            f"{config_path}: model_type={hf.get('model_type')!r}: import-hf reads {', '.join(sorted(MAPPERS))} "
+            f"checkpoints; export-hf writes {hf['model_type']} (from a --block llama run) but import-hf does not read "
+            "it back (the run that was exported is where to continue)"
         )
     if hf.get("model_type") not in MAPPERS:
         raise InteropError(
