@@ -19,7 +19,7 @@ Per layout and N it reports, as medians over ``--repeats`` runs:
   (``time.process_time``, which other programs disturb far less);
 * ``step_ms``: the median step among the last ``--span`` steps, the cost of
   one more token at length N (a global layer attends to all N keys there, a
-  window layer to its W);
+  window layer to its W), and ``cpu_step_ms`` on the CPU clock;
 * ``cache_bytes``: bytes of the key and value tensors the caches hold after
   the N steps (``numel x element_size``, summed over layers; a global layer's
   buffer is allocated for prompt + N rows up front, as ``generate`` does), and
@@ -51,7 +51,7 @@ from octlm.model.kvcache import KVCache
 from octlm.model.layout import describe
 
 #: The rows' measured fields that get a ratio to the baseline.
-RATIO_FIELDS = ("ms_per_token", "cpu_ms_per_token", "step_ms", "cache_bytes")
+RATIO_FIELDS = ("ms_per_token", "cpu_ms_per_token", "step_ms", "cpu_step_ms", "cache_bytes")
 
 
 def cache_bytes(cache: KVCache) -> int:
@@ -65,24 +65,27 @@ def cache_bytes(cache: KVCache) -> int:
 
 
 def decode(model: Decoder, n: int, batch_size: int) -> dict:
-    """One greedy cached generation of ``n`` tokens after a one-token prompt: step times (s), totals, the cache.
+    """One greedy cached generation of ``n`` tokens after a one-token prompt: step times (s, wall and CPU), totals,
+    the cache.
 
     The steps are ``Decoder.generate``'s: ``next_token_logits`` on the ids so
     far with a cache of capacity prompt + ``n``, then the argmax.
     """
     ids = torch.zeros(batch_size, 1, dtype=torch.long)
     cache = KVCache(len(model.blocks), ids.shape[1] + n)
-    steps = []
+    steps, cpu_steps = [], []
     wall0, cpu0 = time.perf_counter(), time.process_time()
     for _ in range(n):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         logits = model.next_token_logits(ids, cache)
         ids = torch.cat((ids, logits.argmax(-1, keepdim=True)), dim=1)
         steps.append(time.perf_counter() - start)
+        cpu_steps.append(time.process_time() - cpu_start)
     return {
         "wall": time.perf_counter() - wall0,
         "cpu": time.process_time() - cpu0,
         "steps": steps,
+        "cpu_steps": cpu_steps,
         "cache_bytes": cache_bytes(cache),
         "held_tokens": [layer.held for layer in cache.layers],
     }
@@ -98,6 +101,7 @@ def summarize(layout: str, model: Decoder, n: int, runs: list[dict], span: int) 
         "ms_per_token": round(1e3 * statistics.median(r["wall"] for r in runs) / n, 4),
         "cpu_ms_per_token": round(1e3 * statistics.median(r["cpu"] for r in runs) / n, 4),
         "step_ms": round(1e3 * statistics.median(statistics.median(r["steps"][-last:]) for r in runs), 4),
+        "cpu_step_ms": round(1e3 * statistics.median(statistics.median(r["cpu_steps"][-last:]) for r in runs), 4),
         # deterministic: the same in every run
         "cache_bytes": runs[0]["cache_bytes"],
         "held_tokens": runs[0]["held_tokens"],
