@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The transformers tests (tests/test_hf.py, tests/test_hf_neox.py) under the
+# The transformers tests (tests/test_hf.py, tests/test_hf_neox.py, tests/test_hf_hybrid.py) under the
 # oldest transformers the `hf` extra allows, in a venv of its own
 # (build/transformers-oldest/), since CI installs the newest one.
 #
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3.11}"
-# "transformers>=4.45" in the hf extra -> transformers==4.45.*
+# "transformers>=4.53" in the hf extra -> transformers==4.53.*
 oldest=$(sed -n 's/^hf = \["transformers>=\([0-9]*\.[0-9]*\)"\]$/\1/p' pyproject.toml)
 if [ -z "$oldest" ]; then
   echo "scripts/test_oldest_transformers.sh: no 'hf = [\"transformers>=X.Y\"]' line in pyproject.toml" >&2
@@ -23,4 +23,4 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]' "transformers==$oldest.*"
 "$venv/bin/python" -c 'import transformers; print("transformers", transformers.__version__)'
-exec "$venv/bin/python" -m pytest -p no:cacheprovider tests/test_hf.py tests/test_hf_neox.py "$@"
+exec "$venv/bin/python" -m pytest -p no:cacheprovider tests/test_hf.py tests/test_hf_neox.py tests/test_hf_hybrid.py "$@"
