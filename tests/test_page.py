@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, TINY_MODEL
 
 WEB = REPO / "web"
 CHECK_BUILD = REPO / "build" / "web-check"
@@ -157,6 +157,7 @@ def test_page_in_chromium_through_octlm_serve(trained_run, tmp_path):
     assert checks["view"] == "run"
     check_neighbours(checks, trained_run, token_id)
     check_attention(checks, trained_run)
+    assert checks["layout"] is None  # a run without --layers: no layout panel
     assert checks["similarity map re-rendered"]["pixelsChanged"]
     for name in checks["screenshots"]:
         assert (tmp_path / "shots" / name).stat().st_size > 10_000, name
@@ -314,3 +315,58 @@ def test_exported_page_works_from_disk(trained_run, tmp_path):
     checks = browser_check((out / "index.html").as_uri(), tmp_path / "shots", typed)
     check_neighbours(checks, trained_run, token_id)
     check_attention(checks, trained_run)
+
+
+#: The layout the browser test trains: two RoPE layers with 8-token windows, then a global NoPE layer with log-scaled
+#: queries (Llama 4's pattern in miniature), at T = 32.
+LAYOUT = "rope/w8*2 none/logn"
+
+
+@pytest.fixture(scope="module")
+def layout_run(tmp_path_factory, small_corpus) -> Path:
+    """A tiny run with a layer layout: 3 layers, 3 steps, one thread."""
+    from octlm.cli import main
+
+    out = tmp_path_factory.mktemp("runs") / "layout"
+    args = [*TINY_MODEL, "--n-layers", "3", "--context-length", "32", "--layers", LAYOUT, "--sample-tokens", "8"]
+    assert main(["train", "--text", str(small_corpus), "--out", str(out), *args, "--quiet"]) == 0
+    return out
+
+
+def hidden_by_window(length: int, window: int | None) -> int:
+    """Pairs (query i, key j <= i) a window hides, j <= i - W, counted by walking them."""
+    return 0 if window is None else sum(1 for i in range(length) for j in range(i + 1) if j <= i - window)
+
+
+def test_layout_run_in_chromium_through_octlm_serve(layout_run, tmp_path):
+    """The page of a run with --layers: a row per layer with its window, bars spanning the keys the last query sees at
+    T, 2T and 4T, and each layer's maps (reached from its row) labelled with its spec, a window layer's drawing the
+    band."""
+    from octlm.model.layout import describe
+    from octlm.run.load import load_run
+
+    checks = served_checks(["--run", str(layout_run)], tmp_path / "shots")
+    layout = checks["layout"]
+    config = load_run(layout_run)[0].config
+    T = config.context_length
+    windows = [8, 8, None]
+    assert len(layout["rows"]) == config.n_layers == 3
+    assert [row["window"] for row in layout["rows"]] == ["window 8", "window 8", "global"]
+    assert [row["cells"][1] for row in layout["rows"]] == ["rope", "rope", "none"]
+    assert [row["cells"][5] for row in layout["rows"]] == ["no", "no", "yes"]  # log-scaled queries
+    for length in (T, 2 * T, 4 * T):
+        first = [0 if w is None else length - w for w in windows]
+        assert layout["bars"][str(length)] == [f"keys {a}–{length - 1}: {length - a} of {length}" for a in first]
+    specs = describe(config.layer_specs)
+    assert specs == ["rope, window 8", "rope, window 8", "none, global, log-scaled queries"]
+    for layer, (shown, spec, window) in enumerate(zip(layout["layers"], specs, windows, strict=True)):
+        assert shown["select"] == f"layer {layer}: {spec}"
+        assert shown["spec"].startswith(f"Layer {layer}: {spec}.")
+        length = int(shown["length"])  # the explorer's longest length, 4T = 128: unpooled
+        assert [m["shape"] for m in shown["maps"]] == [f"{length}x{length}"] * config.n_heads
+        assert [m["window"] for m in shown["maps"]] == [str(window or "global")] * config.n_heads
+        assert [m["hidden"] for m in shown["maps"]] == [hidden_by_window(length, window)] * config.n_heads
+    assert "layer layout" in layout["positionNote"]  # why there are no position vectors: the layout's, not rope's
+    assert "run-layout.png" in checks["screenshots"]
+    for name in checks["screenshots"]:
+        assert (tmp_path / "shots" / name).stat().st_size > 10_000, name

@@ -4,6 +4,7 @@
 // switches learned/sinusoidal rows, then on a run's page types a token and
 // reads its neighbours and looks at the run's attention, or on a length
 // study's page switches readings and models and reads the table and the maps;
+// on a run with a layer layout, reads each layer's row and opens its maps;
 // or, served without --run or --study, reads what the last section says to
 // do; and saves screenshots at laptop and phone width.
 //
@@ -123,6 +124,8 @@ try {
   await page.locator("#sinusoidal").screenshot({ path: join(outDir, "sinusoidal.png") });
   await page.locator(isStudy ? "#study" : "#run").screenshot({ path: join(outDir, isStudy ? "study.png" : "run.png") });
   if (!isEmpty) await page.locator(isStudy ? "#study-attention" : "#run-attention").screenshot({ path: join(outDir, isStudy ? "study-attention.png" : "run-attention.png") });
+  const hasLayout = (await page.locator("#run-layout-panel").count()) === 1;
+  if (hasLayout) await page.locator("#run-layout-panel").screenshot({ path: join(outDir, "run-layout.png") });
   await page.screenshot({ path: join(outDir, "page-laptop-full.png"), fullPage: true });
   await page.setViewportSize({ width: 390, height: 844 });
   await page.waitForTimeout(300);
@@ -131,7 +134,7 @@ try {
   await page.evaluate(() => document.getElementById("sum")?.scrollIntoView());
   await page.screenshot({ path: join(outDir, "page-phone.png") });
   await page.screenshot({ path: join(outDir, "page-phone-full.png"), fullPage: true });
-  const last = isStudy ? ["study.png", "study-attention.png"] : isEmpty ? ["run.png"] : ["run.png", "run-attention.png"];
+  const last = isStudy ? ["study.png", "study-attention.png"] : isEmpty ? ["run.png"] : ["run.png", "run-attention.png", ...(hasLayout ? ["run-layout.png"] : [])];
   seen.screenshots = ["page-laptop.png", "sinusoidal.png", ...last, "page-laptop-full.png", "page-phone.png", "page-phone-full.png"];
 } catch (err) {
   code = 1;
@@ -168,6 +171,8 @@ async function runChecks(page) {
 
   seen["run attention head stats"] = await page.locator("#run-attention-heads [data-testid=head-stats]").allTextContents();  // at 1x T
   seen["run attention"] = await attentionChecks(page, "run-attention");
+  // A run with a layer layout (--layers): one row per layer, and each layer's maps labelled with its spec.
+  seen.layout = (await page.locator("[data-testid=layout-row]").count()) > 0 ? await layoutChecks(page) : null;
   // A RoPE run: its own pairs and its heads' entropy at each length.
   if ((await page.locator("#run-rope").count()) === 1) {
     seen["run rope"] = {
@@ -200,6 +205,43 @@ async function attentionChecks(page, id) {
   check(`${id}: the longest length redraws every head`, (await page.locator(`#${id}-heads`).getAttribute("data-length")) === longest.value && (await heads.count()) === n && (await page.locator(`#${id}-entropy svg polyline`).count()) === n + 1,
     { length: longest.value, shape, polylines: await page.locator(`#${id}-entropy svg polyline`).count() });
   return { lengths, notes, longestShape: shape };
+}
+
+/**
+ * The layout panel: each row's window and the span its bar draws at every sequence length offered; then, layer by
+ * layer from the row's button, the attention explorer on that layer: its select, its spec line and every head's map
+ * with the window it draws. Ends on layer 0, for the screenshots.
+ */
+async function layoutChecks(page) {
+  const rows = page.locator("[data-testid=layout-row]");
+  const read = () => rows.evaluateAll((trs) => trs.map((tr) => ({
+    window: tr.querySelector("[data-testid=layout-window]").textContent,
+    bar: tr.querySelector(".layout-track").getAttribute("aria-label"),
+    cells: [...tr.cells].map((c) => c.textContent),
+  })));
+  const bars = {};
+  const lengths = await page.locator("input[name=run-layout-length]").evaluateAll((inputs) => inputs.map((i) => i.value));
+  for (const length of lengths) {
+    await page.locator(`input[name=run-layout-length][value="${length}"]`).check();
+    bars[length] = (await read()).map((r) => r.bar);
+  }
+  const shown = await read();
+  const layers = [];
+  for (let l = 0; l < shown.length; l++) {
+    await page.locator(`#run-layout button[data-layer="${l}"]`).click();
+    const grid = page.locator("#run-attention-heads");
+    check(`layout: layer ${l}'s button shows its maps`, (await grid.getAttribute("data-layer")) === String(l), await grid.getAttribute("data-layer"));
+    const select = page.locator("select[name=run-attention-layer]");
+    layers.push({
+      select: await select.evaluate((s) => s.selectedOptions[0].textContent),
+      spec: await page.locator("[data-testid=run-attention-layer-spec]").textContent(),
+      length: await grid.getAttribute("data-length"),
+      maps: await grid.locator("canvas.attention-map").evaluateAll((cs) => cs.map((c) => ({ window: c.dataset.window, hidden: Number(c.dataset.windowHidden), shape: c.dataset.shape }))),
+    });
+  }
+  check("layout: one row per layer, each layer's maps drawn", shown.length >= 1 && layers.every((x) => x.maps.length >= 1), { rows: shown.length, layers });
+  await page.locator('#run-layout button[data-layer="0"]').click();
+  return { rows: shown, bars, layers, positionNote: await page.locator("[data-testid=run-position-note]").textContent() };
 }
 
 /** A length study's panels: the table under both readings and each group, the curves, every model's attention. */

@@ -4,6 +4,7 @@ import type { Matrix } from "../math";
 import { colorBar, heatmap, lineChart, type Heatmap, type Series } from "../plot";
 import { showToken } from "../run/data";
 import { append, clear, el, fmt, radios, select } from "../ui";
+import { cellVisible, windowHiddenCells, type LayerView } from "../layout/data";
 import { cellRange, hasMaps, times, unpackMaps, type MapSet } from "./data";
 
 export interface AttentionModel {
@@ -11,6 +12,16 @@ export interface AttentionModel {
   /** The model's position scheme (for what to look for). */
   position: string;
   lengths: MapSet[];
+  /** Each layer's scheme and window, for a model with a layer layout (--layers); absent without one. */
+  layers?: LayerView[];
+}
+
+/** The event that brings layer `detail` of an explorer into view (showExplorerLayer). */
+const SHOW_LAYER = "octlm-show-layer";
+
+/** Show layer `layer` of the attention explorer `root` (from the layout panel's buttons). */
+export function showExplorerLayer(root: HTMLElement, layer: number): void {
+  root.dispatchEvent(new CustomEvent(SHOW_LAYER, { detail: layer }));
 }
 
 // What each scheme's maps should show past the training length, in a sentence; what every map shows is in GENERAL.
@@ -48,6 +59,7 @@ export function attentionExplorer(opts: {
   let layer = 0;
   const controls = el("div", { class: "controls" });
   const hint = el("div", { class: "look-for", "data-testid": `${id}-look-for` });
+  const spec = el("p", { class: "layer-spec", "data-testid": `${id}-layer-spec` });
   const notes = el("div", { "data-testid": `${id}-unavailable` });
   const grid = el("div", { class: "multiples maps", id: `${id}-heads` });
   const entropy = el("div", { class: "narrow", id: `${id}-entropy` });
@@ -83,7 +95,8 @@ export function attentionExplorer(opts: {
     const layers = first?.statistics?.mean_entropy.length ?? 0;
     if (layer >= layers) layer = 0;
     if (layers > 1) {
-      controls.append(select("Layer", Array.from({ length: layers }, (_, l) => [String(l), `layer ${l}`]), String(layer), (v) => {
+      const named = (l: number) => (current().layers?.[l] ? `layer ${l}: ${current().layers![l].description}` : `layer ${l}`);
+      controls.append(select("Layer", Array.from({ length: layers }, (_, l) => [String(l), named(l)]), String(layer), (v) => {
         layer = Number(v);
         draw();
       }, `${id}-layer`).root);
@@ -92,8 +105,13 @@ export function attentionExplorer(opts: {
 
   const draw = () => {
     const m = current();
+    const layerView = m.layers?.[layer];
+    const scheme = layerView?.position ?? m.position;
+    const who = layerView ? `${m.label}, layer ${layer} (${scheme})` : m.label;
     clear(hint);
-    append(hint, el("p", {}, GENERAL), lookFor(m.position) ? el("p", {}, el("strong", {}, `${m.label}: `), lookFor(m.position)) : null);
+    append(hint, el("p", {}, GENERAL), lookFor(scheme) ? el("p", {}, el("strong", {}, `${who}: `), lookFor(scheme)) : null);
+    spec.textContent = layerView ? layerSentence(layerView) : "";
+    spec.hidden = !layerView;
     clear(notes);
     for (const missing of m.lengths.filter((x) => !hasMaps(x))) {
       notes.append(el("p", { class: "unavailable" }, `${missing.length} tokens (${times(missing.length, trainLength)}): ${missing.note ?? "not shown"}.`));
@@ -113,7 +131,7 @@ export function attentionExplorer(opts: {
     const all = unpackMaps(set, stats.mean_entropy.length, heads);
     grid.dataset.length = String(set.length);
     grid.dataset.layer = String(layer);
-    for (let h = 0; h < heads; h++) grid.append(headFigure(all[layer][h], set, layer, h, tokens, (map) => maps.push(map)));
+    for (let h = 0; h < heads; h++) grid.append(headFigure(all[layer][h], set, { layer, head: h, view: layerView }, tokens, (map) => maps.push(map)));
     append(extraBox, opts.extra?.(m.label, set.length, layer));
     entropy.append(entropyChart(set, layer, trainLength));
   };
@@ -121,31 +139,53 @@ export function attentionExplorer(opts: {
   pickLength();
   drawControls();
   draw();
-  return el("div", { class: "attention", id },
-    controls, hint, el("div", { class: "narrow" }, colorBar({ kind: "sequential", min: 0, max: 1 }, "√ attention probability")), notes, grid, extraBox,
+  const root = el("div", { class: "attention", id },
+    controls, hint, el("div", { class: "narrow" }, colorBar({ kind: "sequential", min: 0, max: 1 }, "√ attention probability")), notes, spec, grid, extraBox,
     el("h3", {}, "Entropy along the window"),
     el("p", { class: "caption" }, "How spread out each head's attention is, by query position (nats; mean over each cell's queries). Uniform attention over the i + 1 keys a query sees gives ln(i + 1), the dashed line; a head far below it looks at a few keys. The vertical line marks the training length T."),
     entropy,
   );
+  root.addEventListener(SHOW_LAYER, (e) => {
+    layer = (e as CustomEvent<number>).detail;
+    drawControls();
+    draw();
+  });
+  return root;
 }
 
-function headFigure(matrix: Matrix, set: Required<Pick<MapSet, "block" | "side" | "statistics">> & MapSet, layer: number, head: number, tokens: string[], keep: (h: Heatmap) => void): HTMLElement {
-  const map = heatmap(`attention of layer ${layer} head ${head} at ${set.length} tokens`);
+/** What a layer of a layout is, and for a window layer what its maps show. */
+function layerSentence(view: LayerView): string {
+  const what = `Layer ${view.layer}: ${view.description}.`;
+  if (view.window === null) return `${what} Every query sees every earlier key.`;
+  return `${what} Each query sees only its last ${view.window} keys (itself included): the band along the diagonal. Keys further back are hidden by the window and drawn grey, like the future.`;
+}
+
+function headFigure(matrix: Matrix, set: Required<Pick<MapSet, "block" | "side" | "statistics">> & MapSet, where: { layer: number; head: number; view?: LayerView }, tokens: string[], keep: (h: Heatmap) => void): HTMLElement {
+  const { layer, head } = where;
+  const span = where.view?.window ?? null;
+  const map = heatmap(`attention of layer ${layer}${where.view ? ` (${where.view.description})` : ""} head ${head} at ${set.length} tokens`);
   keep(map);
   map.canvas.classList.add("attention-map");
   map.canvas.dataset.head = String(head);
+  if (where.view) {
+    // For the browser test: the window, and how many cells of this map it alone hides.
+    map.canvas.dataset.window = span === null ? "global" : String(span);
+    map.canvas.dataset.windowHidden = String(windowHiddenCells(set.side, set.block, set.length, span));
+  }
+  const outside = (r: number, c: number) => c <= r && !cellVisible(r, c, set.block, set.length, span);
   const sqrt: Matrix = { rows: matrix.rows, cols: matrix.cols, data: matrix.data.map(Math.sqrt) };
   const block = set.block;
   const label = (i: number) => (block === 1 && i < tokens.length ? ` “${showToken(tokens[i])}”` : "");
   map.draw(sqrt, {
     scale: { kind: "sequential", min: 0, max: 1 }, aspect: 1, xLabel: block === 1 ? "key position" : `key position (${block} a cell)`,
     yLabel: block === 1 ? "query position" : `query position (${block} a cell)`, cellSize: block,
-    masked: (r, c) => c > r,
+    masked: (r, c) => c > r || outside(r, c),
     describe: (r, c, v) => {
-      if (block === 1) return c > r ? `query ${r}, key ${c}: future, hidden` : `query ${r}${label(r)} → key ${c}${label(c)}: ${fmt(v * v, 3)}`;
+      const hidden = c > r ? "future, hidden" : outside(r, c) ? `outside the ${span}-key window, hidden` : "";
+      if (block === 1) return hidden ? `query ${r}, key ${c}: ${hidden}` : `query ${r}${label(r)} → key ${c}${label(c)}: ${fmt(v * v, 3)}`;
       const [q0, q1] = cellRange(r, block, set.length);
       const [k0, k1] = cellRange(c, block, set.length);
-      return c > r ? `queries ${q0}–${q1}, keys ${k0}–${k1}: future, hidden` : `queries ${q0}–${q1} → keys ${k0}–${k1}: ${fmt(v * v, 3)} (summed over the keys, mean over the queries)`;
+      return hidden ? `queries ${q0}–${q1}, keys ${k0}–${k1}: ${hidden}` : `queries ${q0}–${q1} → keys ${k0}–${k1}: ${fmt(v * v, 3)} (summed over the keys, mean over the queries)`;
     },
   });
   const s = set.statistics;

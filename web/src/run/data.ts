@@ -1,6 +1,7 @@
 // The data of a trained run, as `octlm serve` and `octlm export-web` hand it to the page
 // (window.OCTLM_RUN, set by run-data.js; written by octlm.inspect.embeddings.run_view).
 import type { RunAttention } from "../attention/data";
+import type { LayerView } from "../layout/data";
 import type { Matrix } from "../math";
 
 export interface PackedMatrix {
@@ -24,6 +25,8 @@ export interface RunData {
   loss: { train: Array<[number, number]>; eval: Array<[number, number, number]> };
   /** The run's attention on its validation text (absent from pages exported before it, null without a validation split). */
   attention?: RunAttention | null;
+  /** Each layer's scheme and window for a run with a layer layout (--layers); null or absent without one. */
+  layout?: LayerView[] | null;
 }
 
 declare global {

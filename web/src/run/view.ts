@@ -2,7 +2,9 @@
 import { cosineMatrix, nearest, sinusoidal, type Matrix } from "../math";
 import { colorBar, heatmap, lineChart, scatter } from "../plot";
 import { append, clear, el, fmt, radios, section, slider } from "../ui";
-import { attentionExplorer } from "../attention/view";
+import { attentionExplorer, showExplorerLayer } from "../attention/view";
+import { layoutPanel } from "../layout/view";
+import type { LayerView } from "../layout/data";
 import { lookupToken, showToken, unpack, type RunData } from "./data";
 import { ropeRunPanel } from "./ropeRun";
 
@@ -15,7 +17,8 @@ export function runSection(run: RunData | undefined): HTMLElement {
   const m = run.model;
   body.append(
     el("dl", { class: "facts" },
-      ...fact("position scheme", m.position),
+      ...fact("position scheme", run.layout ? `per layer: ${[...new Set(run.layout.map((l) => l.position))].join(", ")}` : m.position),
+      ...(run.layout ? fact("layer layout", String(m.layers)) : []),
       ...fact("vocab_size × d_model", `${m.vocab_size} × ${m.d_model}`),
       ...fact("context_length", String(m.context_length)),
       ...fact("layers × heads", `${m.n_layers} × ${m.n_heads}`),
@@ -24,7 +27,10 @@ export function runSection(run: RunData | undefined): HTMLElement {
     ),
   );
   const table = unpack(run.embedding);
-  body.append(positionPanel(run), neighboursPanel(run, table), attentionPanel(run));
+  const attention = attentionPanel(run);
+  body.append(positionPanel(run), neighboursPanel(run, table));
+  if (run.layout) body.append(runLayoutPanel(run, run.layout, attention.explorer));
+  body.append(attention.root);
   const rope = ropeRunPanel(run);
   if (rope) body.append(rope);
   body.append(lossPanel(run));
@@ -61,17 +67,33 @@ function howToFill(): HTMLElement {
   return root;
 }
 
-function attentionPanel(run: RunData): HTMLElement {
+/** The layout panel of a run with --layers; its buttons bring a layer's attention maps into view. */
+function runLayoutPanel(run: RunData, layers: LayerView[], explorer: HTMLElement | null): HTMLElement {
+  const T = run.model.context_length;
+  const shown = (run.attention?.lengths ?? []).map((s) => s.length);
+  return layoutPanel({
+    layers, layout: String(run.model.layers), trainLength: T, lengths: shown.length ? shown : [T, 2 * T, 4 * T],
+    showLayer: explorer ? (layer) => {
+      showExplorerLayer(explorer, layer);
+      explorer.scrollIntoView({ block: "start" });
+    } : undefined,
+  });
+}
+
+function attentionPanel(run: RunData): { root: HTMLElement; explorer: HTMLElement | null } {
   const a = run.attention;
   const T = run.model.context_length;
-  return el("div", { class: "panel" },
+  const explorer = a
+    ? attentionExplorer({ id: "run-attention", models: [{ label: run.name, position: run.model.position, lengths: a.lengths, layers: run.layout ?? undefined }], tokens: a.tokens, trainLength: a.train_length })
+    : null;
+  const root = el("div", { class: "panel" },
     el("h3", {}, "Attention on the validation text"),
     el("p", { class: "caption" },
       `What every head attends to on the first ${T}, ${2 * T} and ${4 * T} tokens of the run's validation text: 1×, 2× and 4× the length it trained on (T = ${T}). `,
       "Past T the model meets positions it never trained on. Maps longer than 128 tokens are pooled: each cell is a block of positions."),
-    a ? attentionExplorer({ id: "run-attention", models: [{ label: run.name, position: run.model.position, lengths: a.lengths }], tokens: a.tokens, trainLength: a.train_length })
-      : el("p", { class: "note", "data-testid": "run-attention-none" }, "This run folder has no validation text (val.bin), or the page was exported before it showed attention: nothing to show."),
+    explorer ?? el("p", { class: "note", "data-testid": "run-attention-none" }, "This run folder has no validation text (val.bin), or the page was exported before it showed attention: nothing to show."),
   );
+  return { root, explorer };
 }
 
 function fact(name: string, value: string): HTMLElement[] {
@@ -85,7 +107,7 @@ function positionPanel(run: RunData): HTMLElement {
   const map = heatmap("position similarity map of the run");
   map.canvas.id = "run-position-map";
   const note = el("p", { class: "note", "data-testid": "run-position-note" });
-  const ownLabel = own ? (run.positions!.source === "learned" ? "this run's learned table" : `this run's ${run.model.position} (computed)`) : `this run (${run.model.position}): no vectors`;
+  const ownLabel = own ? (run.positions!.source === "learned" ? "this run's learned table" : `this run's ${run.model.position} (computed)`) : `this run (${run.layout ? "a layer layout" : run.model.position}): no vectors`;
   let which = own ? "run" : "sinusoidal";
   const draw = () => {
     const vectors: Matrix = which === "run" && own ? own : formula;
