@@ -31,7 +31,9 @@ export function runSection(run: RunData | undefined): HTMLElement {
   body.append(positionPanel(run), neighboursPanel(run, table));
   if (run.layout) body.append(runLayoutPanel(run, run.layout, attention.explorer));
   body.append(attention.root);
-  const rope = ropeRunPanel(run);
+  // Which distances a layout's RoPE layers meet depends on their windows, not on T alone: the panel's account is a
+  // one-scheme run's.
+  const rope = run.layout ? null : ropeRunPanel(run);
   if (rope) body.append(rope);
   body.append(lossPanel(run));
   return root;
