@@ -32,8 +32,16 @@ from octlm.studies.progress import PROGRESS, unfinished_options
 
 #: Version of the data layout ``web/src/study/data.ts`` reads.
 STUDY_VIEW_FORMAT = 1
-#: Fields of an eval record the page does not draw: per window position, thousands of numbers a record.
-_UNDRAWN = ("position_loss", "position_bytes")
+#: Fields of an eval record the page does not draw: per window position and per window (what the comparisons'
+#: bootstrap resamples, octlm.studies.length_confidence), thousands of numbers a record.
+_UNDRAWN = (
+    "position_loss",
+    "position_bytes",
+    "window_nats",
+    "window_bytes",
+    "sliding_window_nats",
+    "sliding_window_bytes",
+)
 
 #: The fields of each record kind that the page (``web/src/study``) and :func:`study_view` read, and their JSON
 #: types; a name ending in ``?`` is optional (absent from a study made before it existed), as in ``data.ts``.

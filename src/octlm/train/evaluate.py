@@ -49,6 +49,9 @@ class EvalResult:
             ``p`` is predicted from ``p + 1`` tokens of context); else ``None``.
         position_bytes: with ``per_position``, the bytes of the targets at
             each position, summed over blocks [context_length]; else ``None``.
+        block_nats: with ``per_block``, the nats of the text targets each block (window) scored [blocks], in the
+            order the blocks were read; else ``None``. With ``block_bytes``, what a bootstrap over blocks resamples.
+        block_bytes: with ``per_block``, the bytes of the targets each block scored [blocks]; else ``None``.
     """
 
     loss: float
@@ -60,10 +63,12 @@ class EvalResult:
     bpb_se: float | None = 0.0
     position_nats: list[float] | None = None
     position_bytes: list[int] | None = None
+    block_nats: list[float] | None = None
+    block_bytes: list[int] | None = None
 
     def as_dict(self, prefix: str = "val_") -> dict:
-        """The totals as flat ``{prefix + name: value}`` (the per-position lists are left out)."""
-        return {f"{prefix}{k}": v for k, v in asdict(self).items() if not k.startswith("position_")}
+        """The totals as flat ``{prefix + name: value}`` (the per-position and per-block lists are left out)."""
+        return {f"{prefix}{k}": v for k, v in asdict(self).items() if not k.startswith(("position_", "block_"))}
 
 
 #: The seed of :func:`stratified`'s draw: every evaluation of a run scores the same blocks, so its curve moves only
@@ -126,6 +131,7 @@ def evaluate(
     device: str | torch.device = "cpu",
     per_position: bool = False,
     progress: Callable[[int], object] | None = None,
+    per_block: bool = False,
 ) -> EvalResult:
     """Score the model on the non-overlapping blocks of a token stream.
 
@@ -148,6 +154,7 @@ def evaluate(
             where along a window a model's loss changes.
         progress: called with the number of blocks scored after each batch
             (a progress bar's ``update``).
+        per_block: also keep each block's nats and bytes (``EvalResult.block_nats``, ``block_bytes``).
 
     Raises:
         ValueError: when the stream holds no full block.
@@ -192,6 +199,8 @@ def evaluate(
         bpb_se=stratified_bpb_se(block_nats, block_bytes, population),
         position_nats=position_nats.tolist() if per_position else None,
         position_bytes=position_bytes.tolist() if per_position else None,
+        block_nats=block_nats.tolist() if per_block else None,
+        block_bytes=block_bytes.astype(np.int64).tolist() if per_block else None,
     )
 
 
@@ -229,6 +238,7 @@ def evaluate_sliding(
     stride: int,
     batch_size: int = 32,
     device: str | torch.device = "cpu",
+    per_block: bool = False,
 ) -> EvalResult:
     """Score every target of a token stream once, each with a long context: the sliding-window reading.
 
@@ -247,6 +257,8 @@ def evaluate_sliding(
         tokens: the stream [N + 1]; its N targets are ``tokens[1:]``.
         length: window length in tokens (the model sees ``length`` at once).
         stride: tokens between window starts, ``1 .. length``.
+        per_block: also keep the nats and bytes of the targets each window scored (``EvalResult.block_nats``,
+            ``block_bytes``, [windows]).
 
     Returns:
         :class:`EvalResult` over all N targets; ``blocks`` is the number of windows.
@@ -259,6 +271,7 @@ def evaluate_sliding(
     model.eval()
     nats, text_nats, n_bytes = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64), 0
     positions = np.arange(length)
+    window_nats, window_bytes = np.zeros(len(starts)), np.zeros(len(starts), dtype=np.int64)
     try:
         for i in range(0, len(starts), batch_size):
             blocks = gather_blocks(tokens, starts[i : i + batch_size], length)
@@ -272,7 +285,10 @@ def evaluate_sliding(
             )
             target_bytes = bytes_per_token[blocks[:, 1:]] * scored
             nats += losses.double().cpu()[torch.from_numpy(scored)].sum()
-            text_nats += (losses.double().cpu() * torch.from_numpy(target_bytes > 0)).sum()
+            text = losses.double().cpu() * torch.from_numpy(target_bytes > 0)
+            text_nats += text.sum()
+            window_nats[i : i + len(blocks)] = text.sum(dim=1).numpy()
+            window_bytes[i : i + len(blocks)] = target_bytes.sum(axis=1)
             n_bytes += int(target_bytes.sum())
     finally:
         model.train(was_training)
@@ -285,6 +301,8 @@ def evaluate_sliding(
         tokens=n_tokens,
         bytes=n_bytes,
         blocks=len(starts),
+        block_nats=window_nats.tolist() if per_block else None,
+        block_bytes=window_bytes.tolist() if per_block else None,
     )
 
 
