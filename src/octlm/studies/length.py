@@ -50,6 +50,8 @@ from octlm.studies.extension_stage import (
     measure_steps,
 )
 from octlm.studies.length_attention import attention_markdown, attention_plot
+from octlm.studies.length_confidence import stored
+from octlm.studies.length_findings import confidence_section
 from octlm.studies.length_options import (
     RUNS,
     LengthOptions,
@@ -109,7 +111,8 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
     folder per scheme), ``length.jsonl`` (one ``train`` line per model, one
     ``eval`` line per scheme, scaling and length, with per-position loss),
     ``length.png`` (bits per byte against length, and per position at the
-    longest length) and ``length.md`` (the tables).
+    longest length) and ``length.md`` (the tables, then the differences between
+    rows with their intervals and the findings: :mod:`octlm.studies.length_findings`).
 
     An unfinished study of the same options at ``opts.out`` (stopped by
     Ctrl-C or a kill) is continued: what it recorded in ``progress/`` is
@@ -293,13 +296,17 @@ def _write(
     """Write length.jsonl, length.md and the figures; returns the terminal's tables and the paths written."""
     shown = mean_rows(rows)
     tables = format_tables(shown, T, lengths, train_rows)
+    compared, confidence = confidence_section(rows, T, lengths)  # the differences' intervals, and the findings
     markdown = (
         markdown_tables(shown, T, lengths, train_rows)
         + (f"\n{curve_markdown(curves)}" if curves else "")
         + "\n"
         + attention_markdown(attention, T, lengths)
+        + (f"\n{confidence}" if confidence else "")
     )
-    write_study(out, FILES, [study, *train_rows, *rows, *curves, *attention], markdown, plot(shown, T, lengths))
+    kept, window_bytes = stored(rows)  # each length's window bytes once, not in every row
+    records = [study, *train_rows, *kept, *window_bytes, *curves, *attention, *compared]
+    write_study(out, FILES, records, markdown, plot(shown, T, lengths))
     atomic_write(out / ATTENTION_PLOT, attention_plot(attention, T))
     if curves:
         atomic_write(out / EXTEND_PLOT, curve_plot(curves))

@@ -12,6 +12,8 @@ same for every length) is read twice (:mod:`octlm.train.evaluate`):
   by putting fewer targets near a window's start (Press et al. 2022,
   Appendix B, the "early token curse").
 
+Each reading also keeps every window's summed nats and bytes, which the
+comparisons' paired bootstrap resamples (:mod:`octlm.studies.length_confidence`).
 Beside each eval row the study keeps an ``attention`` record
 (:mod:`octlm.studies.length_attention`).
 """
@@ -24,6 +26,7 @@ from octlm.model.attention_recipes import NO_SCALE
 from octlm.model.positions import SCHEMES
 from octlm.report import Reporter
 from octlm.studies.length_attention import attention_record
+from octlm.studies.length_confidence import window_fields
 from octlm.studies.length_options import LengthOptions
 from octlm.studies.length_tables import NOT_AVAILABLE
 from octlm.studies.progress import test_stop
@@ -60,7 +63,8 @@ def eval_row(
 
 
 def _scored(row: dict, result) -> dict:
-    """Fill an eval row: totals, and per window position the mean loss (nats) and the bytes of its targets."""
+    """Fill an eval row: totals, per window position the mean loss (nats) and the bytes of its targets, and per
+    window its nats and bytes."""
     nats = np.asarray(result.position_nats)
     row.update(
         status="ok",
@@ -71,12 +75,14 @@ def _scored(row: dict, result) -> dict:
         windows=result.blocks,
         position_loss=[round(float(v), 6) for v in nats / result.blocks],
         position_bytes=[int(v) for v in result.position_bytes],
+        **window_fields("bpb", result),
     )
     return row
 
 
 def without_positions(row: dict) -> dict:
-    return {k: v for k, v in row.items() if not k.startswith("position_")}
+    """``row`` without its per-position and per-window lists: the totals a report or a result shows."""
+    return {k: v for k, v in row.items() if not k.startswith(("position_", "window_", "sliding_window_"))}
 
 
 def score_lengths(
@@ -98,11 +104,23 @@ def score_lengths(
             scale(m)
             batch = max(1, opts.eval_tokens // length)
             _scored(
-                row, evaluate(model, scored, tokenizer.bytes_per_token, length, batch, None, device, per_position=True)
+                row,
+                evaluate(
+                    model,
+                    scored,
+                    tokenizer.bytes_per_token,
+                    length,
+                    batch,
+                    None,
+                    device,
+                    per_position=True,
+                    per_block=True,
+                ),
             )
             stride = stride_at(length, opts)
-            slid = evaluate_sliding(model, scored, tokenizer.bytes_per_token, length, stride, batch, device)
+            slid = evaluate_sliding(model, scored, tokenizer.bytes_per_token, length, stride, batch, device, True)
             row.update(sliding_bpb=slid.bpb, sliding_loss=slid.loss, eval_stride=stride, sliding_windows=slid.blocks)
+            row.update(window_fields("sliding_bpb", slid))
             attention.append(attention_record(model, scored, length, opts.train_length, device, row))
         rows.append(row)
         test_stop("length")
