@@ -76,9 +76,10 @@ class LayeredPositions(PositionScheme):
         return tuple(dict.fromkeys(method for scheme in self.schemes for method in scheme.scalings()))
 
     def set_rope_scaling(self, scaling: RopeScaling | None) -> None:
-        """Scale the layers whose scheme takes ``scaling``'s method (all of them for ``None``); the rest keep theirs."""
+        """Scale the layers whose scheme takes ``scaling``'s method (``None``: unscale every layer that takes one);
+        the rest keep theirs (a scheme without scalings, NoPE's, has nothing to set)."""
         for scheme in self.schemes:
-            if scaling is None or scaling.method in scheme.scalings():
+            if scheme.scalings() and (scaling is None or scaling.method in scheme.scalings()):
                 scheme.set_rope_scaling(scaling)
 
     @property
