@@ -7,7 +7,10 @@ for ``N`` steps at ``M x T`` (``octlm train --init-from``, :mod:`octlm.train.ini
   et al. 2023), ``rope+ntk`` and ``rope+yarn`` (Peng et al. 2023) and
   ``rope+llama3`` (Llama 3.1's frequency-dependent scaling), each with factor ``M``;
 * ``learned``, its table interpolated to ``M x T`` rows;
-* ``alibi`` and ``none`` as controls.
+* ``alibi`` and ``none`` as controls;
+* each layout row (``--layouts``, :mod:`octlm.studies.study_rows`) fine-tuned
+  plainly, and with YaRN on its global RoPE layers where it has some
+  (:func:`~octlm.studies.study_rows.row_extensions` says why).
 
 Each fine-tune keeps the tokens per step of the base models (``batch_size / M``
 blocks of ``M x T``) and is scored at ``M x T`` after 0, N/4, N/2, 3N/4 and N
@@ -53,27 +56,19 @@ def measure_steps(opts, timing_dir: Path, report: Reporter) -> dict:
 
     Trains the first scheme of the study that says it times the study
     (``PositionScheme.times_length_study``: one of the slower ones), else the
-    first scheme, for :data:`TIMING_STEPS` steps in ``timing_dir``, which is
-    removed after. The first steps carry some start-up cost, so the count
-    errs low.
+    first scheme, and each layout row (a window layer's band mask can make
+    it the slowest), for :data:`TIMING_STEPS` steps in ``timing_dir``, which
+    is removed after; the slowest sets the count. The first steps carry some
+    start-up cost, so the count errs low.
 
     Returns: ``{"steps", "seconds_per_step", "timed_scheme", "time_budget"}``.
     """
-    from octlm.train.launch import train
-
     scheme = next((s for s in opts.schemes if SCHEMES[s].times_length_study), opts.schemes[0])
-    timing = dataclasses.replace(
-        opts.train_options(scheme, timing_dir),
-        log_to=[],
-        time_budget=None,
-        max_steps=TIMING_STEPS,
-        eval_interval=10**9,
-        final_eval_blocks=1,
-        save_every=0,
-    )
-    result = train(timing, SilentReporter(report, "timing"))
-    shutil.rmtree(timing_dir, ignore_errors=True)
-    per_step = result["train_seconds"] / max(result["steps"], 1)
+    from octlm.studies.study_rows import layout_rows
+
+    rows = [scheme, *(row.label for row in layout_rows(opts.layouts))]
+    timed = {row: _seconds_per_step(opts, row, timing_dir, report) for row in rows}
+    scheme, per_step = max(timed.items(), key=lambda item: item[1])
     steps = max(1, int(opts.time_budget / per_step))
     report.event(
         "steps",
@@ -86,11 +81,29 @@ def measure_steps(opts, timing_dir: Path, report: Reporter) -> dict:
     return {"steps": steps, "seconds_per_step": per_step, "timed_scheme": scheme, "time_budget": opts.time_budget}
 
 
+def _seconds_per_step(opts, row: str, timing_dir: Path, report: Reporter) -> float:
+    """Seconds per training step of the study's model ``row`` over :data:`TIMING_STEPS` steps in ``timing_dir``."""
+    from octlm.train.launch import train
+
+    timing = dataclasses.replace(
+        opts.train_options(row, timing_dir),
+        log_to=[],
+        time_budget=None,
+        max_steps=TIMING_STEPS,
+        eval_interval=10**9,
+        final_eval_blocks=1,
+        save_every=0,
+    )
+    result = train(timing, SilentReporter(report, "timing"))
+    shutil.rmtree(timing_dir, ignore_errors=True)
+    return result["train_seconds"] / max(result["steps"], 1)
+
+
 def extension_options(opts, label: str, source_dir: Path, run_dir: Path, seed: int):
     """The ``octlm train`` options of one fine-tune: from ``source_dir`` at ``extend_to x T``, same tokens per step."""
     from octlm.train.init_from import init_from_options
 
-    scheme, method = extensions()[label]
+    scheme, method = extension_rows(opts)[label]
     M = opts.extend_to
     base = opts.train_options(scheme, run_dir, seed)
     steps = opts.extend_steps
@@ -118,6 +131,18 @@ def extension_options(opts, label: str, source_dir: Path, run_dir: Path, seed: i
 def labels_for(schemes: list[str]) -> list[str]:
     """The extension labels whose base scheme the study trains."""
     return [label for label, (scheme, _) in extensions().items() if scheme in schemes]
+
+
+def extension_rows(opts) -> dict[str, tuple[str, str | None]]:
+    """``label: (base row, RoPE scaling method or None)`` of every fine-tune the study ``opts`` makes, in table order:
+    its schemes' (:func:`extensions`), then each layout row's, labelled as the row with ``+method`` under a scaling
+    (:func:`~octlm.studies.study_rows.row_extensions`)."""
+    from octlm.studies.study_rows import layout_rows, row_extensions
+
+    found = {label: pair for label, pair in extensions().items() if pair[0] in opts.schemes}
+    for row in layout_rows(opts.layouts):
+        found |= {row.label if m is None else f"{row.label}+{m}": (row.label, m) for m in row_extensions(row)}
+    return found
 
 
 def fine_tune(
@@ -253,6 +278,7 @@ __all__ = [
     "curve_markdown",
     "curve_plot",
     "extension_options",
+    "extension_rows",
     "fine_tune",
     "labels_for",
     "measure_steps",

@@ -44,9 +44,8 @@ from octlm.studies.extension_stage import (
     EXTEND_PLOT,
     curve_markdown,
     curve_plot,
-    extensions,
+    extension_rows,
     fine_tune,
-    labels_for,
     measure_steps,
 )
 from octlm.studies.length_attention import attention_markdown, attention_plot
@@ -65,6 +64,7 @@ from octlm.studies.length_tables import format_tables, markdown_tables, mean_row
 from octlm.studies.progress import PROGRESS, StudyProgress, open_study, test_step
 from octlm.studies.spread import Share, count_models, finish_share, open_share, placed_device, share_of
 from octlm.studies.study_models import base_models, check_same_data, study_units, train_unit
+from octlm.studies.study_rows import legend
 from octlm.train.device import resolve_device, torch_settings
 
 #: Attention entropy by query position, one panel per model, one line per length.
@@ -158,7 +158,7 @@ def _study(opts: LengthOptions, share: Share, device_name: str, threads: int | N
     lengths = [m * T for m in opts.multipliers]
     report.event(
         "study",
-        f"length study: {len(opts.schemes)} models ({', '.join(opts.schemes)}) x {opts.seeds} "
+        f"length study: {len(opts.rows())} models ({', '.join(opts.rows())}) x {opts.seeds} "
         f"seed{'' if opts.seeds == 1 else 's'}, {opts.max_steps} steps "
         f"each, T={T}, evaluated at {', '.join(map(str, lengths))} tokens",
         schemes=opts.schemes,
@@ -273,7 +273,7 @@ def _score_all(
     curves: list[dict] = []
     if opts.extend_to:
         for seed in seeds:
-            for label in (lb for lb in labels_for(opts.schemes) if (extensions()[lb][0], seed) in trained):
+            for label in (lb for lb, (row, _) in extension_rows(opts).items() if (row, seed) in trained):
                 ext_rows, ext_attention, ext_train, curve = _extend_one(
                     opts, label, seed, trained, progress, scored, device, report
                 )
@@ -298,7 +298,8 @@ def _write(
     tables = format_tables(shown, T, lengths, train_rows)
     compared, confidence = confidence_section(rows, T, lengths)  # the differences' intervals, and the findings
     markdown = (
-        markdown_tables(shown, T, lengths, train_rows)
+        legend(study["options"]["layouts"])
+        + markdown_tables(shown, T, lengths, train_rows)
         + (f"\n{curve_markdown(curves)}" if curves else "")
         + "\n"
         + attention_markdown(attention, T, lengths)
@@ -356,7 +357,7 @@ def _extend_one(
 ):
     """Fine-tune one extension method from its base run and score it at every length under its saved scaling (each
     a unit of ``progress``)."""
-    scheme, method = extensions()[label]
+    scheme, method = extension_rows(opts)[label]
     name = f"{label}@{opts.extend_to}x"
     run_dir = _run_dir(progress.out, name, seed, opts)
     source = Path(trained[(scheme, seed)]["run_dir"])

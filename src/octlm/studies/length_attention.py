@@ -11,6 +11,12 @@ attention logit. An entropy that grows with the length is attention spread
 over more keys, the "dilution" that log-length scaling of the logits
 (Chiang & Cholak 2022) counters; a largest logit that grows past ``T`` is a
 scheme scoring distances it never saw.
+
+The tables average over layers; a study with layout rows (``--layouts``) adds
+the same tables layer by layer (:func:`layer_markdown`), since a layout's
+layers differ by design: a NoPE or global layer beside RoPE or window layers
+is exactly what pooling would hide. Each layout model's record names its
+layers (``layers``: :func:`octlm.model.layout.describe`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import torch
 from octlm.data.tokens import gather_blocks
 from octlm.inspect.attention_statistics import attention_statistics
 from octlm.model.attention_maps import record_attention
+from octlm.model.layout import describe
 from octlm.studies.core import mean_std
 from octlm.studies.length_tables import log_buckets
 
@@ -78,6 +85,8 @@ def attention_record(model, scored: np.ndarray, length: int, train_length: int, 
         "max_logit": largest.tolist(),
     }
     record.update({name: mean[name].tolist() for name in ("mean_entropy", "mean_distance", "sink_mass")})
+    if model.config.layer_specs:
+        record["layers"] = describe(model.config.layer_specs)
     return _rounded(record)
 
 
@@ -105,6 +114,45 @@ def _over_heads(records: list[dict], name: str) -> float:
     return max(values) if name == "max_logit" else mean_std(values)[0]
 
 
+def _in_layer(records: list[dict], name: str, layer: int) -> float:
+    """The statistic ``name`` of layer ``layer`` (0-based) averaged over its heads, then over seeds (the largest
+    logit: its maximum)."""
+    values = [float(np.max(r[name][layer]) if name == "max_logit" else np.mean(r[name][layer])) for r in records]
+    return max(values) if name == "max_logit" else mean_std(values)[0]
+
+
+def layer_markdown(records: list[dict], train_length: int, lengths: list[int]) -> str:
+    """The attention tables layer by layer, when the study has layout rows (records with ``layers``): a row per model
+    and layer, a column per length, over each layer's heads and the seeds; ``""`` without layout rows.
+
+    The models shown are those scored as trained: not the rows under a RoPE scaling or the log scale (``+`` in the
+    label), which repeat their model's layers.
+    """
+    if not any("layers" in r for r in records):
+        return ""
+    grid = {label: cells for label, cells in _grid(records).items() if "+" not in label}
+    lines = [
+        "Attention by layer (the study has layout rows; each layer over its heads and the seeds, the largest logit the "
+        "maximum; layers counted from 1 at the input).",
+        "",
+    ]
+    for name, title in SUMMARY.items():
+        lines += [
+            f"**{title}, by layer**",
+            "",
+            "| model | layer | " + " | ".join(f"{L // train_length}x ({L})" for L in lengths) + " |",
+        ]
+        lines.append("| --- | --- |" + " ---: |" * len(lengths))
+        for label, cells in grid.items():
+            first = next(iter(cells.values()))[0]
+            for layer in range(len(first[name])):
+                said = f"{layer + 1}: {first['layers'][layer]}" if "layers" in first else str(layer + 1)
+                shown = [f"{_in_layer(cells[L], name, layer):.3g}" if L in cells else "n/a" for L in lengths]
+                lines.append(f"| `{label}` | {said} | " + " | ".join(shown) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def attention_markdown(records: list[dict], train_length: int, lengths: list[int]) -> str:
     """Tables of the attention statistics, one per statistic: a row per model, a column per length (over layers and
     heads)."""
@@ -126,7 +174,7 @@ def attention_markdown(records: list[dict], train_length: int, lengths: list[int
             shown = [f"{_over_heads(cells[L], name):.3g}" if L in cells else "n/a" for L in lengths]
             lines.append(f"| `{label}` | " + " | ".join(shown) + " |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines) + (f"\n{by_layer}" if (by_layer := layer_markdown(records, train_length, lengths)) else "")
 
 
 def attention_plot(records: list[dict], train_length: int) -> bytes:
@@ -180,4 +228,4 @@ def attention_plot(records: list[dict], train_length: int) -> bytes:
     return png_bytes(fig)
 
 
-__all__ = ["ATTENTION_TOKENS", "attention_markdown", "attention_plot", "attention_record"]
+__all__ = ["ATTENTION_TOKENS", "attention_markdown", "attention_plot", "attention_record", "layer_markdown"]

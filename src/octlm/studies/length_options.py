@@ -21,8 +21,18 @@ from octlm.model.positions import (
 )
 from octlm.model.positions.registry import with_scheme_options
 from octlm.studies.core import check_schemes
-from octlm.studies.extension_stage import labels_for
+from octlm.studies.extension_stage import extension_rows
 from octlm.studies.spread import SHARD_HELP
+from octlm.studies.study_rows import (
+    LAYOUTS_HELP,
+    LayoutRow,
+    check_layouts,
+    layout_rows,
+    layout_settings,
+    row_scalings,
+    scalings_taken,
+    unread_options,
+)
 from octlm.studies.task_options import ALL_TASKS_STEPS, TASK_MULTIPLIERS, TASK_SEEDS, TASK_STEPS, TaskOptions
 from octlm.train.mlflow_tracker import check_experiment
 from octlm.train.option_checks import check_options as check_train_options
@@ -127,6 +137,9 @@ class LengthOptions:
         choices=SCHEME_NAMES,
         metavar="SCHEME",
     )
+    layouts: list[str] = option([], LAYOUTS_HELP, nargs="*", metavar="LAYOUT")
+    block: str = same_as(TrainOptions, "block")
+    qk_norm: bool = same_as(TrainOptions, "qk_norm")
     rope_scalings: list[str] | None = option(
         None,
         f"RoPE context-extension methods to evaluate the rope model under (default: {' '.join(ROPE_SCALINGS)} when "
@@ -222,18 +235,35 @@ class LengthOptions:
         scalings = self.rope_scalings
         if scalings is None:
             # Unset means "every method some model of the study can take": none when no scheme takes one.
-            scalings = scalings_taken(self.schemes)
+            scalings = scalings_taken(self.schemes, layout_rows(self.layouts))
         # --max-steps replaces the budget (train_options drops it), so the record must not claim one.
         budget = None if self.max_steps is not None else self.time_budget
         # The extension stage scores at M x T, so that length is among the evaluated ones (when some scheme has a
         # method).
-        extending = self.extend_to and labels_for(self.schemes)
+        extending = self.extend_to and extension_rows(self)
         multipliers = sorted(set(self.multipliers) | ({self.extend_to} if extending else set()))
         return dataclasses.replace(self, rope_scalings=list(scalings), time_budget=budget, multipliers=multipliers)
 
+    def rows(self) -> list[str]:
+        """The labels of the study's base models, in table order: ``--schemes``, then ``--layouts``."""
+        return [*self.schemes, *(row.label for row in layout_rows(self.layouts))]
+
+    def layout(self, row: str) -> LayoutRow | None:
+        """The layout row labelled ``row``, or ``None`` for a scheme row."""
+        return next((layout for layout in layout_rows(self.layouts) if layout.label == row), None)
+
+    def scalings_of(self, row: str) -> list[str]:
+        """The ``--rope-scalings`` the base model ``row`` (a label of :meth:`rows`) is scored under."""
+        layout = self.layout(row)
+        taken = SCHEMES[row].scalings() if layout is None else row_scalings(layout)
+        return [method for method in self.rope_scalings or [] if method in taken]
+
     def train_options(self, scheme: str, run_dir: Path, seed: int | None = None) -> TrainOptions:
-        """The ``octlm train`` options of one model of the study: the shared ones by name, the rest fixed."""
-        unread = scheme_options(scheme)[1]
+        """The ``octlm train`` options of one model of the study (``scheme``: a label of :meth:`rows`): the shared ones
+        by name, the rest fixed; a layout row's ``--layers`` and ``--position`` as
+        :func:`~octlm.studies.study_rows.layout_settings` gives them."""
+        layout = self.layout(scheme)
+        unread = scheme_options(scheme)[1] if layout is None else unread_options(layout)
         shared = {
             f.metadata["same_as"]: getattr(self, f.name)
             for f in dataclasses.fields(self)
@@ -245,12 +275,8 @@ class LengthOptions:
         )  # the study folder's name: its models, grouped in the tracker
         if seed is not None:
             shared["seed"] = seed
-        return TrainOptions.of(**shared, position=scheme, sample_tokens=0, out=str(run_dir), overwrite=True)
-
-
-def scalings_taken(schemes: list[str]) -> list[str]:
-    """The RoPE scalings (in :data:`ROPE_SCALINGS` order) that at least one of ``schemes`` takes."""
-    return [m for m in ROPE_SCALINGS if any(m in SCHEMES[s].scalings() for s in schemes if s in SCHEMES)]
+        shared.update({"position": scheme} if layout is None else layout_settings(layout))
+        return TrainOptions.of(**shared, sample_tokens=0, out=str(run_dir), overwrite=True)
 
 
 def check_options(opts: LengthOptions) -> None:
@@ -266,7 +292,10 @@ def check_options(opts: LengthOptions) -> None:
             f"--time-budget must be a positive number of seconds (or give --max-steps), got {opts.time_budget}"
         )
     check_fields(opts)
-    untaken = [m for m in opts.rope_scalings or [] if m not in scalings_taken(opts.schemes)]
+    check_schemes(opts.schemes)
+    rows = layout_rows(opts.layouts)
+    check_layouts(rows, opts.schemes, lambda row: [opts.train_options(row.label, Path(opts.out) / RUNS / row.label)])
+    untaken = [m for m in opts.rope_scalings or [] if m not in scalings_taken(opts.schemes, rows)]
     if untaken:
         takers = schemes_taking(untaken[0])
         named = takers[0] if len(takers) == 1 else f"{', '.join(takers[:-1])} or {takers[-1]}"
@@ -274,14 +303,14 @@ def check_options(opts: LengthOptions) -> None:
             f"--rope-scalings needs the {named} model: add {takers[0]} to --schemes or pass --rope-scalings with no "
             "methods"
         )
-    check_schemes(opts.schemes)
     fields = {f.name: f for f in dataclasses.fields(opts)}
-    for name in set.intersection(*(scheme_options(s)[1] for s in opts.schemes)) & set(fields):
+    unread = [scheme_options(s)[1] for s in opts.schemes] + [unread_options(row) for row in rows]
+    for name in set.intersection(*unread) & set(fields):
         if getattr(opts, name) != option_default(fields[name]):
             raise OctlmError(
-                f"{flag(name)} {getattr(opts, name)} means nothing for --schemes {' '.join(opts.schemes)}: none of "
-                "them reads it; "
-                f"drop {flag(name)}, or add a scheme that reads it"
+                f"{flag(name)} {getattr(opts, name)} means nothing for --schemes {' '.join(opts.schemes)}"
+                f"{' or their --layouts' if rows else ''}: none of them reads it; drop {flag(name)}, or add a scheme "
+                "that reads it"
             )
     for scheme in opts.schemes:
         try:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import numpy as np
 
 from octlm.model.attention_recipes import NO_SCALE
-from octlm.model.positions import SCHEMES
 from octlm.report import Reporter
 from octlm.studies.length_attention import attention_record
 from octlm.studies.length_confidence import window_fields
@@ -143,7 +142,7 @@ def score_base(
     model, tokenizer = load_run(run_dir, device)
     rows: list[dict] = []
     attention: list[dict] = []
-    for method in [None, *(m for m in opts.rope_scalings if m in SCHEMES[scheme].scalings())]:
+    for method in [None, *opts.scalings_of(scheme)]:
 
         def factor(m: int, method=method) -> float | None:
             return None if method is None else (1.0 if method == "dynamic-ntk" else float(m))

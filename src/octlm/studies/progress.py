@@ -76,9 +76,12 @@ def first_difference(recorded: dict, options: dict) -> str | None:
 
 def as_given(name: str, value) -> str:
     """Option ``name`` with ``value`` as a command line writes it: ``--schemes rope alibi``, ``--document-mask``;
-    ``no --max-steps`` for an option left out (``None``) or a switch off (``False``)."""
+    ``no --max-steps`` for an option left out (``None``) or a switch off (``False``); ``--layouts (none)`` for an
+    empty list (given with no values, or left at an empty default)."""
     if value is None or value is False:
         return f"no {flag(name)}"
+    if value == []:
+        return f"{flag(name)} (none)"
     if value is True:
         return flag(name)
     values = value if isinstance(value, list) else [value]

@@ -108,17 +108,18 @@ def check_same_data(results: dict[str, dict]) -> None:
 
 
 def base_models(opts, seeds: list[int]) -> list[tuple[int, str]]:
-    """The study's base models in order, ``(seed, scheme)``: seeds outer, schemes inner; model ``k`` is the k-th."""
-    return [(seed, scheme) for seed in seeds for scheme in opts.schemes]
+    """The study's base models in order, ``(seed, row)``: seeds outer, rows inner (``--schemes``, then
+    ``--layouts``: :meth:`~octlm.studies.length_options.LengthOptions.rows`); model ``k`` is the k-th."""
+    return [(seed, row) for seed in seeds for row in opts.rows()]
 
 
 def study_units(opts, seeds: list[int]) -> list[str]:
     """Every unit a length study records for its models (the ``score-`` units, one per model, last of each)."""
-    from octlm.studies.extension_stage import labels_for
+    from octlm.studies.extension_stage import extension_rows
 
     units = [f"{what}-{scheme}-seed{seed}" for seed, scheme in base_models(opts, seeds) for what in ("train", "score")]
     for seed in seeds if opts.extend_to else []:
-        for label in labels_for(opts.schemes):
+        for label in extension_rows(opts):
             units += [f"extend-{label}-seed{seed}", f"score-{label}@{opts.extend_to}x-seed{seed}"]
     return units
 

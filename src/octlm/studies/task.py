@@ -131,7 +131,10 @@ def train_task_model(
 
 
 def _row(variant: Variant) -> dict:
-    """What every record says of its row: the scheme, the row's label and whether it trained at randomized positions."""
+    """What every record says of its row: the scheme, the row's label and whether it trained at randomized positions;
+    a layout row's position is its label, as in the text study, and ``layers`` its layout."""
+    if variant.layout is not None:
+        return {"position": variant.label, "label": variant.label, "randomized": False, "layers": variant.layout.layers}
     return {"position": variant.scheme, "label": variant.label, "randomized": variant.randomized}
 
 

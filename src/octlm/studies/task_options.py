@@ -14,9 +14,11 @@ from pathlib import Path
 
 from octlm.declare import Bound, at_least, check_fields, option, refused, same_as
 from octlm.errors import OctlmError
+from octlm.model.config import DecoderFieldError
 from octlm.model.positions import SCHEME_NAMES, random_position_schemes, task_study_schemes
 from octlm.studies.core import check_schemes
 from octlm.studies.spread import SHARD_HELP
+from octlm.studies.study_rows import LAYOUTS_HELP, LayoutRow, check_layouts, layout_rows, layout_settings
 from octlm.studies.task_presets import PRESETS, apply_preset
 from octlm.studies.tasks import TASKS, Task
 from octlm.train.mlflow_tracker import check_experiment
@@ -57,15 +59,25 @@ ALL = "all"
 
 @dataclass(frozen=True)
 class Variant:
-    """One row of the task study: a scheme, trained plain or at randomized positions (Ruoss et al. 2023)."""
+    """One row of the task study: a scheme, trained plain or at randomized positions (Ruoss et al. 2023), or a layer
+    layout (``layout``, ``--layouts``; its ``scheme`` is the ``--position`` it trains with,
+    :func:`~octlm.studies.study_rows.row_position`)."""
 
     scheme: str
     randomized: bool = False
+    layout: LayoutRow | None = None
 
     @property
     def label(self) -> str:
-        """The row's name in tables and records: the scheme, ``+rand`` when randomized."""
+        """The row's name in tables and records: the scheme, ``+rand`` when randomized; a layout row's own label."""
+        if self.layout is not None:
+            return self.layout.label
         return f"{self.scheme}+rand" if self.randomized else self.scheme
+
+    @classmethod
+    def of(cls, layout: LayoutRow) -> Variant:
+        """The row of a layout: never randomized (a layout's layers would each draw their own positions)."""
+        return cls(layout_settings(layout)["position"], layout=layout)
 
 
 @dataclass
@@ -128,6 +140,9 @@ class TaskOptions:
         choices=SCHEME_NAMES,
         metavar="SCHEME",
     )
+    layouts: list[str] = option([], LAYOUTS_HELP, nargs="*", metavar="LAYOUT")
+    block: str = same_as(TrainOptions, "block")
+    qk_norm: bool = same_as(TrainOptions, "qk_norm")
     d_model: int = same_as(TrainOptions, "d_model", default=TASK_TRAINING["d_model"])
     n_heads: int = same_as(TrainOptions, "n_heads")
     n_layers: int = same_as(TrainOptions, "n_layers", default=TASK_TRAINING["n_layers"])
@@ -171,13 +186,13 @@ class TaskOptions:
 
     def variants(self) -> list[Variant]:
         """The study's rows: each scheme plain, and randomized too where ``randomize_positions`` > 1 and the scheme
-        reads positions."""
+        reads positions; then each layout (plain only)."""
         rows = []
         for scheme in self.schemes:
             rows.append(Variant(scheme))
             if self.randomize_positions > 1 and scheme in random_position_schemes():
                 rows.append(Variant(scheme, randomized=True))
-        return rows
+        return rows + [Variant.of(layout) for layout in layout_rows(self.layouts)]
 
     def train_options(self, task: Task, variant: Variant | str, seed: int) -> TrainOptions:
         """The training of one model: octlm train's options with the task study's (:data:`TASK_TRAINING`), at the
@@ -186,6 +201,9 @@ class TaskOptions:
         steps = self.steps()
         return TrainOptions.of(
             position=variant.scheme,
+            layers="" if variant.layout is None else variant.layout.layers,
+            block=self.block,
+            qk_norm=self.qk_norm,
             randomize_positions=self.randomize_positions if variant.randomized else 1,
             context_length=task.sequence_length(self.task_length),
             d_model=self.d_model,
@@ -215,8 +233,9 @@ def check_task_options(opts: TaskOptions) -> None:
         OctlmError: for an unknown task, no ``--out``, a value out of its
             declared range (``--seeds 0``, ``--max-steps -5``,
             ``--learning-rate nan``), a scheme or task named twice,
-            ``--randomize-positions`` with no scheme that reads positions, or
-            a model shape or training the model or ``octlm train`` refuses.
+            ``--randomize-positions`` with no scheme that reads positions, a
+            layout that cannot train (:func:`~octlm.studies.study_rows.check_layouts`),
+            or a model shape or training the model or ``octlm train`` refuses.
     """
     names = opts.task_names()
     if not names or any(name not in TASKS for name in names):
@@ -229,6 +248,7 @@ def check_task_options(opts: TaskOptions) -> None:
         raise OctlmError("--out: give the study folder to create, e.g. --out runs/copy")
     check_fields(opts)
     check_schemes(opts.schemes)
+    check_layouts(layout_rows(opts.layouts), opts.schemes, lambda row: _layout_models(opts, row, names))
     check_trackers(list(opts.log_to))
     takers = random_position_schemes()
     if opts.randomize_positions > 1 and not any(s in takers for s in opts.schemes):
@@ -238,7 +258,7 @@ def check_task_options(opts: TaskOptions) -> None:
             f"could be drawn at random (those that do: {', '.join(takers)}); add one of them or drop "
             "--randomize-positions"
         )
-    for variant in opts.variants():
+    for variant in (v for v in opts.variants() if v.layout is None):
         for name in names:
             try:
                 train = opts.train_options(TASKS[name], variant, opts.seed)
@@ -247,6 +267,18 @@ def check_task_options(opts: TaskOptions) -> None:
             check_options(train)
     # The study files its models under its folder's name, refused here when MLflow cannot take it.
     check_experiment(list(opts.log_to), Path(opts.out).resolve().name, None, "--out", opts.out)
+
+
+def _layout_models(opts: TaskOptions, row: LayoutRow, names: list[str]) -> list[TrainOptions]:
+    """The training options of a layout row's model for each task; a layout the model refuses is said with the task
+    whose sequences it was built for (a window must fit each task's longest training instance)."""
+    models = []
+    for name in names:
+        try:
+            models.append(opts.train_options(TASKS[name], Variant.of(row), opts.seed))
+        except DecoderFieldError as err:
+            raise DecoderFieldError(err.field, f"{err.rest} (--task {name})") from None
+    return models
 
 
 __all__ = [

@@ -214,11 +214,26 @@ def protocol_sentence(opts) -> str:
         else ""
     )
     preset = f"; --preset {opts.preset}" if opts.preset else ""
+    block = "".join(
+        [
+            f", the {opts.block} block" if opts.block != "gpt2" else "",
+            ", QK-norm" if opts.qk_norm else "",
+            _layouts_said(opts.layouts),
+        ]
+    )
     return (
         f"Each model: {opts.max_steps} steps of {opts.optimizer} (batch {opts.batch_size}), d_model {opts.d_model}, "
         f"{opts.n_layers} layers, "
-        f"{opts.n_heads} heads{rand}{preset}."
+        f"{opts.n_heads} heads{block}{rand}{preset}."
     )
+
+
+def _layouts_said(layouts: list[str]) -> str:
+    """The layout rows in the protocol sentence: ``; layout rows `name` = `layout`, ...`` (``""`` without any)."""
+    from octlm.studies.study_rows import layout_rows
+
+    rows = layout_rows(layouts)
+    return "; layout rows " + ", ".join(f"`{row.label}` = `{row.layers}`" for row in rows) if rows else ""
 
 
 @dataclass
