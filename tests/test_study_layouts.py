@@ -265,3 +265,22 @@ def test_help_names_layouts_block_and_qk_norm():
         [sys.executable, "-m", "octlm", "length", "--help"], capture_output=True, text=True, cwd=REPO, timeout=120
     )
     assert "--layouts [LAYOUT ...]" in done.stdout and "--block" in done.stdout and "--qk-norm" in done.stdout
+
+
+def test_a_layout_with_a_nope_layer_is_unscaled_back_to_its_trained_self():
+    """The study scores a layout under YaRN, then plain again: unscaling must reach the RoPE layer and skip NoPE."""
+    from octlm import Decoder, DecoderConfig
+
+    torch.manual_seed(0)
+    model = Decoder(
+        DecoderConfig(vocab_size=40, context_length=8, d_model=16, n_heads=2, n_layers=2, layers="rope none")
+    )
+    ids = torch.randint(0, 40, (1, 32))
+    with torch.no_grad():
+        plain = model.eval()(ids)
+        model.set_rope_scaling("yarn", 4.0)
+        scaled = model(ids)
+        model.set_rope_scaling(None)
+        again = model(ids)
+    assert not torch.allclose(scaled, plain)  # the scaling did reach the RoPE layer
+    torch.testing.assert_close(again, plain, rtol=0, atol=0)
