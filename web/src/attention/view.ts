@@ -109,7 +109,9 @@ export function attentionExplorer(opts: {
     const scheme = layerView?.position ?? m.position;
     const who = layerView ? `${m.label}, layer ${layer} (${scheme})` : m.label;
     clear(hint);
-    append(hint, el("p", {}, GENERAL), lookFor(scheme) ? el("p", {}, el("strong", {}, `${who}: `), lookFor(scheme)) : null);
+    append(hint, el("p", {}, GENERAL), lookFor(scheme) ? el("p", {}, el("strong", {}, `${who}: `), lookFor(scheme)) : null,
+      layerView?.window ? el("p", {}, el("strong", {}, `Window of ${layerView.window}: `),
+        `this layer's queries never see a key ${layerView.window} or more back, so at any length it meets only distances below ${layerView.window}, all of which training showed it: past T its band should look as it does at T.`) : null);
     spec.textContent = layerView ? layerSentence(layerView) : "";
     spec.hidden = !layerView;
     clear(notes);
