@@ -144,7 +144,10 @@ def bench(opts: BenchOptions, report: Reporter) -> dict:
         f"  T={t['context_length']:>5}: {t['seconds'] * 1e3:8.2f} ms  {t['tokens_per_second']:>12,.0f} tokens/s"
         for t in timings
     ]
-    lines += ["", format_diagnostic(diagnostic, model.config.position)]
+    lines += [
+        "",
+        format_diagnostic(diagnostic, "the layer layout" if model.config.layer_specs else model.config.position),
+    ]
     if not opts.run:
         lines.append("(untrained: the neighbours are random, which shows only that the code path works)")
     report.result(result, "\n".join(lines))

@@ -340,7 +340,7 @@ def embeddings(opts: EmbeddingsOptions, report: Reporter) -> dict:
     figures = {key: str(out.path / name) for key, name in FIGURES.items()}
     if positions is None:
         figures["positions"] = None
-        lines.append(f"no position heatmap: {position_note(config.position)}")
+        lines.append(f"no position heatmap: {model.positions.explorer_note()}")
     lines += [f"wrote {path}" for path in figures.values() if path]
     result = {
         "run": str(opts.run),

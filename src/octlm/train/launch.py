@@ -171,7 +171,9 @@ def _resumed_options(run_dir: Path, opts: TrainOptions, given: set[str] | None) 
 
 def final_report(result: dict, sample_text: str, diagnostic: dict, brief: bool = False) -> str:
     """The end-of-training report for people; ``brief`` (``--quiet``) keeps the figures and the path only."""
-    scheme = RunFolder(result["run_dir"]).read_config()["model"]["position"]
+    model_config = RunFolder(result["run_dir"]).read_config()["model"]
+    # a layout's layers each carry their own scheme (--position only names those whose entry names none)
+    scheme = "the layer layout" if model_config.get("layers", "").strip() else model_config["position"]
     quoted = shlex.quote(result["run_dir"])
     saved = (
         f'saved to {result["run_dir"]}/; try: octlm sample --run {quoted} --prompt "..."\n'
