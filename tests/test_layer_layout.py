@@ -179,14 +179,28 @@ BAD = [
     ("rope/w129 none", "layer 1 ('rope/w129'): a window of 129 tokens is wider than the 128 tokens"),
     ("rope learned", "layer 2 ('learned'): learned adds its signal to the embedding, not inside one layer"),
     ("rope", "gives 1 layer(s) but --n-layers is 2"),
-    ("rope*3", "gives 3 layer(s) but --n-layers is 2"),
+    ("rope*3", "entry rope*3 reaches past --n-layers 2; give one entry per layer"),
     ("rope/w8/wide none", "layer 1 ('rope/w8/wide'): 'wide' is not a scheme or key here; keys are wN"),
     ("w8 none", "layer 1 ('w8'): learned (--position, taken by an entry without a scheme) adds its signal"),
     ("alibi/theta500 none", "layer 1 ('alibi/theta500'): alibi has no RoPE base; theta goes with rope"),
     ("none rope/theta0", "layer 2 ('rope/theta0'): a RoPE base must be a positive number"),
     ("none/w8 none*0", "entry none*0: a repeat must be at least 1"),
     ("none/w8/alibi none", "layer 1 ('none/w8/alibi'): 'alibi' is not a scheme or key here; a scheme comes first"),
+    ("rope*-1 none", "entry rope*-1: a repeat must be at least 1"),
+    ("rope*99999999999999999999", "entry rope*99999999999999999999 reaches past --n-layers 2"),
+    ("rope/theta-1 none", "layer 1 ('rope/theta-1'): a RoPE base must be a positive number, got -1"),
+    ("rope/thetanan none", "layer 1 ('rope/thetanan'): a RoPE base must be a positive number, got nan"),
+    ("rope/thetainf none", "layer 1 ('rope/thetainf'): a RoPE base must be a positive number, got inf"),
+    ("/w8 none", "layer 1 ('/w8'): an empty part between '/'"),
+    ("rope/ none", "layer 1 ('rope/'): an empty part between '/'"),
+    ("rope/w\uff13\uff12 none", "layer 1 ('rope/w\uff13\uff12'): 'w\uff13\uff12' is not a scheme or key here"),
 ]
+
+
+@pytest.mark.parametrize("layers", [5, None, ["rope", "none"]])
+def test_a_layout_that_is_not_a_string_is_a_value_error_naming_the_field(layers):
+    with pytest.raises(ValueError, match=r"DecoderConfig.layers=.* must be a string such as"):
+        DecoderConfig(**SMALL, n_layers=2, position="rope", layers=layers)
 
 
 @pytest.mark.parametrize(("layout", "message"), BAD)

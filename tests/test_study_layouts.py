@@ -131,7 +131,7 @@ BAD = [
         ["w4 none"],
         "--layouts 'w4 none': layer 1 ('w4') names no scheme; in a study every entry names one (e.g. rope/w4)",
     ),
-    (["rope*3"], "--layouts 'rope*3': gives 3 layer(s) but --n-layers is 2"),
+    (["rope*3"], "--layouts 'rope*3': entry rope*3 reaches past --n-layers 2"),
     (["rope/w9 none"], "layer 1 ('rope/w9'): a window of 9 tokens is wider than the 8 tokens the model trains on"),
     (["rope=none rope"], "--layouts 'rope=none rope': its label rope is also a --schemes row; name it"),
     (["a=rope none", "b=rope none"], "--layouts lists 'rope none' twice (a and b)"),

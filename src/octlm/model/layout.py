@@ -68,16 +68,16 @@ class LayoutError(ValueError):
 #: The keys an entry may carry after its scheme: a pattern, the LayerSpec field it sets, and how its text becomes the
 #: value. Data, so that a new per-layer choice is one row here and one field of LayerSpec.
 KEYS: tuple[tuple[re.Pattern, str, Callable[[str], object]], ...] = (
-    (re.compile(r"w(\d+(?:e\d+)?)"), "window", lambda text: int(float(text))),
+    (re.compile(r"w([0-9]+)", re.ASCII), "window", int),
     (re.compile(r"global()"), "window", lambda _: None),
-    (re.compile(r"theta([0-9.]+(?:e[+-]?\d+)?)"), "rope_theta", float),
+    (re.compile(r"theta(.+)"), "rope_theta", float),
     (re.compile(r"logn()"), "log_scale", lambda _: True),
     (re.compile(r"qknorm()"), "qk_norm", lambda _: True),
     (re.compile(r"noqknorm()"), "qk_norm", lambda _: False),
 )
 #: How the keys are spelled, for messages.
 KEY_SYNTAX = "wN (a window of N tokens), global, thetaX (RoPE base), logn, qknorm, noqknorm"
-_REPEAT = re.compile(r"^(.*)\*(\d+)$")
+_REPEAT = re.compile(r"^(.*)\*([+-]?[0-9]+)$", re.ASCII)
 
 
 def acts_per_layer(cls: type[PositionScheme]) -> bool:
@@ -102,6 +102,8 @@ def parse_layout(config: DecoderConfig) -> tuple[LayerSpec, ...]:
             ``position`` (taken by entries without a scheme) does not act per
             layer, or the layout meets randomized positions.
     """
+    if not isinstance(config.layers, str):
+        raise LayoutError(f"={config.layers!r} must be a string such as 'rope/w64*3 none'")
     text = config.layers.strip()
     if not text:
         return ()
@@ -113,6 +115,11 @@ def parse_layout(config: DecoderConfig) -> tuple[LayerSpec, ...]:
             if repeat < 1:
                 raise LayoutError(f" entry {entry}*{repeat}: a repeat must be at least 1")
         spec = _entry(entry, len(specs) + 1, config)
+        if len(specs) + repeat > config.n_layers:  # before the list is made: *10**20 must not fill memory
+            raise LayoutError(
+                f" entry {entry}*{repeat} reaches past --n-layers {config.n_layers}; give one entry per layer (an "
+                "entry ending in *K counts K), or set --n-layers to match"
+            )
         specs.extend([spec] * repeat)
     if len(specs) != config.n_layers:
         raise LayoutError(
@@ -130,6 +137,8 @@ def parse_layout(config: DecoderConfig) -> tuple[LayerSpec, ...]:
 def _entry(entry: str, layer: int, config: DecoderConfig) -> LayerSpec:
     head, *keys = entry.split("/")
     where = f" layer {layer} ({entry!r})"
+    if "" in (head, *keys):
+        raise LayoutError(f"{where}: an empty part between '/'; write SCHEME/KEY/KEY, e.g. rope/w64")
     if head in positions.SCHEMES:
         scheme = head
     else:
@@ -174,7 +183,7 @@ def _check_spec(spec: LayerSpec, where: str, config: DecoderConfig) -> None:
         if "rope_theta" not in positions.SCHEMES[spec.position].reads:
             takers = ", ".join(n for n, c in positions.SCHEMES.items() if "rope_theta" in c.reads)
             raise LayoutError(f"{where}: {spec.position} has no RoPE base; theta goes with {takers}")
-        if not spec.rope_theta > 0 or spec.rope_theta == float("inf"):
+        if not 0 < spec.rope_theta < float("inf"):
             raise LayoutError(f"{where}: a RoPE base must be a positive number, got {spec.rope_theta:g}")
 
 
