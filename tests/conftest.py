@@ -130,3 +130,30 @@ def length_study(tmp_path_factory, small_corpus) -> Path:
     )
     assert code == 0
     return out
+
+
+def hand_bpb(run_dir, targets: int, L: int, scaling: str | None = None, factor: float = 4.0) -> float:
+    """Bits per byte of non-overlapping windows of ``L`` targets over the first ``targets`` validation targets of a
+    run folder (under RoPE ``scaling`` by ``factor`` when given), computed here from its model's log-probabilities
+    and its tokenizer's bytes, for tests that check a study's score without the study's scoring code."""
+    import json
+    import math
+
+    import numpy as np
+    import torch
+
+    from octlm.run.load import load_run
+
+    model, tokenizer = load_run(run_dir)
+    if scaling:
+        model.set_rope_scaling(scaling, factor)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    val = np.memmap(run_dir / "val.bin", dtype=manifest["tokens"]["val"]["dtype"], mode="r")
+    nats, nbytes = 0.0, 0
+    with torch.no_grad():
+        for w in range(targets // L):
+            window = torch.tensor(np.asarray(val[w * L : w * L + L + 1], dtype=np.int64))
+            logp = torch.log_softmax(model(window[None, :-1])[0].double(), dim=-1)
+            nats -= logp[torch.arange(L), window[1:]].sum().item()
+            nbytes += len(tokenizer.decode(window[1:].tolist()).encode("utf-8"))
+    return nats / math.log(2) / nbytes

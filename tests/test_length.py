@@ -7,11 +7,11 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from octlm.cli import main
 from octlm.errors import OctlmError
 from octlm.run.load import load_run
+from tests.conftest import hand_bpb
 
 T = 8
 MULTIPLIERS = [1, 2, 4]
@@ -126,20 +126,7 @@ def test_a_row_matches_a_direct_computation(study):
     targets = records[0]["targets"]
     for label, position, scaling in (("alibi", "alibi", None), ("rope+yarn", "rope", "yarn")):
         row = next(r for r in records if r["record"] == "eval" and r["label"] == label and r["eval_length"] == 4 * T)
-        model, tokenizer = load_run(out / "runs" / position)
-        if scaling:
-            model.set_rope_scaling(scaling, 4.0)
-        manifest = json.loads((out / "runs" / position / "manifest.json").read_text())
-        val = np.memmap(out / "runs" / position / "val.bin", dtype=manifest["tokens"]["val"]["dtype"], mode="r")
-        L = 4 * T
-        nats, nbytes = 0.0, 0
-        with torch.no_grad():
-            for w in range(targets // L):
-                window = torch.tensor(np.asarray(val[w * L : w * L + L + 1], dtype=np.int64))
-                logp = torch.log_softmax(model(window[None, :-1])[0].double(), dim=-1)
-                nats -= logp[torch.arange(L), window[1:]].sum().item()
-                nbytes += len(tokenizer.decode(window[1:].tolist()).encode("utf-8"))
-        assert row["bpb"] == pytest.approx(nats / math.log(2) / nbytes, rel=1e-5), label
+        assert row["bpb"] == pytest.approx(hand_bpb(out / "runs" / position, targets, 4 * T, scaling), rel=1e-5), label
 
 
 def test_terminal_table(small_corpus, study, tmp_path, capsys):

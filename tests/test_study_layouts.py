@@ -21,8 +21,7 @@ import pytest
 import torch
 
 from octlm.cli import main
-from octlm.run.load import load_run
-from tests.conftest import REPO
+from tests.conftest import REPO, hand_bpb
 
 T = 8
 TINY = [
@@ -66,22 +65,6 @@ def test_a_scheme_and_two_layouts_give_three_rows_each_its_own_model(study):
         model = json.loads((study / "runs" / run / "config.json").read_text())["model"]
         assert (model["layers"], model["block"], model["qk_norm"]) == (layers, "llama", True), run
     assert found[0]["options"]["layouts"] == ["rope-nope=rope none", "rope/w4 none"]
-
-
-def hand_bpb(run_dir, targets: int, L: int) -> float:
-    """Bits per byte of non-overlapping windows of ``L`` targets over the first ``targets`` validation targets of a
-    run folder, computed here from its model's log-probabilities and its tokenizer's bytes."""
-    model, tokenizer = load_run(run_dir)
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    val = np.memmap(run_dir / "val.bin", dtype=manifest["tokens"]["val"]["dtype"], mode="r")
-    nats, nbytes = 0.0, 0
-    with torch.no_grad():
-        for w in range(targets // L):
-            window = torch.tensor(np.asarray(val[w * L : w * L + L + 1], dtype=np.int64))
-            logp = torch.log_softmax(model(window[None, :-1])[0].double(), dim=-1)
-            nats -= logp[torch.arange(L), window[1:]].sum().item()
-            nbytes += len(tokenizer.decode(window[1:].tolist()).encode("utf-8"))
-    return nats / math.log(2) / nbytes
 
 
 def test_a_layout_rows_score_is_octlm_train_with_the_same_flags_then_scored_by_hand(study, small_corpus, tmp_path):
