@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
         "length",
         help="train one model per position scheme and compare them past the training length",
         formatter_class=Formatter,
-        description="The length study. Trains one decoder per position scheme (same text, seed, shape and budget),\n"
+        description="The length study. Trains one decoder per position scheme, and per layer layout with --layouts\n"
+        "(same text, seed, shape and budget),\n"
         "then measures validation bits per byte at 1x, 2x, 4x, 8x and 16x the training length T, and the\n"
         "RoPE model again under each context-extension method (factor = length / T). Every length scores\n"
         "the same validation targets in two readings: non-overlapping windows of that length, each starting\n"
