@@ -56,7 +56,7 @@ def test_a_path_on_disk_wins_over_a_builtin_name(tmp_path, monkeypatch):
 
 
 def test_a_missing_path_names_the_builtin_corpora(tmp_path):
-    with pytest.raises(DataError, match=r"no such file or folder \(built-in corpora: tinyshakespeare\)"):
+    with pytest.raises(DataError, match=r"no such file or folder \(built-in corpora: tinyshakespeare, stdlib\)"):
         read_documents([str(tmp_path / "tinyshakespear")])
 
 
@@ -123,3 +123,45 @@ def test_text_tinyshakespeare_trains_and_the_manifest_names_it(tmp_path, monkeyp
     ]
     assert json.loads((out / "config.json").read_text())["train"]["text"] == ["tinyshakespeare"]
     assert (out / "model.safetensors").is_file()
+
+
+def _small_stdlib(tmp_path, monkeypatch) -> Path:
+    """A stand-in standard library of two modules and a test suite, so the test reads a few bytes."""
+    root = tmp_path / "lib"
+    (root / "json").mkdir(parents=True)
+    (root / "test").mkdir()
+    (root / "abc.py").write_text("class ABC:\n    pass\n", encoding="utf-8")
+    (root / "json" / "decoder.py").write_text("def decode(s):\n    return s\n", encoding="utf-8")
+    (root / "test" / "test_abc.py").write_text("assert True\n", encoding="utf-8")
+    monkeypatch.setattr("octlm.data.text.default_corpus_root", lambda: root)
+    return root
+
+
+def test_text_stdlib_is_the_default_corpus(tmp_path, monkeypatch):
+    _small_stdlib(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    named, named_info = read_documents(["stdlib"])
+    default, default_info = read_documents(None)
+    assert [d.text for d in named] == ["class ABC:\n    pass\n", "def decode(s):\n    return s\n"]
+    assert [d.text for d in named] == [d.text for d in default]
+    assert named_info["source"] == default_info["source"]
+    assert named_info["source"]["kind"] == "python-stdlib"
+
+
+def test_text_stdlib_beside_other_text_adds_its_files(tmp_path, monkeypatch):
+    _small_stdlib(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    Path("notes.txt").write_text("my notes\n", encoding="utf-8")
+    docs, info = read_documents(["notes.txt", "stdlib"])
+    assert [d.text for d in docs] == ["my notes\n", "class ABC:\n    pass\n", "def decode(s):\n    return s\n"]
+    assert [b["name"] for b in info["source"]["builtin"]] == ["stdlib"]
+
+
+def test_a_folder_called_stdlib_wins_over_the_name(tmp_path, monkeypatch):
+    _small_stdlib(tmp_path, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "stdlib").mkdir()
+    (tmp_path / "stdlib" / "mine.txt").write_text("my own stdlib notes\n", encoding="utf-8")
+    docs, info = read_documents(["stdlib"])
+    assert [d.text for d in docs] == ["my own stdlib notes\n"]
+    assert info["source"]["kind"] == "files"

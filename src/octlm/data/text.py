@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from octlm.data.corpora import BUILTIN_CORPORA, BuiltinCorpus, builtin_corpus, read_builtin
+from octlm.data.corpora import STDLIB, BuiltinCorpus, builtin_corpus, builtin_names, read_builtin
 from octlm.errors import DataError
 
 #: Folders of the standard library that hold test suites or third-party code.
@@ -183,11 +183,15 @@ def _given_candidates(
             raise DataError(f"{path}: not a regular file or folder")
         elif (broken := _broken_link(path)) is not None:
             raise DataError(broken)
+        elif str(given) == STDLIB:
+            root = default_corpus_root()
+            candidates.extend((p, p.relative_to(root).as_posix(), True) for p in default_corpus_files())
+            builtins.append({"name": STDLIB, "root": str(root)})
         elif (shipped := builtin_corpus(str(given))) is not None:
             candidates.append((shipped, shipped.name, False))
             builtins.append({"name": shipped.name, "sha256": shipped.sha256, "source": shipped.source})
         else:
-            raise DataError(f"{path}: no such file or folder (built-in corpora: {', '.join(BUILTIN_CORPORA)})")
+            raise DataError(f"{path}: no such file or folder (built-in corpora: {', '.join(builtin_names())})")
     return candidates, builtins
 
 
@@ -315,7 +319,9 @@ def read_documents(
             byte in the first 8 KiB, or in the text for UTF-16/32) and
             record files that are not records of ``text_field``
             (:class:`octlm.data.records.NotRecords`). ``None`` or empty: the
-            default corpus, :func:`default_corpus_files`.
+            default corpus, :func:`default_corpus_files`, as is ``["stdlib"]``
+            (:data:`~octlm.data.corpora.STDLIB`) when nothing called ``stdlib``
+            exists; named beside other paths it adds those files.
         encoding: codec of every file (UTF-8 by default).
         skip_folder: called on each folder met while walking; a reason
             (recorded in ``info["skipped"]``) leaves it and all below it out.
@@ -356,7 +362,7 @@ def corpus_candidates(
         DataError: as :func:`read_documents`, for paths that name nothing readable.
     """
     skipped: list[dict] = []
-    if not paths:
+    if not paths or (list(map(str, paths)) == [STDLIB] and not Path(STDLIB).exists() and not Path(STDLIB).is_symlink()):
         root = default_corpus_root()
         source = {"kind": "python-stdlib", "root": str(root)}
         return source, [(p, p.relative_to(root).as_posix(), True) for p in default_corpus_files()], skipped

@@ -283,7 +283,8 @@ def check_options(opts: LengthOptions) -> None:
     """Reject options that cannot work, naming the flag; nothing is written before this passes."""
     if not opts.text:
         raise OctlmError(
-            "--text: give at least one text file or folder, e.g. --text tinyshakespeare (the corpus built into octlm)"
+            "--text: give at least one text file or folder, e.g. --text tinyshakespeare or --text stdlib (corpora "
+            "built into octlm)"
         )
     if opts.out is None:
         raise OctlmError("--out: give the study folder to create, e.g. --out runs/length")

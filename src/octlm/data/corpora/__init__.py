@@ -87,12 +87,33 @@ def read_builtin(name: str) -> bytes:
     return raw
 
 
+#: ``--text`` name of the running interpreter's standard library, octlm train's default corpus: read from the
+#: installation (nothing shipped), so a study can name it beside tinyshakespeare.
+STDLIB = "stdlib"
+STDLIB_DESCRIPTION = "the running Python's standard library .py files (prose and code; octlm train's default)"
+
+
+def builtin_names() -> list[str]:
+    """Every name ``--text`` takes for a corpus built into octlm: the shipped ones and :data:`STDLIB`."""
+    return [*BUILTIN_CORPORA, STDLIB]
+
+
 def builtin_help() -> str:
     """The lines ``--help`` shows about built-in corpora: their names, and that a path on disk wins."""
-    names = "\n".join(f"  {c.name:<18} {c.description}" for c in BUILTIN_CORPORA.values())
+    described = [(c.name, c.description) for c in BUILTIN_CORPORA.values()] + [(STDLIB, STDLIB_DESCRIPTION)]
+    names = "\n".join(f"  {name:<18} {description}" for name, description in described)
     return (
         f"built-in corpora, named by --text NAME (a file or folder called NAME that exists is read instead):\n{names}"
     )
 
 
-__all__ = ["BUILTIN_CORPORA", "BuiltinCorpus", "builtin_corpus", "builtin_help", "read_builtin"]
+__all__ = [
+    "BUILTIN_CORPORA",
+    "STDLIB",
+    "STDLIB_DESCRIPTION",
+    "BuiltinCorpus",
+    "builtin_corpus",
+    "builtin_help",
+    "builtin_names",
+    "read_builtin",
+]
