@@ -133,7 +133,7 @@ def _small_stdlib(tmp_path, monkeypatch) -> Path:
     (root / "abc.py").write_text("class ABC:\n    pass\n", encoding="utf-8")
     (root / "json" / "decoder.py").write_text("def decode(s):\n    return s\n", encoding="utf-8")
     (root / "test" / "test_abc.py").write_text("assert True\n", encoding="utf-8")
-    monkeypatch.setattr("octlm.data.text.default_corpus_root", lambda: root)
+    monkeypatch.setattr("octlm.data.corpora.stdlib.default_corpus_root", lambda: root)
     return root
 
 

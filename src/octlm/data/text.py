@@ -14,17 +14,22 @@ from __future__ import annotations
 import codecs
 import errno
 import os
-import sysconfig
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from octlm.data.corpora import STDLIB, BuiltinCorpus, builtin_corpus, builtin_names, read_builtin
+from octlm.data.corpora import STDLIB, BuiltinCorpus, builtin_corpus, builtin_names, read_builtin, stdlib
+from octlm.data.corpora.stdlib import default_corpus_files, default_corpus_root
 from octlm.errors import DataError
 
-#: Folders of the standard library that hold test suites or third-party code.
-_NOT_STDLIB = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
 _BINARY_SNIFF_BYTES = 8192
+
+#: Folders of installed code and caches, never a person's text.
+_SKIPPED_FOLDERS = {"__pycache__", "node_modules"}
+
+#: Why a folder met while walking ``--text`` is not the person's text (e.g. an earlier run's
+#: output, which :mod:`octlm.train.corpus` recognises), or None to read it.
+FolderRule = Callable[[Path], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -36,35 +41,6 @@ class Document:
     text: str
     n_bytes: int
     sha256: str
-
-
-def default_corpus_root() -> Path:
-    """The running interpreter's standard library folder (the embedded default corpus)."""
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def default_corpus_files() -> list[Path]:
-    """The standard library's ``.py`` files outside its test suites, sorted by path.
-
-    Every Python installation has them, they are written by people, and the
-    order is fixed, so the default run is reproducible on one interpreter.
-    """
-    root = default_corpus_root()
-    files = []
-    for path in root.rglob("*.py"):
-        parts = path.relative_to(root).parts[:-1]
-        if any(part in _NOT_STDLIB or part.startswith(".") for part in parts):
-            continue
-        files.append(path)
-    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
-
-
-#: Folders of installed code and caches, never a person's text.
-_SKIPPED_FOLDERS = {"__pycache__", "node_modules"}
-
-#: Why a folder met while walking ``--text`` is not the person's text (e.g. an earlier run's
-#: output, which :mod:`octlm.train.corpus` recognises), or None to read it.
-FolderRule = Callable[[Path], "str | None"]
 
 
 def _folder_files(folder: Path, skipped: list[dict], skip_folder: FolderRule | None) -> list[Path]:
@@ -184,8 +160,8 @@ def _given_candidates(
         elif (broken := _broken_link(path)) is not None:
             raise DataError(broken)
         elif str(given) == STDLIB:
-            root = default_corpus_root()
-            candidates.extend((p, p.relative_to(root).as_posix(), True) for p in default_corpus_files())
+            root = stdlib.default_corpus_root()
+            candidates.extend((p, p.relative_to(root).as_posix(), True) for p in stdlib.default_corpus_files())
             builtins.append({"name": STDLIB, "root": str(root)})
         elif (shipped := builtin_corpus(str(given))) is not None:
             candidates.append((shipped, shipped.name, False))
@@ -363,9 +339,9 @@ def corpus_candidates(
     """
     skipped: list[dict] = []
     if not paths or (list(map(str, paths)) == [STDLIB] and not Path(STDLIB).exists() and not Path(STDLIB).is_symlink()):
-        root = default_corpus_root()
+        root = stdlib.default_corpus_root()
         source = {"kind": "python-stdlib", "root": str(root)}
-        return source, [(p, p.relative_to(root).as_posix(), True) for p in default_corpus_files()], skipped
+        return source, [(p, p.relative_to(root).as_posix(), True) for p in stdlib.default_corpus_files()], skipped
     source = {"kind": "files", "paths": [str(p) for p in paths]}
     candidates, builtins = _given_candidates(paths, skipped, skip_folder)
     if builtins:
