@@ -131,7 +131,17 @@ class CausalSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
 
-    def _scheme_attends(self, q, k, v, positions, plan, offset: int, layer: int, dropout: float) -> Tensor:
+    def _scheme_attends(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        positions: PositionScheme,
+        plan: PassPlan | PassView | None,
+        offset: int,
+        layer: int,
+        dropout: float,
+    ) -> Tensor:
         """[B, H, T, D] from the scheme's :meth:`~octlm.model.positions.PositionScheme.attend`, under the pass's
         visible keys (the plan's, with the window joined, or causal); its weights go to the recorder."""
         T, S = q.shape[-2], k.shape[-2]
