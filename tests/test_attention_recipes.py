@@ -55,7 +55,21 @@ def taking(recipe: dict) -> list[str]:
 
 
 #: Every built-in scheme takes the log scale: it multiplies the logits, whatever added to them or rotated them.
-LOG_SCALE_SCHEMES = ["learned", "sinusoidal", "rope", "alibi", "t5", "fire", "kerple", "xpos", "prope", "cope", "none"]
+LOG_SCALE_SCHEMES = [
+    "learned",
+    "sinusoidal",
+    "rope",
+    "alibi",
+    "t5",
+    "fire",
+    "kerple",
+    "xpos",
+    "prope",
+    "cope",
+    "none",
+    "fox",
+    "stickbreaking",
+]
 #: The schemes whose signal restarts at each document: per-row position ids (learned, sinusoidal, rope, prope), a bias
 #: of i - j alone (alibi, t5), or nothing (none). fire normalises by the query's position in the pass, xpos takes its
 #: decay reference from the pass's positions as one row, and kerple and cope do not declare it.

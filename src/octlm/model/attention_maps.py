@@ -54,9 +54,11 @@ class AttentionMaps:
     Attributes:
         probabilities: per layer, float32 [B, H, T, S]: row ``i`` is the
             softmax over the keys query ``i`` attends to; it sums to 1 and is
-            0 on the keys it may not see.
+            0 on the keys it may not see. A scheme that forms its weights
+            itself (``PositionScheme.attend``, stick-breaking) gives those.
         logits: per layer, float32 [B, H, T, S]: the scores before the
-            softmax (:func:`attention_logits`), ``-inf`` on hidden keys.
+            softmax (:func:`attention_logits`), ``-inf`` on hidden keys; for a
+            scheme's own weights, their log (whose softmax they are when they sum to 1).
         offset: the position of the first query (tokens); queries sit at
             ``offset .. offset + T - 1`` and keys at ``offset + T - S .. offset + T - 1``.
 
@@ -69,11 +71,17 @@ class AttentionMaps:
     logits: list[Tensor] = field(default_factory=list)
     offset: int = 0
 
-    def _store(self, layer: int, q: Tensor, k: Tensor, bias: Tensor | None, offset: int) -> None:
+    def _store(
+        self, layer: int, q: Tensor, k: Tensor, bias: Tensor | None, offset: int, weights: Tensor | None = None
+    ) -> None:
         if layer == 0:
             self.probabilities.clear()
             self.logits.clear()
             self.offset = offset
+        if weights is not None:  # a scheme's own weights (PositionScheme.attend); their log is a softmax's logits
+            self.probabilities.append(weights.detach().float())
+            self.logits.append(self.probabilities[-1].log())
+            return
         logits = attention_logits(q.detach(), k.detach(), None if bias is None else bias.detach())
         self.logits.append(logits)
         self.probabilities.append(torch.softmax(logits, dim=-1))

@@ -48,6 +48,9 @@ class CausalSelfAttention(nn.Module):
     ``record`` is ``None`` except inside :func:`octlm.model.attention_maps.record_attention`,
     which sets it to a callable taking the queries and keys SDPA gets and the
     scheme's score bias and the offset, ``record(q, k, bias, offset)``; the output is SDPA's either way.
+    A scheme that forms its own weights (``attends``: stick-breaking) replaces SDPA by its ``attend`` and
+    hands the recorder those weights, ``record(q, k, None, offset, weights)``; every scheme's
+    ``read_input`` sees the layer's input ``x`` first.
 
     A layer of a layout (:class:`~octlm.model.layout.LayerSpec`) may have a
     ``window``: each query sees its last ``window`` keys, itself included,
@@ -69,7 +72,7 @@ class CausalSelfAttention(nn.Module):
         qk_norm = config.qk_norm if spec is None or spec.qk_norm is None else spec.qk_norm
         self.q_norm = nn.RMSNorm(config.head_dim, eps=RMS_EPS) if qk_norm else None
         self.k_norm = nn.RMSNorm(config.head_dim, eps=RMS_EPS) if qk_norm else None
-        self.record: Callable[[Tensor, Tensor, Tensor | None, int], None] | None = None
+        self.record: Callable[..., None] | None = None
 
     def forward(
         self,
@@ -84,6 +87,7 @@ class CausalSelfAttention(nn.Module):
         """[B, T, C] at positions ``offset ..`` -> [B, T, C]; with ``cache``, attend to its keys too and extend it.
         ``layer``: the block's index; ``scale_queries``: whether the plan's ``query_scale`` applies to this layer."""
         B, T, C = x.shape
+        positions.read_input(x, layer, cache)  # a scheme that reads the tokens (FoX's gates) sees them here
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
@@ -97,6 +101,9 @@ class CausalSelfAttention(nn.Module):
         dropout = self.dropout if self.training else 0.0
         if self.window is not None:
             plan = self._windowed(plan, T, S, x.device)
+        if positions.attends:  # the scheme forms the weights itself (stick-breaking): no softmax, no SDPA
+            y = self._scheme_attends(q, k, v, positions, plan, offset, layer, dropout)
+            return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
         if plan is not None and plan.visible is not None:
             # The bias (or zeros) with -inf on the keys of other documents: [B, 1 or H, T, S], also what the record
             # sees.
@@ -123,6 +130,26 @@ class CausalSelfAttention(nn.Module):
                 )  # [1, H, T, S]: the 4-D shape the CPU flash kernel also accepts
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+
+    def _scheme_attends(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        positions: PositionScheme,
+        plan: PassPlan | PassView | None,
+        offset: int,
+        layer: int,
+        dropout: float,
+    ) -> Tensor:
+        """[B, H, T, D] from the scheme's :meth:`~octlm.model.positions.PositionScheme.attend`, under the pass's
+        visible keys (the plan's, with the window joined, or causal); its weights go to the recorder."""
+        T, S = q.shape[-2], k.shape[-2]
+        visible = visible_keys(T, S, q.device) if plan is None or plan.visible is None else plan.visible
+        y, weights = positions.attend(q, k, v, visible, layer, dropout)
+        if self.record is not None:
+            self.record(q, k, None, offset, weights)
+        return y
 
     def _windowed(self, plan: PassPlan | None, T: int, S: int, device: torch.device) -> PassPlan | PassView | None:
         """The pass's masks for this window layer: the plan's ``visible`` cut to the S keys a window cache kept, and

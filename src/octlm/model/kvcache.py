@@ -20,7 +20,9 @@ class LayerCache:
     layer's cache holds only its last ``window - 1`` keys (``length`` still
     counts every position seen). Keys are stored
     after the scheme's rotation (RoPE), so a cached key is never rotated
-    again.
+    again. ``scheme_state`` holds what the position scheme keeps of earlier
+    tokens beside the keys (FoX's cumulative log forget gates), by a name of
+    the scheme's (``PositionScheme.read_input``).
     """
 
     def __init__(self, capacity: int = 0) -> None:
@@ -28,6 +30,7 @@ class LayerCache:
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
         self.length = 0
+        self.scheme_state: dict[str, Tensor] = {}
 
     def append(self, k: Tensor, v: Tensor, window: int | None = None) -> tuple[Tensor, Tensor]:
         """Add ``k``, ``v`` [B, H, T, D]; return all keys and values so far, [B, H, length, D] each.

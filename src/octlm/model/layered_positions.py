@@ -94,6 +94,9 @@ class LayeredPositions(PositionScheme):
     def attention_bias(self, q: Tensor, k: Tensor, offset: int = 0, layer: int = 0) -> Tensor | None:
         return self.for_layer(layer).attention_bias(q, k, offset, layer)
 
+    def read_input(self, x: Tensor, layer: int = 0, cache=None) -> None:
+        self.for_layer(layer).read_input(x, layer, cache)
+
     def score_bias_bytes(self, n_heads: int, length: int) -> int:
         return max(scheme.score_bias_bytes(n_heads, length) for scheme in self.schemes)
 

@@ -11,6 +11,10 @@ order"), so every scheme injects position at exactly one of three places:
                     reads the queries and keys (CoPE) or differs by layer
                     (KERPLE) overrides ``attention_bias``, which calls it.
 
+Two more hooks serve schemes that read the tokens or replace the softmax:
+``read_input`` sees each attention layer's input first (FoX's forget gates),
+and ``attend`` forms the weights itself when ``attends`` is set (stick-breaking).
+
 A scheme is a small ``nn.Module`` that overrides only the hooks it needs; the
 base class makes every hook a no-op. Schemes are found by name in
 :data:`SCHEMES`, so adding one means writing one class in a module of this
@@ -57,6 +61,7 @@ from octlm.model.positions.xpos import XPosRotation
 from octlm.model.positions.prope import PartialFrequencyRoPE
 from octlm.model.positions.contextual import ContextualPositions
 from octlm.model.positions.nope import NoPositions
+from octlm.model.positions.recency import ForgettingAttention, StickBreakingAttention
 from octlm.model.positions.distances import alibi_slopes
 from octlm.model.positions.rope_scaling import ROPE_SCALINGS, RopeScaling
 from octlm.model.positions.waves import DEFAULT_BASE, SINUSOIDAL_LAYOUTS, rope_inverse_frequencies, sinusoidal_positions
@@ -75,6 +80,7 @@ __all__ = [
     "ALiBiPositions",
     "ContextualPositions",
     "FIREBias",
+    "ForgettingAttention",
     "KERPLEBias",
     "LearnedPositions",
     "NoPositions",
@@ -84,6 +90,7 @@ __all__ = [
     "RopeScaling",
     "RotaryPositions",
     "SinusoidalPositions",
+    "StickBreakingAttention",
     "T5RelativeBias",
     "XPosRotation",
     "alibi_slopes",

@@ -22,6 +22,7 @@ from octlm.model.positions.registry import random_position_schemes
 
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig
+    from octlm.model.kvcache import LayerCache
 
 
 #: Bytes per score entry [head, query, key] that a score bias costs inside
@@ -86,6 +87,9 @@ class PositionScheme(nn.Module):
     #: :meth:`position_ids` (:meth:`place_documents`), or depends on distances within a document alone, or on nothing;
     #: off unless a scheme says so, so a scheme that reads an absolute position some other way is refused by name
     takes_document_positions = False
+    #: forms attention's weights itself (:meth:`attend`) instead of the softmax of SDPA; the block asks this first, so
+    #: a scheme that leaves it False pays nothing for the hook
+    attends = False
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
@@ -220,6 +224,45 @@ class PositionScheme(nn.Module):
         (KERPLE) overrides this instead.
         """
         return self.score_bias(q.shape[-2], k.shape[-2], offset)
+
+    def read_input(self, x: Tensor, layer: int = 0, cache: LayerCache | None = None) -> None:
+        """See the input of attention layer ``layer`` before it attends: ``x`` [B, T, C], after the block's norm (what
+        the query, key and value projections read), the pass's ``T`` new tokens.
+
+        Called by every attention layer before :meth:`rotate`, once per
+        pass. A scheme whose signal is computed from the tokens (FoX's forget
+        gates, a data-dependent rotation such as PaTH's) computes it here and
+        keeps it for the pass's :meth:`attention_bias` or :meth:`attend` of
+        the same ``layer``; what a later cached pass needs of earlier tokens
+        (per-key sums, products) it keeps in ``cache.scheme_state`` (a dict,
+        one per layer, emptied with the cache), so a cached step, which sees
+        only its new tokens here, computes what the full pass computes.
+        Anything kept on the scheme itself is for this pass alone: forget it
+        in :meth:`end_pass`. ``cache`` is ``None`` without a key/value cache.
+        Here: nothing.
+        """
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, visible: Tensor, layer: int = 0, dropout: float = 0.0
+    ) -> tuple[Tensor, Tensor]:
+        """Attention layer ``layer``'s output and weights, for a scheme whose weights are not a softmax (``attends``).
+
+        ``q`` [B, H, T, D] after :meth:`rotate` (and any query scale), ``k``
+        and ``v`` [B, H, S, D] with a cache's keys and values (keys end where
+        the queries end, as in :meth:`rotate`); ``visible`` bool [T, S] or
+        [B, 1, T, S], True where query ``i`` may see key ``j`` (causal, and
+        the layer's window and document masks when it has them; the query's
+        own key is always visible). ``dropout``: the probability of dropping
+        a weight (0 outside training). Returns the output [B, H, T, D] and the
+        weights float32 [B, H, T, S] it is the weighted sum of ``v`` with
+        (0 where not visible), which :func:`~octlm.model.attention_maps.record_attention`
+        records as the layer's probabilities. Called only when ``attends`` is
+        True; no score bias is added (:meth:`attention_bias` is the softmax's).
+
+        Raises:
+            NotImplementedError: here, where the softmax of SDPA attends.
+        """
+        raise NotImplementedError(f"{type(self).__name__} sets attends = True but does not define attend")
 
     def pass_positions(self, q_len: int, k_len: int, offset: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """Positions of the queries [q_len] and keys [k_len] of an attention call, int64; keys end where the queries
