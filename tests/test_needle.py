@@ -172,6 +172,15 @@ def test_segments_of_an_instance_and_the_positions_that_predict_the_values():
     assert all(k in ("start", "needle") for k in kinds[:4]) and "start" not in kinds[4:]
 
 
+def test_a_needle_at_the_very_start_stays_needle():
+    task = needle_task("needle-single")
+    for row in task.batch_at_depth(20, 8, 20, torch.Generator().manual_seed(0), 0.0, 0.1).tolist():
+        kinds = needle_segments(VARIANTS["needle-single"], row)[0]
+        at = row.index(KEY)
+        assert at < 2 and kinds[at : at + 7] == ["needle"] * 7 and kinds[:at] == ["start"] * at
+        assert kinds[at + 7 :].count("start") == 0
+
+
 def test_a_needle_study_reports_depth_effective_context_and_attention(tmp_path, capsys):
     from octlm.cli import main
 
