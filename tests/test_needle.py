@@ -218,6 +218,7 @@ def test_a_needle_study_reports_depth_effective_context_and_attention(tmp_path, 
 def test_text_is_refused_without_a_needle_task(tmp_path, capsys):
     from octlm.cli import main
 
-    code = main(["length", "--task", "copy", "--text", "tinyshakespeare", "--out", str(tmp_path / "s")])
+    tiny = "--max-steps 1 --schemes rope --seeds 1 --task-length 2 --d-model 16 --n-layers 1".split()  # fails fast
+    code = main(["length", "--task", "copy", "--text", "tinyshakespeare", "--out", str(tmp_path / "s"), *tiny])
     err = capsys.readouterr().err
     assert code != 0 and "--text means nothing with --task copy" in err and not (tmp_path / "s").exists()
