@@ -222,3 +222,24 @@ def test_text_is_refused_without_a_needle_task(tmp_path, capsys):
     code = main(["length", "--task", "copy", "--text", "tinyshakespeare", "--out", str(tmp_path / "s"), *tiny])
     err = capsys.readouterr().err
     assert code != 0 and "--text means nothing with --task copy" in err and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--text", "no-such-corpus"], "no-such-corpus: no such file or folder"),
+        (
+            ["--text", "PATH", "--task-length", "200", "--multipliers", "1", "2"],
+            "holds 900 training and 100 validation",
+        ),
+    ],
+)
+def test_a_corpus_that_cannot_serve_is_refused_before_anything_is_written(tmp_path, capsys, flags, message):
+    from octlm.cli import main
+
+    path = tmp_path / "tiny.txt"
+    path.write_text("abcdefghij" * 100, encoding="utf-8")
+    flags = [str(path) if f == "PATH" else f for f in flags]
+    code = main(["length", "--task", "needle-single", "--out", str(tmp_path / "s"), "--max-steps", "1", *flags])
+    err = capsys.readouterr().err
+    assert code != 0 and message in err and "Traceback" not in err and not (tmp_path / "s").exists()

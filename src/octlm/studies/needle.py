@@ -119,6 +119,22 @@ def load_haystack(text: tuple[str, ...] | None = None) -> Haystack:
     return Haystack(" ".join(names), "\n".join(train).encode("utf-8"), "\n".join(val).encode("utf-8"))
 
 
+def check_haystack(name: str, text: tuple[str, ...], train_size: int, eval_size: int) -> None:
+    """Refuse a corpus whose training split holds fewer than ``train_size`` bytes or validation split fewer than
+    ``eval_size``, before anything is trained.
+
+    Raises:
+        OctlmError: naming both splits' sizes and the fix; DataError as :func:`load_haystack`.
+    """
+    haystack = load_haystack(text)
+    if len(haystack.train) < train_size or len(haystack.validation) < eval_size:
+        raise OctlmError(
+            f"--task {name}: --text {haystack.source} holds {len(haystack.train)} training and "
+            f"{len(haystack.validation)} validation bytes, and the study needs {train_size} and {eval_size} "
+            "(--task-length, and it times the largest --multipliers); give more text or lower them"
+        )
+
+
 def key_tokens(key: int) -> list[int]:
     """Key number ``key`` (``0 .. KEY_LETTERS ** KEY_LENGTH - 1``) as its :data:`KEY_LENGTH` letter tokens."""
     return [BYTES + VALUE_DIGITS + (key // KEY_LETTERS**i) % KEY_LETTERS for i in reversed(range(KEY_LENGTH))]
@@ -239,6 +255,7 @@ __all__ = [
     "VARIANTS",
     "VOCAB",
     "Haystack",
+    "check_haystack",
     "NeedleVariant",
     "key_tokens",
     "load_haystack",

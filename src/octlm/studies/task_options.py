@@ -17,7 +17,7 @@ from octlm.errors import OctlmError
 from octlm.model.config import DecoderFieldError
 from octlm.model.positions import SCHEME_NAMES, random_position_schemes, task_study_schemes
 from octlm.studies.core import check_schemes
-from octlm.studies.needle import DEFAULT_TEXT, VARIANTS, needle_task
+from octlm.studies.needle import DEFAULT_TEXT, VARIANTS, check_haystack, needle_task
 from octlm.studies.spread import SHARD_HELP
 from octlm.studies.study_rows import LAYOUTS_HELP, LayoutRow, check_layouts, layout_rows, layout_settings
 from octlm.studies.task_presets import PRESETS, apply_preset
@@ -253,7 +253,9 @@ def check_task_options(opts: TaskOptions) -> None:
             ``--learning-rate nan``), a scheme or task named twice,
             ``--randomize-positions`` with no scheme that reads positions, a
             layout that cannot train (:func:`~octlm.studies.study_rows.check_layouts`),
-            or a model shape or training the model or ``octlm train`` refuses.
+            or a model shape or training the model or ``octlm train`` refuses;
+            for a needle task, a ``--text`` that cannot be read or is too
+            short for the sizes (:func:`~octlm.studies.needle.check_haystack`).
     """
     names = opts.task_names()
     if not names or any(name not in TASKS and name not in VARIANTS for name in names):
@@ -289,6 +291,8 @@ def check_task_options(opts: TaskOptions) -> None:
             except ValueError as err:
                 raise refused(err) from None
             check_options(train)
+    for name in (n for n in names if n in VARIANTS):
+        check_haystack(name, tuple(opts.text or ()), opts.task_length, max(opts.multipliers) * opts.task_length)
     # The study files its models under its folder's name, refused here when MLflow cannot take it.
     check_experiment(list(opts.log_to), Path(opts.out).resolve().name, None, "--out", opts.out)
 
