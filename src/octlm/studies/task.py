@@ -35,13 +35,14 @@ from octlm.fileio import atomic_write
 from octlm.model import Decoder, cross_entropy
 from octlm.report import Reporter, SilentReporter
 from octlm.studies.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
+from octlm.studies.needle_report import NEEDLE_FILES, attention_records
 from octlm.studies.progress import PROGRESS, StudyProgress, open_study, test_stop
 from octlm.studies.spread import Share, count_models, finish_share, open_share, placed_device, share_of
 from octlm.studies.task_checkpoint import SAVE_EVERY, restore_task_checkpoint, save_task_checkpoint
 from octlm.studies.task_events import announce, report_model
 from octlm.studies.task_options import TaskOptions, Variant, check_task_options
 from octlm.studies.task_tables import Summary, protocol_sentence, summarize
-from octlm.studies.tasks import TASKS, Task
+from octlm.studies.tasks import Task
 from octlm.train.device import resolve_device, torch_settings
 from octlm.train.optim import backward, make_optimizer, scheduled_lr
 from octlm.train.tracking import MetricsLog
@@ -61,7 +62,9 @@ RANK_PLOT = "ranking.png"
 RUNS = "runs"
 #: Steps between the train records a tracker receives.
 LOG_EVERY = 50
-FILES = StudyFiles("task study", "tasks.jsonl", "tasks.md", "tasks.png", extra=(DEPTH_PLOT, RANK_PLOT, RUNS, PROGRESS))
+FILES = StudyFiles(
+    "task study", "tasks.jsonl", "tasks.md", "tasks.png", extra=(DEPTH_PLOT, RANK_PLOT, RUNS, PROGRESS, *NEEDLE_FILES)
+)
 JSONL, PLOT, TABLE = FILES.jsonl, FILES.plot, FILES.table
 
 
@@ -145,7 +148,7 @@ def exact_match(model: Decoder, task: Task, size: int, longest: int, seed: int, 
     if model.max_length is not None and task.sequence_length(size) - 1 > model.max_length:
         return None
     g = torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET + size)
-    return _all_right(model, task.batch(size, EVAL_COUNT, longest, g).to(device), task, size)
+    return _all_right(model, task.evaluation().batch(size, EVAL_COUNT, longest, g).to(device), task, size)
 
 
 @torch.no_grad()
@@ -164,7 +167,7 @@ def exact_match_by_depth(
     scores: list[float | None] = []
     for b in range(DEPTH_BINS):
         g = torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET + size + DEPTH_SEED_STEP * (b + 1))
-        tokens = task.batch_at_depth(size, EVAL_COUNT, longest, g, b / DEPTH_BINS, (b + 1) / DEPTH_BINS)
+        tokens = task.evaluation().batch_at_depth(size, EVAL_COUNT, longest, g, b / DEPTH_BINS, (b + 1) / DEPTH_BINS)
         scores.append(None if tokens is None else _all_right(model, tokens.to(device), task, size))
     return scores
 
@@ -208,7 +211,7 @@ def _study(opts: TaskOptions, share: Share, device: torch.device, report: Report
         return open_study(opts.out, overwrite, FILES.kind, asdict(opts), prepare, report)
 
     progress = open_share(share, opts.out, opts.overwrite, begin)
-    tasks = [TASKS[name] for name in opts.task_names()]
+    tasks = opts.tasks()
     seeds = study_seeds(opts.seed, opts.seeds)
     sizes = [m * opts.task_length for m in opts.multipliers]
     variants = opts.variants()
@@ -379,6 +382,7 @@ def _score(
                     "exact_match": by_depth,
                 }
             )
+    evals += attention_records(model, task, row, seed, opts.multipliers, sizes, device)  # needle tasks only
     return [record, *evals], depths
 
 

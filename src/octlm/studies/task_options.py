@@ -17,6 +17,7 @@ from octlm.errors import OctlmError
 from octlm.model.config import DecoderFieldError
 from octlm.model.positions import SCHEME_NAMES, random_position_schemes, task_study_schemes
 from octlm.studies.core import check_schemes
+from octlm.studies.needle import DEFAULT_TEXT, VARIANTS, check_haystack, needle_task
 from octlm.studies.spread import SHARD_HELP
 from octlm.studies.study_rows import LAYOUTS_HELP, LayoutRow, check_layouts, layout_rows, layout_settings
 from octlm.studies.task_presets import PRESETS, apply_preset
@@ -95,10 +96,18 @@ class TaskOptions:
         None,
         f"synthetic tasks to train on instead of --text, one or more of {', '.join(TASKS)}, or all (docs/tasks.md): "
         "sizes 1..--task-length, exact match at --multipliers; several end with a ranking across tasks (ranking.png). "
+        f"Also, not in all: {', '.join(VARIANTS)}, key-value needles in real text (--text; RULER's variants). "
         f"{MEASURED_HELP}",
         nargs="+",
-        choices=[*TASKS, ALL],
+        choices=[*TASKS, *VARIANTS, ALL],
         metavar="TASK",
+    )
+    text: list[str] | None = option(
+        None,
+        f"with a needle task: the corpus whose text is the haystack (default {DEFAULT_TEXT}); training's filler "
+        "from its training split, evaluation's from its validation split",
+        nargs="+",
+        metavar="PATH",
     )
     task_length: int = option(
         16,
@@ -168,6 +177,15 @@ class TaskOptions:
         names = [self.task] if isinstance(self.task, str) else list(self.task or [])
         return list(TASKS) if ALL in names else names
 
+    def task_named(self, name: str) -> Task:
+        """Task ``name``: of :data:`~octlm.studies.tasks.TASKS`, or a needle task on ``--text``
+        (:func:`~octlm.studies.needle.needle_task`)."""
+        return needle_task(name, tuple(self.text or ())) if name in VARIANTS else TASKS[name]
+
+    def tasks(self) -> list[Task]:
+        """The tasks to run (:meth:`task_names`), in order."""
+        return [self.task_named(name) for name in self.task_names()]
+
     def steps(self) -> int:
         """Steps per model: ``--max-steps``, else :data:`TASK_STEPS` for one task and :data:`ALL_TASKS_STEPS` for
         several."""
@@ -235,12 +253,20 @@ def check_task_options(opts: TaskOptions) -> None:
             ``--learning-rate nan``), a scheme or task named twice,
             ``--randomize-positions`` with no scheme that reads positions, a
             layout that cannot train (:func:`~octlm.studies.study_rows.check_layouts`),
-            or a model shape or training the model or ``octlm train`` refuses.
+            or a model shape or training the model or ``octlm train`` refuses;
+            for a needle task, a ``--text`` that cannot be read or is too
+            short for the sizes (:func:`~octlm.studies.needle.check_haystack`).
     """
     names = opts.task_names()
-    if not names or any(name not in TASKS for name in names):
+    if not names or any(name not in TASKS and name not in VARIANTS for name in names):
         raise OctlmError(
-            f"--task must name tasks among {', '.join(TASKS)} (or all), got {' '.join(map(str, names)) or 'no task'}"
+            f"--task must name tasks among {', '.join([*TASKS, *VARIANTS])} (or all), got "
+            f"{' '.join(map(str, names)) or 'no task'}"
+        )
+    if opts.text and not any(name in VARIANTS for name in names):
+        raise OctlmError(
+            f"--text means nothing with --task {' '.join(names)}: only the needle tasks ({', '.join(VARIANTS)}) "
+            "read text; drop --text"
         )
     if len(set(names)) != len(names):
         raise OctlmError(f"--task lists a task twice: {' '.join(names)}")
@@ -261,10 +287,12 @@ def check_task_options(opts: TaskOptions) -> None:
     for variant in (v for v in opts.variants() if v.layout is None):
         for name in names:
             try:
-                train = opts.train_options(TASKS[name], variant, opts.seed)
+                train = opts.train_options(opts.task_named(name), variant, opts.seed)
             except ValueError as err:
                 raise refused(err) from None
             check_options(train)
+    for name in (n for n in names if n in VARIANTS):
+        check_haystack(name, tuple(opts.text or ()), opts.task_length, max(opts.multipliers) * opts.task_length)
     # The study files its models under its folder's name, refused here when MLflow cannot take it.
     check_experiment(list(opts.log_to), Path(opts.out).resolve().name, None, "--out", opts.out)
 
@@ -275,7 +303,7 @@ def _layout_models(opts: TaskOptions, row: LayoutRow, names: list[str]) -> list[
     models = []
     for name in names:
         try:
-            models.append(opts.train_options(TASKS[name], Variant.of(row), opts.seed))
+            models.append(opts.train_options(opts.task_named(name), Variant.of(row), opts.seed))
         except DecoderFieldError as err:
             raise DecoderFieldError(err.field, f"{err.rest} (--task {name})") from None
     return models

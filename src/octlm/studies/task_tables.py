@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from octlm.studies.core import mean_std
+from octlm.studies.needle import DEFAULT_TEXT, VARIANTS
 from octlm.studies.task_ranking import SEPARATED, ranking, ranking_markdown, ranking_plot, ranking_terminal, separated
 from octlm.studies.tasks import Task
 
@@ -214,6 +215,10 @@ def protocol_sentence(opts) -> str:
         else ""
     )
     preset = f"; --preset {opts.preset}" if opts.preset else ""
+    if any(name in VARIANTS for name in opts.task_names()):
+        preset += (
+            f"; needles in the bytes of {' '.join(opts.text or [DEFAULT_TEXT])} (evaluation: its validation split)"
+        )
     block = "".join(
         [
             f", the {opts.block} block" if opts.block != "gpt2" else "",
@@ -260,6 +265,7 @@ def summarize(
 ) -> Summary:
     """Every table and figure of the task study from its records: per task, randomized rows, passkey depth, and the
     ranking across tasks (two or more tasks)."""
+    from octlm.studies.needle_report import needle_summary
     from octlm.studies.task import DEPTH_PLOT, EVAL_COUNT, RANK_PLOT
 
     grids, spreads, sections, terminal, ranking_records = {}, {}, [], [], []
@@ -272,9 +278,11 @@ def summarize(
             sections.append(diff)
         terminal.append(terminal_table(grid, spread, task, sizes))
     extra: dict[str, bytes] = {}
-    if depths:
-        sections.append(depth_markdown(depths, sizes))
-        extra[DEPTH_PLOT] = depth_plot(depths, sizes)
+    if passkey := [r for r in depths if r.get("task", "passkey") == "passkey"]:
+        sections.append(depth_markdown(passkey, sizes))
+        extra[DEPTH_PLOT] = depth_plot(passkey, sizes)
+    needle_sections, needle_files, effective = needle_summary(records, depths, sizes)
+    sections, extra = sections + needle_sections, extra | needle_files
     result: dict = {"accuracy": grids, "accuracy_std": spreads}
     if several:
         ranks = ranking(records, labels, [t.name for t in tasks], seeds, _multipliers(sizes))
@@ -287,6 +295,8 @@ def summarize(
             ranking_records = [r.record() for r in ranks.values()]
     else:
         result = {"task": tasks[0].name, "accuracy": grids[tasks[0].name], "accuracy_std": spreads[tasks[0].name]}
+    if effective:
+        result["effective_context"] = effective
     title = [f"# Task study: {', '.join(t.name for t in tasks)}", ""] if several else []
     if protocol:
         (title if several else sections).insert(len(title) if several else 1, protocol + "\n")
@@ -311,12 +321,13 @@ def depth_grid(depths: list[dict], sizes: list[int]) -> dict[str, np.ndarray]:
     return out
 
 
-def depth_markdown(depths: list[dict], sizes: list[int]) -> str:
+def depth_markdown(depths: list[dict], sizes: list[int], task: str = "passkey") -> str:
     """Exact match by needle depth (rows, start to end) and size (columns), one table per scheme."""
     lines = [
-        "## Passkey by needle depth",
+        f"## {task[0].upper()}{task[1:]} by needle depth",
         "",
-        "Exact match of the whole key with the needle in each tenth of the filler "
+        f"Exact match of the whole {'key' if task == 'passkey' else 'answer'} with the needle in each tenth of the "
+        "filler "
         "(0-10%: at the start, farthest from the question), mean over seeds.",
         "",
     ]
@@ -336,7 +347,7 @@ def depth_markdown(depths: list[dict], sizes: list[int]) -> str:
     return "\n".join(lines)
 
 
-def depth_plot(depths: list[dict], sizes: list[int]) -> bytes:
+def depth_plot(depths: list[dict], sizes: list[int], task: str = "passkey") -> bytes:
     """PNG bytes: one heatmap per scheme of exact match by needle depth (rows) and size (columns), as
     needle-in-a-haystack evaluations draw it."""
     from octlm.inspect.figures import Figure, png_bytes
@@ -361,7 +372,7 @@ def depth_plot(depths: list[dict], sizes: list[int]) -> bytes:
     fig.supxlabel("size (filler tokens); dotted: past the longest trained; blank: no rows (learned)", fontsize=9)
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.6, label="exact match")
-    fig.suptitle("passkey: exact match by needle depth and size", fontsize=10)
+    fig.suptitle(f"{task}: exact match by needle depth and size", fontsize=10)
     return png_bytes(fig)
 
 

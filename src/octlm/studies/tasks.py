@@ -58,6 +58,11 @@ class Task:
             the end too), the depth being the fraction of the filler before
             it (0: at the start, farthest from the question; 1: just before
             it); ``None`` for other tasks.
+        held_out: ``fn() -> Task``, the same task drawing from held-out data
+            (a needle task's filler from the validation split,
+            :mod:`octlm.studies.needle`), which :meth:`evaluation` gives;
+            ``None``: the task's data are all generated, training's and
+            evaluation's alike.
     """
 
     name: str
@@ -68,6 +73,11 @@ class Task:
     make: Callable[[int, int, int, torch.Generator], Tensor]
     make_at_depth: Callable[..., Tensor] | None = None
     scored: Callable[[int], list[bool]] | None = None
+    held_out: Callable[[], Task] | None = None
+
+    def evaluation(self) -> Task:
+        """The task evaluation draws from: :attr:`held_out`'s, or this one."""
+        return self if self.held_out is None else self.held_out()
 
     def answer_mask(self, size: int) -> Tensor:
         """Which of the ``answer_length(size)`` answer tokens are scored, bool [answer_length(size)]."""
