@@ -54,7 +54,10 @@ MEASURED_HELP = (
     "(docs/tasks.md)"
 )
 
-#: ``--task all``: every task of :data:`~octlm.studies.tasks.TASKS`, in registration order.
+_IN_ALL = [name for name, task in TASKS.items() if task.in_all]
+_NAMED_ONLY = [name for name, task in TASKS.items() if not task.in_all]
+
+#: ``--task all``: every task of :data:`~octlm.studies.tasks.TASKS` whose ``in_all`` is set, in registration order.
 ALL = "all"
 
 
@@ -94,9 +97,11 @@ class TaskOptions:
 
     task: list[str] | None = option(
         None,
-        f"synthetic tasks to train on instead of --text, one or more of {', '.join(TASKS)}, or all (docs/tasks.md): "
-        "sizes 1..--task-length, exact match at --multipliers; several end with a ranking across tasks (ranking.png). "
-        f"Also, not in all: {', '.join(VARIANTS)}, key-value needles in real text (--text; RULER's variants). "
+        f"synthetic tasks to train on instead of --text, one or more of {', '.join(_IN_ALL)}, or all "
+        "(docs/tasks.md): sizes 1..--task-length, exact match at --multipliers; several end with a ranking across "
+        f"tasks (ranking.png). Also, not in all: {', '.join(_NAMED_ONLY)}, state tracking (the S5 word problem, "
+        "parity); "
+        f"{', '.join(VARIANTS)}, key-value needles in real text (--text; RULER's variants). "
         f"{MEASURED_HELP}",
         nargs="+",
         choices=[*TASKS, *VARIANTS, ALL],
@@ -173,9 +178,9 @@ class TaskOptions:
     log_to: list[str] = same_as(TrainOptions, "log_to")
 
     def task_names(self) -> list[str]:
-        """The tasks to run, in the order given (``all``: every task, in registration order)."""
+        """The tasks to run, in the order given (``all``: every task with ``in_all``, in registration order)."""
         names = [self.task] if isinstance(self.task, str) else list(self.task or [])
-        return list(TASKS) if ALL in names else names
+        return list(_IN_ALL) if ALL in names else names
 
     def task_named(self, name: str) -> Task:
         """Task ``name``: of :data:`~octlm.studies.tasks.TASKS`, or a needle task on ``--text``

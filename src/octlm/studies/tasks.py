@@ -63,6 +63,9 @@ class Task:
             :mod:`octlm.studies.needle`), which :meth:`evaluation` gives;
             ``None``: the task's data are all generated, training's and
             evaluation's alike.
+        in_all: whether ``--task all`` runs it; the state-tracking tasks
+            (:mod:`octlm.studies.state_tasks`) run only when named, so that
+            ``--task all`` stays the measured seven.
     """
 
     name: str
@@ -74,6 +77,7 @@ class Task:
     make_at_depth: Callable[..., Tensor] | None = None
     scored: Callable[[int], list[bool]] | None = None
     held_out: Callable[[], Task] | None = None
+    in_all: bool = True
 
     def evaluation(self) -> Task:
         """The task evaluation draws from: :attr:`held_out`'s, or this one."""
@@ -310,6 +314,7 @@ _register(
     )
 )
 
+import octlm.studies.state_tasks  # noqa: E402, F401  (registers s5 and parity; it imports Task from here)
 
 __all__ = [
     "DIGITS",
