@@ -164,7 +164,7 @@ def test_page_in_chromium_through_octlm_serve(trained_run, tmp_path):
 
 
 def test_playgrounds_alone_in_chromium_through_octlm_serve(tmp_path):
-    """``octlm serve`` with neither --run nor --study: the nine playgrounds work, and where the run or the study would
+    """``octlm serve`` with neither --run nor --study: the ten playgrounds work, and where the run or the study would
     be, the page gives the commands that fill it."""
     checks = served_checks([], tmp_path / "shots")
     assert checks["view"] == "none"

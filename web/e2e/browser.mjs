@@ -58,7 +58,7 @@ try {
   // Served without --run or --study: the playgrounds alone, and the commands that fill the last section.
   const isEmpty = !isStudy && (await page.locator("[data-testid=no-run]").count()) === 1;
   seen.view = isStudy ? "study" : isEmpty ? "none" : "run";
-  check("page has nine playgrounds and the run or study", (await page.locator("section.playground").count()) === 10, await page.locator("section.playground h2").allTextContents());
+  check("page has ten playgrounds and the run or study", (await page.locator("section.playground").count()) === 11, await page.locator("section.playground h2").allTextContents());
   if (isEmpty) seen["how to fill"] = await page.locator("#run").innerText();
   else if (!isStudy) check("the run is loaded", (await page.locator("[data-testid=no-run]").count()) === 0, await page.locator("#run h2").textContent());
 
@@ -101,6 +101,16 @@ try {
   await page.keyboard.press("End");
   const xposShifted = await page.locator("[data-testid=xpos-score-shifted]").textContent();
   check("xPos score unchanged by a shift of both positions", xposShifted === xposBase && (await page.locator("[data-testid=xpos-decay] svg polyline").count()) === 4, { xposBase, xposShifted });
+
+  // FoX and stick-breaking: lowering every token's forget gate from the keyboard takes FoX's weight off the needle.
+  const foxBefore = Number(await page.locator("[data-testid=gates-needle-fox]").textContent());
+  const stick = Number(await page.locator("[data-testid=gates-needle-stick]").textContent());
+  await page.locator("input[name=gates-gate]").focus();
+  await page.keyboard.press("Home");
+  const foxAfter = Number(await page.locator("[data-testid=gates-needle-fox]").textContent());
+  seen.gates = { foxBefore, foxAfter, stick, lines: await page.locator("[data-testid=gates-chart] svg polyline").count() };
+  check("FoX's needle weight falls when every gate is 0.5; stick-breaking's is unchanged", foxAfter < foxBefore && foxAfter < 0.01 && seen.gates.lines === 3
+    && Number(await page.locator("[data-testid=gates-needle-stick]").textContent()) === stick, seen.gates);
 
   // Why RoPE breaks past T: moving T from the keyboard redraws the chart of pairs x positions up to 4T and its count.
   const reach = page.locator("#rope-reach-map");

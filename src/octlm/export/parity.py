@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from octlm.data.token_display import visible_token
+from octlm.export.gate_parity import gate_fixtures
 from octlm.fileio import atomic_write
 from octlm.inspect.diagnostics import cosine_neighbours
 from octlm.model.blocks import window_keys
@@ -151,7 +152,8 @@ def parity_fixtures() -> dict:
 
     Keys: ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``fire``, ``xpos``, ``prope``, ``kerple``, ``cope``, ``cosine``,
     ``rope_reach`` (which angles RoPE's training positions show each channel pair), ``windows`` (which keys a
-    window layer's queries see, and which cells of a pooled map), ``token_labels``
+    window layer's queries see, and which cells of a pooled map), ``gates`` (FoX's and stick-breaking's weights,
+    :mod:`octlm.export.gate_parity`), ``token_labels``
     (:func:`octlm.data.token_display.visible_token`); each case carries
     its inputs next to Python's outputs. Deterministic: the random inputs come
     from fixed seeds.
@@ -162,6 +164,7 @@ def parity_fixtures() -> dict:
         "cosine": _cosine(),
         "rope_reach": _rope_reach(),
         "windows": _windows(),
+        "gates": gate_fixtures(),
         "token_labels": [{"text": t, "label": visible_token(t)} for t in TOKEN_LABEL_CASES],
     }
 
