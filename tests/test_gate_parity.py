@@ -42,9 +42,9 @@ def test_stick_breaking_with_one_score_is_geometric_from_the_query_back(size, sc
     s = 1 / (1 + math.exp(-score))
     weights = stick_breaking_weights([[score] * size for _ in range(size)])
     for i, row in enumerate(weights):
-        expected = [s * (1 - s) ** (i - 1 - j) for j in range(i)] + [0.0] * (size - i)
+        expected = [s * (1 - s) ** (i - 1 - j) for j in range(i)] + [(1 - s) ** i] + [0.0] * (size - i - 1)
         assert row == pytest.approx(expected, rel=1e-9, abs=1e-12)
-        assert sum(row) == pytest.approx(1 - (1 - s) ** i, abs=1e-9)  # the rest of the stick is left unspent
+        assert sum(row) == pytest.approx(1.0, abs=1e-9)  # the rest of the stick is the query's own
 
 
 def test_the_nearest_sure_key_takes_the_whole_stick():
@@ -58,3 +58,24 @@ def test_fixture_cases_are_the_listed_ones():
     assert [c["pattern"] for c in cases] == [p for _, _, p in GATE_CASES]
     assert all(len(c["fox"]) == len(c["gates"]) == len(c["scores"]) for c in cases)
     assert min(cases[2]["gates"]) == 0.01 and cases[1]["gates"] == [1.0] * 5
+
+
+def test_the_models_fox_and_stick_breaking_give_the_formulas_weights():
+    """octlm.model.positions.recency (the schemes a model trains with) against this term-by-term reference."""
+    import torch
+
+    from octlm.model.positions.recency import forget_bias
+    from octlm.model.positions.recency import stick_breaking_weights as model_stick_breaking
+
+    g = torch.Generator().manual_seed(7)
+    size, dim = 9, 4
+    q, k = torch.randn(1, 1, size, dim, generator=g) * 2, torch.randn(1, 1, size, dim, generator=g) * 2
+    scores = (q @ k.transpose(-2, -1))[0, 0] / dim**0.5
+    gates = torch.rand(size, generator=g) * 0.9 + 0.05
+    causal = torch.ones(size, size, dtype=torch.bool).tril()
+    logits = (scores + forget_bias(gates.log().cumsum(-1)[None, None], size, size)[0, 0]).masked_fill(~causal, -1e30)
+    z = scores.double().tolist()
+    fox = torch.tensor(fox_weights(z, gates.double().tolist()), dtype=torch.float64)
+    assert torch.allclose(logits.softmax(-1).double(), fox, atol=1e-5)
+    stick = torch.tensor(stick_breaking_weights(z), dtype=torch.float64)
+    assert torch.allclose(model_stick_breaking(q, k, causal)[0, 0].double(), stick, atol=1e-5)

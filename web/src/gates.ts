@@ -30,9 +30,10 @@ function logSigmoid(z: number): number {
 }
 
 /**
- * Stick-breaking attention (Tan et al. 2025 §2) weights [T, T] (query i, key j; 0 for j >= i) from scores z [T, T]:
- * A_ij = sigmoid(z_ij) prod_{j<k<i} (1 - sigmoid(z_ik)). The query walks back from its nearest key, each key taking
- * its share of what is left; log(1 - sigmoid(z)) = log sigmoid(-z).
+ * Stick-breaking attention (Tan et al. 2025 §2) weights [T, T] (query i, key j; 0 above the diagonal) from scores
+ * z [T, T]: A_ij = sigmoid(z_ij) prod_{j<k<i} (1 - sigmoid(z_ik)) for j < i. The query walks back from its nearest
+ * key, each key taking its share of what is left; what is left at the end goes to the query's own token (A_ii), as
+ * the authors' code does, so a row sums to 1. log(1 - sigmoid(z)) = log sigmoid(-z).
  */
 export function stickBreakingWeights(scores: Matrix): Matrix {
   const n = scores.rows;
@@ -44,6 +45,7 @@ export function stickBreakingWeights(scores: Matrix): Matrix {
       out.data[i * n + j] = Math.exp(logSigmoid(z) + logLeft);
       logLeft += logSigmoid(-z);
     }
+    out.data[i * n + i] = Math.exp(logLeft);
   }
   return out;
 }

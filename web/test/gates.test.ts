@@ -41,9 +41,9 @@ describe("playground 10's last query (lastQueryWeights)", () => {
     expect(before).toBeCloseTo(0.03 / (0.03 + 12 + Math.exp(2)), 10);
     expect(shut.fox.reduce((a, b) => a + b, 0)).toBeCloseTo(1, 12);
   });
-  it("stick-breaking at score 0 halves the stick per key, from the query back", () => {
+  it("stick-breaking at score 0 halves the stick per key, from the query back, the rest on the query", () => {
     const w = lastQueryWeights(8, 0, 3, 0, 1, 0, 1);
-    expect(w.stick).toEqual([1 / 128, 1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 0].map((v) => expect.closeTo(v, 12)));
+    expect(w.stick).toEqual([1 / 128, 1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1 / 128].map((v) => expect.closeTo(v, 12)));
   });
   it("puts the needle the asked number of tokens back, on the first token when that is too far", () => {
     expect(lastQueryWeights(10, 0, 4, 1, 1, 0, 1).needle).toBe(5);

@@ -10,7 +10,8 @@ implementation of either scheme) against the formula rather than against another
 * **Stick-breaking** (Tan et al. 2025, *Scaling Stick-Breaking Attention*, §2): query ``i`` walks back over the tokens
   before it, nearest first, breaking off ``beta_ij = sigmoid(z_ij)`` of what remains of a unit stick:
   ``A_ij = beta_ij * prod_{j<k<i} (1 - beta_ik)`` for ``j < i``. No softmax and no position signal: nearer keys are
-  served first, and the weights sum to at most 1 (the rest of the stick is left unspent).
+  served first. What no earlier key took, ``prod_{j<i} (1 - beta_ij)``, goes to the query's own token, as the
+  authors' code adds it to the output, so a row sums to 1 (row 0 is the first token attending to itself alone).
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ def fox_weights(scores: list[list[float]], gates: list[float]) -> list[list[floa
 
 
 def stick_breaking_weights(scores: list[list[float]]) -> list[list[float]]:
-    """Stick-breaking attention weights, [T, T] (query i, key j; 0 for j >= i, so row 0 is all 0), from ``scores``
-    z [T, T]."""
+    """Stick-breaking attention weights, [T, T] (query i, key j; 0 above the diagonal), from ``scores`` z [T, T]:
+    keys ``j < i`` as the paper's sum, the rest of the stick on the diagonal (the query's own token)."""
     size = len(scores)
     weights = []
     for i in range(size):
@@ -59,6 +60,10 @@ def stick_breaking_weights(scores: list[list[float]]) -> list[list[float]]:
             for k in range(j + 1, i):  # the keys nearer to i than j break first
                 left *= 1.0 - _sigmoid(scores[i][k])
             row[j] = _sigmoid(scores[i][j]) * left
+        rest = 1.0
+        for j in range(i):  # every earlier key broke its share
+            rest *= 1.0 - _sigmoid(scores[i][j])
+        row[i] = rest
         weights.append(row)
     return weights
 

@@ -25,7 +25,8 @@ export function gatesPlayground(): HTMLElement {
     "computed from the token, and subtracts from the logit of key j the sum of −log f over every token after it: ",
     "a key fades by f per later token, and one token with a small gate hides everything before it. ",
     "Stick-breaking (Tan et al. 2025) drops softmax: the query walks back from its nearest key, each key taking ",
-    "sigmoid(score) of what is left of a unit stick, so a far key gets weight only if the nearer ones let it through. ",
+    "sigmoid(score) of what is left of a unit stick, so a far key gets weight only if the nearer ones let it through; ",
+    "what no key took goes to the query's own token, as the authors' code does. ",
     "The chart is the last token's attention; one key (the needle) scores higher than the rest.",
   ]);
   const s = { n: 24, score: -2, back: 12, boost: 3, gate: 0.95, forgetAt: 6, forgetGate: 0.2 };
@@ -37,17 +38,16 @@ export function gatesPlayground(): HTMLElement {
     chart.replaceChildren(lineChart([
       { name: "softmax, no positions", color: "#7f7f7f", dash: "5 4", points: keys(w.softmax) },
       { name: "FoX", color: "#1f77b4", dots: true, points: keys(w.fox) },
-      { name: "stick-breaking", color: "#d62728", dots: true, points: keys(w.stick.slice(0, s.n - 1)) },
+      { name: "stick-breaking", color: "#d62728", dots: true, points: keys(w.stick) },
     ], {
       title: "The last token's attention over keys", xLabel: "key j (the query is the last token)", yLabel: "attention weight",
       legendBelow: true, markers: [{ x: w.needle, label: "needle" }], pointTitle: (series, x, y) => `${series.name}, key ${x}: ${fmt(y, 4)}`,
     }));
-    const spent = w.stick.reduce((a, b) => a + b, 0);
     readout.replaceChildren(
       el("dt", {}, "on the needle: softmax"), el("dd", { "data-testid": "gates-needle-softmax" }, fmt(w.softmax[w.needle], 4)),
       el("dt", {}, "FoX"), el("dd", { "data-testid": "gates-needle-fox" }, fmt(w.fox[w.needle], 4)),
       el("dt", {}, "stick-breaking"), el("dd", { "data-testid": "gates-needle-stick" }, fmt(w.stick[w.needle], 4)),
-      el("dt", {}, "stick left unspent"), el("dd", { "data-testid": "gates-unspent" }, fmt(1 - spent, 4)),
+      el("dt", {}, "stick-breaking's rest, on the query itself"), el("dd", { "data-testid": "gates-rest" }, fmt(w.stick[s.n - 1], 4)),
     );
   };
   const on = (key: keyof typeof s) => (v: number) => { s[key] = v; render(); };
