@@ -56,7 +56,9 @@ def test_the_nearest_sure_key_takes_the_whole_stick():
 def test_fixture_cases_are_the_listed_ones():
     cases = gate_fixtures()
     assert [c["pattern"] for c in cases] == [p for _, _, p in GATE_CASES]
-    assert all(len(c["fox"]) == len(c["gates"]) == len(c["scores"]) for c in cases)
+    assert all(
+        len(c["fox_weights"]) == len(c["stick_breaking_weights"]) == len(c["gates"]) == len(c["scores"]) for c in cases
+    )
     assert min(cases[2]["gates"]) == 0.01 and cases[1]["gates"] == [1.0] * 5
 
 

@@ -96,8 +96,8 @@ def gate_fixtures() -> list[dict]:
                 "pattern": pattern,
                 "scores": z,
                 "gates": f,
-                "fox": fox_weights(z, f),
-                "stick_breaking": stick_breaking_weights(z),
+                "fox_weights": fox_weights(z, f),
+                "stick_breaking_weights": stick_breaking_weights(z),
             }
         )
     return cases
