@@ -48,6 +48,19 @@ class SampleOptions:
     rope_scaling: str | None = same_as(RopeScalingOptions, "rope_scaling")
     rope_factor: float | None = same_as(RopeScalingOptions, "rope_factor")
     no_cache: bool = option(False, "recompute the whole sequence at every step (slow; for comparison)")
+    cache_window: int | None = option(
+        None,
+        "decode with a cache of the last W tokens only, placed at positions within the cache (StreamingLLM; "
+        "1 .. the run's context; RoPE, ALiBi and the other schemes acting inside attention)",
+        bounds=at_least(1, "tokens"),
+        metavar="W",
+    )
+    cache_sinks: int = option(
+        0,
+        "with --cache-window: also keep the first S tokens, the attention sinks (Xiao et al. 2023 use 4)",
+        bounds=at_least(0, "tokens"),
+        metavar="S",
+    )
 
 
 def sample_from(
@@ -136,6 +149,7 @@ def _draw(
                 not opts.no_cache,
                 generator=generator,
                 on_token=functools.partial(_show_token, stream) if streaming else None,
+                cache=_stream_cache(model, opts),
             )
             samples.append(tokenizer.decode(out[0, len(ids) :].tolist()))
             if streaming:
@@ -147,6 +161,36 @@ def _draw(
     if streaming:
         _show("\n")
     return samples
+
+
+def _stream_cache(model: Decoder, opts: SampleOptions):
+    """A new :class:`~octlm.model.streaming.StreamingCache` for ``--cache-window``, or ``None`` (the ordinary cache)."""
+    from octlm.model.streaming import StreamingCache
+
+    return None if opts.cache_window is None else StreamingCache(len(model.blocks), opts.cache_sinks, opts.cache_window)
+
+
+def check_cache_options(model: Decoder, opts: SampleOptions) -> None:
+    """Refuse ``--cache-window`` and ``--cache-sinks`` where they cannot work (as
+    :func:`~octlm.model.streaming.check_streaming` says).
+
+    Raises:
+        OctlmError: naming the flag and the fix.
+    """
+    from octlm.model.streaming import check_streaming
+
+    if opts.cache_window is None:
+        if opts.cache_sinks:
+            raise OctlmError(
+                f"--cache-sinks {opts.cache_sinks} needs --cache-window W (the recent tokens kept beside them)"
+            )
+        return
+    if opts.no_cache:
+        raise OctlmError("--cache-window decodes with a cache and --no-cache without one; choose one")
+    try:
+        check_streaming(model, opts.cache_sinks, opts.cache_window)
+    except ValueError as err:
+        raise OctlmError(f"--cache-window {opts.cache_window}: {err}") from None
 
 
 def sample(opts: SampleOptions, report: Reporter) -> dict:
@@ -170,11 +214,15 @@ def sample(opts: SampleOptions, report: Reporter) -> dict:
     device = resolve_device(opts.device)
     model, tokenizer = load_run(opts.run, device)
     apply_rope_scaling(model, opts.rope_scaling, opts.rope_factor)
+    check_cache_options(model, opts)
     ids = tokenizer.encode(opts.prompt) if opts.prompt else [tokenizer.eot_id]
     limit = model.max_length
     if limit is not None and len(ids) > limit:
         report.warn(f"the prompt is {len(ids)} tokens; this learned-position model sees only its last {limit}")
-    check_bias_memory(model, len(ids) + opts.max_new_tokens, device)
+    length = len(ids) + opts.max_new_tokens
+    check_bias_memory(
+        model, length if opts.cache_window is None else min(length, opts.cache_sinks + opts.cache_window), device
+    )
     streaming = not (report.json_mode or report.quiet)
     samples = _draw(model, tokenizer, ids, opts, device, streaming)
     text = None if streaming else printable_text(SEPARATOR.join(opts.prompt + s for s in samples))
@@ -188,6 +236,8 @@ def sample(opts: SampleOptions, report: Reporter) -> dict:
         if scaling is None
         else {"method": scaling.method, "factor": scaling.factor, "original_length": scaling.original_length},
     }
+    if opts.cache_window is not None:
+        result.update(cache_window=opts.cache_window, cache_sinks=opts.cache_sinks)
     report.result(result, text)
     return result
 

@@ -18,6 +18,7 @@ from octlm.model.block_recipes import BLOCKS, RMS_EPS, SwiGLU, norm
 from octlm.model.config import ACTIVATIONS, DecoderConfig
 from octlm.model.kvcache import LayerCache
 from octlm.model.layout import LayerSpec
+from octlm.model.streaming import SinkWindowCache, streamed_attention
 
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.attention_recipes import PassPlan
@@ -79,7 +80,7 @@ class CausalSelfAttention(nn.Module):
         x: Tensor,
         positions: PositionScheme,
         offset: int = 0,
-        cache: LayerCache | None = None,
+        cache: LayerCache | SinkWindowCache | None = None,
         plan: PassPlan | None = None,
         layer: int = 0,
         scale_queries: bool = True,
@@ -91,6 +92,9 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
+        if cache is not None and cache.repositions:  # a stream's cache: sinks and a window, placed within it
+            y = streamed_attention(q, k, v, positions, cache, layer)
+            return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
         q, k = positions.rotate(q, k, offset)
         if scale_queries and plan is not None and plan.query_scale is not None:
             q = q * plan.query_scale.to(q.dtype)  # the q.k logits only, not a scheme's additive bias
@@ -229,7 +233,7 @@ class Block(nn.Module):
         x: Tensor,
         positions: PositionScheme,
         offset: int = 0,
-        cache: LayerCache | None = None,
+        cache: LayerCache | SinkWindowCache | None = None,
         plan: PassPlan | None = None,
         layer: int = 0,
         scale_queries: bool = True,

@@ -22,6 +22,7 @@ from octlm.model.config import DecoderConfig
 from octlm.model.kvcache import KVCache
 from octlm.model.layered_positions import build_positions
 from octlm.model.sampling import sample_next
+from octlm.model.streaming import stream_logits
 
 
 class Decoder(nn.Module):
@@ -194,13 +195,21 @@ class Decoder(nn.Module):
         length (the frequencies change with the length), and a model trained
         at randomized positions, shorter than their range (each length has
         its own draw); the scheme's ``length_state`` tells. They stay exact
-        but are no faster than recomputing.
+        but are no faster than recomputing. A :class:`~octlm.model.streaming.StreamingCache`
+        is never refilled: it keeps its sinks and window (StreamingLLM).
 
         Raises:
             ValueError: when the cache holds as many tokens as ``token_ids``
                 or more, besides the checks of ``forward``.
         """
         limit, n = self.max_length, token_ids.shape[1]
+        if cache is not None and cache.repositions:  # a stream's cache: positions within it, nothing to refill
+            if cache.length >= n:
+                raise ValueError(
+                    f"the cache already holds {cache.length} tokens; give the sequence with its new token(s)"
+                )
+            *_, logits = stream_logits(self, token_ids[:, cache.length :], cache, cache.window)
+            return logits[:, -1, :].float()
         if cache is None:
             window = token_ids if limit is None else token_ids[:, -limit:]
             return self(window)[:, -1, :].float()
@@ -228,6 +237,7 @@ class Decoder(nn.Module):
         *,
         generator: torch.Generator | None = None,
         on_token: Callable[[Tensor], None] | None = None,
+        cache: KVCache | None = None,
     ) -> Tensor:
         """Continue ``prompt_ids`` [B, T0] by ``max_new_tokens`` tokens; returns [B, T0 + max_new_tokens].
 
@@ -251,6 +261,10 @@ class Decoder(nn.Module):
         during generation) stops generation. It changes nothing about which
         tokens are picked.
 
+        ``cache``, when given, is the (empty) cache to decode with instead of
+        a new :class:`KVCache`: a :class:`~octlm.model.streaming.StreamingCache`
+        keeps only its sinks and recent window (Xiao et al. 2023).
+
         Raises:
             ValueError: for a negative ``max_new_tokens`` or ``temperature``,
                 or ``top_k`` < 1, besides the input checks of ``forward``.
@@ -271,11 +285,8 @@ class Decoder(nn.Module):
         self._check_range(prompt_ids)  # once per call: the prompt is where ids enter
         ids = prompt_ids
         capacity = prompt_ids.shape[1] + max_new_tokens
-        cache = (
-            KVCache(len(self.blocks), capacity if self.max_length is None else min(capacity, self.max_length))
-            if use_cache
-            else None
-        )
+        if cache is None and use_cache:
+            cache = KVCache(len(self.blocks), capacity if self.max_length is None else min(capacity, self.max_length))
         for _ in range(max_new_tokens):
             logits = self.next_token_logits(ids, cache)
             token = sample_next(logits, temperature, top_k, generator)

@@ -25,6 +25,10 @@ class LayerCache:
     the scheme's (``PositionScheme.read_input``).
     """
 
+    #: keys are cached after the scheme's rotation, at their positions in the text (a
+    #: :class:`~octlm.model.streaming.SinkWindowCache` places them anew at each pass)
+    repositions = False
+
     def __init__(self, capacity: int = 0) -> None:
         self.capacity = capacity
         self.keys: Tensor | None = None
@@ -80,6 +84,9 @@ class KVCache:
     them. ``capacity`` (tokens) pre-allocates the buffers when the final
     length is known.
     """
+
+    #: see :attr:`LayerCache.repositions`
+    repositions = False
 
     def __init__(self, n_layers: int, capacity: int = 0) -> None:
         self.capacity = capacity

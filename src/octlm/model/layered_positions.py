@@ -87,6 +87,11 @@ class LayeredPositions(PositionScheme):
         """The RoPE scaling the layers run under, or ``None``."""
         return next((s.scaling for s in self.schemes if getattr(s, "scaling", None) is not None), None)
 
+    @property
+    def evicts_cache(self) -> bool:  # type: ignore[override]  # an instance's: its layers' schemes decide
+        """Whether a cache can keep sinks and a recent window: when every layer's scheme can."""
+        return all(scheme.evicts_cache for scheme in self.schemes)
+
     def length_state(self, seq_len: int) -> object:
         states = tuple(scheme.length_state(seq_len) for scheme in self.schemes)
         return None if all(state is None for state in states) else states

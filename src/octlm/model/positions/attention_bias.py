@@ -44,6 +44,7 @@ class ALiBiPositions(PositionScheme):
     """
 
     label = "ALiBi"
+    evicts_cache = True  # a bias of the distance within the pass: distances within the cache
     in_papers = ("ruoss2023", "kazemnejad2023")
     description = "a penalty growing linearly with distance, added to the attention scores (Press et al. 2022)"
     hf_refusal = (
@@ -92,6 +93,7 @@ class T5RelativeBias(PositionScheme):
     """
 
     label = "the T5 bias"
+    evicts_cache = True  # a bias of the distance within the pass: distances within the cache
     in_papers = ("kazemnejad2023",)
     description = "a learned bias per head and bucket of distance, added to the attention scores (Raffel et al. 2020)"
     options = {
@@ -158,6 +160,7 @@ class FIREBias(PositionScheme):
     """
 
     label = "FIRE"
+    evicts_cache = True  # a bias of the pass's positions: the query's and keys' positions within the cache
     description = (
         "a learned MLP of the distance over the query's position, added to the attention scores (Li et al. 2023)"
     )
@@ -218,6 +221,7 @@ class KERPLEBias(PositionScheme):
     """
 
     label = "KERPLE"
+    evicts_cache = True  # a bias of the distance within the pass: distances within the cache
     description = (
         "a learned logarithmic penalty -r1 log(1 + r2 distance) per layer and head on the attention scores (Chi et al. "
         "2022)"

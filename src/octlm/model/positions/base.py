@@ -90,6 +90,11 @@ class PositionScheme(nn.Module):
     #: forms attention's weights itself (:meth:`attend`) instead of the softmax of SDPA; the block asks this first, so
     #: a scheme that leaves it False pays nothing for the hook
     attends = False
+    #: a key/value cache of this scheme can evict tokens (StreamingLLM, Xiao et al. 2023 §3.2): its position acts
+    #: inside attention alone, from the positions of the pass, so the kept keys can be cached before any rotation and
+    #: placed at their positions within the cache at each step; off unless a scheme says so, since a scheme that adds
+    #: position to the token vectors bakes it into every layer's cached keys and values
+    evicts_cache = False
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()

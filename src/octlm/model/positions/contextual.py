@@ -85,6 +85,7 @@ class ContextualPositions(PositionScheme):
     """
 
     label = "CoPE"
+    evicts_cache = True  # counts positions over the keys attention gets: over the cache's kept keys
     description = (
         "positions counted by sigmoid gates on query-key scores, with interpolated learned embeddings (Golovneva et "
         "al. 2024)"

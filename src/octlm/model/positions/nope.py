@@ -21,6 +21,7 @@ class NoPositions(PositionScheme):
     hf_model_type = "gpt_neox"  # with partial_rotary_factor 0: nothing turns
     extension_methods = (None,)  # a control: nothing to stretch
     takes_document_positions = True  # nothing to restart: the document mask alone
+    evicts_cache = True  # nothing to place: the kept keys are just keys
 
     @classmethod
     def explorer_note(cls) -> str:

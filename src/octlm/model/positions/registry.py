@@ -163,6 +163,11 @@ def random_position_schemes() -> list[str]:
     return [name for name, cls in SCHEMES.items() if cls.takes_random_positions]
 
 
+def evicting_schemes() -> list[str]:
+    """Names of the schemes whose key/value cache can keep sinks and a window of recent tokens (``evicts_cache``)."""
+    return [name for name, cls in SCHEMES.items() if cls.evicts_cache]
+
+
 def default_scheme() -> str:
     """The name of the scheme marked ``is_default`` (the Day-1 baseline's)."""
     return next(name for name, cls in SCHEMES.items() if cls.is_default)
@@ -249,6 +254,7 @@ __all__ = [
     "check",
     "default_scheme",
     "document_position_schemes",
+    "evicting_schemes",
     "scheme_option_fields",
     "with_scheme_options",
     "SCHEMES",

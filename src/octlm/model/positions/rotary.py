@@ -74,6 +74,7 @@ class RotaryPositions(ScalableRotation, PositionScheme):
     }
     takes_random_positions = True
     takes_document_positions = True  # angles from position_ids, per row under document_mask
+    evicts_cache = True  # rotates queries and keys inside attention: the kept keys are rotated anew at cache positions
 
     @classmethod
     def turning_pairs(cls, config: DecoderConfig) -> int:
