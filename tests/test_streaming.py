@@ -100,14 +100,16 @@ def test_a_window_over_the_whole_sequence_is_the_ordinary_cache(position):
             got = model(ids[:, t : t + 1], offset=t, cache=streaming)
             want = model(ids[:, t : t + 1], offset=t, cache=ordinary)
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        whole = torch.cat(list(stream_logits(model, ids, StreamingCache(2, 0, 16), 16)), dim=1)  # one causal pass
+        torch.testing.assert_close(whole, model(ids), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("position", evicting_schemes())
 @pytest.mark.parametrize("sinks", [0, 3])
 def test_chunks_give_the_logits_of_one_token_at_a_time(position, sinks):
-    model, ids = tiny(position), torch.randint(0, 40, (2, 45))
+    model, ids, cache = tiny(position), torch.randint(0, 40, (2, 45)), StreamingCache(2, sinks, 5)
     with torch.no_grad():
-        one = torch.cat(list(stream_logits(model, ids, StreamingCache(2, sinks, 5), 1)), dim=1)
+        one = torch.cat([model(ids[:, t : t + 1], offset=t, cache=cache) for t in range(ids.shape[1])], dim=1)
         for chunk in (5, 7, 45):
             chunked = torch.cat(list(stream_logits(model, ids, StreamingCache(2, sinks, 5), chunk)), dim=1)
             torch.testing.assert_close(chunked, one, atol=1e-5, rtol=1e-5)
