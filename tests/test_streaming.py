@@ -246,3 +246,18 @@ def test_sample_refuses_a_window_for_a_learned_table(trained_run, capsys):
     err = capsys.readouterr().err
     assert "cannot evict: stream a run of rope, alibi" in err and len(err.strip().splitlines()) == 1
     assert _files(trained_run) == before
+
+
+def test_streaming_records_read_each_length_as_a_stream_of_its_own():
+    from octlm.studies.streaming import streaming_bpb, streaming_records
+
+    model, tokens = tiny("alibi", context=8), np.random.default_rng(1).integers(0, 40, 41)
+    nbytes = 1 + np.arange(40) % 4
+    records = streaming_records(model, tokens, nbytes, [16, 40], 8, sinks=(0, 2))
+    assert [(r["sinks"], r["eval_length"]) for r in records] == [(0, 16), (0, 40), (2, 16), (2, 40)]
+    for r in records:
+        alone = streaming_bpb(model, tokens[: r["eval_length"] + 1], nbytes, r["sinks"], 8)
+        assert r["bpb"] == pytest.approx(alone.bpb, rel=1e-5) and r["bytes"] == alone.bytes
+        assert len(r["segment_bpb"]) == r["eval_length"] // 8
+    with pytest.raises(ValueError, match="multiples of the window"):
+        streaming_records(model, tokens, nbytes, [12], 8)

@@ -82,4 +82,54 @@ def streaming_bpb(
     )
 
 
-__all__ = ["streaming_bpb"]
+def streaming_records(
+    model: Decoder,
+    tokens: np.ndarray,
+    bytes_per_token: np.ndarray,
+    lengths: list[int],
+    window: int,
+    sinks: tuple[int, ...] = (0, 4),
+    device: str | torch.device = "cpu",
+) -> list[dict]:
+    """The streaming reading of one model as records: for each ``S`` in ``sinks`` and each ``L`` in ``lengths``, the
+    bits per byte of the first ``L`` targets of ``tokens`` streamed with ``S`` sinks and a window of ``window``.
+
+    One stream per ``S``, of the longest length: decoding is causal, so the
+    first ``L`` targets score as a stream of ``L`` would, and each length's
+    number sums the segments before it (``L`` must be a multiple of
+    ``window``). Each record (``"record": "streaming"``) carries ``sinks``,
+    ``window``, ``eval_length``, ``bpb``, ``bytes`` and ``segment_bpb`` (per
+    segment of ``window`` targets), for a table or a curve along the stream.
+
+    Raises:
+        ValueError: for a length that is not a multiple of ``window`` or longer than the stream, besides
+            :func:`streaming_bpb`'s.
+    """
+    longest = max(lengths)
+    if any(length % window for length in lengths) or longest > len(tokens) - 1:
+        raise ValueError(
+            f"streaming lengths {lengths} must be multiples of the window ({window}) within the {len(tokens) - 1} "
+            "targets given"
+        )
+    records = []
+    for s in sinks:
+        result = streaming_bpb(model, tokens[: longest + 1], bytes_per_token, s, window, device=device)
+        nats, nbytes = np.cumsum(result.block_nats), np.cumsum(result.block_bytes)
+        segment = np.asarray(result.block_nats) / math.log(2) / np.maximum(result.block_bytes, 1)
+        for length in sorted(lengths):
+            n = length // window
+            records.append(
+                {
+                    "record": "streaming",
+                    "sinks": s,
+                    "window": window,
+                    "eval_length": length,
+                    "bpb": float(nats[n - 1]) / math.log(2) / max(int(nbytes[n - 1]), 1),
+                    "bytes": int(nbytes[n - 1]),
+                    "segment_bpb": [round(float(v), 6) for v in segment[:n]],
+                }
+            )
+    return records
+
+
+__all__ = ["streaming_bpb", "streaming_records"]
