@@ -16,8 +16,10 @@ def add_parser(sub) -> None:
         formatter_class=Formatter,
         description="Generate text from a run, with a key/value cache. A learned-position model sees only the last\n"
         "context_length tokens once the text is longer (the window slides); other schemes see all of it.\n"
-        "A RoPE model can be stretched past its training length with --rope-scaling and --rope-factor.",
-        epilog="example:\n  octlm sample --run runs/rope --max-new-tokens 1000 --rope-scaling yarn --rope-factor 8",
+        "A RoPE model can be stretched past its training length with --rope-scaling and --rope-factor, or\n"
+        "kept within it by --cache-window and --cache-sinks: a cache of the first S and last W tokens (StreamingLLM).",
+        epilog="examples:\n  octlm sample --run runs/rope --max-new-tokens 1000 --rope-scaling yarn --rope-factor 8\n"
+        "  octlm sample --run runs/rope --max-new-tokens 4000 --cache-window 128 --cache-sinks 4",
     )
     add_dataclass_options(p, SampleOptions)
     add_common(p)
