@@ -261,3 +261,14 @@ def test_streaming_records_read_each_length_as_a_stream_of_its_own():
         assert len(r["segment_bpb"]) == r["eval_length"] // 8
     with pytest.raises(ValueError, match="multiples of the window"):
         streaming_records(model, tokens, nbytes, [12], 8)
+
+
+def test_a_layout_streams_when_every_layer_can_and_its_window_layers_are_refused():
+    model, ids = tiny("rope", layers="rope alibi"), torch.randint(0, 40, (1, 30))
+    cache = StreamingCache(2, 2, 4)
+    with torch.no_grad():
+        one = torch.cat([model(ids[:, t : t + 1], offset=t, cache=cache) for t in range(30)], dim=1)
+        chunked = torch.cat(list(stream_logits(model, ids, StreamingCache(2, 2, 4), 4)), dim=1)
+    torch.testing.assert_close(chunked, one, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="window layers keep their own cache"):
+        check_streaming(tiny("rope", layers="rope/w4 none"), 0, 8)
