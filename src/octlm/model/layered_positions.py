@@ -92,6 +92,11 @@ class LayeredPositions(PositionScheme):
         """Whether a cache can keep sinks and a recent window: when every layer's scheme can."""
         return all(scheme.evicts_cache for scheme in self.schemes)
 
+    @property
+    def eviction_refusal(self) -> str:  # type: ignore[override]
+        """Why not, for the first layer's scheme that cannot evict."""
+        return next((s.eviction_refusal for s in self.schemes if not s.evicts_cache), "")
+
     def length_state(self, seq_len: int) -> object:
         states = tuple(scheme.length_state(seq_len) for scheme in self.schemes)
         return None if all(state is None for state in states) else states

@@ -200,8 +200,8 @@ def check_streaming(model: Decoder, sinks: int, window: int) -> None:
         raise ValueError(f"the cache sinks are {sinks}; give 0 or more tokens")
     if not scheme.evicts_cache:
         raise ValueError(
-            f"{scheme.label} puts position into the token vectors, so a cached token keeps it in every layer and the "
-            f"cache cannot evict: stream a run of {', '.join(evicting_schemes())}, or drop the cache window"
+            f"{scheme.label}'s cache cannot evict: {scheme.eviction_refusal}; stream a run of "
+            f"{', '.join(evicting_schemes())}, or drop the cache window"
         )
     layers = config.layer_specs or ()
     refusal = (

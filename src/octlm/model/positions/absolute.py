@@ -34,6 +34,7 @@ class LearnedPositions(PositionScheme):
     label = "the learned table"
     description = "a learned row per position, added to the token vectors (GPT-2)"
     has_table_limit = True
+    eviction_refusal = "it adds position to the token vectors, so every layer's cached keys and values carry it"
     is_default = True  # octlm's Day-1 baseline, as GPT-2
     extension_methods = (None,)  # its table interpolated to the new length (octlm.train.init_from)
     hf_model_type = "gpt2"
@@ -87,6 +88,7 @@ class SinusoidalPositions(PositionScheme):
     """
 
     label = "sinusoidal"
+    eviction_refusal = LearnedPositions.eviction_refusal
     in_papers = ("ruoss2023", "kazemnejad2023")
     description = "fixed sine/cosine rows added to the (scaled) token vectors (Vaswani et al. 2017)"
     hf_refusal = "no transformers architecture adds fixed sine/cosine rows to sqrt(d_model)-scaled token vectors"

@@ -95,6 +95,8 @@ class PositionScheme(nn.Module):
     #: placed at their positions within the cache at each step; off unless a scheme says so, since a scheme that adds
     #: position to the token vectors bakes it into every layer's cached keys and values
     evicts_cache = False
+    #: why its cache cannot evict, for the one-line refusal of ``--cache-window`` (a clause: "it ...")
+    eviction_refusal = "it does not declare that its position acts inside attention alone (evicts_cache)"
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()

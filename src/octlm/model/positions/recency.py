@@ -66,6 +66,11 @@ class ForgettingAttention(PositionScheme):
     """
 
     label = "FoX"
+    # The sum of gates between a key and the query lives in the ordinary cache's scheme_state, which a streaming
+    # cache does not keep; over the kept keys alone it would be another model.
+    eviction_refusal = (
+        "its forget gates sum over every token between a key and the query, which a streaming cache drops"
+    )
     description = (
         "a learned forget gate per head and token fades each key by the gates of the tokens after it, a bias on the "
         "attention scores (Lin et al. 2025)"
@@ -158,6 +163,9 @@ class StickBreakingAttention(PositionScheme):
     """
 
     label = "stick-breaking"
+    eviction_refusal = (
+        "it forms its weights itself (attend), which the streaming cache's softmax attention does not call"
+    )
     description = (
         "no softmax: the nearest key takes a sigmoid share of the attention, each earlier key a share of what is "
         "left (Tan et al. 2025)"
