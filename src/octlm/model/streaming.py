@@ -148,6 +148,8 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, layer: int)
     queries the last ``T`` of them; the scheme rotates or biases them there."""
     T, K = q.shape[-2], k.shape[-2]
     q, k = scheme.rotate(q, k, K - T)
+    if scheme.attends:  # the scheme forms the weights itself (stick-breaking): over the kept keys, nearest first
+        return scheme.attend(q, k, v, _causal(T, K, q.device), layer)[0]
     bias = scheme.attention_bias(q, k, K - T, layer)
     causal = None if T == 1 else _causal(T, K, q.device)
     if bias is None:

@@ -163,9 +163,7 @@ class StickBreakingAttention(PositionScheme):
     """
 
     label = "stick-breaking"
-    eviction_refusal = (
-        "it forms its weights itself (attend), which the streaming cache's softmax attention does not call"
-    )
+    evicts_cache = True  # the stick is broken over the keys attention gets: over the cache's kept keys, nearest first
     description = (
         "no softmax: the nearest key takes a sigmoid share of the attention, each earlier key a share of what is "
         "left (Tan et al. 2025)"
