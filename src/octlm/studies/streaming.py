@@ -41,7 +41,8 @@ def streaming_bpb(
         sinks: ``S``, tokens kept from the stream's start (StreamingLLM's attention sinks; 0: window attention).
         window: ``W``, recent tokens each prediction sees, 1 .. ``context_length``.
         chunk: tokens fed per pass once the cache is full (default ``window``); every chunk gives the
-            one-token-at-a-time numbers (to float rounding), a larger one is faster.
+            one-token-at-a-time numbers (to float rounding), a larger one is faster. A pass holds each layer's keys
+            and values once per query, ``2 * chunk * (sinks + window) * d_model`` numbers.
 
     Returns:
         :class:`~octlm.train.evaluate.EvalResult` over all ``N`` targets (bits per byte of the text targets, as the
