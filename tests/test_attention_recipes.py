@@ -69,6 +69,7 @@ LOG_SCALE_SCHEMES = [
     "none",
     "fox",
     "stickbreaking",
+    "pathattn",
 ]
 #: The schemes whose signal restarts at each document: per-row position ids (learned, sinusoidal, rope, prope), a bias
 #: of i - j alone (alibi, t5), or nothing (none). fire normalises by the query's position in the pass, xpos takes its

@@ -192,8 +192,8 @@ def test_record_attention_gives_foxs_softmax_with_the_forget_bias():
 # ---- what the rest of octlm asks -------------------------------------------------------------
 
 
-def test_only_stick_breaking_replaces_the_softmax_and_both_are_opt_in():
-    assert [name for name, cls in SCHEMES.items() if cls.attends] == ["stickbreaking"]
+def test_only_stick_breaking_and_path_replace_the_softmax_and_both_recency_schemes_are_opt_in():
+    assert [name for name, cls in SCHEMES.items() if cls.attends] == ["stickbreaking", "pathattn"]
     for name in SCHEMES_HERE:
         assert not SCHEMES[name].in_length_study and not SCHEMES[name].in_task_study
     assert (SCHEMES["fox"].label, SCHEMES["stickbreaking"].label) == ("FoX", "stick-breaking")

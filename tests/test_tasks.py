@@ -179,7 +179,7 @@ def test_the_task_study_has_its_own_defaults_and_flags_still_win():
     # The measured 24.1 minutes are for these 8 (t5, fire and xpos included); the schemes of issue 23 are opt-in by
     # name.
     assert task.schemes == ["learned", "sinusoidal", "rope", "alibi", "t5", "fire", "xpos", "none"]
-    assert set(SCHEMES) - set(task.schemes) == {"kerple", "prope", "cope", "fox", "stickbreaking"}
+    assert set(SCHEMES) - set(task.schemes) == {"kerple", "prope", "cope", "fox", "stickbreaking", "pathattn"}
     assert {name: getattr(task, name) for name in TASK_DEFAULTS} == TASK_DEFAULTS
     assert (text.seeds, task.seeds) == (1, TASK_SEEDS)
     assert TASK_DEFAULTS["d_model"] != train.model.d_model  # else this test checks nothing

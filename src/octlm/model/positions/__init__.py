@@ -63,6 +63,7 @@ from octlm.model.positions.prope import PartialFrequencyRoPE
 from octlm.model.positions.contextual import ContextualPositions
 from octlm.model.positions.nope import NoPositions
 from octlm.model.positions.recency import ForgettingAttention, StickBreakingAttention
+from octlm.model.positions.path import PaTHAttention
 from octlm.model.positions.distances import alibi_slopes
 from octlm.model.positions.rope_scaling import ROPE_SCALINGS, RopeScaling
 from octlm.model.positions.waves import DEFAULT_BASE, SINUSOIDAL_LAYOUTS, rope_inverse_frequencies, sinusoidal_positions
@@ -85,6 +86,7 @@ __all__ = [
     "KERPLEBias",
     "LearnedPositions",
     "NoPositions",
+    "PaTHAttention",
     "PartialFrequencyRoPE",
     "PositionScheme",
     "PositionVectors",
