@@ -44,14 +44,20 @@ from safetensors.torch import save
 
 from octlm.declare import REQUIRED, option, same_as
 from octlm.errors import OctlmError
-from octlm.export.hf_common import EXPORT_ACTIVATION, IMPORT_ACTIVATION, InteropError, Mapper, served_length
+from octlm.export.hf_common import (
+    EXPORT_ACTIVATION,
+    IMPORT_ACTIVATION,
+    InteropError,
+    Mapper,
+    recipe_refusal,
+    served_length,
+)
 from octlm.export.hf_files import read_hf_tensors, read_hf_tokenizer, write_tokenizer
 from octlm.export.hf_gpt2 import Gpt2Mapper, decoder_config, from_gpt2_state, gpt2_config, name_map, to_gpt2_state
 from octlm.export.hf_llama import FAMILY_MAPPERS, family_mapper
 from octlm.export.hf_neox import NeoxMapper
 from octlm.fileio import atomic_write, atomic_write_json
 from octlm.model import Decoder, DecoderConfig
-from octlm.model.attention_recipes import NO_SCALE
 from octlm.model.positions import SCHEMES, RopeScaling
 from octlm.run.folder import RunFolder
 from octlm.run.load import load_run
@@ -77,7 +83,7 @@ def mapper_for(config: DecoderConfig) -> Mapper:
     Raises:
         InteropError: naming the option, and why, when no transformers architecture computes the run alike.
     """
-    why = _recipe_refusal(config) or _gpt2_block_refusal(config)
+    why = recipe_refusal(config) or _gpt2_block_refusal(config)
     if why:
         raise InteropError(f"{why}; octlm cannot export this run to a transformers architecture that computes it alike")
     if config.block != "gpt2":
@@ -89,28 +95,6 @@ def mapper_for(config: DecoderConfig) -> Mapper:
             f"runs trained with --position {' or '.join(exportable_schemes())}"
         )
     return MAPPERS[scheme.hf_model_type]
-
-
-def _recipe_refusal(config: DecoderConfig) -> str | None:
-    # Training recipes no architecture export-hf writes computes, whatever the block.
-    if config.attention_scale != NO_SCALE:
-        return (
-            f"attention_scale={config.attention_scale!r}: transformers' GPT-2, GPT-NeoX, Llama, SmolLM3 and Qwen3 "
-            "never scale the logits with the length (Qwen's LogN-Scaling lives in its own remote code, Llama 4's "
-            "temperature tuning is another formula)"
-        )
-    if config.randomize_positions > 1:
-        return (
-            f"randomize_positions={config.randomize_positions}: octlm places a sequence of n tokens at n sorted "
-            f"positions drawn from 0 .. {config.randomize_positions} x context_length - 1 (one draw per length, as it "
-            "trained), transformers at 0 .. n - 1, which this model almost never trained on "
-            "(train without --randomize-positions to export)"
-        )
-    if config.document_mask:
-        return (
-            "document_mask: transformers' architectures attend across <|endoftext|> and do not restart positions there"
-        )
-    return None
 
 
 def _gpt2_block_refusal(config: DecoderConfig) -> str | None:

@@ -16,6 +16,7 @@ import torch
 
 from octlm.errors import OctlmError
 from octlm.model import Decoder, DecoderConfig
+from octlm.model.attention_recipes import NO_SCALE
 
 #: octlm activation -> transformers activation name written on export (both are ACT2FN keys).
 EXPORT_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
@@ -86,6 +87,48 @@ def export_activation(config: DecoderConfig, architecture: str) -> str:
     return EXPORT_ACTIVATION[config.activation]
 
 
+def recipe_refusal(config: DecoderConfig) -> str | None:
+    """Why no architecture export-hf writes computes a training recipe of ``config`` alike, whatever the block, or
+    ``None``: a length-scaled logit, randomized positions, a document mask, learned sinks or the output gate."""
+    if config.attention_scale != NO_SCALE:
+        return (
+            f"attention_scale={config.attention_scale!r}: transformers' GPT-2, GPT-NeoX, Llama, SmolLM3 and Qwen3 "
+            "never scale the logits with the length (Qwen's LogN-Scaling lives in its own remote code, Llama 4's "
+            "temperature tuning is another formula)"
+        )
+    if config.randomize_positions > 1:
+        return (
+            f"randomize_positions={config.randomize_positions}: octlm places a sequence of n tokens at n sorted "
+            f"positions drawn from 0 .. {config.randomize_positions} x context_length - 1 (one draw per length, as it "
+            "trained), transformers at 0 .. n - 1, which this model almost never trained on "
+            "(train without --randomize-positions to export)"
+        )
+    if config.document_mask:
+        return (
+            "document_mask: transformers' architectures attend across <|endoftext|> and do not restart positions there"
+        )
+    return attention_refusal(config)
+
+
+def attention_refusal(config: DecoderConfig) -> str | None:
+    """Why no architecture export-hf writes carries the run's learned sinks or output gate, or ``None``."""
+    if config.attention_sinks:
+        return (
+            "attention_sinks=True: GPT-OSS is the transformers architecture with learned sinks (GptOssAttention.sinks,"
+            " the same extra term in the softmax's denominator), but its MLP is a mixture of experts with a clamped "
+            "SwiGLU and its attention has biases; octlm does not write a dense block in that form, and GPT-2, "
+            "GPT-NeoX, Llama, SmolLM3 and Qwen3 have no sinks (train without --attention-sinks to export)"
+        )
+    if config.output_gate:
+        return (
+            "output_gate=True: Qwen3-Next has Qiu et al.'s sigmoid gate after attention, but always with its own "
+            "QK-norm and zero-centred RMSNorm, partial RoPE and linear-attention and expert layers by default; octlm "
+            "does not write that architecture, and GPT-2, GPT-NeoX, Llama, SmolLM3 and Qwen3 have no gate (train "
+            "without --output-gate to export)"
+        )
+    return None
+
+
 def served_length(config: DecoderConfig, scaling: object | None) -> int:
     """Tokens the exported model is for: the trained ``context_length``, or under a RoPE scaling its target length.
 
@@ -153,6 +196,8 @@ def check_state(
 
 
 __all__ = [
+    "attention_refusal",
+    "recipe_refusal",
     "EXPORT_ACTIVATION",
     "IMPORT_ACTIVATION",
     "LAYER_NORM_EPS",

@@ -56,9 +56,17 @@ class AttentionMaps:
             softmax over the keys query ``i`` attends to; it sums to 1 and is
             0 on the keys it may not see. A scheme that forms its weights
             itself (``PositionScheme.attend``, stick-breaking) gives those.
+            With ``attention_sinks`` the softmax also counts the layer's sink
+            logit, so a row sums to ``1 - sink_share``: the weights the layer
+            gives its keys.
         logits: per layer, float32 [B, H, T, S]: the scores before the
             softmax (:func:`attention_logits`), ``-inf`` on hidden keys; for a
             scheme's own weights, their log (whose softmax they are when they sum to 1).
+        sink_share: per layer, float32 [B, H, T]: the share of each query's
+            softmax its head's sink takes (``attention_sinks``), or ``None``
+            for a layer without sinks. (Not the statistics' ``sink_mass``,
+            the weight on the first token, which an attention sink in Xiao
+            et al. 2023's sense draws.)
         offset: the position of the first query (tokens); queries sit at
             ``offset .. offset + T - 1`` and keys at ``offset + T - S .. offset + T - 1``.
 
@@ -69,22 +77,40 @@ class AttentionMaps:
 
     probabilities: list[Tensor] = field(default_factory=list)
     logits: list[Tensor] = field(default_factory=list)
+    sink_share: list[Tensor | None] = field(default_factory=list)
     offset: int = 0
 
     def _store(
-        self, layer: int, q: Tensor, k: Tensor, bias: Tensor | None, offset: int, weights: Tensor | None = None
+        self,
+        layer: int,
+        q: Tensor,
+        k: Tensor,
+        bias: Tensor | None,
+        offset: int,
+        weights: Tensor | None = None,
+        sinks: Tensor | None = None,
     ) -> None:
         if layer == 0:
             self.probabilities.clear()
             self.logits.clear()
+            self.sink_share.clear()
             self.offset = offset
         if weights is not None:  # a scheme's own weights (PositionScheme.attend); their log is a softmax's logits
             self.probabilities.append(weights.detach().float())
             self.logits.append(self.probabilities[-1].log())
+            self.sink_share.append(None)
             return
         logits = attention_logits(q.detach(), k.detach(), None if bias is None else bias.detach())
         self.logits.append(logits)
-        self.probabilities.append(torch.softmax(logits, dim=-1))
+        if sinks is None:
+            self.probabilities.append(torch.softmax(logits, dim=-1))
+            self.sink_share.append(None)
+            return
+        # The sink's logit [B, H, T] joins the denominator; its share is what the keys' probabilities lack.
+        sink = sinks.detach().float().expand(*logits.shape[:-1]).unsqueeze(-1)
+        shares = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)
+        self.probabilities.append(shares[..., :-1])
+        self.sink_share.append(shares[..., -1])
 
 
 @contextlib.contextmanager

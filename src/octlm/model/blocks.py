@@ -53,6 +53,18 @@ class CausalSelfAttention(nn.Module):
     hands the recorder those weights, ``record(q, k, None, offset, weights)``; every scheme's
     ``read_input`` sees the layer's input ``x`` first.
 
+    With ``attention_sinks`` each head has a learned logit ``sinks[h]`` that
+    joins the softmax's denominator (GPT-OSS): every pass then goes to SDPA
+    with one more key, all zeros, whose value is zero and whose score is the
+    sink logit, in a float mask [1 or B, H, T, S + 1]
+    (:meth:`_attend_with_sinks`), which no flash kernel takes; the recorder
+    also gets the sink logits [B, H, T], ``record(q, k, bias, offset,
+    sinks=...)``. With ``output_gate`` the heads' output [B, T, C] is
+    multiplied by ``sigmoid(gate(x))``, one gate per channel of each head
+    computed from the layer's input ``x``, before ``proj`` (Qiu et al. 2025,
+    "Gated Attention for Large Language Models", arXiv 2505.06708: the gate
+    after SDPA, head-specific and elementwise, their best).
+
     A layer of a layout (:class:`~octlm.model.layout.LayerSpec`) may have a
     ``window``: each query sees its last ``window`` keys, itself included,
     in every pass (a boolean band mask [T, S], :func:`window_keys`, joined
@@ -73,6 +85,10 @@ class CausalSelfAttention(nn.Module):
         qk_norm = config.qk_norm if spec is None or spec.qk_norm is None else spec.qk_norm
         self.q_norm = nn.RMSNorm(config.head_dim, eps=RMS_EPS) if qk_norm else None
         self.k_norm = nn.RMSNorm(config.head_dim, eps=RMS_EPS) if qk_norm else None
+        # One logit per head; zeros to start (exp(0) = 1: the "+1 in the denominator" softmax), no random draw, so
+        # the other parameters start as without sinks.
+        self.sinks = nn.Parameter(torch.zeros(config.n_heads)) if config.attention_sinks else None
+        self.gate = nn.Linear(config.d_model, config.d_model, bias=bias) if config.output_gate else None
         self.record: Callable[..., None] | None = None
 
     def forward(
@@ -107,8 +123,9 @@ class CausalSelfAttention(nn.Module):
             plan = self._windowed(plan, T, S, x.device)
         if positions.attends:  # the scheme forms the weights itself (stick-breaking): no softmax, no SDPA
             y = self._scheme_attends(q, k, v, positions, plan, offset, layer, dropout)
-            return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
-        if plan is not None and plan.visible is not None:
+        elif self.sinks is not None:
+            y = self._attend_with_sinks(q, k, v, bias, None if plan is None else plan.visible, offset, dropout)
+        elif plan is not None and plan.visible is not None:
             # The bias (or zeros) with -inf on the keys of other documents: [B, 1 or H, T, S], also what the record
             # sees.
             hidden = (torch.zeros((), device=q.device) if bias is None else bias.float()).masked_fill(
@@ -118,22 +135,42 @@ class CausalSelfAttention(nn.Module):
                 self.record(q, k, hidden, offset)
             mask = plan.visible if bias is None else hidden.to(q.dtype)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-            return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
-        if self.record is not None:
-            self.record(q, k, bias, offset)
-        if bias is None and (T == S or T == 1):
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=T > 1)
         else:
-            causal = None if T == 1 else visible_keys(T, S, x.device)
-            if bias is None:
-                mask = causal
-            else:
-                mask = bias.to(q.dtype) if causal is None else bias.to(q.dtype).masked_fill(~causal, float("-inf"))
-                mask = (
-                    mask if mask.dim() == 4 else mask.unsqueeze(0)
-                )  # [1, H, T, S]: the 4-D shape the CPU flash kernel also accepts
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-        return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+            if self.record is not None:
+                self.record(q, k, bias, offset)
+            y = _causal_attention(q, k, v, bias, dropout)
+        y = y.transpose(1, 2).reshape(B, T, C)
+        if self.gate is not None:
+            y = y * torch.sigmoid(self.gate(x))  # Qiu et al. 2025's G1: per channel of each head, from the input
+        return self.resid_dropout(self.proj(y))
+
+    def _attend_with_sinks(
+        self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, visible: Tensor | None, offset: int, dropout: float
+    ) -> Tensor:
+        """Attention [B, H, T, head_dim] whose softmax also counts a learned sink logit per head.
+
+        ``p_ij = exp(s_ij) / (exp(sink_h) + sum_j' exp(s_ij'))`` (GPT-OSS's
+        ``sinks``; Xiao et al. 2023 for attention sinks): SDPA gets one more
+        key, all zeros, with value zero, and the sink logit in its float mask
+        column (the key's own score ``q . 0`` is 0), so the sink takes its
+        share of the softmax and adds nothing to the output; ``visible`` [B,
+        1, T, S] or the causal mask hides the other keys as without sinks.
+        Dropout may drop the sink's weight too: its value is zero, so the
+        output is the same either way.
+        """
+        B, H, T, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+        scores = torch.zeros((), device=q.device) if bias is None else bias.float()
+        shown = visible_keys(T, S, q.device) if visible is None else visible
+        scores = scores.masked_fill(~shown, float("-inf"))
+        scores = scores.expand(scores.shape[0] if scores.dim() == 4 else 1, H, T, S)
+        sink = self.sinks.float().view(1, H, 1, 1).expand(scores.shape[0], H, T, 1)
+        if self.record is not None:
+            self.record(q, k, scores, offset, sinks=sink[..., 0])
+        mask = torch.cat([scores, sink], dim=-1).to(q.dtype)
+        zero = q.new_zeros(B, H, 1, q.shape[-1])
+        return F.scaled_dot_product_attention(
+            q, torch.cat([k, zero], dim=-2), torch.cat([v, zero], dim=-2), attn_mask=mask, dropout_p=dropout
+        )
 
     def _scheme_attends(
         self,
@@ -165,6 +202,20 @@ class CausalSelfAttention(nn.Module):
             band = window_keys(T, S, self.window, device)
             visible = band if visible is None else visible & band
         return plan if visible is None else PassView(visible)
+
+
+def _causal_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, dropout: float) -> Tensor:
+    """SDPA [B, H, T, head_dim] over keys that end where the queries end: ``is_causal`` when it can, else a mask."""
+    T, S = q.shape[-2], k.shape[-2]
+    if bias is None and (T == S or T == 1):
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=T > 1)
+    causal = None if T == 1 else visible_keys(T, S, q.device)
+    if bias is None:
+        mask = causal
+    else:
+        mask = bias.to(q.dtype) if causal is None else bias.to(q.dtype).masked_fill(~causal, float("-inf"))
+        mask = mask if mask.dim() == 4 else mask.unsqueeze(0)  # [1, H, T, S]: the 4-D shape the CPU flash kernel takes
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
 
 
 class PassView:

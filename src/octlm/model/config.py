@@ -71,6 +71,13 @@ class DecoderConfig:
             biases): :data:`~octlm.model.block_recipes.BLOCKS`.
         qk_norm: RMSNorm over ``head_dim`` on the queries and keys of every
             layer (a layout may say otherwise per layer).
+        attention_sinks: one learned logit per head and layer that joins
+            the softmax's denominator, a key no query writes and whose value
+            is zero (GPT-OSS; :class:`~octlm.model.blocks.CausalSelfAttention`).
+        output_gate: a sigmoid gate, one per channel of each head, computed
+            from the layer's input and multiplied into the attention output
+            before the output projection (Qiu et al. 2025, "Gated Attention
+            for Large Language Models", arXiv 2505.06708).
         layers: a layer layout (:mod:`octlm.model.layout`): per layer a
             scheme, an attention window, a RoPE base, log-scaled queries and
             QK-norm; ``""`` (the default) is ``position`` in every layer,
@@ -143,6 +150,16 @@ class DecoderConfig:
         choices=list(BLOCKS),
     )
     qk_norm: bool = option(False, "RMSNorm on each head's queries and keys before the position scheme turns them")
+    attention_sinks: bool = option(
+        False,
+        "a learned logit per head in every layer joins the softmax's denominator and takes attention mass without "
+        "adding a value (GPT-OSS's sinks; docs/sinks-and-gates.md)",
+    )
+    output_gate: bool = option(
+        False,
+        "multiply each head's attention output by a sigmoid gate computed from the layer's input, before the output "
+        "projection (Qiu et al. 2025; docs/sinks-and-gates.md)",
+    )
     layers: str = option(
         "",
         "a scheme, window, RoPE base and query scale per layer, one entry per layer: e.g. 'rope/w64*3 none' "
