@@ -170,15 +170,16 @@ def test_off_by_default_the_model_has_the_parameters_it_always_had():
 @pytest.mark.parametrize(
     "fields,match",
     [
-        (dict(attention_sinks=True), r"attention_sinks=True: .*GPT-OSS"),
         (dict(output_gate=True), r"output_gate=True: .*Qwen3-Next"),
-        (dict(block="gpt2", attention_sinks=True), r"attention_sinks=True"),
+        (dict(block="gpt2", attention_sinks=True), r"attention_sinks=True with block='gpt2': GPT-OSS"),
+        (dict(attention_sinks=True, layers="rope none"), r"attention_sinks with NoPE on layer\(s\) 2: GPT-OSS"),
+        (dict(attention_sinks=True, qk_norm=True), r"attention_sinks with QK-norm: GPT-OSS"),
     ],
 )
-def test_export_refuses_sinks_and_the_gate_by_name(fields, match):
+def test_export_refuses_by_name_what_no_architecture_carries(fields, match):
     config = DecoderConfig(vocab_size=VOCAB, d_model=C, n_heads=H, **{"position": "rope", "block": "llama", **fields})
     with pytest.raises(InteropError, match=match):
-        mapper_for(config)
+        mapper_for(config).check(config, None)
 
 
 def test_the_options_are_saved_and_a_resume_is_exact(small_corpus, tmp_path):

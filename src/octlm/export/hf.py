@@ -19,11 +19,13 @@ llama block, rope and none         ``SmolLM3ForCausalLM`` (smollm3)       :mod:`
 layers, one window size
 llama block, QK-norm, rope,        ``Qwen3ForCausalLM`` (qwen3)           :mod:`octlm.export.hf_llama`
 one window size
+llama block, --attention-sinks,    ``GptOssForCausalLM`` (gpt_oss), one   :mod:`octlm.export.hf_gpt_oss`
+rope, one window size              expert per MLP
 others                             refused, naming what and why           ``hf_refusal``,
                                                                           :mod:`octlm.export.hf_hybrid`
 =================================  =====================================  ==========================
 
-GPT-2 and GPT-NeoX go both ways; Llama, SmolLM3 and Qwen3 are written only
+GPT-2 and GPT-NeoX go both ways; Llama, SmolLM3, Qwen3 and GPT-OSS are written only
 (import-hf reads GPT-2 and GPT-NeoX). SmolLM3 needs transformers 4.53 or
 newer, the ``hf`` extra's floor.
 
@@ -54,6 +56,7 @@ from octlm.export.hf_common import (
 )
 from octlm.export.hf_files import read_hf_tensors, read_hf_tokenizer, write_tokenizer
 from octlm.export.hf_gpt2 import Gpt2Mapper, decoder_config, from_gpt2_state, gpt2_config, name_map, to_gpt2_state
+from octlm.export.hf_gpt_oss import GptOssMapper
 from octlm.export.hf_llama import FAMILY_MAPPERS, family_mapper
 from octlm.export.hf_neox import NeoxMapper
 from octlm.fileio import atomic_write, atomic_write_json
@@ -87,7 +90,7 @@ def mapper_for(config: DecoderConfig) -> Mapper:
     if why:
         raise InteropError(f"{why}; octlm cannot export this run to a transformers architecture that computes it alike")
     if config.block != "gpt2":
-        return family_mapper(config)
+        return GptOssMapper() if config.attention_sinks else family_mapper(config)
     scheme = SCHEMES[config.position]
     if scheme.hf_model_type not in MAPPERS:
         raise InteropError(

@@ -111,20 +111,20 @@ def recipe_refusal(config: DecoderConfig) -> str | None:
 
 
 def attention_refusal(config: DecoderConfig) -> str | None:
-    """Why no architecture export-hf writes carries the run's learned sinks or output gate, or ``None``."""
-    if config.attention_sinks:
+    """Why no architecture export-hf writes carries the run's learned sinks or output gate, or ``None``; sinks with
+    Llama's block go to GPT-OSS (:mod:`octlm.export.hf_gpt_oss`)."""
+    if config.attention_sinks and config.block != "llama":
         return (
-            "attention_sinks=True: GPT-OSS is the transformers architecture with learned sinks (GptOssAttention.sinks,"
-            " the same extra term in the softmax's denominator), but its MLP is a mixture of experts with a clamped "
-            "SwiGLU and its attention has biases; octlm does not write a dense block in that form, and GPT-2, "
-            "GPT-NeoX, Llama, SmolLM3 and Qwen3 have no sinks (train without --attention-sinks to export)"
+            f"attention_sinks=True with block={config.block!r}: GPT-OSS, the transformers architecture with learned "
+            "sinks (the same extra term in the softmax's denominator), has Llama's block (RMSNorm, SwiGLU), and "
+            "GPT-2 and GPT-NeoX have no sinks (train with --block llama to export to GPT-OSS)"
         )
     if config.output_gate:
         return (
             "output_gate=True: Qwen3-Next has Qiu et al.'s sigmoid gate after attention, but always with its own "
             "QK-norm and zero-centred RMSNorm, partial RoPE and linear-attention and expert layers by default; octlm "
-            "does not write that architecture, and GPT-2, GPT-NeoX, Llama, SmolLM3 and Qwen3 have no gate (train "
-            "without --output-gate to export)"
+            "does not write that architecture, and GPT-2, GPT-NeoX, Llama, SmolLM3, Qwen3 and GPT-OSS have no gate "
+            "(train without --output-gate to export)"
         )
     return None
 

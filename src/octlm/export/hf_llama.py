@@ -110,6 +110,8 @@ def to_family_state(model: Decoder, plan: FamilyPlan) -> dict[str, torch.Tensor]
                 out[f"{theirs}self_attn.{name}.weight"] = state.pop(f"{ours}attn.{name}.weight")[order]
         for mine, name in _BLOCK:
             out[theirs + name] = state.pop(ours + mine)
+        if ours + "attn.sinks" in state:  # GPT-OSS's (hf_gpt_oss), one per head: the rows' reordering leaves them
+            out[theirs + "self_attn.sinks"] = state.pop(ours + "attn.sinks")
     if state:
         raise InteropError(f"tensors the {plan.model_type} mapping has no place for: {', '.join(sorted(state)[:5])}")
     return {k: v.contiguous() for k, v in out.items()}
