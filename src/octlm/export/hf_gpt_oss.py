@@ -16,7 +16,10 @@ With one expert picked for every token (``num_local_experts`` =
 ``alpha W_up`` with bias ``-1``, and a limit no float32 activation reaches
 (``swiglu_limit`` 1e30), the expert is ``silu(x W_gate) * (x W_up) W_down``:
 octlm's SwiGLU. ``swiglu_alpha`` is written as GPT-OSS's own 1.702, so a
-transformers that reads it and one that fixes it compute alike. Attention has
+transformers that reads it and one that fixes it compute alike. Checked with
+transformers 5.24 (tests/test_hf_gpt_oss.py), whose experts read
+``swiglu_limit`` from the config; a version that fixes the clamp at GPT-OSS's
+7 would clip the larger gate and up activations (not checked here). Attention has
 no biases (``attention_bias`` false) and every head its own keys.
 
 Refused by name: NoPE layers and QK-norm (GPT-OSS turns every layer with
