@@ -213,3 +213,20 @@ def test_the_flags_reach_the_run_and_octlm_attention_reads_it(small_corpus, tmp_
     assert main(["attention", "--run", str(run), "--length", "8", "--out", str(tmp_path / "a"), "--json"]) == 0
     result = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert result["event"] == "result"
+
+
+def test_the_length_studys_attention_record_gives_the_sinks_share():
+    import numpy as np
+
+    from octlm.studies.length_attention import attention_record
+
+    model = model_with(2, position="none", attention_sinks=True)
+    scored = np.random.default_rng(2).integers(0, VOCAB, 13)
+    row = {"label": "sinks", "position": "none"}
+    record = attention_record(model, scored, 12, 16, torch.device("cpu"), row)
+    assert record["windows"] == 1
+    for layer, (x, _) in enumerate(layer_io(model, torch.from_numpy(scored[None, :12]))):
+        shares = hand_attention(model.blocks[layer].attn, x)[2]
+        assert record["sink_share"][layer] == pytest.approx(shares.mean(dim=1).tolist(), abs=1e-4)
+    plain = attention_record(model_with(2, position="none"), scored, 12, 16, torch.device("cpu"), row)
+    assert "sink_share" not in plain

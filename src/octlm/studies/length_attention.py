@@ -55,7 +55,9 @@ def attention_record(model, scored: np.ndarray, length: int, train_length: int, 
     averaged over windows and then over the query positions of each bucket
     (:func:`octlm.studies.length_tables.log_buckets`; ``query_positions`` are
     the buckets' centres, counted from 1); the largest logit is the maximum
-    over windows, the other statistics the mean.
+    over windows, the other statistics the mean. With ``attention_sinks``
+    ``sink_share`` [L, H] is the mean share of a query's softmax its learned
+    sink takes (:class:`~octlm.model.attention_maps.AttentionMaps`).
     """
     windows = max(1, min(ATTENTION_TOKENS // length, (len(scored) - 1) // length))
     totals, largest = None, None
@@ -68,6 +70,8 @@ def attention_record(model, scored: np.ndarray, length: int, train_length: int, 
             name: getattr(stats, name).double().cpu()
             for name in ("entropy", "mean_entropy", "mean_distance", "sink_mass")
         }
+        if model.config.attention_sinks:  # the learned sinks' share of the softmax, mean over queries [L, H]
+            part["sink_share"] = torch.stack([share.mean(dim=(0, 2)) for share in maps.sink_share]).double().cpu()
         totals = part if totals is None else {name: totals[name] + part[name] for name in part}
         largest = stats.max_logit.cpu() if largest is None else torch.maximum(largest, stats.max_logit.cpu())
     mean = {name: value / windows for name, value in totals.items()}
@@ -84,7 +88,13 @@ def attention_record(model, scored: np.ndarray, length: int, train_length: int, 
         "entropy": entropy.tolist(),
         "max_logit": largest.tolist(),
     }
-    record.update({name: mean[name].tolist() for name in ("mean_entropy", "mean_distance", "sink_mass")})
+    record.update(
+        {
+            name: mean[name].tolist()
+            for name in ("mean_entropy", "mean_distance", "sink_mass", "sink_share")
+            if name in mean
+        }
+    )
     if model.config.layer_specs:
         record["layers"] = describe(model.config.layer_specs)
     return _rounded(record)
