@@ -230,3 +230,30 @@ def test_the_length_studys_attention_record_gives_the_sinks_share():
         assert record["sink_share"][layer] == pytest.approx(shares.mean(dim=1).tolist(), abs=1e-4)
     plain = attention_record(model_with(2, position="none"), scored, 12, 16, torch.device("cpu"), row)
     assert "sink_share" not in plain
+
+
+@pytest.mark.parametrize("fields", [dict(position="stickbreaking"), dict(position="rope", layers="rope stickbreaking")])
+def test_sinks_beside_a_scheme_without_a_softmax_are_refused_by_name(fields):
+    with pytest.raises(ValueError, match=r"attention_sinks=True with stickbreaking, which forms its weights without"):
+        DecoderConfig(vocab_size=VOCAB, d_model=C, n_heads=H, attention_sinks=True, **fields)
+
+
+@pytest.mark.parametrize("position", ["fox", "stickbreaking"])
+def test_the_gate_multiplies_the_output_of_a_scheme_that_attends_itself(position):
+    model = model_with(3, position=position, output_gate=True)
+    ids = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(3))
+    attn = model.blocks[0].attn
+    seen = {}
+    hook = attn.proj.register_forward_hook(lambda _, args, out: seen.setdefault("y", args[0]))
+    with torch.no_grad():
+        model(ids)
+        gate = attn.gate
+        attn.gate = None
+        seen_plain = {}
+        hook.remove()
+        hook = attn.proj.register_forward_hook(lambda _, args, out: seen_plain.setdefault("y", args[0]))
+        model(ids)
+        attn.gate = gate
+    hook.remove()
+    x = layer_io(model, ids)[0][0].float()
+    torch.testing.assert_close(seen["y"][0], seen_plain["y"][0] * torch.sigmoid(x @ gate.weight.T + gate.bias))

@@ -219,6 +219,14 @@ class DecoderConfig:
             raise DecoderFieldError("eot_id", f"={self.eot_id} is outside the vocabulary [0, {self.vocab_size})")
         for spec in dict.fromkeys(self.layer_specs) or [None]:
             positions.check(self if spec is None else layer_config(self, spec))
+        own = sorted({s.position for s in self.layer_specs} or {self.position})
+        own = [name for name in own if positions.SCHEMES[name].attends]
+        if self.attention_sinks and own:
+            raise DecoderFieldError(
+                "attention_sinks",
+                f"=True with {own[0]}, which forms its weights without a softmax, so a sink has no denominator to "
+                "join; drop attention_sinks or pick another scheme",
+            )
 
     @property
     def head_dim(self) -> int:
