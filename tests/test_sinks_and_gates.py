@@ -257,3 +257,34 @@ def test_the_gate_multiplies_the_output_of_a_scheme_that_attends_itself(position
     hook.remove()
     x = layer_io(model, ids)[0][0].float()
     torch.testing.assert_close(seen["y"][0], seen_plain["y"][0] * torch.sigmoid(x @ gate.weight.T + gate.bias))
+
+
+def softmax_schemes() -> list[str]:
+    from octlm.model.positions import SCHEMES
+
+    return sorted(name for name, cls in SCHEMES.items() if not cls.attends)
+
+
+@pytest.mark.parametrize("position", softmax_schemes())
+@pytest.mark.parametrize("document_mask", [False, True])
+def test_every_softmax_scheme_takes_sinks_and_the_gate_and_caches_exactly(position, document_mask):
+    from octlm.model.positions import SCHEMES
+
+    if document_mask and not SCHEMES[position].takes_document_positions:
+        pytest.skip(f"{position} takes no document mask")
+    model = model_with(4, position=position, attention_sinks=True, output_gate=True, document_mask=document_mask)
+    ids = torch.randint(1, VOCAB, (2, 12), generator=torch.Generator().manual_seed(4))
+    ids[:, 4] = model.config.eot_id  # a second document from token 4 on
+    with torch.no_grad(), record_attention(model) as maps:
+        full = model(ids)
+        sums = [p.sum(-1) + share for p, share in zip(maps.probabilities, maps.sink_share, strict=True)]
+        cache = KVCache(len(model.blocks))
+        parts = [model(ids[:, :7], cache=cache)] + [
+            model(ids[:, t : t + 1], offset=t, cache=cache) for t in range(7, 12)
+        ]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
+    if document_mask:  # the second document attends to itself alone, its sinks included, as if it came first
+        with torch.no_grad():
+            torch.testing.assert_close(full[:, 4:], model(ids[:, 4:]), atol=1e-5, rtol=1e-5)
+    for total in sums:
+        torch.testing.assert_close(total, torch.ones_like(total))
