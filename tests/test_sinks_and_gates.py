@@ -288,3 +288,16 @@ def test_every_softmax_scheme_takes_sinks_and_the_gate_and_caches_exactly(positi
             torch.testing.assert_close(full[:, 4:], model(ids[:, 4:]), atol=1e-5, rtol=1e-5)
     for total in sums:
         torch.testing.assert_close(total, torch.ones_like(total))
+
+
+def test_a_stream_applies_the_gate_and_refuses_learned_sinks_by_name():
+    from octlm.model.streaming import StreamingCache, check_streaming, stream_logits
+
+    model = model_with(5, position="rope", output_gate=True)
+    ids = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(5))
+    check_streaming(model, 0, 16)
+    with torch.no_grad():  # a window wider than the stream evicts nothing: the stream is the full pass
+        streamed = torch.cat(list(stream_logits(model, ids, StreamingCache(2, 0, 16), 4)), dim=1)
+        torch.testing.assert_close(streamed, model(ids), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"learned sinks \(attention_sinks\)"):
+        check_streaming(model_with(5, position="rope", attention_sinks=True), 4, 8)

@@ -109,8 +109,7 @@ class CausalSelfAttention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if cache is not None and cache.repositions:  # a stream's cache: sinks and a window, placed within it
-            y = streamed_attention(q, k, v, positions, cache, layer)
-            return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+            return self._output(streamed_attention(q, k, v, positions, cache, layer), x)
         q, k = positions.rotate(q, k, offset)
         if scale_queries and plan is not None and plan.query_scale is not None:
             q = q * plan.query_scale.to(q.dtype)  # the q.k logits only, not a scheme's additive bias
@@ -139,7 +138,12 @@ class CausalSelfAttention(nn.Module):
             if self.record is not None:
                 self.record(q, k, bias, offset)
             y = _causal_attention(q, k, v, bias, dropout)
-        y = y.transpose(1, 2).reshape(B, T, C)
+        return self._output(y, x)
+
+    def _output(self, y: Tensor, x: Tensor) -> Tensor:
+        """The heads' output [B, H, T, D] through the gate (``output_gate``, from the layer's input ``x`` [B, T, C])
+        and the output projection: [B, T, C]."""
+        y = y.transpose(1, 2).reshape(x.shape)
         if self.gate is not None:
             y = y * torch.sigmoid(self.gate(x))  # Qiu et al. 2025's G1: per channel of each head, from the input
         return self.resid_dropout(self.proj(y))

@@ -187,7 +187,7 @@ def check_streaming(model: Decoder, sinks: int, window: int) -> None:
             ``sinks`` < 0, a scheme whose cache cannot evict
             (``evicts_cache``), or a model whose positions come from elsewhere
             than the cache (randomized positions, a document mask, the log
-            attention scale, a layout's window layers).
+            attention scale, a layout's window layers, learned sinks).
     """
     from octlm.model.attention_recipes import NO_SCALE
     from octlm.model.positions import evicting_schemes
@@ -212,6 +212,8 @@ def check_streaming(model: Decoder, sinks: int, window: int) -> None:
         or "its log attention scale reads text positions" * (config.attention_scale != NO_SCALE)
         or "its layout scales queries by text position" * any(spec.log_scale for spec in layers)
         or "its layout's window layers keep their own cache" * any(spec.window for spec in layers)
+        or "its learned sinks (attention_sinks) join a softmax the streaming pass does not form"
+        * bool(config.attention_sinks)
     )
     if refusal:
         raise ValueError(f"this run cannot stream with a cache window: {refusal}; decode it without --cache-window")
