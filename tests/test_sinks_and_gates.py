@@ -234,7 +234,9 @@ def test_the_length_studys_attention_record_gives_the_sinks_share():
 
 @pytest.mark.parametrize("fields", [dict(position="stickbreaking"), dict(position="rope", layers="rope stickbreaking")])
 def test_sinks_beside_a_scheme_without_a_softmax_are_refused_by_name(fields):
-    with pytest.raises(ValueError, match=r"attention_sinks=True with stickbreaking, which forms its weights without"):
+    with pytest.raises(
+        ValueError, match=r"attention_sinks=True with stickbreaking, which forms its attention weights itself"
+    ):
         DecoderConfig(vocab_size=VOCAB, d_model=C, n_heads=H, attention_sinks=True, **fields)
 
 

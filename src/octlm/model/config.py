@@ -224,8 +224,8 @@ class DecoderConfig:
         if self.attention_sinks and own:
             raise DecoderFieldError(
                 "attention_sinks",
-                f"=True with {own[0]}, which forms its weights without a softmax, so a sink has no denominator to "
-                "join; drop attention_sinks or pick another scheme",
+                f"=True with {own[0]}, which forms its attention weights itself (PositionScheme.attend), where no "
+                "sink joins them; drop attention_sinks or pick another scheme",
             )
 
     @property
