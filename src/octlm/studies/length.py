@@ -49,7 +49,7 @@ from octlm.studies.extension_stage import (
     measure_steps,
 )
 from octlm.studies.length_attention import attention_markdown, attention_plot
-from octlm.studies.length_confidence import stored
+from octlm.studies.length_confidence import restored, stored
 from octlm.studies.length_findings import confidence_section
 from octlm.studies.length_options import (
     RUNS,
@@ -62,6 +62,7 @@ from octlm.studies.length_options import (
 from octlm.studies.length_scoring import score_base, score_extended, without_positions
 from octlm.studies.length_tables import format_tables, markdown_tables, mean_rows, plot
 from octlm.studies.progress import PROGRESS, StudyProgress, open_study, test_step
+from octlm.studies.readings import FinishedStudy, sections
 from octlm.studies.spread import Share, count_models, finish_share, open_share, placed_device, share_of
 from octlm.studies.study_models import base_models, check_same_data, study_units, train_unit
 from octlm.studies.study_rows import legend
@@ -75,6 +76,8 @@ FILES = StudyFiles(
     "length study", "length.jsonl", "length.md", "length.png", extra=(RUNS, EXTEND_PLOT, ATTENTION_PLOT, PROGRESS)
 )
 JSONL, PLOT, TABLE = FILES.jsonl, FILES.plot, FILES.table
+#: The kinds of record the study itself writes; any other is an opt-in reading's (octlm.studies.readings).
+OWN_RECORDS = frozenset({"study", "train", "eval", "window_bytes", "curve", "attention", "comparison"})
 
 
 def prepare_study_dir(out: str, overwrite: bool, texts: list[str] = ()) -> Path:
@@ -292,9 +295,12 @@ def _write(
     attention: list[dict],
     T: int,
     lengths: list[int],
+    readings: list[dict] = (),
 ) -> tuple[str, list[str]]:
-    """Write length.jsonl, length.md and the figures; returns the terminal's tables and the paths written."""
+    """Write length.jsonl, length.md and the figures, with the sections and figures of the opt-in ``readings``'
+    records (:mod:`octlm.studies.readings`); returns the terminal's tables and the paths written."""
     shown = mean_rows(rows)
+    read_text, read_figures = sections(FinishedStudy(out, [study, *train_rows, *readings]), list(readings))
     tables = format_tables(shown, T, lengths, train_rows)
     compared, confidence = confidence_section(rows, T, lengths)  # the differences' intervals, and the findings
     markdown = (
@@ -304,18 +310,30 @@ def _write(
         + "\n"
         + attention_markdown(attention, T, lengths)
         + (f"\n{confidence}" if confidence else "")
+        + read_text
     )
     kept, window_bytes = stored(rows)  # each length's window bytes once, not in every row
-    records = [study, *train_rows, *kept, *window_bytes, *curves, *attention, *compared]
+    records = [study, *train_rows, *kept, *window_bytes, *curves, *attention, *compared, *readings]
     write_study(out, FILES, records, markdown, plot(shown, T, lengths))
     atomic_write(out / ATTENTION_PLOT, attention_plot(attention, T))
     if curves:
         atomic_write(out / EXTEND_PLOT, curve_plot(curves))
         tables += "\n\n" + curve_markdown(curves)
+    for name, figure in read_figures.items():
+        atomic_write(out / name, figure)
     written = [str(out / JSONL), str(out / TABLE), str(out / PLOT), str(out / ATTENTION_PLOT)] + (
         [str(out / EXTEND_PLOT)] if curves else []
     )
-    return tables, written
+    return tables, written + [str(out / name) for name in read_figures]
+
+
+def rewrite(study: FinishedStudy) -> list[str]:
+    """Write a finished study's files again from its records (``study.records``: its own, then the opt-in
+    readings'), the comparisons computed anew from its eval rows; returns the paths written."""
+    of = lambda kind: [r for r in study.records if r["record"] == kind]  # noqa: E731
+    readings = [r for r in study.records if r["record"] not in OWN_RECORDS]
+    args = (of("train"), of("curve"), of("attention"), study.train_length, study.lengths, readings)
+    return _write(study.out, study.study, restored(study.records), *args)[1]
 
 
 def _run_dir(out: Path, name: str, seed: int, opts: LengthOptions) -> Path:
@@ -369,4 +387,4 @@ def _extend_one(
     return done["rows"], done["attention"], _train_row(name, seed, result, opts.seeds), curve
 
 
-__all__ = ["FILES", "length_study", "prepare_study_dir"]
+__all__ = ["FILES", "length_study", "prepare_study_dir", "rewrite"]

@@ -49,12 +49,82 @@ def add_parser(sub) -> None:
         "  octlm length --task copy --out runs/copy --seeds 5\n"
         "  octlm length --task all --out runs/tasks --max-steps 300\n"
         "  octlm length --task copy reverse --randomize-positions 8 --schemes rope alibi --out runs/rand\n"
-        "  octlm length --preset ruoss2023 --out runs/ruoss\n\n" + builtin_help(),
+        "  octlm length --preset ruoss2023 --out runs/ruoss\n"
+        "  octlm length --out runs/length --reread --context-curve\n\n" + builtin_help(),
     )
     add_dataclass_options(p, LengthOptions)
     add_dataclass_options(p, TaskOptions, only=TASK_ONLY)
+    add_reading_options(p)
     add_common(p)
     p.set_defaults(func=run, parser=p)
+
+
+#: What --reread takes besides the readings: the study folder and where to compute.
+REREAD_TAKES = {"out", "reread", "device", "threads", "json", "quiet", "argv", "func", "parser"}
+
+
+def add_reading_options(p: argparse.ArgumentParser) -> None:
+    """The opt-in readings of the text study (:mod:`octlm.studies.readings`) and ``--reread``."""
+    from octlm.studies.readings import registry
+
+    group = p.add_argument_group(
+        "opt-in readings (text study)",
+        "measurements of the trained models the default study leaves out; with --reread on a finished study's --out "
+        "(no training: its models and options are read back, the records appended and length.md rewritten)",
+    )
+    group.add_argument(
+        "--reread",
+        action="store_true",
+        help="compute the named readings on the finished study at --out without training again",
+    )
+    for reading in registry().values():
+        group.add_argument(reading.flag, action="store_true", dest=reading.dest, help=reading.help)
+        for param in reading.params:
+            group.add_argument(param.flag, type=int, default=None, dest=param.name, help=param.help, metavar="N")
+
+
+def asked_readings(args: argparse.Namespace, given: set[str]) -> tuple[list[str], dict]:
+    """The readings the flags name and their options' values (each checked).
+
+    Raises:
+        OctlmError: for a reading's option without its reading, or a bad value, naming the flag.
+    """
+    from octlm.studies.readings import registry
+
+    names, params = [], {}
+    for reading in registry().values():
+        on = getattr(args, reading.dest, False)
+        names += [reading.name] if on else []
+        for param in reading.params:
+            if param.name in given:
+                if not on:
+                    raise OctlmError(f"{param.flag} sets {reading.flag}: add {reading.flag} or drop {param.flag}")
+                params[param.name] = param.check(getattr(args, param.name))
+    return names, params
+
+
+def refuse_readings(args: argparse.Namespace, names: list[str], given: set[str], opts) -> None:
+    """Refuse readings the study cannot take: with --task, with --shard, or --reread with a study option or none.
+
+    Raises:
+        OctlmError: naming the flag and the fix.
+    """
+    if args.reread:
+        if other := sorted(given - REREAD_TAKES - {n.replace("-", "_") for n in names} - set(args.reading_params)):
+            raise OctlmError(
+                f"{flag(other[0])} means nothing with --reread: the readings use the study's own recorded options; "
+                f"drop {flag(other[0])}"
+            )
+        if not names or args.out is None:
+            raise OctlmError("--reread needs --out DONE (a finished study) and a reading, e.g. --context-curve")
+        return
+    if names and isinstance(opts, TaskOptions):
+        raise OctlmError(f"--{names[0]} reads a text study's models, not --task's; drop --{names[0]}")
+    if names and opts.shard:
+        raise OctlmError(
+            f"--{names[0]} with --shard: finish the study first, then run octlm length --out {opts.out} --reread "
+            f"--{names[0]}"
+        )
 
 
 def study_options(args: argparse.Namespace) -> LengthOptions | TaskOptions:
@@ -91,14 +161,25 @@ def study_options(args: argparse.Namespace) -> LengthOptions | TaskOptions:
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
     from octlm.studies.length import length_study
+    from octlm.studies.readings import registry, run_readings
     from octlm.studies.task import task_study
 
-    opts = study_options(args)
+    given = given_options(args.parser, args.argv[1:])
+    args.reading_params = [p.name for r in registry().values() for p in r.params]
+    names, params = asked_readings(args, given)
+    opts = None if args.reread else study_options(args)
+    refuse_readings(args, names, given, opts)
+    if args.reread:
+        result = run_readings(args.out, names, params, args.device, args.threads, report)
+        report.result(result, f"wrote {', '.join(result['written'])}")
+        return 0
     try:
         if isinstance(opts, TaskOptions):
             task_study(opts, report, given_options(args.parser, args.argv[1:]))
         else:
             length_study(opts, report)
+            if names:
+                run_readings(opts.out, names, params, opts.device, opts.threads, report)
     except KeyboardInterrupt:
         # Every finished part of the study is recorded in its folder (octlm.studies.progress).
         if opts.out and (Path(opts.out) / PROGRESS).is_dir():
