@@ -188,3 +188,28 @@ def test_an_unfinished_study_and_the_task_study_are_refused(curved, small_corpus
     err = capsys.readouterr().err
     assert "--context-curve reads a text study's models, not --task's" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_doubling_bins_of_position_in_length_md(length_study):
+    """The table of bits per byte by position in doubling bins (1, 2-3, 4-7, ...) of the longest windows, each cell
+    summed here from the eval row's per-position loss and bytes."""
+    from octlm.studies.length_tables import doubling_bins
+
+    for L in (1, 5, 8, 2048):
+        bins = doubling_bins(L)
+        assert [p for a, b in bins for p in range(a, b)] == list(range(L))  # every position once, in order
+        assert all(b - a == a + 1 for a, b in bins[:-1])  # positions 2^k .. 2^(k+1) - 1, counted from 1
+    row = next(
+        r for r in records(length_study) if r["record"] == "eval" and r["label"] == "rope" and r["eval_length"] == 32
+    )
+    md = (length_study / "length.md").read_text()
+    head = "| scheme | 1 | 2-3 | 4-7 | 8-15 | 16-32 |"
+    assert head in md
+    table = md[md.index(head) :].splitlines()
+    shown = next(line for line in table if line.startswith("| `rope` |")).strip("| ").split(" | ")[1:]
+    nats = np.array(row["position_loss"]) * row["windows"]
+    nbytes = np.array(row["position_bytes"])
+    want = [nats[a:b].sum() / math.log(2) / nbytes[a:b].sum() for a, b in [(0, 1), (1, 3), (3, 7), (7, 15), (15, 32)]]
+    assert [float(v) for v in shown] == pytest.approx(want, abs=6e-5)
+    learned = next(line for line in table if line.startswith("| `learned` |"))
+    assert learned.endswith("| - | - |")  # its table stops at T = 8: positions 9 on are not read

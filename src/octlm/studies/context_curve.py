@@ -48,8 +48,10 @@ from octlm.studies.readings import FinishedStudy, Param, Reading
 #: differ by 0.01 to 0.1 bits per byte, and a gain under 0.01 (about 0.5% of their 2 bits per byte) is smaller than
 #: any of those differences.
 THRESHOLD = 0.01
-#: Targets scored at every context length by default: a minute per model at the default shape on one CPU thread.
-DEFAULT_TARGETS = 256
+#: Targets scored at every context length by default: about a minute per model at the default shape on one CPU thread
+#: (rope, T = 128, c to 2048: 64 targets took 8.1 CPU seconds, 55% of them at c = 2048; a learned table, to T only,
+#: takes 2% of that); bench/context_curve.py measures it.
+DEFAULT_TARGETS = 512
 #: The seed of the target sample (not a training seed).
 SAMPLE_SEED = 0
 #: The figure.

@@ -304,7 +304,7 @@ def _write(
     tables = format_tables(shown, T, lengths, train_rows)
     compared, confidence = confidence_section(rows, T, lengths)  # the differences' intervals, and the findings
     markdown = (
-        legend(study["options"]["layouts"])
+        legend(study["options"].get("layouts", []))  # a study from before --layouts has none
         + markdown_tables(shown, T, lengths, train_rows)
         + (f"\n{curve_markdown(curves)}" if curves else "")
         + "\n"

@@ -60,6 +60,15 @@ def position_buckets(train_length: int, length: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in pairwise(edges) if a < length]
 
 
+def doubling_bins(length: int) -> list[tuple[int, int]]:
+    """Window position ranges [start, end) of positions counted from 1 (the first prediction) in doublings: 1, 2-3,
+    4-7, ..., the last reaching ``length`` (so a power-of-two length ends in ``L/2 .. L``, not a bin of one)."""
+    edges = [1]
+    while 2 * edges[-1] < length:
+        edges.append(2 * edges[-1])
+    return [(a - 1, b - 1) for a, b in pairwise([*edges, length + 1])]
+
+
 def bucket_bpb(row: dict, buckets: list[tuple[int, int]]) -> list[float | None]:
     """Bits per byte of the targets at window positions within each bucket."""
     nats = np.asarray(row["position_loss"]) * row["windows"]
@@ -194,6 +203,7 @@ def markdown_tables(rows: list[dict], T: int, lengths: list[int], train_rows: li
             row = cells.get(longest)
             if row is not None and row["bpb"] is not None:
                 lines.append(f"| `{label}` | " + " | ".join(f"{v:.4f}" for v in bucket_bpb(row, buckets)) + " |")
+    lines += _doubling_table(grid, longest)
     lines += [
         "",
         "Training: "
@@ -204,6 +214,27 @@ def markdown_tables(rows: list[dict], T: int, lengths: list[int], train_rows: li
         + " (T for the base models, M x T for the fine-tuned ones).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _doubling_table(grid: dict[str, dict[int, dict]], longest: int) -> list[str]:
+    """Markdown lines: bits per byte by position (from 1) in doubling bins of the ``longest``-token windows (or the
+    longest each row reached: a learned table's T), how much context a window's target had."""
+    bins = doubling_bins(longest)
+    lines = [
+        "",
+        f"Bits per byte by position within the longest windows each row reads ({longest} tokens; a learned table's "
+        "T), in doubling bins (position 1 is the first prediction, made from one token):",
+        "",
+        "| scheme | " + " | ".join(str(a + 1) if b - a == 1 else f"{a + 1}-{b}" for a, b in bins) + " |",
+        "| --- |" + " ---: |" * len(bins),
+    ]
+    for label, cells in grid.items():
+        reached = [L for L, row in cells.items() if row.get("bpb") is not None and row.get("position_loss")]
+        if reached:
+            row = cells[max(reached)]
+            shown = [bucket_bpb(row, [(a, b)])[0] if b <= len(row["position_loss"]) else None for a, b in bins]
+            lines.append(f"| `{label}` | " + " | ".join("-" if v is None else f"{v:.4f}" for v in shown) + " |")
+    return lines
 
 
 def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
@@ -260,6 +291,7 @@ def plot(rows: list[dict], T: int, lengths: list[int]) -> bytes:
 __all__ = [
     "NOT_AVAILABLE",
     "bucket_bpb",
+    "doubling_bins",
     "log_buckets",
     "format_tables",
     "markdown_tables",
