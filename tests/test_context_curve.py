@@ -199,6 +199,8 @@ def test_doubling_bins_of_position_in_length_md(length_study):
         bins = doubling_bins(L)
         assert [p for a, b in bins for p in range(a, b)] == list(range(L))  # every position once, in order
         assert all(b - a == a + 1 for a, b in bins[:-1])  # positions 2^k .. 2^(k+1) - 1, counted from 1
+        assert L == 1 or bins[-1][1] - bins[-1][0] > 1  # the last bin reaches L: never a bin of one position
+    assert doubling_bins(2048)[-1] == (1023, 2048)  # positions 1024-2048
     row = next(
         r for r in records(length_study) if r["record"] == "eval" and r["label"] == "rope" and r["eval_length"] == 32
     )
