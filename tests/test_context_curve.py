@@ -107,18 +107,30 @@ def test_a_default_study_reread_keeps_its_own_records_and_tables(length_study, t
     assert (copy / "length.md").read_text().startswith(md.rstrip("\n"))
 
 
-@given(
-    falls=st.lists(st.floats(0.02, 1.0), min_size=0, max_size=6),
-    flat=st.lists(st.floats(0.0, 0.0099), min_size=1, max_size=6),
-)
-@settings(max_examples=50, deadline=None)
-def test_knee_is_where_every_later_gain_stays_below_the_threshold(falls, flat):
-    gains = [*falls, *flat]
-    grid = [2**k for k in range(len(gains) + 1)]
-    assert knee(grid, gains, 0.01) == grid[len(falls)]
-    assert knee(grid, [*gains, 0.5], 0.01) is None  # still falling at the longest context
-    if falls:
-        assert knee(grid, [*flat, 0.5, *flat], 0.01) == grid[len(flat) + 1]  # a late fall moves the knee past it
+def gain_matrix(curve):
+    """``[i, j]``: bits per byte gained from ``curve[i]`` to ``curve[j]``."""
+    curve = np.asarray(curve, dtype=float)
+    return curve[:, None] - curve[None, :]
+
+
+@given(st.lists(st.floats(0.0, 5.0), min_size=2, max_size=8))
+@settings(max_examples=100, deadline=None)
+def test_knee_is_the_first_context_no_longer_one_beats_by_the_threshold(curve):
+    grid = [2**k for k in range(len(curve))]
+    want = None
+    for i in range(len(curve) - 1):  # by hand: the first c that every longer c' misses by less than 0.01
+        if all(curve[i] - curve[j] < 0.01 for j in range(i + 1, len(curve))):
+            want = grid[i]
+            break
+    assert knee(grid, gain_matrix(curve), 0.01) == want
+
+
+def test_knee_of_curves_that_flatten_rise_or_keep_falling():
+    grid = [1, 2, 4, 8, 16, 32]
+    assert knee(grid, gain_matrix([3.0, 2.5, 2.2, 2.195, 2.4, 2.8]), 0.01) == 4  # rises past 8: the knee is at 4
+    assert knee(grid, gain_matrix([3.0, 2.5, 2.2, 2.194, 2.188, 2.182]), 0.01) == 16  # 8 -> 32 still gains 0.012
+    assert knee(grid, gain_matrix([3.0, 2.5, 2.2, 2.1, 2.0, 1.9]), 0.01) is None  # falling at the longest context
+    assert knee([1], np.zeros((1, 1)), 0.01) == 1
 
 
 def test_effective_context_of_a_synthetic_curve_with_a_known_knee():
@@ -128,6 +140,7 @@ def test_effective_context_of_a_synthetic_curve_with_a_known_knee():
     grid = context_grid(256)
     assert grid == [1, 2, 4, 8, 16, 32, 64, 128, 256]
     drop = [0.3 * min(k, 4) + 0.015 * min(max(k - 4, 0), 2) + 0.001 * max(k - 6, 0) for k in range(len(grid))]
+    # from 64 on, at most 0.002 is left to gain: below the threshold
     curve = 4.0 - np.array(drop)  # bits per byte
     nbytes = rng.integers(1, 4, size=600).astype(float)
     nats = curve[None, :, None] * nbytes[None, None, :] * math.log(2) + rng.normal(0, 0.05, size=(2, len(grid), 600))
@@ -135,14 +148,17 @@ def test_effective_context_of_a_synthetic_curve_with_a_known_knee():
     assert (found["effective"], found["low"], found["high"]) == (64, 64, 64)
     by_hand = (nats[:, 0].sum(-1) - nats[:, 1].sum(-1)).mean() / math.log(2) / nbytes.sum()
     assert found["gains"][0]["difference"] == pytest.approx(by_hand) and found["gains"][0]["low"] > 0.25
-    assert all(g["high"] < 0.01 for g in found["gains"][6:]) and all(g["low"] > 0.01 for g in found["gains"][4:6])
+    gains = {(g["from"], g["to"]): g for g in found["gains"]}
+    assert len(gains) == 9 * 8 // 2 and gains[(16, 32)]["low"] > 0.01 and gains[(32, 64)]["low"] > 0.01
+    assert all(g["high"] < 0.01 for (a, _), g in gains.items() if a >= 64)
     # The same mean curve, each target ±1 nat at random past c = 16 (cancelling exactly over the targets): the gains
     # past 64 are 0.001 as before, but their intervals reach past 0.01, so no knee is certain within the grid.
     signs = rng.permuted(np.tile(np.repeat([-1.0, 1.0], 300), (2, len(grid), 1)), axis=-1)  # each sums to 0
     noisy = nats + np.where(np.arange(len(grid))[None, :, None] > 4, signs, 0.0)
     found = effective_context(grid, noisy, nbytes)
     assert found["effective"] is None and found["high"] is None
-    assert max(g["difference"] for g in found["gains"][6:]) < 0.01 < min(g["high"] for g in found["gains"][6:])
+    late = [g for g in found["gains"] if g["from"] >= 64]
+    assert max(g["difference"] for g in late) < 0.01 < min(g["high"] for g in late)
 
 
 def test_the_grid_and_the_sample():

@@ -12,18 +12,18 @@ position is scored. Bits per byte is the study's: the targets' nats / ln 2 /
 their UTF-8 bytes (the sample holds no end-of-text targets, which stand for no
 bytes and count in neither sum).
 
-The effective context of a model is read off the gains ``g(c) = bpb(c) -
-bpb(c')`` from each ``c`` to the next ``c'`` of the grid, each with its
+The effective context of a model is read off the gains ``g(c, c') = bpb(c) -
+bpb(c')`` from each ``c`` to each longer ``c'`` of the grid, each with its
 interval from the study's paired bootstrap over targets crossed with seeds
-(:func:`octlm.studies.confidence.compare_many`). The rule (:func:`effective_context`):
-the effective context is the smallest ``c`` of the grid such that the upper end of
-the 95% interval of every gain from ``c`` on is below :data:`THRESHOLD`, so that
-more context past it lowers bits per byte by less than the threshold per
-doubling, as far as the targets and seeds tell. When the last gain measured
-is not below it, the model still gains at the longest context, and the
-effective context is reported as beyond ``c_max``. Its interval is the central 95%
-of the same rule applied to each bootstrap replicate's point estimates (the
-smallest ``c`` whose later gains are all below the threshold).
+(:func:`octlm.studies.confidence.compare_many`). The rule (:func:`knee`): the
+effective context is the smallest ``c`` of the grid such that the upper end of
+the 95% interval of ``g(c, c')`` is below :data:`THRESHOLD` for every longer
+``c'``: no longer context beats it by the threshold, as far as the targets and
+seeds tell (a curve that rises past ``T`` has its knee where it stops falling).
+When no ``c`` short of the longest qualifies, the curve may still fall at the
+longest context, and the effective context is reported as beyond ``c_max``. Its
+interval is the central 95% of the same rule applied to each bootstrap
+replicate's point estimates.
 """
 
 from __future__ import annotations
@@ -145,21 +145,22 @@ def _curves(records: list[dict]) -> dict[str, tuple[list[int], np.ndarray]]:
 
 
 def knee(grid: list[int], gains: np.ndarray, threshold: float = THRESHOLD) -> int | None:
-    """The smallest ``c`` of ``grid`` from which every gain (``gains[j]``: from ``grid[j]`` to ``grid[j + 1]``) is
-    below ``threshold``; ``None`` when the last gain is not (the curve still falls at the longest context)."""
-    below = np.asarray(gains) < threshold
-    if len(below) == 0:
+    """The smallest ``c`` of ``grid`` that no longer context of the grid beats by ``threshold`` or more, or ``None``
+    when only the longest is left (the curve may still fall there).
+
+    Args:
+        gains: [n, n] with ``gains[i, j]`` the bits per byte gained going from ``grid[i]`` to ``grid[j]``
+            (``bpb(grid[i]) - bpb(grid[j])``), read for ``j > i`` only.
+    """
+    if len(grid) == 1:
         return grid[0]
-    if not below[-1]:
-        return None
-    j = len(below)
-    while j > 0 and below[j - 1]:
-        j -= 1
-    return grid[j]
+    gains = np.asarray(gains)
+    return next((grid[i] for i in range(len(grid) - 1) if np.all(gains[i, i + 1 :] < threshold)), None)
 
 
 def effective_context(grid: list[int], nats: np.ndarray, nbytes: np.ndarray, threshold: float = THRESHOLD) -> dict:
-    """A model's gains per step of ``grid`` with their intervals, and its effective context with its interval.
+    """A model's gains from each context length to each longer one with their intervals, and its effective context
+    (:func:`knee` of the gains' upper ends) with its interval (the knees of the bootstrap replicates).
 
     Args:
         nats: the targets' nats [S, len(grid), N] (seeds, context lengths, targets).
@@ -168,27 +169,28 @@ def effective_context(grid: list[int], nats: np.ndarray, nbytes: np.ndarray, thr
     Returns ``{"gains": [{"from", "to", "difference", "low", "high"}], "effective", "low", "high"}``;
     ``effective`` is ``None`` beyond the grid, ``low``/``high`` ``None`` when replicates fall beyond it.
     """
-    S, steps = nats.shape[0], len(grid) - 1
-    pairs = [(nats[:, j], nats[:, j + 1]) for j in range(steps)]
-    compared = compare_many(pairs, nbytes) if steps else []
-    gains = [{"from": grid[j], "to": grid[j + 1], **result.combined.as_dict()} for j, result in enumerate(compared)]
-    effective = knee(grid, [g["high"] for g in gains], threshold)
-    if steps:
-        reps = replicates(np.concatenate([a - b for a, b in pairs]), nbytes)  # [R, steps * S], series step-major
-        drawn = seed_draws(S, RESAMPLES, BOOTSTRAP_SEED)
-        per_step = np.stack(
-            [np.take_along_axis(reps[:, j * S : (j + 1) * S], drawn, axis=1).mean(axis=1) for j in range(steps)], 1
-        )
-        knees = [knee(grid, row, threshold) for row in per_step]
-        beyond = 2 * grid[-1]  # a replicate still falling at the longest context
-        ranks = np.log2([beyond if k is None else k for k in knees])
-        low, high = (
-            2 ** np.quantile(ranks, q, method="inverted_cdf") for q in ((1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2)
-        )
-        low, high = (None if v >= beyond else int(round(v)) for v in (low, high))
-    else:
-        low = high = grid[0]
-    return {"gains": gains, "effective": effective, "low": low, "high": high}
+    S, n = nats.shape[0], len(grid)
+    steps = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    if not steps:
+        return {"gains": [], "effective": grid[0], "low": grid[0], "high": grid[0]}
+    pairs = [(nats[:, i], nats[:, j]) for i, j in steps]
+    compared = compare_many(pairs, nbytes)
+    gains = [
+        {"from": grid[i], "to": grid[j], **r.combined.as_dict()} for (i, j), r in zip(steps, compared, strict=True)
+    ]
+    high = np.full((n, n), np.nan)
+    for (i, j), g in zip(steps, gains, strict=True):
+        high[i, j] = g["high"]
+    reps = replicates(np.concatenate([a - b for a, b in pairs]), nbytes)  # [R, len(steps) * S], series pair-major
+    drawn = seed_draws(S, RESAMPLES, BOOTSTRAP_SEED)
+    matrix = np.full((RESAMPLES, n, n), np.nan)
+    for k, (i, j) in enumerate(steps):  # each replicate's gains, averaged over its drawn seeds
+        matrix[:, i, j] = np.take_along_axis(reps[:, k * S : (k + 1) * S], drawn, axis=1).mean(axis=1)
+    beyond = 2 * grid[-1]  # a replicate in which no c short of the longest is beaten by less than the threshold
+    knees = [knee(grid, m, threshold) or beyond for m in matrix]
+    ends = (np.quantile(np.log2(knees), q, method="inverted_cdf") for q in ((1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2))
+    low, high_c = (None if 2**v >= beyond else int(round(2**v)) for v in ends)
+    return {"gains": gains, "effective": knee(grid, high, threshold), "low": low, "high": high_c}
 
 
 def effective_records(records: list[dict], nbytes: np.ndarray) -> list[dict]:
@@ -229,8 +231,8 @@ CONTEXT_CURVE = Reading(
     name="context-curve",
     help="also score every base model on a fixed sample of validation targets with exactly c = 1, 2, 4, ... up to "
     "the longest length tokens of context (a learned table to T), and report each model's effective context: "
-    f"the smallest c past which each doubling lowers bits per byte by less than {THRESHOLD} (upper end of its "
-    "95%% interval); writes context.png and a section of length.md (opt-in: about a minute per model at the "
+    f"the smallest c that no longer context beats by {THRESHOLD} bits per byte or more (upper ends of the "
+    "95%% intervals); writes context.png and a section of length.md (opt-in: about a minute per model at the "
     "default shape)",
     kinds=("context_targets", "context", "effective_context"),
     compute=compute,

@@ -31,20 +31,21 @@ def sentence(record: dict, train_length: int) -> str:
     label, c, threshold = record["label"], record["effective"], record["threshold"]
     interval = f"[{_context(record['low'], record['longest'])}, {_context(record['high'], record['longest'])}]"
     if c is None:
-        last = record["gains"][-1] if record["gains"] else None
+        short = [g for g in record["gains"] if g["high"] >= threshold]
+        last = max(short, key=lambda g: (g["from"], g["to"])) if short else None
         return (
-            f"`{label}` still gains at the longest context measured: going from {last['from']} to {last['to']} tokens "
-            f"lowers bits per byte by {last['difference']:.4f} (95% interval [{last['low']:.4f}, {last['high']:.4f}]), "
-            f"not surely below {threshold}; replicates put its knee in {interval}."
+            f"`{label}` has no context length short of {record['longest']} that every longer one misses by less than "
+            f"{threshold}: going from {last['from']} to {last['to']} tokens lowers bits per byte by "
+            f"{last['difference']:.4f} (95% interval [{last['low']:.4f}, {last['high']:.4f}]); "
+            f"replicates put its knee in {interval}."
             if last
             else f"`{label}` has a single context length: no gain to measure."
         )
     where = "within" if c <= train_length else "past"
     return (
         f"`{label}` uses about {c} token{'' if c == 1 else 's'} of context ({where} its training length "
-        f"{train_length}): every doubling "
-        f"past {c} lowers bits per byte by less than {threshold} (upper ends of the 95% intervals), and replicates "
-        f"put its knee in {interval}."
+        f"{train_length}): no longer context lowers its bits per byte by {threshold} or more (upper ends of the 95% "
+        f"intervals), and replicates put its knee in {interval}."
     )
 
 
@@ -71,9 +72,9 @@ def context_markdown(records: list[dict], train_length: int) -> str:
     if any_record is not None:
         lines += [
             "",
-            f"Effective context: the smallest c from which every doubling of the context lowers bits per byte by less "
-            f"than {any_record['threshold']}, the upper end of each gain's {any_record['confidence']:.0%} interval "
-            f"being below it (paired bootstrap over the targets crossed with {any_record['seeds']} seed"
+            f"Effective context: the smallest c that no longer context beats by {any_record['threshold']} bits per "
+            f"byte or more, the upper end of the {any_record['confidence']:.0%} interval of bpb(c) - bpb(c') being "
+            f"below it for every longer c' (paired bootstrap over the targets crossed with {any_record['seeds']} seed"
             f"{'' if any_record['seeds'] == 1 else 's'}, {any_record['resamples']:,} resamples, generator seed "
             f"{any_record['bootstrap_seed']}); its interval: the central {any_record['confidence']:.0%} of the knees "
             "of the bootstrap replicates.",
