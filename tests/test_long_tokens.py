@@ -247,3 +247,32 @@ def test_bad_short_context_is_refused_in_one_line(tiny_study, capsys, args, matc
     assert main(["length", "--out", str(tiny_study), "--reread", "--long-tokens", *args]) != 0
     assert match in capsys.readouterr().err
     assert (tiny_study / "length.jsonl").read_bytes() == before
+
+
+def test_each_row_is_scored_in_its_own_state_and_a_fine_tuned_model_keeps_its_scaling(tiny_study, monkeypatch):
+    # The state each reading sees, read off the model (no floats): a base row under its scaling and factor, a plain
+    # row under none, a fine-tuned row under the scaling it saved, reading after reading of the same loaded model.
+    from octlm.studies import long_token_scoring
+    from octlm.studies.readings import load_study
+
+    study = load_study(tiny_study)
+    seen = []
+
+    def record_state(model, tokens, length, *args):
+        scaling = model.positions.scaling
+        seen.append(None if scaling is None else (scaling.method, scaling.factor))
+        return np.zeros(len(tokens) - 1)
+
+    monkeypatch.setattr(long_token_scoring, "target_nats", record_state)
+    score = long_token_scoring.scorer(study, "cpu")
+    rows = [r for r in study.records if r["record"] == "eval" and r["seed"] == study.options["seed"]]
+    for label, expected in (
+        ("rope+yarn@2x", lambda row: ("yarn", 2.0)),
+        ("rope+yarn", lambda row: ("yarn", row["rope_factor"])),
+        ("rope", lambda row: None),
+    ):
+        for row in (r for r in rows if r["label"] == label):
+            seen.clear()
+            score(row, row["eval_length"], row["eval_length"])
+            score(row, row["eval_length"], row["eval_stride"])
+            assert seen == [expected(row)] * 2, (label, row["eval_length"])
