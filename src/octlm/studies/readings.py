@@ -91,8 +91,9 @@ def registry() -> dict[str, Reading]:
     """Every reading, by name, in the order ``length.md`` shows them (imported here so the modules need not import
     each other)."""
     from octlm.studies.context_curve import CONTEXT_CURVE
+    from octlm.studies.long_token_scoring import LONG_TOKENS
 
-    return {reading.name: reading for reading in (CONTEXT_CURVE,)}
+    return {reading.name: reading for reading in (CONTEXT_CURVE, LONG_TOKENS)}
 
 
 @dataclass(frozen=True)
