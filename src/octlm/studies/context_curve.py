@@ -16,14 +16,15 @@ The effective context of a model is read off the gains ``g(c, c') = bpb(c) -
 bpb(c')`` from each ``c`` to each longer ``c'`` of the grid, each with its
 interval from the study's paired bootstrap over targets crossed with seeds
 (:func:`octlm.studies.confidence.compare_many`). The rule (:func:`knee`): the
-effective context is the smallest ``c`` of the grid such that the upper end of
-the 95% interval of ``g(c, c')`` is below :data:`THRESHOLD` for every longer
-``c'``: no longer context beats it by the threshold, as far as the targets and
-seeds tell (a curve that rises past ``T`` has its knee where it stops falling).
-When no ``c`` short of the longest qualifies, the curve may still fall at the
-longest context, and the effective context is reported as beyond ``c_max``. Its
-interval is the central 95% of the same rule applied to each bootstrap
-replicate's point estimates.
+effective context is the smallest ``c`` of the grid such that no longer ``c'``
+lowers bits per byte by :data:`THRESHOLD` or more on the sample (a curve that
+rises past ``T`` has its knee where it stops falling). When no ``c`` short of
+the longest qualifies, the curve may still fall at the longest context, and the
+effective context is reported as beyond ``c_max``. Its interval is the central
+95% of the same rule applied to each bootstrap replicate (targets crossed with
+seeds), the percentile interval of the statistic, so the estimate always lies
+within it; a wide interval, or one reaching beyond ``c_max``, says that the
+targets and seeds cannot place the knee more closely.
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ def knee(grid: list[int], gains: np.ndarray, threshold: float = THRESHOLD) -> in
 
 def effective_context(grid: list[int], nats: np.ndarray, nbytes: np.ndarray, threshold: float = THRESHOLD) -> dict:
     """A model's gains from each context length to each longer one with their intervals, and its effective context
-    (:func:`knee` of the gains' upper ends) with its interval (the knees of the bootstrap replicates).
+    (:func:`knee` of the gains on the sample) with its interval (the knees of the bootstrap replicates).
 
     Args:
         nats: the targets' nats [S, len(grid), N] (seeds, context lengths, targets).
@@ -178,9 +179,9 @@ def effective_context(grid: list[int], nats: np.ndarray, nbytes: np.ndarray, thr
     gains = [
         {"from": grid[i], "to": grid[j], **r.combined.as_dict()} for (i, j), r in zip(steps, compared, strict=True)
     ]
-    high = np.full((n, n), np.nan)
+    point = np.full((n, n), np.nan)
     for (i, j), g in zip(steps, gains, strict=True):
-        high[i, j] = g["high"]
+        point[i, j] = g["difference"]
     reps = replicates(np.concatenate([a - b for a, b in pairs]), nbytes)  # [R, len(steps) * S], series pair-major
     drawn = seed_draws(S, RESAMPLES, BOOTSTRAP_SEED)
     matrix = np.full((RESAMPLES, n, n), np.nan)
@@ -190,7 +191,7 @@ def effective_context(grid: list[int], nats: np.ndarray, nbytes: np.ndarray, thr
     knees = [knee(grid, m, threshold) or beyond for m in matrix]
     ends = (np.quantile(np.log2(knees), q, method="inverted_cdf") for q in ((1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2))
     low, high_c = (None if 2**v >= beyond else int(round(2**v)) for v in ends)
-    return {"gains": gains, "effective": knee(grid, high, threshold), "low": low, "high": high_c}
+    return {"gains": gains, "effective": knee(grid, point, threshold), "low": low, "high": high_c}
 
 
 def effective_records(records: list[dict], nbytes: np.ndarray) -> list[dict]:
@@ -231,8 +232,8 @@ CONTEXT_CURVE = Reading(
     name="context-curve",
     help="also score every base model on a fixed sample of validation targets with exactly c = 1, 2, 4, ... up to "
     "the longest length tokens of context (a learned table to T), and report each model's effective context: "
-    f"the smallest c that no longer context beats by {THRESHOLD} bits per byte or more (upper ends of the "
-    "95%% intervals); writes context.png and a section of length.md (opt-in: about a minute per model at the "
+    f"the smallest c that no longer context beats by {THRESHOLD} bits per byte or more, with a bootstrap "
+    "interval; writes context.png and a section of length.md (opt-in: about a minute per model at the "
     "default shape)",
     kinds=("context_targets", "context", "effective_context"),
     compute=compute,

@@ -31,7 +31,7 @@ def sentence(record: dict, train_length: int) -> str:
     label, c, threshold = record["label"], record["effective"], record["threshold"]
     interval = f"[{_context(record['low'], record['longest'])}, {_context(record['high'], record['longest'])}]"
     if c is None:
-        short = [g for g in record["gains"] if g["high"] >= threshold]
+        short = [g for g in record["gains"] if g["difference"] >= threshold]
         last = max(short, key=lambda g: (g["from"], g["to"])) if short else None
         return (
             f"`{label}` has no context length short of {record['longest']} that every longer one misses by less than "
@@ -44,8 +44,8 @@ def sentence(record: dict, train_length: int) -> str:
     where = "within" if c <= train_length else "past"
     return (
         f"`{label}` uses about {c} token{'' if c == 1 else 's'} of context ({where} its training length "
-        f"{train_length}): no longer context lowers its bits per byte by {threshold} or more (upper ends of the 95% "
-        f"intervals), and replicates put its knee in {interval}."
+        f"{train_length}): no longer context lowers its bits per byte by {threshold} or more, and replicates put "
+        f"its knee in {interval}."
     )
 
 
@@ -73,11 +73,10 @@ def context_markdown(records: list[dict], train_length: int) -> str:
         lines += [
             "",
             f"Effective context: the smallest c that no longer context beats by {any_record['threshold']} bits per "
-            f"byte or more, the upper end of the {any_record['confidence']:.0%} interval of bpb(c) - bpb(c') being "
-            f"below it for every longer c' (paired bootstrap over the targets crossed with {any_record['seeds']} seed"
-            f"{'' if any_record['seeds'] == 1 else 's'}, {any_record['resamples']:,} resamples, generator seed "
-            f"{any_record['bootstrap_seed']}); its interval: the central {any_record['confidence']:.0%} of the knees "
-            "of the bootstrap replicates.",
+            f"byte or more; its interval: the central {any_record['confidence']:.0%} of the knees the same rule finds "
+            f"in each replicate of a paired bootstrap over the targets crossed with {any_record['seeds']} seed"
+            f"{'' if any_record['seeds'] == 1 else 's'} ({any_record['resamples']:,} resamples, generator seed "
+            f"{any_record['bootstrap_seed']}).",
             "",
             "| model | effective context | interval |",
             "| --- | ---: | ---: |",
