@@ -3,7 +3,8 @@
     .venv/bin/python scripts/streaming_reading.py RUN_DIR [RUN_DIR ...] [--multiples 16 32] [--sinks 0 4]
 
 For every run and multiple ``m`` of its ``context_length`` ``T``: bits per byte of the first ``m T`` validation
-targets streamed with ``S`` sinks and a window of ``T`` (:func:`octlm.studies.streaming.streaming_bpb`), non-overlapping
+targets streamed with ``S`` sinks and a window of ``T - S``, so the cache holds ``T`` tokens
+(:func:`octlm.studies.streaming.streaming_bpb`), non-overlapping
 windows of ``T``, sliding windows of ``T`` at stride ``T / 8``, and one pass over the whole stream; and the attention
 the run's heads give the first token of a window (at queries ``T/2 .. T-1``, 32 windows), beside uniform attention's.
 One JSON line per run and multiple on stdout.
@@ -51,7 +52,7 @@ def main() -> None:
             stream = val[: m * T + 1]
             row["targets"] = m * T
             for s in args.sinks:
-                row[f"streaming_S{s}_W{T}"] = round(streaming_bpb(model, stream, per_token, s, T).bpb, 4)
+                row[f"streaming_S{s}_W{T - s}"] = round(streaming_bpb(model, stream, per_token, s, T - s).bpb, 4)
             row["windows"] = round(evaluate(model, stream, per_token, T, 32, None, "cpu").bpb, 4)
             row["sliding"] = round(evaluate_sliding(model, stream, per_token, T, max(1, T // 8), 32, "cpu").bpb, 4)
             row["one_pass"] = round(evaluate(model, stream, per_token, m * T, 1, None, "cpu").bpb, 4)

@@ -161,7 +161,8 @@ def test_a_scheme_whose_cache_cannot_evict_is_refused_with_its_reason(position):
 @pytest.mark.parametrize(
     ("extra", "sinks", "window", "match"),
     [
-        ({}, 0, 17, "1 to 16"),
+        ({}, 0, 17, "sinks \\+ window <= 16"),
+        ({}, 4, 13, "4 sinks \\+ a window of 13 = 17 tokens"),  # the cache's positions would run to 16, past T
         ({}, 0, 0, "1 to 16"),
         ({}, -1, 4, "0 or more"),
         ({"randomize_positions": 4}, 0, 8, "randomized"),
@@ -223,7 +224,7 @@ def test_sample_decodes_with_sinks_and_a_window(rope_run, capsys):
     ("flags", "message"),
     [
         (["--cache-sinks", "4"], "--cache-sinks 4 needs --cache-window W"),
-        (["--cache-window", "17"], "--cache-window 17: the cache window is 17 tokens; give 1 to 16"),
+        (["--cache-window", "17"], "--cache-window 17: the cache holds 0 sinks + a window of 17 = 17 tokens"),
         (["--cache-window", "8", "--no-cache"], "--cache-window decodes with a cache and --no-cache without one"),
         (["--cache-window", "0"], "--cache-window must be"),
     ],
@@ -254,7 +255,8 @@ def test_sample_refuses_a_window_for_a_learned_table(trained_run, capsys):
 def test_streaming_records_read_each_length_as_a_stream_of_its_own():
     from octlm.studies.streaming import streaming_bpb, streaming_records
 
-    model, tokens = tiny("alibi", context=8), np.random.default_rng(1).integers(0, 40, 41)
+    # T = 10: two sinks and a window of 8 keep the cache's positions within it
+    model, tokens = tiny("alibi", context=10), np.random.default_rng(1).integers(0, 40, 41)
     nbytes = 1 + np.arange(40) % 4
     records = streaming_records(model, tokens, nbytes, [16, 40], 8, sinks=(0, 2))
     assert [(r["sinks"], r["eval_length"]) for r in records] == [(0, 16), (0, 40), (2, 16), (2, 40)]

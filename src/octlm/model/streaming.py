@@ -183,8 +183,9 @@ def check_streaming(model: Decoder, sinks: int, window: int) -> None:
     """Refuse a streaming cache the model cannot decode with, in one line naming the fix.
 
     Raises:
-        ValueError: for ``window`` < 1 or more than the context trained on,
-            ``sinks`` < 0, a scheme whose cache cannot evict
+        ValueError: for ``window`` < 1, ``sinks`` < 0, ``sinks + window`` more
+            than the context trained on (the cache's positions run to
+            ``sinks + window - 1``), a scheme whose cache cannot evict
             (``evicts_cache``), or a model whose positions come from elsewhere
             than the cache (randomized positions, a document mask, the log
             attention scale, a layout's window layers, learned sinks).
@@ -193,13 +194,17 @@ def check_streaming(model: Decoder, sinks: int, window: int) -> None:
     from octlm.model.positions import evicting_schemes
 
     config, scheme = model.config, model.positions
-    if window < 1 or window > config.context_length:
-        raise ValueError(
-            f"the cache window is {window} tokens; give 1 to {config.context_length}, the context this model was "
-            "trained on (a longer window reads positions it never saw)"
-        )
+    if window < 1:
+        raise ValueError(f"the cache window is {window} tokens; give 1 to {config.context_length}")
     if sinks < 0:
         raise ValueError(f"the cache sinks are {sinks}; give 0 or more tokens")
+    if sinks + window > config.context_length:
+        # The cache places its tokens at 0 .. sinks + window - 1: past T they sit at positions never trained on.
+        raise ValueError(
+            f"the cache holds {sinks} sinks + a window of {window} = {sinks + window} tokens at positions within it, "
+            f"past the {config.context_length} this model was trained on; give sinks + window <= "
+            f"{config.context_length}, e.g. a window of {max(1, config.context_length - sinks)}"
+        )
     if not scheme.evicts_cache:
         raise ValueError(
             f"{scheme.label}'s cache cannot evict: {scheme.eviction_refusal}; stream a run of "
