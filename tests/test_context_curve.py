@@ -232,3 +232,15 @@ def test_doubling_bins_of_position_in_length_md(length_study):
     assert [float(v) for v in shown] == pytest.approx(want, abs=6e-5)
     learned = next(line for line in table if line.startswith("| `learned` |"))
     assert learned.endswith("| - | - |")  # its table stops at T = 8: positions 9 on are not read
+
+
+def test_a_study_read_again_is_still_a_length_study(tmp_path):
+    """The figure a reading adds does not make the folder 'files that are not a study' when the command runs again."""
+    from octlm.errors import OctlmError
+    from octlm.studies.core import prepare_study_folder
+    from octlm.studies.length import FILES
+
+    for name in ("length.jsonl", "length.md", "length.png", "attention.png", "context.png"):
+        (tmp_path / name).write_bytes(b"x")
+    with pytest.raises(OctlmError, match="already holds a length study"):
+        prepare_study_folder(str(tmp_path), False, FILES)

@@ -39,6 +39,7 @@ import numpy as np
 from octlm.fileio import atomic_write
 from octlm.report import Reporter, SilentReporter, TaggedReporter
 from octlm.run.folder import RunFolder
+from octlm.studies.context_curve import CONTEXT_PLOT
 from octlm.studies.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
 from octlm.studies.extension_stage import (
     EXTEND_PLOT,
@@ -72,8 +73,14 @@ from octlm.train.device import resolve_device, torch_settings
 ATTENTION_PLOT = "attention.png"
 #: A study in one process: it owns every model.
 ONE = Share()
+#: The figures opt-in readings add (octlm.studies.readings), so a study read again is still recognised as one.
+READING_PLOTS = (CONTEXT_PLOT,)
 FILES = StudyFiles(
-    "length study", "length.jsonl", "length.md", "length.png", extra=(RUNS, EXTEND_PLOT, ATTENTION_PLOT, PROGRESS)
+    "length study",
+    "length.jsonl",
+    "length.md",
+    "length.png",
+    extra=(RUNS, EXTEND_PLOT, ATTENTION_PLOT, PROGRESS, *READING_PLOTS),
 )
 JSONL, PLOT, TABLE = FILES.jsonl, FILES.plot, FILES.table
 #: The kinds of record the study itself writes; any other is an opt-in reading's (octlm.studies.readings).
