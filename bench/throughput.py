@@ -69,7 +69,10 @@ Which SDPA kernel runs: one training step and one evaluation pass are
 recorded with ``torch.profiler``, and the ``aten::_scaled_dot_product_*``
 operators they call are named (``sdpa.train_ops``, ``sdpa.eval_ops``); each
 backend is also forced alone with ``torch.nn.attention.sdpa_kernel`` to list
-the ones that can run the scheme's call (``sdpa.backends_that_run``).
+the ones that can run the scheme's call (``sdpa.backends_that_run``). A
+scheme that forms attention's weights itself (``PositionScheme.attend``:
+stick-breaking, PaTH) calls no SDPA operator; its row says so
+(``own_attention``), and its lists of operators are empty by design.
 
 ``--compile`` also times ``torch.compile(model, mode=--compile-mode)``
 (inductor; on CPU it needs a C++ compiler) in the same run, with the compile
@@ -403,7 +406,7 @@ def measure_scheme(
     tokens = batch_size * config.context_length
     flops = flops_per_token(config)
     train_step, eval_step = step_functions(model, params, optimizer, ids, autocast)
-    row: dict = {"position": position}
+    row: dict = {"position": position, "own_attention": SCHEMES[position].attends}
     for name, fn in (("train", train_step), ("eval", eval_step)):
         if name not in args.phases:
             continue

@@ -65,7 +65,10 @@ def test_quick_run_prints_every_scheme_with_mfu_in_range():
             assert row[f"{name}_tokens_per_second"] > 0
             assert 0 < row[f"{name}_mfu"] <= 1, (row["position"], name, row[f"{name}_mfu"])
             assert row[f"{name}_peak_memory_bytes"] > 0
-        assert row["sdpa"]["train_ops"] and row["sdpa"]["eval_ops"]
+        # a scheme that forms its own weights (PositionScheme.attend) must not also call SDPA, the others must
+        calls_sdpa = bool(row["sdpa"]["train_ops"]) and bool(row["sdpa"]["eval_ops"])
+        assert calls_sdpa != row["own_attention"], (row["position"], row["sdpa"])
+        assert row["own_attention"] == SCHEMES[row["position"]].attends
         assert "MATH" in row["sdpa"]["backends_that_run"]
 
 
