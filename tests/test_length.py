@@ -180,7 +180,8 @@ def test_bad_options_write_nothing(small_corpus, tmp_path, capsys, args, match):
 
 
 def test_eval_tokens_below_the_longest_window_is_refused(small_corpus, tmp_path, capsys):
-    from octlm.studies.length_options import LengthOptions, check_eval_tokens
+    from octlm.studies.length_options import LengthOptions
+    from octlm.studies.length_validation import check_eval_tokens
 
     out = tmp_path / "s"
     longest = max(MULTIPLIERS) * T  # a batch of --eval-tokens must hold one window of the longest length
@@ -214,7 +215,8 @@ def test_validation_too_short_stops_before_training_and_writes_nothing(small_cor
     assert err.startswith("octlm: error: --multipliers 100000:") and "\n" not in err
     assert f"lower --multipliers to at most {supported} " in err and "--val-fraction" in err
     # and that multiplier does run: the check counts the same tokens the runs prepare
-    from octlm.studies.length_options import LengthOptions, check_validation_length, validation_tokens
+    from octlm.studies.length_options import LengthOptions
+    from octlm.studies.length_validation import check_validation_length, validation_tokens
 
     opts = LengthOptions(text=[str(small_corpus)], vocab_size=280, train_length=T, multipliers=[supported])
     assert validation_tokens(opts) == manifest["tokens"]["val"]["count"]

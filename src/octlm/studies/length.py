@@ -52,16 +52,10 @@ from octlm.studies.extension_stage import (
 from octlm.studies.length_attention import attention_markdown, attention_plot
 from octlm.studies.length_confidence import restored, stored
 from octlm.studies.length_findings import confidence_section
-from octlm.studies.length_options import (
-    RUNS,
-    LengthOptions,
-    check_eval_tokens,
-    check_options,
-    check_validation_length,
-    validation_tokens,
-)
+from octlm.studies.length_options import RUNS, LengthOptions, check_options
 from octlm.studies.length_scoring import score_base, score_extended, without_positions
 from octlm.studies.length_tables import format_tables, markdown_tables, mean_rows, plot
+from octlm.studies.length_validation import check_eval_tokens, check_validation_length, validation_tokens
 from octlm.studies.progress import PROGRESS, StudyProgress, open_study, test_step
 from octlm.studies.readings import FinishedStudy, sections
 from octlm.studies.spread import Share, count_models, finish_share, open_share, placed_device, share_of
