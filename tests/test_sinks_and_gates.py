@@ -303,3 +303,39 @@ def test_a_stream_applies_the_gate_and_refuses_learned_sinks_by_name():
         torch.testing.assert_close(streamed, model(ids), atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match=r"learned sinks \(attention_sinks\)"):
         check_streaming(model_with(5, position="rope", attention_sinks=True), 4, 8)
+
+
+def test_the_length_study_trains_every_model_with_the_flags_and_says_so(small_corpus, tmp_path, capsys):
+    out = tmp_path / "study"
+    shape = "--train-length 16 --d-model 16 --n-heads 2 --n-layers 1 --vocab-size 280 --batch-size 2 --threads 1"
+    argv = ["length", "--text", str(small_corpus), "--out", str(out), "--schemes", "rope", "none", *shape.split()]
+    argv += ["--max-steps", "2", "--multipliers", "1", "2", "--extend-to", "0", "--rope-scalings", "--quiet"]
+    assert main([*argv, "--attention-sinks", "--output-gate"]) == 0
+    for scheme in ("rope", "none"):
+        model = json.loads((out / "runs" / scheme / "config.json").read_text())["model"]
+        assert model["attention_sinks"] is True and model["output_gate"] is True, scheme
+    markdown = (out / "length.md").read_text()
+    assert markdown.startswith("Every model of this study has learned attention sinks (--attention-sinks) and an ")
+    assert "**learned-sink share**" in markdown
+    records = [json.loads(line) for line in (out / "length.jsonl").read_text().splitlines()]
+    shares = [r["sink_share"] for r in records if r["record"] == "attention"]
+    assert len(shares) == 4 and all(0 < v < 1 for share in shares for layer in share for v in layer)
+
+
+def test_the_task_study_passes_the_flags_to_its_models():
+    from octlm.studies.task_options import TaskOptions
+    from octlm.studies.tasks import TASKS
+
+    opts = TaskOptions(task="flip-flop", attention_sinks=True, output_gate=True)
+    train_opts = opts.train_options(TASKS["flip-flop"], "rope", 0)
+    assert train_opts.model.attention_sinks and train_opts.model.output_gate
+    assert not TaskOptions(task="flip-flop").train_options(TASKS["flip-flop"], "rope", 0).model.output_gate
+
+
+def test_a_study_of_sinks_beside_stick_breaking_is_refused_and_writes_nothing(small_corpus, tmp_path, capsys):
+    out = tmp_path / "study"
+    argv = ["length", "--text", str(small_corpus), "--out", str(out), "--schemes", "stickbreaking", "--max-steps", "2"]
+    assert main([*argv, "--attention-sinks"]) != 0
+    err = capsys.readouterr().err
+    assert "--attention-sinks=True with stickbreaking" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()

@@ -60,7 +60,7 @@ from octlm.studies.progress import PROGRESS, StudyProgress, open_study, test_ste
 from octlm.studies.readings import FinishedStudy, sections
 from octlm.studies.spread import Share, count_models, finish_share, open_share, placed_device, share_of
 from octlm.studies.study_models import base_models, check_same_data, study_units, train_unit
-from octlm.studies.study_rows import legend
+from octlm.studies.study_rows import carried, legend
 from octlm.train.device import resolve_device, torch_settings
 
 #: Attention entropy by query position, one panel per model, one line per length.
@@ -306,6 +306,7 @@ def _write(
     compared, confidence = confidence_section(rows, T, lengths)  # the differences' intervals, and the findings
     markdown = (
         legend(study["options"].get("layouts", []))  # a study from before --layouts has none
+        + carried(study["options"])
         + markdown_tables(shown, T, lengths, train_rows)
         + (f"\n{curve_markdown(curves)}" if curves else "")
         + "\n"

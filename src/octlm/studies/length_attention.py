@@ -42,6 +42,8 @@ SUMMARY = {
     "mean_distance": "distance (tokens)",
     "sink_mass": "first-token mass",
     "max_logit": "largest logit",
+    # only models trained with --attention-sinks have it: the share of each query's softmax their learned sink takes
+    "sink_share": "learned-sink share",
 }
 
 
@@ -118,8 +120,20 @@ def _grid(records: list[dict]) -> dict[str, dict[int, list[dict]]]:
     return grid
 
 
+def _shown(records: list[dict]) -> list[tuple[str, str]]:
+    """The statistics of :data:`SUMMARY` that some record carries, with their titles."""
+    return [(name, title) for name, title in SUMMARY.items() if any(name in r for r in records)]
+
+
+def _cell(value: float) -> str:
+    """A statistic as the tables show it; n/a for a model that has none (a learned-sink share without sinks)."""
+    return "n/a" if math.isnan(value) else f"{value:.3g}"
+
+
 def _over_heads(records: list[dict], name: str) -> float:
     """The statistic ``name`` averaged over layers and heads, then over seeds (the largest logit: its maximum)."""
+    if any(name not in r for r in records):
+        return math.nan
     values = [np.max(r[name]) if name == "max_logit" else float(np.mean(r[name])) for r in records]
     return max(values) if name == "max_logit" else mean_std(values)[0]
 
@@ -127,6 +141,8 @@ def _over_heads(records: list[dict], name: str) -> float:
 def _in_layer(records: list[dict], name: str, layer: int) -> float:
     """The statistic ``name`` of layer ``layer`` (0-based) averaged over its heads, then over seeds (the largest
     logit: its maximum)."""
+    if any(name not in r for r in records):
+        return math.nan
     values = [float(np.max(r[name][layer]) if name == "max_logit" else np.mean(r[name][layer])) for r in records]
     return max(values) if name == "max_logit" else mean_std(values)[0]
 
@@ -146,7 +162,7 @@ def layer_markdown(records: list[dict], train_length: int, lengths: list[int]) -
         "maximum; layers counted from 1 at the input).",
         "",
     ]
-    for name, title in SUMMARY.items():
+    for name, title in _shown(records):
         lines += [
             f"**{title}, by layer**",
             "",
@@ -157,7 +173,7 @@ def layer_markdown(records: list[dict], train_length: int, lengths: list[int]) -
             first = next(iter(cells.values()))[0]
             for layer in range(len(first[name])):
                 said = f"{layer + 1}: {first['layers'][layer]}" if "layers" in first else str(layer + 1)
-                shown = [f"{_in_layer(cells[L], name, layer):.3g}" if L in cells else "n/a" for L in lengths]
+                shown = [_cell(_in_layer(cells[L], name, layer)) if L in cells else "n/a" for L in lengths]
                 lines.append(f"| `{label}` | {said} | " + " | ".join(shown) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -173,7 +189,7 @@ def attention_markdown(records: list[dict], train_length: int, lengths: list[int
         f"logit is the maximum). Uniform attention over n keys has entropy ln n and distance (n - 1) / 2.",
         "",
     ]
-    for name, title in SUMMARY.items():
+    for name, title in _shown(records):
         lines += [
             f"**{title}**",
             "",
@@ -181,7 +197,7 @@ def attention_markdown(records: list[dict], train_length: int, lengths: list[int
             "| --- |" + " ---: |" * len(lengths),
         ]
         for label, cells in grid.items():
-            shown = [f"{_over_heads(cells[L], name):.3g}" if L in cells else "n/a" for L in lengths]
+            shown = [_cell(_over_heads(cells[L], name)) if L in cells else "n/a" for L in lengths]
             lines.append(f"| `{label}` | " + " | ".join(shown) + " |")
         lines.append("")
     return "\n".join(lines) + (f"\n{by_layer}" if (by_layer := layer_markdown(records, train_length, lengths)) else "")

@@ -140,6 +140,8 @@ class LengthOptions:
     layouts: list[str] = option([], LAYOUTS_HELP, nargs="*", metavar="LAYOUT")
     block: str = same_as(TrainOptions, "block")
     qk_norm: bool = same_as(TrainOptions, "qk_norm")
+    attention_sinks: bool = same_as(TrainOptions, "attention_sinks")
+    output_gate: bool = same_as(TrainOptions, "output_gate")
     rope_scalings: list[str] | None = option(
         None,
         f"RoPE context-extension methods to evaluate the rope model under (default: {' '.join(ROPE_SCALINGS)} when "

@@ -213,6 +213,20 @@ def legend(values: list[str]) -> str:
     return f"Layout rows (each entry a layer, from the input; docs/layouts.md): {said}.\n\n" if rows else ""
 
 
+def carried(options: dict) -> str:
+    """A Markdown line saying that every model of the study carries learned sinks or an output gate, to head its
+    tables (``""`` when none does: the rows' labels name the scheme alone)."""
+    said = [
+        what
+        for name, what in (
+            ("attention_sinks", "learned attention sinks (--attention-sinks)"),
+            ("output_gate", "an output gate (--output-gate)"),
+        )
+        if options.get(name)  # a study from before these options has neither
+    ]
+    return f"Every model of this study has {' and '.join(said)}; docs/sinks-and-gates.md.\n\n" if said else ""
+
+
 def check_layouts(rows: list[LayoutRow], schemes: list[str], models: Callable[[LayoutRow], list]) -> None:
     """Refuse, before anything is written, a layout row that cannot train: :func:`check_rows`, then the row's models
     (``models(row)``: their ``octlm train`` options) as the model and ``octlm train`` check them.

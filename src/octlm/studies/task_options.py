@@ -157,6 +157,8 @@ class TaskOptions:
     layouts: list[str] = option([], LAYOUTS_HELP, nargs="*", metavar="LAYOUT")
     block: str = same_as(TrainOptions, "block")
     qk_norm: bool = same_as(TrainOptions, "qk_norm")
+    attention_sinks: bool = same_as(TrainOptions, "attention_sinks")
+    output_gate: bool = same_as(TrainOptions, "output_gate")
     d_model: int = same_as(TrainOptions, "d_model", default=TASK_TRAINING["d_model"])
     n_heads: int = same_as(TrainOptions, "n_heads")
     n_layers: int = same_as(TrainOptions, "n_layers", default=TASK_TRAINING["n_layers"])
@@ -227,6 +229,8 @@ class TaskOptions:
             layers="" if variant.layout is None else variant.layout.layers,
             block=self.block,
             qk_norm=self.qk_norm,
+            attention_sinks=self.attention_sinks,
+            output_gate=self.output_gate,
             randomize_positions=self.randomize_positions if variant.randomized else 1,
             context_length=task.sequence_length(self.task_length),
             d_model=self.d_model,

@@ -223,6 +223,8 @@ def protocol_sentence(opts) -> str:
         [
             f", the {opts.block} block" if opts.block != "gpt2" else "",
             ", QK-norm" if opts.qk_norm else "",
+            ", learned attention sinks" if opts.attention_sinks else "",
+            ", an output gate" if opts.output_gate else "",
             _layouts_said(opts.layouts),
         ]
     )
