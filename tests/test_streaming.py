@@ -252,20 +252,24 @@ def test_sample_refuses_a_window_for_a_learned_table(trained_run, capsys):
     assert _files(trained_run) == before
 
 
-def test_streaming_records_read_each_length_as_a_stream_of_its_own():
-    from octlm.studies.streaming import streaming_bpb, streaming_records
+def test_stream_segments_read_each_length_as_a_stream_of_its_own():
+    from octlm.studies.streaming import stream_segments, streaming_bpb
 
     # T = 10: two sinks and a window of 8 keep the cache's positions within it
-    model, tokens = tiny("alibi", context=10), np.random.default_rng(1).integers(0, 40, 41)
+    model, tokens = tiny("alibi", context=10), np.random.default_rng(1).integers(0, 40, (2, 41))
     nbytes = 1 + np.arange(40) % 4
-    records = streaming_records(model, tokens, nbytes, [16, 40], 8, sinks=(0, 2))
-    assert [(r["sinks"], r["eval_length"]) for r in records] == [(0, 16), (0, 40), (2, 16), (2, 40)]
-    for r in records:
-        alone = streaming_bpb(model, tokens[: r["eval_length"] + 1], nbytes, r["sinks"], 8)
-        assert r["bpb"] == pytest.approx(alone.bpb, rel=1e-5) and r["bytes"] == alone.bytes
-        assert len(r["segment_bpb"]) == r["eval_length"] // 8
-    with pytest.raises(ValueError, match="multiples of the window"):
-        streaming_records(model, tokens, nbytes, [12], 8)
+    for sinks in (0, 2):
+        nats, got = stream_segments(model, tokens, nbytes, sinks, 10 - sinks, 5)
+        assert nats.shape == got.shape == (2, 8)
+        for k in range(2):
+            for length in (5, 20, 40):  # a stream of its own, as long as the first segments
+                alone = streaming_bpb(model, tokens[k, : length + 1], nbytes, sinks, 10 - sinks)
+                assert nats[k, : length // 5].sum() / math.log(2) / got[k, : length // 5].sum() == pytest.approx(
+                    alone.bpb, rel=1e-5
+                )
+                assert got[k, : length // 5].sum() == alone.bytes == nbytes[tokens[k, 1 : length + 1]].sum()
+    with pytest.raises(ValueError, match="do not split into segments of 6"):
+        stream_segments(model, tokens, nbytes, 0, 8, 6)
 
 
 def test_a_layout_streams_when_every_layer_can_and_its_window_layers_are_refused():

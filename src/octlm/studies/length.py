@@ -59,6 +59,7 @@ from octlm.studies.length_validation import check_eval_tokens, check_validation_
 from octlm.studies.progress import PROGRESS, StudyProgress, open_study, test_step
 from octlm.studies.readings import FinishedStudy, sections
 from octlm.studies.spread import Share, count_models, finish_share, open_share, placed_device, share_of
+from octlm.studies.streaming_reading import STREAMING_PLOT
 from octlm.studies.study_models import base_models, check_same_data, study_units, train_unit
 from octlm.studies.study_rows import carried, legend
 from octlm.train.device import resolve_device, torch_settings
@@ -68,7 +69,7 @@ ATTENTION_PLOT = "attention.png"
 #: A study in one process: it owns every model.
 ONE = Share()
 #: The figures opt-in readings add (octlm.studies.readings), so a study read again is still recognised as one.
-READING_PLOTS = (CONTEXT_PLOT,)
+READING_PLOTS = (CONTEXT_PLOT, STREAMING_PLOT)
 FILES = StudyFiles(
     "length study",
     "length.jsonl",

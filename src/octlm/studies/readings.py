@@ -23,7 +23,10 @@ Adding a reading is one entry in :func:`registry`. A :class:`Reading` gives
 * ``figures(records, study) -> dict[str, bytes]``: PNG files by name, written
   into the study folder beside ``length.png``;
 * ``params``: its own options (``--context-targets``), each with a default and
-  a check; ``help`` and ``cost`` for ``octlm length --help``.
+  a check; ``help`` and ``cost`` for ``octlm length --help``;
+* ``check(params, train_length)``: refuses, with an :class:`OctlmError`,
+  values that cannot work with models trained at ``train_length`` tokens;
+  called before a study trains anything and before a reread computes.
 
 Every reading's records carry what is needed to compute its tables again.
 """
@@ -77,10 +80,15 @@ class Reading:
     markdown: Callable[[list[dict], FinishedStudy], str]
     figures: Callable[[list[dict], FinishedStudy], dict[str, bytes]]
     params: tuple[Param, ...] = ()
+    check: Callable[[dict, int], None] = lambda params, train_length: None
 
     @property
     def flag(self) -> str:
         return f"--{self.name}"
+
+    def values(self, given: dict) -> dict:
+        """Its params' values by name: those in ``given``, else their defaults, each checked (:meth:`Param.check`)."""
+        return {p.name: p.check(given.get(p.name, p.default)) for p in self.params}
 
     @property
     def dest(self) -> str:
@@ -92,8 +100,9 @@ def registry() -> dict[str, Reading]:
     each other)."""
     from octlm.studies.context_curve import CONTEXT_CURVE
     from octlm.studies.long_token_scoring import LONG_TOKENS
+    from octlm.studies.streaming_reading import STREAMING
 
-    return {reading.name: reading for reading in (CONTEXT_CURVE, LONG_TOKENS)}
+    return {reading.name: reading for reading in (CONTEXT_CURVE, LONG_TOKENS, STREAMING)}
 
 
 @dataclass(frozen=True)
@@ -213,11 +222,13 @@ def run_readings(
     readings = registry()
     study = load_study(out)
     new: list[dict] = []
+    for name in names:  # every reading's values before any computes
+        readings[name].check(readings[name].values(params), study.train_length)
     with torch_settings(threads, False):
         target = resolve_device(device)
         for name in names:
             reading = readings[name]
-            values = {p.name: p.check(params.get(p.name, p.default)) for p in reading.params}
+            values = reading.values(params)
             report.event("reading", f"{name} on {len(study.models())} models of {study.out}", reading=name)
             new += reading.compute(study, values, target, report)
     replaced = {kind for name in names for kind in readings[name].kinds}

@@ -9,7 +9,8 @@ target of one stream that way (:class:`~octlm.model.streaming.StreamingCache`,
 positions within the cache), and keeps the loss per segment of the stream, so
 a reading shows where along the stream a model breaks.
 
-Opt-in: nothing in the default study calls it.
+Opt-in: the default study does not call it; ``octlm length --streaming`` does
+(:mod:`octlm.studies.streaming_reading`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def streaming_bpb(
     window: int,
     chunk: int | None = None,
     device: str | torch.device = "cpu",
+    segment: int | None = None,
 ) -> EvalResult:
     """Score the ``N`` targets ``tokens[1:]`` of one stream ``tokens`` [N + 1], each predicted from the first ``sinks``
     tokens and the last ``window`` (itself included) as a one-token-at-a-time decoder with that cache sees them.
@@ -43,10 +45,11 @@ def streaming_bpb(
         chunk: tokens fed per pass once the cache is full (default ``window``); every chunk gives the
             one-token-at-a-time numbers (to float rounding), a larger one is faster. A pass holds each layer's keys
             and values once per query, ``2 * chunk * (sinks + window) * d_model`` numbers.
+        segment: targets per segment of the loss along the stream (default ``window``).
 
     Returns:
         :class:`~octlm.train.evaluate.EvalResult` over all ``N`` targets (bits per byte of the text targets, as the
-        other readings); ``blocks`` is the number of consecutive segments of ``window`` targets, whose nats and
+        other readings); ``blocks`` is the number of consecutive segments of ``segment`` targets, whose nats and
         bytes are ``block_nats`` and ``block_bytes`` (the loss along the stream).
 
     Raises:
@@ -69,7 +72,7 @@ def streaming_bpb(
     nats = torch.cat(pieces).cpu().numpy()
     nbytes = np.asarray(bytes_per_token)[np.asarray(tokens[1:])]
     text = nats * (nbytes > 0)
-    segments = np.arange(0, len(nats), window)
+    segments = np.arange(0, len(nats), segment or window)
     loss = float(nats.mean())
     return EvalResult(
         loss=loss,
@@ -83,54 +86,37 @@ def streaming_bpb(
     )
 
 
-def streaming_records(
+def stream_segments(
     model: Decoder,
-    tokens: np.ndarray,
+    streams: np.ndarray,
     bytes_per_token: np.ndarray,
-    lengths: list[int],
+    sinks: int,
     window: int,
-    sinks: tuple[int, ...] = (0, 4),
+    segment: int,
     device: str | torch.device = "cpu",
-) -> list[dict]:
-    """The streaming reading of one model as records: for each ``S`` in ``sinks`` and each ``L`` in ``lengths``, the
-    bits per byte of the first ``L`` targets of ``tokens`` streamed with ``S`` sinks and a window of ``window``.
+) -> tuple[np.ndarray, np.ndarray]:
+    """The loss along each of ``K`` streams ``streams`` [K, N + 1] (every target scored by :func:`streaming_bpb`
+    with ``sinks`` and ``window``), in segments of ``segment`` consecutive targets.
 
-    One stream per ``S``, of the longest length: decoding is causal, so the
-    first ``L`` targets score as a stream of ``L`` would, and each length's
-    number sums the segments before it (``L`` must be a multiple of
-    ``window``). Each record (``"record": "streaming"``) carries ``sinks``,
-    ``window``, ``eval_length``, ``bpb``, ``bytes`` and ``segment_bpb`` (per
-    segment of ``window`` targets), for a table or a curve along the stream.
+    Decoding is causal, so the first ``L`` targets of a stream score as a
+    stream of ``L`` would: bits per byte at any length that is a multiple of
+    ``segment`` is the sum of the segments before it.
+
+    Returns:
+        ``(nats, nbytes)``, float64 [K, N / segment] each: the text targets' nats and their UTF-8 bytes per segment.
 
     Raises:
-        ValueError: for a length that is not a multiple of ``window`` or longer than the stream, besides
-            :func:`streaming_bpb`'s.
+        ValueError: when ``N`` is not a multiple of ``segment``, besides :func:`streaming_bpb`'s.
     """
-    longest = max(lengths)
-    if any(length % window for length in lengths) or longest > len(tokens) - 1:
-        raise ValueError(
-            f"streaming lengths {lengths} must be multiples of the window ({window}) within the {len(tokens) - 1} "
-            "targets given"
-        )
-    records = []
-    for s in sinks:
-        result = streaming_bpb(model, tokens[: longest + 1], bytes_per_token, s, window, device=device)
-        nats, nbytes = np.cumsum(result.block_nats), np.cumsum(result.block_bytes)
-        segment = np.asarray(result.block_nats) / math.log(2) / np.maximum(result.block_bytes, 1)
-        for length in sorted(lengths):
-            n = length // window
-            records.append(
-                {
-                    "record": "streaming",
-                    "sinks": s,
-                    "window": window,
-                    "eval_length": length,
-                    "bpb": float(nats[n - 1]) / math.log(2) / max(int(nbytes[n - 1]), 1),
-                    "bytes": int(nbytes[n - 1]),
-                    "segment_bpb": [round(float(v), 6) for v in segment[:n]],
-                }
-            )
-    return records
+    n_targets = streams.shape[1] - 1
+    if n_targets % segment:
+        raise ValueError(f"streams of {n_targets} targets do not split into segments of {segment}")
+    nats, nbytes = [], []
+    for stream in streams:
+        result = streaming_bpb(model, stream, bytes_per_token, sinks, window, device=device, segment=segment)
+        nats.append(result.block_nats)
+        nbytes.append(result.block_bytes)
+    return np.asarray(nats, dtype=np.float64), np.asarray(nbytes, dtype=np.float64)
 
 
-__all__ = ["streaming_bpb", "streaming_records"]
+__all__ = ["stream_segments", "streaming_bpb"]

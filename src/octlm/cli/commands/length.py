@@ -80,7 +80,9 @@ def add_reading_options(p: argparse.ArgumentParser) -> None:
     for reading in registry().values():
         group.add_argument(reading.flag, action="store_true", dest=reading.dest, help=reading.help)
         for param in reading.params:
-            group.add_argument(param.flag, type=int, default=None, dest=param.name, help=param.help, metavar="N")
+            group.add_argument(
+                param.flag, type=int, default=None, dest=param.name, help=param.help, metavar=param.metavar
+            )
 
 
 def asked_readings(args: argparse.Namespace, given: set[str]) -> tuple[list[str], dict]:
@@ -103,8 +105,9 @@ def asked_readings(args: argparse.Namespace, given: set[str]) -> tuple[list[str]
     return names, params
 
 
-def refuse_readings(args: argparse.Namespace, names: list[str], given: set[str], opts) -> None:
-    """Refuse readings the study cannot take: with --task, with --shard, or --reread with a study option or none.
+def refuse_readings(args: argparse.Namespace, names: list[str], params: dict, given: set[str], opts) -> None:
+    """Refuse readings the study cannot take: with --task, with --shard, or --reread with a study option or none, or
+    with values that cannot work at the study's training length (:attr:`Reading.check`).
 
     Raises:
         OctlmError: naming the flag and the fix.
@@ -125,6 +128,11 @@ def refuse_readings(args: argparse.Namespace, names: list[str], given: set[str],
             f"--{names[0]} with --shard: finish the study first, then run octlm length --out {opts.out} --reread "
             f"--{names[0]}"
         )
+    from octlm.studies.readings import registry
+
+    for name in names:  # before anything trains
+        reading = registry()[name]
+        reading.check(reading.values(params), opts.train_length)
 
 
 def study_options(args: argparse.Namespace) -> LengthOptions | TaskOptions:
@@ -168,7 +176,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     args.reading_params = [p.name for r in registry().values() for p in r.params]
     names, params = asked_readings(args, given)
     opts = None if args.reread else study_options(args)
-    refuse_readings(args, names, given, opts)
+    refuse_readings(args, names, params, given, opts)
     if args.reread:
         result = run_readings(args.out, names, params, args.device, args.threads, report)
         report.result(result, f"wrote {', '.join(result['written'])}")
