@@ -156,6 +156,8 @@ def test_a_scheme_whose_cache_cannot_evict_is_refused_with_its_reason(position):
     with pytest.raises(ValueError, match="cannot evict") as err:
         check_streaming(tiny(position), 4, 8)
     assert SCHEMES[position].eviction_refusal in str(err.value) and "\n" not in str(err.value)
+    # each says its own why, not the default that names the flag it left unset
+    assert "evicts_cache" not in SCHEMES[position].eviction_refusal
 
 
 @pytest.mark.parametrize(

@@ -95,6 +95,11 @@ class PaTHAttention(PositionScheme):
         "(Yang et al. 2025)"
     )
     hf_refusal = "no transformers architecture has PaTH's Householder products between queries and keys"
+    # The cache keeps each key already carried through every H after it; a dropped token's H stays in the kept keys,
+    # so keys cannot be evicted without changing what the model computes.
+    eviction_refusal = (
+        "each key is carried through the Householder matrix of every token after it, which a streaming cache drops"
+    )
     in_length_study = False  # opt-in, as CoPE: the default study's 30 minutes hold five models
     in_task_study = False  # opt-in: the default task study's measured minutes are for the 8 schemes before it
     attends = True
