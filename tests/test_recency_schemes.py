@@ -189,6 +189,27 @@ def test_record_attention_gives_foxs_softmax_with_the_forget_bias():
             assert maps.probabilities[0][0, h, i].tolist() == pytest.approx(want, rel=1e-4, abs=1e-6), (h, i)
 
 
+@pytest.mark.parametrize("position", ["stickbreaking", "fox"])
+def test_the_length_studys_attention_record_has_a_largest_logit_only_where_a_softmax_has_logits(position):
+    """Stick-breaking's weights are its own, whose log peaks at 0 on any key that takes all: a "largest logit" of 0
+    would read as a real score, so the record leaves it out (the tables show n/a); FoX keeps its softmax's."""
+    import numpy as np
+
+    from octlm.studies.length_attention import attention_record
+
+    model = tiny(position)
+    scored = np.random.default_rng(0).integers(0, 50, 9)
+    record = attention_record(model, scored, 8, 8, torch.device("cpu"), {"label": position, "position": position})
+    with torch.no_grad(), record_attention(model) as maps:
+        model(torch.from_numpy(scored[None, :8]))
+    assert maps.own_weights == [position == "stickbreaking"] * len(model.blocks)
+    if position == "stickbreaking":
+        assert "max_logit" not in record
+    else:
+        largest = torch.stack([layer[0].amax(dim=(-2, -1)) for layer in maps.logits])
+        torch.testing.assert_close(torch.tensor(record["max_logit"]), largest, atol=1e-4, rtol=0)
+
+
 # ---- what the rest of octlm asks -------------------------------------------------------------
 
 

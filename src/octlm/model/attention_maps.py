@@ -67,6 +67,9 @@ class AttentionMaps:
             for a layer without sinks. (Not the statistics' ``sink_mass``,
             the weight on the first token, which an attention sink in Xiao
             et al. 2023's sense draws.)
+        own_weights: per layer, whether the weights are the scheme's own
+            (``PositionScheme.attend``): their "logits" are then only the log
+            of the weights, with no scale of their own to read.
         offset: the position of the first query (tokens); queries sit at
             ``offset .. offset + T - 1`` and keys at ``offset + T - S .. offset + T - 1``.
 
@@ -78,6 +81,7 @@ class AttentionMaps:
     probabilities: list[Tensor] = field(default_factory=list)
     logits: list[Tensor] = field(default_factory=list)
     sink_share: list[Tensor | None] = field(default_factory=list)
+    own_weights: list[bool] = field(default_factory=list)
     offset: int = 0
 
     def _store(
@@ -94,7 +98,9 @@ class AttentionMaps:
             self.probabilities.clear()
             self.logits.clear()
             self.sink_share.clear()
+            self.own_weights.clear()
             self.offset = offset
+        self.own_weights.append(weights is not None)
         if weights is not None:  # a scheme's own weights (PositionScheme.attend); their log is a softmax's logits
             self.probabilities.append(weights.detach().float())
             self.logits.append(self.probabilities[-1].log())

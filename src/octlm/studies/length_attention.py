@@ -59,15 +59,18 @@ def attention_record(model, scored: np.ndarray, length: int, train_length: int, 
     the buckets' centres, counted from 1); the largest logit is the maximum
     over windows, the other statistics the mean. With ``attention_sinks``
     ``sink_share`` [L, H] is the mean share of a query's softmax its learned
-    sink takes (:class:`~octlm.model.attention_maps.AttentionMaps`).
+    sink takes (:class:`~octlm.model.attention_maps.AttentionMaps`). A
+    model with a layer whose weights the scheme forms itself (stick-breaking,
+    PaTH) has no ``max_logit``: the tables show n/a.
     """
     windows = max(1, min(ATTENTION_TOKENS // length, (len(scored) - 1) // length))
-    totals, largest = None, None
+    totals, largest, own_weights = None, None, False
     for start in range(0, windows * length, length):
         ids = torch.from_numpy(gather_blocks(scored, np.array([start]), length)[:, :-1]).to(device)
         with record_attention(model) as maps:
             model(ids)
         stats = attention_statistics(maps.probabilities, maps.logits)
+        own_weights = own_weights or any(maps.own_weights)
         part = {
             name: getattr(stats, name).double().cpu()
             for name in ("entropy", "mean_entropy", "mean_distance", "sink_mass")
@@ -88,8 +91,9 @@ def attention_record(model, scored: np.ndarray, length: int, train_length: int, 
         "windows": windows,
         "query_positions": [round(math.sqrt((a + 1) * b), 2) for a, b in pairwise(edges)],
         "entropy": entropy.tolist(),
-        "max_logit": largest.tolist(),
     }
+    if not own_weights:  # weights a scheme forms itself (stick-breaking, PaTH) have no logits: no largest logit
+        record["max_logit"] = largest.tolist()
     record.update(
         {
             name: mean[name].tolist()

@@ -69,7 +69,8 @@ class ForgettingAttention(PositionScheme):
     # The sum of gates between a key and the query lives in the ordinary cache's scheme_state, which a streaming
     # cache does not keep; over the kept keys alone it would be another model.
     eviction_refusal = (
-        "its forget gates sum over every token between a key and the query, which a streaming cache drops"
+        "its forget gates fade a key by every token after it, and octlm keeps their running sum, not each token's "
+        "gate: summed over the kept tokens alone it would be another model"
     )
     description = (
         "a learned forget gate per head and token fades each key by the gates of the tokens after it, a bias on the "
