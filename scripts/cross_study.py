@@ -19,17 +19,35 @@ from pathlib import Path
 
 import numpy as np
 
+from octlm.errors import OctlmError
 from octlm.studies.confidence import compare_many
+from octlm.studies.readings import load_study
+
+#: The study options that decide which validation windows a study scores: two studies must agree on all of them.
+WINDOW_OPTIONS = ("text", "vocab_size", "train_length", "multipliers", "eval_tokens", "eval_stride", "val_fraction")
+NATS = {"bpb": "window_nats", "sliding_bpb": "sliding_window_nats"}
+
+
+class Refused(Exception):
+    """Input the script cannot compare: the message names it and the fix."""
 
 
 def rows(study: Path, label: str) -> tuple[dict, list[dict], dict]:
     """The study record, the eval records of ``label`` (base models, any seed) and the window bytes by reading and
-    length."""
-    records = [json.loads(line) for line in (study / "length.jsonl").read_text().splitlines() if line.strip()]
+    length.
+
+    Raises:
+        Refused: for a folder that is no finished length study, or a row it does not have.
+    """
+    try:
+        records = load_study(study, "cross_study.py").records
+    except OctlmError as err:
+        raise Refused(str(err)) from None
     head = next(r for r in records if r["record"] == "study")
     evals = [r for r in records if r["record"] == "eval" and r["label"] == label and r.get("rope_scaling") is None]
     if not evals:
-        sys.exit(f"{study}: no eval rows labelled {label!r}")
+        labels = sorted({r["label"] for r in records if r["record"] == "eval"})
+        raise Refused(f"{study}: no eval rows labelled {label!r}; its rows are {', '.join(labels)}")
     nbytes = {(r["reading"], r["eval_length"]): r["bytes"] for r in records if r["record"] == "window_bytes"}
     mass = {}
     for r in records:
@@ -38,35 +56,72 @@ def rows(study: Path, label: str) -> tuple[dict, list[dict], dict]:
     return head, evals, {"bytes": nbytes, "mass": {k: float(np.mean(v)) for k, v in mass.items()}}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("a")
-    parser.add_argument("b")
-    parser.add_argument("--reading", nargs="+", default=["bpb", "sliding_bpb"])
-    args = parser.parse_args()
-    (study_a, label_a), (study_b, label_b) = (arg.rsplit(":", 1) for arg in (args.a, args.b))
+def same_windows(head_a: dict, head_b: dict) -> None:
+    """Refuse two studies whose options give them different validation windows, naming the first that differs."""
+    a, b = head_a.get("options", {}), head_b.get("options", {})
+    for name in WINDOW_OPTIONS:
+        if a.get(name) != b.get(name):
+            raise Refused(
+                f"the studies differ in --{name.replace('_', '-')} ({a.get(name)} and {b.get(name)}), so they score "
+                "different validation windows; compare studies run with the same text and evaluation options"
+            )
+    if (head_a["targets"], head_a["train_length"]) != (head_b["targets"], head_b["train_length"]):
+        raise Refused("the studies scored different validation targets or trained at different lengths")
+
+
+def compare(args: argparse.Namespace) -> list[dict]:
+    """Every line the script prints, computed before any is printed (a refusal leaves no partial output)."""
+    (study_a, label_a), (study_b, label_b) = args.a, args.b
     head_a, evals_a, extra_a = rows(Path(study_a), label_a)
     head_b, evals_b, extra_b = rows(Path(study_b), label_b)
-    if (head_a["targets"], head_a["train_length"]) != (head_b["targets"], head_b["train_length"]):
-        sys.exit("the studies scored different validation targets or trained at different lengths")
-    nats_key = {"bpb": "window_nats", "sliding_bpb": "sliding_window_nats"}
+    same_windows(head_a, head_b)
+    lines = []
     for reading in args.reading:
         for length in sorted({r["eval_length"] for r in evals_a} & {r["eval_length"] for r in evals_b}):
             a = sorted((r for r in evals_a if r["eval_length"] == length), key=lambda r: r["seed"])
             b = sorted((r for r in evals_b if r["eval_length"] == length), key=lambda r: r["seed"])
             if [r["seed"] for r in a] != [r["seed"] for r in b]:
-                sys.exit(f"the rows have different seeds: {[r['seed'] for r in a]} and {[r['seed'] for r in b]}")
-            if any(r.get(nats_key[reading]) is None for r in a + b):
+                raise Refused(
+                    f"the rows have different seeds: {[r['seed'] for r in a]} and {[r['seed'] for r in b]}; run both "
+                    "studies with the same --seed and --seeds"
+                )
+            if any(r.get(NATS[reading]) is None for r in a + b):
                 continue  # a learned table past T
             nbytes = extra_a["bytes"][(reading, length)]
             if nbytes != extra_b["bytes"][(reading, length)]:
-                sys.exit(f"the studies' windows at {length} differ: not the same text or tokenizer")
-            pair = (np.array([r[nats_key[reading]] for r in a]), np.array([r[nats_key[reading]] for r in b]))
+                raise Refused(f"the studies' windows at {length} differ: not the same text or tokenizer")
+            pair = (np.array([r[NATS[reading]] for r in a]), np.array([r[NATS[reading]] for r in b]))
             got = compare_many([pair], np.asarray(nbytes))[0].combined
             out = {"reading": reading, "eval_length": length, "a": f"{study_a}:{label_a}", "b": f"{study_b}:{label_b}"}
             out |= {"seeds": len(a), **{k: round(v, 4) for k, v in got.as_dict().items()}}
-            out |= {"mass_a": extra_a["mass"].get(length), "mass_b": extra_b["mass"].get(length)}
-            print(json.dumps(out), flush=True)
+            lines.append(out | {"mass_a": extra_a["mass"].get(length), "mass_b": extra_b["mass"].get(length)})
+    return lines
+
+
+def study_row(text: str) -> tuple[str, str]:
+    """``STUDY:ROW`` split at its last colon."""
+    study, colon, row = text.rpartition(":")
+    if not colon or not study or not row:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not STUDY:ROW; give a study folder and a row, e.g. runs/length:rope"
+        )
+    return study, row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    for name in ("a", "b"):
+        parser.add_argument(
+            name, type=study_row, metavar=f"STUDY_{name.upper()}:ROW", help=f"row {name}: a study folder and its row"
+        )
+    parser.add_argument("--reading", nargs="+", default=list(NATS), choices=list(NATS), help="the readings to compare")
+    args = parser.parse_args()
+    try:
+        lines = compare(args)
+    except Refused as err:
+        sys.exit(f"cross_study.py: error: {err}")
+    for out in lines:
+        print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":

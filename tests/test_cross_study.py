@@ -53,3 +53,28 @@ def test_a_row_against_itself_is_zero_and_other_text_is_refused(length_study, tm
     (changed / "length.jsonl").write_text("\n".join(json.dumps(r) for r in edited) + "\n")
     done = run(f"{length_study}:rope", f"{changed}:rope")
     assert done.returncode != 0 and "windows at 8 differ" in done.stderr
+
+
+def test_bad_input_ends_in_one_line_naming_the_cause_and_prints_nothing(length_study, tmp_path):
+    """A missing or non-study folder, a row the study lacks, no :ROW, an unknown reading, and studies whose
+    evaluation options differ each end in one line, no traceback, and no JSON line before it."""
+    strided = tmp_path / "strided"
+    shutil.copytree(length_study, strided)
+    edited = [json.loads(line) for line in (strided / "length.jsonl").read_text().splitlines()]
+    for r in edited:
+        if r["record"] == "study":
+            r["options"]["eval_stride"] = 3
+    (strided / "length.jsonl").write_text("\n".join(json.dumps(r) for r in edited) + "\n")
+    (tmp_path / "empty").mkdir()
+    cases = [
+        ((f"{tmp_path / 'missing'}:rope", f"{length_study}:rope"), "is no finished length study"),
+        ((f"{tmp_path / 'empty'}:rope", f"{length_study}:rope"), "is no finished length study"),
+        ((f"{length_study}:nope", f"{length_study}:rope"), "no eval rows labelled 'nope'; its rows are alibi"),
+        ((str(length_study), f"{length_study}:rope"), "is not STUDY:ROW"),
+        ((f"{length_study}:rope", f"{length_study}:alibi", "--reading", "streaming"), "invalid choice: 'streaming'"),
+        ((f"{length_study}:rope", f"{strided}:rope"), "the studies differ in --eval-stride"),
+    ]
+    for args, match in cases:
+        done = run(*args)
+        assert done.returncode != 0 and done.stdout == "", (args, done.stdout)
+        assert "Traceback" not in done.stderr and match in done.stderr, (args, done.stderr)

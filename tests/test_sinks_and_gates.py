@@ -301,7 +301,7 @@ def test_a_stream_applies_the_gate_and_refuses_learned_sinks_by_name():
     with torch.no_grad():  # a window wider than the stream evicts nothing: the stream is the full pass
         streamed = torch.cat(list(stream_logits(model, ids, StreamingCache(2, 0, 16), 4)), dim=1)
         torch.testing.assert_close(streamed, model(ids), atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match=r"learned sinks \(attention_sinks\)"):
+    with pytest.raises(ValueError, match=r"learned sinks \(--attention-sinks\)"):
         check_streaming(model_with(5, position="rope", attention_sinks=True), 4, 8)
 
 

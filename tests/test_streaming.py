@@ -127,7 +127,7 @@ def test_pieces_fill_the_cache_then_stay_within_the_chunk(sinks, window, chunk, 
 
 
 def test_memory_stays_within_sinks_and_window_however_long_the_stream():
-    model, sinks, window = tiny("rope", context=8), 4, 8
+    model, sinks, window = tiny("rope", context=12), 4, 8
     cache, held = StreamingCache(2, sinks, window), []
     with torch.no_grad():
         for t, token in enumerate(torch.randint(0, 40, (300,))):
@@ -165,7 +165,7 @@ def test_a_scheme_whose_cache_cannot_evict_is_refused_with_its_reason(position):
     [
         ({}, 0, 17, "sinks \\+ window <= 16"),
         ({}, 4, 13, "4 sinks \\+ a window of 13 = 17 tokens"),  # the cache's positions would run to 16, past T
-        ({}, 0, 0, "1 to 16"),
+        ({}, 0, 0, "from 1 to 16"),
         ({}, -1, 4, "0 or more"),
         ({"randomize_positions": 4}, 0, 8, "randomized"),
         ({"document_mask": True}, 0, 8, "document"),
@@ -176,6 +176,37 @@ def test_bad_combinations_are_refused_in_one_line(extra, sinks, window, match):
     with pytest.raises(ValueError, match=match) as err:
         check_streaming(tiny("rope", **extra), sinks, window)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("position", "extra", "sinks", "window", "match"),
+    [
+        ("rope", {"attention_sinks": True}, 0, 8, "learned sinks"),  # its logits would silently differ
+        ("fox", {}, 0, 8, "FoX's cache cannot evict"),
+        ("pathattn", {}, 0, 8, "PaTH's cache cannot evict"),
+        ("rope", {}, 4, 13, "sinks \\+ window <= 16"),
+    ],
+)
+def test_a_model_given_a_streaming_cache_it_cannot_use_refuses_it_on_the_first_pass(
+    position, extra, sinks, window, match
+):
+    """The Python API checks what ``octlm sample --cache-window`` checks: a StreamingCache handed straight to the
+    model or to generate is refused before any key is stored, not decoded wrongly or failing inside the cache."""
+    model = tiny(position, **extra)
+    for call in (
+        lambda cache: model(torch.tensor([[1, 2, 3]]), cache=cache),
+        lambda cache: model.generate(torch.tensor([[1, 2, 3]]), 2, cache=cache),
+    ):
+        cache = StreamingCache(2, sinks, window)
+        with pytest.raises(ValueError, match=match):
+            call(cache)
+        assert cache.length == 0 and all(layer.keys is None for layer in cache.layers)
+
+
+@pytest.mark.parametrize(("sinks", "window"), [(0, 0), (-1, 8), (2, 2.5), (True, 8)])
+def test_a_streaming_cache_of_no_size_is_refused_when_made(sinks, window):
+    with pytest.raises(ValueError, match="give an integer >="):
+        StreamingCache(2, sinks, window)
 
 
 def test_streaming_bpb_sums_the_one_token_decoder_s_losses():

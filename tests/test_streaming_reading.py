@@ -116,3 +116,77 @@ def test_a_new_study_refuses_sinks_past_its_context_before_training(small_corpus
     assert main([*argv, "--streaming", "--streaming-sinks", "16"]) == 1
     assert "--streaming-sinks 16 leaves no window in a cache of T = 16 tokens" in capsys.readouterr().err
     assert not out.exists()
+
+
+def tiny_study(corpus, out, *flags: str) -> list[str]:
+    shape = "--vocab-size 280 --d-model 16 --n-heads 2 --n-layers 1 --batch-size 4 --train-length 8 --multipliers 1 4"
+    return ["length", "--text", str(corpus), "--out", str(out), *shape.split(), "--max-steps", "2", *flags]
+
+
+@pytest.mark.parametrize(
+    "flags,match",
+    [
+        (["--schemes", "rope", "--attention-sinks"], "--streaming with --attention-sinks"),
+        (["--schemes", "rope", "--document-mask"], "--streaming with --document-mask"),
+        (["--schemes", "learned", "fox"], "no scheme of --schemes learned fox can evict its cache"),
+    ],
+)
+def test_a_new_study_none_of_whose_models_could_stream_is_refused_before_training(
+    small_corpus, tmp_path, capsys, flags, match
+):
+    out = tmp_path / "study"
+    assert main([*tiny_study(small_corpus, out, "--streaming", *flags)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and match in err, err
+    assert not out.exists()
+
+
+def test_a_reread_of_a_study_none_of_whose_models_can_stream_says_so_writing_nothing(small_corpus, tmp_path, capsys):
+    out = tmp_path / "study"
+    assert main([*tiny_study(small_corpus, out, "--schemes", "learned", "--extend-to", "0", "--quiet")]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert main(["length", "--out", str(out), "--reread", "--streaming", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "no model of" in err and "the learned table's cache cannot evict" in err and len(err.splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
+def test_a_new_study_with_streaming_ends_with_one_result_that_holds_the_reading(small_corpus, tmp_path, capsys):
+    out = tmp_path / "study"
+    argv = tiny_study(small_corpus, out, "--schemes", "rope", "learned", "--rope-scalings", "--extend-to", "0")
+    assert main([*argv, "--streaming", "--streaming-streams", "2", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [x["event"] for x in lines].count("result") == 1 and lines[-1]["event"] == "result"
+    assert lines[-1]["readings"] == ["streaming"] and any(w.endswith("streaming.png") for w in lines[-1]["written"])
+    shutil.rmtree(out)
+    assert main([*argv, "--streaming", "--streaming-streams", "2", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "## Streaming with sinks and a window" in printed and "| `rope` | 0 |" in printed
+    assert printed.rstrip().splitlines()[-1].startswith("wrote ") and "streaming.png" in printed.splitlines()[-1]
+
+
+def test_ctrl_c_in_a_new_study_s_reading_names_the_reread_that_finishes_it(small_corpus, tmp_path, capsys, monkeypatch):
+    import octlm.studies.readings
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(octlm.studies.readings, "run_readings", interrupted)
+    out = tmp_path / "study"
+    argv = tiny_study(small_corpus, out, "--schemes", "rope", "--rope-scalings", "--extend-to", "0", "--quiet")
+    assert main([*argv, "--streaming"]) != 0
+    err = capsys.readouterr().err
+    assert f"octlm length --out {out} --reread --streaming computes them" in err, err
+    assert (out / "length.md").is_file()
+
+
+def test_a_reread_of_a_cut_short_length_jsonl_names_the_line(length_study, tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(length_study, copy)
+    jsonl = copy / "length.jsonl"
+    lines = jsonl.read_text().splitlines()
+    jsonl.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])  # cut in its last record
+    assert main(["length", "--out", str(copy), "--reread", "--streaming"]) == 1
+    err = capsys.readouterr().err
+    assert f"{jsonl} line {len(lines)} is not JSON" in err and len(err.strip().splitlines()) == 1, err

@@ -152,6 +152,27 @@ class TaggedReporter(Reporter):
         )
 
 
+class HeldResult(Reporter):
+    """Passes every event and warning to ``parent`` but keeps the result (``fields``, ``text``), for a command that
+    reports one result after more work."""
+
+    def __init__(self, parent: Reporter) -> None:
+        super().__init__(parent.json_mode, parent.quiet)
+        self.parent, self.fields, self.text = parent, None, ""
+
+    def event(self, kind: str, text: str | None = None, **fields) -> None:
+        self.parent.event(kind, text, **fields)
+
+    def log_line(self, text: str) -> None:
+        self.parent.log_line(text)
+
+    def warn(self, text: str, **fields) -> None:
+        self.parent.warn(text, **fields)
+
+    def result(self, fields: dict, text: str | None = None) -> None:
+        self.fields, self.text = fields, text or ""
+
+
 class SilentReporter(Reporter):
     """Says nothing: what a process other than rank 0 reports (rank 0 speaks for the run), and a study's timing run.
 
@@ -187,4 +208,4 @@ def memory_size(n_bytes: float, digits: int = 0) -> str:
     return f"{n_bytes / 2**30:,.{digits}f} GiB"
 
 
-__all__ = ["Reporter", "SilentReporter", "TaggedReporter", "memory_size", "terminal_output"]
+__all__ = ["HeldResult", "Reporter", "SilentReporter", "TaggedReporter", "memory_size", "terminal_output"]

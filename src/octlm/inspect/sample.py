@@ -51,7 +51,8 @@ class SampleOptions:
     cache_window: int | None = option(
         None,
         "decode with a cache of the last W tokens only, placed at positions within the cache (StreamingLLM; "
-        "1 .. the run's context; RoPE, ALiBi and the other schemes acting inside attention)",
+        "--cache-sinks + W at most the run's context length; RoPE, ALiBi and the other schemes acting inside "
+        "attention)",
         bounds=at_least(1, "tokens"),
         metavar="W",
     )

@@ -140,7 +140,9 @@ class Decoder(nn.Module):
                 an id outside ``[0, vocab_size)`` (checked on CPU tensors in
                 eager mode only, see below), ``offset`` is negative or differs
                 from ``cache.length``, or a learned position table is too
-                short for ``offset + T``.
+                short for ``offset + T``; for a first pass on a
+                :class:`~octlm.model.streaming.StreamingCache` the model cannot
+                stream with (:func:`~octlm.model.streaming.check_streaming`).
 
         The id range is checked where ids enter octlm (token files when they
         are opened, prompts in :meth:`generate`), not here on an accelerator or
@@ -158,6 +160,10 @@ class Decoder(nn.Module):
             raise ValueError(
                 f"offset={offset} but the cache holds positions 0..{cache.length - 1}; pass offset=cache.length"
             )
+        if cache is not None and cache.repositions and cache.length == 0:  # a stream starts: can this model stream?
+            from octlm.model.streaming import check_streaming
+
+            check_streaming(self, cache.sinks, cache.window)
         self.positions.start_pass(token_ids.shape[1], offset, cached=cache is not None)
         try:
             plan = plan_pass(

@@ -83,12 +83,19 @@ class StreamingCache(KVCache):
     ``Decoder.forward(ids, offset=cache.length, cache=cache)`` continues the
     stream; a pass of more than one token must fit :meth:`pieces` (what
     :func:`stream_logits` feeds), so that every query sees exactly the
-    sinks and its own last ``window`` tokens.
+    sinks and its own last ``window`` tokens. The decoder's first pass on
+    it checks that the model can stream with it (:func:`check_streaming`).
+
+    Raises:
+        ValueError: for a ``window`` that is no integer >= 1 or ``sinks`` no integer >= 0.
     """
 
     repositions = True
 
     def __init__(self, n_layers: int, sinks: int, window: int) -> None:
+        for name, value, least in (("window", window, 1), ("sinks", sinks, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"StreamingCache {name}={value!r}: give an integer >= {least} (tokens)")
         super().__init__(n_layers)
         self.sinks, self.window = sinks, window
         self.layers = [SinkWindowCache(sinks, window) for _ in range(n_layers)]
@@ -179,25 +186,51 @@ def stream_logits(model: Decoder, ids: Tensor, cache: StreamingCache, chunk: int
         start += n
 
 
+def streaming_refusal(model: Decoder) -> str | None:
+    """Why ``model`` cannot decode with a streaming cache at all, whatever its size, or ``None`` when it can.
+
+    A scheme whose cache cannot evict (``evicts_cache``: its ``eviction_refusal``), or a model whose positions come
+    from elsewhere than the cache (randomized positions, a document mask, the log attention scale, a layout's window
+    layers), or whose learned sinks join a softmax the streaming pass does not form.
+    """
+    from octlm.model.attention_recipes import NO_SCALE
+
+    config, scheme = model.config, model.positions
+    if not scheme.evicts_cache:
+        return f"{scheme.label}'s cache cannot evict: {scheme.eviction_refusal}"
+    layers = config.layer_specs or ()
+    return (
+        "it was trained at randomized positions" * (config.randomize_positions > 1)
+        or "its document mask places tokens in their documents" * bool(config.document_mask)
+        or "its log attention scale reads text positions" * (config.attention_scale != NO_SCALE)
+        or "its layout scales queries by text position" * any(spec.log_scale for spec in layers)
+        or "its layout's window layers keep their own cache" * any(spec.window for spec in layers)
+        or "its learned sinks (--attention-sinks) join a softmax the streaming pass does not form"
+        * bool(config.attention_sinks)
+        or None
+    )
+
+
 def check_streaming(model: Decoder, sinks: int, window: int) -> None:
     """Refuse a streaming cache the model cannot decode with, in one line naming the fix.
 
     Raises:
-        ValueError: for ``window`` < 1, ``sinks`` < 0, ``sinks + window`` more
-            than the context trained on (the cache's positions run to
-            ``sinks + window - 1``), a scheme whose cache cannot evict
-            (``evicts_cache``), or a model whose positions come from elsewhere
-            than the cache (randomized positions, a document mask, the log
-            attention scale, a layout's window layers, learned sinks).
+        ValueError: for a model that cannot stream (:func:`streaming_refusal`, said first: no size would do), a
+            ``window`` that is no integer >= 1, ``sinks`` that are no integer >= 0, or ``sinks + window`` more than
+            the context trained on (the cache's positions run to ``sinks + window - 1``).
     """
-    from octlm.model.attention_recipes import NO_SCALE
     from octlm.model.positions import evicting_schemes
 
-    config, scheme = model.config, model.positions
-    if window < 1:
-        raise ValueError(f"the cache window is {window} tokens; give 1 to {config.context_length}")
-    if sinks < 0:
-        raise ValueError(f"the cache sinks are {sinks}; give 0 or more tokens")
+    config = model.config
+    if refusal := streaming_refusal(model):
+        raise ValueError(
+            f"this run cannot stream with a cache window: {refusal}; decode it with the ordinary cache (no cache "
+            f"window), or stream a run of {', '.join(evicting_schemes())}"
+        )
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"the cache window is {window!r} tokens; give an integer from 1 to {config.context_length}")
+    if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
+        raise ValueError(f"the cache sinks are {sinks!r}; give an integer number of tokens, 0 or more")
     if sinks + window > config.context_length:
         # The cache places its tokens at 0 .. sinks + window - 1: past T they sit at positions never trained on.
         raise ValueError(
@@ -205,23 +238,13 @@ def check_streaming(model: Decoder, sinks: int, window: int) -> None:
             f"past the {config.context_length} this model was trained on; give sinks + window <= "
             f"{config.context_length}, e.g. a window of {max(1, config.context_length - sinks)}"
         )
-    if not scheme.evicts_cache:
-        raise ValueError(
-            f"{scheme.label}'s cache cannot evict: {scheme.eviction_refusal}; stream a run of "
-            f"{', '.join(evicting_schemes())}, or drop the cache window"
-        )
-    layers = config.layer_specs or ()
-    refusal = (
-        "it was trained at randomized positions" * (config.randomize_positions > 1)
-        or "its document mask places tokens in their documents" * bool(config.document_mask)
-        or "its log attention scale reads text positions" * (config.attention_scale != NO_SCALE)
-        or "its layout scales queries by text position" * any(spec.log_scale for spec in layers)
-        or "its layout's window layers keep their own cache" * any(spec.window for spec in layers)
-        or "its learned sinks (attention_sinks) join a softmax the streaming pass does not form"
-        * bool(config.attention_sinks)
-    )
-    if refusal:
-        raise ValueError(f"this run cannot stream with a cache window: {refusal}; decode it without --cache-window")
 
 
-__all__ = ["SinkWindowCache", "StreamingCache", "check_streaming", "stream_logits", "streamed_attention"]
+__all__ = [
+    "SinkWindowCache",
+    "StreamingCache",
+    "check_streaming",
+    "stream_logits",
+    "streamed_attention",
+    "streaming_refusal",
+]

@@ -26,7 +26,11 @@ Adding a reading is one entry in :func:`registry`. A :class:`Reading` gives
   a check; ``help`` and ``cost`` for ``octlm length --help``;
 * ``check(params, train_length)``: refuses, with an :class:`OctlmError`,
   values that cannot work with models trained at ``train_length`` tokens;
-  called before a study trains anything and before a reread computes.
+  called before a study trains anything and before a reread computes;
+* ``check_study(params, options)``: refuses a new study's options (its
+  :class:`~octlm.studies.length_options.LengthOptions`) whose models could
+  give the reading nothing, before anything trains (a reread's models are
+  already there: ``compute`` says it for them).
 
 Every reading's records carry what is needed to compute its tables again.
 """
@@ -37,6 +41,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -81,6 +86,7 @@ class Reading:
     figures: Callable[[list[dict], FinishedStudy], dict[str, bytes]]
     params: tuple[Param, ...] = ()
     check: Callable[[dict, int], None] = lambda params, train_length: None
+    check_study: Callable[[dict, Any], None] = lambda params, options: None
 
     @property
     def flag(self) -> str:
@@ -164,7 +170,8 @@ def load_study(out: str | Path, flag: str = "--reread") -> FinishedStudy:
 
     Raises:
         OctlmError: for a folder that is no finished length study (no such folder, no ``length.jsonl`` with a
-            ``study`` record, an unfinished study, a missing model run folder), naming it and the fix.
+            ``study`` record, a line of it that is not JSON, an unfinished study, a missing model run folder),
+            naming it and the fix.
     """
     from octlm.studies.progress import PROGRESS
 
@@ -176,9 +183,19 @@ def load_study(out: str | Path, flag: str = "--reread") -> FinishedStudy:
             "to finish it first"
         )
     try:
-        records = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = jsonl.read_text(encoding="utf-8").splitlines()
     except (OSError, ValueError):
-        records = []
+        lines = []
+    records = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except ValueError as err:
+                raise OctlmError(
+                    f"{flag}: {jsonl} line {number} is not JSON ({err.msg}): the file was cut short or edited; restore "
+                    "it, or run the study again"
+                ) from None
     if not any(r.get("record") == "study" and "train_length" in r for r in records):
         raise OctlmError(
             f"{flag}: {path} is no finished length study (no length.jsonl with a study record); give --out the "
@@ -211,7 +228,8 @@ def run_readings(
     out: str | Path, names: list[str], params: dict, device: str, threads: int | None, report: Reporter
 ) -> dict:
     """Compute the readings ``names`` on the finished study at ``out`` and write them in (see the module docstring);
-    returns ``{"out", "readings", "records"}`` (the new records' count).
+    returns ``{"out", "readings", "records", "written", "text"}``: the new records' count, the files written and the
+    readings' new ``length.md`` sections (markdown).
 
     Raises:
         OctlmError: for a folder that is no finished study (:func:`load_study`), or a bad reading option.
@@ -234,7 +252,8 @@ def run_readings(
     replaced = {kind for name in names for kind in readings[name].kinds}
     study.records = [r for r in study.records if r["record"] not in replaced] + new
     written = rewrite(study)
-    return {"out": str(study.out), "readings": names, "records": len(new), "written": written}
+    text = sections(study, new)[0].strip()
+    return {"out": str(study.out), "readings": names, "records": len(new), "written": written, "text": text}
 
 
 __all__ = [

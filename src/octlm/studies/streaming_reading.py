@@ -57,6 +57,28 @@ def check(params: dict, train_length: int) -> None:
         )
 
 
+def check_study(params: dict, options) -> None:
+    """Refuse ``--streaming`` on a new study none of whose models could stream, before anything trains.
+
+    Raises:
+        OctlmError: with learned sinks or the document mask (every model has them), or when no scheme of
+            ``--schemes`` can evict its cache and no ``--layouts`` row is asked for, naming the fix.
+    """
+    from octlm.model.positions import SCHEMES, evicting_schemes
+
+    every = (
+        "--attention-sinks: learned sinks join a softmax the streaming pass does not form" * options.attention_sinks
+        or "--document-mask: it places tokens in their documents, not in a cache" * options.document_mask
+    )
+    if every:
+        raise OctlmError(f"--streaming with {every}; drop one of the two (every model of the study would be refused)")
+    if not options.layouts and not any(SCHEMES[name].evicts_cache for name in options.schemes):
+        raise OctlmError(
+            f"--streaming: no scheme of --schemes {' '.join(options.schemes)} can evict its cache (docs/streaming.md "
+            f"says why for each); add one of {', '.join(evicting_schemes())}, or drop --streaming"
+        )
+
+
 def cut_streams(scored: np.ndarray, longest: int, count: int) -> np.ndarray:
     """Up to ``count`` consecutive streams of ``longest`` targets from ``scored``: int64 [K, longest + 1] (each
     stream's last token is the next one's first).
@@ -74,7 +96,7 @@ def compute(study: FinishedStudy, params: dict, device, report: Reporter) -> lis
     """The reading's records: the streams' segment bytes (``streaming_streams``), each model's segment nats per
     setting (``streaming``) or why it cannot stream (``streaming_refused``), and the comparisons
     (:func:`compare_records`)."""
-    from octlm.model.streaming import check_streaming
+    from octlm.model.streaming import check_streaming, streaming_refusal
     from octlm.run.load import load_run
     from octlm.studies.streaming import stream_segments
 
@@ -85,13 +107,12 @@ def compute(study: FinishedStudy, params: dict, device, report: Reporter) -> lis
     records, nbytes = [], None
     for m in study.models():
         model, tokenizer = load_run(m.run_dir, device)
-        try:
-            for s in sinks:
-                check_streaming(model, s, T - s)
-        except ValueError as err:
-            records.append({"record": REFUSED, "label": m.label, "seed": m.seed, "reason": str(err)})
-            report.event("streaming", f"{m.label} seed {m.seed}: cannot stream ({err})")
+        if reason := streaming_refusal(model):
+            records.append({"record": REFUSED, "label": m.label, "seed": m.seed, "reason": reason})
+            report.event("streaming", f"{m.label} seed {m.seed}: cannot stream ({reason})")
             continue
+        for s in sinks:  # the cache's sizes, S + (T - S) = T, fit every model that can stream
+            check_streaming(model, s, T - s)
         for s in sinks:
             nats, nbytes = stream_segments(model, streams, tokenizer.bytes_per_token, s, T - s, T, device)
             records.append(
@@ -106,13 +127,19 @@ def compute(study: FinishedStudy, params: dict, device, report: Reporter) -> lis
             )
             bpb = nats.sum() / np.log(2) / nbytes.sum()
             report.event("streaming", f"{m.label} seed {m.seed}: {bpb:.4f} bits per byte, {s} sinks + {T - s} recent")
+    if nbytes is None:  # a reread's models, none of which can stream: say so rather than write an empty table
+        reason = next(r["reason"] for r in records if r["record"] == REFUSED)
+        raise OctlmError(
+            f"--streaming: no model of {study.out} can stream; the first says {reason}. Stream a study of "
+            "rope, alibi or another scheme of docs/streaming.md"
+        )
     head = {
         "record": STREAMS,
         "streams": len(streams),
         "stream_length": longest,
         "segment": T,
         "sinks": sinks,
-        "segment_bytes": None if nbytes is None else nbytes.astype(int).tolist(),
+        "segment_bytes": nbytes.astype(int).tolist(),
     }
     return [head, *records, *compare_records(records, head, study.lengths)]
 
@@ -184,6 +211,7 @@ STREAMING = Reading(
     markdown=_markdown,
     figures=_figures,
     check=check,
+    check_study=check_study,
     params=(
         Param(
             "streaming_sinks",
@@ -201,4 +229,12 @@ STREAMING = Reading(
 )
 
 
-__all__ = ["STREAMING", "STREAMING_PLOT", "compare_records", "compute", "cut_streams", "segments_of"]
+__all__ = [
+    "STREAMING",
+    "STREAMING_PLOT",
+    "check_study",
+    "compare_records",
+    "compute",
+    "cut_streams",
+    "segments_of",
+]

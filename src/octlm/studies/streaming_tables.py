@@ -82,7 +82,7 @@ def streaming_markdown(records: list[dict], T: int, lengths: list[int]) -> str:
         lines += ["", *(f"- {_said(cells[max(cells)], T)}" for cells in by_label.values())]
     refused = {r["label"]: r["reason"] for r in records if r["record"] == REFUSED}
     if refused:
-        lines += ["", "Not streamed (their cache cannot evict):", ""]
+        lines += ["", "Not streamed, and why:", ""]
         lines += [f"- `{label}`: {reason}" for label, reason in refused.items()]
     return "\n".join(lines) + "\n"
 

@@ -15,7 +15,7 @@ from octlm.cli.program import Formatter, add_common, add_dataclass_options, give
 from octlm.data.corpora import builtin_help
 from octlm.declare import build, flag, option_fields
 from octlm.errors import OctlmError
-from octlm.report import Reporter
+from octlm.report import HeldResult, Reporter
 from octlm.studies.length_options import LengthOptions
 from octlm.studies.progress import PROGRESS
 from octlm.studies.task_options import TaskOptions
@@ -133,6 +133,7 @@ def refuse_readings(args: argparse.Namespace, names: list[str], params: dict, gi
     for name in names:  # before anything trains
         reading = registry()[name]
         reading.check(reading.values(params), opts.train_length)
+        reading.check_study(reading.values(params), opts)
 
 
 def study_options(args: argparse.Namespace) -> LengthOptions | TaskOptions:
@@ -179,21 +180,30 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
     refuse_readings(args, names, params, given, opts)
     if args.reread:
         result = run_readings(args.out, names, params, args.device, args.threads, report)
-        report.result(result, f"wrote {', '.join(result['written'])}")
+        report.result(result, f"{result['text']}\n\nwrote {', '.join(result['written'])}")
         return 0
     try:
         if isinstance(opts, TaskOptions):
             task_study(opts, report, given_options(args.parser, args.argv[1:]))
-        else:
+        elif not names:
             length_study(opts, report)
-            if names:
-                run_readings(opts.out, names, params, opts.device, opts.threads, report)
+        else:  # the readings' records and files join the study's result, which stays the last JSON line
+            held = HeldResult(report)
+            study = length_study(opts, held)
+            readings = run_readings(opts.out, names, params, opts.device, opts.threads, report)
+            result = {**study, "readings": names, "written": readings["written"]}
+            report.result(result, f"{held.text}\n\n{readings['text']}\n\nwrote {', '.join(readings['written'])}")
     except KeyboardInterrupt:
         # Every finished part of the study is recorded in its folder (octlm.studies.progress).
         if opts.out and (Path(opts.out) / PROGRESS).is_dir():
             report.warn(
                 f"the study's finished parts stay in {opts.out}; the same command continues it where it stopped "
                 "(--overwrite starts it again)"
+            )
+        elif names and opts.out and (Path(opts.out) / "length.jsonl").is_file():
+            report.warn(
+                f"the study in {opts.out} is finished; its readings were not written: octlm length --out {opts.out} "
+                f"--reread {' '.join('--' + n for n in names)} computes them"
             )
         raise
     return 0

@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
         "A RoPE model can be stretched past its training length with --rope-scaling and --rope-factor, or\n"
         "kept within it by --cache-window and --cache-sinks: a cache of the first S and last W tokens (StreamingLLM).",
         epilog="examples:\n  octlm sample --run runs/rope --max-new-tokens 1000 --rope-scaling yarn --rope-factor 8\n"
-        "  octlm sample --run runs/rope --max-new-tokens 4000 --cache-window 128 --cache-sinks 4",
+        "  octlm sample --run runs/rope --max-new-tokens 4000 --cache-window 124 --cache-sinks 4   # S + W <= T = 128",
     )
     add_dataclass_options(p, SampleOptions)
     add_common(p)
