@@ -159,6 +159,9 @@ def test_a_new_study_with_streaming_ends_with_one_result_that_holds_the_reading(
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [x["event"] for x in lines].count("result") == 1 and lines[-1]["event"] == "result"
     assert lines[-1]["readings"] == ["streaming"] and any(w.endswith("streaming.png") for w in lines[-1]["written"])
+    streamed = [x for x in lines if x["event"] == "streaming"]
+    assert {(x["label"], x.get("sinks")) for x in streamed} == {("rope", 0), ("rope", 4), ("learned", None)}
+    assert all(x["bpb"] > 0 for x in streamed if x["label"] == "rope")
     shutil.rmtree(out)
     assert main([*argv, "--streaming", "--streaming-streams", "2", "--quiet"]) == 0
     printed = capsys.readouterr().out

@@ -247,7 +247,8 @@ def run_readings(
         for name in names:
             reading = readings[name]
             values = reading.values(params)
-            report.event("reading", f"{name} on {len(study.models())} models of {study.out}", reading=name)
+            models = len(study.models())
+            report.event("reading", f"{name} on {models} model{'s' * (models != 1)} of {study.out}", reading=name)
             new += reading.compute(study, values, target, report)
     replaced = {kind for name in names for kind in readings[name].kinds}
     study.records = [r for r in study.records if r["record"] not in replaced] + new

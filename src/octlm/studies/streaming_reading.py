@@ -109,7 +109,13 @@ def compute(study: FinishedStudy, params: dict, device, report: Reporter) -> lis
         model, tokenizer = load_run(m.run_dir, device)
         if reason := streaming_refusal(model):
             records.append({"record": REFUSED, "label": m.label, "seed": m.seed, "reason": reason})
-            report.event("streaming", f"{m.label} seed {m.seed}: cannot stream ({reason})")
+            report.event(
+                "streaming",
+                f"{m.label} seed {m.seed}: cannot stream ({reason})",
+                label=m.label,
+                seed=m.seed,
+                reason=reason,
+            )
             continue
         for s in sinks:  # the cache's sizes, S + (T - S) = T, fit every model that can stream
             check_streaming(model, s, T - s)
@@ -126,7 +132,15 @@ def compute(study: FinishedStudy, params: dict, device, report: Reporter) -> lis
                 }
             )
             bpb = nats.sum() / np.log(2) / nbytes.sum()
-            report.event("streaming", f"{m.label} seed {m.seed}: {bpb:.4f} bits per byte, {s} sinks + {T - s} recent")
+            kept = f"{s} sink{'s' * (s != 1)} + {T - s} recent"
+            report.event(
+                "streaming",
+                f"{m.label} seed {m.seed}: {bpb:.4f} bits per byte, {kept}",
+                label=m.label,
+                seed=m.seed,
+                sinks=s,
+                bpb=float(bpb),
+            )
     if nbytes is None:  # a reread's models, none of which can stream: say so rather than write an empty table
         reason = next(r["reason"] for r in records if r["record"] == REFUSED)
         raise OctlmError(
