@@ -19,10 +19,10 @@ from pathlib import Path
 
 CHILD = r"""
 import json, resource, sys, time
-from octlm.data import text as data
+from octlm.data.reading import read_documents
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
-docs, info = data.read_documents([sys.argv[1]])
+docs, info = read_documents([sys.argv[1]])
 seconds = time.perf_counter() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 growth = round((peak - before) / 1024)

@@ -25,12 +25,12 @@ CHILD = r"""
 import hashlib, json, resource, sys, time
 import numpy as np
 from tokenizers import Tokenizer as HF, decoders, models, pre_tokenizers, trainers
-from octlm.data import text as data
+from octlm.data.reading import read_documents
 from octlm.data import tokens
 from octlm.data.tokenizer import END_OF_TEXT, Tokenizer
 
 mode, corpus, megabytes, vocab = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
-base = data.read_documents([corpus])[0][0].text.replace("\n", " ")
+base = read_documents([corpus])[0][0].text.replace("\n", " ")
 size = int(megabytes * 1e6)
 text = (base * (size // len(base) + 1))[:size]
 t0 = time.perf_counter()

@@ -14,7 +14,7 @@ import pytest
 
 from octlm.cli import main
 from octlm.data import corpora
-from octlm.data.text import read_documents
+from octlm.data.reading import read_documents
 from octlm.errors import DataError
 from tests.conftest import REPO
 

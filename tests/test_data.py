@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from octlm.data import text as data
 from octlm.data import tokens as token_files
+from octlm.data.reading import read_documents
 from octlm.errors import DataError
 
 
@@ -88,7 +89,7 @@ def test_default_corpus_is_stdlib_without_tests():
 def test_read_documents_records_bytes_and_sha(tmp_path):
     (tmp_path / "a.txt").write_bytes("héllo\r\nworld\n".encode())
     (tmp_path / "b.txt").write_bytes(b"\xef\xbb\xbfbom first\n")
-    docs, info = data.read_documents([tmp_path])
+    docs, info = read_documents([tmp_path])
     assert [d.path for d in docs] == [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
     assert docs[0].text == "héllo\r\nworld\n"  # line endings kept
     assert docs[1].text == "bom first\n"  # the byte-order mark is not text
@@ -100,9 +101,9 @@ def test_undecodable_text_names_file_and_offset(tmp_path):
     bad = tmp_path / "latin.txt"
     bad.write_bytes(b"abc caf" + b"\xe9 ok")
     with pytest.raises(DataError) as err:
-        data.read_documents([bad])
+        read_documents([bad])
     assert str(bad) in str(err.value) and "byte offset 7" in str(err.value) and "--encoding cp1252" in str(err.value)
-    docs, _ = data.read_documents([bad], encoding="cp1252")
+    docs, _ = read_documents([bad], encoding="cp1252")
     assert docs[0].text == "abc café ok"
 
 
@@ -111,16 +112,16 @@ def test_named_unusable_file_is_an_error(tmp_path, content, match):
     path = tmp_path / "x.txt"
     path.write_bytes(content)
     with pytest.raises(DataError, match=match):
-        data.read_documents([path])
+        read_documents([path])
 
 
 def test_folder_skips_binary_and_empty_but_needs_text(tmp_path):
     (tmp_path / "img.bin").write_bytes(b"\x89PNG\x00\x00")
     (tmp_path / "empty.txt").write_bytes(b"")
     with pytest.raises(DataError, match="no text files"):
-        data.read_documents([tmp_path])
+        read_documents([tmp_path])
     (tmp_path / "t.txt").write_text("text")
-    docs, info = data.read_documents([tmp_path])
+    docs, info = read_documents([tmp_path])
     assert [d.text for d in docs] == ["text"] and len(info["skipped"]) == 2
 
 
@@ -137,9 +138,9 @@ def test_a_huge_binary_file_is_recognised_from_its_head_not_read_whole(tmp_path,
         handle.truncate(256 * 2**20)
     tracemalloc.start()
     try:
-        docs, info = data.read_documents([tmp_path], encoding=encoding)
+        docs, info = read_documents([tmp_path], encoding=encoding)
         with pytest.raises(DataError, match="binary"):
-            data.read_documents([image], encoding=encoding)  # named: an error, from the same head
+            read_documents([image], encoding=encoding)  # named: an error, from the same head
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -150,7 +151,7 @@ def test_a_huge_binary_file_is_recognised_from_its_head_not_read_whole(tmp_path,
 
 def test_missing_path(tmp_path):
     with pytest.raises(DataError, match="no such file"):
-        data.read_documents([tmp_path / "nope.txt"])
+        read_documents([tmp_path / "nope.txt"])
 
 
 def test_token_files_round_trip(tmp_path):

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from octlm.data.text import read_documents
+from octlm.data.reading import read_documents
 from octlm.errors import DataError
 from tests.conftest import TINY_MODEL
 

@@ -17,8 +17,8 @@ import lzma
 import numpy as np
 import pytest
 
+from octlm.data.reading import read_documents
 from octlm.data.records import file_format
-from octlm.data.text import read_documents
 from octlm.errors import DataError
 
 TEXTS = ["First record.\nWith two lines.", "Zweiter Eintrag: grün, ß, 東京.", "", 'a "quoted", comma, record']

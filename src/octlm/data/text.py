@@ -274,60 +274,6 @@ def first_line(text: str, width: int = 60) -> str:
     return shown if len(shown) <= width else shown[: width - 3] + "..."
 
 
-def read_documents(
-    paths: Sequence[str | Path] | None,
-    encoding: str = "utf-8",
-    skip_folder: FolderRule | None = None,
-    text_field: str = "text",
-    skip_bad_records: bool = False,
-) -> tuple[list[Document], dict]:
-    """Read the corpus: each plain text file is one document, each record of a record file one more.
-
-    Args:
-        paths: files, folders or names of built-in corpora
-            (:mod:`octlm.data.corpora`, e.g. ``tinyshakespeare``; a path that
-            exists wins over a built-in name). Folders are walked recursively
-            in sorted order, following symbolic links to folders, skipping
-            hidden entries, ``__pycache__``, ``node_modules``, folders
-            ``skip_folder`` rules out, a folder reached a second time (a
-            link loop, or two ways to one folder), files that are not
-            regular files (FIFOs, sockets), empty files, binary files (a NUL
-            byte in the first 8 KiB, or in the text for UTF-16/32) and
-            record files that are not records of ``text_field``
-            (:class:`octlm.data.records.NotRecords`). ``None`` or empty: the
-            default corpus, :func:`default_corpus_files`, as is ``["stdlib"]``
-            (:data:`~octlm.data.corpora.STDLIB`) when nothing called ``stdlib``
-            exists; named beside other paths it adds those files.
-        encoding: codec of every file (UTF-8 by default).
-        skip_folder: called on each folder met while walking; a reason
-            (recorded in ``info["skipped"]``) leaves it and all below it out.
-        text_field: the field or column of JSON Lines, JSON, CSV and Parquet
-            records that holds the text (:mod:`octlm.data.records`).
-        skip_bad_records: count records that give no text instead of stopping at the first.
-
-    Returns:
-        ``(documents, info)`` where ``info`` names the source (with each
-        built-in corpus used, by name and sha256) and lists each file read
-        (path, bytes on disk, sha256, format, records, compression), what was
-        skipped, which files repeat an earlier one byte for byte and the bad
-        records skipped (a count and the first messages), for the manifest.
-
-    Raises:
-        DataError: for a missing path that names no built-in corpus, a symbolic
-            link loop or a link to nothing (the link named), a named
-            file that is empty or binary, a folder with no text files, text
-            that does not decode (file and byte offset named), a built-in
-            corpus whose shipped file is damaged, or a bad record (file and
-            line or row named) while ``skip_bad_records`` is off.
-    """
-    from octlm.data.reading import CorpusReader
-
-    reader = CorpusReader(paths, encoding, skip_folder, text_field, skip_bad_records)
-    docs = list(reader.documents())
-    reader.check_found(docs)
-    return docs, reader.info()
-
-
 def corpus_candidates(
     paths: Sequence[str | Path] | None, skip_folder: FolderRule | None
 ) -> tuple[dict, list[tuple], list[dict]]:
@@ -375,6 +321,5 @@ __all__ = [
     "decode_text",
     "default_corpus_files",
     "default_corpus_root",
-    "read_documents",
     "split_documents",
 ]

@@ -120,7 +120,7 @@ def token_ids(opts: AttentionOptions, run: RunFolder, tokenizer, length: int, mo
 
     Raises:
         OctlmError: for a prompt longer than ``length`` tokens, a ``--text``
-            octlm cannot read (:func:`octlm.data.text.read_documents`), or a
+            octlm cannot read (:func:`octlm.data.reading.read_documents`), or a
             run without a validation split when neither is given.
     """
     if opts.prompt is not None:
@@ -144,7 +144,7 @@ def token_ids(opts: AttentionOptions, run: RunFolder, tokenizer, length: int, mo
 
 def _text_ids(opts: AttentionOptions, tokenizer, length: int) -> list[int]:
     """The first ``length`` ids of ``--text``'s documents, ``<|endoftext|>`` after each, as octlm train streams them."""
-    from octlm.data.text import read_documents
+    from octlm.data.reading import read_documents
 
     docs, _ = read_documents([opts.text], opts.encoding)
     ids: list[int] = []

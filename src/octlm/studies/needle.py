@@ -109,9 +109,10 @@ def load_haystack(text: tuple[str, ...] | None = None) -> Haystack:
     split's documents joined by a newline.
 
     Raises:
-        DataError: as :func:`octlm.data.text.read_documents` (a missing path, a binary file).
+        DataError: as :func:`octlm.data.reading.read_documents` (a missing path, a binary file).
     """
-    from octlm.data.text import read_documents, split_documents
+    from octlm.data.reading import read_documents
+    from octlm.data.text import split_documents
 
     names = list(text) if text else [DEFAULT_TEXT]
     docs, _ = read_documents(names)

@@ -15,7 +15,7 @@ import numpy as np
 
 from octlm.data import text as data
 from octlm.data import tokens
-from octlm.data.reading import CorpusReader
+from octlm.data.reading import CorpusReader, read_documents
 from octlm.data.tokenizer import Tokenizer
 from octlm.errors import OctlmError
 from octlm.report import Reporter
@@ -82,7 +82,7 @@ def split_and_tokenize(opts: TrainOptions) -> SplitText:
     Raises:
         DataError: for unreadable input or a split that leaves one side empty.
     """
-    docs, info = data.read_documents(
+    docs, info = read_documents(
         opts.text or None,
         opts.encoding,
         skip_folder=_earlier_run,
@@ -98,7 +98,7 @@ def read_sample(reader: CorpusReader, limit: int) -> tuple[list[data.Document], 
     of it.
 
     Raises:
-        DataError: as :func:`octlm.data.text.read_documents`, and when the corpus holds no document.
+        DataError: as :func:`octlm.data.reading.read_documents`, and when the corpus holds no document.
     """
     held, size = [], 0
     for doc in reader.documents():
