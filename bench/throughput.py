@@ -508,9 +508,8 @@ def summary(
 ) -> dict:
     """The JSON-ready result of the rows measured so far, their MFU against the best peak so far."""
     for row in (row for entry in shapes for row in entry.get("schemes", [])):
-        for name in (
-            name for name in PHASES if f"{name}_flops_per_second" in row
-        ):  # not the phases left out, nor a row that failed
+        # not the phases left out, nor a row that failed
+        for name in (name for name in PHASES if f"{name}_flops_per_second" in row):
             row[f"{name}_mfu"] = round(row[f"{name}_flops_per_second"] / peak.measured, 4)
             compiled = row.get("compile", {})
             if f"{name}_tokens_per_second" in compiled:

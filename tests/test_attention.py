@@ -240,9 +240,8 @@ def test_statistics_per_layer_and_head():
     stats = attention_statistics([uniform, layer1], logits)
     assert stats.entropy.shape == (2, 2, T)
     torch.testing.assert_close(stats.entropy[0, 1], torch.log(torch.arange(1.0, T + 1)))
-    torch.testing.assert_close(
-        stats.mean_distance, torch.tensor([[1.0, 1.0], [0.0, 2.0]])
-    )  # mean of i/2 over i < 5; 0; mean of i
+    # mean of i/2 over i < 5; 0; mean of i
+    torch.testing.assert_close(stats.mean_distance, torch.tensor([[1.0, 1.0], [0.0, 2.0]]))
     torch.testing.assert_close(stats.sink_mass[1], torch.tensor([0.2, 1.0]))
     assert stats.max_logit.tolist() == [[1.5, 1.5], [7.0, -4.0]]
     result = stats.to_dict()

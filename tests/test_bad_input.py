@@ -763,9 +763,8 @@ def test_overwrite_replaces_only_what_the_command_wrote(trained_run, small_corpu
     err = capsys.readouterr().err
     assert "holds NOTES.md besides what this command writes" in err and "move them out" in err
     (run / "NOTES.md").unlink()
-    notes = (
-        run / "embeddings"
-    )  # octlm's own output inside a run may go with it; a person's text given as --text may not
+    # octlm's own output inside a run may go with it; a person's text given as --text may not
+    notes = run / "embeddings"
     notes.mkdir()
     (notes / "text.txt").write_text(small_corpus.read_text())
     assert main(["train", "--text", str(notes / "text.txt"), "--out", str(run), "--overwrite", *TINY]) == 1
@@ -893,9 +892,8 @@ def test_a_failed_rename_into_out_leaves_nothing_and_says_what_to_do(trained_run
     out = tmp_path / "page"
     real_replace = os.replace
 
-    def busy(
-        src, dst, everything=False
-    ):  # the staging folder's rename into place fails (or, with everything, any into --out)
+    # the staging folder's rename into place fails (or, with everything, any into --out)
+    def busy(src, dst, everything=False):
         if Path(dst) == out and (everything or ".partial-" in Path(src).name):
             raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(dst))
         real_replace(src, dst)

@@ -44,9 +44,8 @@ def test_cosine_neighbours_keep_to_the_allowed_rows():
     allowed[[3, 7, 11, 20]] = True
     got = cosine_neighbours(table, 3, k=5, allowed=allowed)
     assert sorted(i for i, _ in got) == [7, 11, 20]  # only the allowed rows, the query itself excluded
-    assert (
-        len(cosine_neighbours(table, 0, k=5, allowed=allowed)) == 4
-    )  # a query outside the mask is no candidate anyway
+    # a query outside the mask is no candidate anyway
+    assert len(cosine_neighbours(table, 0, k=5, allowed=allowed)) == 4
 
 
 def test_the_end_of_run_diagnostic_asks_about_frequent_words_among_seen_tokens(small_corpus, tmp_path):

@@ -125,9 +125,8 @@ def test_interpolation_follows_the_formula():
         out = interpolate_table(table, length)
         assert out.shape == (length, 3)
         for m in range(length):
-            x = (
-                m * 5 / length
-            )  # Chen et al. 2023: position m of the longer sequence is position m * T / L of the trained one
+            # Chen et al. 2023: position m of the longer sequence is position m * T / L of the trained one
+            x = m * 5 / length
             i = math.floor(x)
             j = min(i + 1, 4)
             expected = (1 - (x - i)) * table[i].double() + (x - i) * table[j].double()

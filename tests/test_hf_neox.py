@@ -103,12 +103,10 @@ def test_export_loads_in_transformers_with_equal_logits(exported):
     model, folder = exported
     hf = AutoModelForCausalLM.from_pretrained(folder / "hf").eval()
     assert isinstance(hf, GPTNeoXForCausalLM)
-    assert (
-        hf.get_output_embeddings().weight.data_ptr() == hf.get_input_embeddings().weight.data_ptr()
-    )  # the head stays tied
-    ids = torch.randint(
-        0, model.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0)
-    )  # 3x past training
+    # the head stays tied
+    assert hf.get_output_embeddings().weight.data_ptr() == hf.get_input_embeddings().weight.data_ptr()
+    # 3x past training
+    ids = torch.randint(0, model.config.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))
     assert logits_gap(model, hf, ids) < 1e-5
 
 

@@ -425,9 +425,8 @@ def test_muon_is_the_default_of_octlm_train_the_text_study_and_its_fine_tunes(tm
     opts = study_options(args)
     assert isinstance(opts, LengthOptions) and opts.optimizer == "muon"
     assert opts.train_options("rope", tmp_path / "rope").optimizer == "muon"
-    monkeypatch.setattr(
-        octlm.train.init_from, "init_from_options", lambda opts, given: opts
-    )  # no source run needed here
+    # no source run needed here
+    monkeypatch.setattr(octlm.train.init_from, "init_from_options", lambda opts, given: opts)
     assert extension_options(opts, "rope+yarn", tmp_path / "source", tmp_path / "tuned", 0).optimizer == "muon"
 
 
@@ -526,9 +525,8 @@ def test_the_extension_stage_fine_tunes_with_the_studys_optimizer(tmp_path, monk
     from octlm.studies.length_options import LengthOptions
     from octlm.train.option_checks import check_options
 
-    monkeypatch.setattr(
-        octlm.train.init_from, "init_from_options", lambda opts, given: opts
-    )  # no source run needed here
+    # no source run needed here
+    monkeypatch.setattr(octlm.train.init_from, "init_from_options", lambda opts, given: opts)
     opts = LengthOptions(text=["x"], optimizer=optimizer, schemes=["rope"])
     tuned = extension_options(opts, "rope+yarn", tmp_path / "source", tmp_path / "tuned", 0)
     check_options(tuned)  # a refused Muon option would stop the stage here

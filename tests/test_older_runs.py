@@ -37,9 +37,8 @@ def old_run(tmp_path):
 
 def test_the_fixture_is_in_the_old_layout():
     config = json.loads((OLD_RUN / "config.json").read_text())
-    assert (
-        config["train"]["d_model"] == config["model"]["d_model"] == 16
-    )  # the shape written twice, as octlm wrote it then
+    # the shape written twice, as octlm wrote it then
+    assert config["train"]["d_model"] == config["model"]["d_model"] == 16
 
 
 def test_an_older_run_loads_and_samples(old_run, capsys):

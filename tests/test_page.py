@@ -103,9 +103,8 @@ def check_attention(checks: dict, run_dir: Path) -> None:
     T = model.config.context_length
     ids = [int(i) for i in RunFolder(run_dir).tokens("val")[:T]]
     maps = record(model, ids, torch.device("cpu"))
-    expected = (
-        attention_statistics(maps.probabilities, maps.logits).mean_entropy[0].tolist()
-    )  # layer 0, the page's first
+    # layer 0, the page's first
+    expected = attention_statistics(maps.probabilities, maps.logits).mean_entropy[0].tolist()
     shown = [float(text.split(" nats")[0].removeprefix("entropy ")) for text in checks["run attention head stats"]]
     assert shown == pytest.approx(expected, abs=0.006)  # the page shows 2 decimals
     lengths = checks["run attention"]["lengths"]
@@ -275,9 +274,8 @@ def test_study_page_in_chromium_through_octlm_serve(length_study, tmp_path):
     check_study(checks, length_study)
     assert checks["study attention record"], "the study recorded its attention; the page shows it"
     longest = max(int(x["value"]) for x in next(iter(checks["study attention"].values()))["lengths"])
-    assert any(
-        v["longestShape"] == f"{longest}x{longest}" for v in checks["study attention"].values()
-    )  # 32 tokens: not pooled
+    # 32 tokens: not pooled
+    assert any(v["longestShape"] == f"{longest}x{longest}" for v in checks["study attention"].values())
     for name in checks["screenshots"]:
         assert (tmp_path / "shots" / name).stat().st_size > 10_000, name
 

@@ -144,9 +144,8 @@ def test_kerple_starts_as_its_code_does_and_stays_positive():
     model.eval()(torch.randint(0, 50, (1, 8)))
     assert r1.min().item() == -1.0  # evaluation reads them clamped and leaves them as they are
     model.train()(torch.randint(0, 50, (1, 8)))
-    assert r1.min().item() == pytest.approx(0.01) and r2.min().item() == pytest.approx(
-        0.01
-    )  # a training pass projects them back
+    # a training pass projects them back
+    assert r1.min().item() == pytest.approx(0.01) and r2.min().item() == pytest.approx(0.01)
 
 
 def test_kerple_bias_falls_with_distance():

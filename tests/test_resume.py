@@ -613,9 +613,8 @@ def test_ctrl_c_during_the_final_evaluation_then_resume_finishes_it(reference, s
         "1",
         *TINY_FLAGS,
     ]
-    code, out, err = ctrl_c_while_paused(
-        "evaluate", command, after=run / CHECKPOINT
-    )  # the checkpoint is saved just before it
+    # the checkpoint is saved just before it
+    code, out, err = ctrl_c_while_paused("evaluate", command, after=run / CHECKPOINT)
     assert code == 130 and "Traceback" not in err, err
     assert (
         "interrupted during the final evaluation; the checkpoint of step 12 is saved. Do the final evaluation, loss "
@@ -735,9 +734,8 @@ def test_compile_settings_resolve_per_device(monkeypatch):
     assert device_module.compiles("auto", cuda, big, long_steps, None) is True
     assert device_module.compiles("auto", cuda, big, None, long_seconds) is True
     assert device_module.compiles("auto", cuda, big / 2, 10 * long_steps, None) is False  # the Day-1 model stays eager
-    assert (
-        device_module.compiles("auto", cuda, 100 * big, long_steps - 1, long_seconds - 1) is False
-    )  # too short to pay back
+    # too short to pay back
+    assert device_module.compiles("auto", cuda, 100 * big, long_steps - 1, long_seconds - 1) is False
     assert device_module.compiles("on", cuda, 1.0, 1, None) is True
     monkeypatch.setattr(device_module, "has_cpp_compiler", lambda: False)
     with pytest.raises(OctlmError, match="--compile on.*no compiler was found.*--compile off"):

@@ -71,9 +71,8 @@ def test_mean_reciprocal_rank_is_taken_per_seed_and_its_spread_shown():
         _eval("copy", "b", 1, 2, 1.0),
     ]
     mrr = mean_reciprocal_ranks(records, ["a", "b"], ["copy"], [0, 1], 2)
-    assert mrr["a"][0] == pytest.approx(0.75) and mrr["a"][1] == pytest.approx(
-        0.3535, abs=1e-3
-    )  # ranks 1 and 2: sd of 1 and 0.5
+    # ranks 1 and 2: sd of 1 and 0.5
+    assert mrr["a"][0] == pytest.approx(0.75) and mrr["a"][1] == pytest.approx(0.3535, abs=1e-3)
 
 
 def test_separated_marks_only_rows_whose_interval_clears_the_next():
@@ -237,9 +236,8 @@ def test_a_preset_flag_typed_with_its_default_value_still_conflicts():
 
     with pytest.raises(OctlmError, match="conflicts with --preset kazemnejad2023"):
         TaskOptions(preset="kazemnejad2023", n_layers=3).resolved(given={"n_layers"})
-    assert (
-        TaskOptions(preset="ruoss2023", seeds=TASK_SEEDS).resolved(given={"seeds"}).seeds == 3
-    )  # the same value agrees
+    # the same value agrees
+    assert TaskOptions(preset="ruoss2023", seeds=TASK_SEEDS).resolved(given={"seeds"}).seeds == 3
 
 
 def test_the_trained_size_is_always_scored_and_the_sizes_come_in_order(tmp_path):

@@ -146,16 +146,14 @@ def test_the_study_writes_its_table_plot_and_jsonl(tmp_path, capsys):
     assert "1x (2)" in capsys.readouterr().out
     table = (out / "tasks.md").read_text()
     assert (out / "tasks.png").read_bytes()[:4] == b"\x89PNG" and "| `rope` |" in table
-    assert (
-        "mean ± sample std over seeds 1337, 1338" in table and table.count("% ± ") == 4 + 1
-    )  # rope's four sizes, learned's 1x
+    # rope's four sizes, learned's 1x
+    assert "mean ± sample std over seeds 1337, 1338" in table and table.count("% ± ") == 4 + 1
     records = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
     assert records[0]["record"] == "study" and records[0]["sizes"] == [2, 4, 6, 8] and records[0]["steps"] == 5
     evals = [r for r in records if r["record"] == "eval"]
     assert len(evals) == 2 * 2 * 4  # schemes x seeds x sizes
-    assert all(
-        r["exact_match"] is None for r in evals if r["position"] == "learned" and r["size"] > 2
-    )  # past the table
+    # past the table
+    assert all(r["exact_match"] is None for r in evals if r["position"] == "learned" and r["size"] > 2)
     assert all(0.0 <= r["exact_match"] <= 1.0 for r in evals if r["position"] == "rope")
 
 
@@ -203,9 +201,8 @@ def test_help_and_docs_give_the_measured_task_study(capsys):
     minutes = re.search(r"took \*\*([\d.]+) minutes\*\*", measured)[1]
     assert float(minutes) == MEASURED_MINUTES <= 30  # the bar, as measured
     defaults = len(task_study_schemes())
-    assert (
-        f"{defaults} schemes x {TASK_SEEDS} seeds x {TASK_STEPS:,} steps" in measured
-    )  # measured with today's defaults
+    # measured with today's defaults
+    assert f"{defaults} schemes x {TASK_SEEDS} seeds x {TASK_STEPS:,} steps" in measured
     every = docs[docs.index("### Measured: every task") :]
     all_minutes = re.search(r"took \*\*([\d.]+) minutes\*\*", every)[1]
     assert float(all_minutes) <= 60 and f"{ALL_TASKS_STEPS} steps" in every
@@ -264,9 +261,8 @@ def test_a_needle_drawn_at_a_depth_sits_there_and_the_answer_is_its_key(size, lo
 
 
 def test_only_a_needle_task_has_a_depth():
-    assert (
-        TASKS["passkey"].batch_at_depth(5, 4, 10, torch.Generator(), 0.1, 0.2) is None
-    )  # no place of 5 filler tokens lies there
+    # no place of 5 filler tokens lies there
+    assert TASKS["passkey"].batch_at_depth(5, 4, 10, torch.Generator(), 0.1, 0.2) is None
     with pytest.raises(ValueError, match="hides no needle"):
         TASKS["copy"].batch_at_depth(4, 4, 10, torch.Generator(), 0.0, 0.5)
 
@@ -346,9 +342,8 @@ def test_count_answer_is_how_often_the_asked_symbol_occurs(size, seed):
 def test_count_draws_every_count_and_never_more_than_nine():
     batch = draw("count", 40, count=2000, max_size=40)
     counts = (batch[:, -1] - DIGITS - 1).tolist()
-    assert set(counts) == set(
-        range(10)
-    )  # uniform over 0..9: each of 2,000 draws misses a count with probability 0.9^2000
+    # uniform over 0..9: each of 2,000 draws misses a count with probability 0.9^2000
+    assert set(counts) == set(range(10))
 
 
 @given(size=st.integers(1, 60), seed=st.integers(0, 10**6))

@@ -101,9 +101,8 @@ def test_metrics_record_one_step_at_the_peak_and_the_floor_at_the_last(small_cor
         == 0
     )
     rates = [r["lr"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
-    assert (
-        len(rates) == 12 and max(rates) == 0.01 and sum(rate > 0.01 * (1 - 1e-9) for rate in rates) == 1
-    )  # one step at the peak
+    # one step at the peak
+    assert len(rates) == 12 and max(rates) == 0.01 and sum(rate > 0.01 * (1 - 1e-9) for rate in rates) == 1
     assert rates[-1] == 0.01 * 0.1
 
 

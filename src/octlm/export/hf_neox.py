@@ -212,9 +212,8 @@ def check_config(config: DecoderConfig) -> None:
     export_activation(config, "GPT-NeoX")
     if rotates(config.position):
         dim = neox_rotation(config)[0]
-        if (
-            int(config.head_dim * (dim / config.head_dim)) != dim
-        ):  # transformers' rotary_ndims = int(head_dim * rotary_pct)
+        # transformers' rotary_ndims = int(head_dim * rotary_pct)
+        if int(config.head_dim * (dim / config.head_dim)) != dim:
             raise InteropError(
                 f"position={config.position!r} turns {dim} of {config.head_dim} channels per head, which "
                 f"rotary_pct = {dim / config.head_dim!r} does not give back in transformers; pick another head_dim"

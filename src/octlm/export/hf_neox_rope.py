@@ -72,9 +72,8 @@ def scaling_parameters(scaling: RopeScaling | None, config: DecoderConfig, archi
         )
     if scaling.method == "linear":
         return {"rope_type": "linear", "factor": scaling.factor}
-    if (
-        scaling.method in _SAME_TYPE
-    ):  # transformers' rope_type of the same name reads the method's keys under their names
+    # transformers' rope_type of the same name reads the method's keys under their names
+    if scaling.method in _SAME_TYPE:
         keys = {key: getattr(scaling, key) for key in ROPE_SCALINGS[scaling.method].keys}
         return {
             "rope_type": scaling.method,

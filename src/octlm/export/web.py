@@ -254,9 +254,8 @@ def export_web(opts: ExportWebOptions, report: Reporter) -> dict:
             missing or damaged run or study (:func:`page_view`), or an
             ``--out`` that :func:`export_site` refuses.
     """
-    check_export_target(
-        Path(opts.out), opts.overwrite, {*PAGE_FILES, RUN_DATA}
-    )  # before the data is made, which can take a while
+    # before the data is made, which can take a while
+    check_export_target(Path(opts.out), opts.overwrite, {*PAGE_FILES, RUN_DATA})
     files = site_files(page_view(opts.run, opts.study, report))
     out = export_site(files, opts.out, opts.overwrite)
     index = (out / "index.html").resolve()

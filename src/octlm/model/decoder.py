@@ -166,9 +166,8 @@ class Decoder(nn.Module):
             check_streaming(self, cache.sinks, cache.window)
         self.positions.start_pass(token_ids.shape[1], offset, cached=cache is not None)
         try:
-            plan = plan_pass(
-                self.config, token_ids, offset, cache
-            )  # attention_scale, document_mask: None when both are off
+            # attention_scale, document_mask: None when both are off
+            plan = plan_pass(self.config, token_ids, offset, cache)
             if plan is not None and plan.positions is not None:
                 self.positions.place_documents(plan.positions)
             x = self.dropout(self._embed(token_ids, offset))

@@ -31,9 +31,8 @@ def apply_scaling(model: Decoder, record: dict | None) -> None:
         scaling = RopeScaling(**record)
         model.set_rope_scaling(scaling.method, scaling.factor, scaling.original_length)
         if model.positions.scalings():
-            model.positions.set_rope_scaling(
-                scaling
-            )  # keeps the method's keys an imported run records (YaRN's betas, Llama 3's factors)
+            # keeps the method's keys an imported run records (YaRN's betas, Llama 3's factors)
+            model.positions.set_rope_scaling(scaling)
     except (TypeError, ValueError) as err:
         raise RunError(f"config.json: train.rope_scaling {record}: {err}") from None
 

@@ -272,9 +272,8 @@ class LengthOptions:
             if f.metadata.get("same_as") not in unread | {None}
         }
         shared.update(text=list(self.text), time_budget=None if self.max_steps is not None else self.time_budget)
-        shared["log_group"] = (
-            run_dir.parent.parent.resolve().name
-        )  # the study folder's name: its models, grouped in the tracker
+        # the study folder's name: its models, grouped in the tracker
+        shared["log_group"] = run_dir.parent.parent.resolve().name
         if seed is not None:
             shared["seed"] = seed
         shared.update({"position": scheme} if layout is None else layout_settings(layout))

@@ -275,9 +275,8 @@ def evaluate_sliding(
     try:
         for i in range(0, len(starts), batch_size):
             blocks = gather_blocks(tokens, starts[i : i + batch_size], length)
-            scored = (
-                positions[None, :] >= first[i : i + batch_size, None]
-            )  # [B, length]: the targets this window scores
+            # [B, length]: the targets this window scores
+            scored = positions[None, :] >= first[i : i + batch_size, None]
             losses = cross_entropy(
                 model(torch.from_numpy(blocks[:, :-1]).to(device)),
                 torch.from_numpy(blocks[:, 1:]).to(device),

@@ -94,9 +94,8 @@ def check_options(opts: TrainOptions) -> None:
             f"give --warmup-steps below {steps} (a tenth of the run, {steps // 10}, is common) or a larger --max-steps"
         )
     try:
-        DecoderConfig(
-            **dataclasses.asdict(opts.model)
-        )  # validated again: a Python caller may have changed fields after construction
+        # validated again: a Python caller may have changed fields after construction
+        DecoderConfig(**dataclasses.asdict(opts.model))
     except ValueError as err:
         raise refused(err) from None
 

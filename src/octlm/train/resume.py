@@ -67,9 +67,8 @@ def stored_options(run_dir: Path) -> dict:
     # A key the run's octlm did not write: the run trained with what that octlm did, not with today's default
     # (UNRECORDED).
     stored = {**UNRECORDED, **stored}
-    if isinstance(
-        stored.get("rope_scaling"), dict
-    ):  # stored resolved (octlm.train.init_from.scaling_record); the option is its method
+    # stored resolved (octlm.train.init_from.scaling_record); the option is its method
+    if isinstance(stored.get("rope_scaling"), dict):
         stored = {**stored, "rope_scaling": stored["rope_scaling"].get("method")}
     try:
         return checked_values(stored, where, TrainOptions, stored=True)

@@ -117,9 +117,8 @@ class SinusoidalPositions(PositionScheme):
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         """``sqrt(C) * x + P[offset : offset + T]`` for token vectors ``x`` [B, T, C]."""
-        if (
-            self.drawn is not None
-        ):  # randomized positions (draw_positions) or per document (place_documents): the rows at them
+        # randomized positions (draw_positions) or per document (place_documents): the rows at them
+        if self.drawn is not None:
             ids = self.position_ids(x.shape[1], offset, x.device)
             rows = sinusoidal_positions(
                 max(self.random_range, int(ids.max()) + 1), x.shape[2], 0, self.base, x.device, self.layout

@@ -260,9 +260,8 @@ class ScalableRotation:
             ValueError: when the method cannot use this ``theta`` (YaRN needs > 1).
         """
         if scaling is not None:
-            scaling.frequencies(
-                self.rotary_dim, self.theta, scaling.original_length
-            )  # raises for a base YaRN cannot use
+            # raises for a base YaRN cannot use
+            scaling.frequencies(self.rotary_dim, self.theta, scaling.original_length)
         self.scaling = scaling
 
     def length_state(self, seq_len: int) -> object:

@@ -136,9 +136,8 @@ class RotaryPositions(ScalableRotation, PositionScheme):
             raise ValueError(f"rotate: {k_len} keys ending at position {end - 1} would start before position 0")
         # One set of angles for the longer span; queries and keys both end at `end`.
         cos, sin = self.angles(span, end - span, q.device, seq_len=end)
-        if (
-            cos.dim() == 3
-        ):  # one row of positions per sequence (document_mask): [B, 1, span, pairs] meets [B, H, T, pairs]
+        # one row of positions per sequence (document_mask): [B, 1, span, pairs] meets [B, H, T, pairs]
+        if cos.dim() == 3:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         return (
             self._rotate_one(q, cos[..., span - q_len :, :], sin[..., span - q_len :, :]),
