@@ -111,8 +111,8 @@ def test_text_is_read_as_training_reads_it(run, small_corpus, tmp_path, capsys):
         (["--length", "0"], "--length must be >= 1, got 0"),
         (
             ["--length", "33"],
-            "--length 33: the learned table has 32 rows (positions 0..31), none for position 32 on; give --length 32 "
-            "or less",
+            "--length 33: the learned table has 32 rows (positions 0..31), none for position 32 on; "
+            "give --length 32 or less",
         ),
         (["--prompt", "a", "--text", "x.txt"], "--prompt and --text are both given; give one of them"),
         (["--prompt", ""], "--prompt is empty; give some text"),

@@ -84,7 +84,7 @@ def test_every_module_and_function_stays_readable():
                 )
                 if node.end_lineno - start + 1 > 60:
                     too_long.append(
-                        f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}: {node.end_lineno - start + 1} lines "
-                        "of code"
+                        f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}: "
+                        f"{node.end_lineno - start + 1} lines of code"
                     )
     assert not too_long, "modules over 400 lines or functions over 60 lines of code: " + "; ".join(too_long)

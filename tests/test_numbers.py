@@ -227,8 +227,8 @@ def record() -> dict:
                 "weights": max(d["weights"] for d in found.values()),
             }
     return {
-        "about": "Written by `python tests/test_numbers.py --record`; read by tests/test_numbers.py. Do not edit by "
-        "hand.",
+        "about": "Written by `python tests/test_numbers.py --record`; read by tests/test_numbers.py. "
+        "Do not edit by hand.",
         "command": " ".join(command("P", Path("DIR"), 2)),
         "machine": {**machine(), "threads": 2},
         "noise": noise,

@@ -57,8 +57,8 @@ def test_committed_fixtures_match_python():
     differences = drift(json.loads(FIXTURE.read_text()), json.loads(fixtures_json()))
     assert not differences, (
         f"{FIXTURE.relative_to(REPO)} drifted from the Python formulas ({len(differences)} differences, first: "
-        f"{differences[:3]}); regenerate it with `python -m octlm.export.parity {FIXTURE.relative_to(REPO)}` and rerun "
-        "Vitest"
+        f"{differences[:3]}); regenerate it with `python -m octlm.export.parity {FIXTURE.relative_to(REPO)}` "
+        "and rerun Vitest"
     )
 
 

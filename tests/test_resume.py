@@ -617,9 +617,8 @@ def test_ctrl_c_during_the_final_evaluation_then_resume_finishes_it(reference, s
     code, out, err = ctrl_c_while_paused("evaluate", command, after=run / CHECKPOINT)
     assert code == 130 and "Traceback" not in err, err
     assert (
-        "interrupted during the final evaluation; the checkpoint of step 12 is saved. Do the final evaluation, loss "
-        "curve "
-        f"and report with: octlm train --resume {run}"
+        "interrupted during the final evaluation; the checkpoint of step 12 is saved. Do the final evaluation, "
+        f"loss curve and report with: octlm train --resume {run}"
     ) in err
     assert not (run / "loss.png").exists()
     trained = weights(run)

@@ -144,8 +144,8 @@ def test_import_octlm_leaves_torch_for_later():
     import sys
 
     code = (
-        "import sys, octlm; assert 'torch' not in sys.modules; from octlm import Decoder, load_run; assert 'torch' in "
-        "sys.modules"
+        "import sys, octlm; assert 'torch' not in sys.modules; from octlm import Decoder, load_run; "
+        "assert 'torch' in sys.modules"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 

@@ -74,8 +74,8 @@ def csv_records(stream: BinaryIO, shown: str, field_name: str, encoding: str, ba
                 continue  # a blank line holds no record
             if column >= len(row):
                 bad.bad(
-                    f"{shown}: line {reader.line_num} has {len(row)} fields, no '{field_name}' (column {column + 1}); "
-                    "fix that row"
+                    f"{shown}: line {reader.line_num} has {len(row)} fields, "
+                    f"no '{field_name}' (column {column + 1}); fix that row"
                 )
                 continue
             yield row[column]

@@ -79,8 +79,8 @@ def _field_text(value, field_name: str, where: str, bad: BadRecords) -> str | No
         )
         return None
     bad.bad(
-        f"{where}: the record is {_type_name(value)}, not an object with a '{field_name}' field; give one JSON object "
-        "per record"
+        f"{where}: the record is {_type_name(value)}, not an object with a '{field_name}' field; "
+        "give one JSON object per record"
     )
     return None
 
@@ -225,8 +225,8 @@ def iter_records(
     if fmt == "parquet":
         if compression is not None:
             raise DataError(
-                f"{shown}: Parquet compresses inside the file; give the .parquet file without the outer {compression} "
-                "compression"
+                f"{shown}: Parquet compresses inside the file; "
+                f"give the .parquet file without the outer {compression} compression"
             )
         yield from parquet_records(path, shown, field_name, bad)
         return

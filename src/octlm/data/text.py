@@ -190,8 +190,7 @@ def _broken_link(path: Path) -> str | None:
         if err.errno == errno.ELOOP:
             return (
                 f"{path}: a symbolic link loop ({path} -> {target} leads back to itself and never reaches a file or "
-                "folder); "
-                f"point it at the real text (ln -sfn TARGET {path}) or give --text the real path"
+                f"folder); point it at the real text (ln -sfn TARGET {path}) or give --text the real path"
             )
         if target is not None:
             return (

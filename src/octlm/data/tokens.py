@@ -138,8 +138,8 @@ def open_tokens(path: Path, dtype: str, count: int | None = None) -> np.ndarray:
     size = Path(path).stat().st_size
     if size % dtype.itemsize:
         raise DataError(
-            f"{path}: {size} bytes is not a whole number of {dtype.itemsize}-byte tokens; the file is damaged (train "
-            "again)"
+            f"{path}: {size} bytes is not a whole number of {dtype.itemsize}-byte tokens; "
+            "the file is damaged (train again)"
         )
     if count is not None and size // dtype.itemsize != count:
         raise DataError(

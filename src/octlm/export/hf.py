@@ -221,8 +221,8 @@ def read_hf_config(in_dir: Path) -> dict:
     """
     if not in_dir.is_dir():
         raise InteropError(
-            f"{in_dir}: no such folder; give a local transformers checkpoint folder (config.json, model.safetensors, "
-            "tokenizer)"
+            f"{in_dir}: no such folder; give a local transformers checkpoint folder (config.json, "
+            "model.safetensors, tokenizer)"
         )
     config_path = in_dir / "config.json"
     try:

@@ -62,8 +62,7 @@ def read_hf_tensors(in_dir: Path) -> dict[str, torch.Tensor]:
     elif (in_dir / "pytorch_model.bin").is_file():
         raise InteropError(
             f"{in_dir / 'pytorch_model.bin'}: a pickle, which octlm never loads (unpickling can run code); convert it "
-            "to "
-            f"safetensors first, e.g. AutoModelForCausalLM.from_pretrained(IN).save_pretrained(OUT) with transformers"
+            "to safetensors first, e.g. AutoModelForCausalLM.from_pretrained(IN).save_pretrained(OUT) with transformers"
         )
     else:
         raise InteropError(f"{in_dir}: no model.safetensors; is this a transformers checkpoint folder?")

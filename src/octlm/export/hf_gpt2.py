@@ -88,9 +88,8 @@ def gpt2_config(config: DecoderConfig, eot_id: int) -> dict:
     """
     if SCHEMES[config.position].hf_model_type != MODEL_TYPE:
         raise InteropError(
-            f"position={config.position!r} has no GPT-2 form: GPT-2 adds a learned position table (wpe) and nothing "
-            "else; "
-            f"GPT-2 takes runs trained with --position {gpt2_scheme()}"
+            f"position={config.position!r} has no GPT-2 form: GPT-2 adds a learned position table (wpe) "
+            f"and nothing else; GPT-2 takes runs trained with --position {gpt2_scheme()}"
         )
     return {
         "architectures": ["GPT2LMHeadModel"],

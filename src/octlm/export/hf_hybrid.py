@@ -167,8 +167,8 @@ def _qk_norm(config: DecoderConfig, rows: list[LayerSpec]) -> str | None:
         return None
     if len(normed) < len(rows):
         return (
-            f"QK-norm on {_where(normed)} only: Qwen3 normalizes the queries and keys of every layer, Llama and "
-            "SmolLM3 of none"
+            f"QK-norm on {_where(normed)} only: Qwen3 normalizes the queries and keys of every layer, "
+            "Llama and SmolLM3 of none"
         )
     nope = [i for i, row in enumerate(rows) if not rotates(row.position)]
     if nope:

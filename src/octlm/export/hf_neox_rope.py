@@ -29,8 +29,7 @@ _SAME_TYPE = ("yarn", "llama3")
 #: octlm RoPE scalings transformers cannot compute alike, and why.
 REFUSED_SCALINGS = {
     "dynamic-ntk": "transformers' dynamic RoPE keeps the keys it cached under earlier, shorter-length frequencies, "
-    "where octlm "
-    "computes them again, so generation past the training length differs",
+    "where octlm computes them again, so generation past the training length differs",
 }
 
 

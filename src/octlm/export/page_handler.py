@@ -30,9 +30,8 @@ CONTENT_TYPES = {
 # The page needs nothing from elsewhere; forbid it, so a token string shown on
 # the page can never make the browser reach out.
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src "
-    "'self' data:; "
-    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
@@ -158,8 +157,8 @@ def make_server(files: dict[str, bytes], host: str = "127.0.0.1", port: int = 80
             hint = "another program listens there; pick another with --port, or --port 0 for a free one"
         elif err.errno in (errno.EACCES, errno.EPERM) and port:
             hint = (
-                f"ports below 1024 need root; pick --port {port + 8000 if port < 1024 else 8000}, or --port 0 for a "
-                "free one"
+                f"ports below 1024 need root; pick --port {port + 8000 if port < 1024 else 8000}, "
+                "or --port 0 for a free one"
             )
         else:
             hint = f"check --host {host}: it must be an address of this machine (127.0.0.1 by default)"

@@ -186,8 +186,8 @@ def read_records(path: Path) -> list[dict]:
             raise OctlmError(f"{jsonl}:{number}: not a JSON line ({err}); the study's records are damaged") from None
         if not isinstance(record, dict) or not isinstance(record.get("record"), str):
             raise OctlmError(
-                f"{jsonl}:{number}: not a study record (a JSON object with a 'record' field); the study's records are "
-                "damaged"
+                f"{jsonl}:{number}: not a study record (a JSON object with a 'record' field); "
+                "the study's records are damaged"
             )
         if problem := record_problem(record):
             raise OctlmError(
@@ -196,8 +196,8 @@ def read_records(path: Path) -> list[dict]:
         records.append(record)
     if not any(r["record"] == "study" for r in records):
         raise OctlmError(
-            f"{jsonl}: holds no 'study' record; it is not a finished length study (octlm length writes it last), run "
-            "the study again"
+            f"{jsonl}: holds no 'study' record; it is not a finished length study (octlm length writes it last), "
+            "run the study again"
         )
     return records
 
@@ -209,8 +209,8 @@ def missing_parts(records: list[dict]) -> list[str]:
     if evals and not any("sliding_bpb" in r for r in evals):
         missing.append(
             "the sliding-window reading: this study was made before octlm length scored sliding windows "
-            "(its eval records have no sliding_bpb), so only the non-overlapping reading is shown; run the study again "
-            "to get both"
+            "(its eval records have no sliding_bpb), so only the non-overlapping reading is shown; "
+            "run the study again to get both"
         )
     if evals and not any(r["record"] == "attention" for r in records):
         missing.append(

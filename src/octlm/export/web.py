@@ -108,8 +108,8 @@ def page_view(run: str | None, study: str | None, report: Reporter | None = None
 
     if run is not None and study is not None:
         raise OctlmError(
-            f"--run {run} and --study {study} are both given; the page shows one of them: give --run RUN_DIR or "
-            "--study DIR"
+            f"--run {run} and --study {study} are both given; the page shows one of them: "
+            "give --run RUN_DIR or --study DIR"
         )
     if run is not None:
         return load_view(run)

@@ -103,10 +103,9 @@ def checked_length(opts: AttentionOptions, model: Decoder) -> int:
     limit = model.max_length
     if limit is not None and length > limit:
         raise OctlmError(
-            f"--length {length}: {model.positions.label} has {limit} rows (positions 0..{limit - 1}), none for "
-            f"position {limit} "
-            f"on; give --length {limit} or less, or look at a run of a scheme without a table limit "
-            f"({', '.join(unbounded_schemes())})"
+            f"--length {length}: {model.positions.label} has {limit} rows (positions 0..{limit - 1}), "
+            f"none for position {limit} on; give --length {limit} or less, "
+            f"or look at a run of a scheme without a table limit ({', '.join(unbounded_schemes())})"
         )
     return length
 

@@ -49,14 +49,14 @@ class CompareOptions:
     out: str | None = option(
         None,
         "folder for compare.png (loss and bits per byte against step), compare.md and compare.json "
-        "(default: print the table only); an earlier comparison there is replaced, a folder holding anything else "
-        "never",
+        "(default: print the table only); an earlier comparison there is replaced, "
+        "a folder holding anything else never",
         metavar="DIR",
     )
     overwrite: bool = option(
         False,
-        "accepted for scripts written for other commands; an earlier comparison is always replaced and other files "
-        "never are",
+        "accepted for scripts written for other commands; an earlier comparison is always replaced and "
+        "other files never are",
     )
 
 
@@ -115,8 +115,8 @@ def _read_metrics(path: Path, report: Reporter) -> list[dict]:
             records.append(_record(tail, len(lines) + 1, path))  # all but its newline was written
         except RunError:
             report.warn(
-                f"{path}: line {len(lines) + 1} is still being written (no newline yet; a run still training), so "
-                "it is left out"
+                f"{path}: line {len(lines) + 1} is still being written (no newline yet; a run still training), "
+                "so it is left out"
             )
     return records
 

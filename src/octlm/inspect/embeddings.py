@@ -109,8 +109,8 @@ def token_counts(run_dir: str | Path, vocab_size: int) -> np.ndarray | None:
     counts = np.bincount(np.asarray(tokens), minlength=vocab_size)
     if counts.shape[0] > vocab_size:
         raise RunError(
-            f"{folder.path / entry['file']}: holds token ids up to {counts.shape[0] - 1}, outside the vocabulary of "
-            f"{vocab_size}"
+            f"{folder.path / entry['file']}: holds token ids up to {counts.shape[0] - 1}, "
+            f"outside the vocabulary of {vocab_size}"
         )
     return counts.astype(np.int64)
 
@@ -253,8 +253,8 @@ class EmbeddingsOptions:
     )
     overwrite: bool = option(
         False,
-        "accepted for scripts written for other commands; earlier figures are always replaced and other files never "
-        "are",
+        "accepted for scripts written for other commands; earlier figures are always replaced and "
+        "other files never are",
     )
     threads: int | None = same_as(TrainOptions, "threads")
 

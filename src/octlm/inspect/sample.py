@@ -50,9 +50,9 @@ class SampleOptions:
     no_cache: bool = option(False, "recompute the whole sequence at every step (slow; for comparison)")
     cache_window: int | None = option(
         None,
-        "decode with a cache of the last W tokens only, placed at positions within the cache (StreamingLLM; "
-        "--cache-sinks + W at most the run's context length; RoPE, ALiBi and the other schemes acting inside "
-        "attention)",
+        "decode with a cache of the last W tokens only, "
+        "placed at positions within the cache (StreamingLLM; --cache-sinks + W at most the run's context length; "
+        "RoPE, ALiBi and the other schemes acting inside attention)",
         bounds=at_least(1, "tokens"),
         metavar="W",
     )

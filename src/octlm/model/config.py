@@ -193,8 +193,8 @@ class DecoderConfig:
         if self.d_model % self.n_heads:
             raise DecoderFieldError(
                 "d_model",
-                f"={self.d_model} is not divisible by n_heads={self.n_heads}; pick n_heads among the divisors of "
-                "d_model",
+                f"={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                "pick n_heads among the divisors of d_model",
             )
         if not 0.0 <= self.dropout < 1.0:
             raise DecoderFieldError("dropout", f" must be in [0, 1), got {self.dropout!r}")

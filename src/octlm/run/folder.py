@@ -265,8 +265,8 @@ class RunFolder(OutputFolder):
         def refuse(folder: RunFolder) -> str | None:
             if not folder.is_octlm_run():
                 return (
-                    f"{flag} {path}: holds files that are not an octlm run, which octlm never replaces; choose a new "
-                    "or empty folder"
+                    f"{flag} {path}: holds files that are not an octlm run, which octlm never replaces; "
+                    "choose a new or empty folder"
                 )
             return None
 

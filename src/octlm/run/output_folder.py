@@ -105,8 +105,8 @@ class OutputFolder:
                 shutil.rmtree(self.path)
         except OSError as err:
             raise OctlmError(
-                f"{self.flag} {self.path}: cannot replace it ({err.strerror or err}); choose a new folder you can "
-                "write to"
+                f"{self.flag} {self.path}: cannot replace it ({err.strerror or err}); "
+                "choose a new folder you can write to"
             ) from None
         make_folder(self.path, self.flag)
 

@@ -122,8 +122,7 @@ def _check_not_where_you_are(path: Path, flag: str) -> None:
         where = "the folder you are in" if target == here else f"above the folder you are in ({here})"
         raise OctlmError(
             f"{flag} {path}: is {where}; octlm builds its output beside {flag} and moves it into place, which cannot "
-            "replace "
-            f"that folder; give a new folder instead, e.g. {path / 'out' if target != here else 'out'}"
+            f"replace that folder; give a new folder instead, e.g. {path / 'out' if target != here else 'out'}"
         )
 
 
@@ -203,10 +202,10 @@ def move_into_place(staging: Path, path: Path, flag: str = "--out") -> None:
             except OSError:
                 kept = f"; the earlier {path.name} is in {old}"
         raise OctlmError(
-            f"{flag} {path}: cannot move the finished output into place ({err.strerror or err}), so nothing was "
-            "written "
-            f"there{kept}; octlm builds {flag} beside it and renames it in, which a mount point or a read-only folder "
-            f"refuses: give a new folder you can write to, e.g. {path / 'out'} when {path} is a mount point"
+            f"{flag} {path}: cannot move the finished output into place ({err.strerror or err}), "
+            f"so nothing was written there{kept}; octlm builds {flag} beside it and renames it in, "
+            "which a mount point or a read-only folder refuses: give a new folder you can write to, e.g. "
+            f"{path / 'out'} when {path} is a mount point"
         ) from None
     shutil.rmtree(old, ignore_errors=True)
 
@@ -228,8 +227,7 @@ def remove_stale_staging(path: Path) -> list[Path]:
     if removed:
         print(
             f"warning: removed {len(removed)} staging folder(s) beside {path} left by an octlm process that no longer "
-            "runs: "
-            f"{', '.join(p.name for p in removed)}",
+            f"runs: {', '.join(p.name for p in removed)}",
             file=sys.stderr,
         )
     return removed

@@ -230,11 +230,10 @@ def _markdown(records: list[dict], study: FinishedStudy) -> str:
 
 CONTEXT_CURVE = Reading(
     name="context-curve",
-    help="also score every base model on a fixed sample of validation targets with exactly c = 1, 2, 4, ... up to "
-    "the longest length tokens of context (a learned table to T), and report each model's effective context: "
-    f"the smallest c that no longer context beats by {THRESHOLD} bits per byte or more, with a bootstrap "
-    "interval; writes context.png and a section of length.md (opt-in: about a minute per model at the "
-    "default shape)",
+    help="also score every base model on a fixed sample of validation targets with exactly c = 1, 2, 4, ... "
+    "up to the longest length tokens of context (a learned table to T), and report each model's effective context: "
+    f"the smallest c that no longer context beats by {THRESHOLD} bits per byte or more, with a bootstrap interval; "
+    "writes context.png and a section of length.md (opt-in: about a minute per model at the default shape)",
     kinds=("context_targets", "context", "effective_context"),
     compute=compute,
     markdown=_markdown,

@@ -84,8 +84,8 @@ def prepare_study_folder(
         if looks_like(path):
             return None
         return (
-            f"--out {path}: holds files that are not an octlm {files.kind}, which octlm never replaces; choose a new "
-            "or empty folder"
+            f"--out {path}: holds files that are not an octlm {files.kind}, which octlm never replaces; "
+            "choose a new or empty folder"
         )
 
     study = RunFolder(path)

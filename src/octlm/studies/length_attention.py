@@ -188,9 +188,8 @@ def attention_markdown(records: list[dict], train_length: int, lengths: list[int
     heads)."""
     grid = _grid(records)
     lines = [
-        f"Attention by evaluation length (trained at T = {train_length}; over every layer and head, and the seeds; the "
-        "largest "
-        f"logit is the maximum). Uniform attention over n keys has entropy ln n and distance (n - 1) / 2.",
+        f"Attention by evaluation length (trained at T = {train_length}; over every layer and head, and the seeds; "
+        "the largest logit is the maximum). Uniform attention over n keys has entropy ln n and distance (n - 1) / 2.",
         "",
     ]
     for name, title in _shown(records):

@@ -100,12 +100,11 @@ class LengthOptions:
         "time_budget",
         default=DEFAULT_TIME_BUDGET,
         bounds=None,
-        help="seconds of training per model, timed once into one step count for every model (default "
-        f"{DEFAULT_TIME_BUDGET:g}; "
-        f"the whole default study, extension stage included, took {MEASURED_MINUTES} minutes on tinyshakespeare with "
-        "--threads 1 "
-        "on a quiet 2-core machine, both readings and the attention records included, within the 30 minutes it is "
-        "sized for on 2 CPU cores; 30 gives a quick look)",
+        help="seconds of training per model, timed once into one step count for every model "
+        f"(default {DEFAULT_TIME_BUDGET:g}; the whole default study, extension stage included, "
+        f"took {MEASURED_MINUTES} minutes on tinyshakespeare with --threads 1 on a quiet 2-core machine, "
+        "both readings and the attention records included, within the 30 minutes it is sized for on 2 CPU cores; "
+        "30 gives a quick look)",
     )
     max_steps: int | None = same_as(
         TrainOptions,
@@ -144,19 +143,17 @@ class LengthOptions:
     output_gate: bool = same_as(TrainOptions, "output_gate")
     rope_scalings: list[str] | None = option(
         None,
-        f"RoPE context-extension methods to evaluate the rope model under (default: {' '.join(ROPE_SCALINGS)} when "
-        "rope is "
-        "among --schemes, else none)",
+        "RoPE context-extension methods to evaluate the rope model under (default: "
+        f"{' '.join(ROPE_SCALINGS)} when rope is among --schemes, else none)",
         nargs="*",
         choices=list(ROPE_SCALINGS),
         metavar="METHOD",
     )
     attention_scales: list[str] = option(
         [],
-        "also score every base model with its query-key logits past T multiplied by log(n) / log(T) (octlm train "
-        "--attention-scale; "
-        "rows <scheme>+logn; within T the model is the same): log, or none of them (the default, to keep the default "
-        "study's time)",
+        "also score every base model with its query-key logits past T multiplied by log(n) / log(T) "
+        "(octlm train --attention-scale; rows <scheme>+logn; within T the model is the same): "
+        "log, or none of them (the default, to keep the default study's time)",
         nargs="*",
         choices=["log"],
         metavar="SCALE",
@@ -302,17 +299,17 @@ def check_options(opts: LengthOptions) -> None:
         takers = schemes_taking(untaken[0])
         named = takers[0] if len(takers) == 1 else f"{', '.join(takers[:-1])} or {takers[-1]}"
         raise OctlmError(
-            f"--rope-scalings needs the {named} model: add {takers[0]} to --schemes or pass --rope-scalings with no "
-            "methods"
+            f"--rope-scalings needs the {named} model: add {takers[0]} to --schemes or pass "
+            "--rope-scalings with no methods"
         )
     fields = {f.name: f for f in dataclasses.fields(opts)}
     unread = [scheme_options(s)[1] for s in opts.schemes] + [unread_options(row) for row in rows]
     for name in set.intersection(*unread) & set(fields):
         if getattr(opts, name) != option_default(fields[name]):
             raise OctlmError(
-                f"{flag(name)} {getattr(opts, name)} means nothing for --schemes {' '.join(opts.schemes)}"
-                f"{' or their --layouts' if rows else ''}: none of them reads it; drop {flag(name)}, or add a scheme "
-                "that reads it"
+                f"{flag(name)} {getattr(opts, name)} means nothing for --schemes "
+                f"{' '.join(opts.schemes)}{' or their --layouts' if rows else ''}: none of them reads it; "
+                f"drop {flag(name)}, or add a scheme that reads it"
             )
     for scheme in opts.schemes:
         try:

@@ -117,8 +117,8 @@ def _stride_note(rows: list[dict]) -> str:
         return "stride L/2: every target after the first window sees at least L/2 tokens"
     fixed = sorted({s for _, s in strides})
     return (
-        f"stride {', '.join(map(str, fixed))} tokens (at most L): every target after the first window sees at least L "
-        "- stride tokens"
+        f"stride {', '.join(map(str, fixed))} tokens (at most L): "
+        "every target after the first window sees at least L - stride tokens"
     )
 
 

@@ -62,8 +62,8 @@ def check_validation_length(n_tokens: int, opts: LengthOptions) -> int:
         return n_windows
     supported = (n_tokens - 1) // T
     fix = (
-        f"lower --multipliers to at most {supported} (the longest length this text supports is {supported * T} "
-        "tokens), "
+        f"lower --multipliers to at most {supported} (the longest length this text supports is "
+        f"{supported * T} tokens), "
         if supported >= 1
         else "lower --train-length, "
     )

@@ -147,8 +147,8 @@ def unfinished_options(out: Path) -> dict | None:
         recorded = None
     if not isinstance(recorded, dict):
         raise OctlmError(
-            f"--out {out}: {path} is damaged, so the unfinished study cannot be continued; pass --overwrite to start "
-            "it again"
+            f"--out {out}: {path} is damaged, so the unfinished study cannot be continued; "
+            "pass --overwrite to start it again"
         )
     return recorded
 
@@ -163,9 +163,9 @@ def continue_study(out: Path, kind: str, recorded: dict, options: dict) -> Study
     if name is not None:
         then, now = recorded.get(name), comparable(options).get(name)
         raise OctlmError(
-            f"--out {out}: holds an unfinished {kind} begun with {as_given(name, then)}, but this command gives "
-            f"{as_given(name, now)}; give the same options to continue it, --overwrite to start it again, or another "
-            "--out"
+            f"--out {out}: holds an unfinished {kind} begun with {as_given(name, then)}, "
+            f"but this command gives {as_given(name, now)}; give the same options to continue it, "
+            "--overwrite to start it again, or another --out"
         )
     return StudyProgress(out, continuing=True)
 

@@ -102,8 +102,8 @@ def check_same_data(results: dict[str, dict]) -> None:
     differ = [s for s, f in fingerprints.items() if f != first]
     if differ:
         raise OctlmError(
-            f"the runs of {', '.join(differ)} prepared different tokens from the same text; the comparison would not "
-            "be fair"
+            f"the runs of {', '.join(differ)} prepared different tokens from the same text; "
+            "the comparison would not be fair"
         )
 
 

@@ -146,9 +146,9 @@ def check_rows(rows: list[LayoutRow], schemes: list[str]) -> None:
         for number, layer in enumerate(row.read, start=1):
             if layer.scheme is None:
                 raise OctlmError(
-                    f"{where} layer {number} ({layer.entry!r}) names no scheme; in a study every entry names one "
-                    f"(e.g. rope/{layer.entry}), since the study's --schemes are rows of their own and give it no "
-                    "--position"
+                    f"{where} layer {number} ({layer.entry!r}) names no scheme; "
+                    f"in a study every entry names one (e.g. rope/{layer.entry}), "
+                    "since the study's --schemes are rows of their own and give it no --position"
                 )
         if row.label in schemes:
             raise OctlmError(

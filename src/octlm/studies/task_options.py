@@ -47,11 +47,9 @@ MEASURED_MINUTES = 20.3
 MEASURED_ALL_MINUTES = 43.5
 #: The --task help's measured figure.
 MEASURED_HELP = (
-    f"The default one-task study (copy, {len(task_study_schemes())} default schemes x {TASK_SEEDS} seeds x "
-    f"{TASK_STEPS} steps) took "
-    f"{MEASURED_MINUTES} minutes with --threads 1 on a 2-core machine; --task all ({ALL_TASKS_STEPS} steps) "
-    f"{MEASURED_ALL_MINUTES} minutes "
-    "(docs/tasks.md)"
+    f"The default one-task study (copy, {len(task_study_schemes())} default schemes x {TASK_SEEDS} "
+    f"seeds x {TASK_STEPS} steps) took {MEASURED_MINUTES} minutes with --threads 1 on a 2-core machine; "
+    f"--task all ({ALL_TASKS_STEPS} steps) {MEASURED_ALL_MINUTES} minutes (docs/tasks.md)"
 )
 
 _IN_ALL = [name for name, task in TASKS.items() if task.in_all]
@@ -97,12 +95,10 @@ class TaskOptions:
 
     task: list[str] | None = option(
         None,
-        f"synthetic tasks to train on instead of --text, one or more of {', '.join(_IN_ALL)}, or all "
-        "(docs/tasks.md): sizes 1..--task-length, exact match at --multipliers; several end with a ranking across "
-        f"tasks (ranking.png). Also, not in all: {', '.join(_NAMED_ONLY)}, state tracking (the S5 word problem, "
-        "parity); "
-        f"{', '.join(VARIANTS)}, key-value needles in real text (--text; RULER's variants). "
-        f"{MEASURED_HELP}",
+        f"synthetic tasks to train on instead of --text, one or more of {', '.join(_IN_ALL)}, or all (docs/tasks.md): "
+        "sizes 1..--task-length, exact match at --multipliers; several end with a ranking across tasks (ranking.png). "
+        f"Also, not in all: {', '.join(_NAMED_ONLY)}, state tracking (the S5 word problem, parity); "
+        f"{', '.join(VARIANTS)}, key-value needles in real text (--text; RULER's variants). {MEASURED_HELP}",
         nargs="+",
         choices=[*TASKS, *VARIANTS, ALL],
         metavar="TASK",
@@ -288,10 +284,9 @@ def check_task_options(opts: TaskOptions) -> None:
     takers = random_position_schemes()
     if opts.randomize_positions > 1 and not any(s in takers for s in opts.schemes):
         raise OctlmError(
-            f"--randomize-positions {opts.randomize_positions}: none of --schemes {' '.join(opts.schemes)} reads "
-            "positions that "
-            f"could be drawn at random (those that do: {', '.join(takers)}); add one of them or drop "
-            "--randomize-positions"
+            f"--randomize-positions {opts.randomize_positions}: none of --schemes {' '.join(opts.schemes)} "
+            f"reads positions that could be drawn at random (those that do: {', '.join(takers)}); "
+            "add one of them or drop --randomize-positions"
         )
     for variant in (v for v in opts.variants() if v.layout is None):
         for name in names:

@@ -94,13 +94,10 @@ PRESETS: dict[str, Preset] = {
             },
             "gpu",
             "not measured (no GPU was lent when it was written): 105 models x 5,000 steps, estimated at 3 to 5 hours "
-            "on one H200 "
-            "(20 to 35 ms a step, bound by kernel launches at this batch) and days on 2 CPU cores",
+            "on one H200 (20 to 35 ms a step, bound by kernel launches at this batch) and days on 2 CPU cores",
             "octlm's seven tasks, of which only copy and reverse are the paper's (it also has addition, sorting, "
-            "polynomial "
-            "evaluation, summation, parity, LEGO, SCAN and PCFG); no scratchpad; sinusoidal stands for the paper's "
-            "absolute "
-            "embedding; 5,000 steps of Muon rather than the paper's schedule",
+            "polynomial evaluation, summation, parity, LEGO, SCAN and PCFG); no scratchpad; sinusoidal stands for the "
+            "paper's absolute embedding; 5,000 steps of Muon rather than the paper's schedule",
         ),
     )
 }

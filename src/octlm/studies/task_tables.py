@@ -97,12 +97,10 @@ def markdown_table(
         f"{heading} Task study: {task.name}",
         "",
         f"{task.description[0].upper()}{task.description[1:]}. Exact match of the whole answer on {eval_count} fresh "
-        "instances "
-        f"per size, {over}; trained on sizes 1..{sizes[0]}."
+        f"instances per size, {over}; trained on sizes 1..{sizes[0]}."
         + (
-            f" {SEPARATED} at 2x: the row's mean ± sd lies wholly above that of the row ranked just below it at 2x (by "
-            "mean, not the "
-            "table's order), a difference larger than the spread over seeds."
+            f" {SEPARATED} at 2x: the row's mean ± sd lies wholly above that of the row ranked just below it at 2x "
+            "(by mean, not the table's order), a difference larger than the spread over seeds."
             if len(seeds) > 1 and any(any(row) for row in marks.values())
             else ""
         ),
@@ -207,9 +205,8 @@ def protocol_sentence(opts) -> str:
     ``tasks.md``, so that a short trial cannot pass for the default."""
     rand = (
         (
-            f"; rows +rand at positions drawn from {opts.randomize_positions} x the longest training sequence (schemes "
-            "that read no "
-            "positions train plain only)"
+            f"; rows +rand at positions drawn from {opts.randomize_positions} x the longest training sequence "
+            "(schemes that read no positions train plain only)"
         )
         if opts.randomize_positions > 1
         else ""
@@ -329,8 +326,7 @@ def depth_markdown(depths: list[dict], sizes: list[int], task: str = "passkey") 
         f"## {task[0].upper()}{task[1:]} by needle depth",
         "",
         f"Exact match of the whole {'key' if task == 'passkey' else 'answer'} with the needle in each tenth of the "
-        "filler "
-        "(0-10%: at the start, farthest from the question), mean over seeds.",
+        "filler (0-10%: at the start, farthest from the question), mean over seeds.",
         "",
     ]
     for scheme, grid in depth_grid(depths, sizes).items():

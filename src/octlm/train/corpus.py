@@ -227,10 +227,9 @@ def _no_room(err: OSError, folder: RunFolder, tokenizer: Tokenizer, sizes: dict[
     files = ", ".join(f"{folder.token_path(split).name} {size(n)}" for split, n in sizes.items())
     total = sum(sizes.values()) + len(tokenizer.to_str().encode())
     return OctlmError(
-        f"{where}: {err.strerror} while writing the prepared corpus ({files}, tokenizer.json and manifest.json): the "
-        "run "
-        f"needs at least {size(total)} there before training, and its checkpoints more; nothing was written. "
-        f"Free that much space, or give --out a folder on another disk"
+        f"{where}: {err.strerror} while writing the prepared corpus ({files}, tokenizer.json and manifest.json): "
+        f"the run needs at least {size(total)} there before training, and its checkpoints more; nothing was written. "
+        "Free that much space, or give --out a folder on another disk"
     )
 
 

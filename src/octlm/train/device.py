@@ -97,11 +97,10 @@ def check_memory(config: DecoderConfig, batch_size: int, device: torch.device) -
         fix = "--batch-size, or " + ("--vocab-size" if logits >= layers else "--n-layers or --d-model")
         raise OctlmError(
             f"this model and batch need about {memory_size(need)} of activations per step, more than "
-            f"{limit.describe()}: --batch-size {batch_size} x --context-length {config.context_length} "
-            "tokens, "
-            f"each holding about 3 x --vocab-size {config.vocab_size} logits and --n-layers {config.n_layers} x "
-            f"(24 x --d-model {config.d_model} + 2 x --n-heads {config.n_heads} x --context-length) activations; lower "
-            f"{fix}"
+            f"{limit.describe()}: --batch-size {batch_size} x --context-length {config.context_length} tokens, "
+            f"each holding about 3 x --vocab-size {config.vocab_size} logits and --n-layers {config.n_layers} "
+            f"x (24 x --d-model {config.d_model} + 2 x --n-heads {config.n_heads} x --context-length) activations; "
+            f"lower {fix}"
         )
 
 

@@ -104,9 +104,9 @@ def init_from_options(opts, given: set[str]):
         then = stored.get(name, defaults[name])
         if name in given and values[name] != then:
             raise OctlmError(
-                f"--{name.replace('_', '-')} {values[name]} contradicts --init-from {opts.init_from}, whose model has "
-                f"{name}={then!r}; a fine-tuning run keeps its source's tokenizer and shape: drop "
-                f"--{name.replace('_', '-')}"
+                f"--{name.replace('_', '-')} {values[name]} contradicts --init-from {opts.init_from}, "
+                f"whose model has {name}={then!r}; a fine-tuning run keeps its source's tokenizer and shape: "
+                f"drop --{name.replace('_', '-')}"
             )
         shape[name] = then
     return replaced(opts, **shape)

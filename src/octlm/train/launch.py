@@ -182,8 +182,7 @@ def final_report(result: dict, sample_text: str, diagnostic: dict, brief: bool =
     lines = [
         "",
         f"done: {result['steps']} steps in {result['train_seconds']:.0f}s, {result['tokens_per_second']:,.0f} "
-        "tokens/s, "
-        f"{result['epochs']:.2f} epochs" + (" (interrupted)" if result["interrupted"] else ""),
+        f"tokens/s, {result['epochs']:.2f} epochs" + (" (interrupted)" if result["interrupted"] else ""),
         f"validation: loss {result['val_loss']:.4f} nats/token, perplexity {result['val_perplexity']:.2f}, "
         f"{result['val_bpb']:.4f}"
         + (f" ± {result['val_bpb_se']:.4f}" if result.get("val_bpb_se") else "")

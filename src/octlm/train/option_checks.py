@@ -59,9 +59,8 @@ def check_optimizer_options(opts) -> None:
     for name in MUON_OPTIONS:
         if getattr(opts, name) != defaults[name]:
             raise OctlmError(
-                f"{flag(name)} {getattr(opts, name)} means nothing with --optimizer {opts.optimizer}: only Muon reads "
-                "it; "
-                f"add --optimizer muon, or drop {flag(name)}"
+                f"{flag(name)} {getattr(opts, name)} means nothing with --optimizer {opts.optimizer}: "
+                f"only Muon reads it; add --optimizer muon, or drop {flag(name)}"
             )
 
 
@@ -89,8 +88,7 @@ def check_options(opts: TrainOptions) -> None:
     if steps is not None and warmup >= steps:
         raise OctlmError(
             f"--warmup-steps {warmup} is not below the run's {steps} steps (--max-steps): the learning rate would stop "
-            "at "
-            f"{min(steps, warmup)}/{warmup} of its peak and never decay, unlike the schedule --help describes; "
+            f"at {min(steps, warmup)}/{warmup} of its peak and never decay, unlike the schedule --help describes; "
             f"give --warmup-steps below {steps} (a tenth of the run, {steps // 10}, is common) or a larger --max-steps"
         )
     try:

@@ -75,8 +75,8 @@ def _overwrite_on_resume(name: str, value, then, run_dir: Path) -> str | None:
     if not value:
         return None
     return (
-        f"--overwrite with --resume {run_dir}: --overwrite would delete the run that --resume continues; drop one of "
-        "them"
+        f"--overwrite with --resume {run_dir}: --overwrite would delete the run that --resume continues; "
+        "drop one of them"
     )
 
 
@@ -254,9 +254,9 @@ class TrainOptions:
     )
     compile: str = option(
         "auto",
-        "torch.compile the model for training and evaluation: auto (on with CUDA for a step of 1e12 FLOPs "
-        "or more, 6 x parameters x tokens per step, in a run of 1000 steps or 300 s or more; else off), on (--compile "
-        "alone) or off",
+        "torch.compile the model for training and evaluation: "
+        "auto (on with CUDA for a step of 1e12 FLOPs or more, 6 x parameters x tokens per step, "
+        "in a run of 1000 steps or 300 s or more; else off), on (--compile alone) or off",
         choices=["auto", "on", "off"],
         nargs="?",
         const="on",

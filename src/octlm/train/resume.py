@@ -32,9 +32,8 @@ def _must_match(name: str, value, then, run_dir: Path) -> str | None:
         return None
     return (
         f"{flag(name)} {value} contradicts the run being resumed, which has {name}={then!r} "
-        f"({run_dir / 'config.json'}); "
-        f"a resumed run keeps its model shape, data, seed and optimiser settings: drop {flag(name)}, or start a new "
-        "run with --out"
+        f"({run_dir / 'config.json'}); a resumed run keeps its model shape, data, seed and optimiser settings: "
+        f"drop {flag(name)}, or start a new run with --out"
     )
 
 

@@ -61,16 +61,15 @@ class RunFolderPhase:
                 # Stopped before its first checkpoint: the prepared corpus and config are all
                 # there is, and all a step-0 start needs (it is what a fresh run does next).
                 report.warn(
-                    f"{self.folder} stopped before its first checkpoint; starting it again from step 0 on its prepared "
-                    "corpus"
+                    f"{self.folder} stopped before its first checkpoint; "
+                    "starting it again from step 0 on its prepared corpus"
                 )
         self.data = open_corpus(self.folder)
         global_blocks = count_blocks(len(self.data.train), opts.model.context_length)
         if opts.batch_size * group.world_size > global_blocks:
             report.warn(
                 f"a step takes {opts.batch_size * group.world_size} blocks but the training text holds only "
-                f"{global_blocks}; "
-                f"every step repeats blocks (lower --batch-size or give more text)"
+                f"{global_blocks}; every step repeats blocks (lower --batch-size or give more text)"
             )
 
     def _config_record(self, folder: RunFolder) -> dict:

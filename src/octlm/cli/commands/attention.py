@@ -12,8 +12,8 @@ from octlm.report import Reporter
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "attention",
-        help="heatmaps of every layer's attention heads on a piece of text, and their entropy, distance and sink "
-        "statistics",
+        help="heatmaps of every layer's attention heads on a piece of text, and their entropy, "
+        "distance and sink statistics",
         formatter_class=Formatter,
         description="Run a trained model on --prompt, the start of --text, or (by default) the start of the run's "
         "validation\n"

@@ -125,8 +125,8 @@ def refuse_readings(args: argparse.Namespace, names: list[str], params: dict, gi
         raise OctlmError(f"--{names[0]} reads a text study's models, not --task's; drop --{names[0]}")
     if names and opts.shard:
         raise OctlmError(
-            f"--{names[0]} with --shard: finish the study first, then run octlm length --out {opts.out} --reread "
-            f"--{names[0]}"
+            f"--{names[0]} with --shard: finish the study first, then run octlm length --out {opts.out} "
+            f"--reread --{names[0]}"
         )
     from octlm.studies.readings import registry
 
@@ -150,8 +150,8 @@ def study_options(args: argparse.Namespace) -> LengthOptions | TaskOptions:
     if args.task is None and args.preset is None:
         if task_only := sorted(given & {f.name for f in TASK_ONLY}):
             raise OctlmError(
-                f"{flag(task_only[0])} needs --task (or --preset): it sets the synthetic task study; add --task NAME "
-                "or drop it"
+                f"{flag(task_only[0])} needs --task (or --preset): it sets the synthetic task study; "
+                "add --task NAME or drop it"
             )
         cls = LengthOptions
     else:

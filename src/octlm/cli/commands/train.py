@@ -15,8 +15,8 @@ def add_parser(sub) -> None:
         "train",
         help="train a decoder on text files (default: the Python standard library)",
         formatter_class=Formatter,
-        description="Train a decoder end to end: tokenizer, packed blocks, Muon and AdamW (--optimizer), evaluation, "
-        "run folder.",
+        description="Train a decoder end to end: tokenizer, packed blocks, Muon and AdamW (--optimizer), "
+        "evaluation, run folder.",
         epilog="examples:\n  octlm train --text tinyshakespeare --time-budget 300 --out runs/shakespeare\n"
         "  octlm train --config recipe.toml --position rope\n"
         "  octlm train --text data/ train.jsonl.zst --text-field content --log-to tensorboard --out runs/mine   # "
@@ -35,8 +35,7 @@ def add_parser(sub) -> None:
         "--resume",
         metavar="RUN_DIR",
         help="continue a run from its checkpoint.safetensors; it keeps its own options, and only the limits, "
-        "reporting, "
-        "device and --learning-rate/--grad-clip may be given again",
+        "reporting, device and --learning-rate/--grad-clip may be given again",
     )
     add_dataclass_options(p, TrainOptions)
     add_common(p)

@@ -48,10 +48,9 @@ class ALiBiPositions(PositionScheme):
     in_papers = ("ruoss2023", "kazemnejad2023")
     description = "a penalty growing linearly with distance, added to the attention scores (Press et al. 2022)"
     hf_refusal = (
-        "transformers' MPT and BLOOM share octlm's ALiBi slopes for 1 to 16 heads, but MPT has no biases in its linear "
-        "layers "
-        "and LayerNorms, which octlm's blocks have, and BLOOM normalises the token rows before the first block and has "
-        "only tanh GELU"
+        "transformers' MPT and BLOOM share octlm's ALiBi slopes for 1 to 16 heads, "
+        "but MPT has no biases in its linear layers and LayerNorms, which octlm's blocks have, "
+        "and BLOOM normalises the token rows before the first block and has only tanh GELU"
     )
     extension_methods = (None,)  # a control: ALiBi needs no change to run longer
     takes_document_positions = True  # its bias reads i - j alone, the same within a document wherever it starts
@@ -116,9 +115,8 @@ class T5RelativeBias(PositionScheme):
         super().check_config(config)
         if config.t5_num_buckets < 2 or config.t5_max_distance <= config.t5_num_buckets // 2:
             raise ValueError(
-                f"t5_max_distance must exceed t5_num_buckets // 2 (= {config.t5_num_buckets // 2}) and t5_num_buckets "
-                "must be >= 2, "
-                f"got {config.t5_max_distance} and {config.t5_num_buckets}"
+                f"t5_max_distance must exceed t5_num_buckets // 2 (= {config.t5_num_buckets // 2}) "
+                f"and t5_num_buckets must be >= 2, got {config.t5_max_distance} and {config.t5_num_buckets}"
             )
 
     def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
@@ -134,8 +132,8 @@ class T5RelativeBias(PositionScheme):
     @classmethod
     def explorer_note(cls) -> str:
         return (
-            "This run uses the T5 bias: position is a learned number per distance bucket on attention scores, not a "
-            "vector."
+            "This run uses the T5 bias: position is a learned number per distance bucket on attention "
+            "scores, not a vector."
         )
 
 
@@ -223,8 +221,8 @@ class KERPLEBias(PositionScheme):
     label = "KERPLE"
     evicts_cache = True  # a bias of the distance within the pass: distances within the cache
     description = (
-        "a learned logarithmic penalty -r1 log(1 + r2 distance) per layer and head on the attention scores (Chi et al. "
-        "2022)"
+        "a learned logarithmic penalty -r1 log(1 + r2 distance) per layer and head on the attention scores "
+        "(Chi et al. 2022)"
     )
     hf_refusal = "no transformers architecture adds KERPLE's learned logarithmic distance bias"
     in_length_study = False  # opt-in: the default study's 30 minutes hold five models
@@ -257,8 +255,8 @@ class KERPLEBias(PositionScheme):
     @classmethod
     def explorer_note(cls) -> str:
         return (
-            "This run uses KERPLE: position is a learned logarithmic distance penalty on attention scores, not a "
-            "vector."
+            "This run uses KERPLE: position is a learned logarithmic distance penalty on attention "
+            "scores, not a vector."
         )
 
 

@@ -87,8 +87,8 @@ class ContextualPositions(PositionScheme):
     label = "CoPE"
     evicts_cache = True  # counts positions over the keys attention gets: over the cache's kept keys
     description = (
-        "positions counted by sigmoid gates on query-key scores, with interpolated learned embeddings (Golovneva et "
-        "al. 2024)"
+        "positions counted by sigmoid gates on query-key scores, with interpolated learned embeddings "
+        "(Golovneva et al. 2024)"
     )
     hf_refusal = "no transformers architecture counts positions with CoPE's gates on query-key scores"
     in_length_study = False  # opt-in: the default study's 30 minutes hold five models, and CoPE forms every score twice
@@ -123,8 +123,8 @@ class ContextualPositions(PositionScheme):
     @classmethod
     def explorer_note(cls) -> str:
         return (
-            "This run uses CoPE: a position is counted by gates on attention scores, so it depends on the text, not "
-            "the index."
+            "This run uses CoPE: a position is counted by gates on attention scores, "
+            "so it depends on the text, not the index."
         )
 
 

@@ -80,8 +80,8 @@ def t5_buckets(distance: Tensor, num_buckets: int, max_distance: int) -> Tensor:
     exact = num_buckets // 2
     if num_buckets < 2 or max_distance <= exact:
         raise ValueError(
-            f"t5_buckets: need num_buckets >= 2 and max_distance > num_buckets // 2, got {num_buckets} and "
-            f"{max_distance}"
+            "t5_buckets: need num_buckets >= 2 and max_distance > num_buckets // 2, "
+            f"got {num_buckets} and {max_distance}"
         )
     n = distance.clamp(min=0)
     dtype = torch.float64 if supports_float64(distance.device) else torch.float32

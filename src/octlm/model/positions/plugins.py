@@ -95,8 +95,8 @@ def load_plugin(spec: str) -> list[str]:
         found = None
     if found is None:
         raise OctlmError(
-            f"--plugin {spec}: no module named {spec!r} on this Python's path; install it, or give the path of its "
-            ".py file"
+            f"--plugin {spec}: no module named {spec!r} on this Python's path; "
+            "install it, or give the path of its .py file"
         )
     added = _registering(f"--plugin {spec}", spec, lambda: importlib.import_module(spec))
     # Imported before (by octlm or an earlier --plugin), a scheme module registers nothing new but has its schemes.

@@ -184,8 +184,8 @@ def scheme_option_fields() -> dict[str, dataclasses.Field]:
         for name, declared in cls.options.items():
             if out.setdefault(name, declared) is not declared:
                 raise TypeError(
-                    f"position schemes declare the option {name!r} twice ({cls.name} and another); share one "
-                    "declaration"
+                    f"position schemes declare the option {name!r} twice ({cls.name} and another); "
+                    "share one declaration"
                 )
     return out
 
@@ -230,8 +230,7 @@ def check(config: DecoderConfig) -> None:
         if config.randomize_positions > 1:
             raise ValueError(
                 f"document_mask restarts positions at each document, randomize_positions={config.randomize_positions} "
-                "draws "
-                "them at random; choose one"
+                "draws them at random; choose one"
             )
     cls.check_config(config)
 

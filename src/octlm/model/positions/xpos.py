@@ -70,10 +70,9 @@ class XPosRotation(RotaryPositions):
         super().check_config(config)
         if config.context_length * config.randomize_positions > MAX_SPAN:
             raise ValueError(
-                f"position='xpos' spans at most {MAX_SPAN:,} positions in one pass (its decay factors leave float32 "
-                "past that); "
-                f"context_length {config.context_length} x randomize_positions {config.randomize_positions} is more: "
-                "lower them"
+                f"position='xpos' spans at most {MAX_SPAN:,} positions in one pass "
+                f"(its decay factors leave float32 past that); context_length {config.context_length} x "
+                f"randomize_positions {config.randomize_positions} is more: lower them"
             )
 
     def rotate(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
@@ -104,15 +103,13 @@ class XPosRotation(RotaryPositions):
             if end > MAX_SPAN:
                 raise ValueError(
                     f"xPos: a cached sequence of {end:,} tokens is longer than the {MAX_SPAN:,} positions its decay "
-                    "can "
-                    f"span in float32; decode at most {MAX_SPAN:,} tokens with a cache"
+                    f"can span in float32; decode at most {MAX_SPAN:,} tokens with a cache"
                 )
             return MAX_SPAN // 2
         if len(positions) > MAX_SPAN:
             raise ValueError(
                 f"xPos: {len(positions):,} keys in one pass are more than the {MAX_SPAN:,} positions its decay can "
-                "span "
-                f"in float32; score the sequence in windows of at most {MAX_SPAN:,} tokens"
+                f"span in float32; score the sequence in windows of at most {MAX_SPAN:,} tokens"
             )
         return (positions[0] + positions[-1]) // 2
 
