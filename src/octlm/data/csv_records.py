@@ -32,9 +32,9 @@ def _quote_error(shown: str, err: csv.Error, start: int, line: int) -> DataError
         )
     if line > start:
         return DataError(
-            f"{shown}: line {line} is not valid CSV ({err}) in the row that began on line {start}: a quote "
-            "opened there ran on to this line; close it where the field ends, or write a quote inside a quoted field "
-            'as two ("")'
+            f"{shown}: line {line} is not valid CSV ({err}) in the row that began on line {start}: "
+            "a quote opened there ran on to this line; close it where the field ends, "
+            'or write a quote inside a quoted field as two ("")'
         )
     return DataError(f"{shown}: line {line} is not valid CSV ({err}); fix that line")
 

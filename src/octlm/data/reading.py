@@ -145,8 +145,8 @@ class CorpusReader:
         if not count and self.bad.count > before:
             raise DataError(
                 f"{shown}: all {self.bad.count - before} of its {fmt} records were bad and skipped "
-                "(--skip-bad-records); "
-                f"fix them, name the field that holds the text with --text-field, or leave the file out of --text"
+                "(--skip-bad-records); fix them, name the field that holds the text with --text-field, "
+                "or leave the file out of --text"
             )
         if not count:
             raise DataError(

@@ -282,8 +282,7 @@ def import_hf(in_dir: str | Path, run_dir: str | Path, overwrite: bool = False) 
     if padding < 0:
         raise InteropError(
             f"{in_dir}: the tokenizer has {tokenizer.vocab_size} tokens but config.json says "
-            f"vocab_size={config.vocab_size}; "
-            f"octlm needs one row of the token table per token"
+            f"vocab_size={config.vocab_size}; octlm needs one row of the token table per token"
         )
     if padding:
         tensors = drop_padding_rows(tensors, mapper.vocab_tensors, config.vocab_size, tokenizer.vocab_size)

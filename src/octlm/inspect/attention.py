@@ -193,8 +193,8 @@ def _check_out(folder: RunFolder) -> None:
             return None
         what = "an octlm run" if found.is_octlm_run() else "files that octlm attention did not write"
         return (
-            f"--out {found}: holds {what}, which octlm attention never replaces; choose a new or empty folder "
-            f"(default: RUN_DIR/{ATTENTION})"
+            f"--out {found}: holds {what}, which octlm attention never replaces; "
+            f"choose a new or empty folder (default: RUN_DIR/{ATTENTION})"
         )
 
     folder.check_target(True, refuse, "")

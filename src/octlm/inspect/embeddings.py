@@ -284,8 +284,8 @@ def _check_out(folder: RunFolder) -> None:
             return None
         what = "an octlm run" if found.is_octlm_run() else "files that are not octlm embeddings figures"
         return (
-            f"--out {found}: holds {what}, which octlm embeddings never replaces; choose a new or empty folder "
-            "(default: RUN_DIR/embeddings)"
+            f"--out {found}: holds {what}, which octlm embeddings never replaces; "
+            "choose a new or empty folder (default: RUN_DIR/embeddings)"
         )
 
     folder.check_target(True, refuse, "")

@@ -147,8 +147,8 @@ def _entry(entry: str, layer: int, config: DecoderConfig) -> LayerSpec:
         fix = "" if head == scheme else f"; start the entry with one (rope/{entry}) or give --position rope"
         said = "" if head == scheme else " (--position, taken by an entry without a scheme)"
         raise LayoutError(
-            f"{where}: {scheme}{said} adds its signal to the embedding, not inside one layer; a layer may carry "
-            f"{', '.join(per_layer_schemes())}{fix}"
+            f"{where}: {scheme}{said} adds its signal to the embedding, not inside one layer; "
+            f"a layer may carry {', '.join(per_layer_schemes())}{fix}"
         )
     values: dict[str, object] = {}
     for key in filter(None, keys):

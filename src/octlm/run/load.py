@@ -46,8 +46,8 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
     ):
         # Stopped (Ctrl-C, a kill) before training finished: the weights come with the end of training.
         raise RunError(
-            f"{run_dir}: its training stopped before it wrote {WEIGHTS}; finish it with `octlm train --resume "
-            f"{shlex.quote(str(run_dir))}`"
+            f"{run_dir}: its training stopped before it wrote {WEIGHTS}; "
+            f"finish it with `octlm train --resume {shlex.quote(str(run_dir))}`"
         )
     load_weights(run_dir / WEIGHTS, model)
     stored_scaling = (config.get("train") or {}).get("rope_scaling")

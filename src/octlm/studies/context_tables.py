@@ -73,10 +73,10 @@ def context_markdown(records: list[dict], train_length: int) -> str:
         lines += [
             "",
             f"Effective context: the smallest c that no longer context beats by {any_record['threshold']} bits per "
-            f"byte or more; its interval: the central {any_record['confidence']:.0%} of the knees the same rule finds "
-            f"in each replicate of a paired bootstrap over the targets crossed with {any_record['seeds']} seed"
-            f"{'' if any_record['seeds'] == 1 else 's'} ({any_record['resamples']:,} resamples, generator seed "
-            f"{any_record['bootstrap_seed']}).",
+            f"byte or more; its interval: the central {any_record['confidence']:.0%} of the knees the same rule "
+            f"finds in each replicate of a paired bootstrap over the targets crossed with {any_record['seeds']} "
+            f"seed{'' if any_record['seeds'] == 1 else 's'} ({any_record['resamples']:,} resamples, "
+            f"generator seed {any_record['bootstrap_seed']}).",
             "",
             "| model | effective context | interval |",
             "| --- | ---: | ---: |",

@@ -43,9 +43,9 @@ def method_note(records: list[dict]) -> str:
         else ""
     )
     return (
-        f"{CONFIDENCE:.0%} intervals from a paired bootstrap over the validation windows of each length: the same "
-        f"windows for both rows, resampled with replacement, {RESAMPLES:,} resamples, generator seed "
-        f"{BOOTSTRAP_SEED}{crossed}"
+        f"{CONFIDENCE:.0%} intervals from a paired bootstrap over the validation windows of each length: "
+        f"the same windows for both rows, resampled with replacement, {RESAMPLES:,} resamples, "
+        f"generator seed {BOOTSTRAP_SEED}{crossed}"
     )
 
 

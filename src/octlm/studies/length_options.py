@@ -66,8 +66,8 @@ def _default(cls, name: str) -> Any:
 def _task_default(name: str, what: str) -> str:
     """Help text of an option whose default differs between the text and the task study (one flag serves both)."""
     return (
-        f"{what} (default: {_default(TrainOptions, name):g} as octlm train; with --task "
-        f"{_default(TaskOptions, name):g})"
+        f"{what} (default: {_default(TrainOptions, name):g} as octlm train; "
+        f"with --task {_default(TaskOptions, name):g})"
     )
 
 

@@ -207,8 +207,8 @@ LONG_TOKENS = Reading(
         Param(
             "long_tokens_short",
             DEFAULT_SHORT,
-            "--long-tokens: the short context, in tokens: sliding windows of this length, stride half of it "
-            f"(default {DEFAULT_SHORT})",
+            "--long-tokens: the short context, in tokens: sliding windows of this length, "
+            f"stride half of it (default {DEFAULT_SHORT})",
             minimum=2,
         ),
     ),

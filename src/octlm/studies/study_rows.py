@@ -48,10 +48,10 @@ LAYOUT_SCALINGS = ("yarn",)
 _REPEAT = re.compile(r"^(.*)\*(\d+)$")
 #: ``--layouts``' help, the same in the text and the task study.
 LAYOUTS_HELP = (
-    "layer layouts to train as rows beside --schemes, each LAYOUT or NAME=LAYOUT, LAYOUT as octlm train --layers takes "
-    "it with every entry naming its scheme, e.g. 'rope-nope=rope*3 none' 'swa-nope=rope/w32*3 none'; each row trains "
-    "with the text, seed, shape and steps of the scheme rows, under the label NAME (or the layout spelled "
-    "rope-w32x3_none)"
+    "layer layouts to train as rows beside --schemes, each LAYOUT or NAME=LAYOUT, "
+    "LAYOUT as octlm train --layers takes it with every entry naming its scheme, e.g. "
+    "'rope-nope=rope*3 none' 'swa-nope=rope/w32*3 none'; each row trains with the text, seed, "
+    "shape and steps of the scheme rows, under the label NAME (or the layout spelled rope-w32x3_none)"
 )
 
 

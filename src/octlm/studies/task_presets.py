@@ -70,11 +70,10 @@ PRESETS: dict[str, Preset] = {
             },
             "cpu",
             "30.6 minutes on one thread beside other jobs (docs/tasks.md)",
-            "decoder-only with a causal mask where the paper trains encoder-only models; duplicate string only "
-            "(octlm's copy), "
-            "not the other fourteen tasks, so that 18 models fit the hour on 2 cores; 1,000 steps of Muon where the "
-            "paper trains far "
-            "longer; tested to 4x (160 items) where the paper tests up to 500",
+            "decoder-only with a causal mask where the paper trains encoder-only models; "
+            "duplicate string only (octlm's copy), not the other fourteen tasks, "
+            "so that 18 models fit the hour on 2 cores; 1,000 steps of Muon where the paper trains far longer; "
+            "tested to 4x (160 items) where the paper tests up to 500",
         ),
         Preset(
             "kazemnejad2023",
@@ -125,8 +124,7 @@ def apply_preset(opts, given: set[str] | None = None):
         if current != value and (typed or current != option_default(fields[name])):
             raise OctlmError(
                 f"{flag(name)} {_shown(current)} conflicts with --preset {preset.name}, which sets {flag(name)} "
-                f"{_shown(value)} "
-                f"(as {preset.paper.split(',')[0]}); drop {flag(name)} or drop --preset"
+                f"{_shown(value)} (as {preset.paper.split(',')[0]}); drop {flag(name)} or drop --preset"
             )
         changes[name] = value
     return dataclasses.replace(opts, **changes)

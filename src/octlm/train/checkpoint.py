@@ -311,8 +311,8 @@ def generators_note(checkpoint: Checkpoint, world_size: int) -> str | None:
         else f"the dropout generators of rank(s) {ranks} are dropped"
     )
     return (
-        f"the run had {then} process(es) and resumes with {world_size}: {what}, so the dropout masks differ from an "
-        "uninterrupted run's"
+        f"the run had {then} process(es) and resumes with {world_size}: "
+        f"{what}, so the dropout masks differ from an uninterrupted run's"
     )
 
 

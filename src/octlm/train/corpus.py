@@ -174,8 +174,8 @@ def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> C
 def _check_vocab(tokenizer: Tokenizer, opts: TrainOptions, report: Reporter) -> None:
     if tokenizer.vocab_size < opts.vocab_size:
         report.warn(
-            f"the training text supports only {tokenizer.vocab_size} tokens; using that instead of --vocab-size "
-            f"{opts.vocab_size}"
+            f"the training text supports only {tokenizer.vocab_size} tokens; "
+            f"using that instead of --vocab-size {opts.vocab_size}"
         )
 
 

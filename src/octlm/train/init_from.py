@@ -165,8 +165,8 @@ def check_scaling_options(opts) -> None:
     if opts.model.position in SCHEMES and opts.rope_scaling not in SCHEMES[opts.model.position].scalings():
         takers = " or ".join(schemes_taking(opts.rope_scaling))
         raise OctlmError(
-            f"--rope-scaling {opts.rope_scaling} needs --position {takers}; this run's position is "
-            f"{opts.model.position}"
+            f"--rope-scaling {opts.rope_scaling} needs --position {takers}; "
+            f"this run's position is {opts.model.position}"
         )
 
 

@@ -191,8 +191,8 @@ def final_report(result: dict, sample_text: str, diagnostic: dict, brief: bool =
     resume = []
     if result["interrupted"]:
         resume = [
-            f"interrupted at step {result['steps']}; continue exactly where it stopped with: octlm train --resume "
-            f"{shlex.quote(result['run_dir'])}"
+            f"interrupted at step {result['steps']}; continue exactly where it stopped with: "
+            f"octlm train --resume {shlex.quote(result['run_dir'])}"
         ]
     if brief:
         return "\n".join(lines[1:] + [saved] + resume)

@@ -55,8 +55,8 @@ def stored_options(run_dir: Path) -> dict:
     stored = config.get("train", {})
     if not isinstance(stored, dict):
         raise RunError(
-            f'{where}: its "train" section must be an object of options, got {type(stored).__name__}; the file is '
-            "damaged"
+            f'{where}: its "train" section must be an object of options, got {type(stored).__name__}; '
+            "the file is damaged"
         )
     model = config.get("model")
     if isinstance(model, dict):

@@ -66,8 +66,8 @@ def check_trackers(names: list[str]) -> None:
         package, extra = TRACKERS[name]
         if importlib.util.find_spec(package) is None:
             raise OctlmError(
-                f"--log-to {name}: the {package} package is not installed; pip install 'octlm[{extra}]' (or leave out "
-                f"--log-to {name})"
+                f"--log-to {name}: the {package} package is not installed; "
+                f"pip install 'octlm[{extra}]' (or leave out --log-to {name})"
             )
 
 

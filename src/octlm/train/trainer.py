@@ -122,8 +122,8 @@ class Trainer(RunFolderPhase, CheckpointPhase):
         threads = thread_choice()
         self.report.event(
             "model",
-            f"model: {model.num_parameters():,} parameters ({model.num_parameters(exclude_embeddings=True):,} without "
-            f"embeddings), position={config.position}, device={self.device}, dtype={dtype_name}, "
+            f"model: {model.num_parameters():,} parameters ({model.num_parameters(exclude_embeddings=True):,} "
+            f"without embeddings), position={config.position}, device={self.device}, dtype={dtype_name}, "
             f"threads={threads.threads} ({threads.reason})"
             + (", torch.compile" if self.compiled else "")
             + (f", {group.world_size} processes ({group.backend})" if group.active else ""),

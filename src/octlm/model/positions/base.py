@@ -188,8 +188,8 @@ class PositionScheme(nn.Module):
         if config.randomize_positions > 1 and not cls.takes_random_positions:
             takers = ", ".join(random_position_schemes())
             raise ValueError(
-                f"randomize_positions={config.randomize_positions} needs a scheme that reads positions ({takers}), not "
-                f"position={cls.name!r}"
+                f"randomize_positions={config.randomize_positions} needs a scheme that reads positions ({takers}), "
+                f"not position={cls.name!r}"
             )
 
     @classmethod

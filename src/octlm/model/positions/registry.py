@@ -224,8 +224,8 @@ def check(config: DecoderConfig) -> None:
         if not cls.takes_document_positions:
             takers = ", ".join(document_position_schemes())
             raise ValueError(
-                f"document_mask needs a scheme whose positions can restart at each document ({takers}), not "
-                f"position={cls.name!r}"
+                f"document_mask needs a scheme whose positions can restart at each document ({takers}), "
+                f"not position={cls.name!r}"
             )
         if config.randomize_positions > 1:
             raise ValueError(

@@ -116,9 +116,8 @@ class RopeScaling:
             )
         if not 0 < self.low_freq_factor < self.high_freq_factor:
             raise ValueError(
-                "Llama 3 scaling needs 0 < low_freq_factor < high_freq_factor, got "
-                f"low_freq_factor={self.low_freq_factor}, "
-                f"high_freq_factor={self.high_freq_factor}"
+                "Llama 3 scaling needs 0 < low_freq_factor < high_freq_factor, "
+                f"got low_freq_factor={self.low_freq_factor}, high_freq_factor={self.high_freq_factor}"
             )
 
     @property
