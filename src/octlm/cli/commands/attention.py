@@ -15,12 +15,12 @@ def add_parser(sub) -> None:
         help="heatmaps of every layer's attention heads on a piece of text, and their entropy, "
         "distance and sink statistics",
         formatter_class=Formatter,
-        description="Run a trained model on --prompt, the start of --text, or (by default) the start of the run's "
-        "validation\n"
-        "text, record every layer's attention probabilities and write layer-N.png (each head's map, tokens on the "
-        "axes\n"
-        "when they fit), statistics.png and statistics.json: per layer and head the attention entropy by query "
-        "position\n"
+        description="Run a trained model on --prompt, the start of --text, or (by default) "
+        "the start of the run's validation\n"
+        "text, record every layer's attention probabilities and write layer-N.png (each head's map, "
+        "tokens on the axes\n"
+        "when they fit), statistics.png and statistics.json: per layer and head the attention entropy by "
+        "query position\n"
         "(nats), the mean attention distance (tokens), the probability on the first token and the largest logit.",
         epilog="examples:\n  octlm attention --run runs/shakespeare --prompt 'ROMEO: But soft, what light'\n"
         "  octlm attention --run runs/rope --text tinyshakespeare --length 512 --out figures/rope-512 --json",

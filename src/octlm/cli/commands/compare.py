@@ -14,10 +14,10 @@ def add_parser(sub) -> None:
         "compare",
         help="runs side by side: the options that differ, the final figures, and one figure of their curves",
         formatter_class=Formatter,
-        description="Print a table of the options in which the runs differ and their final validation loss, bits per "
-        "byte and\n"
-        "perplexity; with --out, also write compare.png (loss and bits per byte against step), compare.md and "
-        "compare.json.\n"
+        description="Print a table of the options in which the runs differ and their final validation loss, "
+        "bits per byte and\n"
+        "perplexity; with --out, also write compare.png (loss and bits per byte against step), "
+        "compare.md and compare.json.\n"
         "A study folder (octlm length --text) stands for the runs it trained.",
         epilog="examples:\n  octlm compare runs/learned runs/rope runs/alibi --out runs/compare\n"
         "  octlm compare runs/length-study --json",

@@ -14,20 +14,20 @@ def add_parser(sub) -> None:
         "export-hf",
         help="write a run as a Hugging Face transformers checkpoint (GPT-2, GPT-NeoX, Llama, SmolLM3 or Qwen3)",
         formatter_class=Formatter,
-        description="Write RUN_DIR as a transformers checkpoint in OUT_DIR (config.json, model.safetensors with the "
-        "head tied,\n"
-        "tokenizer.json, tokenizer_config.json) that AutoModelForCausalLM.from_pretrained(OUT_DIR) loads with the same "
-        "logits\n"
-        "and AutoTokenizer with the same ids. With GPT-2's block, --position learned becomes GPT2LMHeadModel; rope "
-        "(either\n"
+        description="Write RUN_DIR as a transformers checkpoint in OUT_DIR (config.json, "
+        "model.safetensors with the head tied,\n"
+        "tokenizer.json, tokenizer_config.json) that AutoModelForCausalLM.from_pretrained(OUT_DIR) "
+        "loads with the same logits\n"
+        "and AutoTokenizer with the same ids. With GPT-2's block, --position learned becomes "
+        "GPT2LMHeadModel; rope (either\n"
         "layout, partial rotary) and none become GPTNeoXForCausalLM. With --block llama, RoPE in every layer becomes\n"
         "LlamaForCausalLM; a --layers layout of rope and none layers, windowed at one size, SmolLM3ForCausalLM;\n"
         "--qk-norm on every layer with RoPE (windowed at one size or not) Qwen3ForCausalLM (SmolLM3 and Qwen3 need\n"
         "transformers 4.53 or newer). Refused with the reason: alibi and sinusoidal, RoPE bases or windows that\n"
         "differ by layer, logn layers, QK-norm on some layers, layouts in GPT-2's block, and runs trained with\n"
         "--randomize-positions, --document-mask or --attention-scale (transformers computes them otherwise).\n"
-        "--rope-scaling writes a RoPE scaling into the checkpoint: linear, yarn and llama3 as transformers' own, ntk "
-        "as a\n"
+        "--rope-scaling writes a RoPE scaling into the checkpoint: "
+        "linear, yarn and llama3 as transformers' own, ntk as a\n"
         "larger rope_theta; dynamic-ntk is refused (transformers keeps keys cached under older frequencies).",
         epilog="example:\n  octlm export-hf runs/shakespeare hf/shakespeare\n"
         "  octlm export-hf runs/rope hf/rope-x4 --rope-scaling yarn --rope-factor 4\n"

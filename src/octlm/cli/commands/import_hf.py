@@ -14,15 +14,14 @@ def add_parser(sub) -> None:
         "import-hf",
         help="bring a local Hugging Face transformers GPT-2 or GPT-NeoX checkpoint into an octlm run folder",
         formatter_class=Formatter,
-        description="Read a local GPT-2 or GPT-NeoX checkpoint folder (config.json, model.safetensors, tokenizer.json "
-        "or\n"
+        description="Read a local GPT-2 or GPT-NeoX checkpoint folder (config.json, model.safetensors, "
+        "tokenizer.json or\n"
         "vocab.json + merges.txt) and write an octlm run folder that octlm sample and octlm bench read.\n"
         "GPT-2 becomes --position learned, GPT-NeoX rope (half layout; interleaved if octlm exported it) or, with\n"
-        "partial_rotary_factor 0, none. A linear, yarn or llama3 rope scaling is recorded in the run's config.json and "
-        "printed:\n"
+        "partial_rotary_factor 0, none. A linear, yarn or llama3 rope scaling is recorded in the run's "
+        "config.json and printed:\n"
         "pass it to octlm sample as --rope-scaling/--rope-factor.\n"
-        "A token table padded past the tokenizer's tokens (to a multiple of 64, as Pythia's) loses its padding "
-        "rows.\n"
+        "A token table padded past the tokenizer's tokens (to a multiple of 64, as Pythia's) loses its padding rows.\n"
         "Nothing is downloaded; pytorch_model.bin (a pickle) is refused. Configs octlm cannot compute\n"
         "exactly (another MLP width, LayerNorm eps, attention scaling, untied head, parallel residual, another rope\n"
         "type) are refused by name.",
