@@ -4,7 +4,7 @@ docs/content-positions.md where a variant (RoPE with an output gate, with learne
     .venv/bin/python scripts/cross_study.py STUDY_A:ROW_A STUDY_B:ROW_B [--reading bpb sliding_bpb]
 
 Two studies of the same text, tokenizer, training length and seeds score the same validation windows, so their rows
-pair window by window and seed by seed, as two rows of one study do (:mod:`octlm.studies.confidence`). The script
+pair window by window and seed by seed, as two rows of one study do (:mod:`octlm.studies.shared.confidence`). The script
 refuses studies whose windows or seeds differ. One JSON line per reading and length on stdout: row a minus row b in
 bits per byte, its 95% interval over the windows crossed with the seeds, and each row's first-token mass (the
 attention records' ``sink_mass``, mean over layers, heads and seeds) at that length.
@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from octlm.errors import OctlmError
-from octlm.studies.confidence import compare_many
-from octlm.studies.readings import load_study
+from octlm.studies.length.readings.catalog import load_study
+from octlm.studies.shared.confidence import compare_many
 
 #: The study options that decide which validation windows a study scores: two studies must agree on all of them.
 WINDOW_OPTIONS = ("text", "vocab_size", "train_length", "multipliers", "eval_tokens", "eval_stride", "val_fraction")

@@ -4,7 +4,7 @@
 
 For every run and multiple ``m`` of its ``context_length`` ``T``: bits per byte of the first ``m T`` validation
 targets streamed with ``S`` sinks and a window of ``T - S``, so the cache holds ``T`` tokens
-(:func:`octlm.studies.streaming.streaming_bpb`), non-overlapping
+(:func:`octlm.studies.length.readings.streams.streaming_bpb`), non-overlapping
 windows of ``T``, sliding windows of ``T`` at stride ``T / 8``, and one pass over the whole stream; and the attention
 the run's heads give the first token of a window (at queries ``T/2 .. T-1``, 32 windows), beside uniform attention's.
 One JSON line per run and multiple on stdout.
@@ -32,7 +32,7 @@ def sink_mass(model, val: np.ndarray) -> list[float]:
 def main() -> None:
     from octlm.run.folder import RunFolder
     from octlm.run.load import load_run
-    from octlm.studies.streaming import streaming_bpb
+    from octlm.studies.length.readings.streams import streaming_bpb
     from octlm.train.evaluate import evaluate, evaluate_sliding
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -111,7 +111,7 @@ def test_the_hand_reference_is_uniform_where_the_weights_make_it_so():
 def test_the_length_studys_attention_record_matches_the_hand_computation():
     """attention_record at length 16 over 3 windows: means over windows and queries, entropy per log bucket, and the
     largest logit's maximum over windows, per layer and head, equal the hand computation."""
-    from octlm.studies.length_attention import attention_record
+    from octlm.studies.length.attention import attention_record
 
     model = sharp_model("none")
     scored = np.random.default_rng(3).integers(0, 64, size=3 * 16 + 5)

@@ -18,7 +18,7 @@ import pytest
 from octlm.cli import build_parser, main
 from octlm.declare import option_fields
 from octlm.model.positions import SCHEMES
-from octlm.studies.length_options import LengthOptions
+from octlm.studies.length.options import LengthOptions
 
 
 @pytest.mark.parametrize(
@@ -148,7 +148,7 @@ def test_token_rule_is_in_the_help(command):
 def test_length_help_shows_no_empty_default_and_reads_naturally():
     help_text = " ".join(build_parser().subcommands["length"].format_help().split())
     assert "(default: [])" not in help_text
-    from octlm.studies.length_options import DEFAULT_TIME_BUDGET
+    from octlm.studies.length.options import DEFAULT_TIME_BUDGET
 
     assert "budget 30)" not in help_text and f"(default {DEFAULT_TIME_BUDGET:g};" in help_text
 
@@ -187,13 +187,13 @@ def test_each_command_takes_a_declared_options_class():
 def test_an_interrupted_length_study_says_what_it_keeps_and_how_to_continue(
     monkeypatch, small_corpus, tmp_path, capsys
 ):
-    import octlm.studies.length
+    import octlm.studies.length.study
 
     def stopped_after_one_model(opts, report):
         (Path(opts.out) / "progress").mkdir(parents=True)  # an unfinished study's records
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(octlm.studies.length, "length_study", stopped_after_one_model)
+    monkeypatch.setattr(octlm.studies.length.study, "length_study", stopped_after_one_model)
     out = tmp_path / "study"
     assert main(["length", "--text", str(small_corpus), "--out", str(out)]) == 130
     err = capsys.readouterr().err

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from octlm import Decoder, DecoderConfig
-from octlm.studies import confidence
-from octlm.studies.confidence import paired_difference, replicates, window_counts
+from octlm.studies.shared import confidence
+from octlm.studies.shared.confidence import paired_difference, replicates, window_counts
 from octlm.train.evaluate import evaluate, evaluate_sliding, sliding_windows
 
 LN2 = math.log(2)

@@ -1,4 +1,5 @@
-"""The opt-in readings of a finished length study: ``--context-curve`` and ``--reread`` (octlm.studies.readings)."""
+"""The opt-in readings of a finished length study: ``--context-curve`` and ``--reread``
+(octlm.studies.length.readings.catalog)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from octlm.cli import main
 from octlm.run.folder import RunFolder
 from octlm.run.load import load_run
-from octlm.studies.context_curve import context_grid, effective_context, knee, sample_targets, score_at
+from octlm.studies.length.readings.context_curve import context_grid, effective_context, knee, sample_targets, score_at
 
 T = 8
 TINY = "--vocab-size 280 --d-model 16 --n-heads 2 --n-layers 1 --batch-size 4 --max-steps 3 --threads 1".split()
@@ -210,7 +211,7 @@ def test_an_unfinished_study_and_the_task_study_are_refused(curved, small_corpus
 def test_doubling_bins_of_position_in_length_md(length_study):
     """The table of bits per byte by position in doubling bins (1, 2-3, 4-7, ...) of the longest windows, each cell
     summed here from the eval row's per-position loss and bytes."""
-    from octlm.studies.length_tables import doubling_bins
+    from octlm.studies.length.tables import doubling_bins
 
     for L in (1, 5, 8, 2048):
         bins = doubling_bins(L)
@@ -237,8 +238,8 @@ def test_doubling_bins_of_position_in_length_md(length_study):
 def test_a_study_read_again_is_still_a_length_study(tmp_path):
     """The figure a reading adds does not make the folder 'files that are not a study' when the command runs again."""
     from octlm.errors import OctlmError
-    from octlm.studies.core import prepare_study_folder
-    from octlm.studies.length import FILES
+    from octlm.studies.length.study import FILES
+    from octlm.studies.shared.core import prepare_study_folder
 
     for name in ("length.jsonl", "length.md", "length.png", "attention.png", "context.png"):
         (tmp_path / name).write_bytes(b"x")

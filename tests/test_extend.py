@@ -318,7 +318,7 @@ def test_same_seed_same_numbers_other_seed_differs(extended):
 
 def test_the_default_study_fine_tunes_at_4x_and_extend_to_0_turns_it_off(tmp_path, small_corpus, capsys):
     from octlm.cli import build_parser, options_from
-    from octlm.studies.length_options import DEFAULT_EXTEND_TO, LengthOptions
+    from octlm.studies.length.options import DEFAULT_EXTEND_TO, LengthOptions
 
     defaults = options_from(build_parser().parse_args(["length", "--text", "x.txt", "--out", "s"]), LengthOptions)
     assert defaults.extend_to == DEFAULT_EXTEND_TO == 4 and 4 in defaults.resolved().multipliers

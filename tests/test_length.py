@@ -180,8 +180,8 @@ def test_bad_options_write_nothing(small_corpus, tmp_path, capsys, args, match):
 
 
 def test_eval_tokens_below_the_longest_window_is_refused(small_corpus, tmp_path, capsys):
-    from octlm.studies.length_options import LengthOptions
-    from octlm.studies.length_validation import check_eval_tokens
+    from octlm.studies.length.options import LengthOptions
+    from octlm.studies.length.validation import check_eval_tokens
 
     out = tmp_path / "s"
     longest = max(MULTIPLIERS) * T  # a batch of --eval-tokens must hold one window of the longest length
@@ -215,8 +215,8 @@ def test_validation_too_short_stops_before_training_and_writes_nothing(small_cor
     assert err.startswith("octlm: error: --multipliers 100000:") and "\n" not in err
     assert f"lower --multipliers to at most {supported} " in err and "--val-fraction" in err
     # and that multiplier does run: the check counts the same tokens the runs prepare
-    from octlm.studies.length_options import LengthOptions
-    from octlm.studies.length_validation import check_validation_length, validation_tokens
+    from octlm.studies.length.options import LengthOptions
+    from octlm.studies.length.validation import check_validation_length, validation_tokens
 
     opts = LengthOptions(text=[str(small_corpus)], vocab_size=280, train_length=T, multipliers=[supported])
     assert validation_tokens(opts) == manifest["tokens"]["val"]["count"]
@@ -263,7 +263,7 @@ def test_extend_to_zero_skips_the_extension_stage(alibi_study):
 
 
 def test_max_steps_is_recorded_as_the_limit_not_the_default_budget(alibi_study):
-    from octlm.studies.length_options import DEFAULT_TIME_BUDGET, LengthOptions
+    from octlm.studies.length.options import DEFAULT_TIME_BUDGET, LengthOptions
 
     study, *rows = alibi_study[1]
     assert study["options"]["max_steps"] == 2 and study["options"]["time_budget"] is None
@@ -308,7 +308,7 @@ def test_sample_rope_scaling_errors(study, capsys, run, args, match):
 
 
 def test_position_buckets_and_curve_cover_every_position(study):
-    from octlm.studies.length_tables import bucket_bpb, position_buckets, position_curve
+    from octlm.studies.length.tables import bucket_bpb, position_buckets, position_curve
 
     assert position_buckets(128, 2048) == [(0, 128), (128, 256), (256, 512), (512, 1024), (1024, 2048)]
     assert position_buckets(8, 20) == [(0, 8), (8, 16), (16, 20)]
@@ -329,7 +329,7 @@ def test_help_and_docs_give_the_measured_duration_of_the_default_study(capsys):
     import re
     from pathlib import Path
 
-    from octlm.studies.length_options import MEASURED_MINUTES
+    from octlm.studies.length.options import MEASURED_MINUTES
 
     doc = " ".join(
         (Path(__file__).resolve().parents[1] / "docs" / "length-study.md").read_text(encoding="utf-8").split()

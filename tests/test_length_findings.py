@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from octlm.cli import main
-from octlm.studies.length_confidence import comparisons, pairs, recompute, verdict
-from octlm.studies.length_findings import confidence_section
+from octlm.studies.length.comparisons import comparisons, pairs, recompute, verdict
+from octlm.studies.length.findings import confidence_section
 
 LN2 = math.log(2)
 #: The sentences of the findings, one pattern per verdict (length.md's own wording).

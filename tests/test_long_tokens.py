@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from octlm.studies.long_tokens import (
+from octlm.studies.length.readings.long_tokens import (
     COMPARISON,
     ROW,
     comparison_records,
@@ -173,8 +173,9 @@ def test_with_every_target_marked_each_row_reads_the_study_s_own_figures(tiny_st
     # Thresholds no target can miss: the marked set is every text target, so every row's figure on it must be the
     # study's bits per byte in both readings: the per-target scoring, the model's state (plain, yarn at each factor,
     # fine-tuned under its own scaling) and the windows all agree with the study's scoring.
-    from octlm.studies import long_token_scoring
-    from octlm.studies.readings import load_study
+    from octlm.studies.length.study.readings import long_token_scoring
+
+    from octlm.studies.length.readings.catalog import load_study
 
     monkeypatch.setattr(long_token_scoring, "GAIN_NATS", -1e9)
     monkeypatch.setattr(long_token_scoring, "LOSS_NATS", 1e9)
@@ -205,8 +206,8 @@ def test_target_nats_are_each_target_s_loss_in_its_own_window(tiny_study):
     import torch
 
     from octlm.run.load import load_run
-    from octlm.studies.long_token_scoring import target_nats
-    from octlm.studies.readings import load_study
+    from octlm.studies.length.readings.catalog import load_study
+    from octlm.studies.length.readings.long_token_scoring import target_nats
 
     study = load_study(tiny_study)
     tokens = study.scored()[: 3 * 16 + 1]
@@ -252,8 +253,9 @@ def test_bad_short_context_is_refused_in_one_line(tiny_study, capsys, args, matc
 def test_each_row_is_scored_in_its_own_state_and_a_fine_tuned_model_keeps_its_scaling(tiny_study, monkeypatch):
     # The state each reading sees, read off the model (no floats): a base row under its scaling and factor, a plain
     # row under none, a fine-tuned row under the scaling it saved, reading after reading of the same loaded model.
-    from octlm.studies import long_token_scoring
-    from octlm.studies.readings import load_study
+    from octlm.studies.length.study.readings import long_token_scoring
+
+    from octlm.studies.length.readings.catalog import load_study
 
     study = load_study(tiny_study)
     seen = []

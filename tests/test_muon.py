@@ -393,8 +393,8 @@ def test_muon_options_mean_nothing_to_adamw(tmp_path, capsys, option, value):
 
 
 def test_the_task_study_trains_with_the_optimizer_it_is_given():
-    from octlm.studies.task_options import TaskOptions
-    from octlm.studies.tasks import TASKS
+    from octlm.studies.tasks.generators import TASKS
+    from octlm.studies.tasks.options import TaskOptions
 
     opts = TaskOptions(task="copy", optimizer="muon", muon_lr=0.01)
     train_opts = opts.train_options(TASKS["copy"], "rope", 0)
@@ -402,7 +402,7 @@ def test_the_task_study_trains_with_the_optimizer_it_is_given():
 
 
 def test_the_length_study_hands_the_optimizer_to_every_model(tmp_path):
-    from octlm.studies.length_options import LengthOptions
+    from octlm.studies.length.options import LengthOptions
 
     opts = LengthOptions(text=["x"], optimizer="muon", muon_lr=0.01)
     train_opts = opts.train_options("alibi", Path(tmp_path), 0)
@@ -415,8 +415,8 @@ def test_muon_is_the_default_of_octlm_train_the_text_study_and_its_fine_tunes(tm
     import octlm.train.init_from
     from octlm.cli.commands.length import study_options
     from octlm.cli.program import build_parser
-    from octlm.studies.extension_stage import extension_options
-    from octlm.studies.length_options import LengthOptions
+    from octlm.studies.length.extension import extension_options
+    from octlm.studies.length.options import LengthOptions
 
     assert TrainOptions().optimizer == "muon"
     argv = ["length", "--text", "x", "--out", str(tmp_path / "study")]
@@ -521,8 +521,8 @@ def test_the_extension_stage_fine_tunes_with_the_studys_optimizer(tmp_path, monk
     """A fine-tune's rates fall together: Muon's keeps its ratio to AdamW's; with AdamW alone Muon's option stays
     unset."""
     import octlm.train.init_from
-    from octlm.studies.extension_stage import extension_options
-    from octlm.studies.length_options import LengthOptions
+    from octlm.studies.length.extension import extension_options
+    from octlm.studies.length.options import LengthOptions
     from octlm.train.option_checks import check_options
 
     # no source run needed here

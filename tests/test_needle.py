@@ -12,8 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from octlm.studies.needle import VARIANTS, load_haystack, needle_segments, needle_task
-from octlm.studies.needle_report import effective_length, segment_masses
+from octlm.studies.tasks.needle import VARIANTS, load_haystack, needle_segments, needle_task
+from octlm.studies.tasks.needle_report import effective_length, segment_masses
 
 # The vocabulary as the module's docstring states it, spelled out here rather than imported.
 BYTE_END, DIGIT_END, LETTER_END, KEY, IS, QUERY = 256, 266, 274, 274, 275, 276

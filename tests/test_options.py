@@ -15,7 +15,7 @@ from octlm.cli import build_parser, main
 from octlm.cli.program import COMMANDS
 from octlm.declare import Bound, Resume, checked_values, field_types, flag, option_default, option_fields, replaced
 from octlm.errors import OctlmError
-from octlm.studies.length_options import LengthOptions
+from octlm.studies.length.options import LengthOptions
 from octlm.train.checkpoint import config_digest
 from octlm.train.options import TrainOptions
 from octlm.train.resume import resume_options

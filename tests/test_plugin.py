@@ -80,7 +80,7 @@ def test_explorer_has_no_vectors_and_a_note(toy):
 def test_cli_and_length_study_take_it_from_the_registry(toy):
     from octlm.cli import build_parser, options_from
     from octlm.model.positions import SCHEME_NAMES
-    from octlm.studies.length_options import LengthOptions, check_options
+    from octlm.studies.length.options import LengthOptions, check_options
 
     assert "toy" in SCHEME_NAMES and list(SCHEME_NAMES) == sorted(SCHEMES)
     assert build_parser().parse_args(["train", "--position", toy]).position == toy

@@ -77,7 +77,7 @@ def test_a_scheme_from_a_file_outside_octlm_trains_and_samples_through_plugin(
 def test_a_plugin_scheme_is_one_of_the_length_studys_schemes(registry_restored):
     from octlm.cli import build_parser, options_from
     from octlm.model.positions.plugins import load_plugins
-    from octlm.studies.length_options import LengthOptions, check_options
+    from octlm.studies.length.options import LengthOptions, check_options
 
     load_plugins(["length", "--plugin", str(PLUGIN)])
     args = build_parser().parse_args(

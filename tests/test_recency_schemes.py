@@ -195,7 +195,7 @@ def test_the_length_studys_attention_record_has_a_largest_logit_only_where_a_sof
     would read as a real score, so the record leaves it out (the tables show n/a); FoX keeps its softmax's."""
     import numpy as np
 
-    from octlm.studies.length_attention import attention_record
+    from octlm.studies.length.attention import attention_record
 
     model = tiny(position)
     scored = np.random.default_rng(0).integers(0, 50, 9)

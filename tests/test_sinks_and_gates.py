@@ -218,7 +218,7 @@ def test_the_flags_reach_the_run_and_octlm_attention_reads_it(small_corpus, tmp_
 def test_the_length_studys_attention_record_gives_the_sinks_share():
     import numpy as np
 
-    from octlm.studies.length_attention import attention_record
+    from octlm.studies.length.attention import attention_record
 
     model = model_with(2, position="none", attention_sinks=True)
     scored = np.random.default_rng(2).integers(0, VOCAB, 13)
@@ -323,8 +323,8 @@ def test_the_length_study_trains_every_model_with_the_flags_and_says_so(small_co
 
 
 def test_the_task_study_passes_the_flags_to_its_models():
-    from octlm.studies.task_options import TaskOptions
-    from octlm.studies.tasks import TASKS
+    from octlm.studies.tasks.generators import TASKS
+    from octlm.studies.tasks.options import TaskOptions
 
     opts = TaskOptions(task="flip-flop", attention_sinks=True, output_gate=True)
     train_opts = opts.train_options(TASKS["flip-flop"], "rope", 0)

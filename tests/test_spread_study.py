@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from octlm.errors import OctlmError
-from octlm.studies.spread import Share, parse_shard, share_of
+from octlm.studies.shared.spread import Share, parse_shard, share_of
 from tests.conftest import TINY_MODEL
 from tests.test_study_continue import rows
 

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from octlm.studies.tasks import TASKS
+from octlm.studies.tasks.generators import TASKS
 
 #: The 120 permutations of 0..4 in lexicographic order: token t is PERMS[t].
 PERMS = list(itertools.permutations(range(5)))
@@ -70,7 +70,7 @@ def test_seed_vocabulary_and_uniform_answers():
 
 
 def test_named_but_not_in_all():
-    from octlm.studies.task_options import TaskOptions
+    from octlm.studies.tasks.options import TaskOptions
 
     assert TaskOptions(task=["s5", "parity"]).task_names() == ["s5", "parity"]
     every = TaskOptions(task=["all"]).task_names()
@@ -78,8 +78,8 @@ def test_named_but_not_in_all():
 
 
 def test_a_small_model_learns_parity_of_a_few_bits():
-    from octlm.studies.task import exact_match, train_task_model
-    from octlm.studies.task_options import TaskOptions
+    from octlm.studies.tasks.options import TaskOptions
+    from octlm.studies.tasks.study import exact_match, train_task_model
 
     opts = TaskOptions(task="parity", task_length=3, d_model=32, n_heads=2, n_layers=2, max_steps=300, batch_size=32)
     model, _ = train_task_model(TASKS["parity"], "rope", 0, opts, torch.device("cpu"))

@@ -210,7 +210,7 @@ def test_a_streaming_cache_of_no_size_is_refused_when_made(sinks, window):
 
 
 def test_streaming_bpb_sums_the_one_token_decoder_s_losses():
-    from octlm.studies.streaming import streaming_bpb
+    from octlm.studies.length.readings.streams import streaming_bpb
 
     model, tokens = tiny("rope"), np.random.default_rng(0).integers(0, 40, 61)
     nbytes = np.arange(40) % 3  # tokens 0, 3, 6, ... stand for no bytes (as <|endoftext|>)
@@ -286,7 +286,7 @@ def test_sample_refuses_a_window_for_a_learned_table(trained_run, capsys):
 
 
 def test_stream_segments_read_each_length_as_a_stream_of_its_own():
-    from octlm.studies.streaming import stream_segments, streaming_bpb
+    from octlm.studies.length.readings.streams import stream_segments, streaming_bpb
 
     # T = 10: two sinks and a window of 8 keep the cache's positions within it
     model, tokens = tiny("alibi", context=10), np.random.default_rng(1).integers(0, 40, (2, 41))

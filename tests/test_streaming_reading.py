@@ -1,5 +1,6 @@
-"""``octlm length --streaming``: each model of a finished study decodes streams with S sinks and a window of T - S
-(octlm.studies.streaming_reading), checked against one forward pass per target over the tokens the cache holds."""
+"""``octlm length --streaming``: each model of a finished study decodes streams with S sinks and a window of
+T - S (octlm.studies.length.readings.streaming), checked against one forward pass per target over the tokens the
+cache holds."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 
 from octlm.cli import main
 from octlm.run.load import load_run
-from octlm.studies.readings import load_study
+from octlm.studies.length.readings.catalog import load_study
 
 T, SINKS, STREAMS = 8, 2, 3  # the conftest study: T = 8, lengths 8, 16 and 32
 
@@ -170,12 +171,12 @@ def test_a_new_study_with_streaming_ends_with_one_result_that_holds_the_reading(
 
 
 def test_ctrl_c_in_a_new_study_s_reading_names_the_reread_that_finishes_it(small_corpus, tmp_path, capsys, monkeypatch):
-    import octlm.studies.readings
+    import octlm.studies.length.readings.catalog
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(octlm.studies.readings, "run_readings", interrupted)
+    monkeypatch.setattr(octlm.studies.length.readings.catalog, "run_readings", interrupted)
     out = tmp_path / "study"
     argv = tiny_study(small_corpus, out, "--schemes", "rope", "--rope-scalings", "--extend-to", "0", "--quiet")
     assert main([*argv, "--streaming"]) != 0

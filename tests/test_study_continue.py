@@ -2,7 +2,7 @@
 
 The interruptions are real signals (Ctrl-C's SIGINT and ``kill -9``) sent by
 the study process to itself at a chosen point through the test-only hook
-``OCTLM_TEST_STUDY_STOP`` (:func:`octlm.studies.progress.test_stop`). The
+``OCTLM_TEST_STUDY_STOP`` (:func:`octlm.studies.shared.progress.test_stop`). The
 expectation is an uninterrupted study of the same options, run in its own
 folder: the same rows, and (same machine, one thread) the same numbers.
 Timings and paths are left out of the comparison.
@@ -188,10 +188,10 @@ def test_a_task_model_killed_mid_training_resumes_from_its_checkpoint(tmp_path):
 
 
 def test_a_study_with_other_options_in_the_folder_is_refused_naming_the_option(tmp_path, monkeypatch, capsys):
-    import octlm.studies.progress
+    import octlm.studies.shared.progress
 
     out = tmp_path / "study"
-    monkeypatch.setattr(octlm.studies.progress, "_reached", {})
+    monkeypatch.setattr(octlm.studies.shared.progress, "_reached", {})
     monkeypatch.setenv("OCTLM_TEST_STUDY_STOP", "unit:1:INT")
     assert main([*TASK, "--out", str(out)]) == 130
     monkeypatch.delenv("OCTLM_TEST_STUDY_STOP")
@@ -227,7 +227,7 @@ def test_a_study_with_other_options_in_the_folder_is_refused_naming_the_option(t
 )
 def test_an_option_that_differs_is_shown_as_the_command_line_writes_it(tmp_path, name, then, now, says):
     from octlm.errors import OctlmError
-    from octlm.studies.progress import continue_study
+    from octlm.studies.shared.progress import continue_study
 
     with pytest.raises(OctlmError) as err:
         continue_study(tmp_path, "length study", {name: then, "seed": 1}, {name: now, "seed": 1})
@@ -237,11 +237,11 @@ def test_an_option_that_differs_is_shown_as_the_command_line_writes_it(tmp_path,
 def test_a_kept_model_is_checked_against_its_recorded_options_and_data_not_its_name(
     tmp_path, monkeypatch, capsys, small_corpus
 ):
-    import octlm.studies.progress
+    import octlm.studies.shared.progress
 
     out = tmp_path / "study"
     args = [*with_value(LENGTH, "--extend-to", "0"), "--text", str(small_corpus), "--out", str(out)]
-    monkeypatch.setattr(octlm.studies.progress, "_reached", {})
+    monkeypatch.setattr(octlm.studies.shared.progress, "_reached", {})
     monkeypatch.setenv("OCTLM_TEST_STUDY_STOP", "unit:1:INT")  # stops once the model's training is recorded
     assert main(args) == 130
     monkeypatch.delenv("OCTLM_TEST_STUDY_STOP")
@@ -270,18 +270,18 @@ def test_a_kept_model_is_checked_against_its_recorded_options_and_data_not_its_n
 
 
 def test_a_study_stopped_while_writing_its_tables_writes_them_all_when_continued(tmp_path, monkeypatch, capsys):
-    import octlm.studies.core
+    import octlm.studies.shared.core
 
     out = tmp_path / "study"
     written = []
 
-    def stopped_after_the_first_file(path, data, write=octlm.studies.core.atomic_write):
+    def stopped_after_the_first_file(path, data, write=octlm.studies.shared.core.atomic_write):
         if written:
             raise KeyboardInterrupt
         write(path, data)
         written.append(path)
 
-    monkeypatch.setattr(octlm.studies.core, "atomic_write", stopped_after_the_first_file)
+    monkeypatch.setattr(octlm.studies.shared.core, "atomic_write", stopped_after_the_first_file)
     assert main([*TASK, "--out", str(out)]) == 130
     assert written == [out / "tasks.jsonl"] and not (out / "tasks.md").exists()
     first = rows(out / "tasks.jsonl")

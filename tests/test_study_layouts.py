@@ -146,12 +146,12 @@ def test_a_task_study_refuses_a_bad_layout_too_naming_the_task_it_does_not_fit(t
 
 
 def test_a_study_continued_with_other_layouts_is_refused_by_name(small_corpus, tmp_path, monkeypatch, capsys):
-    import octlm.studies.progress
+    import octlm.studies.shared.progress
 
     out = tmp_path / "study"
     args = [*STUDY[: STUDY.index("--schemes")], "--schemes", "alibi", "--rope-scalings"]
     args += ["--text", str(small_corpus), "--out", str(out)]
-    monkeypatch.setattr(octlm.studies.progress, "_reached", {})
+    monkeypatch.setattr(octlm.studies.shared.progress, "_reached", {})
     monkeypatch.setenv("OCTLM_TEST_STUDY_STOP", "unit:1:INT")
     assert main([*args, "--layouts", "a=rope none"]) == 130
     monkeypatch.delenv("OCTLM_TEST_STUDY_STOP")
@@ -200,9 +200,9 @@ def hand_exact_match(model, task, size: int, tokens: torch.Tensor) -> float:
 
 
 def test_a_task_study_trains_a_layout_row_and_draws_it_by_depth(tmp_path):
-    from octlm.studies.task import EVAL_COUNT, EVAL_SEED_OFFSET, train_task_model
-    from octlm.studies.task_options import TaskOptions, Variant
-    from octlm.studies.tasks import TASKS
+    from octlm.studies.tasks.generators import TASKS
+    from octlm.studies.tasks.options import TaskOptions, Variant
+    from octlm.studies.tasks.study import EVAL_COUNT, EVAL_SEED_OFFSET, train_task_model
 
     out = tmp_path / "passkey"
     args = ["length", "--task", "passkey", "--schemes", "rope", "--layouts", "rn=rope/w8 none", "--seeds", "1"]
@@ -233,7 +233,7 @@ def test_a_task_study_trains_a_layout_row_and_draws_it_by_depth(tmp_path):
 
 
 def test_layout_rows_read_their_layers():
-    from octlm.studies.study_rows import layout_row, row_extensions, row_position, row_scalings
+    from octlm.studies.shared.rows import layout_row, row_extensions, row_position, row_scalings
 
     nope_first = layout_row("none rope/theta1e+6")
     assert nope_first.label == "none_rope-theta1e6" and row_position(nope_first) == "rope"

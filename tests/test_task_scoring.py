@@ -17,9 +17,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from octlm.studies.task import EVAL_COUNT, exact_match, exact_match_by_depth
-from octlm.studies.task_tables import summarize
-from octlm.studies.tasks import TASKS, Task
+from octlm.studies.tasks.generators import TASKS, Task
+from octlm.studies.tasks.study import EVAL_COUNT, exact_match, exact_match_by_depth
+from octlm.studies.tasks.tables import summarize
 
 CPU = torch.device("cpu")
 LONGEST = 24

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from octlm.studies.task_ranking import fractional_ranks, mean_reciprocal_ranks, separated
+from octlm.studies.tasks.ranking import fractional_ranks, mean_reciprocal_ranks, separated
 
 TINY = [
     "--d-model",
@@ -125,8 +125,8 @@ def test_several_tasks_write_one_table_each_and_the_ranking(tmp_path, capsys):
 
 
 def test_all_runs_every_task(tmp_path):
-    from octlm.studies.task_options import TaskOptions
-    from octlm.studies.tasks import TASKS
+    from octlm.studies.tasks.generators import TASKS
+    from octlm.studies.tasks.options import TaskOptions
 
     opts = TaskOptions(task=["all"], out=str(tmp_path)).resolved()
     assert opts.task == [name for name, task in TASKS.items() if task.in_all] and len(opts.task) == 7
@@ -167,8 +167,8 @@ def test_randomized_rows_sit_beside_plain_ones_and_none_stays_plain(tmp_path, ca
 def test_a_randomized_model_trains_at_drawn_positions_and_a_plain_one_does_not():
     import torch
 
-    from octlm.studies.task_options import TaskOptions, Variant
-    from octlm.studies.tasks import TASKS
+    from octlm.studies.tasks.generators import TASKS
+    from octlm.studies.tasks.options import TaskOptions, Variant
 
     opts = TaskOptions(task="copy", task_length=4, randomize_positions=8)
     plain, rand = (opts.train_options(TASKS["copy"], Variant("rope", r), 0) for r in (False, True))
@@ -182,8 +182,8 @@ def test_a_randomized_model_trains_at_drawn_positions_and_a_plain_one_does_not()
 
 
 def test_a_preset_sets_the_papers_protocol(tmp_path):
-    from octlm.studies.task_options import TaskOptions
-    from octlm.studies.task_presets import PRESETS
+    from octlm.studies.tasks.options import TaskOptions
+    from octlm.studies.tasks.presets import PRESETS
 
     opts = TaskOptions(preset="ruoss2023", out=str(tmp_path)).resolved()
     for name, value in PRESETS["ruoss2023"].settings.items():
@@ -232,7 +232,7 @@ def test_bad_task_study_input_is_refused_before_anything_is_written(tmp_path, ca
 
 def test_a_preset_flag_typed_with_its_default_value_still_conflicts():
     from octlm.errors import OctlmError
-    from octlm.studies.task_options import TASK_SEEDS, TaskOptions
+    from octlm.studies.tasks.options import TASK_SEEDS, TaskOptions
 
     with pytest.raises(OctlmError, match="conflicts with --preset kazemnejad2023"):
         TaskOptions(preset="kazemnejad2023", n_layers=3).resolved(given={"n_layers"})

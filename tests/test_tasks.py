@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from octlm.studies.tasks import DIGITS, FILLER, PASSKEY_DIGITS, TASKS
+from octlm.studies.tasks.generators import DIGITS, FILLER, PASSKEY_DIGITS, TASKS
 
 
 def draw(name, size, count=64, max_size=40, seed=0):
@@ -38,7 +38,7 @@ def test_copy_and_reverse_answers():
 
 
 def test_recall_answers_are_the_values_of_the_asked_keys():
-    from octlm.studies.tasks import queries
+    from octlm.studies.tasks.generators import queries
 
     for size in (1, 3, 8, 40):
         task = TASKS["recall"]
@@ -80,8 +80,8 @@ def test_sizes_outside_the_range_are_refused():
 
 
 def test_training_sizes_are_1_to_L_only(monkeypatch):
-    from octlm.studies.task import train_task_model
-    from octlm.studies.task_options import TaskOptions
+    from octlm.studies.tasks.options import TaskOptions
+    from octlm.studies.tasks.study import train_task_model
 
     seen = []
     real = TASKS["copy"].make
@@ -100,8 +100,8 @@ def test_training_sizes_are_1_to_L_only(monkeypatch):
 
 
 def test_a_small_model_learns_copy_beyond_chance():
-    from octlm.studies.task import exact_match, train_task_model
-    from octlm.studies.task_options import TaskOptions
+    from octlm.studies.tasks.options import TaskOptions
+    from octlm.studies.tasks.study import exact_match, train_task_model
 
     opts = TaskOptions(
         task="copy", task_length=2, d_model=32, n_heads=2, n_layers=2, max_steps=150, learning_rate=1e-2, batch_size=32
@@ -161,8 +161,8 @@ def test_the_task_study_has_its_own_defaults_and_flags_still_win():
     from octlm.cli import build_parser
     from octlm.cli.commands.length import study_options
     from octlm.model.positions import SCHEMES, length_study_schemes, task_study_schemes
-    from octlm.studies.length_options import LengthOptions
-    from octlm.studies.task_options import TASK_SEEDS, TASK_TRAINING, TaskOptions
+    from octlm.studies.length.options import LengthOptions
+    from octlm.studies.tasks.options import TASK_SEEDS, TASK_TRAINING, TaskOptions
     from octlm.train.options import TrainOptions
 
     TASK_DEFAULTS = {name: TASK_TRAINING[name] for name in ("d_model", "n_layers", "learning_rate")}
@@ -193,7 +193,7 @@ def test_help_and_docs_give_the_measured_task_study(capsys):
 
     from octlm.cli import main
     from octlm.model.positions import task_study_schemes
-    from octlm.studies.task_options import ALL_TASKS_STEPS, MEASURED_MINUTES, TASK_SEEDS, TASK_STEPS
+    from octlm.studies.tasks.options import ALL_TASKS_STEPS, MEASURED_MINUTES, TASK_SEEDS, TASK_STEPS
     from tests.conftest import REPO
 
     docs = " ".join((REPO / "docs" / "tasks.md").read_text(encoding="utf-8").split())
@@ -271,7 +271,7 @@ def test_the_passkey_study_scores_each_depth_and_draws_the_heatmap(tmp_path):
     import json
 
     from octlm.cli import main
-    from octlm.studies.task import DEPTH_BINS
+    from octlm.studies.tasks.study import DEPTH_BINS
 
     out = tmp_path / "passkey"
     args = [
@@ -317,7 +317,7 @@ def test_the_passkey_study_scores_each_depth_and_draws_the_heatmap(tmp_path):
 
 @given(size=st.integers(1, 60), seed=st.integers(0, 10**6))
 def test_selective_copy_answer_is_the_non_blank_symbols_in_order(size, seed):
-    from octlm.studies.tasks import marked
+    from octlm.studies.tasks.generators import marked
 
     batch = draw("selective-copy", size, count=8, max_size=60, seed=seed)
     assert batch.shape[1] == size + 1 + max(1, size // 4)
@@ -330,7 +330,7 @@ def test_selective_copy_answer_is_the_non_blank_symbols_in_order(size, seed):
 
 @given(size=st.integers(1, 60), seed=st.integers(0, 10**6))
 def test_count_answer_is_how_often_the_asked_symbol_occurs(size, seed):
-    from octlm.studies.tasks import MAX_COUNT
+    from octlm.studies.tasks.generators import MAX_COUNT
 
     batch = draw("count", size, count=16, max_size=60, seed=seed)
     for row in batch.tolist():
@@ -348,7 +348,7 @@ def test_count_draws_every_count_and_never_more_than_nine():
 
 @given(size=st.integers(1, 60), seed=st.integers(0, 10**6))
 def test_flip_flop_answer_is_the_last_written_bit(size, seed):
-    from octlm.studies.tasks import WRITE
+    from octlm.studies.tasks.generators import WRITE
 
     batch = draw("flip-flop", size, count=16, max_size=60, seed=seed)
     for row in batch.tolist():
@@ -359,7 +359,7 @@ def test_flip_flop_answer_is_the_last_written_bit(size, seed):
 
 
 def test_flip_flop_writes_about_one_instruction_in_nine():
-    from octlm.studies.tasks import FLIP_FLOP_WRITE, WRITE
+    from octlm.studies.tasks.generators import FLIP_FLOP_WRITE, WRITE
 
     ops = draw("flip-flop", 200, count=200, max_size=200)[:, 2:400:2]  # after the first, which always writes
     share = float((ops == WRITE).float().mean())
@@ -376,8 +376,8 @@ def test_flip_flop_writes_about_one_instruction_in_nine():
     ],
 )
 def test_a_small_model_beats_chance_on_each_new_task(name, length, steps, chance):
-    from octlm.studies.task import exact_match, train_task_model
-    from octlm.studies.task_options import TaskOptions
+    from octlm.studies.tasks.options import TaskOptions
+    from octlm.studies.tasks.study import exact_match, train_task_model
 
     opts = TaskOptions(task=name, task_length=length, d_model=32, n_heads=2, n_layers=2, max_steps=steps, batch_size=32)
     model, _ = train_task_model(TASKS[name], "rope", 0, opts, torch.device("cpu"))

@@ -1,7 +1,7 @@
 """What the page shows about a length study (``octlm serve --study``, ``octlm export-web --study``).
 
 A length study is a folder made by ``octlm length``: ``length.jsonl`` (its
-records, :mod:`octlm.studies.length`) and ``runs/<label>/`` (one run folder
+records, :mod:`octlm.studies.length.study`) and ``runs/<label>/`` (one run folder
 per model and seed). The page draws bits per byte against length under both
 readings (non-overlapping windows, ``bpb``; sliding windows, ``sliding_bpb``),
 the extension stage's curves, and every model's attention at every length it
@@ -26,14 +26,14 @@ from octlm.inspect.attention_view import (
 )
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
-from octlm.studies.length import FILES
-from octlm.studies.length_options import RUNS
-from octlm.studies.progress import PROGRESS, unfinished_options
+from octlm.studies.length.options import RUNS
+from octlm.studies.length.study import FILES
+from octlm.studies.shared.progress import PROGRESS, unfinished_options
 
 #: Version of the data layout ``web/src/study/data.ts`` reads.
 STUDY_VIEW_FORMAT = 1
 #: Fields of an eval record the page does not draw: per window position and per window (what the comparisons'
-#: bootstrap resamples, octlm.studies.length_confidence), thousands of numbers a record.
+#: bootstrap resamples, octlm.studies.length.comparisons), thousands of numbers a record.
 _UNDRAWN = (
     "position_loss",
     "position_bytes",

@@ -31,7 +31,7 @@ FILES = {"figure": "compare.png", "table": "compare.md", "numbers": "compare.jso
 NOT_COMPARED = {"out", "overwrite", "log_to", "log_group", "threads", "device", "resume"}
 #: The final figures of a run, from its last evaluation (the full validation split when the run finished).
 FINAL = ("val_loss", "val_bpb", "val_perplexity")
-#: Where a study keeps the runs it trained (:data:`octlm.studies.length_options.RUNS`).
+#: Where a study keeps the runs it trained (:data:`octlm.studies.length.options.RUNS`).
 STUDY_RUNS = "runs"
 
 

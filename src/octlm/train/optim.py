@@ -1,7 +1,7 @@
 """The optimiser, its learning-rate schedule and the backward pass: what every octlm training loop steps with.
 
 ``octlm train`` (:class:`octlm.train.trainer.Trainer`) and the task study
-(:mod:`octlm.studies.task`) both build their optimizer with
+(:mod:`octlm.studies.tasks.study`) both build their optimizer with
 :func:`make_optimizer`, set each step's rate with :func:`scheduled_lr` and
 take gradients with :func:`backward`.
 

@@ -28,7 +28,7 @@ _TRAIN_RESUME_SAID: ContextVar[bool] = ContextVar("train_resume_said", default=T
 @contextmanager
 def study_says_how_to_go_on() -> Iterator[None]:
     """Within it, a Ctrl-C of training leaves out ``octlm train --resume``: the study that trains the model says how
-    to go on (:mod:`octlm.studies.study_models`)."""
+    to go on (:mod:`octlm.studies.length.models`)."""
     token = _TRAIN_RESUME_SAID.set(False)
     try:
         yield

@@ -112,7 +112,7 @@ export function hasSliding(evals: EvalRecord[]): boolean {
 /** A cell of the table: the mean over seeds (sd with two or more), or why there is no number. */
 export type Cell = { mean: number; sd: number | null; n: number } | { missing: "n/a" | "not scored" };
 
-/** Mean and sample standard deviation (n - 1), as the study's own tables (octlm.studies.core.mean_std). */
+/** Mean and sample standard deviation (n - 1), as the study's own tables (octlm.studies.shared.core.mean_std). */
 export function meanSd(values: number[]): { mean: number; sd: number | null; n: number } {
   const n = values.length;
   const mean = values.reduce((a, b) => a + b, 0) / n;

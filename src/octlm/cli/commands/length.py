@@ -1,5 +1,5 @@
-"""``octlm length``: the text study (:class:`~octlm.studies.length_options.LengthOptions`), or with ``--task`` the task
-study (:class:`~octlm.studies.task_options.TaskOptions`).
+"""``octlm length``: the text study (:class:`~octlm.studies.length.options.LengthOptions`), or with ``--task`` the task
+study (:class:`~octlm.studies.tasks.options.TaskOptions`).
 
 One command serves both protocols, so its flags are the union of both
 options classes; the options given decide which study runs, and a flag the
@@ -16,9 +16,9 @@ from octlm.data.corpora import builtin_help
 from octlm.declare import build, flag, option_fields
 from octlm.errors import OctlmError
 from octlm.report import HeldResult, Reporter
-from octlm.studies.length_options import LengthOptions
-from octlm.studies.progress import PROGRESS
-from octlm.studies.task_options import TaskOptions
+from octlm.studies.length.options import LengthOptions
+from octlm.studies.shared.progress import PROGRESS
+from octlm.studies.tasks.options import TaskOptions
 
 TEXT_ONLY = {f.name for f in option_fields(LengthOptions)} - {f.name for f in option_fields(TaskOptions)}
 TASK_ONLY = [f for f in option_fields(TaskOptions) if f.name not in {g.name for g in option_fields(LengthOptions)}]
@@ -64,8 +64,8 @@ REREAD_TAKES = {"out", "reread", "device", "threads", "json", "quiet", "argv", "
 
 
 def add_reading_options(p: argparse.ArgumentParser) -> None:
-    """The opt-in readings of the text study (:mod:`octlm.studies.readings`) and ``--reread``."""
-    from octlm.studies.readings import registry
+    """The opt-in readings of the text study (:mod:`octlm.studies.length.readings.catalog`) and ``--reread``."""
+    from octlm.studies.length.readings.catalog import registry
 
     group = p.add_argument_group(
         "opt-in readings (text study)",
@@ -91,7 +91,7 @@ def asked_readings(args: argparse.Namespace, given: set[str]) -> tuple[list[str]
     Raises:
         OctlmError: for a reading's option without its reading, or a bad value, naming the flag.
     """
-    from octlm.studies.readings import registry
+    from octlm.studies.length.readings.catalog import registry
 
     names, params = [], {}
     for reading in registry().values():
@@ -128,7 +128,7 @@ def refuse_readings(args: argparse.Namespace, names: list[str], params: dict, gi
             f"--{names[0]} with --shard: finish the study first, then run octlm length --out {opts.out} "
             f"--reread --{names[0]}"
         )
-    from octlm.studies.readings import registry
+    from octlm.studies.length.readings.catalog import registry
 
     for name in names:  # before anything trains
         reading = registry()[name]
@@ -169,9 +169,9 @@ def study_options(args: argparse.Namespace) -> LengthOptions | TaskOptions:
 
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
-    from octlm.studies.length import length_study
-    from octlm.studies.readings import registry, run_readings
-    from octlm.studies.task import task_study
+    from octlm.studies.length.readings.catalog import registry, run_readings
+    from octlm.studies.length.study import length_study
+    from octlm.studies.tasks.study import task_study
 
     given = given_options(args.parser, args.argv[1:])
     args.reading_params = [p.name for r in registry().values() for p in r.params]
@@ -194,7 +194,7 @@ def run(args: argparse.Namespace, report: Reporter) -> int:
             result = {**study, "readings": names, "written": readings["written"]}
             report.result(result, f"{held.text}\n\n{readings['text']}\n\nwrote {', '.join(readings['written'])}")
     except KeyboardInterrupt:
-        # Every finished part of the study is recorded in its folder (octlm.studies.progress).
+        # Every finished part of the study is recorded in its folder (octlm.studies.shared.progress).
         if opts.out and (Path(opts.out) / PROGRESS).is_dir():
             report.warn(
                 f"the study's finished parts stay in {opts.out}; the same command continues it where it stopped "

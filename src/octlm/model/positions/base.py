@@ -70,7 +70,7 @@ class PositionScheme(nn.Module):
     #: trained by ``octlm length --task`` unless ``--schemes`` says otherwise (its measured minutes, docs/tasks.md, are
     #: for these)
     in_task_study = True
-    #: the task-study presets (``--preset``, octlm.studies.task_presets) whose paper compares this scheme
+    #: the task-study presets (``--preset``, octlm.studies.tasks.presets) whose paper compares this scheme
     in_papers: tuple[str, ...] = ()
     #: the fine-tunes of the length study's extension stage for this scheme: the RoPE scaling each trains
     #: under (``None``: none, plain fine-tuning); empty: the stage leaves the scheme out

@@ -1,0 +1,1 @@
+"""The synthetic task study: generators, options and presets, training, tables and ranking."""

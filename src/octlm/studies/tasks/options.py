@@ -1,0 +1,328 @@
+"""The task study's options: what ``octlm length --task`` reads, its defaults, its rows and the checks run before
+anything is trained.
+
+Shared options are ``octlm train``'s declarations (:func:`octlm.declare.same_as`) with the task study's own defaults:
+a deeper, narrower model trained with Muon (:data:`TASK_TRAINING`), :data:`TASK_STEPS` steps and :data:`TASK_SEEDS`
+seeds. :mod:`octlm.studies.tasks.study` runs the study on them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from octlm.declare import Bound, at_least, check_fields, option, refused, same_as
+from octlm.errors import OctlmError
+from octlm.model.config import DecoderFieldError
+from octlm.model.positions import SCHEME_NAMES, random_position_schemes, task_study_schemes
+from octlm.studies.shared.core import check_schemes
+from octlm.studies.shared.rows import LAYOUTS_HELP, LayoutRow, check_layouts, layout_rows, layout_settings
+from octlm.studies.shared.spread import SHARD_HELP
+from octlm.studies.tasks.generators import TASKS, Task
+from octlm.studies.tasks.needle import DEFAULT_TEXT, VARIANTS, check_haystack, needle_task
+from octlm.studies.tasks.presets import PRESETS, apply_preset
+from octlm.train.mlflow_tracker import check_experiment
+from octlm.train.option_checks import check_options
+from octlm.train.options import TrainOptions
+from octlm.train.tracking import check_trackers
+
+#: Evaluated sizes, as multiples of the longest training size L.
+TASK_MULTIPLIERS = (1, 2, 3, 4)
+#: Steps per model of a one-task study when --max-steps is not given (Muon learns copy in about 1,000; docs/tasks.md).
+TASK_STEPS = 2000
+#: Steps per model when several tasks run (--task all), so that every task fits in the hour.
+ALL_TASKS_STEPS = 500
+#: Seeds per scheme when --seeds is not given: three, so that a difference can be set against its spread.
+TASK_SEEDS = 3
+#: The task study's training where it differs from octlm train's (the rest is octlm train's: betas, clipping, schedule
+#: shape). A deeper, narrower model learns copy in minutes; weight decay would pull the few weights that copy needs
+#: back to zero; Muon learns copy in a fifth of AdamW's steps here (docs/tasks.md), its learning rate on the blocks'
+#: matrices, this one on the rest.
+TASK_TRAINING = {"d_model": 64, "n_layers": 3, "learning_rate": 1e-3, "weight_decay": 0.0, "optimizer": "muon"}
+#: Minutes of the default one-task study (copy) on one thread: its CPU time, which is its wall time alone (docs/tasks.md
+#: gives the command, the wall time it had beside other jobs, and the table; a test checks that both agree).
+MEASURED_MINUTES = 20.3
+#: Wall minutes of the default --task all study, measured beside one other job.
+MEASURED_ALL_MINUTES = 43.5
+#: The --task help's measured figure.
+MEASURED_HELP = (
+    f"The default one-task study (copy, {len(task_study_schemes())} default schemes x {TASK_SEEDS} "
+    f"seeds x {TASK_STEPS} steps) took {MEASURED_MINUTES} minutes with --threads 1 on a 2-core machine; "
+    f"--task all ({ALL_TASKS_STEPS} steps) {MEASURED_ALL_MINUTES} minutes (docs/tasks.md)"
+)
+
+_IN_ALL = [name for name, task in TASKS.items() if task.in_all]
+_NAMED_ONLY = [name for name, task in TASKS.items() if not task.in_all]
+
+#: ``--task all``: every task of :data:`~.generators.TASKS` whose ``in_all`` is set, in registration order.
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of the task study: a scheme, trained plain or at randomized positions (Ruoss et al. 2023), or a layer
+    layout (``layout``, ``--layouts``; its ``scheme`` is the ``--position`` it trains with,
+    :func:`~octlm.studies.shared.rows.row_position`)."""
+
+    scheme: str
+    randomized: bool = False
+    layout: LayoutRow | None = None
+
+    @property
+    def label(self) -> str:
+        """The row's name in tables and records: the scheme, ``+rand`` when randomized; a layout row's own label."""
+        if self.layout is not None:
+            return self.layout.label
+        return f"{self.scheme}+rand" if self.randomized else self.scheme
+
+    @classmethod
+    def of(cls, layout: LayoutRow) -> Variant:
+        """The row of a layout: never randomized (a layout's layers would each draw their own positions)."""
+        return cls(layout_settings(layout)["position"], layout=layout)
+
+
+@dataclass
+class TaskOptions:
+    """Everything ``octlm length --task`` reads. Units are in each help text.
+
+    Shared options are ``octlm train``'s declarations (:func:`octlm.declare.same_as`),
+    with the task study's own defaults (:data:`TASK_TRAINING`, :data:`TASK_STEPS`,
+    :data:`TASK_SEEDS`, the schemes of :func:`octlm.model.positions.task_study_schemes`).
+    ``task`` is one name, a list, or ``["all"]``; :meth:`resolved` applies
+    ``--preset`` and fills the step count.
+    """
+
+    task: list[str] | None = option(
+        None,
+        f"synthetic tasks to train on instead of --text, one or more of {', '.join(_IN_ALL)}, or all (docs/tasks.md): "
+        "sizes 1..--task-length, exact match at --multipliers; several end with a ranking across tasks (ranking.png). "
+        f"Also, not in all: {', '.join(_NAMED_ONLY)}, state tracking (the S5 word problem, parity); "
+        f"{', '.join(VARIANTS)}, key-value needles in real text (--text; RULER's variants). {MEASURED_HELP}",
+        nargs="+",
+        choices=[*TASKS, *VARIANTS, ALL],
+        metavar="TASK",
+    )
+    text: list[str] | None = option(
+        None,
+        f"with a needle task: the corpus whose text is the haystack (default {DEFAULT_TEXT}); training's filler "
+        "from its training split, evaluation's from its validation split",
+        nargs="+",
+        metavar="PATH",
+    )
+    task_length: int = option(
+        16,
+        "longest training instance of --task, L (items: symbols, pairs or filler tokens)",
+        bounds=at_least(1, "items"),
+    )
+    multipliers: list[int] = option(
+        list(TASK_MULTIPLIERS),
+        "evaluated sizes as multiples of --task-length (with --task)",
+        bounds=Bound(1, says="integers >= 1"),
+        nargs="+",
+        metavar="M",
+    )
+    preset: str | None = option(
+        None,
+        "a paper's protocol, instead of --task (tasks, lengths, model, steps, seeds, schemes; a flag given "
+        "with it must agree): "
+        + "; ".join(
+            f"{p.name}, {p.paper.split(',')[0]}, for a {p.hardware.upper()}: {p.expected}" for p in PRESETS.values()
+        ),
+        choices=list(PRESETS),
+    )
+    randomize_positions: int = same_as(
+        TrainOptions,
+        "randomize_positions",
+        help="with --task: also train every scheme that reads positions "
+        "at positions drawn from FACTOR x the longest training sequence (Ruoss et al. 2023), and set both "
+        "side by side (rows <scheme>+rand); 1: plain only",
+    )
+    out: str | None = option(None, "study folder to create: tasks.jsonl, tasks.png, tasks.md")
+    overwrite: bool = option(False, "replace an existing study folder at --out")
+    shard: str | None = option(None, SHARD_HELP, metavar="I/N")
+    # Read from the registry when used, so a plug-in scheme registered after import takes part.
+    schemes: list[str] = option(
+        task_study_schemes,
+        "position schemes to train and compare (default: those the task study trains, "
+        f"in registration order: {' '.join(task_study_schemes())})",
+        nargs="+",
+        choices=SCHEME_NAMES,
+        metavar="SCHEME",
+    )
+    layouts: list[str] = option([], LAYOUTS_HELP, nargs="*", metavar="LAYOUT")
+    block: str = same_as(TrainOptions, "block")
+    qk_norm: bool = same_as(TrainOptions, "qk_norm")
+    attention_sinks: bool = same_as(TrainOptions, "attention_sinks")
+    output_gate: bool = same_as(TrainOptions, "output_gate")
+    d_model: int = same_as(TrainOptions, "d_model", default=TASK_TRAINING["d_model"])
+    n_heads: int = same_as(TrainOptions, "n_heads")
+    n_layers: int = same_as(TrainOptions, "n_layers", default=TASK_TRAINING["n_layers"])
+    batch_size: int = same_as(TrainOptions, "batch_size")
+    learning_rate: float = same_as(TrainOptions, "learning_rate", default=TASK_TRAINING["learning_rate"])
+    max_steps: int | None = same_as(TrainOptions, "max_steps", default=None)
+    optimizer: str = same_as(TrainOptions, "optimizer", default=TASK_TRAINING["optimizer"])
+    muon_lr: float = same_as(TrainOptions, "muon_lr")
+    muon_momentum: float = same_as(TrainOptions, "muon_momentum")
+    muon_weight_decay: float = same_as(TrainOptions, "muon_weight_decay")
+    seed: int = same_as(TrainOptions, "seed", help="random seed, the same for every model")
+    seeds: int = option(
+        TASK_SEEDS,
+        "train every model with this many seeds (--seed, --seed + 1, ...); tables show mean ± std",
+        bounds=at_least(1),
+    )
+    device: str = same_as(TrainOptions, "device")
+    threads: int | None = same_as(TrainOptions, "threads")
+    log_to: list[str] = same_as(TrainOptions, "log_to")
+
+    def task_names(self) -> list[str]:
+        """The tasks to run, in the order given (``all``: every task with ``in_all``, in registration order)."""
+        names = [self.task] if isinstance(self.task, str) else list(self.task or [])
+        return list(_IN_ALL) if ALL in names else names
+
+    def task_named(self, name: str) -> Task:
+        """Task ``name``: of :data:`~octlm.studies.tasks.generators.TASKS`, or a needle task on ``--text``
+        (:func:`~octlm.studies.tasks.needle.needle_task`)."""
+        return needle_task(name, tuple(self.text or ())) if name in VARIANTS else TASKS[name]
+
+    def tasks(self) -> list[Task]:
+        """The tasks to run (:meth:`task_names`), in order."""
+        return [self.task_named(name) for name in self.task_names()]
+
+    def steps(self) -> int:
+        """Steps per model: ``--max-steps``, else :data:`TASK_STEPS` for one task and :data:`ALL_TASKS_STEPS` for
+        several."""
+        if self.max_steps is not None:
+            return self.max_steps
+        return TASK_STEPS if len(self.task_names()) == 1 else ALL_TASKS_STEPS
+
+    def resolved(self, given: set[str] | None = None) -> TaskOptions:
+        """A copy with ``--preset`` applied (:func:`~octlm.studies.tasks.presets.apply_preset`), the tasks named, the
+        step count filled in and the multipliers sorted, 1 among them."""
+        opts = apply_preset(self, given)
+        # 1x, the longest trained size, anchors every table ("trained on sizes 1..L"), so it is always scored.
+        return dataclasses.replace(
+            opts, task=opts.task_names(), max_steps=opts.steps(), multipliers=sorted(set(opts.multipliers) | {1})
+        )
+
+    def variants(self) -> list[Variant]:
+        """The study's rows: each scheme plain, and randomized too where ``randomize_positions`` > 1 and the scheme
+        reads positions; then each layout (plain only)."""
+        rows = []
+        for scheme in self.schemes:
+            rows.append(Variant(scheme))
+            if self.randomize_positions > 1 and scheme in random_position_schemes():
+                rows.append(Variant(scheme, randomized=True))
+        return rows + [Variant.of(layout) for layout in layout_rows(self.layouts)]
+
+    def train_options(self, task: Task, variant: Variant | str, seed: int) -> TrainOptions:
+        """The training of one model: octlm train's options with the task study's (:data:`TASK_TRAINING`), at the
+        longest training instance."""
+        variant = Variant(variant) if isinstance(variant, str) else variant
+        steps = self.steps()
+        return TrainOptions.of(
+            position=variant.scheme,
+            layers="" if variant.layout is None else variant.layout.layers,
+            block=self.block,
+            qk_norm=self.qk_norm,
+            attention_sinks=self.attention_sinks,
+            output_gate=self.output_gate,
+            randomize_positions=self.randomize_positions if variant.randomized else 1,
+            context_length=task.sequence_length(self.task_length),
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_layers=self.n_layers,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            max_steps=steps,
+            warmup_steps=min(50, steps // 10),
+            weight_decay=TASK_TRAINING["weight_decay"],
+            seed=seed,
+            device=self.device,
+            optimizer=self.optimizer,
+            muon_lr=self.muon_lr,
+            muon_momentum=self.muon_momentum,
+            muon_weight_decay=self.muon_weight_decay,
+            threads=self.threads,
+            sample_tokens=0,
+        )
+
+
+def check_task_options(opts: TaskOptions) -> None:
+    """Reject task-study options that cannot work, naming the flag, before anything is written (``opts`` as
+    :meth:`TaskOptions.resolved` gives them).
+
+    Raises:
+        OctlmError: for an unknown task, no ``--out``, a value out of its
+            declared range (``--seeds 0``, ``--max-steps -5``,
+            ``--learning-rate nan``), a scheme or task named twice,
+            ``--randomize-positions`` with no scheme that reads positions, a
+            layout that cannot train (:func:`~octlm.studies.shared.rows.check_layouts`),
+            or a model shape or training the model or ``octlm train`` refuses;
+            for a needle task, a ``--text`` that cannot be read or is too
+            short for the sizes (:func:`~octlm.studies.tasks.needle.check_haystack`).
+    """
+    names = opts.task_names()
+    if not names or any(name not in TASKS and name not in VARIANTS for name in names):
+        raise OctlmError(
+            f"--task must name tasks among {', '.join([*TASKS, *VARIANTS])} (or all), got "
+            f"{' '.join(map(str, names)) or 'no task'}"
+        )
+    if opts.text and not any(name in VARIANTS for name in names):
+        raise OctlmError(
+            f"--text means nothing with --task {' '.join(names)}: only the needle tasks ({', '.join(VARIANTS)}) "
+            "read text; drop --text"
+        )
+    if len(set(names)) != len(names):
+        raise OctlmError(f"--task lists a task twice: {' '.join(names)}")
+    if opts.out is None:
+        raise OctlmError("--out: give the study folder to create, e.g. --out runs/copy")
+    check_fields(opts)
+    check_schemes(opts.schemes)
+    check_layouts(layout_rows(opts.layouts), opts.schemes, lambda row: _layout_models(opts, row, names))
+    check_trackers(list(opts.log_to))
+    takers = random_position_schemes()
+    if opts.randomize_positions > 1 and not any(s in takers for s in opts.schemes):
+        raise OctlmError(
+            f"--randomize-positions {opts.randomize_positions}: none of --schemes {' '.join(opts.schemes)} "
+            f"reads positions that could be drawn at random (those that do: {', '.join(takers)}); "
+            "add one of them or drop --randomize-positions"
+        )
+    for variant in (v for v in opts.variants() if v.layout is None):
+        for name in names:
+            try:
+                train = opts.train_options(opts.task_named(name), variant, opts.seed)
+            except ValueError as err:
+                raise refused(err) from None
+            check_options(train)
+    for name in (n for n in names if n in VARIANTS):
+        check_haystack(name, tuple(opts.text or ()), opts.task_length, max(opts.multipliers) * opts.task_length)
+    # The study files its models under its folder's name, refused here when MLflow cannot take it.
+    check_experiment(list(opts.log_to), Path(opts.out).resolve().name, None, "--out", opts.out)
+
+
+def _layout_models(opts: TaskOptions, row: LayoutRow, names: list[str]) -> list[TrainOptions]:
+    """The training options of a layout row's model for each task; a layout the model refuses is said with the task
+    whose sequences it was built for (a window must fit each task's longest training instance)."""
+    models = []
+    for name in names:
+        try:
+            models.append(opts.train_options(opts.task_named(name), Variant.of(row), opts.seed))
+        except DecoderFieldError as err:
+            raise DecoderFieldError(err.field, f"{err.rest} (--task {name})") from None
+    return models
+
+
+__all__ = [
+    "ALL",
+    "ALL_TASKS_STEPS",
+    "MEASURED_ALL_MINUTES",
+    "MEASURED_MINUTES",
+    "TASK_MULTIPLIERS",
+    "TASK_SEEDS",
+    "TASK_STEPS",
+    "TASK_TRAINING",
+    "TaskOptions",
+    "Variant",
+    "check_task_options",
+]

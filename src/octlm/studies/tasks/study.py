@@ -1,0 +1,397 @@
+"""The task study: ``octlm length --task NAME`` trains each scheme on a synthetic task and tests it on longer instances.
+
+Protocol (after Kazemnejad et al. 2023 and Ruoss et al. 2023):
+
+* One decoder per position scheme and seed, the same shape, steps and
+  learning rate, on the task of :data:`octlm.studies.tasks.generators.TASKS` named by ``--task``.
+* Training instances have ``1 .. L`` input items (``L = --task-length``), a
+  size drawn uniformly for each batch from the seed's generator; the loss is
+  on the answer tokens only.
+* Evaluation: :data:`EVAL_COUNT` fresh instances (from a generator seeded
+  ``seed + EVAL_SEED_OFFSET``, never used in training) at each size ``m x L``
+  for ``m`` in :data:`~octlm.studies.tasks.options.TASK_MULTIPLIERS`. Sizes above
+  ``L`` never occur in training; ``1x`` is the longest trained size, scored on new instances. An
+  instance counts when the whole answer is right: the greedy choice at every
+  answer position (given the right tokens before it, which is what greedy
+  decoding sees as long as it has been right) is the answer token.
+* A learned table has rows for the longest training sequence only: longer
+  sizes are reported ``n/a``, as in the text study.
+
+Outputs in ``--out``: ``tasks.jsonl``, ``tasks.png``, ``tasks.md``, and the
+table on the terminal; accuracy is the mean over ``--seeds``. The options, their
+defaults and their checks are :mod:`octlm.studies.tasks.options`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from octlm.fileio import atomic_write
+from octlm.model import Decoder, cross_entropy
+from octlm.report import Reporter, SilentReporter
+from octlm.studies.shared.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
+from octlm.studies.shared.progress import PROGRESS, StudyProgress, open_study, test_stop
+from octlm.studies.shared.spread import Share, count_models, finish_share, open_share, placed_device, share_of
+from octlm.studies.tasks.checkpoint import SAVE_EVERY, restore_task_checkpoint, save_task_checkpoint
+from octlm.studies.tasks.events import announce, report_model
+from octlm.studies.tasks.generators import Task
+from octlm.studies.tasks.needle_report import NEEDLE_FILES, attention_records
+from octlm.studies.tasks.options import TaskOptions, Variant, check_task_options
+from octlm.studies.tasks.tables import Summary, protocol_sentence, summarize
+from octlm.train.device import resolve_device, torch_settings
+from octlm.train.optim import backward, make_optimizer, scheduled_lr
+from octlm.train.tracking import MetricsLog
+
+#: Instances scored per size and model.
+EVAL_COUNT = 256
+#: The evaluation generator's seed is the run's seed plus this, so its data never meets training's.
+EVAL_SEED_OFFSET = 10**6
+#: Bins of needle depth that passkey is scored in, from the start of the filler to its end (as needle-in-a-haystack
+#: evaluations draw it).
+DEPTH_BINS = 10
+#: Each depth bin's evaluation generator is seeded this far from the last, clear of every size's.
+DEPTH_SEED_STEP = 1000
+DEPTH_PLOT = "tasks-depth.png"
+RANK_PLOT = "ranking.png"
+#: With --log-to, each model's tracker run: runs/<task>/<row>-seed<seed>/.
+RUNS = "runs"
+#: Steps between the train records a tracker receives.
+LOG_EVERY = 50
+FILES = StudyFiles(
+    "task study", "tasks.jsonl", "tasks.md", "tasks.png", extra=(DEPTH_PLOT, RANK_PLOT, RUNS, PROGRESS, *NEEDLE_FILES)
+)
+JSONL, PLOT, TABLE = FILES.jsonl, FILES.plot, FILES.table
+
+
+def answer_loss(model: Decoder, tokens: torch.Tensor, task: Task, size: int) -> torch.Tensor:
+    """Mean nats of the scored answer tokens of ``tokens`` [B, S] (instances of ``size`` items), each predicted from the
+    tokens before it."""
+    answer, scored = task.answer_length(size), task.answer_mask(size).to(tokens.device)
+    logits = model(tokens[:, :-1])[:, -answer:][:, scored]
+    return cross_entropy(logits, tokens[:, -answer:][:, scored])
+
+
+def train_task_model(
+    task: Task,
+    scheme: Variant | str,
+    seed: int,
+    opts: TaskOptions,
+    device: torch.device,
+    log: MetricsLog | None = None,
+    checkpoint: Path | None = None,
+) -> tuple[Decoder, dict]:
+    """Train one model for ``opts.max_steps`` steps as ``octlm train`` steps (its optimizer, schedule and clipping);
+    returns it in eval mode and its record.
+
+    Each step draws an instance size from ``1 .. task_length`` and a batch of
+    that size from the seed's generator; the loss is on the answer tokens only.
+    The decoder's context holds the longest training instance (a learned
+    table's rows); its vocabulary, the task's symbols up to the longest evaluated size.
+    ``log`` receives a ``train`` record (loss in nats, learning rate) every
+    :data:`LOG_EVERY` steps and at the last. With ``checkpoint``, training
+    resumes from that file when it exists and saves it every
+    :data:`~octlm.studies.tasks.checkpoint.SAVE_EVERY` steps.
+    """
+    variant = Variant(scheme) if isinstance(scheme, str) else scheme
+    train = opts.train_options(task, variant, seed)
+    longest = max(opts.multipliers) * opts.task_length
+    torch.manual_seed(seed)
+    model = Decoder(train.model_config(task.vocab_size(longest))).to(device).train()
+    optimizer = make_optimizer(model, train, device)
+    g = torch.Generator().manual_seed(seed)
+    t0, loss, start, before = time.perf_counter(), torch.tensor(float("nan")), 0, 0.0
+    if checkpoint is not None and checkpoint.is_file():
+        start, before = restore_task_checkpoint(checkpoint, model, optimizer, g)
+    for step in range(start, train.max_steps):
+        test_stop("step")
+        scheduled_lr(optimizer, step, train)
+        size = int(torch.randint(1, opts.task_length + 1, (1,), generator=g))
+        tokens = task.batch(size, opts.batch_size, longest, g).to(device)
+        loss = answer_loss(model, tokens, task, size)
+        backward(loss, model, optimizer, train.grad_clip)
+        optimizer.step()
+        if checkpoint is not None and (step + 1) % SAVE_EVERY == 0 and step + 1 < train.max_steps:
+            save_task_checkpoint(checkpoint, step + 1, model, optimizer, g, before + time.perf_counter() - t0)
+        if log is not None and ((step + 1) % LOG_EVERY == 0 or step + 1 == train.max_steps):
+            log.log(
+                {"kind": "train", "step": step + 1, "loss": float(loss.detach()), "lr": optimizer.param_groups[0]["lr"]}
+            )
+    record = {
+        "record": "train",
+        "task": task.name,
+        **_row(variant),
+        "seed": seed,
+        "steps": train.max_steps,
+        "final_loss": float(loss.detach()),
+        "train_seconds": before + time.perf_counter() - t0,
+    }
+    return model.eval(), record
+
+
+def _row(variant: Variant) -> dict:
+    """What every record says of its row: the scheme, the row's label and whether it trained at randomized positions;
+    a layout row's position is its label, as in the text study, and ``layers`` its layout."""
+    if variant.layout is not None:
+        return {"position": variant.label, "label": variant.label, "randomized": False, "layers": variant.layout.layers}
+    return {"position": variant.scheme, "label": variant.label, "randomized": variant.randomized}
+
+
+@torch.no_grad()
+def exact_match(model: Decoder, task: Task, size: int, longest: int, seed: int, device: torch.device) -> float | None:
+    """Fraction of :data:`EVAL_COUNT` fresh instances of ``size`` items whose whole answer is right; ``None`` past a
+    table."""
+    if model.max_length is not None and task.sequence_length(size) - 1 > model.max_length:
+        return None
+    g = torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET + size)
+    return _all_right(model, task.evaluation().batch(size, EVAL_COUNT, longest, g).to(device), task, size)
+
+
+@torch.no_grad()
+def exact_match_by_depth(
+    model: Decoder, task: Task, size: int, longest: int, seed: int, device: torch.device
+) -> list[float | None] | None:
+    """Exact match of :data:`EVAL_COUNT` fresh instances in each of :data:`DEPTH_BINS` bins of needle depth (start to
+    end); ``None`` for a task without a needle.
+
+    An entry is ``None`` where no place of ``size`` filler tokens lies in the
+    bin, or past a learned table. Each bin draws from its own generator, kept
+    apart from training's and from :func:`exact_match`'s.
+    """
+    if task.make_at_depth is None:
+        return None
+    scores: list[float | None] = []
+    for b in range(DEPTH_BINS):
+        g = torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET + size + DEPTH_SEED_STEP * (b + 1))
+        tokens = task.evaluation().batch_at_depth(size, EVAL_COUNT, longest, g, b / DEPTH_BINS, (b + 1) / DEPTH_BINS)
+        scores.append(None if tokens is None else _all_right(model, tokens.to(device), task, size))
+    return scores
+
+
+def _all_right(model: Decoder, tokens: torch.Tensor, task: Task, size: int) -> float | None:
+    """Fraction of the rows of ``tokens`` (instances of ``size`` items) whose every scored answer token is the greedy
+    choice; ``None`` past a table."""
+    if model.max_length is not None and tokens.shape[1] - 1 > model.max_length:
+        return None
+    answer, scored = task.answer_length(size), task.answer_mask(size).to(tokens.device)
+    guess = model(tokens[:, :-1])[:, -answer:][:, scored].argmax(dim=-1)
+    return float((guess == tokens[:, -answer:][:, scored]).all(dim=1).float().mean())
+
+
+def task_study(opts: TaskOptions, report: Reporter | None = None, given: set[str] | None = None) -> dict:
+    """Run ``octlm length --task``; returns the result dict (also the last ``--json`` line).
+
+    ``given``: the flags typed on the command line, so that one typed with its
+    default value still conflicts with ``--preset``.
+
+    An unfinished study of the same options at ``--out`` is continued
+    (:mod:`octlm.studies.shared.progress`, :mod:`octlm.studies.tasks.checkpoint`).
+
+    Raises:
+        OctlmError: for bad options, an existing finished study without
+            ``--overwrite``, or an unfinished study of other options (before
+            anything is trained).
+    """
+    opts = opts.resolved(given)
+    check_task_options(opts)
+    share = share_of(opts.shard, opts.overwrite)
+    device, threads = placed_device(opts.device, opts.threads, share)
+    report = report or Reporter()
+    with torch_settings(threads, False):
+        return _study(opts, share, resolve_device(device), report if share.speaks else SilentReporter(report))
+
+
+def _study(opts: TaskOptions, share: Share, device: torch.device, report: Reporter) -> dict:
+    def begin(overwrite: bool) -> StudyProgress:
+        prepare = lambda: prepare_study_folder(opts.out, overwrite, FILES)  # noqa: E731
+        return open_study(opts.out, overwrite, FILES.kind, asdict(opts), prepare, report)
+
+    progress = open_share(share, opts.out, opts.overwrite, begin)
+    tasks = opts.tasks()
+    seeds = study_seeds(opts.seed, opts.seeds)
+    sizes = [m * opts.task_length for m in opts.multipliers]
+    variants = opts.variants()
+    announce(opts, tasks, variants, seeds, sizes, report)
+    t0 = time.perf_counter()
+    models = [(task, variant, seed) for task in tasks for variant in variants for seed in seeds]
+    if share.spread:
+        units = [_unit(*model) for model in models]
+        count_models(progress, units, report)
+        _models([m for k, m in enumerate(models) if share.owns(k)], opts, sizes, device, progress, report)
+        tables = lambda: _tables(opts, tasks, variants, sizes, seeds, models, device, progress, report, t0)  # noqa: E731
+        return finish_share(share, progress, units, units, report, tables)
+    return _tables(opts, tasks, variants, sizes, seeds, models, device, progress, report, t0)
+
+
+def _unit(task: Task, variant: Variant, seed: int) -> str:
+    return f"model-{task.name}-{variant.label}-seed{seed}"
+
+
+def _models(models: list, opts: TaskOptions, sizes, device, progress: StudyProgress, report):
+    """Train and score ``models`` (``(task, variant, seed)``, in order), or read back those recorded: ``(records,
+    depths)``. Each model's line says how many of ``models`` are done."""
+    records, depths = [], []
+    for task, variant, seed in models:
+        unit = _unit(task, variant, seed)
+        if (kept := progress.get(unit)) is None:  # trained and scored in an earlier command: never redone
+            saved = progress.folder / f"{unit}.safetensors"
+            got, by_depth = _train_and_score(task, variant, seed, opts, sizes, device, progress.out, saved)
+            kept = progress.put(unit, {"records": got, "depths": by_depth})
+            saved.unlink(missing_ok=True)
+        records += kept["records"]
+        depths += kept["depths"]
+        done = len([r for r in records if r["record"] == "train"])
+        report_model(kept["records"], task, variant, seed, done, len(models), report)
+    return records, depths
+
+
+def _tables(opts, tasks, variants, sizes, seeds, models, device, progress: StudyProgress, report, t0: float) -> dict:
+    """Every model of the study (trained here or read back), then the tables: the study's result."""
+    out = progress.out
+    records, depths = _models(models, opts, sizes, device, progress, report)
+    header = _header(opts, tasks, variants, sizes, seeds)
+    summary = summarize(records, depths, tasks, [v.label for v in variants], sizes, seeds, protocol_sentence(opts))
+    paths = _write(out, [header, *records, *depths, *summary.records], summary)
+    progress.finish()
+    seconds = time.perf_counter() - t0
+    result = {
+        "out": str(out),
+        "tasks": opts.task_names(),
+        "sizes": sizes,
+        "seeds": seeds,
+        **summary.result,
+        "seconds": seconds,
+        **paths,
+    }
+    report.result(result, f"{summary.terminal}\n\n{wrote_line(paths.values(), seconds)}")
+    return result
+
+
+def _header(opts: TaskOptions, tasks: list[Task], variants: list[Variant], sizes: list[int], seeds: list[int]) -> dict:
+    """The ``study`` record that opens ``tasks.jsonl``: the protocol and every option."""
+    return {
+        "record": "study",
+        "task": opts.task_names()[0] if len(tasks) == 1 else opts.task_names(),
+        "tasks": opts.task_names(),
+        "task_length": opts.task_length,
+        "sizes": sizes,
+        "seeds": seeds,
+        "steps": opts.max_steps,
+        "eval_count": EVAL_COUNT,
+        "rows": [v.label for v in variants],
+        "options": {k: v for k, v in asdict(opts).items() if k != "shard"},  # where it ran, not what it computed
+    }
+
+
+def _write(out: Path, records: list[dict], summary: Summary) -> dict[str, str]:
+    """Write the study's files and the summary's extra figures; ``{name: path}`` of everything written."""
+    paths = write_study(out, FILES, records, summary.markdown, summary.figure)
+    for name, data in summary.extra_files.items():
+        atomic_write(out / name, data)
+        paths[name.split(".")[0].replace("-", "_")] = str(out / name)
+    return paths
+
+
+def _train_and_score(
+    task: Task,
+    variant: Variant,
+    seed: int,
+    opts: TaskOptions,
+    sizes: list[int],
+    device: torch.device,
+    out: Path,
+    checkpoint: Path,
+) -> tuple[list[dict], list[dict]]:
+    """Train one model and score it at every size: ``([train record, eval records], [depth records])``.
+
+    With ``--log-to``, the model is its own tracker run in ``out/runs/<task>/<row>-seed<seed>/``
+    (``metrics.jsonl`` and the trackers' files), filed under the study folder's name.
+    """
+    log = None
+    if opts.log_to:
+        folder = out / RUNS / task.name / f"{variant.label}-seed{seed}"
+        shutil.rmtree(folder, ignore_errors=True)  # a resumed model's tracker run starts anew
+        folder.mkdir(parents=True)
+        log = MetricsLog(
+            folder,
+            folder / "metrics.jsonl",
+            list(opts.log_to),
+            {**opts.train_options(task, variant, seed).to_dict(), "task": task.name},
+            None,
+            out.name,
+        )
+    try:
+        model, record = train_task_model(task, variant, seed, opts, device, log, checkpoint)
+        got = _score(model, record, task, variant, seed, opts, sizes, device)
+        if log is not None:
+            log.log(
+                {
+                    "kind": "eval",
+                    "step": record["steps"],
+                    **{
+                        f"exact_match_{r['multiplier']}x": r["exact_match"]
+                        for r in got[0][1:]
+                        if r["exact_match"] is not None
+                    },
+                }
+            )
+    finally:
+        if log is not None:
+            log.close()
+    return got
+
+
+def _score(
+    model: Decoder,
+    record: dict,
+    task: Task,
+    variant: Variant,
+    seed: int,
+    opts: TaskOptions,
+    sizes: list[int],
+    device: torch.device,
+) -> tuple[list[dict], list[dict]]:
+    row, evals, depths = _row(variant), [], []
+    for m, size in zip(opts.multipliers, sizes, strict=True):
+        accuracy = exact_match(model, task, size, max(sizes), seed, device)
+        evals.append(
+            {
+                "record": "eval",
+                "task": task.name,
+                **row,
+                "seed": seed,
+                "multiplier": m,
+                "size": size,
+                "exact_match": accuracy,
+            }
+        )
+        if (by_depth := exact_match_by_depth(model, task, size, max(sizes), seed, device)) is not None:
+            depths.append(
+                {
+                    "record": "depth",
+                    "task": task.name,
+                    **row,
+                    "seed": seed,
+                    "multiplier": m,
+                    "size": size,
+                    "depth_bins": [[b / DEPTH_BINS, (b + 1) / DEPTH_BINS] for b in range(DEPTH_BINS)],
+                    "exact_match": by_depth,
+                }
+            )
+    evals += attention_records(model, task, row, seed, opts.multipliers, sizes, device)  # needle tasks only
+    return [record, *evals], depths
+
+
+__all__ = [
+    "DEPTH_BINS",
+    "EVAL_COUNT",
+    "EVAL_SEED_OFFSET",
+    "exact_match",
+    "exact_match_by_depth",
+    "task_study",
+    "train_task_model",
+]
