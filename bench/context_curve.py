@@ -6,7 +6,7 @@ For each scheme an untrained decoder of the default study's shape (vocab_size
 1024, T = 128, d_model 128, 4 heads, 2 layers; speed does not depend on the
 weights) scores ``--targets`` targets of a random token stream with exactly c
 tokens of context, c = 1, 2, 4, ... to 16 x T (a learned table to T), as the
-reading does (:func:`octlm.studies.context_curve.score_at`, batches of
+reading does (:func:`octlm.studies.length.readings.context_curve.score_at`, batches of
 8192 / c windows). Times are on this process's CPU clock (``time.process_time``,
 which other programs disturb far less than the wall clock).
 
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from octlm.model import Decoder, DecoderConfig
-from octlm.studies.context_curve import DEFAULT_TARGETS, context_grid, score_at
+from octlm.studies.length.readings.context_curve import DEFAULT_TARGETS, context_grid, score_at
 from octlm.train.evaluate import evaluate
 
 
