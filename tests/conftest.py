@@ -6,6 +6,7 @@ so the suite needs nothing beside the clone.
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -22,6 +23,13 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 settings.register_profile("octlm", deadline=None, max_examples=60)
 settings.load_profile("octlm")
+
+# pytest-xdist (`-n 2` in pyproject's addopts) runs tests in one process per CPU. Each of them taking every CPU for
+# torch's threads would make the workers fight over the cores and every operator wait on its slowest thread, so a worker
+# computes on one thread unless OMP_NUM_THREADS says otherwise; commands the tests start inherit it and skip the 0.2 s
+# idle-CPU probe. scripts/test.sh's rounding pass sets another OMP_NUM_THREADS, so it still runs another thread count.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 #: The smallest model the command-line tests train: its shape and steps, on one thread (a run's numbers repeat only at
