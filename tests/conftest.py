@@ -36,6 +36,36 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 #: one thread count, and the idle-CPU default can differ between two runs on a busy machine).
 TINY_MODEL = "--max-steps 3 --d-model 32 --n-heads 2 --n-layers 1 --vocab-size 300 --batch-size 4 --threads 1".split()
 
+#: The small shape most training tests share (context 16); each test adds its own steps, evaluation and sampling.
+SMALL_SHAPE = dict(vocab_size=280, context_length=16, d_model=16, n_heads=2, n_layers=1, batch_size=4)
+#: The TrainOptions fields of a short run of that shape: evaluated every 5 steps on 4 blocks (8 at the end), no sample,
+#: one thread (a run's numbers repeat only at one thread count).
+SMALL_RUN = dict(SMALL_SHAPE, eval_interval=5, eval_blocks=4, final_eval_blocks=8, sample_tokens=0, threads=1)
+
+
+def flags(**options) -> list[str]:
+    """Command-line flags written from keyword options, in their order: ``eval_blocks=4`` gives ``--eval-blocks 4``,
+    a list or tuple several values (``multipliers=[1, 2]``), ``True`` the bare flag."""
+    out = []
+    for name, value in options.items():
+        out.append("--" + name.replace("_", "-"))
+        if isinstance(value, (list, tuple)):
+            out += [str(v) for v in value]
+        elif value is not True:
+            out.append(str(value))
+    return out
+
+
+def small_run(**options) -> list[str]:
+    """``octlm train`` flags for :data:`SMALL_SHAPE` followed by ``options`` (see :func:`flags`)."""
+    return flags(**SMALL_SHAPE, **options)
+
+
+def tiny_model(**options) -> list[str]:
+    """Flags for the tiny model of the study tests (d_model 16, one layer of two heads, vocabulary 280, batches of 4;
+    the context length is the study's ``--train-length``) followed by ``options`` (see :func:`flags`)."""
+    return flags(vocab_size=280, d_model=16, n_heads=2, n_layers=1, batch_size=4, **options)
+
 
 @pytest.fixture(scope="session")
 def shakespeare(tmp_path_factory) -> Path:
@@ -61,32 +91,8 @@ def trained_run(tmp_path_factory, small_corpus) -> Path:
     from octlm.cli import main
 
     out = tmp_path_factory.mktemp("runs") / "small"
-    code = main(
-        [
-            "train",
-            "--text",
-            str(small_corpus),
-            "--out",
-            str(out),
-            "--vocab-size",
-            "300",
-            "--context-length",
-            "32",
-            "--d-model",
-            "32",
-            "--n-heads",
-            "2",
-            "--max-steps",
-            "30",
-            "--eval-interval",
-            "10",
-            "--batch-size",
-            "8",
-            "--sample-tokens",
-            "8",
-            "--quiet",
-        ]
-    )
+    run = flags(vocab_size=300, context_length=32, d_model=32, n_heads=2, max_steps=30, eval_interval=10, batch_size=8)
+    code = main(["train", "--text", str(small_corpus), "--out", str(out), *run, "--sample-tokens", "8", "--quiet"])
     assert code == 0
     return out
 
@@ -98,44 +104,17 @@ def length_study(tmp_path_factory, small_corpus) -> Path:
     from octlm.cli import main
 
     out = tmp_path_factory.mktemp("studies") / "tiny"
-    code = main(
-        [
-            "length",
-            "--text",
-            str(small_corpus),
-            "--out",
-            str(out),
-            "--vocab-size",
-            "280",
-            "--d-model",
-            "16",
-            "--n-heads",
-            "2",
-            "--n-layers",
-            "1",
-            "--batch-size",
-            "4",
-            "--train-length",
-            "8",
-            "--multipliers",
-            "1",
-            "2",
-            "4",
-            "--schemes",
-            "learned",
-            "rope",
-            "alibi",
-            "--rope-scalings",
-            "yarn",
-            "--max-steps",
-            "3",
-            "--extend-to",
-            "2",
-            "--extend-steps",
-            "2",
-            "--quiet",
-        ]
+    study = tiny_model(
+        train_length=8,
+        multipliers=[1, 2, 4],
+        schemes=["learned", "rope", "alibi"],
+        rope_scalings=["yarn"],
+        max_steps=3,
+        extend_to=2,
+        extend_steps=2,
+        quiet=True,
     )
+    code = main(["length", "--text", str(small_corpus), "--out", str(out), *study])
     assert code == 0
     return out
 

@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from octlm.cli import main
+from tests.conftest import small_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -180,30 +181,7 @@ def test_train_overwrite_takes_the_attention_folder_only_when_it_holds_octlm_out
     assert RunFolder(run).foreign_files() == []
     (run / "attention" / "NOTES.md").write_text("mine")
     assert RunFolder(run).foreign_files() == ["attention/NOTES.md"]
-    tiny = [
-        "--vocab-size",
-        "280",
-        "--context-length",
-        "16",
-        "--d-model",
-        "16",
-        "--n-heads",
-        "2",
-        "--n-layers",
-        "1",
-        "--batch-size",
-        "4",
-        "--eval-interval",
-        "50",
-        "--eval-blocks",
-        "4",
-        "--final-eval-blocks",
-        "4",
-        "--sample-tokens",
-        "0",
-        "--max-steps",
-        "2",
-    ]
+    tiny = small_run(eval_interval=50, eval_blocks=4, final_eval_blocks=4, sample_tokens=0, max_steps=2)
     assert main(["train", "--text", str(small_corpus), "--out", str(run), "--overwrite", *tiny]) == 1
     assert "holds attention/NOTES.md besides" in capsys.readouterr().err and (run / "attention" / "NOTES.md").exists()
     (run / "attention" / "NOTES.md").unlink()

@@ -80,31 +80,9 @@ from octlm import Decoder, DecoderConfig, fileio
 from octlm.cli import main
 from octlm.data.tokenizer import Tokenizer
 from octlm.data.tokens import open_tokens
+from tests.conftest import small_run
 
-TINY = [
-    "--vocab-size",
-    "280",
-    "--context-length",
-    "16",
-    "--d-model",
-    "16",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--batch-size",
-    "4",
-    "--eval-interval",
-    "50",
-    "--eval-blocks",
-    "4",
-    "--final-eval-blocks",
-    "4",
-    "--sample-tokens",
-    "0",
-    "--max-steps",
-    "3",
-]
+TINY = small_run(eval_interval=50, eval_blocks=4, final_eval_blocks=4, sample_tokens=0, max_steps=3)
 
 #: Cases tested next to the code they guard: (module, test function).
 ELSEWHERE = {

@@ -10,27 +10,9 @@ from itertools import pairwise
 import pytest
 
 from octlm.cli import main
+from tests.conftest import small_run
 
-TINY = [
-    "--vocab-size",
-    "280",
-    "--context-length",
-    "16",
-    "--d-model",
-    "16",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--batch-size",
-    "4",
-    "--eval-interval",
-    "5",
-    "--eval-blocks",
-    "4",
-    "--sample-tokens",
-    "4",
-]
+TINY = small_run(eval_interval=5, eval_blocks=4, sample_tokens=4)
 
 
 def json_lines(text):

@@ -16,27 +16,10 @@ from octlm.errors import OctlmError
 from octlm.run.folder import RunFolder
 from octlm.run.load import load_run
 from octlm.train.init_from import interpolate_table
+from tests.conftest import tiny_model
 
 T = 16
-TINY = [
-    "--vocab-size",
-    "280",
-    "--d-model",
-    "16",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--batch-size",
-    "4",
-    "--sample-tokens",
-    "0",
-    "--eval-blocks",
-    "2",
-    "--final-eval-blocks",
-    "2",
-    "--quiet",
-]
+TINY = tiny_model(sample_tokens=0, eval_blocks=2, final_eval_blocks=2, quiet=True)
 
 
 def _train(args: list[str]) -> None:
@@ -231,30 +214,8 @@ def test_scaling_options_are_checked(sources, small_corpus, tmp_path, capsys):
         source_config(tmp_path / "missing")
 
 
-STUDY = [
-    "--vocab-size",
-    "280",
-    "--d-model",
-    "16",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--batch-size",
-    "4",
-    "--train-length",
-    "8",
-    "--multipliers",
-    "1",
-    "2",
-    "--schemes",
-    "rope",
-    "learned",
-    # same numbers are promised for one thread count; without it the idle-CPU default can differ between studies
-    "--threads",
-    "1",
-    "--rope-scalings",
-]
+# same numbers are promised for one thread count; without it the idle-CPU default can differ between studies
+STUDY = tiny_model(train_length=8, multipliers=[1, 2], schemes=["rope", "learned"], threads=1, rope_scalings=[])
 
 
 def _study(out, small_corpus, *extra, stdout: list | None = None):

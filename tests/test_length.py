@@ -11,28 +11,11 @@ import pytest
 from octlm.cli import main
 from octlm.errors import OctlmError
 from octlm.run.load import load_run
-from tests.conftest import hand_bpb
+from tests.conftest import hand_bpb, tiny_model
 
 T = 8
 MULTIPLIERS = [1, 2, 4]
-TINY = [
-    "--vocab-size",
-    "280",
-    "--d-model",
-    "16",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--batch-size",
-    "4",
-    "--max-steps",
-    "3",
-    "--train-length",
-    str(T),
-    "--multipliers",
-    *map(str, MULTIPLIERS),
-]
+TINY = tiny_model(max_steps=3, train_length=T, multipliers=MULTIPLIERS)
 #: The tests here are about the base study; tests/test_extend.py covers the extension stage, which is on by default.
 TINY += ["--extend-to", "0"]
 

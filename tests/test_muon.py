@@ -29,26 +29,13 @@ from octlm.report import Reporter
 from octlm.train.launch import train
 from octlm.train.optim import MuonWithAdamW, make_optimizer, muon_parameters, scheduled_lr
 from octlm.train.options import TrainOptions
+from tests.conftest import SMALL_RUN
 
 # results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
 pytestmark = pytest.mark.rounding
 
 QUIET = Reporter(json_mode=True)
-TINY = dict(
-    vocab_size=280,
-    context_length=16,
-    d_model=16,
-    n_heads=2,
-    n_layers=1,
-    batch_size=4,
-    eval_interval=5,
-    eval_blocks=4,
-    final_eval_blocks=8,
-    sample_tokens=0,
-    dropout=0.1,
-    threads=1,
-    optimizer="muon",
-)
+TINY = dict(SMALL_RUN, dropout=0.1, optimizer="muon")
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 
 

@@ -16,33 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import small_run
+
 REPO = Path(__file__).resolve().parents[1]
-TINY = [
-    "--vocab-size",
-    "280",
-    "--context-length",
-    "16",
-    "--d-model",
-    "16",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--batch-size",
-    "4",
-    "--max-steps",
-    "2",
-    "--eval-interval",
-    "50",
-    "--eval-blocks",
-    "2",
-    "--final-eval-blocks",
-    "2",
-    "--sample-tokens",
-    "0",
-    "--threads",
-    "1",
-]
+TINY = small_run(max_steps=2, eval_interval=50, eval_blocks=2, final_eval_blocks=2, sample_tokens=0, threads=1)
 JUPYTER = "module://matplotlib_inline.backend_inline"
 
 

@@ -20,6 +20,7 @@ import pytest
 from octlm.data.reading import read_documents
 from octlm.data.records import file_format
 from octlm.errors import DataError
+from tests.conftest import flags
 
 TEXTS = ["First record.\nWith two lines.", "Zweiter Eintrag: grün, ß, 東京.", "", 'a "quoted", comma, record']
 
@@ -288,25 +289,17 @@ def streamed(monkeypatch):
     monkeypatch.setattr(octlm.train.corpus, "STREAM_GROUP_BYTES", 4_000)
 
 
-TRAIN_ARGS = [
-    "--vocab-size",
-    "300",
-    "--context-length",
-    "16",
-    "--d-model",
-    "16",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--max-steps",
-    "2",
-    "--batch-size",
-    "2",
-    "--sample-tokens",
-    "0",
-    "--quiet",
-]
+TRAIN_ARGS = flags(
+    vocab_size=300,
+    context_length=16,
+    d_model=16,
+    n_heads=2,
+    n_layers=1,
+    max_steps=2,
+    batch_size=2,
+    sample_tokens=0,
+    quiet=True,
+)
 
 
 def test_a_corpus_above_the_sample_size_streams_to_the_same_token_files(streamed, tmp_path, shakespeare):

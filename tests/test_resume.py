@@ -26,24 +26,12 @@ from octlm.train.checkpoint import CHECKPOINT, CheckpointError, load_checkpoint,
 from octlm.train.launch import train
 from octlm.train.options import TrainOptions
 from octlm.train.trainer import TrainingError
+from tests.conftest import SMALL_RUN
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
 # dropout > 0 so the dropout generator's state must survive the interruption too
-TINY = dict(
-    vocab_size=280,
-    context_length=16,
-    d_model=16,
-    n_heads=2,
-    n_layers=1,
-    batch_size=4,
-    eval_interval=5,
-    eval_blocks=4,
-    final_eval_blocks=8,
-    sample_tokens=0,
-    dropout=0.1,
-    threads=1,
-)
+TINY = dict(SMALL_RUN, dropout=0.1)
 TINY_FLAGS = [x for k, v in TINY.items() for x in (f"--{k.replace('_', '-')}", str(v))]
 QUIET = Reporter(json_mode=True)
 

@@ -20,33 +20,11 @@ import pytest
 
 from octlm.cli import main
 from octlm.train.checkpoint import CHECKPOINT, load_checkpoint
+from tests.conftest import SMALL_RUN, flags
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-FLAGS = [
-    "--vocab-size",
-    "280",
-    "--context-length",
-    "16",
-    "--d-model",
-    "16",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--batch-size",
-    "4",
-    "--eval-interval",
-    "5",
-    "--eval-blocks",
-    "4",
-    "--final-eval-blocks",
-    "8",
-    "--sample-tokens",
-    "0",
-    "--threads",
-    "1",
-]
+FLAGS = flags(**SMALL_RUN)
 
 
 def train_command(corpus: Path, run: Path) -> list[str]:

@@ -10,21 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from octlm.studies.tasks.ranking import fractional_ranks, mean_reciprocal_ranks, separated
+from tests.conftest import flags
 
-TINY = [
-    "--d-model",
-    "16",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--max-steps",
-    "3",
-    "--task-length",
-    "2",
-    "--device",
-    "cpu",
-]
+TINY = flags(d_model=16, n_heads=2, n_layers=1, max_steps=3, task_length=2, device="cpu")
 
 
 @given(st.dictionaries(st.sampled_from("abcdefgh"), st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=1))

@@ -13,38 +13,15 @@ from pathlib import Path
 import pytest
 
 from octlm.cli import main
+from tests.conftest import small_run
 
 # Tests never reach the network: MLflow 3 sends usage telemetry unless told not to.
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
 os.environ["DO_NOT_TRACK"] = "true"
 
-TINY = [
-    "--vocab-size",
-    "280",
-    "--context-length",
-    "16",
-    "--d-model",
-    "16",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--batch-size",
-    "4",
-    "--eval-interval",
-    "100",
-    "--eval-blocks",
-    "4",
-    "--final-eval-blocks",
-    "4",
-    "--sample-tokens",
-    "0",
-    "--log-interval",
-    "1",
-    "--threads",
-    "1",
-    "--quiet",
-]
+TINY = small_run(
+    eval_interval=100, eval_blocks=4, final_eval_blocks=4, sample_tokens=0, log_interval=1, threads=1, quiet=True
+)
 
 
 @pytest.fixture(autouse=True)

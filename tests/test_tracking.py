@@ -15,21 +15,9 @@ from octlm.errors import OctlmError
 from octlm.report import Reporter
 from octlm.train.launch import train
 from octlm.train.options import TrainOptions
+from tests.conftest import SMALL_RUN, flags, tiny_model
 
-TINY = dict(
-    vocab_size=280,
-    context_length=16,
-    d_model=16,
-    n_heads=2,
-    n_layers=1,
-    batch_size=4,
-    eval_interval=5,
-    eval_blocks=4,
-    final_eval_blocks=8,
-    sample_tokens=0,
-    log_interval=2,
-    threads=1,
-)
+TINY = dict(SMALL_RUN, log_interval=2)
 QUIET = Reporter(json_mode=True)
 # Tests never reach the network: MLflow 3 sends usage telemetry unless told not to (read when it logs, so set before any
 # test).
@@ -207,34 +195,8 @@ def test_a_length_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path
             str(small_corpus),
             "--out",
             str(out),
-            "--vocab-size",
-            "280",
-            "--d-model",
-            "16",
-            "--n-heads",
-            "2",
-            "--n-layers",
-            "1",
-            "--batch-size",
-            "4",
-            "--train-length",
-            "8",
-            "--multipliers",
-            "1",
-            "2",
-            "--schemes",
-            "learned",
-            "alibi",
-            "--max-steps",
-            "3",
-            "--extend-to",
-            "2",
-            "--extend-steps",
-            "2",
-            "--log-to",
-            "tensorboard",
-            "mlflow",
-            "--quiet",
+            *tiny_model(train_length=8, multipliers=[1, 2], schemes=["learned", "alibi"], max_steps=3, extend_to=2),
+            *flags(extend_steps=2, log_to=["tensorboard", "mlflow"], quiet=True),
         ]
     )
     assert code == 0

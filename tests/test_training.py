@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from octlm.cli import main
 from octlm.train.optim import decay_progress, lr_at
 from octlm.train.options import TrainOptions
+from tests.conftest import small_run
 
 
 @pytest.mark.slow
@@ -106,28 +107,7 @@ def test_metrics_record_one_step_at_the_peak_and_the_floor_at_the_last(small_cor
     assert rates[-1] == 0.01 * 0.1
 
 
-TINY_FLAGS = [
-    "--vocab-size",
-    "280",
-    "--context-length",
-    "16",
-    "--d-model",
-    "16",
-    "--n-heads",
-    "2",
-    "--n-layers",
-    "1",
-    "--batch-size",
-    "4",
-    "--eval-interval",
-    "5",
-    "--eval-blocks",
-    "4",
-    "--final-eval-blocks",
-    "8",
-    "--sample-tokens",
-    "0",
-]
+TINY_FLAGS = small_run(eval_interval=5, eval_blocks=4, final_eval_blocks=8, sample_tokens=0)
 
 
 def test_without_a_terminal_each_log_interval_prints_a_line_and_the_run_draws_its_loss(small_corpus, tmp_path, capsys):
