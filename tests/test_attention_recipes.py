@@ -125,6 +125,7 @@ def test_log_scale_multiplies_the_query_key_logits_past_t(position):
     torch.testing.assert_close(logits["log"], want, rtol=1e-5, atol=1e-6)
 
 
+@torch.inference_mode()  # no graph for a backward pass that never comes
 def cached_gap(m: Decoder, ids: torch.Tensor) -> float:
     full = m(ids)
     cache = KVCache(len(m.blocks))
@@ -207,6 +208,7 @@ def test_train_refuses_a_document_mask_its_scheme_cannot_take(capsys, tmp_path):
     assert "document_mask needs a scheme" in err and "fire" in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # a whole study end to end
 def test_length_study_scores_logn_variants_and_trains_under_the_document_mask(small_corpus, tmp_path, capsys):
     import json
 

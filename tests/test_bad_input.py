@@ -247,6 +247,7 @@ def test_windows_line_endings_and_bom_are_accepted(small_corpus, tmp_path, capsy
     assert decoded == text[: int(len(text) * 0.8)]  # line endings kept, the byte-order mark is not text
 
 
+@pytest.mark.slow  # a tokenizer trained on 2 MB
 def test_one_huge_line_trains(small_corpus, tmp_path, capsys):
     # 2 MB without a newline (bench/huge_line.py measures 20 MB, docs/reliability.md); the tokenizer
     # cuts it into pieces at pre-token boundaries, so it costs no more memory than a normal file.
@@ -910,6 +911,7 @@ def test_an_empty_path_is_refused_not_ignored(tmp_path, monkeypatch, capsys, fla
     assert f"{flag} got an empty path ''" in capsys.readouterr().err and not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # a run trained again and three studies refused
 def test_overwrite_looks_inside_the_folders_octlm_wrote(trained_run, small_corpus, tmp_path, capsys):
     # A third new-user trial: notes in RUN/embeddings/ went with train --overwrite, and notes anywhere under a
     # length study's runs/ went with length --overwrite.

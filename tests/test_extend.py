@@ -277,6 +277,7 @@ def test_same_seed_same_numbers_other_seed_differs(extended):
     )
 
 
+@pytest.mark.slow  # a whole study end to end
 def test_the_default_study_fine_tunes_at_4x_and_extend_to_0_turns_it_off(tmp_path, small_corpus, capsys):
     from octlm.cli import build_parser, options_from
     from octlm.studies.length.options import DEFAULT_EXTEND_TO, LengthOptions

@@ -181,6 +181,7 @@ def test_a_needle_at_the_very_start_stays_needle():
         assert kinds[at + 7 :].count("start") == 0
 
 
+@pytest.mark.slow  # a whole study end to end
 def test_a_needle_study_reports_depth_effective_context_and_attention(tmp_path, capsys):
     from octlm.cli import main
 

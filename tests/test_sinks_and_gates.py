@@ -305,6 +305,7 @@ def test_a_stream_applies_the_gate_and_refuses_learned_sinks_by_name():
         check_streaming(model_with(5, position="rope", attention_sinks=True), 4, 8)
 
 
+@pytest.mark.slow  # a whole study end to end
 def test_the_length_study_trains_every_model_with_the_flags_and_says_so(small_corpus, tmp_path, capsys):
     out = tmp_path / "study"
     shape = "--train-length 16 --d-model 16 --n-heads 2 --n-layers 1 --vocab-size 280 --batch-size 2 --threads 1"

@@ -199,6 +199,7 @@ def hand_exact_match(model, task, size: int, tokens: torch.Tensor) -> float:
     return right / len(tokens)
 
 
+@pytest.mark.slow  # a whole study end to end
 def test_a_task_study_trains_a_layout_row_and_draws_it_by_depth(tmp_path):
     from octlm.studies.tasks.generators import TASKS
     from octlm.studies.tasks.options import TaskOptions, Variant

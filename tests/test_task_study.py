@@ -70,6 +70,7 @@ def test_separated_marks_only_rows_whose_interval_clears_the_next():
     assert separated(means, {k: None for k in means}) == set()  # one seed: no spread, no claim
 
 
+@pytest.mark.slow  # a whole study end to end
 def test_several_tasks_write_one_table_each_and_the_ranking(tmp_path, capsys):
     from octlm.cli import main
 

@@ -112,6 +112,7 @@ def test_a_small_model_learns_copy_beyond_chance():
     assert exact_match(model, TASKS["copy"], 2, 8, 0, torch.device("cpu")) > 0.1  # chance: 1 in 100
 
 
+@pytest.mark.slow  # a whole study end to end
 def test_the_study_writes_its_table_plot_and_jsonl(tmp_path, capsys):
     import json
 
@@ -267,6 +268,7 @@ def test_only_a_needle_task_has_a_depth():
         TASKS["copy"].batch_at_depth(4, 4, 10, torch.Generator(), 0.0, 0.5)
 
 
+@pytest.mark.slow  # a whole study end to end
 def test_the_passkey_study_scores_each_depth_and_draws_the_heatmap(tmp_path):
     import json
 

@@ -186,6 +186,7 @@ def study_store(tmp_path, monkeypatch):
     return MlflowClient(tracking_uri=store)
 
 
+@pytest.mark.slow  # a whole study end to end
 def test_a_length_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path, small_corpus, study_store):
     out = tmp_path / "tiny-study"
     code = main(
@@ -209,6 +210,7 @@ def test_a_length_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path
         assert list((out / "runs" / name / "tensorboard").glob("events.out.tfevents.*"))
 
 
+@pytest.mark.slow  # a whole study end to end
 def test_a_task_study_logs_each_model_as_its_own_run_grouped_by_study(tmp_path, study_store):
     out = tmp_path / "task-study"
     code = main(
