@@ -93,8 +93,10 @@ def test_a_closed_terminal_leaves_a_checkpoint_to_resume(small_corpus, tmp_path,
     assert os.waitstatus_to_exitcode(ended[1]) == 130
     step = load_checkpoint(run / CHECKPOINT).step
     assert step >= 1
-    assert main(["train", "--resume", str(run), "--max-steps", str(step + 2), "--quiet"]) == 0
-    assert load_checkpoint(run / CHECKPOINT).step == step + 2
+    # past the warm-up the run keeps (the default 50 steps): on a busy machine the terminal can close before step 49
+    end = max(step, 50) + 2
+    assert main(["train", "--resume", str(run), "--max-steps", str(end), "--quiet"]) == 0
+    assert load_checkpoint(run / CHECKPOINT).step == end
 
 
 def test_ctrl_c_while_torch_imports_exits_130_without_a_traceback(monkeypatch, capsys):
