@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from octlm import Decoder, DecoderConfig
 from octlm.model.block_recipes import swiglu_hidden
+from octlm.model.blocks import LayerPass
 from octlm.model.kvcache import KVCache
 from octlm.model.layout import describe, per_layer_schemes
 from tests.conftest import TINY_MODEL
@@ -55,7 +56,7 @@ def test_a_window_layer_attends_to_its_last_w_keys(window):
     model = small(n_layers=1, position="none", layers=f"none/w{window}")
     x = torch.randn(12, SMALL["d_model"])
     with torch.no_grad():
-        got = model.blocks[0].attn(x[None], model.positions.for_layer(0))[0].detach().double().numpy()
+        got = model.blocks[0].attn(x[None], LayerPass(model.positions.for_layer(0)))[0].detach().double().numpy()
     np.testing.assert_allclose(got, reference_attention(model, x, window), atol=1e-5)
 
 
@@ -63,7 +64,7 @@ def test_a_global_layer_is_the_reference_without_a_window():
     model = small(n_layers=1, position="none", layers="none")
     x = torch.randn(12, SMALL["d_model"])
     with torch.no_grad():
-        got = model.blocks[0].attn(x[None], model.positions.for_layer(0))[0].detach().double().numpy()
+        got = model.blocks[0].attn(x[None], LayerPass(model.positions.for_layer(0)))[0].detach().double().numpy()
     np.testing.assert_allclose(got, reference_attention(model, x, None), atol=1e-5)
 
 

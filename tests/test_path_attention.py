@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from octlm import Decoder, DecoderConfig
 from octlm.model import KVCache
 from octlm.model.attention_maps import record_attention
-from octlm.model.positions import SCHEMES, PaTHAttention
+from octlm.model.positions import SCHEMES, PaTHAttention, facts_of
 from octlm.model.positions.path import path_logits
 
 # results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
@@ -176,8 +176,8 @@ def test_record_attention_gives_the_softmax_of_the_householder_logits():
 
 
 def test_path_is_opt_in_and_forms_its_own_weights():
-    assert SCHEMES["pathattn"].attends and SCHEMES["pathattn"].label == "PaTH"
-    assert not SCHEMES["pathattn"].in_length_study and not SCHEMES["pathattn"].in_task_study
+    assert SCHEMES["pathattn"].attends and facts_of("pathattn").label == "PaTH"
+    assert not facts_of("pathattn").in_length_study and not facts_of("pathattn").in_task_study
 
 
 def test_path_learns_its_directions_and_strengths():
@@ -190,7 +190,7 @@ def test_path_learns_its_directions_and_strengths():
 def test_path_without_its_input_read_says_so():
     scheme = PaTHAttention(DecoderConfig(position="pathattn", d_model=8, n_heads=2))
     q = torch.zeros(1, 2, 3, 4)
-    with pytest.raises(RuntimeError, match="layer 1 has no directions this pass: call read_input"):
+    with pytest.raises(TypeError, match=r"layer 1 reads the layer's input: pass seen=read_input\(x, 1, cache\)"):
         scheme.attend(q, q, q, torch.ones(3, 3, dtype=torch.bool), 1)
 
 

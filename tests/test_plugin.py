@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from octlm import Decoder, DecoderConfig
-from octlm.model.positions import SCHEMES, PositionScheme, register
+from octlm.model.positions import SCHEMES, PositionScheme, SchemeFacts, facts_of, register
 from tests.test_generate import test_a_chunk_of_tokens_on_top_of_a_cache as chunk_check
 from tests.test_generate import test_cached_logits_equal_full_recompute_at_every_step as cache_check
 from tests.test_generate import test_greedy_generation_is_the_same_with_and_without_the_cache as greedy_check
@@ -86,7 +86,10 @@ def test_cli_and_length_study_take_it_from_the_registry(toy):
     assert build_parser().parse_args(["train", "--position", toy]).position == toy
     args = build_parser().parse_args(["length", "--text", "x.txt", "--out", "study"])
     assert options_from(args, LengthOptions).schemes[-1] == toy  # in the default study, in registration order
-    assert LengthOptions().schemes == [*(s for s, cls in SCHEMES.items() if s != toy and cls.in_length_study), toy]
+    assert LengthOptions().schemes == [
+        *(s for s, cls in SCHEMES.items() if s != toy and facts_of(cls).in_length_study),
+        toy,
+    ]
     resolved = LengthOptions(schemes=[toy]).resolved()
     assert resolved.rope_scalings == []  # the toy takes no RoPE scaling
     from octlm.errors import OctlmError
@@ -100,6 +103,33 @@ def test_cli_and_length_study_take_it_from_the_registry(toy):
         assert toy not in LengthOptions().schemes
     finally:
         del ToyDistanceBias.in_length_study
+
+
+class Recorded(PositionScheme):
+    """No hook of its own: what others read of it is the record it registers with."""
+
+
+class Bare(PositionScheme):
+    """No hook and no record: what others read of it is the defaults."""
+
+
+def test_others_read_the_record_registered_beside_the_class_or_the_defaults():
+    from octlm.model.positions import evicting_schemes, length_study_schemes
+
+    register("recorded", facts=SchemeFacts(label="the record", in_length_study=False, evicts_cache=True))(Recorded)
+    register("bare")(Bare)
+    try:
+        recorded, bare = facts_of("recorded"), facts_of(Bare)
+        assert (recorded.label, recorded.in_length_study, recorded.evicts_cache) == ("the record", False, True)
+        assert bare == SchemeFacts(label="bare", explorer_note="This run's scheme (bare) adds no position vectors.")
+        assert "recorded" in evicting_schemes() and "bare" not in evicting_schemes()
+        assert "bare" in length_study_schemes() and "recorded" not in length_study_schemes()
+        assert facts_of(small("recorded").positions) == recorded  # an instance reads its class's record
+        with pytest.raises(TypeError, match=r"register\(facts=.*\): give a SchemeFacts"):
+            register("unrecorded", facts={"label": "x"})(Bare)
+    finally:
+        SCHEMES.pop("recorded")
+        SCHEMES.pop("bare")
 
 
 def test_sample_memory_check_counts_its_score_bias(toy, monkeypatch):

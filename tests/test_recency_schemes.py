@@ -20,7 +20,7 @@ from octlm import Decoder, DecoderConfig
 from octlm.model import KVCache
 from octlm.model.attention_maps import record_attention
 from octlm.model.blocks import visible_keys, window_keys
-from octlm.model.positions import SCHEMES, ForgettingAttention
+from octlm.model.positions import SCHEMES, ForgettingAttention, facts_of
 from octlm.model.positions.recency import stick_breaking_weights
 
 # results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
@@ -77,8 +77,7 @@ def test_fox_bias_sums_the_log_forget_gates_after_each_key(length, layer, seed):
         p.data = torch.randn(p.shape, generator=g)
     x = torch.randn(2, length, 8, generator=g)
     q = torch.zeros(2, 2, length, 4)
-    scheme.read_input(x, layer, None)
-    bias = scheme.attention_bias(q, q, 0, layer)
+    bias = scheme.attention_bias(q, q, 0, layer, seen=scheme.read_input(x, layer, None))
     weight, b = scheme.gates[layer].weight.tolist(), scheme.gates[layer].bias.tolist()
     assert bias.shape == (2, 2, length, length)
     for n in range(2):
@@ -216,8 +215,8 @@ def test_the_length_studys_attention_record_has_a_largest_logit_only_where_a_sof
 def test_only_stick_breaking_and_path_replace_the_softmax_and_both_recency_schemes_are_opt_in():
     assert [name for name, cls in SCHEMES.items() if cls.attends] == ["stickbreaking", "pathattn"]
     for name in SCHEMES_HERE:
-        assert not SCHEMES[name].in_length_study and not SCHEMES[name].in_task_study
-    assert (SCHEMES["fox"].label, SCHEMES["stickbreaking"].label) == ("FoX", "stick-breaking")
+        assert not facts_of(name).in_length_study and not facts_of(name).in_task_study
+    assert (facts_of("fox").label, facts_of("stickbreaking").label) == ("FoX", "stick-breaking")
 
 
 def test_fox_learns_its_gates():
@@ -229,8 +228,9 @@ def test_fox_learns_its_gates():
 
 def test_fox_without_its_gates_read_says_so():
     scheme = ForgettingAttention(DecoderConfig(position="fox", d_model=8, n_heads=2))
-    with pytest.raises(RuntimeError, match="layer 1 has no forget gates this pass: call read_input"):
+    with pytest.raises(TypeError, match=r"layer 1 bias reads the layer's input: pass seen=read_input\(x, 1, cache\)"):
         scheme.attention_bias(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4), 0, 1)
+    assert not any(isinstance(value, torch.Tensor) for value in vars(scheme).values())  # no per-pass state kept
 
 
 @pytest.mark.parametrize("name", SCHEMES_HERE)

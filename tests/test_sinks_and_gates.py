@@ -25,6 +25,7 @@ from octlm.cli import main
 from octlm.export.hf import mapper_for
 from octlm.export.hf_common import InteropError
 from octlm.model.attention_maps import record_attention
+from octlm.model.blocks import LayerPass
 from octlm.model.kvcache import KVCache
 from octlm.report import Reporter
 from octlm.train.launch import train
@@ -135,7 +136,7 @@ def test_the_sinks_learn_with_the_gradient_of_the_hand_formula():
     (weights @ v).square().sum().backward()
     y = {}
     hook = attn.proj.register_forward_hook(lambda _, args, out: y.setdefault("y", args[0]))
-    attn(x[None], model.positions)
+    attn(x[None], LayerPass(model.positions))
     hook.remove()
     y["y"].square().sum().backward()
     torch.testing.assert_close(attn.sinks.grad.double(), sinks.grad, atol=1e-4, rtol=1e-4)

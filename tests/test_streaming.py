@@ -16,10 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from octlm.model import Decoder
-from octlm.model.blocks import CausalSelfAttention
+from octlm.model.blocks import CausalSelfAttention, LayerPass
 from octlm.model.config import DecoderConfig
 from octlm.model.kvcache import KVCache
-from octlm.model.positions import SCHEMES, build, evicting_schemes
+from octlm.model.positions import SCHEMES, build, evicting_schemes, facts_of
 from octlm.model.streaming import SinkWindowCache, StreamingCache, check_streaming, stream_logits
 from tests.conftest import TINY_MODEL
 
@@ -86,7 +86,7 @@ def test_each_step_attends_to_the_sinks_and_window_at_positions_within_the_cache
     x = torch.randn(14, 16)
     cache = SinkWindowCache(sinks, window)
     with torch.no_grad():
-        steps = [attn(x[None, t : t + 1], scheme, t, cache)[0, 0] for t in range(len(x))]
+        steps = [attn(x[None, t : t + 1], LayerPass(scheme, offset=t, cache=cache))[0, 0] for t in range(len(x))]
         expected = attention_by_hand(attn, x, sinks, window, position)
     torch.testing.assert_close(torch.stack(steps), expected, atol=1e-5, rtol=1e-5)
 
@@ -151,13 +151,13 @@ def test_generate_decodes_with_a_streaming_cache_as_with_the_ordinary_one_inside
     assert model.generate(prompt, 30, cache=StreamingCache(2, 4, 8)).shape == (1, 33)
 
 
-@pytest.mark.parametrize("position", [name for name in SCHEMES if not SCHEMES[name].evicts_cache])
+@pytest.mark.parametrize("position", [name for name in SCHEMES if not facts_of(name).evicts_cache])
 def test_a_scheme_whose_cache_cannot_evict_is_refused_with_its_reason(position):
     with pytest.raises(ValueError, match="cannot evict") as err:
         check_streaming(tiny(position), 4, 8)
-    assert SCHEMES[position].eviction_refusal in str(err.value) and "\n" not in str(err.value)
+    assert facts_of(position).eviction_refusal in str(err.value) and "\n" not in str(err.value)
     # each says its own why, not the default that names the flag it left unset
-    assert "evicts_cache" not in SCHEMES[position].eviction_refusal
+    assert "evicts_cache" not in facts_of(position).eviction_refusal
 
 
 @pytest.mark.parametrize(

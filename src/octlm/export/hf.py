@@ -2,7 +2,7 @@
 
 With GPT-2's block (``block="gpt2"``, the default) each position scheme
 names the transformers ``model_type`` that holds it
-(``PositionScheme.hf_model_type``) or says why none does (``hf_refusal``);
+(``hf_model_type`` of its :class:`~octlm.model.positions.SchemeFacts`) or says why none does (``hf_refusal``);
 with Llama's block (``block="llama"``) the layers' schemes, windows and
 QK-norm pick one of three architectures (:mod:`octlm.export.hf_hybrid`).
 One mapper per architecture translates config and tensors:
@@ -61,7 +61,7 @@ from octlm.export.hf_llama import FAMILY_MAPPERS, family_mapper
 from octlm.export.hf_neox import NeoxMapper
 from octlm.fileio import atomic_write, atomic_write_json
 from octlm.model import Decoder, DecoderConfig
-from octlm.model.positions import SCHEMES, RopeScaling
+from octlm.model.positions import SCHEMES, RopeScaling, facts_of
 from octlm.run.folder import RunFolder
 from octlm.run.load import load_run
 from octlm.run.scaling import RopeScalingOptions
@@ -74,7 +74,7 @@ MAPPERS: dict[str, Mapper] = {m.model_type: m for m in (Gpt2Mapper(), NeoxMapper
 
 def exportable_schemes() -> list[str]:
     """The position schemes some transformers architecture holds."""
-    return sorted(name for name, cls in SCHEMES.items() if cls.hf_model_type in MAPPERS)
+    return sorted(name for name, cls in SCHEMES.items() if facts_of(cls).hf_model_type in MAPPERS)
 
 
 def mapper_for(config: DecoderConfig) -> Mapper:
@@ -91,13 +91,13 @@ def mapper_for(config: DecoderConfig) -> Mapper:
         raise InteropError(f"{why}; octlm cannot export this run to a transformers architecture that computes it alike")
     if config.block != "gpt2":
         return GptOssMapper() if config.attention_sinks else family_mapper(config)
-    scheme = SCHEMES[config.position]
-    if scheme.hf_model_type not in MAPPERS:
+    facts = facts_of(config.position)
+    if facts.hf_model_type not in MAPPERS:
         raise InteropError(
-            f"position={config.position!r} has no transformers form: {scheme.hf_refusal}; export-hf takes "
+            f"position={config.position!r} has no transformers form: {facts.hf_refusal}; export-hf takes "
             f"runs trained with --position {' or '.join(exportable_schemes())}"
         )
-    return MAPPERS[scheme.hf_model_type]
+    return MAPPERS[facts.hf_model_type]
 
 
 def _gpt2_block_refusal(config: DecoderConfig) -> str | None:

@@ -39,7 +39,7 @@ from octlm.export.hf_common import (
     take_tensors,
 )
 from octlm.model import Decoder, DecoderConfig
-from octlm.model.positions import SCHEMES
+from octlm.model.positions import SCHEMES, facts_of
 
 MODEL_TYPE = "gpt2"
 
@@ -68,7 +68,7 @@ _TOP = [
 
 def gpt2_scheme() -> str:
     """The position scheme that is GPT-2's table (``wpe``): the one whose ``hf_model_type`` is ``gpt2``."""
-    return next(name for name, cls in SCHEMES.items() if cls.hf_model_type == MODEL_TYPE)
+    return next(name for name, cls in SCHEMES.items() if facts_of(cls).hf_model_type == MODEL_TYPE)
 
 
 def name_map(n_layers: int) -> list[tuple[str, str, bool]]:
@@ -86,7 +86,7 @@ def gpt2_config(config: DecoderConfig, eot_id: int) -> dict:
         InteropError: for a position scheme that is not GPT-2's learned
             table or an activation GPT-2 does not name.
     """
-    if SCHEMES[config.position].hf_model_type != MODEL_TYPE:
+    if facts_of(config.position).hf_model_type != MODEL_TYPE:
         raise InteropError(
             f"position={config.position!r} has no GPT-2 form: GPT-2 adds a learned position table (wpe) "
             f"and nothing else; GPT-2 takes runs trained with --position {gpt2_scheme()}"

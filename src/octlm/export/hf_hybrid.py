@@ -38,7 +38,7 @@ from octlm.export.hf_neox import MODEL_TYPE as NEOX
 from octlm.export.hf_neox_rope import neox_rotation, rotates
 from octlm.model import DecoderConfig
 from octlm.model.layout import LayerSpec, layer_config
-from octlm.model.positions import SCHEMES
+from octlm.model.positions import facts_of
 
 LLAMA, SMOLLM3, QWEN3 = "llama", "smollm3", "qwen3"
 #: What octlm calls the architectures in messages.
@@ -70,7 +70,7 @@ class FamilyPlan:
 def held(position: str) -> bool:
     """Whether these architectures can hold a layer of the scheme: the ones GPT-NeoX holds (``hf_model_type``), which
     rotate queries and keys with ``rotate_half`` or leave them alone; :func:`_partial` checks the rotation is whole."""
-    return SCHEMES[position].hf_model_type == NEOX
+    return facts_of(position).hf_model_type == NEOX
 
 
 def layer_rows(config: DecoderConfig) -> list[LayerSpec]:

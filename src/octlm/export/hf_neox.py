@@ -67,7 +67,7 @@ from octlm.export.hf_common import (
 )
 from octlm.export.hf_neox_rope import import_rope, neox_rotation, rotates, scaling_parameters, transformers4_rope
 from octlm.model import Decoder, DecoderConfig
-from octlm.model.positions import SCHEMES, RopeScaling, rotary_dim
+from octlm.model.positions import SCHEMES, RopeScaling, facts_of, rotary_dim
 
 MODEL_TYPE = "gpt_neox"
 #: GPT-NeoX's tanh GELU is torch's own (``F.gelu(approximate="tanh")``), bit for bit what octlm computes.
@@ -90,7 +90,7 @@ _TOP = [
 
 def neox_scheme(rotary: bool) -> str:
     """The scheme a GPT-NeoX checkpoint is: the one with ``hf_model_type`` gpt_neox that rotates iff ``rotary``."""
-    return next(n for n, c in SCHEMES.items() if c.hf_model_type == MODEL_TYPE and rotates(n) == rotary)
+    return next(n for n, c in SCHEMES.items() if facts_of(c).hf_model_type == MODEL_TYPE and rotates(n) == rotary)
 
 
 def name_map(n_layers: int) -> list[tuple[str, str]]:
@@ -204,7 +204,7 @@ def neox_config(model: Decoder, eot_id: int) -> dict:
 
 def check_config(config: DecoderConfig) -> None:
     """Raise ``InteropError`` when GPT-NeoX cannot hold ``config``'s scheme or activation."""
-    if SCHEMES[config.position].hf_model_type != MODEL_TYPE:
+    if facts_of(config.position).hf_model_type != MODEL_TYPE:
         raise InteropError(
             f"position={config.position!r} has no GPT-NeoX form: GPT-NeoX rotates queries and keys, or with "
             f"partial_rotary_factor 0 adds no position at all"
@@ -270,7 +270,7 @@ def decoder_config(hf: dict, source: Path) -> tuple[DecoderConfig, dict]:
         return build_config(source, **shape, position=neox_scheme(False)), {}
     layout = recorded.get("rope_layout", "half")
     position = recorded.get("position")
-    if position in SCHEMES and SCHEMES[position].hf_model_type == MODEL_TYPE and rotates(position):
+    if position in SCHEMES and facts_of(position).hf_model_type == MODEL_TYPE and rotates(position):
         config = build_config(
             source, **shape, position=position, **{k: recorded[k] for k in SCHEMES[position].reads if k in recorded}
         )

@@ -28,7 +28,7 @@ from octlm.inspect.attention_statistics import (
 from octlm.inspect.sample import SampleOptions
 from octlm.model import Decoder
 from octlm.model.attention_maps import AttentionMaps, record_attention
-from octlm.model.positions import unbounded_schemes
+from octlm.model.positions import facts_of, unbounded_schemes
 from octlm.report import Reporter, memory_size
 from octlm.run.folder import ATTENTION, ATTENTION_FILES, RunFolder
 from octlm.train.options import TrainOptions
@@ -101,9 +101,10 @@ def checked_length(opts: AttentionOptions, model: Decoder) -> int:
     """
     length = opts.length or model.config.context_length
     limit = model.max_length
+    label = facts_of(model.positions).label
     if limit is not None and length > limit:
         raise OctlmError(
-            f"--length {length}: {model.positions.label} has {limit} rows (positions 0..{limit - 1}), "
+            f"--length {length}: {label} has {limit} rows (positions 0..{limit - 1}), "
             f"none for position {limit} on; give --length {limit} or less, "
             f"or look at a run of a scheme without a table limit ({', '.join(unbounded_schemes())})"
         )
@@ -127,7 +128,7 @@ def token_ids(opts: AttentionOptions, run: RunFolder, tokenizer, length: int, mo
         if len(ids) > length:
             limit = model.max_length
             fix = (
-                f"shorten it to {limit} tokens ({model.positions.label} has {limit} rows)"
+                f"shorten it to {limit} tokens ({facts_of(model.positions).label} has {limit} rows)"
                 if limit is not None and len(ids) > limit
                 else f"shorten it or give --length {len(ids)}"
             )
@@ -257,7 +258,7 @@ def attention(opts: AttentionOptions, report: Reporter) -> dict:
     stats = attention_statistics(maps.probabilities, maps.logits)
     labels = [tokenizer.token_str(i) for i in ids]
     shown = f"{len(ids)} token{'' if len(ids) == 1 else 's'} of {SOURCE_NAMES[source]}"
-    title = f"octlm run {Path(opts.run).resolve().name}: {model.positions.label}, {shown}"
+    title = f"octlm run {Path(opts.run).resolve().name}: {facts_of(model.positions).label}, {shown}"
     statistics = stats.to_dict()
     figures = [str(out.path / layer_figure(layer)) for layer in range(len(maps.probabilities))]
     with out.staged() as staging:

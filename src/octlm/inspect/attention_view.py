@@ -217,8 +217,9 @@ def unavailable(model: Decoder, length: int) -> str | None:
     """
     limit = model.max_length
     if limit is not None and length > limit:
+        label = positions.facts_of(model.positions).label
         return (
-            f"{model.positions.label} has {limit} rows (positions 0..{limit - 1}): no position {limit} or later, so no "
+            f"{label} has {limit} rows (positions 0..{limit - 1}): no position {limit} or later, so no "
             f"attention at {length} tokens"
         )
     need = map_bytes(model, length)
@@ -255,7 +256,7 @@ def run_attention(model: Decoder, val: np.ndarray, tokenizer, multipliers=(1, 2,
         "format": ATTENTION_FORMAT,
         "train_length": T,
         "max_length": model.max_length,
-        "label": model.positions.label,
+        "label": positions.facts_of(model.positions).label,
         "tokens": window_labels(tokenizer, val[: min(len(val), MAP_SIDE)]),
         "lengths": [{**entry, **views.get(entry["length"], {})} for entry in entries],
     }

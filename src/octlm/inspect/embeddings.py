@@ -31,7 +31,7 @@ from octlm.errors import RunError
 from octlm.inspect.bench import TOKEN_RULE
 from octlm.inspect.diagnostics import position_vectors
 from octlm.model import Decoder
-from octlm.model.positions import SCHEMES, PositionVectors
+from octlm.model.positions import PositionVectors, facts_of
 from octlm.report import Reporter
 from octlm.run.folder import EMBEDDINGS, EMBEDDINGS_FIGURES, METRICS, RunFolder
 from octlm.train.options import TrainOptions
@@ -49,16 +49,16 @@ def run_position_vectors(model: Decoder, length: int | None = None) -> PositionV
     that add rows to the embedding give those rows
     (:func:`octlm.inspect.diagnostics.position_vectors`); others may compute vectors
     of their own (RoPE: the cos/sin of its angles) or give ``None``
-    (``PositionScheme.explorer_vectors``).
+    (``explorer_vectors`` of its :class:`~octlm.model.positions.SchemeFacts`).
     """
     length = length or min(model.config.context_length, MAX_POSITIONS)
-    return model.positions.explorer_vectors(position_vectors(model, length), length)
+    return facts_of(model.positions).explorer_vectors(model.positions, position_vectors(model, length), length)
 
 
 def position_note(scheme: str) -> str:
     """Why a scheme has no position vectors to compare, for schemes where :func:`run_position_vectors` gives
     ``None``."""
-    return SCHEMES[scheme].explorer_note()
+    return facts_of(scheme).explorer_note
 
 
 def pca_2d(table: Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -210,7 +210,7 @@ def run_view(run_dir: str | Path, model: Decoder, tokenizer: Tokenizer) -> dict:
         "positions": None
         if positions is None
         else {**_pack(positions.vectors), "source": positions.source, "description": positions.description},
-        "positions_note": "" if positions is not None else model.positions.explorer_note(),
+        "positions_note": "" if positions is not None else facts_of(model.positions).explorer_note,
         "loss": loss,
         "attention": None if val is None else run_attention(model, val, tokenizer),
     }
@@ -340,7 +340,7 @@ def embeddings(opts: EmbeddingsOptions, report: Reporter) -> dict:
     figures = {key: str(out.path / name) for key, name in FIGURES.items()}
     if positions is None:
         figures["positions"] = None
-        lines.append(f"no position heatmap: {model.positions.explorer_note()}")
+        lines.append(f"no position heatmap: {facts_of(model.positions).explorer_note}")
     lines += [f"wrote {path}" for path in figures.values() if path]
     result = {
         "run": str(opts.run),

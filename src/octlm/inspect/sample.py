@@ -13,6 +13,7 @@ from octlm.data.tokenizer import Tokenizer
 from octlm.declare import REQUIRED, at_least, finite, option, same_as
 from octlm.errors import OctlmError
 from octlm.model import Decoder
+from octlm.model.positions import facts_of
 from octlm.report import Reporter, memory_size
 from octlm.run.scaling import RopeScalingOptions, apply_rope_scaling
 from octlm.train.options import TrainOptions
@@ -106,8 +107,9 @@ def check_bias_memory(model: Decoder, length: int, device: torch.device) -> None
     limit = memory_limit(device)
     if limit is not None and need > limit.n_bytes:
         longest = int((limit.n_bytes * length**2 / need) ** 0.5)
+        label = facts_of(model.positions).label
         raise OctlmError(
-            f"the prompt plus --max-new-tokens is {length:,} tokens; {model.positions.label}'s bias for that length "
+            f"the prompt plus --max-new-tokens is {length:,} tokens; {label}'s bias for that length "
             f"needs about {memory_size(need)}, more than {limit.describe()}: keep it under {longest:,} tokens"
         )
 

@@ -8,6 +8,7 @@ goes through ``F.scaled_dot_product_attention``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -25,6 +26,28 @@ if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.positions import PositionScheme
 
 
+@dataclass(frozen=True)
+class LayerPass:
+    """What one block reads of the decoder's forward pass besides its input ``x`` [B, T, C].
+
+    Attributes:
+        scheme: the layer's position scheme (a layout's scheme for this layer).
+        layer: the block's index (0-based), for a scheme with parameters per layer (KERPLE's, FoX's gates).
+        offset: the absolute position of the pass's first token (tokens), ``cache.length`` with a cache.
+        cache: the layer's key/value cache (:class:`~octlm.model.kvcache.LayerCache`, or a stream's
+            :class:`~octlm.model.streaming.SinkWindowCache`), or ``None``.
+        plan: the pass's masks and query scale (:class:`~octlm.model.attention_recipes.PassPlan`), or ``None``.
+        scale_queries: whether the plan's ``query_scale`` applies to this layer (a layout scales its own).
+    """
+
+    scheme: PositionScheme
+    layer: int = 0
+    offset: int = 0
+    cache: LayerCache | SinkWindowCache | None = None
+    plan: PassPlan | None = None
+    scale_queries: bool = True
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention through ``scaled_dot_product_attention``.
 
@@ -39,7 +62,7 @@ class CausalSelfAttention(nn.Module):
     passes its bias as an additive float mask [1, H, T, S] with ``-inf`` on
     future keys (a bias that reads the queries and keys, CoPE's, is
     [B, H, T, S]; the scheme's bias comes from ``attention_bias``, which
-    gets the queries, keys and the layer's index ``layer``). Under a :class:`~octlm.model.attention_recipes.PassPlan`
+    gets the queries, keys and the layer's index). Under a :class:`~octlm.model.attention_recipes.PassPlan`
     (``attention_scale``, ``document_mask``) the queries are multiplied by its
     ``query_scale`` after the scheme's rotation, and its ``visible`` keys go
     as a boolean mask [B, 1, T, S] (folded into the bias as ``-inf`` when
@@ -51,7 +74,8 @@ class CausalSelfAttention(nn.Module):
     scheme's score bias and the offset, ``record(q, k, bias, offset)``; the output is SDPA's either way.
     A scheme that forms its own weights (``attends``: stick-breaking) replaces SDPA by its ``attend`` and
     hands the recorder those weights, ``record(q, k, None, offset, weights)``; every scheme's
-    ``read_input`` sees the layer's input ``x`` first.
+    ``read_input`` sees the layer's input ``x`` first, and what it returns goes back to the same scheme's
+    ``attention_bias`` or ``attend`` as ``seen``.
 
     With ``attention_sinks`` each head has a learned logit ``sinks[h]`` that
     joins the softmax's denominator (GPT-OSS): every pass then goes to SDPA
@@ -91,38 +115,32 @@ class CausalSelfAttention(nn.Module):
         self.gate = nn.Linear(config.d_model, config.d_model, bias=bias) if config.output_gate else None
         self.record: Callable[..., None] | None = None
 
-    def forward(
-        self,
-        x: Tensor,
-        positions: PositionScheme,
-        offset: int = 0,
-        cache: LayerCache | SinkWindowCache | None = None,
-        plan: PassPlan | None = None,
-        layer: int = 0,
-        scale_queries: bool = True,
-    ) -> Tensor:
-        """[B, T, C] at positions ``offset ..`` -> [B, T, C]; with ``cache``, attend to its keys too and extend it.
-        ``layer``: the block's index; ``scale_queries``: whether the plan's ``query_scale`` applies to this layer."""
+    def forward(self, x: Tensor, step: LayerPass) -> Tensor:
+        """[B, T, C] at positions ``step.offset ..`` -> [B, T, C]; with ``step.cache``, attend to its keys too and
+        extend it."""
         B, T, C = x.shape
-        positions.read_input(x, layer, cache)  # a scheme that reads the tokens (FoX's gates) sees them here
+        scheme, cache, plan, offset = step.scheme, step.cache, step.plan, step.offset
+        # A scheme that reads the tokens (FoX's gates, PaTH's directions) reads them here; this call holds what it
+        # read and hands it back to the same scheme's bias or weights, so the scheme keeps nothing between the calls.
+        seen = scheme.read_input(x, step.layer, cache)
+        handed = {} if seen is None else {"seen": seen}
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if cache is not None and cache.repositions:  # a stream's cache: sinks and a window, placed within it
-            return self._output(streamed_attention(q, k, v, positions, cache, layer), x)
-        q, k = positions.rotate(q, k, offset)
-        if scale_queries and plan is not None and plan.query_scale is not None:
+            return self._output(streamed_attention(q, k, v, scheme, cache, step.layer, handed), x)
+        q, k = scheme.rotate(q, k, offset)
+        if step.scale_queries and plan is not None and plan.query_scale is not None:
             q = q * plan.query_scale.to(q.dtype)  # the q.k logits only, not a scheme's additive bias
         if cache is not None:
             k, v = cache.append(k, v, self.window)
-        S = k.shape[-2]
-        bias = positions.attention_bias(q, k, offset, layer)
-        dropout = self.dropout if self.training else 0.0
         if self.window is not None:
-            plan = self._windowed(plan, T, S, x.device)
-        if positions.attends:  # the scheme forms the weights itself (stick-breaking): no softmax, no SDPA
-            y = self._scheme_attends(q, k, v, positions, plan, offset, layer, dropout)
-        elif self.sinks is not None:
+            plan = self._windowed(plan, T, k.shape[-2], x.device)
+        dropout = self.dropout if self.training else 0.0
+        if scheme.attends:  # the scheme forms the weights itself (stick-breaking): no softmax, no SDPA
+            return self._output(self._scheme_attends(q, k, v, step, plan, dropout, handed), x)
+        bias = scheme.attention_bias(q, k, offset, step.layer, **handed)
+        if self.sinks is not None:
             y = self._attend_with_sinks(q, k, v, bias, None if plan is None else plan.visible, offset, dropout)
         elif plan is not None and plan.visible is not None:
             # The bias (or zeros) with -inf on the keys of other documents: [B, 1 or H, T, S], also what the record
@@ -181,19 +199,19 @@ class CausalSelfAttention(nn.Module):
         q: Tensor,
         k: Tensor,
         v: Tensor,
-        positions: PositionScheme,
+        step: LayerPass,
         plan: PassPlan | PassView | None,
-        offset: int,
-        layer: int,
         dropout: float,
+        handed: dict[str, object],
     ) -> Tensor:
         """[B, H, T, D] from the scheme's :meth:`~octlm.model.positions.PositionScheme.attend`, under the pass's
-        visible keys (the plan's, with the window joined, or causal); its weights go to the recorder."""
+        visible keys (the plan's, with the window joined, or causal); its weights go to the recorder. ``handed``: the
+        scheme's reading of the layer's input, ``{"seen": ...}``, or empty."""
         T, S = q.shape[-2], k.shape[-2]
         visible = visible_keys(T, S, q.device) if plan is None or plan.visible is None else plan.visible
-        y, weights = positions.attend(q, k, v, visible, layer, dropout)
+        y, weights = step.scheme.attend(q, k, v, visible, step.layer, dropout, **handed)
         if self.record is not None:
-            self.record(q, k, None, offset, weights)
+            self.record(q, k, None, step.offset, weights)
         return y
 
     def _windowed(self, plan: PassPlan | None, T: int, S: int, device: torch.device) -> PassPlan | PassView | None:
@@ -283,18 +301,10 @@ class Block(nn.Module):
         self.ln_mlp = norm(recipe.norm, config.d_model)
         self.mlp = MLP(config) if recipe.mlp == "gelu" else SwiGLU(config.d_model, config.dropout, recipe.bias)
 
-    def forward(
-        self,
-        x: Tensor,
-        positions: PositionScheme,
-        offset: int = 0,
-        cache: LayerCache | SinkWindowCache | None = None,
-        plan: PassPlan | None = None,
-        layer: int = 0,
-        scale_queries: bool = True,
-    ) -> Tensor:
-        x = x + self.attn(self.ln_attn(x), positions, offset, cache, plan, layer, scale_queries)
+    def forward(self, x: Tensor, step: LayerPass) -> Tensor:
+        """[B, T, C] -> [B, T, C], the block's layer of the pass ``step``."""
+        x = x + self.attn(self.ln_attn(x), step)
         return x + self.mlp(self.ln_mlp(x))
 
 
-__all__ = ["MLP", "Block", "CausalSelfAttention", "PassView", "visible_keys", "window_keys"]
+__all__ = ["MLP", "Block", "CausalSelfAttention", "LayerPass", "PassView", "visible_keys", "window_keys"]

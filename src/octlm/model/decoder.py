@@ -15,11 +15,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from octlm.model import positions
-from octlm.model.attention_recipes import ATTENTION_SCALES, plan_pass
+from octlm.model.attention_recipes import ATTENTION_SCALES, PassPlan, plan_pass
 from octlm.model.block_recipes import BLOCKS, norm
-from octlm.model.blocks import Block
+from octlm.model.blocks import Block, LayerPass
 from octlm.model.config import DecoderConfig
-from octlm.model.kvcache import KVCache
+from octlm.model.kvcache import KVCache, LayerCache
 from octlm.model.layered_positions import build_positions
 from octlm.model.sampling import sample_next
 from octlm.model.streaming import stream_logits
@@ -172,19 +172,19 @@ class Decoder(nn.Module):
                 self.positions.place_documents(plan.positions)
             x = self.dropout(self._embed(token_ids, offset))
             for i, block in enumerate(self.blocks):
-                scheme, scaled = self._layer(i)
-                x = block(x, scheme, offset, None if cache is None else cache.layers[i], plan, i, scaled)
+                x = block(x, self._layer_pass(i, offset, None if cache is None else cache.layers[i], plan))
         finally:
             self.positions.end_pass()
         return x
 
-    def _layer(self, i: int) -> tuple:
-        """Layer ``i``'s position scheme, and whether the pass's query scale applies to it (``attention_scale``
-        for every layer, a layout's ``logn`` for its own)."""
+    def _layer_pass(self, i: int, offset: int, cache: LayerCache | None, plan: PassPlan | None) -> LayerPass:
+        """What block ``i`` reads of the pass: its layer's position scheme, and whether the pass's query scale applies
+        to it (``attention_scale`` for every layer, a layout's ``logn`` for its own)."""
         specs = self.config.layer_specs
         if not specs:
-            return self.positions, True
-        return self.positions.for_layer(i), self.config.attention_scale == "log" or specs[i].log_scale
+            return LayerPass(self.positions, i, offset, cache, plan)
+        scaled = self.config.attention_scale == "log" or specs[i].log_scale
+        return LayerPass(self.positions.for_layer(i), i, offset, cache, plan, scaled)
 
     @torch.no_grad()
     def next_token_logits(self, token_ids: Tensor, cache: KVCache | None = None) -> Tensor:

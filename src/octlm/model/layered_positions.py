@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from octlm.model import positions
 from octlm.model.layout import LayerSpec, describe, layer_config
 from octlm.model.positions.base import PositionScheme
+from octlm.model.positions.facts import SchemeFacts, facts_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig
@@ -33,7 +34,6 @@ class LayeredPositions(PositionScheme):
     """
 
     name = "layout"
-    description = "a scheme per layer (--layers)"
 
     def __init__(self, config: DecoderConfig, specs: tuple[LayerSpec, ...]) -> None:
         super().__init__(config)
@@ -46,7 +46,18 @@ class LayeredPositions(PositionScheme):
         )
         self.specs = specs
         self._index = [keys.index((spec.position, spec.rope_theta)) for spec in specs]
-        self.label = "layout: " + "; ".join(describe(specs))
+        records = [facts_of(scheme) for scheme in self.schemes]
+        # A layout is no registered scheme: its record is its layers', as one.
+        self.facts = SchemeFacts(
+            label="layout: " + "; ".join(describe(specs)),
+            description="a scheme per layer (--layers)",
+            evicts_cache=all(record.evicts_cache for record in records),
+            eviction_refusal=next((r.eviction_refusal for r in records if not r.evicts_cache), ""),
+            explorer_vectors=_no_vectors,
+            explorer_note=(
+                "This run has a layer layout; every layer's scheme acts inside attention, so no position vectors."
+            ),
+        )
 
     def for_layer(self, layer: int) -> PositionScheme:
         """The scheme of layer ``layer`` (0-based)."""
@@ -87,37 +98,27 @@ class LayeredPositions(PositionScheme):
         """The RoPE scaling the layers run under, or ``None``."""
         return next((s.scaling for s in self.schemes if getattr(s, "scaling", None) is not None), None)
 
-    @property
-    def evicts_cache(self) -> bool:  # type: ignore[override]  # an instance's: its layers' schemes decide
-        """Whether a cache can keep sinks and a recent window: when every layer's scheme can."""
-        return all(scheme.evicts_cache for scheme in self.schemes)
-
-    @property
-    def eviction_refusal(self) -> str:  # type: ignore[override]
-        """Why not, for the first layer's scheme that cannot evict."""
-        return next((s.eviction_refusal for s in self.schemes if not s.evicts_cache), "")
-
     def length_state(self, seq_len: int) -> object:
         states = tuple(scheme.length_state(seq_len) for scheme in self.schemes)
         return None if all(state is None for state in states) else states
 
-    def attention_bias(self, q: Tensor, k: Tensor, offset: int = 0, layer: int = 0) -> Tensor | None:
-        return self.for_layer(layer).attention_bias(q, k, offset, layer)
+    def attention_bias(self, q: Tensor, k: Tensor, offset: int = 0, layer: int = 0, *, seen=None) -> Tensor | None:
+        handed = {} if seen is None else {"seen": seen}
+        return self.for_layer(layer).attention_bias(q, k, offset, layer, **handed)
 
-    def read_input(self, x: Tensor, layer: int = 0, cache=None) -> None:
-        self.for_layer(layer).read_input(x, layer, cache)
+    def read_input(self, x: Tensor, layer: int = 0, cache=None) -> object:
+        return self.for_layer(layer).read_input(x, layer, cache)
 
     def score_bias_bytes(self, n_heads: int, length: int) -> int:
         return max(scheme.score_bias_bytes(n_heads, length) for scheme in self.schemes)
 
-    def explorer_vectors(self, added: Tensor | None, length: int):
-        return None
-
-    def explorer_note(self) -> str:  # type: ignore[override]
-        return "This run has a layer layout; every layer's scheme acts inside attention, so no position vectors."
-
     def extra_repr(self) -> str:
         return "\n".join(f"layer {i}: {line}" for i, line in enumerate(describe(self.specs)))
+
+
+def _no_vectors(scheme: PositionScheme, added: Tensor | None, length: int) -> None:
+    # Every layer's scheme of a layout acts inside attention: there are no rows to show.
+    return None
 
 
 def build_positions(config: DecoderConfig, specs: tuple[LayerSpec, ...]) -> PositionScheme:

@@ -11,7 +11,7 @@ a cache holding tokens ``[0, 1, 2, 3, 6, 7, 8]`` and decoding token 9 places
 them at ``0 .. 7``. So the cache holds keys before any rotation, and each
 pass rotates (RoPE) or biases (ALiBi) them at their positions within it;
 only a scheme that acts inside attention alone can do that
-(``PositionScheme.evicts_cache``).
+(``evicts_cache`` in its :class:`~octlm.model.positions.facts.SchemeFacts`).
 
 The decoder goes this way when its cache is a :class:`StreamingCache`
 (``CausalSelfAttention.forward`` hands the pass to :func:`streamed_attention`).
@@ -117,7 +117,15 @@ class StreamingCache(KVCache):
         return ([first] if first else []) + [min(chunk, rest - i) for i in range(0, rest, chunk)]
 
 
-def streamed_attention(q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, cache: SinkWindowCache, layer: int):
+def streamed_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scheme: PositionScheme,
+    cache: SinkWindowCache,
+    layer: int,
+    handed: dict[str, object] | None = None,
+) -> Tensor:
     """Attention of ``T`` new queries over the sinks and their own last ``window`` keys: [B, H, T, D] each -> [B, H, T,
     D].
 
@@ -135,7 +143,7 @@ def streamed_attention(q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, 
     sinks, window = cache.sinks, cache.window
     keys, values = cache.extend(k, v)
     if held + T <= sinks + window:
-        return _attend(q, keys, values, scheme, layer)
+        return _attend(q, keys, values, scheme, layer, handed or {})
     if held != sinks + window - 1:
         raise ValueError(
             f"a pass of {T} tokens on a cache holding {held} of {sinks + window - 1}: feed StreamingCache.pieces"
@@ -146,18 +154,18 @@ def streamed_attention(q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, 
         first = x[..., :sinks, :].unsqueeze(1).expand(B, T, H, sinks, D)
         return torch.cat((first, recent), dim=-2).reshape(B * T, H, sinks + window, D)
 
-    y = _attend(q.transpose(1, 2).reshape(B * T, H, 1, D), views(keys), views(values), scheme, layer)
+    y = _attend(q.transpose(1, 2).reshape(B * T, H, 1, D), views(keys), views(values), scheme, layer, handed or {})
     return y.reshape(B, T, H, D).transpose(1, 2)
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, layer: int) -> Tensor:
+def _attend(q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, layer: int, handed: dict[str, object]) -> Tensor:
     """Causal attention of queries [B, H, T, D] on keys and values [B, H, K, D], the keys at ``0 .. K - 1`` and the
     queries the last ``T`` of them; the scheme rotates or biases them there."""
     T, K = q.shape[-2], k.shape[-2]
     q, k = scheme.rotate(q, k, K - T)
     if scheme.attends:  # the scheme forms the weights itself (stick-breaking): over the kept keys, nearest first
-        return scheme.attend(q, k, v, _causal(T, K, q.device), layer)[0]
-    bias = scheme.attention_bias(q, k, K - T, layer)
+        return scheme.attend(q, k, v, _causal(T, K, q.device), layer, **handed)[0]
+    bias = scheme.attention_bias(q, k, K - T, layer, **handed)
     causal = None if T == 1 else _causal(T, K, q.device)
     if bias is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
@@ -189,15 +197,17 @@ def stream_logits(model: Decoder, ids: Tensor, cache: StreamingCache, chunk: int
 def streaming_refusal(model: Decoder) -> str | None:
     """Why ``model`` cannot decode with a streaming cache at all, whatever its size, or ``None`` when it can.
 
-    A scheme whose cache cannot evict (``evicts_cache``: its ``eviction_refusal``), or a model whose positions come
+    A scheme whose cache cannot evict (``evicts_cache`` of its facts, :func:`~octlm.model.positions.facts.facts_of`:
+    its ``eviction_refusal``), or a model whose positions come
     from elsewhere than the cache (randomized positions, a document mask, the log attention scale, a layout's window
     layers), or whose learned sinks join a softmax the streaming pass does not form.
     """
     from octlm.model.attention_recipes import NO_SCALE
+    from octlm.model.positions.facts import facts_of
 
-    config, scheme = model.config, model.positions
-    if not scheme.evicts_cache:
-        return f"{scheme.label}'s cache cannot evict: {scheme.eviction_refusal}"
+    config, facts = model.config, facts_of(model.positions)
+    if not facts.evicts_cache:
+        return f"{facts.label}'s cache cannot evict: {facts.eviction_refusal}"
     layers = config.layer_specs or ()
     return (
         "it was trained at randomized positions" * (config.randomize_positions > 1)

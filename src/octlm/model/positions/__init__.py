@@ -12,8 +12,9 @@ order"), so every scheme injects position at exactly one of three places:
                     (KERPLE) overrides ``attention_bias``, which calls it.
 
 Two more hooks serve schemes that read the tokens or replace the softmax:
-``read_input`` sees each attention layer's input first (FoX's forget gates),
-and ``attend`` forms the weights itself when ``attends`` is set (stick-breaking).
+``read_input`` sees each attention layer's input first (FoX's forget gates) and
+returns what it read, which the layer hands back to the scheme's bias or
+``attend`` as ``seen``; ``attend`` forms the weights itself when ``attends`` is set (stick-breaking).
 
 A scheme is a small ``nn.Module`` that overrides only the hooks it needs; the
 base class makes every hook a no-op. Schemes are found by name in
@@ -22,9 +23,10 @@ package (by the hook it uses), decorating it with :func:`register` and
 importing the module below; or, outside octlm, in a module of one's own loaded
 with ``--plugin`` or an ``octlm.positions`` entry point (:mod:`.plugins`). Nothing else in octlm names a scheme:
 what other modules need to know (a name for people, the explorer's vectors,
-the memory a score bias takes, which RoPE scalings apply, which transformers
-model holds it, whether the length study trains it) they ask the scheme, through the
-class attributes and methods of :class:`PositionScheme`.
+which transformers model holds it, whether the length study trains it, whether
+its cache can evict) they read from the record registered beside the class,
+:class:`SchemeFacts`, through :func:`facts_of`; what its arithmetic decides (the
+memory a score bias takes, which RoPE scalings apply) they ask the scheme.
 
 All hooks take ``offset``: the absolute position of the first token they see,
 so cached decoding (which feeds one new token at position ``offset``) gives the
@@ -38,7 +40,8 @@ context-extension methods (linear, NTK, dynamic NTK, YaRN) in :mod:`octlm.model.
 # Registration order is table order (octlm length, the page): importing the modules registers their schemes, so
 # the import sorter must leave this order alone.
 # isort: off
-from octlm.model.positions.base import SCORE_BIAS_BYTES, PositionScheme, PositionVectors
+from octlm.model.positions.base import SCORE_BIAS_BYTES, PositionScheme
+from octlm.model.positions.facts import PositionVectors, SchemeFacts, facts_of
 from octlm.model.positions.registry import (
     PLUGIN_SOURCES,
     SCHEME_NAMES,
@@ -92,6 +95,7 @@ __all__ = [
     "PositionVectors",
     "RopeScaling",
     "RotaryPositions",
+    "SchemeFacts",
     "SinusoidalPositions",
     "StickBreakingAttention",
     "T5RelativeBias",
@@ -101,6 +105,7 @@ __all__ = [
     "check",
     "default_scheme",
     "evicting_schemes",
+    "facts_of",
     "length_study_schemes",
     "task_study_schemes",
     "random_position_schemes",

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from torch import Tensor, nn
 
 from octlm.declare import option
-from octlm.model.positions.base import PositionScheme, PositionVectors
+from octlm.model.positions.base import PositionScheme
+from octlm.model.positions.facts import PositionVectors, SchemeFacts
 from octlm.model.positions.registry import register, unbounded_schemes
 from octlm.model.positions.waves import DEFAULT_BASE, SINUSOIDAL_LAYOUTS, sinusoidal_positions
 
@@ -21,7 +22,29 @@ if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig
 
 
-@register("learned")
+def learned_rows(scheme: PositionScheme, added: Tensor | None, length: int) -> PositionVectors:
+    """The explorer's rows of the learned table: the trained rows themselves (``added`` is ``table.weight[:length]``,
+    [length, C])."""
+    return PositionVectors(
+        added.float().cpu(),
+        "learned",
+        f"The run's learned table: {length} trained rows of {added.shape[1]} numbers.",
+    )
+
+
+#: What other parts of octlm read of 'learned' (:class:`~octlm.model.positions.facts.SchemeFacts`).
+LEARNED_FACTS = SchemeFacts(
+    label="the learned table",
+    description="a learned row per position, added to the token vectors (GPT-2)",
+    eviction_refusal="it adds position to the token vectors, so every layer's cached keys and values carry it",
+    # its table interpolated to the new length (octlm.train.init_from)
+    extension_methods=(None,),
+    hf_model_type="gpt2",
+    explorer_vectors=learned_rows,
+)
+
+
+@register("learned", facts=LEARNED_FACTS)
 class LearnedPositions(PositionScheme):
     """A learned table of position rows, added to the token vectors (GPT-2).
 
@@ -31,13 +54,8 @@ class LearnedPositions(PositionScheme):
     no vector and asking for it raises ``ValueError`` (never an invented row).
     """
 
-    label = "the learned table"
-    description = "a learned row per position, added to the token vectors (GPT-2)"
     has_table_limit = True
-    eviction_refusal = "it adds position to the token vectors, so every layer's cached keys and values carry it"
     is_default = True  # octlm's Day-1 baseline, as GPT-2
-    extension_methods = (None,)  # its table interpolated to the new length (octlm.train.init_from)
-    hf_model_type = "gpt2"
     takes_random_positions = True
     takes_document_positions = True
 
@@ -61,16 +79,18 @@ class LearnedPositions(PositionScheme):
             )
         return x + self.table(self.position_ids(x.shape[1], offset, x.device))
 
-    def explorer_vectors(self, added: Tensor | None, length: int) -> PositionVectors:
-        """The trained rows themselves (``added`` is ``table.weight[:length]``)."""
-        return PositionVectors(
-            added.float().cpu(),
-            "learned",
-            f"The run's learned table: {length} trained rows of {added.shape[1]} numbers.",
-        )
+
+#: What other parts of octlm read of 'sinusoidal' (:class:`~octlm.model.positions.facts.SchemeFacts`).
+SINUSOIDAL_FACTS = SchemeFacts(
+    label="sinusoidal",
+    eviction_refusal=LEARNED_FACTS.eviction_refusal,
+    in_papers=("ruoss2023", "kazemnejad2023"),
+    description="fixed sine/cosine rows added to the (scaled) token vectors (Vaswani et al. 2017)",
+    hf_refusal="no transformers architecture adds fixed sine/cosine rows to sqrt(d_model)-scaled token vectors",
+)
 
 
-@register("sinusoidal")
+@register("sinusoidal", facts=SINUSOIDAL_FACTS)
 class SinusoidalPositions(PositionScheme):
     """Fixed sine/cosine rows added to the token vectors (Vaswani et al. 2017 §3.5).
 
@@ -87,11 +107,6 @@ class SinusoidalPositions(PositionScheme):
     steps on tinyshakespeare, where the scaled model reached 3.99 after 380).
     """
 
-    label = "sinusoidal"
-    eviction_refusal = LearnedPositions.eviction_refusal
-    in_papers = ("ruoss2023", "kazemnejad2023")
-    description = "fixed sine/cosine rows added to the (scaled) token vectors (Vaswani et al. 2017)"
-    hf_refusal = "no transformers architecture adds fixed sine/cosine rows to sqrt(d_model)-scaled token vectors"
     options = {
         "sinusoidal_layout": option(
             "interleaved",
@@ -129,4 +144,4 @@ class SinusoidalPositions(PositionScheme):
         return x * self.token_scale + table.to(x.dtype)
 
 
-__all__ = ["LearnedPositions", "SinusoidalPositions"]
+__all__ = ["LEARNED_FACTS", "SINUSOIDAL_FACTS", "LearnedPositions", "SinusoidalPositions", "learned_rows"]

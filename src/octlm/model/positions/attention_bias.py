@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from octlm.declare import at_least, option
 from octlm.model.positions.base import PositionScheme
 from octlm.model.positions.distances import alibi_slopes, t5_buckets
+from octlm.model.positions.facts import SchemeFacts
 from octlm.model.positions.registry import register
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,7 +33,25 @@ def causal_distances(scheme: PositionScheme, q_len: int, k_len: int, offset: int
     return query[:, None] - key[None, :]
 
 
-@register("alibi")
+#: What other parts of octlm read of 'alibi' (:class:`~octlm.model.positions.facts.SchemeFacts`).
+ALIBI_FACTS = SchemeFacts(
+    label="ALiBi",
+    # a bias of the distance within the pass: distances within the cache
+    evicts_cache=True,
+    in_papers=("ruoss2023", "kazemnejad2023"),
+    description="a penalty growing linearly with distance, added to the attention scores (Press et al. 2022)",
+    hf_refusal=(
+        "transformers' MPT and BLOOM share octlm's ALiBi slopes for 1 to 16 heads, "
+        "but MPT has no biases in its linear layers and LayerNorms, which octlm's blocks have, "
+        "and BLOOM normalises the token rows before the first block and has only tanh GELU"
+    ),
+    # a control: ALiBi needs no change to run longer
+    extension_methods=(None,),
+    explorer_note="This run uses ALiBi: position is a distance penalty on attention scores, not a vector.",
+)
+
+
+@register("alibi", facts=ALIBI_FACTS)
 class ALiBiPositions(PositionScheme):
     """Attention with Linear Biases, ALiBi (Press et al. 2022).
 
@@ -43,16 +62,6 @@ class ALiBiPositions(PositionScheme):
     ``scaled_dot_product_attention`` as an additive float mask.
     """
 
-    label = "ALiBi"
-    evicts_cache = True  # a bias of the distance within the pass: distances within the cache
-    in_papers = ("ruoss2023", "kazemnejad2023")
-    description = "a penalty growing linearly with distance, added to the attention scores (Press et al. 2022)"
-    hf_refusal = (
-        "transformers' MPT and BLOOM share octlm's ALiBi slopes for 1 to 16 heads, "
-        "but MPT has no biases in its linear layers and LayerNorms, which octlm's blocks have, "
-        "and BLOOM normalises the token rows before the first block and has only tanh GELU"
-    )
-    extension_methods = (None,)  # a control: ALiBi needs no change to run longer
     takes_document_positions = True  # its bias reads i - j alone, the same within a document wherever it starts
     takes_random_positions = (
         True  # distances between drawn positions (Ruoss et al. 2023 randomize relative schemes too)
@@ -71,12 +80,23 @@ class ALiBiPositions(PositionScheme):
         distance = causal_distances(self, q_len, k_len, offset, self.slopes.device).float()
         return -self.slopes[:, None, None] * distance
 
-    @classmethod
-    def explorer_note(cls) -> str:
-        return "This run uses ALiBi: position is a distance penalty on attention scores, not a vector."
+
+#: What other parts of octlm read of 't5' (:class:`~octlm.model.positions.facts.SchemeFacts`).
+T5_FACTS = SchemeFacts(
+    label="the T5 bias",
+    # a bias of the distance within the pass: distances within the cache
+    evicts_cache=True,
+    in_papers=("kazemnejad2023",),
+    description="a learned bias per head and bucket of distance, added to the attention scores (Raffel et al. 2020)",
+    # opt-in: the default study's 30 minutes hold five models
+    in_length_study=False,
+    explorer_note=(
+        "This run uses the T5 bias: position is a learned number per distance bucket on attention scores, not a vector."
+    ),
+)
 
 
-@register("t5")
+@register("t5", facts=T5_FACTS)
 class T5RelativeBias(PositionScheme):
     """T5's relative position bias (Raffel et al. 2020 §2.1).
 
@@ -91,17 +111,12 @@ class T5RelativeBias(PositionScheme):
     bias goes to attention as an additive float mask [1, H, Tq, Tk].
     """
 
-    label = "the T5 bias"
-    evicts_cache = True  # a bias of the distance within the pass: distances within the cache
-    in_papers = ("kazemnejad2023",)
-    description = "a learned bias per head and bucket of distance, added to the attention scores (Raffel et al. 2020)"
     options = {
         "t5_num_buckets": option(32, "distance buckets of the t5 bias (Raffel et al. 2020)", bounds=at_least(2)),
         "t5_max_distance": option(
             128, "distance (tokens) where the t5 bias's last bucket starts", bounds=at_least(2, "tokens")
         ),
     }
-    in_length_study = False  # opt-in: the default study's 30 minutes hold five models
     takes_document_positions = True  # its bias reads i - j alone, the same within a document wherever it starts
     takes_random_positions = True
 
@@ -129,19 +144,28 @@ class T5RelativeBias(PositionScheme):
         )
         return self.bias_table(buckets).permute(2, 0, 1)
 
-    @classmethod
-    def explorer_note(cls) -> str:
-        return (
-            "This run uses the T5 bias: position is a learned number per distance bucket on attention "
-            "scores, not a vector."
-        )
-
 
 #: FIRE's MLP width and initial values (Li et al. 2023, appendix: 32 hidden units, c = 0.1, L = 512).
 FIRE_HIDDEN, FIRE_C, FIRE_THRESHOLD = 32, 0.1, 512.0
 
 
-@register("fire")
+#: What other parts of octlm read of 'fire' (:class:`~octlm.model.positions.facts.SchemeFacts`).
+FIRE_FACTS = SchemeFacts(
+    label="FIRE",
+    # a bias of the pass's positions: the query's and keys' positions within the cache
+    evicts_cache=True,
+    description=(
+        "a learned MLP of the distance over the query's position, added to the attention scores (Li et al. 2023)"
+    ),
+    # opt-in: the default study's 30 minutes hold five models
+    in_length_study=False,
+    explorer_note=(
+        "This run uses FIRE: position is a learned function of relative distance on attention scores, not a vector."
+    ),
+)
+
+
+@register("fire", facts=FIRE_FACTS)
 class FIREBias(PositionScheme):
     """FIRE: functional interpolation for relative positions (Li et al. 2023, §3.2, eq. 4).
 
@@ -157,12 +181,6 @@ class FIREBias(PositionScheme):
     an additive float mask [1, H, Tq, Tk].
     """
 
-    label = "FIRE"
-    evicts_cache = True  # a bias of the pass's positions: the query's and keys' positions within the cache
-    description = (
-        "a learned MLP of the distance over the query's position, added to the attention scores (Li et al. 2023)"
-    )
-    in_length_study = False  # opt-in: the default study's 30 minutes hold five models
     takes_random_positions = True
 
     def __init__(self, config: DecoderConfig) -> None:
@@ -187,19 +205,33 @@ class FIREBias(PositionScheme):
         """Bias [H, q_len, k_len]: queries at ``offset ..``, keys ending where the queries end."""
         return self.mlp(self.interpolated(q_len, k_len, offset).unsqueeze(-1)).permute(2, 0, 1)
 
-    @classmethod
-    def explorer_note(cls) -> str:
-        return (
-            "This run uses FIRE: position is a learned function of relative distance on attention scores, not a vector."
-        )
-
 
 #: KERPLE's floor on r1 and r2 (Chi et al. 2022's code clamps both to it after every update), and the
 #: ranges they start uniform in, (0, 2) and (0, 1), as that code draws them.
 KERPLE_EPS, KERPLE_R1_INIT, KERPLE_R2_INIT = 1e-2, 2.0, 1.0
 
 
-@register("kerple")
+#: What other parts of octlm read of 'kerple' (:class:`~octlm.model.positions.facts.SchemeFacts`).
+KERPLE_FACTS = SchemeFacts(
+    label="KERPLE",
+    # a bias of the distance within the pass: distances within the cache
+    evicts_cache=True,
+    description=(
+        "a learned logarithmic penalty -r1 log(1 + r2 distance) per layer and head on the attention scores "
+        "(Chi et al. 2022)"
+    ),
+    hf_refusal="no transformers architecture adds KERPLE's learned logarithmic distance bias",
+    # opt-in: the default study's 30 minutes hold five models
+    in_length_study=False,
+    # opt-in: the default task study's measured minutes are for the 8 schemes before it
+    in_task_study=False,
+    explorer_note=(
+        "This run uses KERPLE: position is a learned logarithmic distance penalty on attention scores, not a vector."
+    ),
+)
+
+
+@register("kerple", facts=KERPLE_FACTS)
 class KERPLEBias(PositionScheme):
     """KERPLE, logarithmic variant (Chi et al. 2022, "KERPLE: Kernelized Relative Positional Embedding for Length
     Extrapolation", §3-4).
@@ -218,15 +250,6 @@ class KERPLEBias(PositionScheme):
     which takes matrices and tables only, leaves them alone, as FIRE's ``c``.
     """
 
-    label = "KERPLE"
-    evicts_cache = True  # a bias of the distance within the pass: distances within the cache
-    description = (
-        "a learned logarithmic penalty -r1 log(1 + r2 distance) per layer and head on the attention scores "
-        "(Chi et al. 2022)"
-    )
-    hf_refusal = "no transformers architecture adds KERPLE's learned logarithmic distance bias"
-    in_length_study = False  # opt-in: the default study's 30 minutes hold five models
-    in_task_study = False  # opt-in: the default task study's measured minutes are for the 8 schemes before it
     takes_random_positions = True
 
     def __init__(self, config: DecoderConfig) -> None:
@@ -251,13 +274,6 @@ class KERPLEBias(PositionScheme):
         heads = slice(layer * self.n_heads, (layer + 1) * self.n_heads)
         r1, r2 = (r[heads].clamp(min=KERPLE_EPS)[:, None, None] for r in (self.r1, self.r2))
         return -r1 * torch.log1p(r2 * distance)
-
-    @classmethod
-    def explorer_note(cls) -> str:
-        return (
-            "This run uses KERPLE: position is a learned logarithmic distance penalty on attention "
-            "scores, not a vector."
-        )
 
 
 __all__ = [

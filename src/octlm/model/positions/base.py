@@ -1,23 +1,25 @@
-"""The base class of position schemes: the hooks a scheme overrides and the attributes other modules read.
+"""The base class of position schemes: the hooks a scheme overrides, its math alone.
 
 The modules beside this one hold the schemes themselves, one class each,
 registered in :mod:`octlm.model.positions.registry` by its ``register``; this
-module names none of them. Every question another module asks about a scheme
-(its label, the memory its score bias costs, whether a study or a paper's
-preset trains it, which RoPE scalings it takes) is answered by a class
-attribute or method of :class:`PositionScheme` or a registry query.
+module names none of them. What other parts of octlm read of a scheme (its
+label, whether a study or a paper's preset trains it, its transformers form,
+what the page shows, whether its cache can evict) is not here but in the
+record registered beside the class (:mod:`octlm.model.positions.facts`); the
+memory its score bias costs and which RoPE scalings it takes are methods here,
+since the scheme's arithmetic decides them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from octlm.model.positions.distances import query_key_positions
+from octlm.model.positions.facts import PositionVectors
 from octlm.model.positions.registry import random_position_schemes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,19 +32,6 @@ if TYPE_CHECKING:  # pragma: no cover
 SCORE_BIAS_BYTES = 3 * 4
 
 
-@dataclass
-class PositionVectors:
-    """Position vectors of a run, [length, width], and where they come from (for the explorer).
-
-    ``source`` is ``"learned"`` (trained rows) or ``"computed"`` (from a
-    formula); ``description`` says what they are in a sentence.
-    """
-
-    vectors: Tensor
-    source: str
-    description: str
-
-
 class PositionScheme(nn.Module):
     """Base class: no position signal anywhere.
 
@@ -53,10 +42,6 @@ class PositionScheme(nn.Module):
     """
 
     name = "base"
-    #: what people call it, in messages ("ALiBi's bias ...")
-    label = "no position"
-    #: one line for people: where the scheme puts position
-    description = "no position signal: the causal mask is the only order information"
     has_table_limit = False
     #: the options meaningful for this scheme alone, ``{name: octlm.declare.option(...)}``: each becomes a
     #: DecoderConfig field (so a flag of octlm train and octlm length) and is refused by name for other schemes
@@ -65,22 +50,6 @@ class PositionScheme(nn.Module):
     reads: tuple[str, ...] = ()
     #: the scheme a DecoderConfig gets when none is named (one scheme sets it)
     is_default = False
-    #: trained by ``octlm length`` unless ``--schemes`` says otherwise (each model costs its time budget)
-    in_length_study = True
-    #: trained by ``octlm length --task`` unless ``--schemes`` says otherwise (its measured minutes, docs/tasks.md, are
-    #: for these)
-    in_task_study = True
-    #: the task-study presets (``--preset``, octlm.studies.tasks.presets) whose paper compares this scheme
-    in_papers: tuple[str, ...] = ()
-    #: the fine-tunes of the length study's extension stage for this scheme: the RoPE scaling each trains
-    #: under (``None``: none, plain fine-tuning); empty: the stage leaves the scheme out
-    extension_methods: tuple[str | None, ...] = ()
-    #: when the length study trains this scheme, its time budget is turned into steps on it (a slower scheme)
-    times_length_study = False
-    #: transformers ``model_type`` export-hf writes the scheme as (a mapper in octlm.export.hf), or None: then
-    #: ``hf_refusal`` says why
-    hf_model_type: str | None = None
-    hf_refusal = "no transformers architecture computes this scheme"
     #: reads its positions through :meth:`position_ids`, so ``randomize_positions`` > 1 can train it
     takes_random_positions = False
     #: under ``document_mask`` its signal restarts at each document: it reads per-row positions [B, T] through
@@ -90,13 +59,6 @@ class PositionScheme(nn.Module):
     #: forms attention's weights itself (:meth:`attend`) instead of the softmax of SDPA; the block asks this first, so
     #: a scheme that leaves it False pays nothing for the hook
     attends = False
-    #: a key/value cache of this scheme can evict tokens (StreamingLLM, Xiao et al. 2023 §3.2): its position acts
-    #: inside attention alone, from the positions of the pass, so the kept keys can be cached before any rotation and
-    #: placed at their positions within the cache at each step; off unless a scheme says so, since a scheme that adds
-    #: position to the token vectors bakes it into every layer's cached keys and values
-    evicts_cache = False
-    #: why its cache cannot evict, for the one-line refusal of ``--cache-window`` (a clause: "it ...")
-    eviction_refusal = "it does not declare that its position acts inside attention alone (evicts_cache)"
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
@@ -221,36 +183,49 @@ class PositionScheme(nn.Module):
         """Additive bias for attention scores [H, q_len, k_len], or ``None``."""
         return None
 
-    def attention_bias(self, q: Tensor, k: Tensor, offset: int = 0, layer: int = 0) -> Tensor | None:
+    def attention_bias(
+        self, q: Tensor, k: Tensor, offset: int = 0, layer: int = 0, *, seen: object = None
+    ) -> Tensor | None:
         """What attention layer ``layer`` adds to its scores: [H, Tq, Tk], [B, H, Tq, Tk] or ``None``.
 
         ``q`` [B, H, Tq, D] and ``k`` [B, H, Tk, D] are what SDPA gets (after
         :meth:`rotate`, with a cache's keys), placed as in :meth:`rotate`.
         Here: :meth:`score_bias`, the same for every layer and input. A scheme
         whose bias reads the queries and keys (CoPE) or differs by layer
-        (KERPLE) overrides this instead.
+        (KERPLE) overrides this instead; one whose bias reads the layer's input
+        (FoX) gets what its :meth:`read_input` returned as ``seen`` (the
+        attention layer passes ``seen`` only when that is not ``None``).
         """
         return self.score_bias(q.shape[-2], k.shape[-2], offset)
 
-    def read_input(self, x: Tensor, layer: int = 0, cache: LayerCache | None = None) -> None:
-        """See the input of attention layer ``layer`` before it attends: ``x`` [B, T, C], after the block's norm (what
-        the query, key and value projections read), the pass's ``T`` new tokens.
+    def read_input(self, x: Tensor, layer: int = 0, cache: LayerCache | None = None) -> object:
+        """What the scheme reads of attention layer ``layer``'s input before it attends, or ``None``: ``x`` [B, T, C],
+        after the block's norm (what the query, key and value projections read), the pass's ``T`` new tokens.
 
         Called by every attention layer before :meth:`rotate`, once per
         pass. A scheme whose signal is computed from the tokens (FoX's forget
         gates, a data-dependent rotation such as PaTH's) computes it here and
-        keeps it for the pass's :meth:`attention_bias` or :meth:`attend` of
-        the same ``layer``; what a later cached pass needs of earlier tokens
-        (per-key sums, products) it keeps in ``cache.scheme_state`` (a dict,
-        one per layer, emptied with the cache), so a cached step, which sees
-        only its new tokens here, computes what the full pass computes.
-        Anything kept on the scheme itself is for this pass alone: forget it
-        in :meth:`end_pass`. ``cache`` is ``None`` without a key/value cache.
-        Here: nothing.
+        returns it; the attention layer holds it for the pass and hands it
+        back to the same layer's :meth:`attention_bias` or :meth:`attend` as
+        ``seen``, so the scheme keeps nothing between the calls. What a later
+        cached pass needs of earlier tokens (per-key sums, products) it keeps
+        in ``cache.scheme_state`` (a dict, one per layer, emptied with the
+        cache), so a cached step, which sees only its new tokens here, computes
+        what the full pass computes. ``cache`` is ``None`` without a key/value
+        cache. Here: nothing.
         """
+        return None
 
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, visible: Tensor, layer: int = 0, dropout: float = 0.0
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        visible: Tensor,
+        layer: int = 0,
+        dropout: float = 0.0,
+        *,
+        seen: object = None,
     ) -> tuple[Tensor, Tensor]:
         """Attention layer ``layer``'s output and weights, for a scheme whose weights are not a softmax (``attends``).
 
@@ -260,7 +235,8 @@ class PositionScheme(nn.Module):
         [B, 1, T, S], True where query ``i`` may see key ``j`` (causal, and
         the layer's window and document masks when it has them; the query's
         own key is always visible). ``dropout``: the probability of dropping
-        a weight (0 outside training). Returns the output [B, H, T, D] and the
+        a weight (0 outside training); ``seen``: what :meth:`read_input`
+        returned for this layer's input, when not ``None``. Returns the output [B, H, T, D] and the
         weights float32 [B, H, T, S] it is the weighted sum of ``v`` with
         (0 where not visible), which :func:`~octlm.model.attention_maps.record_attention`
         records as the layer's probabilities. Called only when ``attends`` is
@@ -312,25 +288,5 @@ class PositionScheme(nn.Module):
             return 0
         return SCORE_BIAS_BYTES * n_heads * length**2
 
-    def explorer_vectors(self, added: Tensor | None, length: int) -> PositionVectors | None:
-        """What the embedding explorer shows for positions ``0 .. length - 1``, or ``None``.
 
-        ``added`` is what the scheme adds to zero token vectors there,
-        [length, C] (:func:`octlm.inspect.diagnostics.position_vectors`), or ``None``
-        when it adds nothing. Here: those rows, computed by formula.
-        """
-        if added is None:
-            return None
-        return PositionVectors(
-            added.float().cpu(),
-            "computed",
-            f"The {self.name} rows this run adds, computed by formula: {length} rows of {added.shape[1]}.",
-        )
-
-    @classmethod
-    def explorer_note(cls) -> str:
-        """Why the explorer shows no position vectors, when :meth:`explorer_vectors` gives ``None``."""
-        return f"This run's scheme ({cls.name}) adds no position vectors."
-
-
-__all__ = ["SCORE_BIAS_BYTES", "PositionScheme", "PositionVectors"]
+__all__ = ["SCORE_BIAS_BYTES", "PositionScheme", "PositionVectors"]  # PositionVectors: from .facts, as before

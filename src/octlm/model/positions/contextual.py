@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from octlm.declare import at_least, option
 from octlm.model.positions.base import SCORE_BIAS_BYTES, PositionScheme
+from octlm.model.positions.facts import SchemeFacts
 from octlm.model.positions.registry import register
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,7 +62,28 @@ def interpolated_logits(q: Tensor, table: Tensor, positions: Tensor) -> Tensor:
     return low * (1 - weight) + high * weight
 
 
-@register("cope")
+#: What other parts of octlm read of 'cope' (:class:`~octlm.model.positions.facts.SchemeFacts`).
+COPE_FACTS = SchemeFacts(
+    label="CoPE",
+    # counts positions over the keys attention gets: over the cache's kept keys
+    evicts_cache=True,
+    description=(
+        "positions counted by sigmoid gates on query-key scores, with interpolated learned embeddings "
+        "(Golovneva et al. 2024)"
+    ),
+    hf_refusal="no transformers architecture counts positions with CoPE's gates on query-key scores",
+    # opt-in: the default study's 30 minutes hold five models, and CoPE forms every score twice
+    in_length_study=False,
+    # opt-in: the default task study's measured minutes are for the 8 schemes before it
+    in_task_study=False,
+    explorer_note=(
+        "This run uses CoPE: a position is counted by gates on attention scores, "
+        "so it depends on the text, not the index."
+    ),
+)
+
+
+@register("cope", facts=COPE_FACTS)
 class ContextualPositions(PositionScheme):
     """Contextual Position Encoding, CoPE (Golovneva et al. 2024, "Contextual Position Encoding: Learning to Count
     What's Important", §3).
@@ -84,15 +106,6 @@ class ContextualPositions(PositionScheme):
     over the cached keys, which are all there: exact.
     """
 
-    label = "CoPE"
-    evicts_cache = True  # counts positions over the keys attention gets: over the cache's kept keys
-    description = (
-        "positions counted by sigmoid gates on query-key scores, with interpolated learned embeddings "
-        "(Golovneva et al. 2024)"
-    )
-    hf_refusal = "no transformers architecture counts positions with CoPE's gates on query-key scores"
-    in_length_study = False  # opt-in: the default study's 30 minutes hold five models, and CoPE forms every score twice
-    in_task_study = False  # opt-in: the default task study's measured minutes are for the 8 schemes before it
     options = {
         "cope_npos_max": option(
             64,
@@ -119,13 +132,6 @@ class ContextualPositions(PositionScheme):
         """Bytes the bias and its intermediates take for one ``length``-token sequence (:data:`COPE_EXTRA_BYTES` beside
         the usual)."""
         return (SCORE_BIAS_BYTES + COPE_EXTRA_BYTES) * n_heads * length**2
-
-    @classmethod
-    def explorer_note(cls) -> str:
-        return (
-            "This run uses CoPE: a position is counted by gates on attention scores, "
-            "so it depends on the text, not the index."
-        )
 
 
 __all__ = ["COPE_EXTRA_BYTES", "ContextualPositions", "contextual_positions", "interpolated_logits"]

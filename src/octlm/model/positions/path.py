@@ -9,13 +9,14 @@ token between them, each read from that token; the softmax stays.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from octlm.model.positions.base import SCORE_BIAS_BYTES, PositionScheme
+from octlm.model.positions.facts import SchemeFacts
 from octlm.model.positions.registry import register
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,6 +27,19 @@ if TYPE_CHECKING:  # pragma: no cover
 DIRECTION_RANK = 32
 #: Taps of the causal depthwise convolution over the projected directions (the authors' code: 3).
 CONVOLUTION_TAPS = 3
+
+
+class PathReading(NamedTuple):
+    """What PaTH reads of one layer's input in a pass (:meth:`PaTHAttention.read_input`), handed back to its
+    :meth:`~PaTHAttention.attend`."""
+
+    #: unit directions float32 [B, H, T, D] and strengths [B, H, T] of the pass's tokens
+    w: Tensor
+    beta: Tensor
+    #: the cache's keys carried through every ``H`` up to the token before the pass [B, H, P, D], or ``None``
+    carried: Tensor | None
+    #: the layer's cache, which :meth:`PaTHAttention.attend` hands the newly carried keys
+    cache: LayerCache | None
 
 
 def path_logits(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, carried: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -64,7 +78,28 @@ def path_logits(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, carried: Tensor |
     return torch.stack(rows, dim=-2) * D**-0.5, keys
 
 
-@register("pathattn")
+#: What other parts of octlm read of 'pathattn' (:class:`~octlm.model.positions.facts.SchemeFacts`).
+PATHATTN_FACTS = SchemeFacts(
+    label="PaTH",
+    description=(
+        "data-dependent Householder-like matrices, one per token, multiply each key on its way to the query "
+        "(Yang et al. 2025)"
+    ),
+    hf_refusal="no transformers architecture has PaTH's Householder products between queries and keys",
+    # The cache keeps each key already carried through every H after it; a dropped token's H stays in the kept keys,
+    # so keys cannot be evicted without changing what the model computes.
+    eviction_refusal=(
+        "each key is carried through the Householder matrix of every token after it, which a streaming cache drops"
+    ),
+    # opt-in, as CoPE: the default study's 30 minutes hold five models
+    in_length_study=False,
+    # opt-in: the default task study's measured minutes are for the 8 schemes before it
+    in_task_study=False,
+    explorer_note="This run uses PaTH: each token's Householder-like matrix moves the keys before it, so no vectors.",
+)
+
+
+@register("pathattn", facts=PATHATTN_FACTS)
 class PaTHAttention(PositionScheme):
     """PaTH attention (Yang et al. 2025, "PaTH Attention: Position Encoding via Accumulating Householder
     Transformations", §3).
@@ -89,19 +124,6 @@ class PaTHAttention(PositionScheme):
     ``H`` to every kept key, O(S D) per token per head: exact.
     """
 
-    label = "PaTH"
-    description = (
-        "data-dependent Householder-like matrices, one per token, multiply each key on its way to the query "
-        "(Yang et al. 2025)"
-    )
-    hf_refusal = "no transformers architecture has PaTH's Householder products between queries and keys"
-    # The cache keeps each key already carried through every H after it; a dropped token's H stays in the kept keys,
-    # so keys cannot be evicted without changing what the model computes.
-    eviction_refusal = (
-        "each key is carried through the Householder matrix of every token after it, which a streaming cache drops"
-    )
-    in_length_study = False  # opt-in, as CoPE: the default study's 30 minutes hold five models
-    in_task_study = False  # opt-in: the default task study's measured minutes are for the 8 schemes before it
     attends = True
 
     def __init__(self, config: DecoderConfig) -> None:
@@ -117,7 +139,6 @@ class PaTHAttention(PositionScheme):
             nn.Conv1d(C, C, CONVOLUTION_TAPS, groups=C, bias=False) for _ in range(config.n_layers)
         )
         self.strengths = nn.ModuleList(nn.Linear(C, config.n_heads) for _ in range(config.n_layers))
-        self._pass: dict[int, tuple[Tensor, Tensor, Tensor | None, LayerCache | None]] = {}
 
     def householder(self, x: Tensor, layer: int, before: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Layer ``layer``'s directions ``w`` float32 [B, H, T, D] (unit) and strengths ``beta`` [B, H, T] of the
@@ -136,32 +157,42 @@ class PaTHAttention(PositionScheme):
         beta = 2 * torch.sigmoid(self.strengths[layer](x).float()).transpose(1, 2)
         return w, beta, padded[:, -(CONVOLUTION_TAPS - 1) :]
 
-    def read_input(self, x: Tensor, layer: int = 0, cache: LayerCache | None = None) -> None:
-        """Layer ``layer``'s ``w`` and ``beta`` of the pass's tokens ``x`` [B, T, C] (:meth:`householder`), kept for
-        :meth:`attend` with the cache's carried keys, cut to the keys the cache holds (a window layer's last ones)."""
+    def read_input(self, x: Tensor, layer: int = 0, cache: LayerCache | None = None) -> PathReading:
+        """Layer ``layer``'s ``w`` and ``beta`` of the pass's tokens ``x`` [B, T, C] (:meth:`householder`), with the
+        cache's carried keys cut to the keys the cache holds (a window layer's last ones), for :meth:`attend` as
+        ``seen``."""
         state = {} if cache is None else cache.scheme_state
         w, beta, tail = self.householder(x, layer, state.get("path_conv"))
         carried = state.get("path_keys")
         if cache is not None:
             state["path_conv"] = tail
             carried = None if carried is None or cache.held == 0 else carried[..., -cache.held :, :]
-        self._pass[layer] = (w, beta, carried, cache)
+        return PathReading(w, beta, carried, cache)
 
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, visible: Tensor, layer: int = 0, dropout: float = 0.0
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        visible: Tensor,
+        layer: int = 0,
+        dropout: float = 0.0,
+        *,
+        seen: PathReading | None = None,
     ) -> tuple[Tensor, Tensor]:
         """The weighted sum of ``v`` [B, H, S, D] -> [B, H, T, D], and the softmax's weights float32 [B, H, T, S].
 
-        The pass's keys are ``k``'s last ``T``; the earlier ``S - T`` come
-        carried from the cache instead of ``k``'s raw ones.
+        ``seen``: what :meth:`read_input` returned for the layer's input. The
+        pass's keys are ``k``'s last ``T``; the earlier ``S - T`` come carried
+        from the cache instead of ``k``'s raw ones.
 
         Raises:
-            RuntimeError: when layer ``layer`` has not read its input in this pass, or the cache's carried keys are
-                not the ``S - T`` keys ``k`` holds before the pass's.
+            TypeError: without ``seen``.
+            RuntimeError: when the cache's carried keys are not the ``S - T`` keys ``k`` holds before the pass's.
         """
-        if layer not in self._pass:
-            raise RuntimeError(f"PaTH's layer {layer} has no directions this pass: call read_input(x, {layer}) first")
-        w, beta, carried, cache = self._pass[layer]
+        if seen is None:
+            raise TypeError(f"PaTH's layer {layer} reads the layer's input: pass seen=read_input(x, {layer}, cache)")
+        w, beta, carried, cache = seen
         T, S = q.shape[-2], k.shape[-2]
         if S - T != (held := 0 if carried is None else carried.shape[-2]):
             raise RuntimeError(f"PaTH's layer {layer} carries {held} earlier keys but attention has {S - T}")
@@ -172,18 +203,10 @@ class PaTHAttention(PositionScheme):
         used = F.dropout(weights, dropout) if dropout > 0 else weights
         return used.to(v.dtype) @ v, weights
 
-    def end_pass(self) -> None:
-        super().end_pass()
-        self._pass.clear()
-
     def score_bias_bytes(self, n_heads: int, length: int) -> int:
         """Bytes one ``length``-token sequence's attention takes: the logits and weights beside a score bias's, and the
         keys each step carries, kept for backward (about ``length^2 / 2`` keys of ``head_dim`` float32, twice)."""
         return n_heads * length**2 * (SCORE_BIAS_BYTES + 4 * self.head_dim)
 
-    @classmethod
-    def explorer_note(cls) -> str:
-        return "This run uses PaTH: each token's Householder-like matrix moves the keys before it, so no vectors."
 
-
-__all__ = ["CONVOLUTION_TAPS", "DIRECTION_RANK", "PaTHAttention", "path_logits"]
+__all__ = ["CONVOLUTION_TAPS", "DIRECTION_RANK", "PATHATTN_FACTS", "PaTHAttention", "PathReading", "path_logits"]

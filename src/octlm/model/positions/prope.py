@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import torch
@@ -9,7 +10,7 @@ from torch import Tensor
 
 from octlm.declare import option
 from octlm.model.positions.registry import register
-from octlm.model.positions.rotary import RotaryPositions, rotary_dim
+from octlm.model.positions.rotary import ROPE_FACTS, RotaryPositions, rotary_dim
 
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig
@@ -24,7 +25,28 @@ def kept_pairs(pairs: int, fraction: float) -> int:
     return int(fraction * pairs + 1e-9)
 
 
-@register("prope")
+#: What other parts of octlm read of 'prope' (:class:`~octlm.model.positions.facts.SchemeFacts`).
+PROPE_FACTS = dataclasses.replace(
+    ROPE_FACTS,  # RoPE's cache eviction and explorer rows
+    label="p-RoPE",
+    description="RoPE whose slowest channel pairs are not rotated (Barbero et al. 2024)",
+    # the papers compare RoPE itself
+    in_papers=(),
+    # opt-in: the default study's 30 minutes hold five models
+    in_length_study=False,
+    # opt-in: the default task study's measured minutes are for the 8 schemes before it
+    in_task_study=False,
+    # RoPE's fine-tunes are RoPE's: the stage leaves p-RoPE out
+    extension_methods=(),
+    times_length_study=False,
+    # GPT-NeoX partial rotary over the 2k turning channels (k = turning_pairs) with base rope_theta ** (2k / rotary_dim)
+    # computes the same frequencies, rope_theta ** (-2i / rotary_dim), once the query and key rows are reordered
+    # (octlm.export.hf_neox).
+    hf_model_type="gpt_neox",
+)
+
+
+@register("prope", facts=PROPE_FACTS)
 class PartialFrequencyRoPE(RotaryPositions):
     """p-RoPE (Barbero et al. 2024, "Round and round we go! What makes Rotary Positional Encodings useful?", §6).
 
@@ -45,17 +67,6 @@ class PartialFrequencyRoPE(RotaryPositions):
     RoPE: queries and keys [B, H, T, head_dim].
     """
 
-    label = "p-RoPE"
-    description = "RoPE whose slowest channel pairs are not rotated (Barbero et al. 2024)"
-    in_papers = ()  # the papers compare RoPE itself
-    in_length_study = False  # opt-in: the default study's 30 minutes hold five models
-    in_task_study = False  # opt-in: the default task study's measured minutes are for the 8 schemes before it
-    extension_methods = ()  # RoPE's fine-tunes are RoPE's: the stage leaves p-RoPE out
-    times_length_study = False
-    # GPT-NeoX partial rotary over the 2k turning channels (k = turning_pairs) with base rope_theta ** (2k / rotary_dim)
-    # computes the same frequencies, rope_theta ** (-2i / rotary_dim), once the query and key rows are reordered
-    # (octlm.export.hf_neox).
-    hf_model_type = "gpt_neox"
     options = {
         **RotaryPositions.options,
         "rope_fraction": option(

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from octlm.model.positions.base import PositionScheme
+from octlm.model.positions.facts import SchemeFacts
 from octlm.model.positions.registry import register
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,7 +42,31 @@ def forget_bias(cumulative: Tensor, q_len: int, k_len: int) -> Tensor:
     return cumulative[..., -q_len:, None] - cumulative[..., None, -k_len:]
 
 
-@register("fox")
+#: What other parts of octlm read of 'fox' (:class:`~octlm.model.positions.facts.SchemeFacts`).
+FOX_FACTS = SchemeFacts(
+    label="FoX",
+    # The sum of gates between a key and the query lives in the ordinary cache's scheme_state, which a streaming
+    # cache does not keep; over the kept keys alone it would be another model.
+    eviction_refusal=(
+        "its forget gates fade a key by every token after it, and octlm keeps their running sum, not each token's "
+        "gate: summed over the kept tokens alone it would be another model"
+    ),
+    description=(
+        "a learned forget gate per head and token fades each key by the gates of the tokens after it, a bias on the "
+        "attention scores (Lin et al. 2025)"
+    ),
+    hf_refusal="no transformers architecture has FoX's forget gates on the attention scores",
+    # opt-in, as CoPE: the default study's 30 minutes hold five models
+    in_length_study=False,
+    # opt-in: the default task study's measured minutes are for the 8 schemes before it
+    in_task_study=False,
+    explorer_note=(
+        "This run uses FoX: forget gates read from the tokens fade earlier keys, so position is not a vector."
+    ),
+)
+
+
+@register("fox", facts=FOX_FACTS)
 class ForgettingAttention(PositionScheme):
     """Forgetting Attention, FoX (Lin et al. 2025, "Forgetting Transformer: Softmax Attention with a Forget Gate",
     ICLR 2025, §2).
@@ -65,29 +90,13 @@ class ForgettingAttention(PositionScheme):
     token continues the sum: exact.
     """
 
-    label = "FoX"
-    # The sum of gates between a key and the query lives in the ordinary cache's scheme_state, which a streaming
-    # cache does not keep; over the kept keys alone it would be another model.
-    eviction_refusal = (
-        "its forget gates fade a key by every token after it, and octlm keeps their running sum, not each token's "
-        "gate: summed over the kept tokens alone it would be another model"
-    )
-    description = (
-        "a learned forget gate per head and token fades each key by the gates of the tokens after it, a bias on the "
-        "attention scores (Lin et al. 2025)"
-    )
-    hf_refusal = "no transformers architecture has FoX's forget gates on the attention scores"
-    in_length_study = False  # opt-in, as CoPE: the default study's 30 minutes hold five models
-    in_task_study = False  # opt-in: the default task study's measured minutes are for the 8 schemes before it
-
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
         self.gates = nn.ModuleList(nn.Linear(config.d_model, config.n_heads) for _ in range(config.n_layers))
-        self._cumulative: dict[int, Tensor] = {}
 
-    def read_input(self, x: Tensor, layer: int = 0, cache: LayerCache | None = None) -> None:
-        """Layer ``layer``'s gates of the pass's tokens, ``x`` [B, T, C]: their running sum of ``log f`` continues the
-        cache's, which keeps every position's (float32 [B, H, length])."""
+    def read_input(self, x: Tensor, layer: int = 0, cache: LayerCache | None = None) -> Tensor:
+        """Layer ``layer``'s running sum of ``log f`` over the pass's tokens ``x`` [B, T, C], continuing the cache's,
+        which keeps every position's: float32 [B, H, length], for :meth:`attention_bias` as ``seen``."""
         log_forget = F.logsigmoid(self.gates[layer](x).float()).transpose(1, 2)  # [B, H, T], log f_t <= 0
         earlier = None if cache is None else cache.scheme_state.get("fox")
         if earlier is None:
@@ -96,26 +105,22 @@ class ForgettingAttention(PositionScheme):
             cumulative = torch.cat((earlier, earlier[..., -1:] + log_forget.cumsum(-1)), dim=-1)
         if cache is not None:
             cache.scheme_state["fox"] = cumulative
-        self._cumulative[layer] = cumulative
+        return cumulative
 
-    def attention_bias(self, q: Tensor, k: Tensor, offset: int = 0, layer: int = 0) -> Tensor:
-        """``D_ij`` of layer ``layer``, float32 [B, H, Tq, Tk] (:func:`forget_bias`), from the gates
-        :meth:`read_input` read this pass.
+    def attention_bias(
+        self, q: Tensor, k: Tensor, offset: int = 0, layer: int = 0, *, seen: Tensor | None = None
+    ) -> Tensor:
+        """``D_ij`` of layer ``layer``, float32 [B, H, Tq, Tk] (:func:`forget_bias`), from ``seen``, the running sum
+        :meth:`read_input` returned for the layer's input.
 
         Raises:
-            RuntimeError: when layer ``layer`` has not read its input in this pass.
+            TypeError: without ``seen``.
         """
-        if layer not in self._cumulative:
-            raise RuntimeError(f"FoX's layer {layer} has no forget gates this pass: call read_input(x, {layer}) first")
-        return forget_bias(self._cumulative[layer], q.shape[-2], k.shape[-2])
-
-    def end_pass(self) -> None:
-        super().end_pass()
-        self._cumulative.clear()
-
-    @classmethod
-    def explorer_note(cls) -> str:
-        return "This run uses FoX: forget gates read from the tokens fade earlier keys, so position is not a vector."
+        if seen is None:
+            raise TypeError(
+                f"FoX's layer {layer} bias reads the layer's input: pass seen=read_input(x, {layer}, cache)"
+            )
+        return forget_bias(seen, q.shape[-2], k.shape[-2])
 
 
 def stick_breaking_weights(q: Tensor, k: Tensor, visible: Tensor) -> Tensor:
@@ -148,7 +153,25 @@ def stick_breaking_weights(q: Tensor, k: Tensor, visible: Tensor) -> Tensor:
     return log_weights.exp()
 
 
-@register("stickbreaking")
+#: What other parts of octlm read of 'stickbreaking' (:class:`~octlm.model.positions.facts.SchemeFacts`).
+STICKBREAKING_FACTS = SchemeFacts(
+    label="stick-breaking",
+    # the stick is broken over the keys attention gets: over the cache's kept keys, nearest first
+    evicts_cache=True,
+    description=(
+        "no softmax: the nearest key takes a sigmoid share of the attention, each earlier key a share of what is "
+        "left (Tan et al. 2025)"
+    ),
+    hf_refusal="no transformers architecture computes stick-breaking attention",
+    # opt-in, as CoPE: the default study's 30 minutes hold five models
+    in_length_study=False,
+    # opt-in: the default task study's measured minutes are for the 8 schemes before it
+    in_task_study=False,
+    explorer_note="This run uses stick-breaking attention: order comes from the nearest keys breaking the stick first.",
+)
+
+
+@register("stickbreaking", facts=STICKBREAKING_FACTS)
 class StickBreakingAttention(PositionScheme):
     """Stick-breaking attention (Tan et al. 2025, "Scaling Stick-Breaking Attention: An Efficient Implementation and
     In-depth Study", ICLR 2025, §2-3).
@@ -163,15 +186,6 @@ class StickBreakingAttention(PositionScheme):
     exact.
     """
 
-    label = "stick-breaking"
-    evicts_cache = True  # the stick is broken over the keys attention gets: over the cache's kept keys, nearest first
-    description = (
-        "no softmax: the nearest key takes a sigmoid share of the attention, each earlier key a share of what is "
-        "left (Tan et al. 2025)"
-    )
-    hf_refusal = "no transformers architecture computes stick-breaking attention"
-    in_length_study = False  # opt-in, as CoPE: the default study's 30 minutes hold five models
-    in_task_study = False  # opt-in: the default task study's measured minutes are for the 8 schemes before it
     attends = True
 
     def attend(
@@ -185,10 +199,6 @@ class StickBreakingAttention(PositionScheme):
     def score_bias_bytes(self, n_heads: int, length: int) -> int:
         """Bytes the weights and their intermediates take for one ``length``-token sequence."""
         return STICK_BREAKING_BYTES * n_heads * length**2
-
-    @classmethod
-    def explorer_note(cls) -> str:
-        return "This run uses stick-breaking attention: order comes from the nearest keys breaking the stick first."
 
 
 __all__ = [

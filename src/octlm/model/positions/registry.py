@@ -20,6 +20,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from octlm.model.positions.facts import SchemeFacts, facts_of, record_facts
+
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig
     from octlm.model.positions.base import PositionScheme
@@ -94,11 +96,13 @@ def _load_entry_points() -> None:
     load_entry_points()
 
 
-def register(name: str) -> Callable[[type[PositionScheme]], type[PositionScheme]]:
-    """Class decorator adding a scheme to :data:`SCHEMES` under ``name``.
+def register(name: str, facts: SchemeFacts | None = None) -> Callable[[type[PositionScheme]], type[PositionScheme]]:
+    """Class decorator adding a scheme to :data:`SCHEMES` under ``name``, with what other parts read of it (``facts``,
+    :func:`~octlm.model.positions.facts.facts_of`; ``None``: the defaults).
 
     Raises:
         SchemeNameTaken: when another class is registered under ``name`` already.
+        TypeError: when ``facts`` is not a :class:`~octlm.model.positions.facts.SchemeFacts`.
     """
 
     def wrap(cls: type[PositionScheme]) -> type[PositionScheme]:
@@ -108,6 +112,8 @@ def register(name: str) -> Callable[[type[PositionScheme]], type[PositionScheme]
                 f"registers the position scheme {name!r}, which is already {taken.__module__}.{taken.__qualname__}; "
                 "choose another name"
             )
+        if facts is not None:
+            record_facts(cls, facts)
         cls.name = name
         cls.reads = tuple(cls.options)
         SCHEMES[name] = cls
@@ -140,12 +146,12 @@ def unbounded_schemes() -> list[str]:
 
 def length_study_schemes() -> list[str]:
     """Schemes ``octlm length`` trains by default, in registration order (the order of its table)."""
-    return [name for name, cls in SCHEMES.items() if cls.in_length_study]
+    return [name for name, cls in SCHEMES.items() if facts_of(cls).in_length_study]
 
 
 def task_study_schemes() -> list[str]:
     """Schemes ``octlm length --task`` trains by default, in registration order (the order of its table)."""
-    return [name for name, cls in SCHEMES.items() if cls.in_task_study]
+    return [name for name, cls in SCHEMES.items() if facts_of(cls).in_task_study]
 
 
 def schemes_taking(method: str) -> list[str]:
@@ -164,8 +170,9 @@ def random_position_schemes() -> list[str]:
 
 
 def evicting_schemes() -> list[str]:
-    """Names of the schemes whose key/value cache can keep sinks and a window of recent tokens (``evicts_cache``)."""
-    return [name for name, cls in SCHEMES.items() if cls.evicts_cache]
+    """Names of the schemes whose key/value cache can keep sinks and a window of recent tokens (``evicts_cache`` of
+    their facts)."""
+    return [name for name, cls in SCHEMES.items() if facts_of(cls).evicts_cache]
 
 
 def default_scheme() -> str:

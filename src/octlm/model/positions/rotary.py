@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from octlm.declare import option
-from octlm.model.positions.base import PositionScheme, PositionVectors
+from octlm.model.positions.base import PositionScheme
+from octlm.model.positions.facts import PositionVectors, SchemeFacts
 from octlm.model.positions.registry import register
 from octlm.model.positions.rope_scaling import RopeScaling, ScalableRotation
 from octlm.model.positions.waves import DEFAULT_BASE, rope_inverse_frequencies, supports_float64
@@ -28,7 +29,39 @@ if TYPE_CHECKING:  # pragma: no cover
 ROPE_LAYOUTS = ("interleaved", "half")
 
 
-@register("rope")
+def rope_rows(scheme: RotaryPositions, added: Tensor | None, length: int) -> PositionVectors:
+    """The explorer's rows of a rotation: ``[cos(t w_i) | sin(t w_i)]`` over the channel pairs (Su et al. 2021),
+    [length, rotary_dim].
+
+    RoPE adds no vectors; the cosine similarity of two such rows is the
+    mean of ``cos(w_i (t - s))``, the score of a query and a key with
+    equal unit pairs.
+    """
+    cos, sin = scheme.angles(length, 0, scheme.inv_freq.device)
+    return PositionVectors(
+        torch.cat((cos, sin), dim=-1).float().cpu(),
+        "computed",
+        f"RoPE adds no vectors; this is the score it gives a query and a key with equal unit channel pairs "
+        f"({cos.shape[1]} pairs, rope_theta {scheme.theta:g}), computed from its rotation angles.",
+    )
+
+
+#: What other parts of octlm read of 'rope' (:class:`~octlm.model.positions.facts.SchemeFacts`).
+ROPE_FACTS = SchemeFacts(
+    label="RoPE",
+    in_papers=("ruoss2023", "kazemnejad2023"),
+    description="queries and keys rotated by their position, so scores see relative distance (Su et al. 2021)",
+    hf_model_type="gpt_neox",
+    # plain fine-tuning, then Chen et al. 2023's, Peng et al. 2023's and Llama 3.1's
+    extension_methods=(None, "linear", "ntk", "yarn", "llama3"),
+    times_length_study=True,
+    # rotates queries and keys inside attention: the kept keys are rotated anew at cache positions
+    evicts_cache=True,
+    explorer_vectors=rope_rows,
+)
+
+
+@register("rope", facts=ROPE_FACTS)
 class RotaryPositions(ScalableRotation, PositionScheme):
     """Rotary position embedding, RoPE (Su et al. 2021).
 
@@ -56,13 +89,6 @@ class RotaryPositions(ScalableRotation, PositionScheme):
     config; ``None`` (the default) is plain RoPE.
     """
 
-    label = "RoPE"
-    in_papers = ("ruoss2023", "kazemnejad2023")
-    description = "queries and keys rotated by their position, so scores see relative distance (Su et al. 2021)"
-    hf_model_type = "gpt_neox"
-    # plain fine-tuning, then Chen et al. 2023's, Peng et al. 2023's and Llama 3.1's
-    extension_methods = (None, "linear", "ntk", "yarn", "llama3")
-    times_length_study = True
     options = {
         "rope_theta": option(DEFAULT_BASE, "RoPE wavelength base"),
         "rope_layout": option(
@@ -74,7 +100,6 @@ class RotaryPositions(ScalableRotation, PositionScheme):
     }
     takes_random_positions = True
     takes_document_positions = True  # angles from position_ids, per row under document_mask
-    evicts_cache = True  # rotates queries and keys inside attention: the kept keys are rotated anew at cache positions
 
     @classmethod
     def turning_pairs(cls, config: DecoderConfig) -> int:
@@ -144,21 +169,6 @@ class RotaryPositions(ScalableRotation, PositionScheme):
             self._rotate_one(k, cos[..., span - k_len :, :], sin[..., span - k_len :, :]),
         )
 
-    def explorer_vectors(self, added: Tensor | None, length: int) -> PositionVectors:
-        """``[cos(t w_i) | sin(t w_i)]`` over the channel pairs (Su et al. 2021), [length, rotary_dim].
-
-        RoPE adds no vectors; the cosine similarity of two such rows is the
-        mean of ``cos(w_i (t - s))``, the score of a query and a key with
-        equal unit pairs.
-        """
-        cos, sin = self.angles(length, 0, self.inv_freq.device)
-        return PositionVectors(
-            torch.cat((cos, sin), dim=-1).float().cpu(),
-            "computed",
-            f"RoPE adds no vectors; this is the score it gives a query and a key with equal unit channel pairs "
-            f"({cos.shape[1]} pairs, rope_theta {self.theta:g}), computed from its rotation angles.",
-        )
-
     def _rotate_one(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
         if self.layout == "interleaved":
@@ -176,4 +186,4 @@ def rotary_dim(config: DecoderConfig) -> int:
     return int(config.head_dim * config.partial_rotary_factor)
 
 
-__all__ = ["ROPE_LAYOUTS", "RotaryPositions", "rotary_dim"]
+__all__ = ["ROPE_FACTS", "ROPE_LAYOUTS", "RotaryPositions", "rope_rows", "rotary_dim"]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from octlm.model.positions.registry import register
-from octlm.model.positions.rotary import RotaryPositions
+from octlm.model.positions.rotary import ROPE_FACTS, RotaryPositions
 from octlm.model.positions.waves import supports_float64
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,7 +25,24 @@ if TYPE_CHECKING:  # pragma: no cover
 MAX_SPAN = 2**15
 
 
-@register("xpos")
+#: What other parts of octlm read of 'xpos' (:class:`~octlm.model.positions.facts.SchemeFacts`).
+XPOS_FACTS = dataclasses.replace(
+    ROPE_FACTS,  # RoPE's cache eviction and explorer rows
+    label="xPos",
+    description="RoPE with a per-channel decay that makes the score fade with distance (Sun et al. 2023)",
+    # the papers compare RoPE itself
+    in_papers=(),
+    # opt-in: the default study's 30 minutes hold five models
+    in_length_study=False,
+    hf_model_type=None,
+    # RoPE's fine-tunes are not xPos's: the stage leaves it out
+    extension_methods=(),
+    times_length_study=False,
+    hf_refusal="transformers' GPT-NeoX rotates queries and keys but has no xPos decay",
+)
+
+
+@register("xpos", facts=XPOS_FACTS)
 class XPosRotation(RotaryPositions):
     """xPos: RoPE with an exponential decay (Sun et al. 2023, §3.2, "Extrapolatable Position Embedding").
 
@@ -49,15 +67,7 @@ class XPosRotation(RotaryPositions):
     [B, H, T, head_dim].
     """
 
-    label = "xPos"
-    description = "RoPE with a per-channel decay that makes the score fade with distance (Sun et al. 2023)"
-    in_papers = ()  # the papers compare RoPE itself
-    in_length_study = False  # opt-in: the default study's 30 minutes hold five models
-    hf_model_type = None
-    extension_methods = ()  # RoPE's fine-tunes are not xPos's: the stage leaves it out
-    times_length_study = False
     takes_document_positions = False  # its decay reference is taken from the pass's positions as one row
-    hf_refusal = "transformers' GPT-NeoX rotates queries and keys but has no xPos decay"
     gamma, scale_base = 0.4, 512.0
 
     def __init__(self, config: DecoderConfig) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from octlm.declare import replaced
-from octlm.model.positions import SCHEMES
+from octlm.model.positions import SCHEMES, facts_of
 from octlm.report import Reporter, SilentReporter, TaggedReporter
 from octlm.train.evaluate import evaluate
 
@@ -41,13 +41,15 @@ TIMING_STEPS = 8
 def extensions() -> dict[str, tuple[str, str | None]]:
     """``label: (base scheme, RoPE scaling method or None)`` of every fine-tune the stage can make, in table order.
 
-    Each scheme says which it takes (``PositionScheme.extension_methods``);
+    Each scheme says which it takes (``extension_methods`` of its facts);
     the label is the scheme, with ``+method`` under a scaling. The scheme
     with the most methods comes first, as the study's tables have always listed it.
     """
-    ordered = sorted(SCHEMES.items(), key=lambda item: -len(item[1].extension_methods))
+    ordered = sorted(SCHEMES.items(), key=lambda item: -len(facts_of(item[1]).extension_methods))
     return {
-        scheme if m is None else f"{scheme}+{m}": (scheme, m) for scheme, cls in ordered for m in cls.extension_methods
+        scheme if m is None else f"{scheme}+{m}": (scheme, m)
+        for scheme, cls in ordered
+        for m in facts_of(cls).extension_methods
     }
 
 
@@ -55,7 +57,7 @@ def measure_steps(opts, timing_dir: Path, report: Reporter) -> dict:
     """One step count for every model of a study: ``--time-budget`` over the measured seconds per step.
 
     Trains the first scheme of the study that says it times the study
-    (``PositionScheme.times_length_study``: one of the slower ones), else the
+    (``times_length_study`` of its facts: one of the slower ones), else the
     first scheme, and each layout row (a window layer's band mask can make
     it the slowest), for :data:`TIMING_STEPS` steps in ``timing_dir``, which
     is removed after; the slowest sets the count. The first steps carry some
@@ -63,7 +65,7 @@ def measure_steps(opts, timing_dir: Path, report: Reporter) -> dict:
 
     Returns: ``{"steps", "seconds_per_step", "timed_scheme", "time_budget"}``.
     """
-    scheme = next((s for s in opts.schemes if SCHEMES[s].times_length_study), opts.schemes[0])
+    scheme = next((s for s in opts.schemes if facts_of(s).times_length_study), opts.schemes[0])
     from octlm.studies.shared.rows import layout_rows
 
     rows = [scheme, *(row.label for row in layout_rows(opts.layouts))]

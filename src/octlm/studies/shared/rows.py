@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from octlm.declare import refused
 from octlm.errors import OctlmError
 from octlm.model.layout import KEYS
-from octlm.model.positions import ROPE_SCALINGS, SCHEMES
+from octlm.model.positions import ROPE_SCALINGS, SCHEMES, facts_of
 
 #: A row's label: its run folder's name and part of its records' names in ``progress/``.
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -188,9 +188,9 @@ def row_extensions(row: LayoutRow) -> list[str | None]:
     """The fine-tunes the extension stage makes of the row: ``None`` (plain fine-tuning) when every layer's scheme
     takes it, then each of :data:`LAYOUT_SCALINGS` that one of its global layers' schemes fine-tunes with; ``[]``
     when some layer's scheme stays out of the stage (as p-RoPE does)."""
-    if not all(None in SCHEMES[scheme].extension_methods for scheme in row.schemes):
+    if not all(None in facts_of(scheme).extension_methods for scheme in row.schemes):
         return []
-    tuned = {method for layer in row.read if layer.global_ for method in SCHEMES[layer.scheme].extension_methods}
+    tuned = {method for layer in row.read if layer.global_ for method in facts_of(layer.scheme).extension_methods}
     return [None, *(method for method in LAYOUT_SCALINGS if method in tuned)]
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from octlm.declare import flag, option_default, option_fields
 from octlm.errors import OctlmError
-from octlm.model.positions import SCHEMES
+from octlm.model.positions import SCHEMES, facts_of
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Preset:
 def paper_schemes(paper: str) -> list[str]:
     """The schemes the paper of preset ``paper`` compares (each scheme says so: ``in_papers``), in registration
     order."""
-    return [name for name, cls in SCHEMES.items() if paper in cls.in_papers]
+    return [name for name, cls in SCHEMES.items() if paper in facts_of(cls).in_papers]
 
 
 PRESETS: dict[str, Preset] = {

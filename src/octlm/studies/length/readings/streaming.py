@@ -19,7 +19,7 @@ interval is the study's paired bootstrap (:mod:`octlm.studies.shared.confidence`
 the segments of all streams as the resampled windows, crossed with the seeds.
 
 A model whose cache cannot evict (a learned or sinusoidal table, FoX, PaTH:
-``PositionScheme.evicts_cache``), or that the streaming cache refuses for
+``evicts_cache`` of its facts), or that the streaming cache refuses for
 another reason (learned sinks, a window layer), gets a record saying why and
 no numbers.
 """
@@ -64,7 +64,7 @@ def check_study(params: dict, options) -> None:
         OctlmError: with learned sinks or the document mask (every model has them), or when no scheme of
             ``--schemes`` can evict its cache and no ``--layouts`` row is asked for, naming the fix.
     """
-    from octlm.model.positions import SCHEMES, evicting_schemes
+    from octlm.model.positions import evicting_schemes, facts_of
 
     every = (
         "--attention-sinks: learned sinks join a softmax the streaming pass does not form" * options.attention_sinks
@@ -72,7 +72,7 @@ def check_study(params: dict, options) -> None:
     )
     if every:
         raise OctlmError(f"--streaming with {every}; drop one of the two (every model of the study would be refused)")
-    if not options.layouts and not any(SCHEMES[name].evicts_cache for name in options.schemes):
+    if not options.layouts and not any(facts_of(name).evicts_cache for name in options.schemes):
         raise OctlmError(
             f"--streaming: no scheme of --schemes {' '.join(options.schemes)} can evict its cache (docs/streaming.md "
             f"says why for each); add one of {', '.join(evicting_schemes())}, or drop --streaming"
