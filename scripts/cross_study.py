@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from octlm.errors import OctlmError
-from octlm.studies.length.readings.catalog import load_study
+from octlm.studies.length.readings.reading import load_study
 from octlm.studies.shared.confidence import compare_many
 
 #: The study options that decide which validation windows a study scores: two studies must agree on all of them.

@@ -1,5 +1,5 @@
 """The opt-in readings of a finished length study: ``--context-curve`` and ``--reread``
-(octlm.studies.length.readings.catalog)."""
+(octlm.studies.length.reread)."""
 
 from __future__ import annotations
 

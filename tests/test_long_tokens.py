@@ -175,7 +175,7 @@ def test_with_every_target_marked_each_row_reads_the_study_s_own_figures(tiny_st
     # fine-tuned under its own scaling) and the windows all agree with the study's scoring.
     from octlm.studies.length.study.readings import long_token_scoring
 
-    from octlm.studies.length.readings.catalog import load_study
+    from octlm.studies.length.readings.reading import load_study
 
     monkeypatch.setattr(long_token_scoring, "GAIN_NATS", -1e9)
     monkeypatch.setattr(long_token_scoring, "LOSS_NATS", 1e9)
@@ -206,8 +206,8 @@ def test_target_nats_are_each_target_s_loss_in_its_own_window(tiny_study):
     import torch
 
     from octlm.run.load import load_run
-    from octlm.studies.length.readings.catalog import load_study
     from octlm.studies.length.readings.long_token_scoring import target_nats
+    from octlm.studies.length.readings.reading import load_study
 
     study = load_study(tiny_study)
     tokens = study.scored()[: 3 * 16 + 1]
@@ -255,7 +255,7 @@ def test_each_row_is_scored_in_its_own_state_and_a_fine_tuned_model_keeps_its_sc
     # row under none, a fine-tuned row under the scaling it saved, reading after reading of the same loaded model.
     from octlm.studies.length.study.readings import long_token_scoring
 
-    from octlm.studies.length.readings.catalog import load_study
+    from octlm.studies.length.readings.reading import load_study
 
     study = load_study(tiny_study)
     seen = []

@@ -14,7 +14,7 @@ import torch
 
 from octlm.cli import main
 from octlm.run.load import load_run
-from octlm.studies.length.readings.catalog import load_study
+from octlm.studies.length.readings.reading import load_study
 
 T, SINKS, STREAMS = 8, 2, 3  # the conftest study: T = 8, lengths 8, 16 and 32
 
@@ -171,12 +171,12 @@ def test_a_new_study_with_streaming_ends_with_one_result_that_holds_the_reading(
 
 
 def test_ctrl_c_in_a_new_study_s_reading_names_the_reread_that_finishes_it(small_corpus, tmp_path, capsys, monkeypatch):
-    import octlm.studies.length.readings.catalog
+    import octlm.studies.length.reread
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(octlm.studies.length.readings.catalog, "run_readings", interrupted)
+    monkeypatch.setattr(octlm.studies.length.reread, "run_readings", interrupted)
     out = tmp_path / "study"
     argv = tiny_study(small_corpus, out, "--schemes", "rope", "--rope-scalings", "--extend-to", "0", "--quiet")
     assert main([*argv, "--streaming"]) != 0

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from octlm.studies.tasks.generators import TASKS
 from octlm.studies.tasks.ranking import mean_reciprocal_ranks
-from octlm.studies.tasks.tables import summarize
+from octlm.studies.tasks.summary import summarize
 
 SIZES = [2, 4]  # L = 2: multipliers 1 and 2
 SEEDS = [0, 1]

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from octlm.studies.tasks.generators import TASKS, Task
 from octlm.studies.tasks.study import EVAL_COUNT, exact_match, exact_match_by_depth
-from octlm.studies.tasks.tables import summarize
+from octlm.studies.tasks.summary import summarize
 
 CPU = torch.device("cpu")
 LONGEST = 24

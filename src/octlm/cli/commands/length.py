@@ -64,7 +64,7 @@ REREAD_TAKES = {"out", "reread", "device", "threads", "json", "quiet", "argv", "
 
 
 def add_reading_options(p: argparse.ArgumentParser) -> None:
-    """The opt-in readings of the text study (:mod:`octlm.studies.length.readings.catalog`) and ``--reread``."""
+    """The opt-in readings of the text study (:mod:`octlm.studies.length.readings`) and ``--reread``."""
     from octlm.studies.length.readings.catalog import registry
 
     group = p.add_argument_group(
@@ -169,7 +169,8 @@ def study_options(args: argparse.Namespace) -> LengthOptions | TaskOptions:
 
 
 def run(args: argparse.Namespace, report: Reporter) -> int:
-    from octlm.studies.length.readings.catalog import registry, run_readings
+    from octlm.studies.length.readings.catalog import registry
+    from octlm.studies.length.reread import run_readings
     from octlm.studies.length.study import length_study
     from octlm.studies.tasks.study import task_study
 

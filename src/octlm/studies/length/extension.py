@@ -27,8 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from octlm.declare import replaced
-from octlm.model.positions import SCHEMES, facts_of
+from octlm.model.positions import facts_of
 from octlm.report import Reporter, SilentReporter, TaggedReporter
+from octlm.studies.length.fine_tunes import extension_rows
+from octlm.studies.length.models import train_unit
 from octlm.train.evaluate import evaluate
 
 #: Curve points per fine-tune, after step 0.
@@ -36,21 +38,6 @@ CURVE_POINTS = 4
 EXTEND_PLOT = "extend.png"
 #: Steps of the timing run that turns --time-budget into a step count.
 TIMING_STEPS = 8
-
-
-def extensions() -> dict[str, tuple[str, str | None]]:
-    """``label: (base scheme, RoPE scaling method or None)`` of every fine-tune the stage can make, in table order.
-
-    Each scheme says which it takes (``extension_methods`` of its facts);
-    the label is the scheme, with ``+method`` under a scaling. The scheme
-    with the most methods comes first, as the study's tables have always listed it.
-    """
-    ordered = sorted(SCHEMES.items(), key=lambda item: -len(facts_of(item[1]).extension_methods))
-    return {
-        scheme if m is None else f"{scheme}+{m}": (scheme, m)
-        for scheme, cls in ordered
-        for m in facts_of(cls).extension_methods
-    }
 
 
 def measure_steps(opts, timing_dir: Path, report: Reporter) -> dict:
@@ -130,23 +117,6 @@ def extension_options(opts, label: str, source_dir: Path, run_dir: Path, seed: i
     return init_from_options(tuned, set())
 
 
-def labels_for(schemes: list[str]) -> list[str]:
-    """The extension labels whose base scheme the study trains."""
-    return [label for label, (scheme, _) in extensions().items() if scheme in schemes]
-
-
-def extension_rows(opts) -> dict[str, tuple[str, str | None]]:
-    """``label: (base row, RoPE scaling method or None)`` of every fine-tune the study ``opts`` makes, in table order:
-    its schemes' (:func:`extensions`), then each layout row's, labelled as the row with ``+method`` under a scaling
-    (:func:`~octlm.studies.shared.rows.row_extensions`)."""
-    from octlm.studies.shared.rows import layout_rows, row_extensions
-
-    found = {label: pair for label, pair in extensions().items() if pair[0] in opts.schemes}
-    for row in layout_rows(opts.layouts):
-        found |= {row.label if m is None else f"{row.label}+{m}": (row.label, m) for m in row_extensions(row)}
-    return found
-
-
 def fine_tune(
     opts,
     label: str,
@@ -172,7 +142,6 @@ def fine_tune(
     from octlm.model import Decoder
     from octlm.run.folder import RunFolder
     from octlm.run.load import load_run
-    from octlm.studies.length.models import train_unit
     from octlm.studies.shared.progress import test_stop
     from octlm.train.init_from import prepare_model
 
@@ -275,13 +244,10 @@ def curve_plot(curves: list[dict]) -> bytes:
 
 __all__ = [
     "CURVE_POINTS",
-    "extensions",
     "EXTEND_PLOT",
     "curve_markdown",
     "curve_plot",
     "extension_options",
-    "extension_rows",
     "fine_tune",
-    "labels_for",
     "measure_steps",
 ]

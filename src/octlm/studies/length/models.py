@@ -21,6 +21,7 @@ from octlm.errors import OctlmError
 from octlm.fileio import sha256_file
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
+from octlm.studies.length.fine_tunes import extension_rows
 from octlm.studies.shared.progress import StudyProgress, comparable
 from octlm.train.resumable import FINISHED
 
@@ -115,8 +116,6 @@ def base_models(opts, seeds: list[int]) -> list[tuple[int, str]]:
 
 def study_units(opts, seeds: list[int]) -> list[str]:
     """Every unit a length study records for its models (the ``score-`` units, one per model, last of each)."""
-    from octlm.studies.length.extension import extension_rows
-
     units = [f"{what}-{scheme}-seed{seed}" for seed, scheme in base_models(opts, seeds) for what in ("train", "score")]
     for seed in seeds if opts.extend_to else []:
         for label in extension_rows(opts):

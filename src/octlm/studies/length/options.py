@@ -20,7 +20,7 @@ from octlm.model.positions import (
     task_study_schemes,
 )
 from octlm.model.positions.registry import with_scheme_options
-from octlm.studies.length.extension import extension_rows
+from octlm.studies.length.fine_tunes import extension_rows
 from octlm.studies.shared.core import check_schemes
 from octlm.studies.shared.rows import (
     LAYOUTS_HELP,

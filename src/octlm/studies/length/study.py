@@ -45,15 +45,16 @@ from octlm.studies.length.extension import (
     EXTEND_PLOT,
     curve_markdown,
     curve_plot,
-    extension_rows,
     fine_tune,
     measure_steps,
 )
 from octlm.studies.length.findings import confidence_section
+from octlm.studies.length.fine_tunes import extension_rows
 from octlm.studies.length.models import base_models, check_same_data, study_units, train_unit
 from octlm.studies.length.options import RUNS, LengthOptions, check_options
-from octlm.studies.length.readings.catalog import FinishedStudy, sections
+from octlm.studies.length.readings.catalog import sections
 from octlm.studies.length.readings.context_curve import CONTEXT_PLOT
+from octlm.studies.length.readings.reading import FinishedStudy
 from octlm.studies.length.readings.streaming import STREAMING_PLOT
 from octlm.studies.length.scoring import score_base, score_extended, without_positions
 from octlm.studies.length.tables import format_tables, markdown_tables, mean_rows, plot
@@ -300,7 +301,7 @@ def _write(
     readings: list[dict] = (),
 ) -> tuple[str, list[str]]:
     """Write length.jsonl, length.md and the figures, with the sections and figures of the opt-in ``readings``'
-    records (:mod:`octlm.studies.length.readings.catalog`); returns the terminal's tables and the paths written."""
+    records (:mod:`octlm.studies.length.readings`); returns the terminal's tables and the paths written."""
     shown = mean_rows(rows)
     read_text, read_figures = sections(FinishedStudy(out, [study, *train_rows, *readings]), list(readings))
     tables = format_tables(shown, T, lengths, train_rows)

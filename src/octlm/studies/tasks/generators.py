@@ -314,8 +314,6 @@ _register(
     )
 )
 
-import octlm.studies.tasks.state_tasks  # noqa: E402, F401  (registers s5 and parity; it imports Task from here)
-
 __all__ = [
     "DIGITS",
     "FILLER",

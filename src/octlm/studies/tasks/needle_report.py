@@ -21,6 +21,7 @@ from torch import Tensor
 
 from octlm.model.attention_maps import record_attention
 from octlm.studies.tasks.needle import SEGMENTS, VARIANTS, needle_segments
+from octlm.studies.tasks.tables import depth_grid, depth_markdown, depth_plot
 
 #: Exact match a size must reach in every depth bin to count as retrieved. RULER's bar is a baseline model's score
 #: (Llama-2-7B at 4K, 85.6%); there is no baseline model here, so its value rounded down is kept as a fixed bar.
@@ -169,8 +170,6 @@ def needle_summary(records: list[dict], depths: list[dict], sizes: list[int]):
     """Each needle task's tables (by depth, effective context, attention by segment), its figures (of
     :data:`NEEDLE_FILES`) and its rows' effective context: ``(sections, {file: png}, {task: {label: size or None}})``.
     """
-    from octlm.studies.tasks.tables import depth_grid, depth_markdown, depth_plot
-
     sections, extra, masses, result = [], {}, {}, {}
     for task in (t for t in dict.fromkeys(r["task"] for r in depths) if t in VARIANTS):
         mine = [r for r in depths if r["task"] == task]

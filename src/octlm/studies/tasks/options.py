@@ -35,6 +35,8 @@ TASK_STEPS = 2000
 ALL_TASKS_STEPS = 500
 #: Seeds per scheme when --seeds is not given: three, so that a difference can be set against its spread.
 TASK_SEEDS = 3
+#: Instances scored per size and model.
+EVAL_COUNT = 256
 #: The task study's training where it differs from octlm train's (the rest is octlm train's: betas, clipping, schedule
 #: shape). A deeper, narrower model learns copy in minutes; weight decay would pull the few weights that copy needs
 #: back to zero; Muon learns copy in a fifth of AdamW's steps here (docs/tasks.md), its learning rate on the blocks'
@@ -314,6 +316,7 @@ def _layout_models(opts: TaskOptions, row: LayoutRow, names: list[str]) -> list[
 
 
 __all__ = [
+    "EVAL_COUNT",
     "ALL",
     "ALL_TASKS_STEPS",
     "MEASURED_ALL_MINUTES",

@@ -41,14 +41,13 @@ from octlm.studies.tasks.checkpoint import SAVE_EVERY, restore_task_checkpoint, 
 from octlm.studies.tasks.events import announce, report_model
 from octlm.studies.tasks.generators import Task
 from octlm.studies.tasks.needle_report import NEEDLE_FILES, attention_records
-from octlm.studies.tasks.options import TaskOptions, Variant, check_task_options
-from octlm.studies.tasks.tables import Summary, protocol_sentence, summarize
+from octlm.studies.tasks.options import EVAL_COUNT, TaskOptions, Variant, check_task_options
+from octlm.studies.tasks.summary import DEPTH_PLOT, RANK_PLOT, Summary, summarize
+from octlm.studies.tasks.tables import protocol_sentence
 from octlm.train.device import resolve_device, torch_settings
 from octlm.train.optim import backward, make_optimizer, scheduled_lr
 from octlm.train.tracking import MetricsLog
 
-#: Instances scored per size and model.
-EVAL_COUNT = 256
 #: The evaluation generator's seed is the run's seed plus this, so its data never meets training's.
 EVAL_SEED_OFFSET = 10**6
 #: Bins of needle depth that passkey is scored in, from the start of the filler to its end (as needle-in-a-haystack
@@ -56,8 +55,6 @@ EVAL_SEED_OFFSET = 10**6
 DEPTH_BINS = 10
 #: Each depth bin's evaluation generator is seeded this far from the last, clear of every size's.
 DEPTH_SEED_STEP = 1000
-DEPTH_PLOT = "tasks-depth.png"
-RANK_PLOT = "ranking.png"
 #: With --log-to, each model's tracker run: runs/<task>/<row>-seed<seed>/.
 RUNS = "runs"
 #: Steps between the train records a tracker receives.

@@ -1,19 +1,17 @@
 """The task study's tables and figures: exact match by row and size (mean ± sd over seeds), randomized against plain,
-passkey by needle depth, and :func:`summarize`, which gathers them with the ranking across tasks."""
+passkey by needle depth (:mod:`~octlm.studies.tasks.summary` gathers them with the ranking across tasks)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from octlm.studies.shared.core import mean_std
 from octlm.studies.tasks.generators import Task
 from octlm.studies.tasks.needle import DEFAULT_TEXT, VARIANTS
-from octlm.studies.tasks.ranking import SEPARATED, ranking, ranking_markdown, ranking_plot, ranking_terminal, separated
+from octlm.studies.tasks.ranking import SEPARATED, separated
 
 
-def _multipliers(sizes: list[int]) -> list[int]:
+def multipliers(sizes: list[int]) -> list[int]:
     """Each size as a multiple of the first, the longest training size L."""
     return [s // sizes[0] for s in sizes]
 
@@ -60,7 +58,7 @@ def _cell(value: float | None, std: float | None = None, mark: bool = False) -> 
 def _marks(grid: Grid, spread: Grid, sizes: list[int]) -> dict[str, list[bool]]:
     """Which cells of the 2x column (where the study has one) are separated from the row ranked below them
     (:func:`separated`)."""
-    column = _multipliers(sizes).index(2) if 2 in _multipliers(sizes) else None
+    column = multipliers(sizes).index(2) if 2 in multipliers(sizes) else None
     marked = (
         set()
         if column is None
@@ -77,7 +75,7 @@ def terminal_table(grid: Grid, spread: Grid, task: Task, sizes: list[int]) -> st
     lines = [
         f"{task.name}: exact match of the whole answer (trained on sizes 1..{sizes[0]})",
         f"{'scheme':>12} "
-        + " ".join(f"{f'{m}x ({s})':>{width}}" for m, s in zip(_multipliers(sizes), sizes, strict=True)),
+        + " ".join(f"{f'{m}x ({s})':>{width}}" for m, s in zip(multipliers(sizes), sizes, strict=True)),
     ]
     lines += [
         f"{label:>12} "
@@ -105,7 +103,7 @@ def markdown_table(
             else ""
         ),
         "",
-        "| scheme | " + " | ".join(f"{m}x ({s})" for m, s in zip(_multipliers(sizes), sizes, strict=True)) + " |",
+        "| scheme | " + " | ".join(f"{m}x ({s})" for m, s in zip(multipliers(sizes), sizes, strict=True)) + " |",
         "| --- |" + " ---: |" * len(sizes),
     ]
     lines += [
@@ -126,7 +124,7 @@ def randomized_markdown(records: list[dict], task: str, labels: list[str], sizes
     lines = [
         "Randomized positions minus plain (Ruoss et al. 2023), exact-match points, mean ± sd over seeds:",
         "",
-        "| scheme | " + " | ".join(f"{m}x ({s})" for m, s in zip(_multipliers(sizes), sizes, strict=True)) + " |",
+        "| scheme | " + " | ".join(f"{m}x ({s})" for m, s in zip(multipliers(sizes), sizes, strict=True)) + " |",
         "| --- |" + " ---: |" * len(sizes),
     ]
     for plain, rand in pairs:
@@ -239,69 +237,6 @@ def _layouts_said(layouts: list[str]) -> str:
     return "; layout rows " + ", ".join(f"`{row.label}` = `{row.layers}`" for row in rows) if rows else ""
 
 
-@dataclass
-class Summary:
-    """What the task study writes and prints once every model is scored."""
-
-    markdown: str
-    figure: bytes
-    terminal: str
-    result: dict
-    extra_files: dict[str, bytes] = field(default_factory=dict)
-    #: the ``ranking`` records of ``tasks.jsonl``, one per ranked multiple of L (several tasks only)
-    records: list[dict] = field(default_factory=list)
-
-
-def summarize(
-    records: list[dict],
-    depths: list[dict],
-    tasks: list[Task],
-    labels: list[str],
-    sizes: list[int],
-    seeds: list[int],
-    protocol: str = "",
-) -> Summary:
-    """Every table and figure of the task study from its records: per task, randomized rows, passkey depth, and the
-    ranking across tasks (two or more tasks)."""
-    from octlm.studies.tasks.needle_report import needle_summary
-    from octlm.studies.tasks.study import DEPTH_PLOT, EVAL_COUNT, RANK_PLOT
-
-    grids, spreads, sections, terminal, ranking_records = {}, {}, [], [], []
-    several = len(tasks) > 1
-    for task in tasks:
-        grid, spread = mean_accuracy(records, labels, sizes, task.name)
-        grids[task.name], spreads[task.name] = grid, spread
-        sections.append(markdown_table(grid, spread, task, sizes, seeds, EVAL_COUNT, "##" if several else "#"))
-        if diff := randomized_markdown(records, task.name, labels, sizes, seeds):
-            sections.append(diff)
-        terminal.append(terminal_table(grid, spread, task, sizes))
-    extra: dict[str, bytes] = {}
-    if passkey := [r for r in depths if r.get("task", "passkey") == "passkey"]:
-        sections.append(depth_markdown(passkey, sizes))
-        extra[DEPTH_PLOT] = depth_plot(passkey, sizes)
-    needle_sections, needle_files, effective = needle_summary(records, depths, sizes)
-    sections, extra = sections + needle_sections, extra | needle_files
-    result: dict = {"accuracy": grids, "accuracy_std": spreads}
-    if several:
-        ranks = ranking(records, labels, [t.name for t in tasks], seeds, _multipliers(sizes))
-        if ranks:
-            sections.insert(0, ranking_markdown(ranks, [t.name for t in tasks], seeds))
-            terminal.append(ranking_terminal(ranks))
-            extra[RANK_PLOT] = ranking_plot(ranks)
-            result["mean_reciprocal_rank"] = {f"{m}x": r.record()["mean_reciprocal_rank"] for m, r in ranks.items()}
-            result["ranking"] = {f"{m}x": {k: r.record()[k] for k in ("tasks", "left_out")} for m, r in ranks.items()}
-            ranking_records = [r.record() for r in ranks.values()]
-    else:
-        result = {"task": tasks[0].name, "accuracy": grids[tasks[0].name], "accuracy_std": spreads[tasks[0].name]}
-    if effective:
-        result["effective_context"] = effective
-    title = [f"# Task study: {', '.join(t.name for t in tasks)}", ""] if several else []
-    if protocol:
-        (title if several else sections).insert(len(title) if several else 1, protocol + "\n")
-    markdown = "\n".join([*title, *sections])
-    return Summary(markdown, plot(grids, sizes), "\n\n".join(terminal), result, extra, ranking_records)
-
-
 def depth_grid(depths: list[dict], sizes: list[int]) -> dict[str, np.ndarray]:
     """``{scheme: exact match [depth bins, sizes]}``, the mean over seeds; NaN where a bin or size has no score."""
     out: dict[str, np.ndarray] = {}
@@ -332,7 +267,7 @@ def depth_markdown(depths: list[dict], sizes: list[int], task: str = "passkey") 
         lines += [
             f"`{scheme}`",
             "",
-            "| depth | " + " | ".join(f"{m}x ({s})" for m, s in zip(_multipliers(sizes), sizes, strict=True)) + " |",
+            "| depth | " + " | ".join(f"{m}x ({s})" for m, s in zip(multipliers(sizes), sizes, strict=True)) + " |",
             "| --- |" + " ---: |" * len(sizes),
         ]
         for b, row in enumerate(grid):
@@ -374,7 +309,7 @@ def depth_plot(depths: list[dict], sizes: list[int], task: str = "passkey") -> b
 
 
 __all__ = [
-    "Summary",
+    "multipliers",
     "protocol_sentence",
     "depth_grid",
     "depth_markdown",
@@ -383,6 +318,5 @@ __all__ = [
     "mean_accuracy",
     "plot",
     "randomized_markdown",
-    "summarize",
     "terminal_table",
 ]

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from octlm.report import Reporter
-from octlm.studies.length.readings.catalog import FinishedStudy, Param, Reading
+from octlm.studies.length.readings.reading import FinishedStudy, Param, Reading
 from octlm.studies.shared.confidence import (
     BOOTSTRAP_SEED,
     CONFIDENCE,

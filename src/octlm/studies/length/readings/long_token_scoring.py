@@ -22,7 +22,6 @@ from octlm.data.tokens import gather_blocks
 from octlm.errors import OctlmError
 from octlm.model import cross_entropy
 from octlm.report import Reporter
-from octlm.studies.length.readings.catalog import FinishedStudy, Param, Reading
 from octlm.studies.length.readings.long_tokens import (
     GAIN_NATS,
     LOSS_NATS,
@@ -35,6 +34,7 @@ from octlm.studies.length.readings.long_tokens import (
     window_of,
     window_sums,
 )
+from octlm.studies.length.readings.reading import FinishedStudy, Param, Reading
 
 #: The short context by default, in tokens: sliding windows of 16 (each target sees 8 to 16 tokens), T / 8 at the
 #: default T = 128. The study's own shortest reading (T, 64 to 128 tokens) marks no target at the default shape:

@@ -30,7 +30,16 @@ import numpy as np
 
 from octlm.errors import OctlmError
 from octlm.report import Reporter
-from octlm.studies.length.readings.catalog import FinishedStudy, Param, Reading
+from octlm.studies.length.readings.reading import FinishedStudy, Param, Reading
+from octlm.studies.length.readings.streaming_tables import (
+    COMPARED,
+    REFUSED,
+    SEGMENTS,
+    STREAMS,
+    segments_of,
+    streaming_markdown,
+    streaming_plot,
+)
 from octlm.studies.shared.confidence import BOOTSTRAP_SEED, CONFIDENCE, RESAMPLES, compare_many
 
 #: Sinks StreamingLLM keeps (§4.1: four initial tokens restore the loss; more add little).
@@ -40,8 +49,6 @@ DEFAULT_SINKS = 4
 DEFAULT_STREAMS = 16
 #: The figure.
 STREAMING_PLOT = "streaming.png"
-#: Record kinds: the streams' bytes (once), each model's segments, the refusals, the comparisons.
-STREAMS, SEGMENTS, REFUSED, COMPARED = "streaming_streams", "streaming", "streaming_refused", "streaming_comparison"
 
 
 def check(params: dict, train_length: int) -> None:
@@ -158,18 +165,6 @@ def compute(study: FinishedStudy, params: dict, device, report: Reporter) -> lis
     return [head, *records, *compare_records(records, head, study.lengths)]
 
 
-def segments_of(records: list[dict]) -> dict[str, dict[int, np.ndarray]]:
-    """``{label: {sinks: nats [seeds, K, segments]}}`` of the ``streaming`` records, seeds in order."""
-    found: dict[str, dict[int, dict[int, list]]] = {}
-    for r in records:
-        if r["record"] == SEGMENTS:
-            found.setdefault(r["label"], {}).setdefault(r["sinks"], {})[r["seed"]] = r["segment_nats"]
-    return {
-        label: {s: np.array([seeds[k] for k in sorted(seeds)], dtype=np.float64) for s, seeds in by_sinks.items()}
-        for label, by_sinks in found.items()
-    }
-
-
 def _first(nats: np.ndarray, n: int) -> np.ndarray:
     """The first ``n`` segments of every stream as a comparison's windows: [seeds, K, segments] -> [seeds, K n]."""
     return nats[:, :, :n].reshape(len(nats), -1)
@@ -203,14 +198,10 @@ def compare_records(records: list[dict], head: dict, lengths: list[int]) -> list
 
 
 def _markdown(records: list[dict], study: FinishedStudy) -> str:
-    from octlm.studies.length.readings.streaming_tables import streaming_markdown
-
     return streaming_markdown(records, study.train_length, study.lengths)
 
 
 def _figures(records: list[dict], study: FinishedStudy) -> dict[str, bytes]:
-    from octlm.studies.length.readings.streaming_tables import streaming_plot
-
     return {STREAMING_PLOT: streaming_plot(records, study.train_length)} if segments_of(records) else {}
 
 
@@ -250,5 +241,4 @@ __all__ = [
     "compare_records",
     "compute",
     "cut_streams",
-    "segments_of",
 ]

@@ -1,5 +1,5 @@
 """The ``--streaming`` section of ``length.md`` and its figure, ``streaming.png``, from the reading's records
-(:mod:`octlm.studies.length.readings.streaming`)."""
+(:mod:`octlm.studies.length.readings.streaming`), and what those records are."""
 
 from __future__ import annotations
 
@@ -7,8 +7,22 @@ import math
 
 import numpy as np
 
-from octlm.studies.length.readings.streaming import COMPARED, REFUSED, STREAMS, segments_of
 from octlm.studies.shared.core import mean_std
+
+#: Record kinds: the streams' bytes (once), each model's segments, the refusals, the comparisons.
+STREAMS, SEGMENTS, REFUSED, COMPARED = "streaming_streams", "streaming", "streaming_refused", "streaming_comparison"
+
+
+def segments_of(records: list[dict]) -> dict[str, dict[int, np.ndarray]]:
+    """``{label: {sinks: nats [seeds, K, segments]}}`` of the ``streaming`` records, seeds in order."""
+    found: dict[str, dict[int, dict[int, list]]] = {}
+    for r in records:
+        if r["record"] == SEGMENTS:
+            found.setdefault(r["label"], {}).setdefault(r["sinks"], {})[r["seed"]] = r["segment_nats"]
+    return {
+        label: {s: np.array([seeds[k] for k in sorted(seeds)], dtype=np.float64) for s, seeds in by_sinks.items()}
+        for label, by_sinks in found.items()
+    }
 
 
 def _bpb(nats: np.ndarray, nbytes: np.ndarray, n: int) -> list[float]:
@@ -112,4 +126,4 @@ def streaming_plot(records: list[dict], T: int) -> bytes:
     return png_bytes(fig)
 
 
-__all__ = ["streaming_markdown", "streaming_plot"]
+__all__ = ["COMPARED", "REFUSED", "SEGMENTS", "STREAMS", "segments_of", "streaming_markdown", "streaming_plot"]
