@@ -21,6 +21,7 @@ import pytest
 from octlm.errors import OctlmError
 from octlm.studies.shared.spread import Share, parse_shard, share_of
 from tests.conftest import TINY_MODEL
+from tests.fixtures.study_stops.stops import VARIABLE, child_env
 from tests.test_study_continue import rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ RELATIVE = 1e-6
 
 
 def env() -> dict:
-    drop = {"OCTLM_TEST_STUDY_STOP", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
+    drop = {VARIABLE, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
     return {**{k: v for k, v in os.environ.items() if k not in drop}, "PYTHONPATH": str(REPO / "src")}
 
 
@@ -141,13 +142,13 @@ def test_shards_run_together_give_the_rows_of_one_process(reference, small_corpu
 def test_a_study_whose_ranks_were_killed_continues_in_one_process(reference, small_corpus, tmp_path):
     out = tmp_path / "study"
     args = [*SPREAD, "--text", str(small_corpus), "--out", str(out)]
-    extra = {"OCTLM_TEST_STUDY_STOP": "step:2:KILL"}  # every rank is killed in its model's second step
     stopped = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master_addr", "127.0.0.1"]
         + ["--master_port", str(free_port()), "-m", "octlm", *args],
         capture_output=True,
         text=True,
-        env={**env(), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", **extra},
+        # every rank is killed in its model's second step
+        env=child_env({**env(), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}, "step:2:KILL"),
         timeout=900,
     )
     assert stopped.returncode != 0 and not (out / "length.jsonl").exists()

@@ -1,8 +1,8 @@
 """An interrupted study continues: the same command on its folder gives the rows an uninterrupted study gives.
 
 The interruptions are real signals (Ctrl-C's SIGINT and ``kill -9``) sent by
-the study process to itself at a chosen point through the test-only hook
-``OCTLM_TEST_STUDY_STOP`` (:func:`octlm.studies.shared.progress.test_stop`). The
+the study process to itself at a chosen point (tests/fixtures/study_stops: seams of octlm's own, patched in the
+test's process or, through ``sitecustomize``, in the child's; octlm has no hook for it). The
 expectation is an uninterrupted study of the same options, run in its own
 folder: the same rows, and (same machine, one thread) the same numbers.
 Timings and paths are left out of the comparison.
@@ -21,6 +21,7 @@ import pytest
 
 from octlm.cli import main
 from tests.conftest import TINY_MODEL
+from tests.fixtures.study_stops.stops import child_env, install
 
 #: Fields that hold wall times or the study's own path, which no two studies share.
 NOT_COMPARED = {"train_seconds", "tokens_per_second", "seconds", "eval_seconds", "run_dir"}
@@ -78,11 +79,12 @@ def with_value(args: list[str], flag: str, value: str) -> list[str]:
 
 
 def run(args: list[str], out: Path, stop: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "OCTLM_TEST_STUDY_STOP"}
-    if stop:
-        env["OCTLM_TEST_STUDY_STOP"] = stop
     return subprocess.run(
-        [sys.executable, "-m", "octlm", *args, "--out", str(out)], env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", "octlm", *args, "--out", str(out)],
+        env=child_env(dict(os.environ), stop),
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
 
 
@@ -188,13 +190,9 @@ def test_a_task_model_killed_mid_training_resumes_from_its_checkpoint(tmp_path):
 
 
 def test_a_study_with_other_options_in_the_folder_is_refused_naming_the_option(tmp_path, monkeypatch, capsys):
-    import octlm.studies.shared.progress
-
     out = tmp_path / "study"
-    monkeypatch.setattr(octlm.studies.shared.progress, "_reached", {})
-    monkeypatch.setenv("OCTLM_TEST_STUDY_STOP", "unit:1:INT")
+    install("unit:1:INT", monkeypatch.setattr)
     assert main([*TASK, "--out", str(out)]) == 130
-    monkeypatch.delenv("OCTLM_TEST_STUDY_STOP")
     kept = sorted(p.name for p in (out / "progress").iterdir())
     capsys.readouterr()
     assert main([*with_value(TASK, "--max-steps", "4"), "--out", str(out)]) == 1  # --max-steps 4 where it began with 3
@@ -237,14 +235,10 @@ def test_an_option_that_differs_is_shown_as_the_command_line_writes_it(tmp_path,
 def test_a_kept_model_is_checked_against_its_recorded_options_and_data_not_its_name(
     tmp_path, monkeypatch, capsys, small_corpus
 ):
-    import octlm.studies.shared.progress
-
     out = tmp_path / "study"
     args = [*with_value(LENGTH, "--extend-to", "0"), "--text", str(small_corpus), "--out", str(out)]
-    monkeypatch.setattr(octlm.studies.shared.progress, "_reached", {})
-    monkeypatch.setenv("OCTLM_TEST_STUDY_STOP", "unit:1:INT")  # stops once the model's training is recorded
+    install("unit:1:INT", monkeypatch.setattr)  # stops once the model's training is recorded
     assert main(args) == 130
-    monkeypatch.delenv("OCTLM_TEST_STUDY_STOP")
     record_path = out / "progress" / "train-alibi-seed1337.json"
     record = json.loads(record_path.read_text())
     capsys.readouterr()

@@ -146,15 +146,13 @@ def test_a_task_study_refuses_a_bad_layout_too_naming_the_task_it_does_not_fit(t
 
 
 def test_a_study_continued_with_other_layouts_is_refused_by_name(small_corpus, tmp_path, monkeypatch, capsys):
-    import octlm.studies.shared.progress
+    from tests.fixtures.study_stops.stops import install
 
     out = tmp_path / "study"
     args = [*STUDY[: STUDY.index("--schemes")], "--schemes", "alibi", "--rope-scalings"]
     args += ["--text", str(small_corpus), "--out", str(out)]
-    monkeypatch.setattr(octlm.studies.shared.progress, "_reached", {})
-    monkeypatch.setenv("OCTLM_TEST_STUDY_STOP", "unit:1:INT")
+    install("unit:1:INT", monkeypatch.setattr)
     assert main([*args, "--layouts", "a=rope none"]) == 130
-    monkeypatch.delenv("OCTLM_TEST_STUDY_STOP")
     kept = sorted(p.name for p in (out / "progress").iterdir())
     capsys.readouterr()
     assert main([*args, "--layouts", "b=none rope"]) == 1

@@ -29,6 +29,7 @@ import numpy as np
 from octlm.declare import replaced
 from octlm.model.positions import facts_of
 from octlm.report import Reporter, SilentReporter, TaggedReporter
+from octlm.studies.length.context import StudyContext
 from octlm.studies.length.fine_tunes import extension_rows
 from octlm.studies.length.models import train_unit
 from octlm.train.evaluate import evaluate
@@ -117,17 +118,7 @@ def extension_options(opts, label: str, source_dir: Path, run_dir: Path, seed: i
     return init_from_options(tuned, set())
 
 
-def fine_tune(
-    opts,
-    label: str,
-    source_dir: Path,
-    run_dir: Path,
-    seed: int,
-    scored: np.ndarray,
-    device,
-    report: Reporter,
-    progress,
-) -> tuple[dict, list[dict]]:
+def fine_tune(ctx: StudyContext, label: str, source_dir: Path, run_dir: Path, seed: int) -> tuple[dict, list[dict]]:
     """Fine-tune one extension and score it at ``M x T`` along the way; returns the train result and the curve rows.
 
     The curve points are read from the run's own ``model.safetensors``, which
@@ -139,10 +130,10 @@ def fine_tune(
     Raises:
         KeyboardInterrupt: when the fine-tune was interrupted (its checkpoint is saved).
     """
+    opts, scored, device, progress = ctx.opts, ctx.scored, ctx.device, ctx.progress
     from octlm.model import Decoder
     from octlm.run.folder import RunFolder
     from octlm.run.load import load_run
-    from octlm.studies.shared.progress import test_stop
     from octlm.train.init_from import prepare_model
 
     tuned = extension_options(opts, label, source_dir, run_dir, seed)
@@ -171,7 +162,7 @@ def fine_tune(
             "bpb": result.bpb,
         }
         progress.put(f"curve-{label}-seed{seed}-step{step}", point)
-        report.event(
+        ctx.report.event(
             "curve", f"[{label} seed {seed}] after {step} steps: {result.bpb:.4f} bits per byte at {length}", **point
         )
 
@@ -184,11 +175,10 @@ def fine_tune(
         score(start, 0)
 
     def hook(step: int) -> None:
-        test_stop("step")
         if step > 0 and step % tuned.save_every == 0:
             score(lambda: load_run(run_dir, device)[0], step)
 
-    result = train_unit(progress, unit, tuned, TaggedReporter(report, f"{label}@{opts.extend_to}x"), hook)
+    result = train_unit(progress, unit, tuned, TaggedReporter(ctx.report, f"{label}@{opts.extend_to}x"), hook)
     score(lambda: load_run(run_dir, device)[0], result["steps"])
     steps = [0, *range(tuned.save_every, result["steps"], tuned.save_every), result["steps"]]
     return result, [progress.get(f"curve-{label}-seed{seed}-step{step}") for step in steps]

@@ -20,15 +20,16 @@ Beside each eval row the study keeps an ``attention`` record
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from octlm.model.attention_recipes import NO_SCALE
-from octlm.report import Reporter
 from octlm.studies.length.attention import attention_record
 from octlm.studies.length.comparisons import window_fields
+from octlm.studies.length.context import StudyContext
 from octlm.studies.length.options import LengthOptions
 from octlm.studies.length.tables import NOT_AVAILABLE
-from octlm.studies.shared.progress import test_stop
 from octlm.train.evaluate import evaluate, evaluate_sliding
 
 
@@ -84,15 +85,14 @@ def without_positions(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith(("position_", "window_", "sliding_window_"))}
 
 
-def score_lengths(
-    opts: LengthOptions, model, tokenizer, make_row, scored: np.ndarray, device, report: Reporter, scale
-) -> tuple[list[dict], list[dict]]:
-    """Score ``model`` at every evaluation length, both readings and its attention; ``scale(m)`` sets its scaling first
-    (or leaves it).
+def score_lengths(ctx: StudyContext, model, tokenizer, make_row, scale) -> tuple[list[dict], list[dict]]:
+    """Score ``model`` at every evaluation length of the study, both readings and its attention, on ``ctx.scored``;
+    ``scale(m)`` sets its scaling first (or leaves it).
 
     Returns ``(eval rows, attention records)``. Past a learned table's rows
     the row says so (:data:`NOT_AVAILABLE`) and has neither reading nor attention.
     """
+    opts, scored, device = ctx.opts, ctx.scored, ctx.device
     rows, attention = [], []
     for m in opts.multipliers:
         length = m * opts.train_length
@@ -122,24 +122,22 @@ def score_lengths(
             row.update(window_fields("sliding_bpb", slid))
             attention.append(attention_record(model, scored, length, opts.train_length, device, row))
         rows.append(row)
-        test_stop("length")
         shown = (
             row["status"]
             if row["bpb"] is None
             else f"{row['bpb']:.4f} bits per byte, {row['sliding_bpb']:.4f} sliding (stride {stride})"
         )
-        report.event("length", f"{row['label']:>18} at {length:>6} tokens: {shown}", **without_positions(row))
+        ctx.report.event("length", f"{row['label']:>18} at {length:>6} tokens: {shown}", **without_positions(row))
     return rows, attention
 
 
-def score_base(
-    opts: LengthOptions, scheme: str, seed: int, run_dir: str, scored: np.ndarray, device, report: Reporter
-) -> list[dict]:
+def score_base(ctx: StudyContext, scheme: str, seed: int, run_dir: str) -> tuple[list[dict], list[dict]]:
     """A base model at every length, plain, under each RoPE scaling it takes (factor = length / T) and under each
     ``--attention-scales``."""
     from octlm.run.load import load_run
 
-    model, tokenizer = load_run(run_dir, device)
+    opts = ctx.opts
+    model, tokenizer = load_run(run_dir, ctx.device)
     rows: list[dict] = []
     attention: list[dict] = []
     for method in [None, *opts.scalings_of(scheme)]:
@@ -151,14 +149,7 @@ def score_base(
             return {**eval_row(scheme, method, factor(m), m, length), "seed": seed}
 
         scores, looks = score_lengths(
-            opts,
-            model,
-            tokenizer,
-            make_row,
-            scored,
-            device,
-            report,
-            lambda m, method=method: model.set_rope_scaling(method, factor(m) or 1.0),
+            ctx, model, tokenizer, make_row, lambda m, method=method: model.set_rope_scaling(method, factor(m) or 1.0)
         )
         rows += scores
         attention += looks
@@ -167,13 +158,10 @@ def score_base(
         trained_scale = model.config.attention_scale
         model.set_attention_scale(attention_scale)
         scores, looks = score_lengths(
-            opts,
+            ctx,
             model,
             tokenizer,
             lambda m, L, scale=attention_scale: {**eval_row(scheme, None, None, m, L, scale), "seed": seed},
-            scored,
-            device,
-            report,
             lambda m: None,
         )
         model.set_attention_scale(trained_scale)
@@ -181,17 +169,21 @@ def score_base(
     return rows, attention
 
 
-def score_extended(opts, scheme, method, name, seed, result, run_dir, scored, device, report):
-    """A fine-tuned model at every length, under the scaling it trained with: ``(eval rows, attention records)``."""
+def score_extended(
+    ctx: StudyContext, scheme: str, method: str | None, name: str, seed: int, result: dict, run_dir: Path
+) -> tuple[list[dict], list[dict]]:
+    """A fine-tuned model (row ``name``, from ``scheme`` under ``method``) at every length, under the scaling it trained
+    with: ``(eval rows, attention records)``."""
     from octlm.run.load import load_run
 
-    model, tokenizer = load_run(run_dir, device)
+    opts = ctx.opts
+    model, tokenizer = load_run(run_dir, ctx.device)
 
     def make_row(m: int, length: int) -> dict:
         row = {**eval_row(scheme, method, float(opts.extend_to) if method else None, m, length), "seed": seed}
         return {**row, "label": name, "extended_to": opts.extend_to, "extend_steps": result["steps"]}
 
-    return score_lengths(opts, model, tokenizer, make_row, scored, device, report, lambda m: None)
+    return score_lengths(ctx, model, tokenizer, make_row, lambda m: None)
 
 
 __all__ = [

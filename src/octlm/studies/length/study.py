@@ -41,6 +41,7 @@ from octlm.report import Reporter, SilentReporter, TaggedReporter
 from octlm.run.folder import RunFolder
 from octlm.studies.length.attention import attention_markdown, attention_plot
 from octlm.studies.length.comparisons import restored, stored
+from octlm.studies.length.context import StudyContext, StudyRecords
 from octlm.studies.length.extension import (
     EXTEND_PLOT,
     curve_markdown,
@@ -59,8 +60,8 @@ from octlm.studies.length.readings.streaming import STREAMING_PLOT
 from octlm.studies.length.scoring import score_base, score_extended, without_positions
 from octlm.studies.length.tables import format_tables, markdown_tables, mean_rows, plot
 from octlm.studies.length.validation import check_eval_tokens, check_validation_length, validation_tokens
-from octlm.studies.shared.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
-from octlm.studies.shared.progress import PROGRESS, StudyProgress, open_study, test_step
+from octlm.studies.shared.core import StudyFiles, prepare_study_folder, write_study, wrote_line
+from octlm.studies.shared.progress import PROGRESS, StudyProgress, open_study
 from octlm.studies.shared.rows import carried, legend
 from octlm.studies.shared.spread import Share, count_models, finish_share, open_share, placed_device, share_of
 from octlm.train.device import resolve_device, torch_settings
@@ -159,59 +160,54 @@ def _study(opts: LengthOptions, share: Share, device_name: str, threads: int | N
 
     t0 = time.perf_counter()
     progress, opts, steps = open_share(share, opts.out, opts.overwrite, begin)
-    out = progress.out
-    T = opts.train_length
-    lengths = [m * T for m in opts.multipliers]
+    ctx = StudyContext(opts, progress, device, report)
     report.event(
         "study",
         f"length study: {len(opts.rows())} models ({', '.join(opts.rows())}) x {opts.seeds} "
         f"seed{'' if opts.seeds == 1 else 's'}, {opts.max_steps} steps "
-        f"each, T={T}, evaluated at {', '.join(map(str, lengths))} tokens",
+        f"each, T={ctx.train_length}, evaluated at {', '.join(map(str, ctx.lengths))} tokens",
         schemes=opts.schemes,
-        lengths=lengths,
+        lengths=ctx.lengths,
         options=dataclasses.asdict(opts),
     )
-    seeds = study_seeds(opts.seed, opts.seeds)
     if share.spread:
-        units = study_units(opts, seeds)
+        units = study_units(opts, ctx.seeds)
         models = [unit for unit in units if unit.startswith("score-")]
         count_models(progress, models, report)
-        if trained := _train_base(opts, out, seeds, progress, report, share):
-            scored = _scored_stream(opts, trained, lengths, report)
-            _score_all(opts, trained, seeds, progress, scored, device, report)
-        tables = lambda: _tables(opts, progress, steps, device, report, t0)  # noqa: E731
+        if trained := _train_base(ctx, share):
+            _score_all(ctx.with_scored(_scored_stream(ctx, trained)), trained)
+        tables = lambda: _tables(ctx, steps, t0)  # noqa: E731
         return finish_share(share, progress, units, models, report, tables)
-    return _tables(opts, progress, steps, device, report, t0)
+    return _tables(ctx, steps, t0)
 
 
-def _tables(
-    opts: LengthOptions, progress: StudyProgress, steps: dict | None, device, report: Reporter, t0: float
-) -> dict:
+def _tables(ctx: StudyContext, steps: dict | None, t0: float) -> dict:
     """Every model of the study (trained and scored here, or read back from the records), then the tables: the
     study's result."""
-    out, T = progress.out, opts.train_length
-    lengths = [m * T for m in opts.multipliers]
-    seeds = study_seeds(opts.seed, opts.seeds)
-    trained = _train_base(opts, out, seeds, progress, report)
-    scored = _scored_stream(opts, trained, lengths, report)
+    out, T, lengths = ctx.out, ctx.train_length, ctx.lengths
+    trained = _train_base(ctx)
+    ctx = ctx.with_scored(_scored_stream(ctx, trained))
     t_eval = time.perf_counter()
-    rows, attention, train_rows, curves = _score_all(opts, trained, seeds, progress, scored, device, report)
+    rows, attention, train_rows, curves = _score_all(ctx, trained)
+    targets = len(ctx.scored) - 1
     study = {
         "record": "study",
         "train_length": T,
         "lengths": lengths,
-        "targets": len(scored) - 1,
+        "targets": targets,
         "equal_steps": steps,
-        "options": {k: v for k, v in dataclasses.asdict(opts).items() if k != "shard"},  # where it ran: not recorded
+        "options": {
+            k: v for k, v in dataclasses.asdict(ctx.opts).items() if k != "shard"
+        },  # where it ran: not recorded
     }
-    tables, written = _write(out, study, rows, train_rows, curves, attention, T, lengths)
-    progress.finish()
+    tables, written = _write(out, StudyRecords(study, rows, train_rows, curves, attention))
+    ctx.progress.finish()
     seconds = time.perf_counter() - t0
     result = {
         "out": str(out),
         "train_length": T,
         "lengths": lengths,
-        "targets": len(scored) - 1,
+        "targets": targets,
         "trained": train_rows,
         "results": [without_positions(r) for r in rows],
         "curves": curves,
@@ -224,7 +220,7 @@ def _tables(
         "eval_seconds": time.perf_counter() - t_eval,
     }
     text = f"{tables}\n\n{wrote_line(written, seconds)}"
-    report.result(result, text)
+    ctx.report.result(result, text)
     return result
 
 
@@ -242,68 +238,59 @@ def _equal_steps(
     return dataclasses.replace(opts, max_steps=steps["steps"]), steps
 
 
-def _scored_stream(opts: LengthOptions, trained: dict, lengths: list[int], report: Reporter) -> np.ndarray:
+def _scored_stream(ctx: StudyContext, trained: dict) -> np.ndarray:
     """The validation tokens every length scores: whole windows of the longest length, plus the one token before
     the first target."""
     val = _validation_stream(Path(next(iter(trained.values()))["run_dir"]))
-    n_windows = check_validation_length(len(val), opts)  # the stream scored, which the check before training predicted
-    scored = np.asarray(val[: n_windows * max(lengths) + 1])
-    report.event(
+    n_windows = check_validation_length(
+        len(val), ctx.opts
+    )  # the stream scored, which the check before training predicted
+    longest = max(ctx.lengths)
+    scored = np.asarray(val[: n_windows * longest + 1])
+    ctx.report.event(
         "evaluate",
-        f"evaluating on the first {len(scored) - 1:,} validation targets ({n_windows} windows of {max(lengths)})",
+        f"evaluating on the first {len(scored) - 1:,} validation targets ({n_windows} windows of {longest})",
         targets=len(scored) - 1,
     )
     return scored
 
 
-def _score_all(
-    opts: LengthOptions,
-    trained: dict,
-    seeds: list[int],
-    progress: StudyProgress,
-    scored: np.ndarray,
-    device,
-    report: Reporter,
-) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+def _score_all(ctx: StudyContext, trained: dict) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
     """Score every base model, then fine-tune and score each ``--extend-to`` method: ``(eval rows, attention rows,
     train rows, fine-tuning curves)``. Each model's scores are a unit of ``progress``: recorded once, never redone."""
     rows: list[dict] = []
     attention: list[dict] = []
     for (scheme, seed), result in trained.items():
         unit = f"score-{scheme}-seed{seed}"
-        if (done := progress.get(unit)) is None:
-            scores, looks = score_base(opts, scheme, seed, result["run_dir"], scored, device, report)
-            done = progress.put(unit, {"rows": scores, "attention": looks})
+        if (done := ctx.progress.get(unit)) is None:
+            scores, looks = score_base(ctx, scheme, seed, result["run_dir"])
+            done = ctx.progress.put(unit, {"rows": scores, "attention": looks})
         rows, attention = rows + done["rows"], attention + done["attention"]
-    train_rows = [_train_row(scheme, seed, r, opts.seeds) for (scheme, seed), r in trained.items()]
+    train_rows = [_train_row(scheme, seed, r) for (scheme, seed), r in trained.items()]
     curves: list[dict] = []
-    if opts.extend_to:
-        for seed in seeds:
-            for label in (lb for lb, (row, _) in extension_rows(opts).items() if (row, seed) in trained):
-                ext_rows, ext_attention, ext_train, curve = _extend_one(
-                    opts, label, seed, trained, progress, scored, device, report
-                )
+    if ctx.opts.extend_to:
+        for seed in ctx.seeds:
+            for label in (lb for lb, (row, _) in extension_rows(ctx.opts).items() if (row, seed) in trained):
+                ext_rows, ext_attention, ext_train, curve = _extend_one(ctx, label, seed, trained)
                 rows, attention = rows + ext_rows, attention + ext_attention
                 train_rows.append(ext_train)
                 curves += curve
     return rows, attention, train_rows, curves
 
 
-def _write(
-    out: Path,
-    study: dict,
-    rows: list[dict],
-    train_rows: list[dict],
-    curves: list[dict],
-    attention: list[dict],
-    T: int,
-    lengths: list[int],
-    readings: list[dict] = (),
-) -> tuple[str, list[str]]:
-    """Write length.jsonl, length.md and the figures, with the sections and figures of the opt-in ``readings``'
-    records (:mod:`octlm.studies.length.readings`); returns the terminal's tables and the paths written."""
+def _write(out: Path, records: StudyRecords) -> tuple[str, list[str]]:
+    """Write length.jsonl, length.md and the figures, with the sections and figures of the opt-in readings' records
+    (:mod:`octlm.studies.length.readings`); returns the terminal's tables and the paths written."""
+    study, rows, train_rows, curves, attention = (
+        records.study,
+        records.rows,
+        records.train_rows,
+        records.curves,
+        records.attention,
+    )
+    T, lengths, readings = records.train_length, records.lengths, list(records.readings)
     shown = mean_rows(rows)
-    read_text, read_figures = sections(FinishedStudy(out, [study, *train_rows, *readings]), list(readings))
+    read_text, read_figures = sections(FinishedStudy(out, [study, *train_rows, *readings]), readings)
     tables = format_tables(shown, T, lengths, train_rows)
     compared, confidence = confidence_section(rows, T, lengths)  # the differences' intervals, and the findings
     markdown = (
@@ -317,8 +304,8 @@ def _write(
         + read_text
     )
     kept, window_bytes = stored(rows)  # each length's window bytes once, not in every row
-    records = [study, *train_rows, *kept, *window_bytes, *curves, *attention, *compared, *readings]
-    write_study(out, FILES, records, markdown, plot(shown, T, lengths))
+    jsonl = [study, *train_rows, *kept, *window_bytes, *curves, *attention, *compared, *readings]
+    write_study(out, FILES, jsonl, markdown, plot(shown, T, lengths))
     atomic_write(out / ATTENTION_PLOT, attention_plot(attention, T))
     if curves:
         atomic_write(out / EXTEND_PLOT, curve_plot(curves))
@@ -336,59 +323,44 @@ def rewrite(study: FinishedStudy) -> list[str]:
     readings'), the comparisons computed anew from its eval rows; returns the paths written."""
     of = lambda kind: [r for r in study.records if r["record"] == kind]  # noqa: E731
     readings = [r for r in study.records if r["record"] not in OWN_RECORDS]
-    args = (of("train"), of("curve"), of("attention"), study.train_length, study.lengths, readings)
-    return _write(study.out, study.study, restored(study.records), *args)[1]
+    records = StudyRecords(study.study, restored(study.records), of("train"), of("curve"), of("attention"), readings)
+    return _write(study.out, records)[1]
 
 
-def _run_dir(out: Path, name: str, seed: int, opts: LengthOptions) -> Path:
-    return out / RUNS / (name if opts.seeds == 1 else f"{name}-seed{seed}")
-
-
-def _train_base(
-    opts: LengthOptions, out: Path, seeds: list[int], progress: StudyProgress, report: Reporter, share: Share = ONE
-) -> dict[tuple[str, int], dict]:
+def _train_base(ctx: StudyContext, share: Share = ONE) -> dict[tuple[str, int], dict]:
     """Train every scheme with every seed that ``share`` owns (keeping or resuming those of an earlier command);
     ``{(scheme, seed): train result}``."""
     trained: dict[tuple[str, int], dict] = {}
-    for k, (seed, scheme) in enumerate(base_models(opts, seeds)):
+    opts = ctx.opts
+    for k, (seed, scheme) in enumerate(base_models(opts, ctx.seeds)):
         if share.owns(k):
             tag = scheme if opts.seeds == 1 else f"{scheme} seed {seed}"
-            train_opts = opts.train_options(scheme, _run_dir(out, scheme, seed, opts), seed)
-            trained[(scheme, seed)] = train_unit(
-                progress, f"train-{scheme}-seed{seed}", train_opts, TaggedReporter(report, tag), test_step
-            )
+            train_opts = opts.train_options(scheme, ctx.run_dir(scheme, seed), seed)
+            report = TaggedReporter(ctx.report, tag)
+            trained[(scheme, seed)] = train_unit(ctx.progress, f"train-{scheme}-seed{seed}", train_opts, report)
     if trained:
         check_same_data({f"{scheme} seed {seed}": r for (scheme, seed), r in trained.items()})
     return trained
 
 
-def _train_row(name: str, seed: int, result: dict, n_seeds: int) -> dict:
+def _train_row(name: str, seed: int, result: dict) -> dict:
     keep = ("steps", "train_seconds", "tokens_per_second", "val_bpb", "run_dir")
     return {"record": "train", "position": name, "seed": seed, **{k: v for k, v in result.items() if k in keep}}
 
 
-def _extend_one(
-    opts: LengthOptions,
-    label: str,
-    seed: int,
-    trained: dict,
-    progress: StudyProgress,
-    scored: np.ndarray,
-    device,
-    report: Reporter,
-):
+def _extend_one(ctx: StudyContext, label: str, seed: int, trained: dict):
     """Fine-tune one extension method from its base run and score it at every length under its saved scaling (each
     a unit of ``progress``)."""
-    scheme, method = extension_rows(opts)[label]
-    name = f"{label}@{opts.extend_to}x"
-    run_dir = _run_dir(progress.out, name, seed, opts)
+    scheme, method = extension_rows(ctx.opts)[label]
+    name = f"{label}@{ctx.opts.extend_to}x"
+    run_dir = ctx.run_dir(name, seed)
     source = Path(trained[(scheme, seed)]["run_dir"])
-    result, curve = fine_tune(opts, label, source, run_dir, seed, scored, device, report, progress)
+    result, curve = fine_tune(ctx, label, source, run_dir, seed)
     unit = f"score-{name}-seed{seed}"
-    if (done := progress.get(unit)) is None:
-        rows, attention = score_extended(opts, scheme, method, name, seed, result, run_dir, scored, device, report)
-        done = progress.put(unit, {"rows": rows, "attention": attention})
-    return done["rows"], done["attention"], _train_row(name, seed, result, opts.seeds), curve
+    if (done := ctx.progress.get(unit)) is None:
+        rows, attention = score_extended(ctx, scheme, method, name, seed, result, run_dir)
+        done = ctx.progress.put(unit, {"rows": rows, "attention": attention})
+    return done["rows"], done["attention"], _train_row(name, seed, result), curve
 
 
 __all__ = ["FILES", "length_study", "prepare_study_dir", "rewrite"]

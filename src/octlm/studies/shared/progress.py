@@ -14,18 +14,13 @@ mid-training resumes from its checkpoint. Options that differ
 from ``study.json`` are refused, naming the first that differs, so a study
 never mixes results from different options.
 
-:func:`test_stop` is a hook for tests only: with ``OCTLM_TEST_STUDY_STOP``
-set it sends the process a signal at a chosen point, to interrupt a study
-the way Ctrl-C or ``kill -9`` does.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
-import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,28 +34,6 @@ PROGRESS = "progress"
 STUDY = "study.json"
 #: Options that name where the study is, not what it computes: a continued study may give them anew.
 FREE_OPTIONS = frozenset({"out", "overwrite", "shard"})
-#: ``POINT:N:SIGNAL`` (``unit:3:INT``, ``step:5:KILL``): at the N-th ``POINT`` of this process, send it ``SIGNAL``.
-#: Points: ``unit`` (a unit recorded), ``step`` (a training step begun), ``length`` (one length of a model scored).
-#: Read only by :func:`test_stop`, for the tests that interrupt a study; never set it otherwise.
-TEST_STOP = "OCTLM_TEST_STUDY_STOP"
-_reached: dict[str, int] = {}
-
-
-def test_stop(point: str) -> None:
-    """Tests only: count ``point`` (:data:`TEST_STOP` lists them) and, at the count
-    ``OCTLM_TEST_STUDY_STOP`` names, send this process that signal (``INT`` as Ctrl-C, ``KILL`` as ``kill -9``)."""
-    wanted = os.environ.get(TEST_STOP, "")
-    if not wanted.startswith(f"{point}:"):
-        return
-    _, count, name = wanted.split(":")
-    _reached[point] = _reached.get(point, 0) + 1
-    if _reached[point] == int(count):
-        os.kill(os.getpid(), getattr(signal, f"SIG{name}"))
-
-
-def test_step(step: int) -> None:
-    """A training run's ``step_hook`` for :func:`test_stop`: counts ``step`` points."""
-    test_stop("step")
 
 
 def comparable(options: dict) -> dict:
@@ -120,7 +93,6 @@ class StudyProgress:
         """Record ``unit`` as done (atomically: a kill leaves the record whole or absent); returns ``record``."""
         atomic_write_json(self.folder / f"{unit}.json", record)
         self.recorded(unit)
-        test_stop("unit")
         return record
 
     def done(self) -> int:
@@ -198,14 +170,11 @@ __all__ = [
     "FREE_OPTIONS",
     "PROGRESS",
     "STUDY",
-    "TEST_STOP",
     "StudyProgress",
     "as_given",
     "comparable",
     "continue_study",
     "first_difference",
     "open_study",
-    "test_step",
-    "test_stop",
     "unfinished_options",
 ]

@@ -35,7 +35,7 @@ from octlm.fileio import atomic_write
 from octlm.model import Decoder, cross_entropy
 from octlm.report import Reporter, SilentReporter
 from octlm.studies.shared.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
-from octlm.studies.shared.progress import PROGRESS, StudyProgress, open_study, test_stop
+from octlm.studies.shared.progress import PROGRESS, StudyProgress, open_study
 from octlm.studies.shared.spread import Share, count_models, finish_share, open_share, placed_device, share_of
 from octlm.studies.tasks.checkpoint import SAVE_EVERY, restore_task_checkpoint, save_task_checkpoint
 from octlm.studies.tasks.events import announce, report_model
@@ -105,7 +105,6 @@ def train_task_model(
     if checkpoint is not None and checkpoint.is_file():
         start, before = restore_task_checkpoint(checkpoint, model, optimizer, g)
     for step in range(start, train.max_steps):
-        test_stop("step")
         scheduled_lr(optimizer, step, train)
         size = int(torch.randint(1, opts.task_length + 1, (1,), generator=g))
         tokens = task.batch(size, opts.batch_size, longest, g).to(device)
