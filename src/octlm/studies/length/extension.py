@@ -32,6 +32,7 @@ from octlm.report import Reporter, SilentReporter, TaggedReporter
 from octlm.studies.length.context import StudyContext
 from octlm.studies.length.fine_tunes import extension_rows
 from octlm.studies.length.models import train_unit
+from octlm.studies.shared.rows import layout_rows
 from octlm.train.evaluate import evaluate
 
 #: Curve points per fine-tune, after step 0.
@@ -54,8 +55,6 @@ def measure_steps(opts, timing_dir: Path, report: Reporter) -> dict:
     Returns: ``{"steps", "seconds_per_step", "timed_scheme", "time_budget"}``.
     """
     scheme = next((s for s in opts.schemes if facts_of(s).times_length_study), opts.schemes[0])
-    from octlm.studies.shared.rows import layout_rows
-
     rows = [scheme, *(row.label for row in layout_rows(opts.layouts))]
     timed = {row: _seconds_per_step(opts, row, timing_dir, report) for row in rows}
     scheme, per_step = max(timed.items(), key=lambda item: item[1])

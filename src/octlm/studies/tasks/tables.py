@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from octlm.studies.shared.core import mean_std
+from octlm.studies.shared.rows import layout_rows
 from octlm.studies.tasks.generators import Task
 from octlm.studies.tasks.needle import DEFAULT_TEXT, VARIANTS
 from octlm.studies.tasks.ranking import SEPARATED, separated
@@ -231,8 +232,6 @@ def protocol_sentence(opts) -> str:
 
 def _layouts_said(layouts: list[str]) -> str:
     """The layout rows in the protocol sentence: ``; layout rows `name` = `layout`, ...`` (``""`` without any)."""
-    from octlm.studies.shared.rows import layout_rows
-
     rows = layout_rows(layouts)
     return "; layout rows " + ", ".join(f"`{row.label}` = `{row.layers}`" for row in rows) if rows else ""
 

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from octlm.report import Reporter
+from octlm.studies.length.readings.context_tables import context_markdown, context_plot
 from octlm.studies.length.readings.reading import FinishedStudy, Param, Reading
 from octlm.studies.shared.confidence import (
     BOOTSTRAP_SEED,
@@ -217,14 +218,10 @@ def effective_records(records: list[dict], nbytes: np.ndarray) -> list[dict]:
 
 
 def _figures(records: list[dict], study: FinishedStudy) -> dict[str, bytes]:
-    from octlm.studies.length.readings.context_tables import context_plot
-
     return {CONTEXT_PLOT: context_plot(records, study.train_length)}
 
 
 def _markdown(records: list[dict], study: FinishedStudy) -> str:
-    from octlm.studies.length.readings.context_tables import context_markdown
-
     return context_markdown(records, study.train_length)
 
 

@@ -22,6 +22,8 @@ from octlm.data.tokens import gather_blocks
 from octlm.errors import OctlmError
 from octlm.model import cross_entropy
 from octlm.report import Reporter
+from octlm.studies.length.comparisons import restored
+from octlm.studies.length.readings.long_token_tables import long_tokens_markdown
 from octlm.studies.length.readings.long_tokens import (
     GAIN_NATS,
     LOSS_NATS,
@@ -155,7 +157,6 @@ def compute(study: FinishedStudy, params: dict, device, report: Reporter) -> lis
     """
     from octlm.data.token_display import visible_token
     from octlm.run.load import load_run
-    from octlm.studies.length.comparisons import restored
 
     short, longest = params["long_tokens_short"], max(study.lengths)
     if short >= longest:
@@ -187,8 +188,6 @@ def compute(study: FinishedStudy, params: dict, device, report: Reporter) -> lis
 
 
 def _markdown(records: list[dict], study: FinishedStudy) -> str:
-    from octlm.studies.length.readings.long_token_tables import long_tokens_markdown
-
     return long_tokens_markdown(records, study.train_length, study.lengths)
 
 

@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from octlm.studies.length.comparisons import WINDOWS
+from octlm.studies.length.comparisons import WINDOWS, comparisons
 from octlm.train.evaluate import sliding_windows
 
 #: Fang et al. 2024's ``alpha``: a marked target's nats fall by more than this from short to long context.
@@ -180,8 +180,6 @@ def examples(
 def comparison_records(records: list[dict]) -> list[dict]:
     """The comparisons of the study (:func:`octlm.studies.length.comparisons.comparisons`: the same pairs, the same
     paired bootstrap crossed with the seeds) over the marked targets, as ``long_tokens_comparison`` records."""
-    from octlm.studies.length.comparisons import comparisons
-
     return [{**c, "record": COMPARISON} for c in comparisons([r for r in records if r["record"] == ROW])]
 
 

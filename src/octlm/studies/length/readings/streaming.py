@@ -40,6 +40,7 @@ from octlm.studies.length.readings.streaming_tables import (
     streaming_markdown,
     streaming_plot,
 )
+from octlm.studies.length.readings.streams import stream_segments
 from octlm.studies.shared.confidence import BOOTSTRAP_SEED, CONFIDENCE, RESAMPLES, compare_many
 
 #: Sinks StreamingLLM keeps (§4.1: four initial tokens restore the loss; more add little).
@@ -105,7 +106,6 @@ def compute(study: FinishedStudy, params: dict, device, report: Reporter) -> lis
     (:func:`compare_records`)."""
     from octlm.model.streaming import check_streaming, streaming_refusal
     from octlm.run.load import load_run
-    from octlm.studies.length.readings.streams import stream_segments
 
     T, longest = study.train_length, max(study.lengths)
     check(params, T)
