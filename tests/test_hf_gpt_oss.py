@@ -85,5 +85,5 @@ def test_the_config_says_one_expert_and_the_layers(exported):
     ours, _, folder = exported
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == "gpt_oss" and config["num_local_experts"] == config["num_experts_per_tok"] == 1
-    windowed = [spec.window is not None for spec in ours.config.layer_specs] or [False, False]
+    windowed = [spec.window is not None for spec in ours.config.layers] or [False, False]
     assert config["layer_types"] == ["sliding_attention" if w else "full_attention" for w in windowed]

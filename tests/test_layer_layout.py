@@ -19,7 +19,7 @@ from octlm import Decoder, DecoderConfig
 from octlm.model.block_recipes import swiglu_hidden
 from octlm.model.blocks import LayerPass
 from octlm.model.kvcache import KVCache
-from octlm.model.layout import describe, per_layer_schemes
+from octlm.model.layout import describe, layout_text, per_layer_schemes
 from tests.conftest import TINY_MODEL
 
 SMALL = dict(vocab_size=40, context_length=16, d_model=16, n_heads=2)
@@ -167,7 +167,7 @@ def test_the_llama_block_is_rmsnorm_swiglu_and_no_biases():
 
 def test_describe_says_each_layer():
     config = DecoderConfig(**SMALL, n_layers=4, position="rope", layers="w8*3 none/logn/noqknorm")
-    assert describe(config.layer_specs) == [
+    assert describe(config.layers) == [
         "rope, window 8",
         "rope, window 8",
         "rope, window 8",
@@ -234,7 +234,7 @@ def test_a_layout_run_trains_saves_and_loads(tmp_path):
     args = [*TINY_MODEL, "--n-layers", "3", "--block", "llama", "--qk-norm", "--position", "rope"]
     assert main(["train", "--text", "tinyshakespeare", *args, "--layers", "w16*2 none/logn", "--out", str(out)]) == 0
     model, _ = load_run(out)  # loads the weights strictly: every key of the layout's model is in the file
-    assert model.config.layers == "w16*2 none/logn" and model.config.block == "llama"
+    assert layout_text(model.config.layers) == "rope/w16*2 none/logn" and model.config.block == "llama"
     assert [block.attn.window for block in model.blocks] == [16, 16, None]
     with safe_open(out / "model.safetensors", "pt") as f:
         keys = set(f.keys())

@@ -15,10 +15,9 @@ POSITIONS = PACKAGE / "model" / "positions"
 #: "none" is NoPE's name and also a word torch and matplotlib take (reduction="none", facecolors="none": keyword
 #: arguments, which the check passes over); each other place it is used as that word, and why.
 NONE_AS_A_WORD = {
-    "model/config.py": 1,  # ACTIVATIONS: F.gelu's approximate="none", the exact GELU
+    "model/config.py": 2,  # ACTIVATIONS: F.gelu's approximate="none"; NO_SCALE: --attention-scale none
     "model/decoder.py": 1,  # cross_entropy: reduction != "none"
     "model/weights.py": 2,  # a message: "missing: none"
-    "model/attention_recipes.py": 1,  # NO_SCALE: --attention-scale none, plain softmax attention
 }
 
 

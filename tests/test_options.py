@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from octlm.cli import build_parser, main
 from octlm.cli.program import COMMANDS
-from octlm.declare import Bound, Resume, checked_values, field_types, flag, option_default, option_fields, replaced
+from octlm.declare import Bound, Resume, flag, option_default, option_fields, replaced
 from octlm.errors import OctlmError
+from octlm.option_values import checked_values, field_types
 from octlm.studies.length.options import LengthOptions
 from octlm.train.checkpoint import config_digest
 from octlm.train.options import TrainOptions

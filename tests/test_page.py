@@ -355,7 +355,7 @@ def test_layout_run_in_chromium_through_octlm_serve(layout_run, tmp_path):
     for length in (T, 2 * T, 4 * T):
         first = [0 if w is None else length - w for w in windows]
         assert layout["bars"][str(length)] == [f"keys {a}–{length - 1}: {length - a} of {length}" for a in first]
-    specs = describe(config.layer_specs)
+    specs = describe(config.layers)
     assert specs == ["rope, window 8", "rope, window 8", "none, global, log-scaled queries"]
     for layer, (shown, spec, window) in enumerate(zip(layout["layers"], specs, windows, strict=True)):
         assert shown["select"] == f"layer {layer}: {spec}"

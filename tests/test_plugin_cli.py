@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from octlm.cli import main
-from octlm.model.positions import registry
+from octlm.model.positions import plugins, registry
 from octlm.model.positions.registry import SCHEMES
 from tests.conftest import TINY_MODEL
 
@@ -30,7 +30,7 @@ TINY = [*TINY_MODEL, "--context-length", "32"]
 def registry_restored(monkeypatch):
     """Whatever a test registers or imports as a plug-in is gone after it; entry points are looked up afresh."""
     before, modules = set(dict.keys(SCHEMES)), set(sys.modules)
-    monkeypatch.setattr(registry, "_entry_points_loaded", False, raising=False)
+    monkeypatch.setattr(SCHEMES, "on_first_read", plugins.load_entry_points)
     yield
     for name in set(dict.keys(SCHEMES)) - before:
         dict.pop(SCHEMES, name)

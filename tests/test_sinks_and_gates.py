@@ -106,7 +106,7 @@ CASES = [
 def test_each_layer_computes_the_hand_formula_and_records_the_weights_it_uses(fields, length, seed):
     model = model_with(seed, position="none", **fields)
     ids = torch.randint(0, VOCAB, (1, length), generator=torch.Generator().manual_seed(seed))
-    windows = [spec.window for spec in model.config.layer_specs] or [None] * 2
+    windows = [spec.window for spec in model.config.layers] or [None] * 2
     with record_attention(model) as maps:
         io = layer_io(model, ids)
     for layer, ((x, out), window) in enumerate(zip(io, windows, strict=True)):

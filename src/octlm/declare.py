@@ -2,28 +2,26 @@
 
 :func:`option` makes such a field, :func:`same_as` declares another command's
 option again, :func:`nested` puts one options dataclass inside another (the
-training options nest the model's :class:`~octlm.model.DecoderConfig`), and
-:class:`Bound` is a range with the message that names it.
+training options nest the model's :class:`~octlm.model.DecoderConfig`),
+:func:`group` holds options whose declarations are known only when used (the
+position schemes' options, :class:`~octlm.model.scheme_catalog.SchemeOptions`),
+and :class:`Bound` is a range with the message that names it.
 
 Nested or not, a command sees its options flat: every leaf option has one
 name, which is its flag, its TOML key and its ``config.json`` key
 (:func:`option_fields`, :func:`flat_values`, :func:`build`, :func:`replaced`).
-:func:`check_fields` checks a whole options object against its declarations
-and :func:`checked_values` checks values read from a file.
+:func:`check_fields` checks a whole options object against its declarations;
+:mod:`octlm.option_values` checks values read from a file.
 :mod:`octlm.train.options` declares the training options with these, the
-model's shape and position options live on ``DecoderConfig`` and its schemes,
+model's shape on ``DecoderConfig``, each position scheme's options on the scheme,
 and each other command's options sit beside the function that takes them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import enum
-import json
 import math
-import types
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -111,6 +109,7 @@ def option(
     check: Callable | None = None,
     resume: Resume = Resume.FIXED,
     resume_check: Callable | None = None,
+    as_text: Callable | None = None,
     **cli,
 ) -> dataclasses.Field:
     """A dataclass field that is also a flag, a TOML key and a ``config.json`` key.
@@ -129,10 +128,21 @@ def option(
             kept by a resumed run unless declared otherwise: the safe side.
         resume_check: ``resume_check(name, value, then, run_dir)`` returning
             the refusal message, or ``None``, in place of the plain "must match".
+        as_text: for an option given as text (a flag, a TOML string) and held
+            parsed (a layer layout): writes a held value back as that text,
+            the option's value wherever options are flat (:func:`flat_values`).
         **cli: argparse keywords (``choices``, ``nargs``, ``metavar``,
             ``action``) and ``positional=True``.
     """
-    meta = {"help": help, "bounds": bounds, "check": check, "resume": resume, "resume_check": resume_check, "cli": cli}
+    meta = {
+        "help": help,
+        "bounds": bounds,
+        "check": check,
+        "resume": resume,
+        "resume_check": resume_check,
+        "as_text": as_text,
+        "cli": cli,
+    }
     if callable(default):
         return field(default_factory=default, metadata=meta)
     if isinstance(default, list):
@@ -145,6 +155,30 @@ def option(
 def nested(cls) -> dataclasses.Field:
     """A field holding a whole options dataclass ``cls``, whose options count as the outer one's (flat, by name)."""
     return field(default_factory=cls, metadata={"nested": cls})
+
+
+def group(kind, *, handed_over: bool = False) -> dataclasses.Field:
+    """A field holding a group of options declared elsewhere, read when used (plug-ins may add some).
+
+    ``kind`` is a class whose ``kind()`` is the defaults, ``kind.option_fields()``
+    the declared options, ``value.flat()`` their values by name,
+    ``value.with_values(flat)`` a changed copy and ``kind.option_classes()``
+    the dataclasses declaring them. With ``handed_over`` each option counts as
+    declared again (``same_as``), for a command that hands them on by name.
+    """
+    return field(default_factory=kind, metadata={"group": kind, "handed_over": handed_over})
+
+
+def _group_fields(f: dataclasses.Field) -> list[dataclasses.Field]:
+    fields = f.metadata["group"].option_fields()
+    if not f.metadata["handed_over"]:
+        return fields
+    out = []
+    for inner in fields:
+        again = field(default=inner.default, metadata={**inner.metadata, "same_as": inner.name})
+        again.name = inner.name
+        out.append(again)
+    return out
 
 
 def is_option(f: dataclasses.Field) -> bool:
@@ -162,6 +196,8 @@ def option_fields(cls) -> list[dataclasses.Field]:
     for f in dataclasses.fields(cls):
         if "nested" in f.metadata:
             out += option_fields(f.metadata["nested"])
+        elif "group" in f.metadata:
+            out += _group_fields(f)
         elif is_option(f):
             out.append(f)
     names = [f.name for f in out]
@@ -181,8 +217,10 @@ def flat_values(opts) -> dict:
         value = getattr(opts, f.name)
         if "nested" in f.metadata:
             out.update(flat_values(value))
+        elif "group" in f.metadata:
+            out.update(value.flat())
         elif is_option(f):
-            out[f.name] = value
+            out[f.name] = value if f.metadata.get("as_text") is None else f.metadata["as_text"](value)
     return out
 
 
@@ -202,6 +240,10 @@ def build(cls, values: Mapping):
     for name, inner in _groups(cls):
         own = {f.name for f in option_fields(inner)}
         kwargs[name] = build(inner, {k: values.pop(k) for k in list(values) if k in own})
+    for f in dataclasses.fields(cls):
+        if "group" in f.metadata:
+            own = {inner.name for inner in _group_fields(f)}
+            kwargs[f.name] = f.metadata["group"]().with_values({k: values.pop(k) for k in list(values) if k in own})
     top = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - top)
     if unknown:
@@ -217,17 +259,24 @@ def replaced(opts, **changes):
         TypeError: for a name no field of ``opts`` or its groups has.
     """
     groups = dict(_groups(type(opts)))
+    held = {inner.name: f.name for f in dataclasses.fields(opts) if "group" in f.metadata for inner in _group_fields(f)}
     top = {f.name for f in dataclasses.fields(opts)}
     inner_changes: dict[str, dict] = {}
+    held_changes: dict[str, dict] = {}
     for key in list(changes):
         if key in top:
             continue
-        group = next((g for g, c in groups.items() if key in {f.name for f in option_fields(c)}), None)
-        if group is None:
+        if key in held:
+            held_changes.setdefault(held[key], {})[key] = changes.pop(key)
+            continue
+        nest = next((g for g, c in groups.items() if key in {f.name for f in option_fields(c)}), None)
+        if nest is None:
             raise TypeError(f"{type(opts).__name__}: unknown option {key!r}")
-        inner_changes.setdefault(group, {})[key] = changes.pop(key)
-    for group, values in inner_changes.items():
-        changes[group] = replaced(getattr(opts, group), **values)
+        inner_changes.setdefault(nest, {})[key] = changes.pop(key)
+    for nest, values in inner_changes.items():
+        changes[nest] = replaced(getattr(opts, nest), **values)
+    for name, values in held_changes.items():
+        changes[name] = changes.get(name, getattr(opts, name)).with_values(values)
     return dataclasses.replace(opts, **changes)
 
 
@@ -289,82 +338,6 @@ def check_fields(opts) -> None:
             check(value)
 
 
-def field_types(cls) -> dict[str, tuple[type, bool, bool]]:
-    """``{option: (item type, is a list, may be None)}`` for every declared option of options dataclass ``cls``."""
-    hints: dict[str, object] = {}
-    for owner in [cls, *(inner for _, inner in _groups(cls))]:
-        hints.update(typing.get_type_hints(owner))
-    out = {}
-    for f in option_fields(cls):
-        hint, optional = hints[f.name], False
-        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-            optional = type(None) in typing.get_args(hint)
-            hint = next(a for a in typing.get_args(hint) if a is not type(None))
-        is_list = typing.get_origin(hint) is list
-        out[f.name] = (typing.get_args(hint)[0] if is_list else hint, is_list, optional)
-    return out
-
-
-def _is_a(value, kind: type) -> bool:
-    if isinstance(value, bool):  # bool is an int to Python, never to a person
-        return kind is bool
-    if kind is float:
-        return isinstance(value, (int, float))
-    return isinstance(value, kind)
-
-
-def checked_values(values: Mapping, where: str, cls, stored: bool = False) -> dict:
-    """Option values read from a file, checked against the options of ``cls`` and keyed by option name.
-
-    Keys may be spelled with dashes or underscores (``max-steps``,
-    ``max_steps``). Values are shown back as JSON (``true``, ``[5]``), the
-    way the person wrote them. ``stored`` marks a run's own ``config.json``:
-    there ``null`` stands for an unset option, an empty ``text`` list for the
-    default corpus, and keys this version no longer has are ignored.
-
-    Raises:
-        OctlmError: naming ``where`` and the key: an unknown key (with the
-            closest option name), one option given twice, a value of the
-            wrong type or outside the option's choices.
-    """
-    kinds = field_types(cls)
-    choices = {f.name: f.metadata["cli"].get("choices") for f in option_fields(cls)}
-    checked: dict = {}
-    spelled: dict[str, str] = {}
-    for key, value in values.items():
-        name = str(key).replace("-", "_")
-        shown = json.dumps(value, ensure_ascii=False, default=str)
-        if name not in kinds:
-            if stored:
-                continue
-            close = difflib.get_close_matches(name, kinds, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise OctlmError(
-                f"{where}: unknown key {key!r}; {hint}the keys are this command's options: {', '.join(sorted(kinds))}"
-            )
-        if name in spelled:
-            raise OctlmError(f"{where}: {spelled[name]!r} and {key!r} are the same option; keep one of them")
-        spelled[name] = key
-        kind, is_list, optional = kinds[name]
-        if value is None and stored and (optional or is_list):
-            checked[name] = [] if is_list else None
-            continue
-        if is_list and not isinstance(value, list):
-            value = [value]
-        items = value if is_list else [value]
-        if not all(_is_a(v, kind) for v in items):
-            expected = f"a list of {kind.__name__}" if is_list else kind.__name__
-            raise OctlmError(f"{where}: key {key!r} must be {expected}, got {shown}")
-        if is_list and not items and not stored:
-            raise OctlmError(
-                f"{where}: key {key!r} is an empty list; give at least one value, or leave the key out for the default"
-            )
-        if choices[name] and any(v not in choices[name] for v in items):
-            raise OctlmError(f"{where}: key {key!r} must be one of {', '.join(choices[name])}, got {shown}")
-        checked[name] = kind(value) if kind is float else value
-    return checked
-
-
 __all__ = [
     "REQUIRED",
     "Bound",
@@ -372,11 +345,10 @@ __all__ = [
     "at_least",
     "build",
     "check_fields",
-    "checked_values",
-    "field_types",
     "finite",
     "flag",
     "flat_values",
+    "group",
     "is_option",
     "nested",
     "refused",

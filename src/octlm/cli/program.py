@@ -20,8 +20,9 @@ from pathlib import Path
 
 from octlm.data.token_display import argv_text
 from octlm.data.tokenizer import left_running
-from octlm.declare import REQUIRED, build, checked_values, field_types, flag, option_default, option_fields, refused
+from octlm.declare import REQUIRED, build, flag, option_default, option_fields, refused
 from octlm.errors import OctlmError
+from octlm.option_values import checked_values, field_types
 from octlm.report import Reporter, terminal_output
 from octlm.train.signals import STOP_SIGNALS, survive_hangup
 

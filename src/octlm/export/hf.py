@@ -61,6 +61,7 @@ from octlm.export.hf_llama import FAMILY_MAPPERS, family_mapper
 from octlm.export.hf_neox import NeoxMapper
 from octlm.fileio import atomic_write, atomic_write_json
 from octlm.model import Decoder, DecoderConfig
+from octlm.model.layout import layout_text
 from octlm.model.positions import SCHEMES, RopeScaling, facts_of
 from octlm.run.folder import RunFolder
 from octlm.run.load import load_run
@@ -101,11 +102,14 @@ def mapper_for(config: DecoderConfig) -> Mapper:
 
 
 def _gpt2_block_refusal(config: DecoderConfig) -> str | None:
-    if config.block != "gpt2" or not (config.layers.strip() or config.qk_norm):
+    if config.block != "gpt2" or not (config.layers or config.qk_norm):
         return None
     said = ", ".join(
         part
-        for part, present in ((f"layers={config.layers!r}", config.layers.strip()), ("qk_norm=True", config.qk_norm))
+        for part, present in (
+            (f"layers={layout_text(config.layers)!r}", config.layers),
+            ("qk_norm=True", config.qk_norm),
+        )
         if present
     )
     return (

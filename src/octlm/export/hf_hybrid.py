@@ -37,7 +37,7 @@ from octlm.export.hf_common import InteropError
 from octlm.export.hf_neox import MODEL_TYPE as NEOX
 from octlm.export.hf_neox_rope import neox_rotation, rotates
 from octlm.model import DecoderConfig
-from octlm.model.layout import LayerSpec, layer_config
+from octlm.model.layout import LayerSpec, layout_text
 from octlm.model.positions import facts_of
 
 LLAMA, SMOLLM3, QWEN3 = "llama", "smollm3", "qwen3"
@@ -75,7 +75,7 @@ def held(position: str) -> bool:
 
 def layer_rows(config: DecoderConfig) -> list[LayerSpec]:
     """Each layer's spec with the config's defaults filled in: the RoPE base of a rotating layer and QK-norm."""
-    specs = config.layer_specs or (LayerSpec(config.position),) * config.n_layers
+    specs = config.layers or (LayerSpec(config.position),) * config.n_layers
     return [
         replace(
             spec,
@@ -107,7 +107,9 @@ def _schemes(config: DecoderConfig, rows: list[LayerSpec]) -> str | None:
         return None
     scheme, layers = next(iter(odd.items()))
     said = (
-        f"position={scheme!r}" if not config.layer_specs else f"{_where(layers)} of layers={config.layers!r}: {scheme}"
+        f"position={scheme!r}"
+        if not config.layers
+        else f"{_where(layers)} of layers={layout_text(config.layers)!r}: {scheme}"
     )
     return (
         f"{said} in Llama's block (block='llama'): transformers' {NAMES} turn a layer's queries and keys with RoPE "
@@ -117,8 +119,8 @@ def _schemes(config: DecoderConfig, rows: list[LayerSpec]) -> str | None:
 
 def _partial(config: DecoderConfig, rows: list[LayerSpec]) -> str | None:
     for row in rows:
-        if rotates(row.position) and neox_rotation(layer_config(config, row))[0] != config.head_dim:
-            turned = neox_rotation(layer_config(config, row))[0]
+        if rotates(row.position) and neox_rotation(config.layer_config(row))[0] != config.head_dim:
+            turned = neox_rotation(config.layer_config(row))[0]
             return (
                 f"{row.position} with partial_rotary_factor={config.partial_rotary_factor} turns {turned} of the "
                 f"{config.head_dim} channels of each head: transformers' {NAMES} turn all of them (GPT-NeoX, which "
@@ -216,7 +218,7 @@ def plan_family(config: DecoderConfig) -> FamilyPlan:
     else:
         model_type = SMOLLM3
     first_rope = next((row for row in rows if rotates(row.position)), None)
-    rope = config if first_rope is None else layer_config(config, first_rope)
+    rope = config if first_rope is None else config.layer_config(first_rope)
     window = next((row.window for row in rows if row.window is not None), None)
     return FamilyPlan(model_type, rotary, windowed, window, bool(qk_norm), rope)
 

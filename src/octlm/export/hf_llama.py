@@ -54,6 +54,7 @@ from octlm.export.hf_neox import max_positions, turned_channels
 from octlm.export.hf_neox_rope import scaling_parameters, transformers4_rope
 from octlm.model import Decoder, DecoderConfig
 from octlm.model.block_recipes import RMS_EPS, swiglu_hidden
+from octlm.model.layout import layout_text
 from octlm.model.positions import RopeScaling
 
 #: model_type -> (class name, architecture as messages name it)
@@ -174,7 +175,7 @@ def family_config(model: Decoder, eot_id: int) -> dict:
         "eos_token_id": eot_id,
         "pad_token_id": None,  # SmolLM3's default (128004) is past a small vocabulary
         "dtype": "float32",
-        "octlm": {"block": config.block, "layers": config.layers, "qk_norm": config.qk_norm},
+        "octlm": {"block": config.block, "layers": layout_text(config.layers), "qk_norm": config.qk_norm},
     }
     if plan.model_type != QWEN3:
         out["mlp_bias"] = False

@@ -38,7 +38,7 @@ from torch import Tensor
 from octlm.inspect.attention import MAP_BYTES, record
 from octlm.inspect.attention_statistics import attention_distance, attention_entropy, sink_mass, uniform_attention
 from octlm.model import Decoder, DecoderConfig, positions
-from octlm.model.layout import describe, layer_config
+from octlm.model.layout import describe
 
 #: The most cells a side of a map on the page has (a default study's maps are 128 x 128 at every length).
 MAP_SIDE = 128
@@ -274,22 +274,22 @@ def layout_view(config: DecoderConfig) -> list[dict] | None:
     ``description``, the layer's line of :func:`octlm.model.layout.describe`
     (what the layout says, the label of its maps).
     """
-    if not config.layer_specs:
+    if not config.layers:
         return None
-    lines = describe(config.layer_specs)
+    lines = describe(config.layers)
     return [
         {
             "layer": i,
             "position": spec.position,
             "window": spec.window,
-            "rope_theta": layer_config(config, spec).rope_theta
+            "rope_theta": config.layer_config(spec).rope_theta
             if "rope_theta" in positions.SCHEMES[spec.position].reads
             else None,
             "log_scale": spec.log_scale or config.attention_scale == "log",
             "qk_norm": config.qk_norm if spec.qk_norm is None else spec.qk_norm,
             "description": line,
         }
-        for i, (spec, line) in enumerate(zip(config.layer_specs, lines, strict=True))
+        for i, (spec, line) in enumerate(zip(config.layers, lines, strict=True))
     ]
 
 

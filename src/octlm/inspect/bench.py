@@ -146,7 +146,7 @@ def bench(opts: BenchOptions, report: Reporter) -> dict:
     ]
     lines += [
         "",
-        format_diagnostic(diagnostic, "the layer layout" if model.config.layer_specs else model.config.position),
+        format_diagnostic(diagnostic, "the layer layout" if model.config.layers else model.config.position),
     ]
     if not opts.run:
         lines.append("(untrained: the neighbours are random, which shows only that the code path works)")

@@ -31,6 +31,7 @@ from octlm.errors import RunError
 from octlm.inspect.bench import TOKEN_RULE
 from octlm.inspect.diagnostics import position_vectors
 from octlm.model import Decoder
+from octlm.model.layout import layout_text
 from octlm.model.positions import PositionVectors, facts_of
 from octlm.report import Reporter
 from octlm.run.folder import EMBEDDINGS, EMBEDDINGS_FIGURES, METRICS, RunFolder
@@ -193,7 +194,7 @@ def run_view(run_dir: str | Path, model: Decoder, tokenizer: Tokenizer) -> dict:
     return {
         "format": VIEW_FORMAT,
         "name": run_dir.resolve().name,
-        "model": config.to_dict(),
+        "model": {**config.to_dict(), "layers": layout_text(config.layers)},  # the page shows the layout as written
         "summary": {
             "steps": final[0] if final else None,
             "val_loss": final[1] if final else None,

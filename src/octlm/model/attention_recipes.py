@@ -39,14 +39,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:  # pragma: no cover
-    from octlm.model.config import DecoderConfig
-    from octlm.model.kvcache import KVCache
+from octlm.model.config import ATTENTION_SCALES, NO_SCALE, DecoderConfig
 
-#: The ``--attention-scale`` of plain softmax attention (the word is also NoPE's scheme name, hence one constant).
-NO_SCALE = "none"
-#: ``--attention-scale`` values: :data:`NO_SCALE` and ``log`` (:func:`log_length_scale`).
-ATTENTION_SCALES = (NO_SCALE, "log")
+if TYPE_CHECKING:  # pragma: no cover
+    from octlm.model.kvcache import KVCache
 
 
 def log_length_scale(n: Tensor, train_length: int) -> Tensor:
@@ -103,7 +99,7 @@ def plan_pass(config: DecoderConfig, token_ids: Tensor, offset: int, cache: KVCa
     carries where each row's open document began (``cache.document_start``,
     updated here); without one the keys are the pass's own tokens.
     """
-    scaled = config.attention_scale == "log" or any(spec.log_scale for spec in config.layer_specs)
+    scaled = config.attention_scale == "log" or any(spec.log_scale for spec in config.layers)
     if not config.document_mask and not scaled:
         return None
     B, T = token_ids.shape

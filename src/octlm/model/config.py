@@ -1,25 +1,31 @@
 """The shape of a decoder and its position scheme, declared once: :class:`DecoderConfig`.
 
 Each field is an option (default, help, bounds) that ``octlm train``, the
-studies and ``config.json`` read from here; the options of a position scheme
-are declared by the scheme itself and added as fields
-(:func:`octlm.model.positions.registry.with_scheme_options`).
+studies and ``config.json`` read from here. The options of the position
+schemes are declared by each scheme as its own frozen dataclass and held in
+one field, ``scheme_options`` (:class:`~octlm.model.scheme_catalog.SchemeOptions`);
+the layer layout is data, ``layers``. This module imports no scheme: it reads
+the catalog the schemes register in (:mod:`octlm.model.scheme_catalog`), so a
+config is checked once, when it is made, and the rest of octlm trusts it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
-from octlm.declare import at_least, option, option_default, option_fields
-from octlm.model import positions
-from octlm.model.attention_recipes import ATTENTION_SCALES, NO_SCALE
+from octlm.declare import at_least, group, option, option_default, option_fields
 from octlm.model.block_recipes import BLOCKS
-from octlm.model.layout import LayoutError, layer_config, parse_layout
-from octlm.model.positions.registry import with_scheme_options
+from octlm.model.layout import LayerSpec, LayoutError, layer_data, layers_given, layout_text
+from octlm.model.scheme_catalog import SCHEME_NAMES, SCHEMES, SchemeOptions, default_scheme
 
 #: MLP nonlinearities by name: the ``approximate`` argument of ``F.gelu``.
 ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}
+#: The ``--attention-scale`` of plain softmax attention (the word is also NoPE's scheme name, hence one constant).
+NO_SCALE = "none"
+#: ``--attention-scale`` values (:mod:`octlm.model.attention_recipes`): :data:`NO_SCALE` and ``log``.
+ATTENTION_SCALES = (NO_SCALE, "log")
 
 
 class DecoderFieldError(ValueError):
@@ -35,8 +41,24 @@ class DecoderFieldError(ValueError):
         self.field, self.rest = field, rest
 
 
-@dataclass
-@with_scheme_options
+def _taking_flat_scheme_options(cls):
+    """Let ``cls(rope_theta=...)`` (and ``dataclasses.replace``) set a scheme's option by its flat name, as the
+    command line and ``config.json`` do, into ``scheme_options``."""
+    made = cls.__init__
+
+    @functools.wraps(made)
+    def __init__(self, *args, **kwargs):
+        flat = {name: kwargs.pop(name) for name in list(kwargs) if name not in cls.__dataclass_fields__}
+        if flat:
+            kwargs["scheme_options"] = (kwargs.get("scheme_options") or SchemeOptions()).with_values(flat)
+        made(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
+@_taking_flat_scheme_options
+@dataclass(frozen=True)
 class DecoderConfig:
     """Shape of a decoder. Defaults are octlm's Day-1 baseline.
 
@@ -78,16 +100,25 @@ class DecoderConfig:
             from the layer's input and multiplied into the attention output
             before the output projection (Qiu et al. 2025, "Gated Attention
             for Large Language Models", arXiv 2505.06708).
-        layers: a layer layout (:mod:`octlm.model.layout`): per layer a
-            scheme, an attention window, a RoPE base, log-scaled queries and
-            QK-norm; ``""`` (the default) is ``position`` in every layer,
-            global. Entries without a scheme take ``position``.
+        layers: the layer layout (:mod:`octlm.model.layout`), one
+            :class:`~octlm.model.layout.LayerSpec` per layer: a scheme, an
+            attention window, a RoPE base, log-scaled queries and QK-norm;
+            ``()`` is ``position`` in every layer, global. Given as a layout
+            string (``"rope/w64*3 none"``; entries without a scheme take
+            ``position``) or as LayerSpecs or their ``config.json`` objects;
+            held as the tuple.
         eot_id: the tokenizer's ``<|endoftext|>`` id, which ``document_mask``
             reads (0 in every tokenizer octlm trains; ``octlm train`` writes
             the run's own).
+        scheme_options: each position scheme's options, declared by the
+            scheme (``PositionScheme.options``, a frozen dataclass):
+            ``config.scheme_options["rope"]`` is a ``RopeOptions``. Every
+            scheme's are kept, whatever ``position`` and ``layers`` name.
 
-    The options of the position schemes follow, one field each, declared by
-    the scheme that reads them (``PositionScheme.options``):
+    In Python the options of the schemes keep their flat names too, as the
+    flags and ``config.json`` spell them: ``DecoderConfig(rope_theta=5e5)``
+    sets ``scheme_options["rope"].rope_theta`` and ``config.rope_theta``
+    reads it. The built-in ones:
 
         rope_theta: RoPE wavelength base (Su et al. 2021), used by ``rope``.
         rope_layout: which channels RoPE pairs: ``interleaved`` (2i, 2i+1) or
@@ -102,8 +133,9 @@ class DecoderConfig:
         cope_npos_max: CoPE's learned position embeddings per layer
             (Golovneva et al. 2024's ``npos_max``), used by ``cope``.
 
-    Every field but ``vocab_size`` (which the tokenizer decides) is declared
-    as an option (:func:`octlm.declare.option`): ``octlm train`` nests this
+    Every field but ``vocab_size`` and ``eot_id`` (which the tokenizer
+    decides) is declared as an option (:func:`octlm.declare.option`, and
+    :func:`octlm.declare.group` for the schemes'): ``octlm train`` nests this
     class in its options, so the flags, the TOML keys, ``config.json``'s
     ``model`` section and the range checks all come from here.
 
@@ -126,12 +158,12 @@ class DecoderConfig:
     activation: str = option(
         "gelu", "MLP nonlinearity: exact gelu, or gelu_tanh (GPT-2's gelu_new)", choices=list(ACTIVATIONS)
     )
-    position: str = option(positions.default_scheme, "position scheme", choices=positions.SCHEME_NAMES)
+    position: str = option(default_scheme, "position scheme", choices=SCHEME_NAMES)
     randomize_positions: int = option(
         1,
-        "train at positions drawn from FACTOR x context length (Ruoss et al. 2023; "
-        f"{', '.join(positions.random_position_schemes())}); 1: off. Evaluation and sampling draw them the same "
-        "way, seeded by the sequence length",
+        "train at positions drawn from FACTOR x context length (Ruoss et al. 2023; every scheme that reads a "
+        "token's index); 1: off. Evaluation and sampling draw them the same way, seeded by the sequence "
+        "length",
         bounds=at_least(1),
         metavar="FACTOR",
     )
@@ -160,36 +192,70 @@ class DecoderConfig:
         "multiply each head's attention output by a sigmoid gate computed from the layer's input, before the output "
         "projection (Qiu et al. 2025; docs/sinks-and-gates.md)",
     )
-    layers: str = option(
+    layers: tuple[LayerSpec, ...] = option(
         "",
         "a scheme, window, RoPE base and query scale per layer, one entry per layer: e.g. 'rope/w64*3 none' "
         "(3 RoPE layers with 64-token windows, then a global NoPE layer); keys wN, global, thetaX, logn, qknorm, "
         "noqknorm; an entry without a scheme takes --position (docs/layouts.md)",
         metavar="LAYOUT",
+        as_text=layout_text,
     )
     # Not an option: the run's tokenizer decides it (its <|endoftext|>), as vocab_size.
     eot_id: int = 0
-    # ... then one field per option of a position scheme (with_scheme_options).
+    scheme_options: SchemeOptions = group(SchemeOptions)
 
     def __post_init__(self) -> None:
-        integers = [
-            f.name
+        self._check_numbers()
+        if self.position not in SCHEMES:
+            raise DecoderFieldError(
+                "position", f"={self.position!r} is not a known scheme; choose one of: {', '.join(SCHEME_NAMES)}"
+            )
+        try:
+            layers = layers_given(
+                self.layers,
+                n_layers=self.n_layers,
+                position=self.position,
+                context_length=self.context_length,
+                randomize_positions=self.randomize_positions,
+            )
+        except LayoutError as err:
+            raise DecoderFieldError("layers", str(err)) from None
+        object.__setattr__(self, "layers", layers)  # parsed once, here; every reader after trusts the tuple
+        if not 0 <= self.eot_id < self.vocab_size:
+            raise DecoderFieldError("eot_id", f"={self.eot_id} is outside the vocabulary [0, {self.vocab_size})")
+        for spec in dict.fromkeys(self.layers) or [None]:
+            _check_scheme(self if spec is None else self.layer_config(spec))
+        own = sorted({s.position for s in self.layers} or {self.position})
+        own = [name for name in own if SCHEMES[name].attends]
+        if self.attention_sinks and own:
+            raise DecoderFieldError(
+                "attention_sinks",
+                f"=True with {own[0]}, which forms its attention weights itself (PositionScheme.attend), where no "
+                "sink joins them; drop attention_sinks or pick another scheme",
+            )
+
+    def _check_numbers(self) -> None:
+        """Types, declared bounds and the shape's own rules of every option but the layout, the schemes' among them."""
+        values = {
+            f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if isinstance(option_default(f), int) and not isinstance(option_default(f), bool)
-        ]
+            if f.name not in ("layers", "scheme_options")
+        }
+        values |= self.scheme_options.flat()
+        defaults = {f.name: option_default(f) for f in option_fields(type(self))} | {"vocab_size": 1, "eot_id": 0}
+        integers = [n for n in values if isinstance(defaults[n], int) and not isinstance(defaults[n], bool)]
         for name in integers:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise DecoderFieldError(name, f" must be a positive integer, got {value!r}")
+            if isinstance(values[name], bool) or not isinstance(values[name], int):
+                raise DecoderFieldError(name, f" must be a positive integer, got {values[name]!r}")
         # A declared bound says more than "positive" (--t5-num-buckets must be >= 2), in the words of every other
         # option.
         for f in option_fields(type(self)):
             bounds = f.metadata["bounds"]
-            if bounds is not None and not bounds.admits(getattr(self, f.name)):
-                raise DecoderFieldError(f.name, f" must be {bounds.phrase()}, got {getattr(self, f.name)}")
+            if bounds is not None and f.name in values and not bounds.admits(values[f.name]):
+                raise DecoderFieldError(f.name, f" must be {bounds.phrase()}, got {values[f.name]}")
         for name in integers:
-            if getattr(self, name) <= 0 and name != "eot_id":  # an id, 0 included
-                raise DecoderFieldError(name, f" must be a positive integer, got {getattr(self, name)!r}")
+            if values[name] <= 0 and name != "eot_id":  # an id, 0 included
+                raise DecoderFieldError(name, f" must be a positive integer, got {values[name]!r}")
         if self.d_model % self.n_heads:
             raise DecoderFieldError(
                 "d_model",
@@ -198,52 +264,74 @@ class DecoderConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise DecoderFieldError("dropout", f" must be in [0, 1), got {self.dropout!r}")
-        if self.activation not in ACTIVATIONS:
-            raise DecoderFieldError("activation", f" must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
-        if self.attention_scale not in ATTENTION_SCALES:
-            raise DecoderFieldError(
-                "attention_scale", f" must be one of {', '.join(ATTENTION_SCALES)}, got {self.attention_scale!r}"
-            )
+        for name, known in (("activation", ACTIVATIONS), ("attention_scale", ATTENTION_SCALES), ("block", BLOCKS)):
+            if getattr(self, name) not in known:
+                raise DecoderFieldError(name, f" must be one of {', '.join(known)}, got {getattr(self, name)!r}")
         if self.attention_scale == "log" and self.context_length < 2:
             raise DecoderFieldError(
                 "context_length",
                 f"={self.context_length}: attention_scale='log' divides by log(context_length); give >= 2",
             )
-        if self.block not in BLOCKS:
-            raise DecoderFieldError("block", f" must be one of {', '.join(BLOCKS)}, got {self.block!r}")
-        try:
-            self.layer_specs = parse_layout(self)
-        except LayoutError as err:
-            raise DecoderFieldError("layers", str(err)) from None
-        if not 0 <= self.eot_id < self.vocab_size:
-            raise DecoderFieldError("eot_id", f"={self.eot_id} is outside the vocabulary [0, {self.vocab_size})")
-        for spec in dict.fromkeys(self.layer_specs) or [None]:
-            positions.check(self if spec is None else layer_config(self, spec))
-        own = sorted({s.position for s in self.layer_specs} or {self.position})
-        own = [name for name in own if positions.SCHEMES[name].attends]
-        if self.attention_sinks and own:
-            raise DecoderFieldError(
-                "attention_sinks",
-                f"=True with {own[0]}, which forms its attention weights itself (PositionScheme.attend), where no "
-                "sink joins them; drop attention_sinks or pick another scheme",
-            )
+
+    def __getattr__(self, name: str):
+        # Only names that are no field get here: a scheme's option read by its flat name (config.rope_theta).
+        options = self.__dict__.get("scheme_options")
+        if options is not None and not name.startswith("__"):
+            for held in options.values():
+                if name in getattr(held, "__dataclass_fields__", ()):
+                    return getattr(held, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def head_dim(self) -> int:
         """Channels per attention head: ``d_model // n_heads``."""
         return self.d_model // self.n_heads
 
+    def options_of(self, scheme: str) -> object | None:
+        """The options object scheme ``scheme`` declares (``RopeOptions`` for ``"rope"``), or ``None`` without one."""
+        return self.scheme_options.of(scheme)
+
+    def layer_config(self, spec: LayerSpec) -> DecoderConfig:
+        """The one-scheme config a layer's scheme is built from: this one with the layer's scheme and RoPE base."""
+        changes: dict[str, object] = {"position": spec.position, "layers": ()}
+        if spec.rope_theta is not None:
+            changes["rope_theta"] = spec.rope_theta
+        return dataclasses.replace(self, **changes)
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The ``model`` section of ``config.json``: one key per option (the schemes' by their flat names), the
+        layout as a list of objects (:func:`~octlm.model.layout.layer_data`)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "scheme_options"}
+        return {**out, "layers": layer_data(self.layers), **self.scheme_options.flat()}
 
     @classmethod
     def from_dict(cls, data: dict) -> DecoderConfig:
-        """Build from a dict, rejecting unknown keys with a ``ValueError`` naming them."""
-        known = {f.name for f in dataclasses.fields(cls)}
+        """Build from :meth:`to_dict`'s keys (or an older ``config.json``'s, whose ``layers`` is a layout string),
+        rejecting unknown keys with a ``ValueError`` naming them."""
+        known = {f.name for f in dataclasses.fields(cls) if f.name != "scheme_options"}
+        known |= {f.name for f in SchemeOptions.option_fields()}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown DecoderConfig field(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         return cls(**data)
 
 
-__all__ = ["ACTIVATIONS", "DecoderConfig", "DecoderFieldError"]
+def _check_scheme(config: DecoderConfig) -> None:
+    """Check ``config`` (of one scheme, no layout) against its scheme's rules (``ValueError`` naming the fields)."""
+    cls = SCHEMES[config.position]
+    if config.document_mask:  # checked here, whether or not a scheme's check_config calls its base's
+        if not cls.takes_document_positions:
+            takers = ", ".join(name for name, c in SCHEMES.items() if c.takes_document_positions)
+            raise ValueError(
+                f"document_mask needs a scheme whose positions can restart at each document ({takers}), "
+                f"not position={cls.name!r}"
+            )
+        if config.randomize_positions > 1:
+            raise ValueError(
+                f"document_mask restarts positions at each document, randomize_positions={config.randomize_positions} "
+                "draws them at random; choose one"
+            )
+    cls.check_config(config)
+
+
+__all__ = ["ACTIVATIONS", "ATTENTION_SCALES", "NO_SCALE", "DecoderConfig", "DecoderFieldError"]

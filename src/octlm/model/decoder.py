@@ -44,9 +44,9 @@ class Decoder(nn.Module):
         super().__init__()
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
-        self.positions = build_positions(config, config.layer_specs)
+        self.positions = build_positions(config)
         self.dropout = nn.Dropout(config.dropout)
-        specs = config.layer_specs or (None,) * config.n_layers
+        specs = config.layers or (None,) * config.n_layers
         self.blocks = nn.ModuleList(Block(config, spec) for spec in specs)
         self.ln_final = norm(BLOCKS[config.block].norm, config.d_model)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
@@ -180,7 +180,7 @@ class Decoder(nn.Module):
     def _layer_pass(self, i: int, offset: int, cache: LayerCache | None, plan: PassPlan | None) -> LayerPass:
         """What block ``i`` reads of the pass: its layer's position scheme, and whether the pass's query scale applies
         to it (``attention_scale`` for every layer, a layout's ``logn`` for its own)."""
-        specs = self.config.layer_specs
+        specs = self.config.layers
         if not specs:
             return LayerPass(self.positions, i, offset, cache, plan)
         scaled = self.config.attention_scale == "log" or specs[i].log_scale

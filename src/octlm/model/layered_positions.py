@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from torch import Tensor, nn
 
 from octlm.model import positions
-from octlm.model.layout import LayerSpec, describe, layer_config
+from octlm.model.layout import LayerSpec, describe
 from octlm.model.positions.base import PositionScheme
 from octlm.model.positions.facts import SchemeFacts, facts_of
 
@@ -42,7 +42,7 @@ class LayeredPositions(PositionScheme):
             if (spec.position, spec.rope_theta) not in keys:
                 keys.append((spec.position, spec.rope_theta))
         self.schemes = nn.ModuleList(
-            positions.build(layer_config(config, LayerSpec(key[0], rope_theta=key[1]))) for key in keys
+            positions.build(config.layer_config(LayerSpec(key[0], rope_theta=key[1]))) for key in keys
         )
         self.specs = specs
         self._index = [keys.index((spec.position, spec.rope_theta)) for spec in specs]
@@ -121,9 +121,9 @@ def _no_vectors(scheme: PositionScheme, added: Tensor | None, length: int) -> No
     return None
 
 
-def build_positions(config: DecoderConfig, specs: tuple[LayerSpec, ...]) -> PositionScheme:
+def build_positions(config: DecoderConfig) -> PositionScheme:
     """The scheme a decoder holds: ``config.position``'s without a layout, :class:`LayeredPositions` with one."""
-    return LayeredPositions(config, specs) if specs else positions.build(config)
+    return LayeredPositions(config, config.layers) if config.layers else positions.build(config)
 
 
 __all__ = ["LayeredPositions", "build_positions"]

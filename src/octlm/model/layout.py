@@ -10,8 +10,11 @@ Back Again", arXiv 2501.18795: windowed RoPE layers with global NoPE layers).
 transformers carries the same idea as per-layer data (``layer_types``,
 ``sliding_window``, ``no_rope_layers``).
 
-Here a layout is one string, ``DecoderConfig.layers`` (``--layers``), one
-entry per layer separated by spaces::
+A layout is written as one string (``--layers``, a TOML key, an old
+``config.json``), one entry per layer separated by spaces, and held as data:
+``DecoderConfig.layers`` is a tuple of :class:`LayerSpec`, parsed once where
+the string enters (:func:`parse_layout`) and saved to ``config.json`` as a
+list of objects (:func:`layer_data`)::
 
     rope/w64*3 none            # 3 RoPE layers with 64-token windows, then a global NoPE layer
     w64*5 global/theta1e6      # (with --position rope) Gemma 3's 5:1, two bases
@@ -26,16 +29,12 @@ what octlm always built: one scheme in every layer, global.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
-from octlm.model import positions
-from octlm.model.positions.base import PositionScheme
-
-if TYPE_CHECKING:  # pragma: no cover
-    from octlm.model.config import DecoderConfig
+from octlm.model.scheme_catalog import SCHEMES, reads
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class LayerSpec:
         position: the layer's scheme (a name in :data:`octlm.model.positions.SCHEMES`).
         window: keys each query attends to, itself included (tokens), or
             ``None`` for global (every earlier key).
-        rope_theta: the layer's RoPE base, or ``None`` for ``DecoderConfig.rope_theta``.
+        rope_theta: the layer's RoPE base, or ``None`` for the scheme's ``rope_theta`` option.
         log_scale: the layer's queries are scaled by ``max(1, log n / log T)``
             (:func:`octlm.model.attention_recipes.log_length_scale`) whatever
             ``attention_scale`` says, as Llama 4 does on its NoPE layers.
@@ -80,18 +79,83 @@ KEY_SYNTAX = "wN (a window of N tokens), global, thetaX (RoPE base), logn, qknor
 _REPEAT = re.compile(r"^(.*)\*([+-]?[0-9]+)$", re.ASCII)
 
 
-def acts_per_layer(cls: type[PositionScheme]) -> bool:
-    """Whether a scheme can be one layer's: it acts inside attention and leaves the embedding alone."""
-    return cls.embed is PositionScheme.embed
+@dataclass(frozen=True)
+class Entry:
+    """One entry of a layout as written: ``rope/w64*3`` is ``Entry("rope/w64*3", "rope", {"window": 64}, 3)``.
+
+    Attributes:
+        written: the entry as written, ``*K`` included.
+        scheme: the scheme it names, or ``None`` (it takes ``--position``).
+        keys: the :class:`LayerSpec` fields its keys set.
+        repeat: how many consecutive layers it stands for.
+    """
+
+    written: str
+    scheme: str | None
+    keys: Mapping[str, object]
+    repeat: int
+
+
+def acts_per_layer(cls: type) -> bool:
+    """Whether a scheme can be one layer's: it acts inside attention and leaves the embedding alone.
+
+    That is, its ``embed`` is the one of the root scheme class (the first in
+    its MRO to define it), which returns the token vectors unchanged.
+    """
+    root = next(c for c in reversed(cls.__mro__) if "embed" in vars(c))
+    return cls.embed is root.embed
 
 
 def per_layer_schemes() -> list[str]:
     """Names of the registered schemes a layout may give a layer, sorted."""
-    return sorted(name for name, cls in positions.SCHEMES.items() if acts_per_layer(cls))
+    return sorted(name for name, cls in SCHEMES.items() if acts_per_layer(cls))
 
 
-def parse_layout(config: DecoderConfig) -> tuple[LayerSpec, ...]:
-    """The layers of ``config.layers``, one :class:`LayerSpec` per layer; ``()`` for the empty layout.
+def read_entries(text: str) -> list[Entry]:
+    """The entries of layout ``text``, read but not yet checked against a model (the one reader of a layout).
+
+    Raises:
+        LayoutError: naming the entry, for an empty part between '/', a key
+            that is unknown or a scheme after the first part, or a repeat
+            below 1.
+    """
+    entries: list[Entry] = []
+    for written in text.split():
+        layer = 1 + sum(e.repeat for e in entries)
+        entry, repeat = written, 1
+        if match := _REPEAT.match(written):
+            entry, repeat = match.group(1), int(match.group(2))
+            if repeat < 1:
+                raise LayoutError(f" entry {entry}*{repeat}: a repeat must be at least 1")
+        head, *keys = entry.split("/")
+        where = f" layer {layer} ({entry!r})"
+        if "" in (head, *keys):
+            raise LayoutError(f"{where}: an empty part between '/'; write SCHEME/KEY/KEY, e.g. rope/w64")
+        scheme = head if head in SCHEMES else None
+        values = dict(_key(key, where) for key in (keys if scheme else [head, *keys]))
+        entries.append(Entry(written, scheme, values, repeat))
+    return entries
+
+
+def _key(key: str, where: str) -> tuple[str, object]:
+    for pattern, field, read in KEYS:
+        if match := pattern.fullmatch(key):
+            try:
+                return field, read(match.group(1))
+            except (ValueError, OverflowError):
+                break
+    known = "" if key in SCHEMES else f"; keys are {KEY_SYNTAX}"
+    place = f"; a scheme comes first in an entry ({key}/...)" if key in SCHEMES else known
+    raise LayoutError(f"{where}: {key!r} is not a scheme or key here{place}")
+
+
+def parse_layout(
+    text: str, *, n_layers: int, position: str, context_length: int, randomize_positions: int = 1
+) -> tuple[LayerSpec, ...]:
+    """The layers of layout ``text``, one :class:`LayerSpec` per layer; ``()`` for the empty layout.
+
+    An entry without a scheme takes ``position``; the model's ``n_layers``,
+    ``context_length`` and ``randomize_positions`` bound the rest.
 
     Raises:
         LayoutError: naming the layer and the fix, when an entry names an
@@ -102,97 +166,133 @@ def parse_layout(config: DecoderConfig) -> tuple[LayerSpec, ...]:
             ``position`` (taken by entries without a scheme) does not act per
             layer, or the layout meets randomized positions.
     """
-    if not isinstance(config.layers, str):
-        raise LayoutError(f"={config.layers!r} must be a string such as 'rope/w64*3 none'")
-    text = config.layers.strip()
-    if not text:
-        return ()
     specs: list[LayerSpec] = []
-    for entry in text.split():
-        repeat = 1
-        if match := _REPEAT.match(entry):
-            entry, repeat = match.group(1), int(match.group(2))
-            if repeat < 1:
-                raise LayoutError(f" entry {entry}*{repeat}: a repeat must be at least 1")
-        spec = _entry(entry, len(specs) + 1, config)
-        if len(specs) + repeat > config.n_layers:  # before the list is made: *10**20 must not fill memory
+    for entry in read_entries(text):
+        scheme = entry.scheme or position
+        where = f" layer {len(specs) + 1} ({_unrepeated(entry)!r})"
+        if not acts_per_layer(SCHEMES[scheme]):
+            named = entry.scheme is not None
+            fix = "" if named else f"; start the entry with one (rope/{_unrepeated(entry)}) or give --position rope"
+            said = "" if named else " (--position, taken by an entry without a scheme)"
             raise LayoutError(
-                f" entry {entry}*{repeat} reaches past --n-layers {config.n_layers}; give one entry per layer (an "
-                "entry ending in *K counts K), or set --n-layers to match"
+                f"{where}: {scheme}{said} adds its signal to the embedding, not inside one layer; "
+                f"a layer may carry {', '.join(per_layer_schemes())}{fix}"
             )
-        specs.extend([spec] * repeat)
-    if len(specs) != config.n_layers:
+        spec = replace(LayerSpec(scheme), **entry.keys)
+        check_spec(spec, where, context_length)
+        if len(specs) + entry.repeat > n_layers:  # before the list is made: *10**20 must not fill memory
+            raise LayoutError(
+                f" entry {_unrepeated(entry)}*{entry.repeat} reaches past --n-layers {n_layers}; give one entry per "
+                "layer (an entry ending in *K counts K), or set --n-layers to match"
+            )
+        specs.extend([spec] * entry.repeat)
+    return check_layers(tuple(specs), n_layers, randomize_positions)
+
+
+def _unrepeated(entry: Entry) -> str:
+    return entry.written[: entry.written.rindex("*")] if _REPEAT.match(entry.written) else entry.written
+
+
+def check_layers(specs: tuple[LayerSpec, ...], n_layers: int, randomize_positions: int) -> tuple[LayerSpec, ...]:
+    """``specs`` when they fit a model of ``n_layers`` without randomized positions (``()`` always does).
+
+    Raises:
+        LayoutError: when they do not add up to ``n_layers``, or meet randomized positions.
+    """
+    if specs and len(specs) != n_layers:
         raise LayoutError(
-            f" gives {len(specs)} layer(s) but --n-layers is {config.n_layers}; give one entry per layer "
+            f" gives {len(specs)} layer(s) but --n-layers is {n_layers}; give one entry per layer "
             "(an entry ending in *K counts K), or set --n-layers to match"
         )
-    if config.randomize_positions > 1:
+    if specs and randomize_positions > 1:
         raise LayoutError(
-            f" with --randomize-positions {config.randomize_positions}: each layer would draw its own positions; "
+            f" with --randomize-positions {randomize_positions}: each layer would draw its own positions; "
             "drop one of them"
         )
-    return tuple(specs)
+    return specs
 
 
-def _entry(entry: str, layer: int, config: DecoderConfig) -> LayerSpec:
-    head, *keys = entry.split("/")
-    where = f" layer {layer} ({entry!r})"
-    if "" in (head, *keys):
-        raise LayoutError(f"{where}: an empty part between '/'; write SCHEME/KEY/KEY, e.g. rope/w64")
-    if head in positions.SCHEMES:
-        scheme = head
-    else:
-        scheme, keys = config.position, [head, *keys]
-    if not acts_per_layer(positions.SCHEMES[scheme]):
-        fix = "" if head == scheme else f"; start the entry with one (rope/{entry}) or give --position rope"
-        said = "" if head == scheme else " (--position, taken by an entry without a scheme)"
+def check_spec(spec: LayerSpec, where: str, context_length: int) -> None:
+    """Refuse a layer whose scheme is unknown or cannot take its keys, or whose window or RoPE base cannot work.
+
+    Raises:
+        LayoutError: starting with ``where`` (`` layer 2 ('rope/w0')``), naming the fix.
+    """
+    if spec.position not in SCHEMES:
         raise LayoutError(
-            f"{where}: {scheme}{said} adds its signal to the embedding, not inside one layer; "
-            f"a layer may carry {', '.join(per_layer_schemes())}{fix}"
+            f"{where}: {spec.position!r} is not a scheme; a layer may carry {', '.join(per_layer_schemes())}"
         )
-    values: dict[str, object] = {}
-    for key in filter(None, keys):
-        field, value = _key(key, where, scheme)
-        values[field] = value
-    spec = replace(LayerSpec(scheme), **values)
-    _check_spec(spec, where, config)
-    return spec
-
-
-def _key(key: str, where: str, scheme: str) -> tuple[str, object]:
-    for pattern, field, read in KEYS:
-        if match := pattern.fullmatch(key):
-            try:
-                return field, read(match.group(1))
-            except (ValueError, OverflowError):
-                break
-    known = "" if key in positions.SCHEMES else f"; keys are {KEY_SYNTAX}"
-    place = f"; a scheme comes first in an entry ({key}/...)" if key in positions.SCHEMES else known
-    raise LayoutError(f"{where}: {key!r} is not a scheme or key here{place}")
-
-
-def _check_spec(spec: LayerSpec, where: str, config: DecoderConfig) -> None:
     if spec.window is not None and spec.window < 1:
         raise LayoutError(f"{where}: a window of {spec.window} tokens sees nothing; give w1 or more, or global")
-    if spec.window is not None and spec.window > config.context_length:
+    if spec.window is not None and spec.window > context_length:
         raise LayoutError(
-            f"{where}: a window of {spec.window} tokens is wider than the {config.context_length} tokens the model "
-            f"trains on, so training never meets it; give w{config.context_length} or less, or global"
+            f"{where}: a window of {spec.window} tokens is wider than the {context_length} tokens the model "
+            f"trains on, so training never meets it; give w{context_length} or less, or global"
         )
     if spec.rope_theta is not None:
-        if "rope_theta" not in positions.SCHEMES[spec.position].reads:
-            takers = ", ".join(n for n, c in positions.SCHEMES.items() if "rope_theta" in c.reads)
+        if "rope_theta" not in reads(SCHEMES[spec.position]):
+            takers = ", ".join(n for n, c in SCHEMES.items() if "rope_theta" in reads(c))
             raise LayoutError(f"{where}: {spec.position} has no RoPE base; theta goes with {takers}")
         if not 0 < spec.rope_theta < float("inf"):
             raise LayoutError(f"{where}: a RoPE base must be a positive number, got {spec.rope_theta:g}")
 
 
-def layer_config(config: DecoderConfig, spec: LayerSpec) -> DecoderConfig:
-    """The one-scheme config a layer's scheme is built from: ``config`` with the layer's scheme and RoPE base."""
-    changes: dict[str, object] = {"position": spec.position, "layers": ""}
-    if spec.rope_theta is not None:
-        changes["rope_theta"] = spec.rope_theta
-    return replace(config, **changes)
+def entry_text(spec: LayerSpec) -> str:
+    """One layer written as a layout entry: ``rope/w64/theta500000``."""
+    keys = [] if spec.window is None else [f"w{spec.window}"]
+    keys += [] if spec.rope_theta is None else [f"theta{spec.rope_theta:g}"]
+    keys += ["logn"] if spec.log_scale else []
+    keys += [] if spec.qk_norm is None else ["qknorm" if spec.qk_norm else "noqknorm"]
+    return "/".join([spec.position, *keys])
+
+
+def layout_text(specs: Sequence[LayerSpec]) -> str:
+    """The layout ``specs`` written as ``--layers`` takes it, equal neighbours as ``*K``: ``rope/w64*3 none``;
+    ``""`` for none. :func:`parse_layout` reads it back to ``specs``. A string (a layout not yet parsed) is its own
+    text."""
+    if isinstance(specs, str):
+        return specs
+    runs: list[list] = []
+    for spec in specs:
+        if runs and runs[-1][0] == spec:
+            runs[-1][1] += 1
+        else:
+            runs.append([spec, 1])
+    return " ".join(entry_text(spec) + (f"*{count}" if count > 1 else "") for spec, count in runs)
+
+
+def layer_data(specs: Sequence[LayerSpec]) -> list[dict]:
+    """The layout as ``config.json`` keeps it: one object per layer, every :class:`LayerSpec` field."""
+    return [dataclasses.asdict(spec) for spec in specs]
+
+
+def layers_given(value: object, **shape) -> tuple[LayerSpec, ...]:
+    """The layers of ``value`` as any edge gives them: a layout string, or a sequence of :class:`LayerSpec` or of
+    their objects from ``config.json`` (:func:`layer_data`). ``shape``: :func:`parse_layout`'s keywords.
+
+    Raises:
+        LayoutError: for anything else, or layers that cannot work in that shape.
+    """
+    if isinstance(value, str):
+        return parse_layout(value.strip(), **shape)
+    if not isinstance(value, (list, tuple)):
+        raise LayoutError(f"={value!r} must be a string such as 'rope/w64*3 none'")
+    known = {f.name for f in dataclasses.fields(LayerSpec)}
+    specs = []
+    for layer, item in enumerate(value, 1):
+        if isinstance(item, Mapping) and set(item) <= known and "position" in item:
+            item = LayerSpec(**item)
+        if not isinstance(item, LayerSpec):
+            raise LayoutError(f"={value!r} must be a string such as 'rope/w64*3 none'")
+        where = f" layer {layer} ({entry_text(item)!r})"
+        check_spec(item, where, shape["context_length"])
+        if not acts_per_layer(SCHEMES[item.position]):
+            raise LayoutError(
+                f"{where}: {item.position} adds its signal to the embedding, not inside one layer; a layer may carry "
+                f"{', '.join(per_layer_schemes())}"
+            )
+        specs.append(item)
+    return check_layers(tuple(specs), shape["n_layers"], shape.get("randomize_positions", 1))
 
 
 def describe(specs: tuple[LayerSpec, ...]) -> list[str]:
@@ -210,4 +310,16 @@ def describe(specs: tuple[LayerSpec, ...]) -> list[str]:
     return lines
 
 
-__all__ = ["KEYS", "LayerSpec", "LayoutError", "acts_per_layer", "describe", "layer_config", "parse_layout"]
+__all__ = [
+    "KEYS",
+    "Entry",
+    "LayerSpec",
+    "LayoutError",
+    "acts_per_layer",
+    "describe",
+    "layer_data",
+    "layers_given",
+    "layout_text",
+    "parse_layout",
+    "read_entries",
+]

@@ -208,7 +208,7 @@ def streaming_refusal(model: Decoder) -> str | None:
     config, facts = model.config, facts_of(model.positions)
     if not facts.evicts_cache:
         return f"{facts.label}'s cache cannot evict: {facts.eviction_refusal}"
-    layers = config.layer_specs or ()
+    layers = config.layers
     return (
         "it was trained at randomized positions" * (config.randomize_positions > 1)
         or "its document mask places tokens in their documents" * bool(config.document_mask)

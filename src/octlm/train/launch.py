@@ -173,7 +173,7 @@ def final_report(result: dict, sample_text: str, diagnostic: dict, brief: bool =
     """The end-of-training report for people; ``brief`` (``--quiet``) keeps the figures and the path only."""
     model_config = RunFolder(result["run_dir"]).read_config()["model"]
     # a layout's layers each carry their own scheme (--position only names those whose entry names none)
-    scheme = "the layer layout" if model_config.get("layers", "").strip() else model_config["position"]
+    scheme = "the layer layout" if model_config.get("layers") else model_config["position"]  # this run: a list
     quoted = shlex.quote(result["run_dir"])
     saved = (
         f'saved to {result["run_dir"]}/; try: octlm sample --run {quoted} --prompt "..."\n'

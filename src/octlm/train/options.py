@@ -7,7 +7,7 @@ the model's own :class:`~octlm.model.DecoderConfig`, whose fields (and the
 position schemes' options) are flags of ``octlm train`` like the rest. From
 the declarations come the flags (:func:`octlm.cli.add_dataclass_options`), the
 keys of a ``--config`` TOML file and of ``config.json``
-(:func:`octlm.declare.checked_values`), the range checks and their messages
+(:func:`octlm.option_values.checked_values`), the range checks and their messages
 (:func:`octlm.declare.check_fields`) and the resume merge
 (:mod:`octlm.train.resume`). Other commands declare their options beside the
 function that takes them, sharing these with :func:`octlm.declare.same_as`.
@@ -303,11 +303,17 @@ class TrainOptions:
 
     def train_section(self) -> dict:
         """The options ``config.json`` keeps under ``train``: all but the model's, which its ``model`` section holds."""
-        return {name: value for name, value in flat_values(self).items() if name not in MODEL_OPTIONS}
+        return {name: value for name, value in flat_values(self).items() if name not in model_options()}
 
 
-#: The options the nested DecoderConfig declares (the model's shape, its scheme and the schemes' options).
-MODEL_OPTIONS = frozenset(f.name for f in option_fields(DecoderConfig))
+def model_options() -> frozenset[str]:
+    """The options the nested DecoderConfig declares (the model's shape, its scheme and the schemes' options), read
+    now: a plug-in's scheme options are among them once it is imported."""
+    return frozenset(f.name for f in option_fields(DecoderConfig))
+
+
+#: :func:`model_options` when this module was imported (the built-in schemes' and the installed entry points').
+MODEL_OPTIONS = model_options()
 
 
 def resolved_max_steps(opts: TrainOptions) -> int | None:
@@ -347,6 +353,7 @@ __all__ = [
     "DEFAULT_WARMUP_STEPS",
     "MAX_SEED",
     "MODEL_OPTIONS",
+    "model_options",
     "MUON_OPTIONS",
     "OPTIMIZERS",
     "UNRECORDED",

@@ -47,13 +47,11 @@ from octlm.model.positions.registry import (
     SCHEME_NAMES,
     SCHEMES,
     build,
-    check,
     default_scheme,
     evicting_schemes,
     length_study_schemes,
     random_position_schemes,
     register,
-    scheme_option_fields,
     schemes_taking,
     task_study_schemes,
     unbounded_schemes,
@@ -70,6 +68,7 @@ from octlm.model.positions.path import PaTHAttention
 from octlm.model.positions.distances import alibi_slopes
 from octlm.model.positions.rope_scaling import ROPE_SCALINGS, RopeScaling
 from octlm.model.positions.waves import DEFAULT_BASE, SINUSOIDAL_LAYOUTS, rope_inverse_frequencies, sinusoidal_positions
+from octlm.model.positions import plugins  # noqa: F401  (installs the entry point loader on SCHEMES)
 # isort: on
 
 __all__ = [
@@ -102,7 +101,6 @@ __all__ = [
     "XPosRotation",
     "alibi_slopes",
     "build",
-    "check",
     "default_scheme",
     "evicting_schemes",
     "facts_of",
@@ -112,7 +110,6 @@ __all__ = [
     "register",
     "rope_inverse_frequencies",
     "rotary_dim",
-    "scheme_option_fields",
     "schemes_taking",
     "sinusoidal_positions",
     "unbounded_schemes",

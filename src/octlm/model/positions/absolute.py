@@ -8,6 +8,7 @@ same width, nothing concatenated.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from torch import Tensor, nn
@@ -90,6 +91,17 @@ SINUSOIDAL_FACTS = SchemeFacts(
 )
 
 
+@dataclass(frozen=True)
+class SinusoidalOptions:
+    """The sinusoidal table's options: which columns hold sines and which cosines."""
+
+    sinusoidal_layout: str = option(
+        "interleaved",
+        "sinusoidal columns: interleaved (sin, cos, ...) or concatenated ([sin | cos])",
+        choices=list(SINUSOIDAL_LAYOUTS),
+    )
+
+
 @register("sinusoidal", facts=SINUSOIDAL_FACTS)
 class SinusoidalPositions(PositionScheme):
     """Fixed sine/cosine rows added to the token vectors (Vaswani et al. 2017 §3.5).
@@ -107,13 +119,7 @@ class SinusoidalPositions(PositionScheme):
     steps on tinyshakespeare, where the scaled model reached 3.99 after 380).
     """
 
-    options = {
-        "sinusoidal_layout": option(
-            "interleaved",
-            "sinusoidal columns: interleaved (sin, cos, ...) or concatenated ([sin | cos])",
-            choices=list(SINUSOIDAL_LAYOUTS),
-        )
-    }
+    options = SinusoidalOptions
     takes_random_positions = True
     takes_document_positions = True
 
@@ -144,4 +150,11 @@ class SinusoidalPositions(PositionScheme):
         return x * self.token_scale + table.to(x.dtype)
 
 
-__all__ = ["LEARNED_FACTS", "SINUSOIDAL_FACTS", "LearnedPositions", "SinusoidalPositions", "learned_rows"]
+__all__ = [
+    "LEARNED_FACTS",
+    "LearnedPositions",
+    "SINUSOIDAL_FACTS",
+    "SinusoidalOptions",
+    "SinusoidalPositions",
+    "learned_rows",
+]

@@ -9,6 +9,7 @@ masked SDPA path.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -96,6 +97,16 @@ T5_FACTS = SchemeFacts(
 )
 
 
+@dataclass(frozen=True)
+class T5Options:
+    """The T5 bias's options: its distance buckets (Raffel et al. 2020: 32 and 128)."""
+
+    t5_num_buckets: int = option(32, "distance buckets of the t5 bias (Raffel et al. 2020)", bounds=at_least(2))
+    t5_max_distance: int = option(
+        128, "distance (tokens) where the t5 bias's last bucket starts", bounds=at_least(2, "tokens")
+    )
+
+
 @register("t5", facts=T5_FACTS)
 class T5RelativeBias(PositionScheme):
     """T5's relative position bias (Raffel et al. 2020 §2.1).
@@ -111,12 +122,7 @@ class T5RelativeBias(PositionScheme):
     bias goes to attention as an additive float mask [1, H, Tq, Tk].
     """
 
-    options = {
-        "t5_num_buckets": option(32, "distance buckets of the t5 bias (Raffel et al. 2020)", bounds=at_least(2)),
-        "t5_max_distance": option(
-            128, "distance (tokens) where the t5 bias's last bucket starts", bounds=at_least(2, "tokens")
-        ),
-    }
+    options = T5Options
     takes_document_positions = True  # its bias reads i - j alone, the same within a document wherever it starts
     takes_random_positions = True
 
@@ -284,6 +290,7 @@ __all__ = [
     "ALiBiPositions",
     "FIREBias",
     "KERPLEBias",
+    "T5Options",
     "T5RelativeBias",
     "causal_distances",
 ]

@@ -12,7 +12,6 @@ since the scheme's arithmetic decides them.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 import torch
@@ -43,10 +42,11 @@ class PositionScheme(nn.Module):
 
     name = "base"
     has_table_limit = False
-    #: the options meaningful for this scheme alone, ``{name: octlm.declare.option(...)}``: each becomes a
-    #: DecoderConfig field (so a flag of octlm train and octlm length) and is refused by name for other schemes
-    options: dict[str, dataclasses.Field] = {}
-    #: the names in ``options`` (set by :func:`register`)
+    #: the options meaningful for this scheme alone: a frozen dataclass of ``octlm.declare.option`` fields (RoPE's
+    #: ``RopeOptions``), or None. Each is a flag of octlm train and octlm length, a TOML and a config.json key, held
+    #: in ``DecoderConfig.scheme_options``; a scheme that extends another reads that one's options too
+    options: type | None = None
+    #: the names of the options it reads, its own and those of the schemes it extends (set by :func:`register`)
     reads: tuple[str, ...] = ()
     #: the scheme a DecoderConfig gets when none is named (one scheme sets it)
     is_default = False

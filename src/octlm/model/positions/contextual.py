@@ -8,6 +8,7 @@ CoPE overrides ``attention_bias`` (which gets them) rather than ``score_bias``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -83,6 +84,17 @@ COPE_FACTS = SchemeFacts(
 )
 
 
+@dataclass(frozen=True)
+class CoPEOptions:
+    """CoPE's options: the learned position embeddings of each layer (Golovneva et al. 2024's ``npos_max``)."""
+
+    cope_npos_max: int = option(
+        64,
+        "CoPE: learned position embeddings per layer (counted positions past the last share it)",
+        bounds=at_least(2),
+    )
+
+
 @register("cope", facts=COPE_FACTS)
 class ContextualPositions(PositionScheme):
     """Contextual Position Encoding, CoPE (Golovneva et al. 2024, "Contextual Position Encoding: Learning to Count
@@ -106,13 +118,7 @@ class ContextualPositions(PositionScheme):
     over the cached keys, which are all there: exact.
     """
 
-    options = {
-        "cope_npos_max": option(
-            64,
-            "CoPE: learned position embeddings per layer (counted positions past the last share it)",
-            bounds=at_least(2),
-        )
-    }
+    options = CoPEOptions
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
@@ -134,4 +140,4 @@ class ContextualPositions(PositionScheme):
         return (SCORE_BIAS_BYTES + COPE_EXTRA_BYTES) * n_heads * length**2
 
 
-__all__ = ["COPE_EXTRA_BYTES", "ContextualPositions", "contextual_positions", "interpolated_logits"]
+__all__ = ["COPE_EXTRA_BYTES", "CoPEOptions", "ContextualPositions", "contextual_positions", "interpolated_logits"]

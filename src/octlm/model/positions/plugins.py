@@ -14,10 +14,10 @@ one of two ways:
   plugins), so no flag is needed.
 
 Each registered scheme remembers what to give ``--plugin`` to find it again
-(:data:`PLUGIN_SOURCES`), which a run records in ``config.json``. Schemes made
-after :class:`~octlm.model.config.DecoderConfig` cannot add fields to it, so a
-plug-in scheme declares no options of its own (it may inherit a built-in
-scheme's); its settings are class attributes.
+(:data:`PLUGIN_SOURCES`), which a run records in ``config.json``. A plug-in
+scheme declares its options as a built-in one does (``options``, a frozen
+dataclass of :func:`octlm.declare.option` fields): each is a flag of every
+command that builds a model, a TOML key and a key of ``config.json``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from pathlib import Path
 
 from octlm.errors import OctlmError
 from octlm.model.positions import registry
+from octlm.model.scheme_catalog import BadSchemeOptions
 
 #: The entry point group a distribution lists its scheme modules under.
 ENTRY_POINT_GROUP = "octlm.positions"
@@ -59,7 +60,7 @@ def load_plugins(argv: list[str]) -> list[str]:
     Raises:
         OctlmError: one line naming the plug-in when it cannot be found, raises
             while importing, registers a name octlm already has, or declares
-            options (:func:`load_plugin`).
+            options wrongly (:func:`load_plugin`).
     """
     return [name for spec in plugin_arguments(argv) for name in load_plugin(spec)]
 
@@ -74,7 +75,7 @@ def load_plugin(spec: str) -> list[str]:
         OctlmError: ``--plugin SPEC: ...`` when it is empty, not found, a
             folder or a file not ending in ``.py``, raises while importing (its
             exception's type and message), registers no scheme, registers a
-            taken name, or declares options; nothing it registered stays
+            taken name, or declares options wrongly; nothing it registered stays
             registered.
     """
     if not spec.strip():
@@ -146,6 +147,10 @@ def load_entry_points() -> list[str]:
     return names
 
 
+# The installed entry points register the first time anything reads the catalog of schemes (once per process).
+registry.SCHEMES.on_first_read = load_entry_points
+
+
 def _registering(where: str, source: str, load: Callable[[], object]) -> list[str]:
     """Run ``load`` and return the schemes it registered, each remembered as coming from ``source``; on any failure
     unregister them and raise one :class:`OctlmError` starting with ``where``."""
@@ -158,7 +163,8 @@ def _registering(where: str, source: str, load: Callable[[], object]) -> list[st
     except Exception as err:  # a plug-in is someone else's code: whatever it raises, the command says so in one line
         for name in set(dict.keys(registry.SCHEMES)) - before:
             dict.pop(registry.SCHEMES, name)
-        reason = str(err) if isinstance(err, (OctlmError, registry.SchemeNameTaken)) else _raised(err)
+        said = (OctlmError, registry.SchemeNameTaken, BadSchemeOptions)
+        reason = str(err) if isinstance(err, said) else _raised(err)
         raise OctlmError(f"{where}: {reason}") from None
     for name in added:
         registry.PLUGIN_SOURCES[name] = source
@@ -170,15 +176,6 @@ def _raised(err: Exception) -> str:
 
 
 def _check_plugin_scheme(cls) -> None:
-    from octlm.model.config import DecoderConfig
-
-    fields = DecoderConfig.__dataclass_fields__
-    new = [name for name in cls.options if name not in fields]
-    if new:
-        raise OctlmError(
-            f"the scheme {cls.name!r} declares options ({', '.join(new)}), which only a scheme inside octlm can have "
-            "(they are fields of DecoderConfig); make them class attributes"
-        )
     if cls.is_default and "is_default" not in vars(cls):
         cls.is_default = False  # inherited from the built-in it extends; octlm keeps its own default scheme
     elif cls.is_default:

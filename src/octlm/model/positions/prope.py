@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -46,6 +47,15 @@ PROPE_FACTS = dataclasses.replace(
 )
 
 
+@dataclass(frozen=True)
+class PRoPEOptions:
+    """p-RoPE's option beside RoPE's own: the fraction of the channel pairs that turn (Barbero et al. 2024: 0.75)."""
+
+    rope_fraction: float = option(
+        0.75, "p-RoPE: fraction of RoPE's channel pairs (the fastest) that turn; the rest are not rotated"
+    )
+
+
 @register("prope", facts=PROPE_FACTS)
 class PartialFrequencyRoPE(RotaryPositions):
     """p-RoPE (Barbero et al. 2024, "Round and round we go! What makes Rotary Positional Encodings useful?", §6).
@@ -67,12 +77,7 @@ class PartialFrequencyRoPE(RotaryPositions):
     RoPE: queries and keys [B, H, T, head_dim].
     """
 
-    options = {
-        **RotaryPositions.options,
-        "rope_fraction": option(
-            0.75, "p-RoPE: fraction of RoPE's channel pairs (the fastest) that turn; the rest are not rotated"
-        ),
-    }
+    options = PRoPEOptions  # with RoPE's, which it reads as a RotaryPositions
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
@@ -103,4 +108,4 @@ class PartialFrequencyRoPE(RotaryPositions):
         return inv_freq * self.turning.to(inv_freq.device), attention
 
 
-__all__ = ["PartialFrequencyRoPE", "kept_pairs"]
+__all__ = ["PRoPEOptions", "PartialFrequencyRoPE", "kept_pairs"]

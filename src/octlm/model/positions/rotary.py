@@ -9,6 +9,7 @@ are in :mod:`octlm.model.positions.rope_scaling`, its frequencies in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -61,6 +62,20 @@ ROPE_FACTS = SchemeFacts(
 )
 
 
+@dataclass(frozen=True)
+class RopeOptions:
+    """RoPE's options, read also by the schemes that extend it (xpos, prope): its base, channel pairing and share of
+    each head."""
+
+    rope_theta: float = option(DEFAULT_BASE, "RoPE wavelength base")
+    rope_layout: str = option(
+        "interleaved",
+        "RoPE channel pairs: interleaved (2i, 2i+1) or half (i, i+d/2, GPT-NeoX/LLaMA)",
+        choices=list(ROPE_LAYOUTS),
+    )
+    partial_rotary_factor: float = option(1.0, "fraction of each head that RoPE rotates")
+
+
 @register("rope", facts=ROPE_FACTS)
 class RotaryPositions(ScalableRotation, PositionScheme):
     """Rotary position embedding, RoPE (Su et al. 2021).
@@ -89,15 +104,7 @@ class RotaryPositions(ScalableRotation, PositionScheme):
     config; ``None`` (the default) is plain RoPE.
     """
 
-    options = {
-        "rope_theta": option(DEFAULT_BASE, "RoPE wavelength base"),
-        "rope_layout": option(
-            "interleaved",
-            "RoPE channel pairs: interleaved (2i, 2i+1) or half (i, i+d/2, GPT-NeoX/LLaMA)",
-            choices=list(ROPE_LAYOUTS),
-        ),
-        "partial_rotary_factor": option(1.0, "fraction of each head that RoPE rotates"),
-    }
+    options = RopeOptions
     takes_random_positions = True
     takes_document_positions = True  # angles from position_ids, per row under document_mask
 
@@ -186,4 +193,4 @@ def rotary_dim(config: DecoderConfig) -> int:
     return int(config.head_dim * config.partial_rotary_factor)
 
 
-__all__ = ["ROPE_FACTS", "ROPE_LAYOUTS", "RotaryPositions", "rope_rows", "rotary_dim"]
+__all__ = ["ROPE_FACTS", "ROPE_LAYOUTS", "RopeOptions", "RotaryPositions", "rope_rows", "rotary_dim"]

@@ -101,8 +101,8 @@ def attention_record(model, scored: np.ndarray, length: int, train_length: int, 
             if name in mean
         }
     )
-    if model.config.layer_specs:
-        record["layers"] = describe(model.config.layer_specs)
+    if model.config.layers:
+        record["layers"] = describe(model.config.layers)
     return _rounded(record)
 
 

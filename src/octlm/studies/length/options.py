@@ -9,7 +9,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from octlm.declare import Bound, at_least, check_fields, flag, option, option_default, option_fields, refused, same_as
+from octlm.declare import (
+    Bound,
+    at_least,
+    check_fields,
+    flag,
+    flat_values,
+    group,
+    option,
+    option_default,
+    option_fields,
+    refused,
+    same_as,
+)
 from octlm.errors import OctlmError
 from octlm.model.positions import (
     ROPE_SCALINGS,
@@ -19,7 +31,7 @@ from octlm.model.positions import (
     schemes_taking,
     task_study_schemes,
 )
-from octlm.model.positions.registry import with_scheme_options
+from octlm.model.scheme_catalog import SchemeOptions
 from octlm.studies.length.fine_tunes import extension_rows
 from octlm.studies.shared.core import check_schemes
 from octlm.studies.shared.rows import (
@@ -72,14 +84,13 @@ def _task_default(name: str, what: str) -> str:
 
 
 @dataclass
-@with_scheme_options(handed_over=True)
 class LengthOptions:
     """Everything the text study, ``octlm length --text``, takes. Units are in each help text.
 
     The options it shares with ``octlm train`` are that command's own
     declarations (:func:`octlm.declare.same_as`): the same default, help and
     bounds, handed to every model's :class:`TrainOptions` by name; every
-    position scheme's options are among them (:func:`~octlm.model.positions.registry.with_scheme_options`).
+    position scheme's options are among them (``scheme_options``, :func:`octlm.declare.group`).
     The task study's options (``--task``) are :class:`octlm.studies.tasks.options.TaskOptions`.
     """
 
@@ -227,7 +238,8 @@ class LengthOptions:
         bounds=Bound(0, math.inf, low_open=True, high_open=True, says="a finite number > 0"),
     )
 
-    # ... then every position scheme's options (with_scheme_options): each model takes those its scheme reads.
+    # Every position scheme's options, one flag each: each model takes those its scheme reads.
+    scheme_options: SchemeOptions = group(SchemeOptions, handed_over=True)
 
     def resolved(self) -> LengthOptions:
         """A copy with the defaults that depend on other options filled in: what the study runs and records."""
@@ -263,9 +275,10 @@ class LengthOptions:
         :func:`~octlm.studies.shared.rows.layout_settings` gives them."""
         layout = self.layout(scheme)
         unread = scheme_options(scheme)[1] if layout is None else unread_options(layout)
+        values = flat_values(self)
         shared = {
-            f.metadata["same_as"]: getattr(self, f.name)
-            for f in dataclasses.fields(self)
+            f.metadata["same_as"]: values[f.name]
+            for f in option_fields(type(self))
             if f.metadata.get("same_as") not in unread | {None}
         }
         shared.update(text=list(self.text), time_budget=None if self.max_steps is not None else self.time_budget)
@@ -302,12 +315,12 @@ def check_options(opts: LengthOptions) -> None:
             f"--rope-scalings needs the {named} model: add {takers[0]} to --schemes or pass "
             "--rope-scalings with no methods"
         )
-    fields = {f.name: f for f in dataclasses.fields(opts)}
+    fields, values = {f.name: f for f in option_fields(type(opts))}, flat_values(opts)
     unread = [scheme_options(s)[1] for s in opts.schemes] + [unread_options(row) for row in rows]
     for name in set.intersection(*unread) & set(fields):
-        if getattr(opts, name) != option_default(fields[name]):
+        if values[name] != option_default(fields[name]):
             raise OctlmError(
-                f"{flag(name)} {getattr(opts, name)} means nothing for --schemes "
+                f"{flag(name)} {values[name]} means nothing for --schemes "
                 f"{' '.join(opts.schemes)}{' or their --layouts' if rows else ''}: none of them reads it; "
                 f"drop {flag(name)}, or add a scheme that reads it"
             )

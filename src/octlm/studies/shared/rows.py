@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from octlm.declare import refused
 from octlm.errors import OctlmError
-from octlm.model.layout import KEYS
+from octlm.model.layout import LayoutError, read_entries
 from octlm.model.positions import ROPE_SCALINGS, SCHEMES, facts_of
 
 #: A row's label: its run folder's name and part of its records' names in ``progress/``.
@@ -45,7 +45,6 @@ LABEL_SAYS = "letters, digits, '.', '_' and '-', starting with a letter or digit
 #: SmolLM3 ships for the RoPE layers of its RoPE/NoPE 3:1 layout, and which leaves the fast-turning pairs (the short
 #: distances) as trained. The all-RoPE row measures the other methods; each one more is a fine-tune per layout.
 LAYOUT_SCALINGS = ("yarn",)
-_REPEAT = re.compile(r"^(.*)\*(\d+)$")
 #: ``--layouts``' help, the same in the text and the task study.
 LAYOUTS_HELP = (
     "layer layouts to train as rows beside --schemes, each LAYOUT or NAME=LAYOUT, "
@@ -81,20 +80,14 @@ class LayoutRow:
 
     @property
     def read(self) -> list[Layer]:
-        """The layers, one per layer (an entry ``*K`` counts K), as far as the study reads them."""
-        found = []
-        for written in self.layers.split():
-            entry, repeat = written, 1
-            if match := _REPEAT.match(written):
-                entry, repeat = match.group(1), int(match.group(2))
-            head, *keys = entry.split("/")
-            windowed = False
-            for key in keys:
-                for pattern, field, value in KEYS:
-                    if field == "window" and (match := pattern.fullmatch(key)):
-                        windowed = value(match.group(1)) is not None
-            found += [Layer(head if head in SCHEMES else None, not windowed, written)] * repeat
-        return found
+        """The layers, one per layer (an entry ``*K`` counts K), as far as the study reads them; read by the one
+        reader of a layout (:func:`octlm.model.layout.read_entries`), so an entry the model would refuse raises its
+        :class:`~octlm.model.layout.LayoutError` here too."""
+        return [
+            layer
+            for entry in read_entries(self.layers)
+            for layer in [Layer(entry.scheme, entry.keys.get("window") is None, entry.written)] * entry.repeat
+        ]
 
     @property
     def schemes(self) -> list[str]:
@@ -113,7 +106,8 @@ def layout_row(value: str) -> LayoutRow:
     """The row of one ``--layouts`` value, ``LAYOUT`` or ``NAME=LAYOUT``.
 
     Raises:
-        OctlmError: naming the value, for an empty layout or a name a label cannot be.
+        OctlmError: naming the value, for an empty layout, an entry the layout's reader refuses
+            (:func:`~octlm.model.layout.read_entries`) or a name a label cannot be.
     """
     name, sep, layers = value.partition("=")
     if not sep:
@@ -121,6 +115,10 @@ def layout_row(value: str) -> LayoutRow:
     layers = " ".join(layers.split())
     if not layers:
         raise OctlmError(f"--layouts {shlex.quote(value)}: give a layout after the name, e.g. rope-nope=rope*3 none")
+    try:
+        read_entries(layers)
+    except LayoutError as err:
+        raise OctlmError(f"--layouts {shlex.quote(value)}:{err}") from None
     if sep and not LABEL.fullmatch(name):
         raise OctlmError(f"--layouts {shlex.quote(value)}: the name {name!r} may hold only {LABEL_SAYS}")
     label = name or spelled(layers)
