@@ -19,6 +19,7 @@ and each other command's options sit beside the function that takes them.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import math
@@ -224,6 +225,18 @@ def flat_values(opts) -> dict:
     return out
 
 
+def plain_dict(opts) -> dict:
+    """``dataclasses.asdict(opts)`` for a record (``study.json``), each group's options flat by name, as fields."""
+    out = {}
+    for f in dataclasses.fields(opts):
+        value = getattr(opts, f.name)
+        if "group" in f.metadata:
+            out.update(value.flat())
+        else:
+            out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
+    return out
+
+
 def build(cls, values: Mapping):
     """An instance of options dataclass ``cls`` from flat ``{option name: value}``; options left out keep their
     defaults.
@@ -355,6 +368,7 @@ __all__ = [
     "option",
     "option_default",
     "option_fields",
+    "plain_dict",
     "replaced",
     "same_as",
 ]

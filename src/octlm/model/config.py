@@ -205,6 +205,8 @@ class DecoderConfig:
     scheme_options: SchemeOptions = group(SchemeOptions)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.scheme_options, SchemeOptions):  # {scheme: its options object}, from Python
+            object.__setattr__(self, "scheme_options", SchemeOptions(self.scheme_options))
         self._check_numbers()
         if self.position not in SCHEMES:
             raise DecoderFieldError(
@@ -243,7 +245,7 @@ class DecoderConfig:
         }
         values |= self.scheme_options.flat()
         defaults = {f.name: option_default(f) for f in option_fields(type(self))} | {"vocab_size": 1, "eot_id": 0}
-        integers = [n for n in values if isinstance(defaults[n], int) and not isinstance(defaults[n], bool)]
+        integers = [n for n in values if isinstance(defaults.get(n), int) and not isinstance(defaults.get(n), bool)]
         for name in integers:
             if isinstance(values[name], bool) or not isinstance(values[name], int):
                 raise DecoderFieldError(name, f" must be a positive integer, got {values[name]!r}")

@@ -10,11 +10,8 @@ all, naming the flag to change.
 
 from __future__ import annotations
 
-import dataclasses
-
-from octlm.declare import check_fields, flag, flat_values, option_default, option_fields, refused
+from octlm.declare import check_fields, flag, flat_values, option_default, option_fields
 from octlm.errors import OctlmError
-from octlm.model import DecoderConfig
 from octlm.model.positions import SCHEMES
 from octlm.train.init_from import check_scaling_options
 from octlm.train.options import MUON_OPTIONS, SEED, TrainOptions, resolved_max_steps, resolved_warmup_steps
@@ -91,11 +88,6 @@ def check_options(opts: TrainOptions) -> None:
             f"at {min(steps, warmup)}/{warmup} of its peak and never decay, unlike the schedule --help describes; "
             f"give --warmup-steps below {steps} (a tenth of the run, {steps // 10}, is common) or a larger --max-steps"
         )
-    try:
-        # validated again: a Python caller may have changed fields after construction
-        DecoderConfig(**dataclasses.asdict(opts.model))
-    except ValueError as err:
-        raise refused(err) from None
 
 
 def check_seed(seed: int, flag: str = "--seed") -> None:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from octlm.declare import plain_dict
 from octlm.fileio import atomic_write
 from octlm.report import Reporter, SilentReporter, TaggedReporter
 from octlm.run.folder import RunFolder
@@ -152,7 +153,7 @@ def _study(opts: LengthOptions, share: Share, device_name: str, threads: int | N
             opts.out,
             overwrite,
             FILES.kind,
-            dataclasses.asdict(opts),
+            plain_dict(opts),
             lambda: prepare_study_dir(opts.out, overwrite, opts.text),
             report,
         )
@@ -168,7 +169,7 @@ def _study(opts: LengthOptions, share: Share, device_name: str, threads: int | N
         f"each, T={ctx.train_length}, evaluated at {', '.join(map(str, ctx.lengths))} tokens",
         schemes=opts.schemes,
         lengths=ctx.lengths,
-        options=dataclasses.asdict(opts),
+        options=plain_dict(opts),
     )
     if share.spread:
         units = study_units(opts, ctx.seeds)
@@ -196,9 +197,7 @@ def _tables(ctx: StudyContext, steps: dict | None, t0: float) -> dict:
         "lengths": lengths,
         "targets": targets,
         "equal_steps": steps,
-        "options": {
-            k: v for k, v in dataclasses.asdict(ctx.opts).items() if k != "shard"
-        },  # where it ran: not recorded
+        "options": {k: v for k, v in plain_dict(ctx.opts).items() if k != "shard"},  # where it ran: not recorded
     }
     tables, written = _write(out, StudyRecords(study, rows, train_rows, curves, attention))
     ctx.progress.finish()
