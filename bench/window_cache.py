@@ -96,7 +96,7 @@ def summarize(layout: str, model: Decoder, n: int, runs: list[dict], span: int) 
     last = min(span, n)
     return {
         "layout": layout,
-        "layers": describe(model.config.layer_specs) or [f"{model.config.position}, global"] * model.config.n_layers,
+        "layers": describe(model.config.layers) or [f"{model.config.position}, global"] * model.config.n_layers,
         "new_tokens": n,
         "ms_per_token": round(1e3 * statistics.median(r["wall"] for r in runs) / n, 4),
         "cpu_ms_per_token": round(1e3 * statistics.median(r["cpu"] for r in runs) / n, 4),
