@@ -194,13 +194,13 @@ def test_a_length_past_the_memory_names_the_length_given_and_the_tokens_it_had(r
     had."""
     import torch
 
-    import octlm.train.device
+    import octlm.train.memory_limit
     from octlm.errors import OctlmError
     from octlm.inspect.attention import check_map_memory
     from octlm.run.load import load_run
 
     model, _ = load_run(run)
-    monkeypatch.setattr(octlm.train.device, "device_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
+    monkeypatch.setattr(octlm.train.memory_limit, "device_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
     layers, heads, tokens = model.config.n_layers, model.config.n_heads, 300
     with pytest.raises(OctlmError) as caught:
         check_map_memory(model, tokens, torch.device("cpu"), asked=100_000)
@@ -217,13 +217,13 @@ def test_a_length_past_a_large_machines_memory_is_refused_in_gib(run, monkeypatc
     """Sizes of a GiB and more keep GiB: 100,000 tokens on a 64 GiB machine."""
     import torch
 
-    import octlm.train.device
+    import octlm.train.memory_limit
     from octlm.errors import OctlmError
     from octlm.inspect.attention import check_map_memory
     from octlm.run.load import load_run
 
     model, _ = load_run(run)
-    monkeypatch.setattr(octlm.train.device, "device_memory_bytes", lambda device: 64 * 2**30)
+    monkeypatch.setattr(octlm.train.memory_limit, "device_memory_bytes", lambda device: 64 * 2**30)
     layers, heads, tokens = model.config.n_layers, model.config.n_heads, 100_000
     with pytest.raises(OctlmError) as caught:
         check_map_memory(model, tokens, torch.device("cpu"))

@@ -634,11 +634,11 @@ def test_damaged_token_file_is_named_by_every_reader(trained_run, tmp_path, caps
 
 
 def test_alibi_prompt_too_long_for_memory_is_refused(small_corpus, tmp_path, capsys, monkeypatch):
-    import octlm.train.device
+    import octlm.train.memory_limit
 
     run = tmp_path / "alibi"
     assert main(["train", "--text", str(small_corpus), "--out", str(run), *TINY, "--position", "alibi", "--quiet"]) == 0
-    monkeypatch.setattr(octlm.train.device, "device_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
+    monkeypatch.setattr(octlm.train.memory_limit, "device_memory_bytes", lambda device: 2**20)  # a 1 MiB machine
     assert main(["sample", "--run", str(run), "--prompt", "a" * 400, "--max-new-tokens", "4"]) == 1
     err = capsys.readouterr().err
     assert "ALiBi's bias for that length needs about" in err and "keep it under" in err

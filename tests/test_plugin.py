@@ -133,14 +133,14 @@ def test_others_read_the_record_registered_beside_the_class_or_the_defaults():
 
 
 def test_sample_memory_check_counts_its_score_bias(toy, monkeypatch):
-    import octlm.train.device
+    import octlm.train.memory_limit
     from octlm.errors import OctlmError
     from octlm.inspect.sample import check_bias_memory
 
     model = small(toy)
     assert model.positions.score_bias_bytes(4, 100) == 12 * 4 * 100**2
     assert small("rope").positions.score_bias_bytes(4, 100) == 0
-    monkeypatch.setattr(octlm.train.device, "device_memory_bytes", lambda device: 2**20)
+    monkeypatch.setattr(octlm.train.memory_limit, "device_memory_bytes", lambda device: 2**20)
     with pytest.raises(OctlmError, match="the toy's bias for that length needs about .* keep it under 147 tokens"):
         check_bias_memory(model, 400, torch.device("cpu"))
     check_bias_memory(model, 100, torch.device("cpu"))

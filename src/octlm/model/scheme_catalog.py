@@ -246,7 +246,13 @@ class SchemeOptions(Mapping[str, object]):
         return list(declaring().values())
 
 
+def random_position_schemes() -> list[str]:
+    """Names of the schemes that can train at randomized positions (``randomize_positions`` > 1)."""
+    return [name for name, cls in SCHEMES.items() if cls.takes_random_positions]
+
+
 __all__ = [
+    "random_position_schemes",
     "BadSchemeOptions",
     "SCHEMES",
     "SCHEME_NAMES",

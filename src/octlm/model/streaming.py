@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from octlm.model.kvcache import KVCache
 
 if TYPE_CHECKING:  # pragma: no cover
-    from octlm.model.decoder import Decoder
     from octlm.model.positions import PositionScheme
 
 
@@ -180,9 +179,11 @@ def _causal(T: int, K: int, device: torch.device) -> Tensor:
     return torch.ones(T, K, dtype=torch.bool, device=device).tril(K - T)
 
 
-def stream_logits(model: Decoder, ids: Tensor, cache: StreamingCache, chunk: int) -> Iterator[Tensor]:
-    """Feed the stream ``ids`` [B, N] to ``model`` after what ``cache`` holds; yield the logits of each piece [B, n,
-    vocab].
+def stream_logits(model: nn.Module, ids: Tensor, cache: StreamingCache, chunk: int) -> Iterator[Tensor]:
+    """Feed the stream ``ids`` [B, N] to ``model`` after what ``cache`` holds; yield each piece's logits [B, n, vocab].
+
+    ``model`` is a :class:`~octlm.model.decoder.Decoder`; it is typed as a
+    module because the decoder imports this one.
 
     ``chunk`` (tokens, >= 1) bounds a piece once the cache is full; any
     ``chunk`` gives the logits of feeding one token at a time (to float
@@ -194,7 +195,7 @@ def stream_logits(model: Decoder, ids: Tensor, cache: StreamingCache, chunk: int
         start += n
 
 
-def streaming_refusal(model: Decoder) -> str | None:
+def streaming_refusal(model: nn.Module) -> str | None:
     """Why ``model`` cannot decode with a streaming cache at all, whatever its size, or ``None`` when it can.
 
     A scheme whose cache cannot evict (``evicts_cache`` of its facts, :func:`~octlm.model.positions.facts.facts_of`:
@@ -221,7 +222,7 @@ def streaming_refusal(model: Decoder) -> str | None:
     )
 
 
-def check_streaming(model: Decoder, sinks: int, window: int) -> None:
+def check_streaming(model: nn.Module, sinks: int, window: int) -> None:
     """Refuse a streaming cache the model cannot decode with, in one line naming the fix.
 
     Raises:

@@ -15,6 +15,7 @@ import torch
 from octlm.errors import OctlmError
 from octlm.model import DecoderConfig
 from octlm.report import memory_size
+from octlm.train.memory_limit import memory_limit
 
 
 def resolve_device(name: str) -> torch.device:
@@ -68,16 +69,6 @@ def step_memory_bytes(config: DecoderConfig, batch_size: int) -> int:
     return 4 * tokens * per_token
 
 
-def device_memory_bytes(device: torch.device) -> int | None:
-    """The memory of ``device`` in bytes (GPU memory, or the machine's RAM); ``None`` when the system will not say."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def check_memory(config: DecoderConfig, batch_size: int, device: torch.device) -> None:
     """Refuse a batch whose activations alone would not fit the memory this process may take (instead of being
     OOM-killed): the device's, or less under a process limit (:func:`octlm.train.memory_limit.memory_limit`).
@@ -85,8 +76,6 @@ def check_memory(config: DecoderConfig, batch_size: int, device: torch.device) -
     Raises:
         OctlmError: naming the estimate, the limit that binds and the options to lower.
     """
-    from octlm.train.memory_limit import memory_limit
-
     limit = memory_limit(device)
     if limit is None:
         return
@@ -358,7 +347,6 @@ __all__ = [
     "choose_threads",
     "default_threads",
     "idle_cpus",
-    "device_memory_bytes",
     "resolve_device",
     "set_threads",
     "thread_choice",

@@ -11,6 +11,7 @@ refusal (training, sampling, attention) compares its estimate with
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,6 +153,16 @@ def cgroup_rooms() -> list[MemoryLimit]:
     return rooms
 
 
+def device_memory_bytes(device: torch.device) -> int | None:
+    """The memory of ``device`` in bytes (GPU memory, or the machine's RAM); ``None`` when the system will not say."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def memory_limit(device: torch.device) -> MemoryLimit | None:
     """What a process may still allocate on ``device``: the least of its memory and the process's limits.
 
@@ -160,9 +171,7 @@ def memory_limit(device: torch.device) -> MemoryLimit | None:
     ``RLIMIT_DATA`` and its cgroups' memory limits, less what is already used
     under each. ``None`` when nothing can be read.
     """
-    from octlm.train import device as devices  # read at call time: tests stand in a smaller machine there
-
-    total = devices.device_memory_bytes(device)
+    total = device_memory_bytes(device)
     owner = "this machine's" if device.type == "cpu" else f"this {device.type} device's"
     found = [] if total is None else [MemoryLimit(total, owner=owner)]
     if device.type != "cuda":
@@ -170,4 +179,4 @@ def memory_limit(device: torch.device) -> MemoryLimit | None:
     return min(found, key=lambda limit: limit.n_bytes, default=None)
 
 
-__all__ = ["MemoryLimit", "cgroup_rooms", "memory_limit", "rlimit_rooms"]
+__all__ = ["device_memory_bytes", "MemoryLimit", "cgroup_rooms", "memory_limit", "rlimit_rooms"]

@@ -18,8 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from octlm.model.positions.distances import query_key_positions
-from octlm.model.positions.facts import PositionVectors
-from octlm.model.positions.registry import random_position_schemes
+from octlm.model.scheme_catalog import random_position_schemes
 
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.config import DecoderConfig
@@ -289,4 +288,4 @@ class PositionScheme(nn.Module):
         return SCORE_BIAS_BYTES * n_heads * length**2
 
 
-__all__ = ["SCORE_BIAS_BYTES", "PositionScheme", "PositionVectors"]  # PositionVectors: from .facts, as before
+__all__ = ["SCORE_BIAS_BYTES", "PositionScheme"]

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
+from octlm.model.scheme_catalog import SCHEMES
+
 if TYPE_CHECKING:  # pragma: no cover
     from octlm.model.positions.base import PositionScheme
 
@@ -122,8 +124,6 @@ def facts_of(scheme: str | type | PositionScheme) -> SchemeFacts:
         KeyError: for a name no scheme is registered under.
     """
     if isinstance(scheme, str):
-        from octlm.model.positions.registry import SCHEMES
-
         scheme = SCHEMES[scheme]
     if not isinstance(scheme, type) and isinstance(own := getattr(scheme, "facts", None), SchemeFacts):
         return own

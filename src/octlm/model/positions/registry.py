@@ -21,7 +21,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from octlm.model.positions.facts import SchemeFacts, facts_of, record_facts
-from octlm.model.scheme_catalog import SCHEME_NAMES, SCHEMES, check_declaration, default_scheme, reads
+from octlm.model.scheme_catalog import (
+    SCHEME_NAMES,
+    SCHEMES,
+    check_declaration,
+    default_scheme,
+    random_position_schemes,
+    reads,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
@@ -93,11 +100,6 @@ def schemes_taking(method: str) -> list[str]:
 def document_position_schemes() -> list[str]:
     """Names of the schemes that can run under ``document_mask`` (positions restarting at each document)."""
     return [name for name, cls in SCHEMES.items() if cls.takes_document_positions]
-
-
-def random_position_schemes() -> list[str]:
-    """Names of the schemes that can train at randomized positions (``randomize_positions`` > 1)."""
-    return [name for name, cls in SCHEMES.items() if cls.takes_random_positions]
 
 
 def evicting_schemes() -> list[str]:
