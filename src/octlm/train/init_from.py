@@ -12,13 +12,12 @@ the scaling it trains and runs under (``train.rope_scaling``, the key
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from octlm.declare import option_default, replaced
+from octlm.declare import option_default, option_fields, replaced
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import read_safetensors, sha256_file
 from octlm.model import Decoder, DecoderConfig
@@ -28,11 +27,18 @@ from octlm.run.folder import RunFolder
 from octlm.run.load import check_scheme_found
 from octlm.run.scaling import apply_scaling
 
-#: Model options a fine-tuning run must share with its source (``context_length`` and ``dropout`` may change;
-#: ``eot_id`` is the source's tokenizer's, which the run keeps).
-SHAPE_OPTIONS = tuple(
-    f.name for f in dataclasses.fields(DecoderConfig) if f.name not in ("context_length", "dropout", "eot_id")
-)
+
+def shape_options() -> tuple[str, ...]:
+    """Model options a fine-tuning run must share with its source, flat as the flags name them.
+
+    A scheme's options count (a plug-in's once it is imported, hence read at
+    each call); ``context_length`` and ``dropout`` may change, and ``eot_id``
+    is the source's tokenizer's, which the run keeps.
+    """
+    free = ("context_length", "dropout")
+    return ("vocab_size", *(f.name for f in option_fields(DecoderConfig) if f.name not in free))
+
+
 #: The state-dict key of a learned position table.
 TABLE_KEY = "positions.table.weight"
 
@@ -93,14 +99,15 @@ def init_from_options(opts, given: set[str]):
     """``opts`` with the model shape of the ``--init-from`` run; refuses a given option that contradicts it.
 
     Raises:
-        OctlmError: naming the first option in :data:`SHAPE_OPTIONS` that was
+        OctlmError: naming the first option of :func:`shape_options` that was
             given with another value than the source's, and the source's value.
     """
     stored = source_config(opts.init_from)["model"]
-    defaults = {f.name: option_default(f) for f in dataclasses.fields(DecoderConfig)}
+    defaults = {f.name: option_default(f) for f in option_fields(DecoderConfig)}
+    defaults["vocab_size"] = DecoderConfig.vocab_size
     values = opts.to_dict()
     shape = {}
-    for name in SHAPE_OPTIONS:
+    for name in shape_options():
         then = stored.get(name, defaults[name])
         if name in given and values[name] != then:
             raise OctlmError(
@@ -208,7 +215,7 @@ def load_source_weights(model: Decoder, path: Path) -> None:
 
 
 __all__ = [
-    "SHAPE_OPTIONS",
+    "shape_options",
     "check_scaling_options",
     "config_record",
     "init_from_options",
