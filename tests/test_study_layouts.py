@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from octlm.cli import main
+from octlm.model.layout import LayerSpec, layout_text
 from tests.conftest import REPO, hand_bpb
 
 T = 8
@@ -63,7 +64,8 @@ def test_a_scheme_and_two_layouts_give_three_rows_each_its_own_model(study):
     assert "| `rope-nope` |" in table and f"| `{SWA}` |" in table
     for run, layers in (("rope", ""), ("rope-nope", "rope none"), (SWA, "rope/w4 none")):
         model = json.loads((study / "runs" / run / "config.json").read_text())["model"]
-        assert (model["layers"], model["block"], model["qk_norm"]) == (layers, "llama", True), run
+        written = layout_text([LayerSpec(**layer) for layer in model["layers"]])  # config.json keeps the layers as data
+        assert (written, model["block"], model["qk_norm"]) == (layers, "llama", True), run
     assert found[0]["options"]["layouts"] == ["rope-nope=rope none", "rope/w4 none"]
 
 
@@ -180,7 +182,8 @@ def test_a_layout_with_global_rope_layers_is_fine_tuned_plainly_and_with_yarn(sm
         twin = label.replace("none", "nn")
         assert math.isclose(scores[(twin, length)], scores[(label, length)], rel_tol=1e-6), (label, length)
     tuned = json.loads((out / "runs" / "rn+yarn@2x" / "config.json").read_text())
-    assert tuned["model"]["layers"] == "rope none" and tuned["model"]["context_length"] == 2 * T
+    tuned_layers = layout_text([LayerSpec(**layer) for layer in tuned["model"]["layers"]])
+    assert tuned_layers == "rope none" and tuned["model"]["context_length"] == 2 * T
     assert tuned["train"]["rope_scaling"]["method"] == "yarn" and tuned["train"]["rope_scaling"]["factor"] == 2.0
     assert {r["label"] for r in found if r["record"] == "eval"} >= {"rn@2x", "rn+yarn@2x", "swa@2x"}
 
