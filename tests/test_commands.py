@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from octlm.cli import build_parser, main
-from octlm.declare import option_fields
+from octlm.declare import build, option_fields
 from octlm.model.positions import SCHEMES
 from octlm.studies.length.options import LengthOptions
 
@@ -45,12 +45,16 @@ def test_the_rule_is_the_schemes_own_declaration():
 
 
 def test_length_hands_scheme_options_to_the_schemes_that_read_them(tmp_path):
-    opts = LengthOptions(
-        text=["t"],
-        out=str(tmp_path),
-        schemes=["learned", "rope", "sinusoidal"],
-        rope_layout="half",
-        sinusoidal_layout="concatenated",
+    # flat names, as the command line and a TOML file give them
+    opts = build(
+        LengthOptions,
+        {
+            "text": ["t"],
+            "out": str(tmp_path),
+            "schemes": ["learned", "rope", "sinusoidal"],
+            "rope_layout": "half",
+            "sinusoidal_layout": "concatenated",
+        },
     )
     rope, learned = opts.train_options("rope", tmp_path / "r"), opts.train_options("learned", tmp_path / "l")
     sinusoidal = opts.train_options("sinusoidal", tmp_path / "s")
