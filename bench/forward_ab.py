@@ -46,6 +46,8 @@ def load_forward(path: str):
     """``CausalSelfAttention.forward`` of the ``blocks.py`` at ``path``."""
     spec = importlib.util.spec_from_file_location("octlm_base_blocks", path)
     module = importlib.util.module_from_spec(spec)
+    # a dataclass in it (blocks.LayerPass) looks its module up in sys.modules while the class is made
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module.CausalSelfAttention.forward
 
