@@ -318,6 +318,16 @@ class DecoderConfig:
         return cls(**data)
 
 
+def stored_layout_text(model: dict) -> object:
+    """The layout of a ``config.json`` ``model`` section as ``--layers`` writes it (so it equals the flag given
+    again), from the list of layers it keeps or the string an older one kept; as stored when the section cannot make
+    a config (the check after names what is wrong)."""
+    try:
+        return layout_text(DecoderConfig.from_dict(model).layers)
+    except (ValueError, TypeError):
+        return model.get("layers", "")
+
+
 def _check_scheme(config: DecoderConfig) -> None:
     """Check ``config`` (of one scheme, no layout) against its scheme's rules (``ValueError`` naming the fields)."""
     cls = SCHEMES[config.position]
@@ -336,4 +346,4 @@ def _check_scheme(config: DecoderConfig) -> None:
     cls.check_config(config)
 
 
-__all__ = ["ACTIVATIONS", "ATTENTION_SCALES", "NO_SCALE", "DecoderConfig", "DecoderFieldError"]
+__all__ = ["ACTIVATIONS", "ATTENTION_SCALES", "NO_SCALE", "DecoderConfig", "DecoderFieldError", "stored_layout_text"]

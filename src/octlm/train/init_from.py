@@ -21,24 +21,19 @@ from octlm.declare import option_default, option_fields, replaced
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import read_safetensors, sha256_file
 from octlm.model import Decoder, DecoderConfig
+from octlm.model.config import stored_layout_text
 from octlm.model.positions import ROPE_SCALINGS, SCHEMES, schemes_taking
 from octlm.model.weights import load_weights, weights_state
 from octlm.run.folder import RunFolder
 from octlm.run.load import check_scheme_found
 from octlm.run.scaling import apply_scaling
 
-
-def shape_options() -> tuple[str, ...]:
-    """Model options a fine-tuning run must share with its source, flat as the flags name them.
-
-    A scheme's options count (a plug-in's once it is imported, hence read at
-    each call); ``context_length`` and ``dropout`` may change, and ``eot_id``
-    is the source's tokenizer's, which the run keeps.
-    """
-    free = ("context_length", "dropout")
-    return ("vocab_size", *(f.name for f in option_fields(DecoderConfig) if f.name not in free))
-
-
+#: Model options a fine-tuning run must share with its source (``context_length`` and ``dropout`` may change;
+#: ``eot_id`` is the source's tokenizer's, which the run keeps).
+SHAPE_OPTIONS = (
+    "vocab_size",
+    *(f.name for f in option_fields(DecoderConfig) if f.name not in ("context_length", "dropout")),
+)
 #: The state-dict key of a learned position table.
 TABLE_KEY = "positions.table.weight"
 
@@ -99,15 +94,17 @@ def init_from_options(opts, given: set[str]):
     """``opts`` with the model shape of the ``--init-from`` run; refuses a given option that contradicts it.
 
     Raises:
-        OctlmError: naming the first option of :func:`shape_options` that was
+        OctlmError: naming the first option in :data:`SHAPE_OPTIONS` that was
             given with another value than the source's, and the source's value.
     """
     stored = source_config(opts.init_from)["model"]
-    defaults = {f.name: option_default(f) for f in option_fields(DecoderConfig)}
-    defaults["vocab_size"] = DecoderConfig.vocab_size
+    stored = {**stored, "layers": stored_layout_text(stored)} if "layers" in stored else stored
+    defaults = {f.name: option_default(f) for f in option_fields(DecoderConfig)} | {
+        "vocab_size": DecoderConfig.__dataclass_fields__["vocab_size"].default
+    }
     values = opts.to_dict()
     shape = {}
-    for name in shape_options():
+    for name in SHAPE_OPTIONS:
         then = stored.get(name, defaults[name])
         if name in given and values[name] != then:
             raise OctlmError(
@@ -215,7 +212,7 @@ def load_source_weights(model: Decoder, path: Path) -> None:
 
 
 __all__ = [
-    "shape_options",
+    "SHAPE_OPTIONS",
     "check_scaling_options",
     "config_record",
     "init_from_options",

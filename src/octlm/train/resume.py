@@ -12,8 +12,7 @@ from pathlib import Path
 
 from octlm.declare import Resume, flag, option_default, option_fields, refused
 from octlm.errors import OctlmError, RunError
-from octlm.model import DecoderConfig
-from octlm.model.layout import layout_text
+from octlm.model.config import stored_layout_text
 from octlm.option_values import checked_values
 from octlm.run.folder import CONFIG, RunFolder
 from octlm.run.load import check_scheme_found, load_config
@@ -38,16 +37,6 @@ def _must_match(name: str, value, then, run_dir: Path) -> str | None:
         f"({run_dir / 'config.json'}); a resumed run keeps its model shape, data, seed and optimiser settings: "
         f"drop {flag(name)}, or start a new run with --out"
     )
-
-
-def _layout_text(model: dict) -> object:
-    """The layout of a ``model`` section as ``--layers`` writes it (equal to the flag given again on resume), from
-    the list of layers ``config.json`` keeps or the string an older one kept; as stored when the section cannot
-    make a config (the check after names what is wrong)."""
-    try:
-        return layout_text(DecoderConfig.from_dict(model).layers)
-    except (ValueError, TypeError):
-        return model["layers"]
 
 
 def stored_options(run_dir: Path) -> dict:
@@ -75,7 +64,7 @@ def stored_options(run_dir: Path) -> dict:
     if isinstance(model, dict):
         # The model's options live in the "model" section; a run written before octlm nested them kept them under
         # "train" too.
-        model = {**model, "layers": _layout_text(model)} if "layers" in model else model
+        model = {**model, "layers": stored_layout_text(model)} if "layers" in model else model
         stored = {**{name: value for name, value in model.items() if name in model_options()}, **stored}
     # A key the run's octlm did not write: the run trained with what that octlm did, not with today's default
     # (UNRECORDED).
