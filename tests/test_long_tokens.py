@@ -173,7 +173,7 @@ def test_with_every_target_marked_each_row_reads_the_study_s_own_figures(tiny_st
     # Thresholds no target can miss: the marked set is every text target, so every row's figure on it must be the
     # study's bits per byte in both readings: the per-target scoring, the model's state (plain, yarn at each factor,
     # fine-tuned under its own scaling) and the windows all agree with the study's scoring.
-    from octlm.studies.length.study.readings import long_token_scoring
+    from octlm.studies.length.readings import long_token_scoring
 
     from octlm.studies.length.readings.reading import load_study
 
@@ -253,7 +253,7 @@ def test_bad_short_context_is_refused_in_one_line(tiny_study, capsys, args, matc
 def test_each_row_is_scored_in_its_own_state_and_a_fine_tuned_model_keeps_its_scaling(tiny_study, monkeypatch):
     # The state each reading sees, read off the model (no floats): a base row under its scaling and factor, a plain
     # row under none, a fine-tuned row under the scaling it saved, reading after reading of the same loaded model.
-    from octlm.studies.length.study.readings import long_token_scoring
+    from octlm.studies.length.readings import long_token_scoring
 
     from octlm.studies.length.readings.reading import load_study
 
