@@ -174,7 +174,6 @@ def test_with_every_target_marked_each_row_reads_the_study_s_own_figures(tiny_st
     # study's bits per byte in both readings: the per-target scoring, the model's state (plain, yarn at each factor,
     # fine-tuned under its own scaling) and the windows all agree with the study's scoring.
     from octlm.studies.length.readings import long_token_scoring
-
     from octlm.studies.length.readings.reading import load_study
 
     monkeypatch.setattr(long_token_scoring, "GAIN_NATS", -1e9)
@@ -254,7 +253,6 @@ def test_each_row_is_scored_in_its_own_state_and_a_fine_tuned_model_keeps_its_sc
     # The state each reading sees, read off the model (no floats): a base row under its scaling and factor, a plain
     # row under none, a fine-tuned row under the scaling it saved, reading after reading of the same loaded model.
     from octlm.studies.length.readings import long_token_scoring
-
     from octlm.studies.length.readings.reading import load_study
 
     study = load_study(tiny_study)
