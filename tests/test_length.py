@@ -11,6 +11,7 @@ import pytest
 from octlm.cli import main
 from octlm.errors import OctlmError
 from octlm.run.load import load_run
+from octlm.version import build_version
 from tests.conftest import hand_bpb, tiny_model
 
 T = 8
@@ -43,7 +44,7 @@ def test_study_writes_jsonl_plot_and_table(study):
     assert result["event"] == "result" and result["lengths"] == [8, 16, 32]
     assert sum(line["event"] == "trained" for line in lines) == 5
     records = json_lines((out / "length.jsonl").read_text())
-    assert records[0]["record"] == "study"
+    assert records[0]["record"] == "study" and records[0]["octlm_version"] == build_version()
     assert [r["position"] for r in records if r["record"] == "train"] == [
         "learned",
         "sinusoidal",

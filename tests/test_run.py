@@ -68,6 +68,9 @@ def test_config_records_model_and_resolved_options(trained_run):
     config = json.loads((trained_run / "config.json").read_text())
     assert config["model"]["context_length"] == 32 and config["model"]["position"] == "learned"
     assert config["train"]["max_steps"] == 30 and config["train"]["out"] == str(trained_run)
+    from octlm.version import build_version
+
+    assert config["octlm_version"] == build_version()  # the release, and the commit when run from a checkout
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "delete"])

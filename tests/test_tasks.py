@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from octlm.studies.tasks.generators import DIGITS, FILLER, PASSKEY_DIGITS, TASKS
+from octlm.version import build_version
 
 
 def draw(name, size, count=64, max_size=40, seed=0):
@@ -151,6 +152,7 @@ def test_the_study_writes_its_table_plot_and_jsonl(tmp_path, capsys):
     assert "mean ± sample std over seeds 1337, 1338" in table and table.count("% ± ") == 4 + 1
     records = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
     assert records[0]["record"] == "study" and records[0]["sizes"] == [2, 4, 6, 8] and records[0]["steps"] == 5
+    assert records[0]["octlm_version"] == build_version()
     evals = [r for r in records if r["record"] == "eval"]
     assert len(evals) == 2 * 2 * 4  # schemes x seeds x sizes
     # past the table

@@ -1,6 +1,6 @@
 """octlm: a small language-model lab about token embeddings and position encodings."""
 
-__version__ = "0.1.0"
+from octlm.version import RELEASE as __version__  # the release; octlm.version.build_version() adds the commit
 
 __all__ = [
     "Decoder",

@@ -39,6 +39,19 @@ class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionH
         return super()._get_help_string(action)
 
 
+class _Version(argparse.Action):
+    """``--version``: computed when asked, not when the parser is built (it runs git, and every command builds one)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace, values, option_string=None) -> None:
+        from octlm.version import build_version
+
+        print(f"octlm {build_version()}")  # on stdout, as argparse's own version action
+        parser.exit()
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors: what was wrong, a close spelling when there is one, where the options are
     listed; and no abbreviated options.
@@ -193,14 +206,16 @@ WRITE_NO_FILES = {"sample", "bench", "serve"}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from octlm import __version__
-
     parser = Parser(
         prog="octlm",
         description="octlm: train small decoders and look inside their token embeddings and position encodings.",
         formatter_class=Formatter,
     )
-    parser.add_argument("--version", action="version", version=f"octlm {__version__}")
+    parser.add_argument(
+        "--version",
+        action=_Version,
+        help="show octlm's version (with its git commit when run from a checkout) and exit",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     parser.subcommands = sub.choices
     for name in COMMANDS:

@@ -207,12 +207,12 @@ class RunFolder(OutputFolder):
         return self.read_config().get("train") if self.config_path.is_file() else None
 
     def write_config(self, model_config: DecoderConfig, train_options: dict) -> None:
-        """Write ``config.json`` (model shape plus the resolved training options, and the plug-in that provides the
-        scheme if one does), atomically."""
-        from octlm import __version__
+        """Write ``config.json`` (the octlm version that wrote it, with its commit from a checkout; model shape plus the
+        resolved training options, and the plug-in that provides the scheme if one does), atomically."""
         from octlm.model.positions import PLUGIN_SOURCES
+        from octlm.version import build_version
 
-        config = {"octlm_version": __version__, "model": model_config.to_dict(), "train": train_options}
+        config = {"octlm_version": build_version(), "model": model_config.to_dict(), "train": train_options}
         if model_config.position in PLUGIN_SOURCES:
             config["plugin"] = PLUGIN_SOURCES[model_config.position]
         atomic_write_json(self.config_path, config)

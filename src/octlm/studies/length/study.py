@@ -66,6 +66,7 @@ from octlm.studies.shared.progress import PROGRESS, StudyProgress, open_study
 from octlm.studies.shared.rows import carried, legend
 from octlm.studies.shared.spread import Share, count_models, finish_share, open_share, placed_device, share_of
 from octlm.train.device import resolve_device, torch_settings
+from octlm.version import build_version
 
 #: Attention entropy by query position, one panel per model, one line per length.
 ATTENTION_PLOT = "attention.png"
@@ -193,6 +194,7 @@ def _tables(ctx: StudyContext, steps: dict | None, t0: float) -> dict:
     targets = len(ctx.scored) - 1
     study = {
         "record": "study",
+        "octlm_version": build_version(),  # the release and, from a checkout, the commit: what made these numbers
         "train_length": T,
         "lengths": lengths,
         "targets": targets,

@@ -47,6 +47,7 @@ from octlm.studies.tasks.tables import protocol_sentence
 from octlm.train.device import resolve_device, torch_settings
 from octlm.train.optim import backward, make_optimizer, scheduled_lr
 from octlm.train.tracking import MetricsLog
+from octlm.version import build_version
 
 #: The evaluation generator's seed is the run's seed plus this, so its data never meets training's.
 EVAL_SEED_OFFSET = 10**6
@@ -271,6 +272,7 @@ def _header(opts: TaskOptions, tasks: list[Task], variants: list[Variant], sizes
     """The ``study`` record that opens ``tasks.jsonl``: the protocol and every option."""
     return {
         "record": "study",
+        "octlm_version": build_version(),  # the release and, from a checkout, the commit: what made these numbers
         "task": opts.task_names()[0] if len(tasks) == 1 else opts.task_names(),
         "tasks": opts.task_names(),
         "task_length": opts.task_length,
