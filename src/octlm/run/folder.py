@@ -77,7 +77,7 @@ LOCK = ".lock"
 
 
 def read_json(path: Path) -> dict:
-    """Parse a JSON file of a run, raising ``RunError`` naming it when absent or malformed."""
+    """Parse a JSON file of a run (an object), raising ``RunError`` naming it when absent, malformed or no object."""
     if not path.is_file():
         runs = sorted(p for p in (path.parent / "runs").glob("*") if (p / path.name).is_file())  # a study's models
         hint = (
@@ -86,10 +86,14 @@ def read_json(path: Path) -> dict:
             else f"missing; is {path.parent} an octlm run folder?"
         )
         raise RunError(f"{path.parent if runs else path}: {hint}")
+    fix = "the file is damaged; restore it from a copy, or train the run again (--overwrite)"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise RunError(f"{path}: not valid JSON ({err}); the file is corrupted") from None
+        raise RunError(f"{path}: not valid JSON ({err}); {fix}") from None
+    if not isinstance(value, dict):
+        raise RunError(f"{path}: holds a JSON {type(value).__name__}, not the object octlm writes; {fix}")
+    return value
 
 
 class RunFolder(OutputFolder):

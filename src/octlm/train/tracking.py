@@ -151,6 +151,27 @@ def _open_tracker(name: str, run_dir: Path, hparams: dict, resume_step: int | No
         ) from None
 
 
+def _records(path: Path) -> list[dict]:
+    """The records of a resumed run's ``metrics.jsonl``, to hand to its trackers.
+
+    Raises:
+        OctlmError: naming the file and line of a record that is not whole JSON (the file was edited or damaged).
+    """
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            raise OctlmError(
+                f"{path} line {number} is not a whole metrics record, so the trackers cannot be given the run's steps "
+                "so far; restore the file from a copy, or resume without --log-to"
+            )
+        records.append(record)
+    return records
+
+
 class MetricsLog:
     """``metrics.jsonl`` (opened to append) and the trackers of ``--log-to``, fed the same records.
 
@@ -180,8 +201,12 @@ class MetricsLog:
             self.close(finished=False)
             raise
         if self.trackers and path.stat().st_size:
-            for line in path.read_text(encoding="utf-8").splitlines():
-                self._to_trackers(json.loads(line))
+            try:
+                for record in _records(path):
+                    self._to_trackers(record)
+            except BaseException:
+                self.close(finished=False)
+                raise
 
     def _to_trackers(self, record: dict) -> None:
         numbers = scalars(record)

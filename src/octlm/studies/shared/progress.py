@@ -74,6 +74,8 @@ class StudyProgress:
         self.continuing = continuing
         #: Called with each unit's name once it is recorded (a spread study's count of models done).
         self.recorded: Callable[[str], None] = lambda unit: None
+        #: Told of each damaged record set aside (the study's reporter's ``warn`` once it is opened).
+        self.warn: Callable[[str], None] = lambda message: None
 
     @property
     def folder(self) -> Path:
@@ -85,9 +87,31 @@ class StudyProgress:
         atomic_write_json(self.folder / STUDY, comparable(options))
 
     def get(self, unit: str) -> dict | None:
-        """The record of ``unit``, or ``None`` when it is not done."""
+        """The record of ``unit``, or ``None`` when it is not done, or its record is not complete (then set aside,
+        with a warning naming it, so the unit is done again)."""
         path = self.folder / f"{unit}.json"
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        if not path.is_file():
+            return None
+        record = _record(path)
+        if record is None:
+            self._set_aside(path)
+        return record
+
+    def set_aside_damaged(self) -> int:
+        """Set aside every record that is not complete (cut short, edited, not a JSON object), so the units they
+        stood for are done again, as if never recorded; returns how many. The damaged bytes are kept beside, as
+        ``<unit>.json.damaged``, until the study finishes."""
+        damaged = [p for p in sorted(self.folder.glob("*.json")) if p.name != STUDY and _record(p) is None]
+        for path in damaged:
+            self._set_aside(path)
+        return len(damaged)
+
+    def _set_aside(self, path: Path) -> None:
+        try:
+            path.replace(path.with_name(path.name + ".damaged"))
+        except FileNotFoundError:
+            return  # another share of the study set it aside first
+        self.warn(f"{path} is not a complete record (cut short or edited); its unit {path.stem} will be done again")
 
     def put(self, unit: str, record: dict) -> dict:
         """Record ``unit`` as done (atomically: a kill leaves the record whole or absent); returns ``record``."""
@@ -102,6 +126,15 @@ class StudyProgress:
     def finish(self) -> None:
         """Remove the records once the study's tables are written: the folder is a finished study."""
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _record(path: Path) -> dict | None:
+    """The record in ``path``, or ``None`` when it is not a whole, non-empty JSON object (every record is one)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        return None
+    return record if isinstance(record, dict) and record else None
 
 
 def unfinished_options(out: Path) -> dict | None:
@@ -155,6 +188,8 @@ def open_study(
     recorded = None if overwrite else unfinished_options(Path(out))
     if recorded is not None:
         progress = continue_study(Path(out), kind, recorded, options)
+        progress.warn = report.warn
+        progress.set_aside_damaged()
         report.event(
             "continue",
             f"continuing the unfinished {kind} in {out}: {progress.done()} finished parts kept",
@@ -162,6 +197,7 @@ def open_study(
         )
         return progress
     progress = StudyProgress(prepare(), continuing=False)
+    progress.warn = report.warn
     progress.start(options)
     return progress
 
