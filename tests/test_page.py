@@ -181,6 +181,17 @@ def test_playgrounds_alone_in_chromium_through_octlm_serve(tmp_path):
         assert (tmp_path / "shots" / name).stat().st_size > 10_000, name
 
 
+def test_the_built_page_opens_from_its_own_files_with_nothing_installed(tmp_path):
+    """src/octlm/web_dist/index.html opened as a file, with no octlm running and no export: the ten playgrounds work
+    with no missing file or script error, and the last section gives the commands that fill it."""
+    from octlm.export.web import NO_DATA
+
+    assert (COMMITTED / "run-data.js").read_bytes() == NO_DATA  # the built page's own sets nothing, as serve's does
+    checks = browser_check((COMMITTED / "index.html").as_uri(), tmp_path / "shots", "the")
+    assert checks["view"] == "none" and checks["no script errors"] == []
+    assert "octlm train --out runs/stdlib" in " ".join(checks["how to fill"].split())
+
+
 def test_rope_run_ties_the_angles_to_its_own_attention(length_study, tmp_path):
     """A RoPE run's page: the count of its own slow pairs, and every head's mean entropy at 1x, 2x and 4x T equal to
     ``attention_statistics`` of the run's first L validation tokens, recorded here."""

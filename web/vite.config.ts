@@ -9,7 +9,9 @@ import { defineConfig } from "vitest/config";
 
 const here = import.meta.dirname;
 
-/** Writes index.html next to the bundle, pointing at app.css and app.js instead of the dev entry. */
+/** Writes index.html next to the bundle, pointing at app.css and app.js instead of the dev entry, and run-data.js
+ * that sets nothing (octlm serve and export-web write their own): src/octlm/web_dist/index.html opened as a file
+ * shows the playgrounds with no missing file. */
 function pageHtml(): Plugin {
   return {
     name: "octlm-page-html",
@@ -20,6 +22,7 @@ function pageHtml(): Plugin {
         .replace("<!-- octlm:styles -->", '<link rel="stylesheet" href="app.css" />')
         .replace(/<!-- octlm:app -->.*\n/, '<script src="app.js"></script>\n');
       this.emitFile({ type: "asset", fileName: "index.html", source: html });
+      this.emitFile({ type: "asset", fileName: "run-data.js", source: readFileSync(resolve(here, "run-data.js"), "utf8") });
     },
   };
 }

@@ -53,8 +53,12 @@ def page_files(dist: Path = WEB_DIST) -> dict[str, bytes]:
     return {name: (dist / name).read_bytes() for name in PAGE_FILES}
 
 
-#: ``run-data.js`` of a page served without a run or a study: it sets nothing, so the page shows how to fill it.
-NO_DATA = b"// octlm serve or export-web without --run or --study: the playgrounds alone\n"
+#: ``run-data.js`` of a page served without a run or a study: it sets nothing, so the page shows how to fill it. The
+#: built page carries the same file (web/run-data.js), so its index.html opens from disk as it is.
+NO_DATA = (
+    b"// No run and no study (octlm serve or export-web without --run or --study, or the built page opened as a file):"
+    b" the playgrounds alone\n"
+)
 
 
 def run_data_script(view: dict | None) -> bytes:
