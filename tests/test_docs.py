@@ -129,6 +129,13 @@ def test_pending_pages_are_still_missing():
     assert not [str(p) for p in PENDING if p.exists()]
 
 
+def test_the_docs_index_gives_every_page_its_place():
+    """docs/README.md, the reading order, links every page of docs/ (a new page must be given its place in it)."""
+    index = REPO / "docs" / "README.md"
+    linked = {link.partition("#")[0] for link in _links(index)}
+    assert not [page.name for page in DOCS if page != index and page.name not in linked]
+
+
 def test_readme_has_one_figure():
     """The page's own screenshot, near the top: a newcomer sees what octlm shows before any result."""
     images = [link for link in _links(README) if link.endswith((".png", ".svg", ".jpg"))]
