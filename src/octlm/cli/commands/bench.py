@@ -16,6 +16,8 @@ def add_parser(sub) -> None:
         formatter_class=Formatter,
         description="Time the forward pass at several context lengths and print the nearest tokens to token 0 (and to\n"
         "each --token) and the nearest positions to position 0, by cosine similarity.",
+        epilog="examples:\n  octlm bench                                     # an untrained Day-1 model\n"
+        "  octlm bench --run runs/shakespeare --token ' king' ROMEO --k 8",
     )
     add_dataclass_options(p, BenchOptions)
     add_common(p)

@@ -12,7 +12,8 @@ from octlm.report import Reporter
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "export-hf",
-        help="write a run as a Hugging Face transformers checkpoint (GPT-2, GPT-NeoX, Llama, SmolLM3 or Qwen3)",
+        help="write a run as a Hugging Face transformers checkpoint "
+        "(GPT-2, GPT-NeoX, Llama, SmolLM3, Qwen3 or GPT-OSS)",
         formatter_class=Formatter,
         description="Write RUN_DIR as a transformers checkpoint in OUT_DIR (config.json, "
         "model.safetensors with the head tied,\n"
@@ -23,9 +24,11 @@ def add_parser(sub) -> None:
         "layout, partial rotary) and none become GPTNeoXForCausalLM. With --block llama, RoPE in every layer becomes\n"
         "LlamaForCausalLM; a --layers layout of rope and none layers, windowed at one size, SmolLM3ForCausalLM;\n"
         "--qk-norm on every layer with RoPE (windowed at one size or not) Qwen3ForCausalLM (SmolLM3 and Qwen3 need\n"
-        "transformers 4.53 or newer). Refused with the reason: alibi and sinusoidal, RoPE bases or windows that\n"
-        "differ by layer, logn layers, QK-norm on some layers, layouts in GPT-2's block, and runs trained with\n"
-        "--randomize-positions, --document-mask or --attention-scale (transformers computes them otherwise).\n"
+        "transformers 4.53 or newer); --attention-sinks with RoPE in every layer (windowed at one size or not)\n"
+        "GptOssForCausalLM, one expert per MLP (the Llama-block ones are export only). Refused with the reason:\n"
+        "alibi and sinusoidal, RoPE bases or windows that differ by layer, logn layers, QK-norm on some layers,\n"
+        "layouts in GPT-2's block, and runs trained with --randomize-positions, --document-mask or\n"
+        "--attention-scale (transformers computes them otherwise).\n"
         "--rope-scaling writes a RoPE scaling into the checkpoint: "
         "linear, yarn and llama3 as transformers' own, ntk as a\n"
         "larger rope_theta; dynamic-ntk is refused (transformers keeps keys cached under older frequencies).",

@@ -38,7 +38,7 @@ def add_parser(sub) -> None:
         "targets, so each sees at least L - stride tokens of context. It records every model's attention\n"
         "(entropy, distance, first-token mass, largest logit) at every length. Learned positions show\n"
         "n/a past T (their table has no rows there). Then the extension stage fine-tunes copies of the rope\n"
-        "(plain, linear, NTK, YaRN), learned, alibi and none models at 4 x T for 100 steps (--extend-to,\n"
+        "(plain, linear, NTK, YaRN, Llama 3), learned, alibi and none models at 4 x T for 100 steps (--extend-to,\n"
         "--extend-steps; --extend-to 0 skips it) and scores them at every length. Writes length.md,\n"
         "length.jsonl, length.png, attention.png and extend.png into --out. With --task, a synthetic task\n"
         "study instead (tasks.md, tasks.jsonl, tasks.png; passkey adds tasks-depth.png; several tasks add\n"
