@@ -167,6 +167,22 @@ def test_every_count_of_playgrounds_is_the_pages_own():
     assert not missing, f"the page's navigation leaves out {missing}"
 
 
+def test_the_pages_screenshots_show_the_page_as_built():
+    """docs/page-laptop.png and page-phone.png were made (scripts/screenshots.py) from the page as it is now: with the
+    playgrounds it has, and from these very built files; a rebuilt page asks for new pictures."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("screenshots_script", REPO / "scripts" / "screenshots.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    record = json.loads(script.RECORD.read_text(encoding="utf-8"))
+    retake = "run `python scripts/screenshots.py` (after `npm ci` in web/) and commit docs/"
+    assert record["playgrounds"] == len(_playgrounds()), f"the screenshots show {record['playgrounds']}; {retake}"
+    assert record["page_sha256"] == script.page_sha256(), f"src/octlm/web_dist changed since the screenshots; {retake}"
+    assert all((REPO / "docs" / name).is_file() for name in record["screenshots"])
+
+
 def test_the_api_page_names_every_registered_scheme():
     from octlm.model.positions import SCHEMES
 
