@@ -67,7 +67,7 @@ class LayoutError(ValueError):
 #: The keys an entry may carry after its scheme: a pattern, the LayerSpec field it sets, and how its text becomes the
 #: value. Data, so that a new per-layer choice is one row here and one field of LayerSpec.
 KEYS: tuple[tuple[re.Pattern, str, Callable[[str], object]], ...] = (
-    (re.compile(r"w([0-9]+)", re.ASCII), "window", int),
+    (re.compile(r"w([0-9]+(?:e[0-9]+)?)", re.ASCII), "window", lambda text: _whole(text)),
     (re.compile(r"global()"), "window", lambda _: None),
     (re.compile(r"theta(.+)"), "rope_theta", float),
     (re.compile(r"logn()"), "log_scale", lambda _: True),
@@ -75,8 +75,16 @@ KEYS: tuple[tuple[re.Pattern, str, Callable[[str], object]], ...] = (
     (re.compile(r"noqknorm()"), "qk_norm", lambda _: False),
 )
 #: How the keys are spelled, for messages.
-KEY_SYNTAX = "wN (a window of N tokens), global, thetaX (RoPE base), logn, qknorm, noqknorm"
+KEY_SYNTAX = "wN (a window of N tokens; w1e2 is 100), global, thetaX (RoPE base), logn, qknorm, noqknorm"
 _REPEAT = re.compile(r"^(.*)\*([+-]?[0-9]+)$", re.ASCII)
+
+
+def _whole(text: str) -> int:
+    """A count written as digits, or as digits ``e`` a power of ten (``1e2`` is 100), exactly (no float between)."""
+    digits, _, power = text.partition("e")
+    if len(power) > 2:
+        raise ValueError(f"{text}: a power of ten above 99")  # 10**10**6 would take minutes to build
+    return int(digits) * 10 ** int(power or 0)
 
 
 @dataclass(frozen=True)
