@@ -9,6 +9,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 from octlm.model.layout import LayoutError, read_entries
 from octlm.model.scheme_catalog import SCHEMES
 
@@ -57,3 +59,22 @@ def test_every_layout_the_docs_show_is_read():
     assert not refused, refused
     window = next(e.keys["window"] for e in read_entries("rope/w1e1 rope") if e.keys)
     assert window == 10 and read_entries("w1e2")[0].keys == {"window": 100}
+
+
+@pytest.mark.parametrize("kind", ["parquet", "csv"])
+def test_a_text_column_named_twice_is_one_line_naming_file_and_column(tmp_path, capsys, kind):
+    from octlm.cli import main
+
+    path = tmp_path / f"two.{kind}"
+    if kind == "parquet":  # mloda #1360: KeyError 'Column text does not exist in schema'
+        pa = pytest.importorskip("pyarrow")
+        pq = pytest.importorskip("pyarrow.parquet")
+        texts = pa.array(["to be or not to be"] * 50)
+        pq.write_table(pa.Table.from_arrays([texts, pa.array([1] * 50), texts], names=["text", "n", "text"]), path)
+    else:  # the csv module would take the first in silence
+        path.write_text("text,n,text\n" + "to be,1,or not\n" * 50, encoding="utf-8")
+    assert main(["train", "--text", str(path), "--out", str(tmp_path / "run"), "--max-steps", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{path}: 2 columns are named 'text' (columns 1, 3)" in err and "--text-field" in err
+    assert not (tmp_path / "run").exists()

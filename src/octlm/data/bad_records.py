@@ -48,4 +48,19 @@ class BadRecords:
             self.examples.append(message)
 
 
-__all__ = ["BAD_EXAMPLES", "BadRecords", "NotRecords"]
+def check_one_column(shown: str, names: list[str], field_name: str) -> None:
+    """Refuse a file whose columns (``names``, in order) name ``field_name`` more than once: which one holds the text
+    is not said (pyarrow raises ``KeyError`` for it, Python's csv module would take the first in silence).
+
+    Raises:
+        DataError: naming the file, the column and where it stands.
+    """
+    at = [str(i + 1) for i, name in enumerate(names) if name == field_name]
+    if len(at) > 1:
+        raise DataError(
+            f"{shown}: {len(at)} columns are named '{field_name}' (columns {', '.join(at)}), so which holds the "
+            f"text is unclear; rename all but one of them, or name another column with --text-field NAME"
+        )
+
+
+__all__ = ["BAD_EXAMPLES", "BadRecords", "NotRecords", "check_one_column"]

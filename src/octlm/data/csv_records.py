@@ -15,7 +15,7 @@ import io
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from octlm.data.bad_records import BadRecords, NotRecords
+from octlm.data.bad_records import BadRecords, NotRecords, check_one_column
 from octlm.errors import DataError
 
 #: The largest CSV field, in characters: the csv module's default (131,072) is below one long document.
@@ -65,6 +65,7 @@ def csv_records(stream: BinaryIO, shown: str, field_name: str, encoding: str, ba
                 f"no column '{field_name}' in the header row (its columns: {columns})",
                 "name the text column with --text-field NAME",
             )
+        check_one_column(shown, header, field_name)
         column = header.index(field_name)
         while True:
             start = reader.line_num + 1

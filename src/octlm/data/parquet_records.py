@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from octlm.data.bad_records import BadRecords, NotRecords
+from octlm.data.bad_records import BadRecords, NotRecords, check_one_column
 from octlm.errors import DataError
 
 #: Rows per Parquet batch: bounded memory whatever the file's row groups hold.
@@ -47,6 +47,7 @@ def _open(path: Path, shown: str, field_name: str):
             f"no column '{field_name}' (its columns: {', '.join(schema.names[:12])})",
             "name the text column with --text-field NAME",
         )
+    check_one_column(shown, list(schema.names), field_name)
     kind = schema.field(field_name).type
     if not _holds_strings(pa, kind):
         raise NotRecords(
