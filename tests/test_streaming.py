@@ -260,6 +260,12 @@ def test_sample_decodes_with_sinks_and_a_window(rope_run, capsys):
         (["--cache-window", "17"], "--cache-window 17: the cache holds 0 sinks + a window of 17 = 17 tokens"),
         (["--cache-window", "8", "--no-cache"], "--cache-window decodes with a cache and --no-cache without one"),
         (["--cache-window", "0"], "--cache-window must be"),
+        # issue 52, point 8: accepted in silence before, though the cache keeps every position below T
+        (
+            ["--cache-window", "12", "--cache-sinks", "4", "--rope-scaling", "yarn", "--rope-factor", "4"],
+            "--rope-scaling yarn with --cache-window: the streaming cache keeps every position below the 16 tokens",
+        ),
+        (["--cache-window", "8", "--rope-scaling", "dynamic-ntk"], "--rope-scaling dynamic-ntk with --cache-window"),
     ],
 )
 def test_sample_refuses_bad_cache_flags_in_one_line_writing_nothing(rope_run, capsys, flags, message):

@@ -190,6 +190,13 @@ def check_cache_options(model: Decoder, opts: SampleOptions) -> None:
         return
     if opts.no_cache:
         raise OctlmError("--cache-window decodes with a cache and --no-cache without one; choose one")
+    if opts.rope_scaling is not None:
+        # The cache places its tokens at 0 .. sinks + window - 1, inside T: a scaling can only move trained positions.
+        raise OctlmError(
+            f"--rope-scaling {opts.rope_scaling} with --cache-window: the streaming cache keeps every position below "
+            f"the {model.config.context_length} tokens trained on, so the scaling cannot act past them and only moves "
+            "positions the model knew; drop --rope-scaling, or decode without --cache-window"
+        )
     try:
         check_streaming(model, opts.cache_sinks, opts.cache_window)
     except ValueError as err:
