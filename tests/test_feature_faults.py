@@ -78,3 +78,47 @@ def test_a_text_column_named_twice_is_one_line_naming_file_and_column(tmp_path, 
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{path}: 2 columns are named 'text' (columns 1, 3)" in err and "--text-field" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_fox_window_layer_keeps_the_gates_of_its_window_alone():
+    import torch
+
+    from octlm.model import KVCache
+    from tests.test_recency_schemes import tiny
+
+    model = tiny("fox", "fox/w4 fox")  # context 16: 24 tokens are past it, as a long generation goes
+    ids = torch.randint(0, 50, (1, 24), generator=torch.Generator().manual_seed(3))
+    cache = KVCache(2)
+    with torch.no_grad():
+        steps = [model(ids[:, t : t + 1], offset=t, cache=cache) for t in range(24)]
+        window, full = cache.layers[0], cache.layers[1]
+        assert window.held == 3 and window.scheme_state["fox"].shape[-1] == 3  # was 24 running sums
+        assert full.held == 24 and full.scheme_state["fox"].shape[-1] == 24  # a global layer keeps every key's
+        chunked = KVCache(2)
+        pieces = [model(ids[:, :10], cache=chunked), model(ids[:, 10:24], offset=10, cache=chunked)]
+    torch.testing.assert_close(torch.cat(pieces, 1), torch.cat(steps, 1), rtol=0, atol=1e-5)  # the same model
+
+
+def test_the_fox_bias_keeps_its_digits_at_16x_the_trained_length():
+    """Against a float64 reference: the error stays within float32's resolution of the bias and of one block's sum,
+    whatever the length, where a difference of two running sums lost ``|c| * 1e-7`` (9e-5 at 2,048 tokens)."""
+    import torch
+
+    from octlm.model.positions.recency import FOX_BLOCK, forget_bias
+
+    length = 16 * 128  # 16 x a trained length of 128, as the length study scores
+    g = torch.Generator().manual_seed(0)
+    # gates near 1/2, as a model starts (log f about -0.7), so the running sum reaches about -1,400
+    log_forget = torch.nn.functional.logsigmoid(torch.randn(1, 2, length, generator=g, dtype=torch.float64) * 0.5)
+    log_forget = log_forget.float().double()  # the float32 inputs the model hands over, exactly
+    c = log_forget.cumsum(-1)
+    exact = c[..., :, None] - c[..., None, :]  # float64: about 1e-13 off at these sums
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    for q_len in (length, 1, 37):  # a whole pass, one cached step, a chunk
+        got = forget_bias(log_forget.float(), q_len, length).double()
+        ref = exact[..., -q_len:, :]
+        block = FOX_BLOCK * log_forget.abs().max()
+        bound = 8 * torch.finfo(torch.float32).eps * (ref.abs() + block)
+        assert ((got - ref).abs() <= bound)[..., causal[-q_len:]].all()
+    near = (got - ref).abs()[..., -FOX_BLOCK:].max()  # the last query and its nearest keys: the weights that count
+    assert near < 16 * torch.finfo(torch.float32).eps * block

@@ -21,8 +21,8 @@ class LayerCache:
     counts every position seen). Keys are stored
     after the scheme's rotation (RoPE), so a cached key is never rotated
     again. ``scheme_state`` holds what the position scheme keeps of earlier
-    tokens beside the keys (FoX's cumulative log forget gates), by a name of
-    the scheme's (``PositionScheme.read_input``).
+    tokens beside the keys (FoX's log forget gates, one per key: ``per_key``),
+    by a name of the scheme's (``PositionScheme.read_input``).
     """
 
     #: keys are cached after the scheme's rotation, at their positions in the text (a
@@ -35,6 +35,14 @@ class LayerCache:
         self.values: Tensor | None = None
         self.length = 0
         self.scheme_state: dict[str, Tensor] = {}
+        #: Names in ``scheme_state`` that hold one entry per cached key on their last axis, trimmed with the keys.
+        self.per_key: set[str] = set()
+
+    def keep_per_key(self, name: str, state: Tensor) -> None:
+        """Keep ``state`` [..., keys of this pass] in ``scheme_state[name]``, one entry per key the pass attends to
+        (the kept keys, then its own): :meth:`append` keeps only the entries of the keys it keeps."""
+        self.scheme_state[name] = state
+        self.per_key.add(name)
 
     def append(self, k: Tensor, v: Tensor, window: int | None = None) -> tuple[Tensor, Tensor]:
         """Add ``k``, ``v`` [B, H, T, D]; return all keys and values so far, [B, H, length, D] each.
@@ -67,6 +75,9 @@ class LayerCache:
         # Copies, so the longer tensors of this pass are freed once it ends.
         self.keys = keys[..., keys.shape[-2] - kept :, :].clone()
         self.values = values[..., values.shape[-2] - kept :, :].clone()
+        for name in self.per_key & self.scheme_state.keys():
+            state = self.scheme_state[name]
+            self.scheme_state[name] = state[..., state.shape[-1] - kept :].clone()
         self.length += k.shape[-2]
         return keys, values
 

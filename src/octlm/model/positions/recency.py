@@ -29,27 +29,50 @@ if TYPE_CHECKING:  # pragma: no cover
 STICK_BREAKING_BYTES = 7 * 4
 
 
-def forget_bias(cumulative: Tensor, q_len: int, k_len: int) -> Tensor:
+#: Positions per block of FoX's forget bias (:func:`forget_bias`): sums inside a block stay small, so float32 keeps
+#: their digits whatever the sequence's length.
+FOX_BLOCK = 64
+
+
+def forget_bias(log_forget: Tensor, q_len: int, k_len: int) -> Tensor:
     """FoX's ``D_ij = sum_{l=j+1..i} log f_l`` (Lin et al. 2025, §2), float32 [B, H, q_len, k_len].
 
-    ``cumulative`` [B, H, L] holds ``c_t = sum_{l<=t} log f_l`` for every
-    position of the sequence up to the pass's last query; queries are its
-    last ``q_len`` positions and keys its last ``k_len`` (keys end where the
-    queries end), so ``D_ij = c_i - c_j``. Future keys get ``c_i - c_j >= 0``,
-    masked by the caller. Past some thousands of positions the difference of
-    two large sums loses float32 digits (about ``|c| * 1e-7`` nats).
+    ``log_forget`` [B, H, L] holds ``log f_t`` of every key position; the
+    keys are its last ``k_len`` positions and the queries the last ``q_len``
+    of those. Future keys get a value the caller masks.
+
+    Summed as ``c_i - c_j`` of running sums over the sequence, the bias
+    would lose float32 digits as the sums grow (about ``|c| * 1e-7`` nats:
+    9e-5 at 2,048 tokens, where ``c`` reached -1,611). So the keys are cut
+    into blocks of :data:`FOX_BLOCK` positions, ending at the last key:
+    ``D_ij = local_i - local_j + G[b(i), b(j)]``, with ``local`` the running
+    sum inside each block and ``G[a, b]`` the sum of the totals of blocks
+    ``b .. a - 1``, summed from block ``b`` on. Every term is at most one
+    block's sum or the bias itself (the ``log f`` are all <= 0), so the
+    error stays near float32's resolution of ``|D|`` at any length.
     """
-    return cumulative[..., -q_len:, None] - cumulative[..., None, -k_len:]
+    a = log_forget[..., -k_len:].float()
+    pad = -k_len % FOX_BLOCK
+    blocks = F.pad(a, (pad, 0)).unflatten(-1, (-1, FOX_BLOCK)).cumsum(-1)  # [B, H, nb, K], zeros before the keys
+    totals = blocks[..., -1]  # [B, H, nb]
+    nb = totals.shape[-1]
+    below = torch.ones(nb, nb, dtype=torch.bool, device=a.device).tril(-1)  # [row block a, block b]: b < a
+    spans = (totals[..., None, :] * below).flip(-1).cumsum(-1).flip(-1)  # G[a, b] = sum of totals b .. a-1
+    rows = torch.arange(pad + k_len - q_len, pad + k_len, device=a.device)  # the queries, in padded positions
+    local_q = blocks.flatten(-2)[..., rows]  # [B, H, q_len]
+    bias = local_q[..., :, None, None] - blocks[..., None, :, :]  # [B, H, q_len, nb, K]
+    bias += spans[..., rows // FOX_BLOCK, :, None]
+    return bias.flatten(-2)[..., pad:]
 
 
 #: What other parts of octlm read of 'fox' (:class:`~octlm.model.positions.facts.SchemeFacts`).
 FOX_FACTS = SchemeFacts(
     label="FoX",
-    # The sum of gates between a key and the query lives in the ordinary cache's scheme_state, which a streaming
-    # cache does not keep; over the kept keys alone it would be another model.
+    # The gates between a sink and the query include those of the tokens a streaming cache drops; over the kept
+    # keys alone it would be another model.
     eviction_refusal=(
-        "its forget gates fade a key by every token after it, and octlm keeps their running sum, not each token's "
-        "gate: summed over the kept tokens alone it would be another model"
+        "its forget gates fade a key by every token after it, dropped tokens included: summed over the kept tokens "
+        "alone it would be another model"
     ),
     description=(
         "a learned forget gate per head and token fades each key by the gates of the tokens after it, a bias on the "
@@ -86,8 +109,9 @@ class ForgettingAttention(PositionScheme):
     The bias [B, H, T, S] depends on the input, so it goes to attention as a
     float mask with a gradient (SDPA's math or memory-efficient kernel).
     Under cached decoding the layer's :class:`~octlm.model.kvcache.LayerCache`
-    keeps ``c_t`` of every earlier token (``scheme_state["fox"]``) and a new
-    token continues the sum: exact.
+    keeps ``log f_t`` of each key it keeps (``scheme_state["fox"]``, one per
+    key, so a window layer keeps its last ``window - 1`` as it keeps their
+    keys) and the bias is summed from them again: exact.
     """
 
     def __init__(self, config: DecoderConfig) -> None:
@@ -95,22 +119,20 @@ class ForgettingAttention(PositionScheme):
         self.gates = nn.ModuleList(nn.Linear(config.d_model, config.n_heads) for _ in range(config.n_layers))
 
     def read_input(self, x: Tensor, layer: int = 0, cache: LayerCache | None = None) -> Tensor:
-        """Layer ``layer``'s running sum of ``log f`` over the pass's tokens ``x`` [B, T, C], continuing the cache's,
-        which keeps every position's: float32 [B, H, length], for :meth:`attention_bias` as ``seen``."""
+        """Layer ``layer``'s ``log f`` of the pass's tokens ``x`` [B, T, C] after those of the keys the cache keeps:
+        float32 [B, H, kept + T], one per key of the pass, for :meth:`attention_bias` as ``seen``."""
         log_forget = F.logsigmoid(self.gates[layer](x).float()).transpose(1, 2)  # [B, H, T], log f_t <= 0
         earlier = None if cache is None else cache.scheme_state.get("fox")
-        if earlier is None:
-            cumulative = log_forget.cumsum(-1)
-        else:
-            cumulative = torch.cat((earlier, earlier[..., -1:] + log_forget.cumsum(-1)), dim=-1)
+        if earlier is not None:
+            log_forget = torch.cat((earlier, log_forget), dim=-1)
         if cache is not None:
-            cache.scheme_state["fox"] = cumulative
-        return cumulative
+            cache.keep_per_key("fox", log_forget)  # trimmed with the keys: a window layer keeps window - 1
+        return log_forget
 
     def attention_bias(
         self, q: Tensor, k: Tensor, offset: int = 0, layer: int = 0, *, seen: Tensor | None = None
     ) -> Tensor:
-        """``D_ij`` of layer ``layer``, float32 [B, H, Tq, Tk] (:func:`forget_bias`), from ``seen``, the running sum
+        """``D_ij`` of layer ``layer``, float32 [B, H, Tq, Tk] (:func:`forget_bias`), from ``seen``, the ``log f``
         :meth:`read_input` returned for the layer's input.
 
         Raises:
@@ -203,6 +225,7 @@ class StickBreakingAttention(PositionScheme):
 
 __all__ = [
     "STICK_BREAKING_BYTES",
+    "FOX_BLOCK",
     "ForgettingAttention",
     "StickBreakingAttention",
     "forget_bias",
