@@ -56,3 +56,23 @@ def test_bad_model_input_is_a_clear_value_error(ids, match):
     model = Decoder(DecoderConfig(n_layers=1))
     with pytest.raises(ValueError, match=match):
         model(ids)
+
+
+def test_a_config_is_checked_once_where_it_is_made(monkeypatch):
+    """The run's model (the tokenizer's vocabulary set in) and each layer's scheme come from a checked config without
+    checking it again (issue 48: a train checked it four times); the two tokenizer fields are still checked."""
+    from octlm.model.layout import LayerSpec
+    from octlm.train.options import TrainOptions
+
+    opts = TrainOptions.of(n_layers=2, layers="rope/theta500 none", d_model=16, n_heads=2)
+    checks = []
+    made = DecoderConfig.__post_init__
+    monkeypatch.setattr(DecoderConfig, "__post_init__", lambda self: (checks.append(1), made(self)))
+    config = opts.model_config(300, eot_id=299)
+    layer = config.layer_config(LayerSpec("rope", rope_theta=500.0))
+    Decoder(config)
+    assert checks == []
+    assert (config.vocab_size, config.eot_id, opts.model.vocab_size) == (300, 299, 1024)
+    assert (layer.position, layer.layers, layer.rope_theta, config.rope_theta) == ("rope", (), 500.0, 10000.0)
+    with pytest.raises(ValueError, match=r"eot_id=300 is outside the vocabulary \[0, 300\)"):
+        opts.model_config(300, eot_id=300)

@@ -11,6 +11,7 @@ config is checked once, when it is made, and the rest of octlm trusts it.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from dataclasses import dataclass
@@ -223,8 +224,7 @@ class DecoderConfig:
         except LayoutError as err:
             raise DecoderFieldError("layers", str(err)) from None
         object.__setattr__(self, "layers", layers)  # parsed once, here; every reader after trusts the tuple
-        if not 0 <= self.eot_id < self.vocab_size:
-            raise DecoderFieldError("eot_id", f"={self.eot_id} is outside the vocabulary [0, {self.vocab_size})")
+        self._check_vocabulary()
         for spec in dict.fromkeys(self.layers) or [None]:
             _check_scheme(self if spec is None else self.layer_config(spec))
         own = sorted({s.position for s in self.layers} or {self.position})
@@ -275,6 +275,33 @@ class DecoderConfig:
                 f"={self.context_length}: attention_scale='log' divides by log(context_length); give >= 2",
             )
 
+    def _check_vocabulary(self) -> None:
+        if isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int) or self.vocab_size <= 0:
+            raise DecoderFieldError("vocab_size", f" must be a positive integer, got {self.vocab_size!r}")
+        if isinstance(self.eot_id, bool) or not isinstance(self.eot_id, int) or not 0 <= self.eot_id < self.vocab_size:
+            raise DecoderFieldError("eot_id", f"={self.eot_id!r} is outside the vocabulary [0, {self.vocab_size})")
+
+    def with_vocabulary(self, vocab_size: int, eot_id: int = 0) -> DecoderConfig:
+        """This config with the tokenizer's vocabulary size and ``<|endoftext|>`` id, the two fields no option sets.
+
+        Only they are checked: the rest was checked when this config was made,
+        and ``dataclasses.replace`` would check all of it again (every
+        scheme's rules, the layout) each time a run asks for its model.
+
+        Raises:
+            DecoderFieldError: ``vocab_size`` not a positive integer, or ``eot_id`` outside ``[0, vocab_size)``.
+        """
+        made = self._derived(vocab_size=vocab_size, eot_id=eot_id)
+        made._check_vocabulary()
+        return made
+
+    def _derived(self, **fields) -> DecoderConfig:
+        """A copy with ``fields`` set and nothing checked again: for values the caller has checked."""
+        made = copy.copy(self)
+        for name, value in fields.items():
+            object.__setattr__(made, name, value)
+        return made
+
     def __getattr__(self, name: str):
         # Only names that are no field get here: a scheme's option read by its flat name (config.rope_theta).
         options = self.__dict__.get("scheme_options")
@@ -294,11 +321,14 @@ class DecoderConfig:
         return self.scheme_options.of(scheme)
 
     def layer_config(self, spec: LayerSpec) -> DecoderConfig:
-        """The one-scheme config a layer's scheme is built from: this one with the layer's scheme and RoPE base."""
+        """The one-scheme config a layer's scheme is built from: this one with the layer's scheme and RoPE base.
+
+        Not checked again: this config checked its layers (``layout.check_spec``: the scheme, its base) and each
+        layer's scheme's rules against the config made here when it was made."""
         changes: dict[str, object] = {"position": spec.position, "layers": ()}
         if spec.rope_theta is not None:
-            changes["rope_theta"] = spec.rope_theta
-        return dataclasses.replace(self, **changes)
+            changes["scheme_options"] = self.scheme_options.with_values({"rope_theta": spec.rope_theta})
+        return self._derived(**changes)
 
     def to_dict(self) -> dict:
         """The ``model`` section of ``config.json``: one key per option (the schemes' by their flat names), the

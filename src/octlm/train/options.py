@@ -294,8 +294,8 @@ class TrainOptions:
 
     def model_config(self, vocab_size: int, eot_id: int = 0) -> DecoderConfig:
         """The decoder these options ask for, with the tokenizer's actual vocabulary size and ``<|endoftext|>`` id
-        (``--document-mask`` reads it)."""
-        return dataclasses.replace(self.model, vocab_size=vocab_size, eot_id=eot_id)
+        (``--document-mask`` reads it); the rest of the model was checked when these options were made."""
+        return self.model.with_vocabulary(vocab_size, eot_id)
 
     def to_dict(self) -> dict:
         """Every option as ``{name: value}``, the model's flat among them (as flags and TOML keys name them)."""
