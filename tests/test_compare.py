@@ -11,13 +11,19 @@ from octlm.cli import main
 
 
 def _run(
-    folder: Path, position: str, learning_rate: float, evals: list[tuple[int, float, float]], finished: bool = True
+    folder: Path,
+    position: str,
+    learning_rate: float,
+    evals: list[tuple[int, float, float]],
+    finished: bool = True,
+    **model,
 ) -> Path:
-    """A run folder as octlm train leaves it, as far as compare reads it: config.json and metrics.jsonl."""
+    """A run folder as octlm train leaves it, as far as compare reads it: config.json (``model``: more of its model
+    section) and metrics.jsonl."""
     folder.mkdir(parents=True)
     config = {
         "octlm_version": "0.1.0",
-        "model": {"position": position, "d_model": 32, "vocab_size": 300},
+        "model": {"position": position, "d_model": 32, "vocab_size": 300, **model},
         "train": {"learning_rate": learning_rate, "seed": 1337, "out": str(folder), "threads": 1},
     }
     (folder / "config.json").write_text(json.dumps(config))
@@ -58,6 +64,27 @@ def test_the_table_holds_the_options_that_differ_and_the_last_evaluation(three, 
         and "| **val bits per byte** | 1.2500 | 1.2000 | 1.5500 |" in table
     )
     assert json.loads((out / "compare.json").read_text())["differing"] == result["differing"]
+
+
+def test_layers_compare_as_layers_whether_kept_as_text_or_as_data(tmp_path, capsys):
+    """An older config.json keeps the layout as a string (or, older still, none: one scheme throughout); a newer one
+    as a list of layers. The same layers are no difference; other layers are, written as --layers takes them."""
+    from octlm.model.layout import LayerSpec, layer_data
+
+    mixed = [LayerSpec("rope", window=4), LayerSpec("rope", window=4), LayerSpec("none")]
+    evals = [(10, 3.0, 1.5)]
+    runs = [
+        _run(tmp_path / "old", "rope", 5e-3, evals, n_layers=3, layers="rope/w4 rope/w4 none"),
+        _run(tmp_path / "new", "rope", 5e-3, evals, n_layers=3, layers=layer_data(mixed)),
+        _run(tmp_path / "older", "rope", 5e-3, evals, n_layers=3),
+        _run(tmp_path / "plain", "rope", 5e-3, evals, n_layers=3, layers=[]),
+    ]
+    assert main(["compare", *map(str, runs[:2]), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["differing"] == {}
+    assert main(["compare", *map(str, runs[2:]), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["differing"] == {}
+    assert main(["compare", *map(str, runs[1:3]), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["differing"] == {"layers": ["rope/w4*2 none", ""]}
 
 
 def test_a_study_folder_stands_for_its_runs(tmp_path, capsys):

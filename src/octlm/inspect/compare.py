@@ -21,6 +21,8 @@ from pathlib import Path
 from octlm.declare import REQUIRED, check_fields, option
 from octlm.errors import OctlmError, RunError
 from octlm.inspect.compare_units import not_comparable, tokenizer_key, validation_text_key
+from octlm.model.config import stored_layout_text
+from octlm.model.layout import LayerSpec, layout_text
 from octlm.report import Reporter, SilentReporter
 from octlm.run.folder import RUN_SUBFOLDERS, RunFolder
 from octlm.run.outputs import check_out_spares
@@ -96,13 +98,26 @@ class ComparedRun:
 def _read_run(path: Path, label: str, report: Reporter) -> ComparedRun:
     folder = RunFolder(path, "RUN_DIR")
     config = folder.read_config()  # RunError naming the file when it is missing or damaged
-    options = {**(config.get("model") or {}), **(config.get("train") or {})}
+    model = config.get("model") or {}
+    options = {**model, **(config.get("train") or {}), "layers": _layout(model)}
     if not folder.metrics_path.is_file():
         raise RunError(
             f"{path}: no metrics.jsonl, so nothing to compare; give the folder of a run that trained (octlm train)"
         )
     records = _read_metrics(folder.metrics_path, report)
     return ComparedRun(label, path, options, records, validation_text_key(path, options), tokenizer_key(path))
+
+
+def _layout(model: dict) -> object:
+    """The layout of a ``config.json`` ``model`` section as ``--layers`` writes it, whether it keeps a list of layers
+    or (an older run) a string, or none (older still: one scheme throughout), so the same layers compare equal."""
+    text = stored_layout_text(model)
+    if isinstance(text, list):  # no config could be made of the section (a plug-in not imported): the layers anyway
+        try:
+            return layout_text([LayerSpec(**layer) for layer in text])
+        except TypeError:
+            return text
+    return text
 
 
 def _read_metrics(path: Path, report: Reporter) -> list[dict]:
