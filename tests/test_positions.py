@@ -234,3 +234,20 @@ def test_nope_embedding_is_the_token_row():
     ids = torch.randint(0, 1024, (2, 300))
     torch.testing.assert_close(model._embed(ids), model.token_embedding(ids), rtol=0, atol=0)
     assert model.max_length is None and model.position_embedding is None
+
+
+def test_tables_list_the_schemes_in_the_order_given_as_data_not_in_import_order():
+    """The imports of octlm.model.positions are sorted; TABLE_ORDER, not them, orders SCHEMES (and so every table),
+    and a scheme it does not name keeps the order it registered in, after those it does."""
+    from octlm.model.positions import TABLE_ORDER, put_in_table_order
+    from octlm.model.scheme_catalog import SCHEMES, _Registry
+
+    assert list(dict.keys(SCHEMES))[: len(TABLE_ORDER)] == list(TABLE_ORDER)
+    assert list(TABLE_ORDER).index("rope") < list(TABLE_ORDER).index("alibi")  # rotary imports after attention_bias
+    registry = _Registry()
+    for name in ("mine", "rope", "theirs", "learned"):
+        registry[name] = object
+    registry.put_first(["learned", "rope"])
+    assert list(dict.keys(registry)) == ["learned", "rope", "mine", "theirs"]
+    with pytest.raises(ValueError, match=r"names \['nosuch'\], which no scheme registered"):
+        put_in_table_order(["nosuch"])

@@ -16,7 +16,7 @@ not declare one name twice.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from octlm.declare import option_fields
 
@@ -46,6 +46,14 @@ class _Registry(dict):
     def raw(self, name: str) -> type:
         """The class under ``name`` without looking for entry points (``KeyError`` when absent)."""
         return dict.__getitem__(self, name)
+
+    def put_first(self, names: Sequence[str]) -> None:
+        """Reorder in place: the schemes in ``names`` first, in that order, then the rest in the order they came.
+        Reads nothing through the entry point loader."""
+        rank = {name: i for i, name in enumerate(names)}
+        held = sorted(dict.items(self), key=lambda item: rank.get(item[0], len(rank)))  # stable: the rest keep theirs
+        dict.clear(self)
+        dict.update(self, held)
 
     def __getitem__(self, name):
         self._first_read()
@@ -80,7 +88,8 @@ class _Registry(dict):
         return dict.items(self)
 
 
-#: Every registered scheme class by name, in registration order (the order of the studies' tables).
+#: Every registered scheme class by name, in table order (the studies' tables, the page's list): the built-in schemes
+#: in the order :mod:`octlm.model.positions` gives, then any other in the order it registered.
 SCHEMES: dict[str, type] = _Registry()
 
 
@@ -237,7 +246,7 @@ class SchemeOptions(Mapping[str, object]):
 
     @classmethod
     def option_fields(cls) -> list[dataclasses.Field]:
-        """The declared options of every scheme, in registration order: the flags, TOML and ``config.json`` keys."""
+        """The declared options of every scheme, in table order: the flags, TOML and ``config.json`` keys."""
         return [f for options in declaring().values() for f in option_fields(options)]
 
     @classmethod

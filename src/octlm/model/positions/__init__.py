@@ -37,11 +37,17 @@ The waves the sinusoidal table and RoPE share are in :mod:`octlm.model.positions
 context-extension methods (linear, NTK, dynamic NTK, YaRN) in :mod:`octlm.model.positions.rope_scaling`.
 """
 
-# Registration order is table order (octlm length, the page): importing the modules registers their schemes, so
-# the import sorter must leave this order alone.
-# isort: off
+from octlm.model.positions import plugins  # noqa: F401  (installs the entry point loader on SCHEMES)
+from octlm.model.positions.absolute import LearnedPositions, SinusoidalPositions
+from octlm.model.positions.attention_bias import FIRE_THRESHOLD, ALiBiPositions, FIREBias, KERPLEBias, T5RelativeBias
 from octlm.model.positions.base import SCORE_BIAS_BYTES, PositionScheme
+from octlm.model.positions.contextual import ContextualPositions
+from octlm.model.positions.distances import alibi_slopes
 from octlm.model.positions.facts import PositionVectors, SchemeFacts, facts_of
+from octlm.model.positions.nope import NoPositions
+from octlm.model.positions.path import PaTHAttention
+from octlm.model.positions.prope import PartialFrequencyRoPE
+from octlm.model.positions.recency import ForgettingAttention, StickBreakingAttention
 from octlm.model.positions.registry import (
     PLUGIN_SOURCES,
     SCHEME_NAMES,
@@ -50,26 +56,38 @@ from octlm.model.positions.registry import (
     default_scheme,
     evicting_schemes,
     length_study_schemes,
+    put_in_table_order,
     random_position_schemes,
     register,
     schemes_taking,
     task_study_schemes,
     unbounded_schemes,
 )
-from octlm.model.positions.absolute import LearnedPositions, SinusoidalPositions
-from octlm.model.positions.rotary import ROPE_LAYOUTS, RotaryPositions, rotary_dim
-from octlm.model.positions.attention_bias import FIRE_THRESHOLD, ALiBiPositions, FIREBias, KERPLEBias, T5RelativeBias
-from octlm.model.positions.xpos import XPosRotation
-from octlm.model.positions.prope import PartialFrequencyRoPE
-from octlm.model.positions.contextual import ContextualPositions
-from octlm.model.positions.nope import NoPositions
-from octlm.model.positions.recency import ForgettingAttention, StickBreakingAttention
-from octlm.model.positions.path import PaTHAttention
-from octlm.model.positions.distances import alibi_slopes
 from octlm.model.positions.rope_scaling import ROPE_SCALINGS, RopeScaling
+from octlm.model.positions.rotary import ROPE_LAYOUTS, RotaryPositions, rotary_dim
 from octlm.model.positions.waves import DEFAULT_BASE, SINUSOIDAL_LAYOUTS, rope_inverse_frequencies, sinusoidal_positions
-from octlm.model.positions import plugins  # noqa: F401  (installs the entry point loader on SCHEMES)
-# isort: on
+from octlm.model.positions.xpos import XPosRotation
+
+#: The order of every table that lists schemes (octlm length's rows and default --schemes, the page's list, the
+#: flags' order in --help): the absolute schemes, RoPE, the biases, RoPE's variants, CoPE, none, and the schemes that
+#: read the tokens. Data, not the order the modules above happen to import in; a scheme not named here follows them.
+TABLE_ORDER = (
+    "learned",
+    "sinusoidal",
+    "rope",
+    "alibi",
+    "t5",
+    "fire",
+    "kerple",
+    "xpos",
+    "prope",
+    "cope",
+    "none",
+    "fox",
+    "stickbreaking",
+    "pathattn",
+)
+put_in_table_order(TABLE_ORDER)
 
 __all__ = [
     "DEFAULT_BASE",
@@ -81,6 +99,7 @@ __all__ = [
     "SCHEME_NAMES",
     "SCORE_BIAS_BYTES",
     "SINUSOIDAL_LAYOUTS",
+    "TABLE_ORDER",
     "ALiBiPositions",
     "ContextualPositions",
     "FIREBias",
@@ -105,6 +124,7 @@ __all__ = [
     "evicting_schemes",
     "facts_of",
     "length_study_schemes",
+    "put_in_table_order",
     "task_study_schemes",
     "random_position_schemes",
     "register",

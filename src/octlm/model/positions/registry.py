@@ -17,7 +17,7 @@ time anything reads :data:`SCHEMES`, so every question below sees them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from octlm.model.positions.facts import SchemeFacts, facts_of, record_facts
@@ -77,18 +77,31 @@ def register(name: str, facts: SchemeFacts | None = None) -> Callable[[type], ty
     return wrap
 
 
+def put_in_table_order(names: Sequence[str]) -> None:
+    """Order :data:`SCHEMES` as the tables list the schemes: ``names`` first, then any other registered scheme in the
+    order it registered (a built-in scheme missing from ``names``, a plug-in's).
+
+    Raises:
+        ValueError: for a name in ``names`` that no scheme registered, naming it.
+    """
+    unknown = [name for name in names if not dict.__contains__(SCHEMES, name)]
+    if unknown:
+        raise ValueError(f"the table order names {unknown}, which no scheme registered; register them or drop them")
+    SCHEMES.put_first(names)
+
+
 def unbounded_schemes() -> list[str]:
     """Names of the schemes that can address any position (no table limit)."""
     return sorted(name for name, cls in SCHEMES.items() if not cls.has_table_limit)
 
 
 def length_study_schemes() -> list[str]:
-    """Schemes ``octlm length`` trains by default, in registration order (the order of its table)."""
+    """Schemes ``octlm length`` trains by default, in table order (the order of its table)."""
     return [name for name, cls in SCHEMES.items() if facts_of(cls).in_length_study]
 
 
 def task_study_schemes() -> list[str]:
-    """Schemes ``octlm length --task`` trains by default, in registration order (the order of its table)."""
+    """Schemes ``octlm length --task`` trains by default, in table order (the order of its table)."""
     return [name for name, cls in SCHEMES.items() if facts_of(cls).in_task_study]
 
 
