@@ -43,7 +43,7 @@ from octlm.model.positions.attention_bias import FIRE_THRESHOLD, ALiBiPositions,
 from octlm.model.positions.base import SCORE_BIAS_BYTES, PositionScheme
 from octlm.model.positions.contextual import ContextualPositions
 from octlm.model.positions.distances import alibi_slopes
-from octlm.model.positions.facts import PositionVectors, SchemeFacts, facts_of
+from octlm.model.positions.facts import OPT_IN, PositionVectors, SchemeFacts, facts_of
 from octlm.model.positions.nope import NoPositions
 from octlm.model.positions.path import PaTHAttention
 from octlm.model.positions.prope import PartialFrequencyRoPE
@@ -92,6 +92,7 @@ put_in_table_order(TABLE_ORDER)
 __all__ = [
     "DEFAULT_BASE",
     "FIRE_THRESHOLD",
+    "OPT_IN",
     "PLUGIN_SOURCES",
     "ROPE_LAYOUTS",
     "ROPE_SCALINGS",

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from octlm.declare import at_least, option
 from octlm.model.positions.base import PositionScheme
 from octlm.model.positions.distances import alibi_slopes, t5_buckets
-from octlm.model.positions.facts import SchemeFacts
+from octlm.model.positions.facts import OPT_IN, SchemeFacts
 from octlm.model.positions.registry import register
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -227,10 +227,7 @@ KERPLE_FACTS = SchemeFacts(
         "(Chi et al. 2022)"
     ),
     hf_refusal="no transformers architecture adds KERPLE's learned logarithmic distance bias",
-    # opt-in: the default study's 30 minutes hold five models
-    in_length_study=False,
-    # opt-in: the default task study's measured minutes are for the 8 schemes before it
-    in_task_study=False,
+    **OPT_IN,
     explorer_note=(
         "This run uses KERPLE: position is a learned logarithmic distance penalty on attention scores, not a vector."
     ),

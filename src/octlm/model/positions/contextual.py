@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from octlm.declare import at_least, option
 from octlm.model.positions.base import SCORE_BIAS_BYTES, PositionScheme
-from octlm.model.positions.facts import SchemeFacts
+from octlm.model.positions.facts import OPT_IN, SchemeFacts
 from octlm.model.positions.registry import register
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,10 +73,8 @@ COPE_FACTS = SchemeFacts(
         "(Golovneva et al. 2024)"
     ),
     hf_refusal="no transformers architecture counts positions with CoPE's gates on query-key scores",
-    # opt-in: the default study's 30 minutes hold five models, and CoPE forms every score twice
-    in_length_study=False,
-    # opt-in: the default task study's measured minutes are for the 8 schemes before it
-    in_task_study=False,
+    # opt-in (OPT_IN says why), the more so as CoPE forms every score twice
+    **OPT_IN,
     explorer_note=(
         "This run uses CoPE: a position is counted by gates on attention scores, "
         "so it depends on the text, not the index."

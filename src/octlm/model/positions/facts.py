@@ -94,6 +94,11 @@ class SchemeFacts:
     explorer_note: str | None = None
 
 
+#: The study facts of a scheme neither default study trains (``--schemes`` names it): the default text study's 30
+#: minutes hold five models, and the default task study's measured minutes are for the eight schemes before these.
+#: ``SchemeFacts(..., **OPT_IN)``.
+OPT_IN = {"in_length_study": False, "in_task_study": False}
+
 #: The record each class was registered with (not inherited by name: :func:`facts_of` walks the classes it derives
 #: from, so a plug-in extending a built-in scheme answers as that scheme did).
 _RECORDS: dict[type, SchemeFacts] = {}

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from octlm.model.positions.base import SCORE_BIAS_BYTES, PositionScheme
-from octlm.model.positions.facts import SchemeFacts
+from octlm.model.positions.facts import OPT_IN, SchemeFacts
 from octlm.model.positions.registry import register
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -91,10 +91,7 @@ PATHATTN_FACTS = SchemeFacts(
     eviction_refusal=(
         "each key is carried through the Householder matrix of every token after it, which a streaming cache drops"
     ),
-    # opt-in, as CoPE: the default study's 30 minutes hold five models
-    in_length_study=False,
-    # opt-in: the default task study's measured minutes are for the 8 schemes before it
-    in_task_study=False,
+    **OPT_IN,
     explorer_note="This run uses PaTH: each token's Householder-like matrix moves the keys before it, so no vectors.",
 )
 

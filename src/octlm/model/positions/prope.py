@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from octlm.declare import option
+from octlm.model.positions.facts import OPT_IN
 from octlm.model.positions.registry import register
 from octlm.model.positions.rotary import ROPE_FACTS, RotaryPositions, rotary_dim
 
@@ -33,10 +34,7 @@ PROPE_FACTS = dataclasses.replace(
     description="RoPE whose slowest channel pairs are not rotated (Barbero et al. 2024)",
     # the papers compare RoPE itself
     in_papers=(),
-    # opt-in: the default study's 30 minutes hold five models
-    in_length_study=False,
-    # opt-in: the default task study's measured minutes are for the 8 schemes before it
-    in_task_study=False,
+    **OPT_IN,
     # RoPE's fine-tunes are RoPE's: the stage leaves p-RoPE out
     extension_methods=(),
     times_length_study=False,

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from octlm.model.positions.base import PositionScheme
-from octlm.model.positions.facts import SchemeFacts
+from octlm.model.positions.facts import OPT_IN, SchemeFacts
 from octlm.model.positions.registry import register
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,10 +79,7 @@ FOX_FACTS = SchemeFacts(
         "attention scores (Lin et al. 2025)"
     ),
     hf_refusal="no transformers architecture has FoX's forget gates on the attention scores",
-    # opt-in, as CoPE: the default study's 30 minutes hold five models
-    in_length_study=False,
-    # opt-in: the default task study's measured minutes are for the 8 schemes before it
-    in_task_study=False,
+    **OPT_IN,
     explorer_note=(
         "This run uses FoX: forget gates read from the tokens fade earlier keys, so position is not a vector."
     ),
@@ -185,10 +182,7 @@ STICKBREAKING_FACTS = SchemeFacts(
         "left (Tan et al. 2025)"
     ),
     hf_refusal="no transformers architecture computes stick-breaking attention",
-    # opt-in, as CoPE: the default study's 30 minutes hold five models
-    in_length_study=False,
-    # opt-in: the default task study's measured minutes are for the 8 schemes before it
-    in_task_study=False,
+    **OPT_IN,
     explorer_note="This run uses stick-breaking attention: order comes from the nearest keys breaking the stick first.",
 )
 

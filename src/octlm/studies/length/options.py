@@ -25,7 +25,6 @@ from octlm.declare import (
 from octlm.errors import OctlmError
 from octlm.model.positions import (
     ROPE_SCALINGS,
-    SCHEME_NAMES,
     SCHEMES,
     length_study_schemes,
     schemes_taking,
@@ -35,13 +34,14 @@ from octlm.model.scheme_catalog import SchemeOptions
 from octlm.studies.length.fine_tunes import extension_rows
 from octlm.studies.shared.core import check_schemes
 from octlm.studies.shared.rows import (
-    LAYOUTS_HELP,
     LayoutRow,
     check_layouts,
     layout_rows,
     layout_settings,
+    layouts_option,
     row_scalings,
     scalings_taken,
+    schemes_option,
     unread_options,
 )
 from octlm.studies.shared.spread import SHARD_HELP
@@ -138,16 +138,12 @@ class LengthOptions:
         nargs="+",
         metavar="M",
     )
-    # The default is read from the registry when used: each scheme says whether the study trains it, in table order.
-    schemes: list[str] = option(
+    schemes: list[str] = schemes_option(
         length_study_schemes,
-        "position schemes to train and compare (default: those the text study trains, in registration order: "
-        f"{' '.join(length_study_schemes())}; with --task: {' '.join(task_study_schemes())})",
-        nargs="+",
-        choices=SCHEME_NAMES,
-        metavar="SCHEME",
+        f"those the text study trains, in registration order: {' '.join(length_study_schemes())}; "
+        f"with --task: {' '.join(task_study_schemes())}",
     )
-    layouts: list[str] = option([], LAYOUTS_HELP, nargs="*", metavar="LAYOUT")
+    layouts: list[str] = layouts_option()
     block: str = same_as(TrainOptions, "block")
     qk_norm: bool = same_as(TrainOptions, "qk_norm")
     attention_sinks: bool = same_as(TrainOptions, "attention_sinks")

@@ -32,10 +32,10 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from octlm.declare import refused
+from octlm.declare import option, refused
 from octlm.errors import OctlmError
 from octlm.model.layout import LayoutError, read_entries
-from octlm.model.positions import ROPE_SCALINGS, SCHEMES, facts_of
+from octlm.model.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, facts_of
 
 #: A row's label: its run folder's name and part of its records' names in ``progress/``.
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -52,6 +52,24 @@ LAYOUTS_HELP = (
     "'rope-nope=rope*3 none' 'swa-nope=rope/w32*3 none'; each row trains with the text, seed, "
     "shape and steps of the scheme rows, under the label NAME (or the layout spelled rope-w32x3_none)"
 )
+
+
+def schemes_option(default: Callable[[], list[str]], trains: str):
+    """A study's ``--schemes``: any registered scheme, ``default`` read from the registry when used (each scheme
+    says whether the study trains it, and a plug-in registered after import takes part); ``trains`` says which in
+    the help."""
+    return option(
+        default,
+        f"position schemes to train and compare (default: {trains})",
+        nargs="+",
+        choices=SCHEME_NAMES,
+        metavar="SCHEME",
+    )
+
+
+def layouts_option():
+    """A study's ``--layouts`` (:data:`LAYOUTS_HELP`), read by :func:`layout_rows`."""
+    return option([], LAYOUTS_HELP, nargs="*", metavar="LAYOUT")
 
 
 @dataclass(frozen=True)

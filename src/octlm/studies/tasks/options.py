@@ -15,9 +15,16 @@ from pathlib import Path
 from octlm.declare import Bound, at_least, check_fields, option, refused, same_as
 from octlm.errors import OctlmError
 from octlm.model.config import DecoderFieldError
-from octlm.model.positions import SCHEME_NAMES, random_position_schemes, task_study_schemes
+from octlm.model.positions import random_position_schemes, task_study_schemes
 from octlm.studies.shared.core import check_schemes
-from octlm.studies.shared.rows import LAYOUTS_HELP, LayoutRow, check_layouts, layout_rows, layout_settings
+from octlm.studies.shared.rows import (
+    LayoutRow,
+    check_layouts,
+    layout_rows,
+    layout_settings,
+    layouts_option,
+    schemes_option,
+)
 from octlm.studies.shared.spread import SHARD_HELP
 from octlm.studies.tasks.generators import TASKS, Task
 from octlm.studies.tasks.needle import DEFAULT_TEXT, VARIANTS, check_haystack, needle_task
@@ -143,16 +150,10 @@ class TaskOptions:
     out: str | None = option(None, "study folder to create: tasks.jsonl, tasks.png, tasks.md")
     overwrite: bool = option(False, "replace an existing study folder at --out")
     shard: str | None = option(None, SHARD_HELP, metavar="I/N")
-    # Read from the registry when used, so a plug-in scheme registered after import takes part.
-    schemes: list[str] = option(
-        task_study_schemes,
-        "position schemes to train and compare (default: those the task study trains, "
-        f"in registration order: {' '.join(task_study_schemes())})",
-        nargs="+",
-        choices=SCHEME_NAMES,
-        metavar="SCHEME",
+    schemes: list[str] = schemes_option(
+        task_study_schemes, f"those the task study trains, in registration order: {' '.join(task_study_schemes())}"
     )
-    layouts: list[str] = option([], LAYOUTS_HELP, nargs="*", metavar="LAYOUT")
+    layouts: list[str] = layouts_option()
     block: str = same_as(TrainOptions, "block")
     qk_norm: bool = same_as(TrainOptions, "qk_norm")
     attention_sinks: bool = same_as(TrainOptions, "attention_sinks")
