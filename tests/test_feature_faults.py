@@ -122,3 +122,44 @@ def test_the_fox_bias_keeps_its_digits_at_16x_the_trained_length():
         assert ((got - ref).abs() <= bound)[..., causal[-q_len:]].all()
     near = (got - ref).abs()[..., -FOX_BLOCK:].max()  # the last query and its nearest keys: the weights that count
     assert near < 16 * torch.finfo(torch.float32).eps * block
+
+
+def _layout_model(layers: str):
+    import torch
+
+    from octlm import Decoder, DecoderConfig
+
+    torch.manual_seed(0)
+    config = DecoderConfig(vocab_size=40, context_length=16, d_model=16, n_heads=2, n_layers=2, layers=layers)
+    return Decoder(config).eval()
+
+
+@pytest.mark.parametrize("method", ["yarn", "linear", "ntk", "llama3", "dynamic-ntk"])
+def test_a_rope_scaling_leaves_window_layers_within_t_alone(method):
+    """docs/length-study.md: RoPE scalings act on global layers only (mlx-vlm PR 1709, as Gemma 3's local layers)."""
+    import torch
+
+    ids = torch.randint(0, 40, (1, 64), generator=torch.Generator().manual_seed(0))  # 4 x T
+    mixed = _layout_model("rope/w4 rope")
+    with torch.no_grad():
+        plain = mixed(ids)
+        mixed.set_rope_scaling(method, 4.0)
+        scaled = mixed(ids)
+    assert mixed.positions.for_layer(0).scaling is None  # the window layer keeps its trained rotation
+    assert mixed.positions.for_layer(1).scaling.method == method and not torch.allclose(scaled, plain)
+    windows_only = _layout_model("rope/w4 none")  # the scaling would act on no layer: said, not done in silence
+    with pytest.raises(ValueError, match=f"every layer that takes {method} has a window within the 16 tokens"):
+        windows_only.set_rope_scaling(method, 4.0)
+
+
+def test_export_refuses_a_scaling_transformers_would_give_window_layers_too():
+    from octlm.export.hf_common import InteropError
+    from octlm.export.hf_llama import family_mapper
+    from octlm.model import DecoderConfig
+    from octlm.model.positions.rope_scaling import RopeScaling
+
+    config = DecoderConfig(vocab_size=40, context_length=16, d_model=16, n_heads=2, n_layers=2, block="llama")
+    config = DecoderConfig.from_dict({**config.to_dict(), "layers": "rope/w4 rope"})
+    with pytest.raises(InteropError, match=r"leaves the window layers \(1\) unscaled.*export without --rope-scaling"):
+        family_mapper(config).check(config, RopeScaling("yarn", 4.0, 16))
+    family_mapper(config).check(config, None)  # unscaled, it exports as before

@@ -53,7 +53,8 @@ CASES = [
         None,
         "SmolLM3ForCausalLM",
     ),
-    ("smollm3-linear", dict(position="rope", layers="w5 none"), ("linear", 4.0), "SmolLM3ForCausalLM"),
+    # a global RoPE layer: octlm leaves window layers unscaled, which SmolLM3 would scale (refused on export)
+    ("smollm3-linear", dict(position="rope", layers="rope none"), ("linear", 4.0), "SmolLM3ForCausalLM"),
     ("qwen3", dict(position="rope", qk_norm=True), None, "Qwen3ForCausalLM"),
     ("qwen3-windows", dict(n_layers=3, qk_norm=True, layers="rope rope/w5 rope"), None, "Qwen3ForCausalLM"),
     ("qwen3-ntk", dict(position="rope", qk_norm=True, rope_layout="half"), ("ntk", 4.0), "Qwen3ForCausalLM"),

@@ -195,8 +195,35 @@ def check_state(
     return {k: v.float() for k, v in out.items()}
 
 
+def check_scaled_windows(config: DecoderConfig, scaling, architecture: str) -> None:
+    """Refuse a RoPE scaling for a layout with RoPE window layers that octlm leaves unscaled (their window fits the
+    length trained on) where ``architecture``, whose one rotary embedding serves every layer, would scale them too.
+
+    Raises:
+        InteropError: naming the layers, the scaling and the fix.
+    """
+    from octlm.model.scheme_catalog import SCHEMES
+
+    if scaling is None:
+        return
+    kept = [
+        str(i + 1)
+        for i, spec in enumerate(config.layers)
+        if spec.window is not None
+        and spec.window <= scaling.original_length
+        and scaling.method in SCHEMES[spec.position].scalings()
+    ]
+    if kept:
+        raise InteropError(
+            f"--rope-scaling {scaling.method}: octlm leaves the window layers ({', '.join(kept)}) unscaled, since "
+            f"their windows fit the {scaling.original_length} tokens trained on, but {architecture} scales every "
+            "RoPE layer, window layers included; export without --rope-scaling"
+        )
+
+
 __all__ = [
     "attention_refusal",
+    "check_scaled_windows",
     "recipe_refusal",
     "EXPORT_ACTIVATION",
     "IMPORT_ACTIVATION",

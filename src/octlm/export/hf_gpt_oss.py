@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from octlm.export.hf_common import InteropError
+from octlm.export.hf_common import InteropError, check_scaled_windows
 from octlm.export.hf_hybrid import FamilyPlan, layer_rows, plan_family
 from octlm.export.hf_llama import FamilyMapper, family_config, to_family_state
 from octlm.export.hf_neox_rope import rotates, scaling_parameters
@@ -120,6 +120,7 @@ class GptOssMapper(FamilyMapper):
 
     def check(self, config: DecoderConfig, scaling: RopeScaling | None) -> None:
         scaling_parameters(scaling, plan_gpt_oss(config).rope, "GPT-OSS")
+        check_scaled_windows(config, scaling, "GPT-OSS")
 
     def hf_config(self, model: Decoder, eot_id: int) -> dict:
         return gpt_oss_config(model, eot_id)

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import torch
 
-from octlm.export.hf_common import InteropError
+from octlm.export.hf_common import InteropError, check_scaled_windows
 from octlm.export.hf_hybrid import LLAMA, QWEN3, SMOLLM3, FamilyPlan, plan_family
 from octlm.export.hf_neox import max_positions, turned_channels
 from octlm.export.hf_neox_rope import scaling_parameters, transformers4_rope
@@ -198,6 +198,7 @@ class FamilyMapper:
     def check(self, config: DecoderConfig, scaling: RopeScaling | None) -> None:
         plan = plan_family(config)
         scaling_parameters(scaling, plan.rope, ARCHITECTURES[plan.model_type][1])
+        check_scaled_windows(config, scaling, ARCHITECTURES[plan.model_type][1])
 
     def hf_config(self, model: Decoder, eot_id: int) -> dict:
         return family_config(model, eot_id)

@@ -7,12 +7,20 @@ layer as in a one-scheme model. The decoder hands each block its own scheme
 (:meth:`for_layer`); the questions the rest of octlm asks of a model's scheme
 (its label, maximum length, RoPE scalings, cache state) are answered for all
 of them together.
+
+A RoPE scaling acts on global layers only: a window layer whose window fits
+the length trained on never meets a distance it did not train on, so it
+keeps its trained rotation (as Gemma 3 leaves its local layers unscaled). Its
+layers get an unscaled copy of their scheme (:attr:`LayeredPositions.unscaled`,
+built only for schemes that take scalings and keep no weights, so the
+parameters and ``state_dict`` of a layout stay as they were).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor, nn
 
 from octlm.model import positions
@@ -46,6 +54,7 @@ class LayeredPositions(PositionScheme):
         )
         self.specs = specs
         self._index = [keys.index((spec.position, spec.rope_theta)) for spec in specs]
+        self.unscaled, self._unscaled_of = _unscaled_copies(config, specs, self._index, self.schemes)
         records = [facts_of(scheme) for scheme in self.schemes]
         # A layout is no registered scheme: its record is its layers', as one.
         self.facts = SchemeFacts(
@@ -60,21 +69,29 @@ class LayeredPositions(PositionScheme):
         )
 
     def for_layer(self, layer: int) -> PositionScheme:
-        """The scheme of layer ``layer`` (0-based)."""
-        return self.schemes[self._index[layer]]
+        """The scheme of layer ``layer`` (0-based): under a RoPE scaling, a window layer whose window fits the length
+        trained on gets its unscaled copy."""
+        scheme = self.schemes[self._index[layer]]
+        scaling = getattr(scheme, "scaling", None)
+        if scaling is not None and layer in self._unscaled_of and self.specs[layer].window <= scaling.original_length:
+            return self.unscaled[self._unscaled_of[layer]]
+        return scheme
+
+    def _every_scheme(self) -> list[PositionScheme]:
+        return [*self.schemes, *self.unscaled]
 
     def start_pass(self, length: int, offset: int, cached: bool) -> None:
         super().start_pass(length, offset, cached)
-        for scheme in self.schemes:
+        for scheme in self._every_scheme():
             scheme.start_pass(length, offset, cached)
 
     def end_pass(self) -> None:
         super().end_pass()
-        for scheme in self.schemes:
+        for scheme in self._every_scheme():
             scheme.end_pass()
 
     def place_documents(self, positions: Tensor) -> None:
-        for scheme in self.schemes:
+        for scheme in self._every_scheme():
             scheme.place_documents(positions)
 
     @property
@@ -88,7 +105,21 @@ class LayeredPositions(PositionScheme):
 
     def set_rope_scaling(self, scaling: RopeScaling | None) -> None:
         """Scale the layers whose scheme takes ``scaling``'s method (``None``: unscale every layer that takes one);
-        the rest keep theirs (a scheme without scalings, NoPE's, has nothing to set)."""
+        the rest keep theirs (a scheme without scalings, NoPE's, has nothing to set), and so do window layers whose
+        window fits ``scaling.original_length`` (:meth:`for_layer`).
+
+        Raises:
+            ValueError: when no layer would be scaled: every layer that takes the method has such a window.
+        """
+        if scaling is not None and not any(
+            scaling.method in self.schemes[self._index[i]].scalings()
+            and (spec.window is None or spec.window > scaling.original_length or i not in self._unscaled_of)
+            for i, spec in enumerate(self.specs)
+        ):
+            raise ValueError(
+                f"every layer that takes {scaling.method} has a window within the {scaling.original_length} tokens "
+                "trained on, which a scaling leaves alone (it never meets a longer distance); drop the scaling"
+            )
         for scheme in self.schemes:
             if scheme.scalings() and (scaling is None or scaling.method in scheme.scalings()):
                 scheme.set_rope_scaling(scaling)
@@ -114,6 +145,29 @@ class LayeredPositions(PositionScheme):
 
     def extra_repr(self) -> str:
         return "\n".join(f"layer {i}: {line}" for i, line in enumerate(describe(self.specs)))
+
+
+def _unscaled_copies(
+    config: DecoderConfig, specs: tuple[LayerSpec, ...], index: list[int], schemes: nn.ModuleList
+) -> tuple[nn.ModuleList, dict[int, int]]:
+    """An unscaled copy of each scheme a window layer shares, when it takes RoPE scalings and keeps no weights
+    (its ``state_dict`` is empty), and ``{layer: copy}`` for the window layers; built under a forked generator, so
+    the model's random start is the one it had without them."""
+    copies: list[PositionScheme] = []
+    of_scheme: dict[int, int] = {}
+    of_layer: dict[int, int] = {}
+    with torch.random.fork_rng(devices=[]):
+        for layer, spec in enumerate(specs):
+            shared = schemes[index[layer]]
+            if spec.window is None or not shared.scalings() or shared.state_dict():
+                continue
+            if index[layer] not in of_scheme:
+                of_scheme[index[layer]] = len(copies)
+                copies.append(
+                    positions.build(config.layer_config(LayerSpec(spec.position, rope_theta=spec.rope_theta)))
+                )
+            of_layer[layer] = of_scheme[index[layer]]
+    return nn.ModuleList(copies), of_layer
 
 
 def _no_vectors(scheme: PositionScheme, added: Tensor | None, length: int) -> None:
