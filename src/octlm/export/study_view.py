@@ -27,6 +27,7 @@ from octlm.inspect.attention_view import (
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
 from octlm.studies.length.options import RUNS
+from octlm.studies.length.records import ScoredModel, TrainRecord
 from octlm.studies.length.study import FILES
 from octlm.studies.shared.progress import PROGRESS, unfinished_options
 
@@ -226,7 +227,7 @@ def _run_folders(path: Path, records: list[dict]) -> dict[tuple[str, int], Path]
     folders = {}
     for r in records:
         if r["record"] == "train" and r.get("run_dir"):
-            folders[(r["position"], r.get("seed"))] = path / RUNS / Path(r["run_dir"]).name
+            folders[(TrainRecord.from_json(r).label, r.get("seed"))] = path / RUNS / Path(r["run_dir"]).name
     return folders
 
 
@@ -243,19 +244,17 @@ def _maps_of(records: list[dict], folders: dict, seed: int, tokens, report: Repo
     by_label: dict[str, dict] = {}
     passes: dict[tuple, list[tuple[dict, int]]] = {}  # (folder, scaling) -> the entries and lengths it serves
     for r in (r for r in records if r["record"] == "eval" and r.get("seed") == seed):
-        extended = "extended_to" in r
-        folder = folders.get((r["label"] if extended else r["position"], seed))
+        scored = ScoredModel.of(r)
+        folder = folders.get((scored.run_name, seed))
         entry = by_label.setdefault(
-            r["label"], {"label": r["label"], "position": r["position"], "seed": seed, "lengths": []}
+            scored.label, {"label": scored.label, "position": scored.row, "seed": seed, "lengths": []}
         )
         entry["lengths"].append({"length": int(r["eval_length"])})
         if folder is None or not folder.is_dir():
             entry["lengths"][-1]["note"] = f"its run folder ({RUNS}/{folder.name if folder else r['label']}) is missing"
             continue
-        scaling = (
-            None if extended or not r.get("rope_scaling") else (r["rope_scaling"], float(r.get("rope_factor") or 1.0))
-        )
-        passes.setdefault((folder, scaling, r.get("attention_scale")), []).append(
+        scaling = None if scored.fine_tuned or not scored.scaling else (scored.scaling, float(scored.factor or 1.0))
+        passes.setdefault((folder, scaling, scored.attention_scale), []).append(
             (entry["lengths"][-1], int(r["eval_length"]))
         )
     models: dict[Path, object] = {folder: load_run(folder, "cpu")[0] for folder, _, _ in list(passes)[:1]}

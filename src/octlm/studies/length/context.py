@@ -10,6 +10,7 @@ import numpy as np
 
 from octlm.report import Reporter
 from octlm.studies.length.options import RUNS, LengthOptions
+from octlm.studies.length.records import StudyLengths, TrainRecord
 from octlm.studies.shared.core import study_seeds
 from octlm.studies.shared.progress import StudyProgress
 
@@ -63,13 +64,13 @@ class StudyContext:
 
 
 @dataclass(frozen=True)
-class StudyRecords:
+class StudyRecords(StudyLengths):
     """A length study's records by kind, as ``length.jsonl`` and ``length.md`` are written from them.
 
     Attributes:
         study: the ``study`` record (``train_length``, ``lengths``, ``options``, ...).
         rows: the ``eval`` rows, with their per-window nats.
-        train_rows: one ``train`` record per model.
+        train_rows: one ``train`` record per model, base and fine-tuned.
         curves: the extension stage's ``curve`` records.
         attention: the ``attention`` records.
         readings: the opt-in readings' records (:mod:`octlm.studies.length.readings`).
@@ -77,18 +78,10 @@ class StudyRecords:
 
     study: dict
     rows: list[dict]
-    train_rows: list[dict]
+    train_rows: list[TrainRecord]
     curves: list[dict]
     attention: list[dict]
     readings: list[dict] = ()
-
-    @property
-    def train_length(self) -> int:
-        return self.study["train_length"]
-
-    @property
-    def lengths(self) -> list[int]:
-        return self.study["lengths"]
 
 
 __all__ = ["StudyContext", "StudyRecords"]

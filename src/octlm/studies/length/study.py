@@ -58,6 +58,7 @@ from octlm.studies.length.readings.catalog import sections
 from octlm.studies.length.readings.context_curve import CONTEXT_PLOT
 from octlm.studies.length.readings.reading import FinishedStudy
 from octlm.studies.length.readings.streaming import STREAMING_PLOT
+from octlm.studies.length.records import TrainRecord
 from octlm.studies.length.scoring import score_base, score_extended, without_positions
 from octlm.studies.length.tables import format_tables, markdown_tables, mean_rows, plot
 from octlm.studies.length.validation import check_eval_tokens, check_validation_length, validation_tokens
@@ -209,7 +210,7 @@ def _tables(ctx: StudyContext, steps: dict | None, t0: float) -> dict:
         "train_length": T,
         "lengths": lengths,
         "targets": targets,
-        "trained": train_rows,
+        "trained": [r.to_json() for r in train_rows],
         "results": [without_positions(r) for r in rows],
         "curves": curves,
         "equal_steps": steps,
@@ -256,7 +257,7 @@ def _scored_stream(ctx: StudyContext, trained: dict) -> np.ndarray:
     return scored
 
 
-def _score_all(ctx: StudyContext, trained: dict) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+def _score_all(ctx: StudyContext, trained: dict) -> tuple[list[dict], list[dict], list[TrainRecord], list[dict]]:
     """Score every base model, then fine-tune and score each ``--extend-to`` method: ``(eval rows, attention rows,
     train rows, fine-tuning curves)``. Each model's scores are a unit of ``progress``: recorded once, never redone."""
     rows: list[dict] = []
@@ -267,7 +268,7 @@ def _score_all(ctx: StudyContext, trained: dict) -> tuple[list[dict], list[dict]
             scores, looks = score_base(ctx, scheme, seed, result["run_dir"])
             done = ctx.progress.put(unit, {"rows": scores, "attention": looks})
         rows, attention = rows + done["rows"], attention + done["attention"]
-    train_rows = [_train_row(scheme, seed, r) for (scheme, seed), r in trained.items()]
+    train_rows = [TrainRecord.of_result(scheme, seed, r) for (scheme, seed), r in trained.items()]
     curves: list[dict] = []
     if ctx.opts.extend_to:
         for seed in ctx.seeds:
@@ -291,7 +292,8 @@ def _write(out: Path, records: StudyRecords) -> tuple[str, list[str]]:
     )
     T, lengths, readings = records.train_length, records.lengths, list(records.readings)
     shown = mean_rows(rows)
-    read_text, read_figures = sections(FinishedStudy(out, [study, *train_rows, *readings]), readings)
+    trained = [r.to_json() for r in train_rows]
+    read_text, read_figures = sections(FinishedStudy(out, [study, *trained, *readings]), readings)
     tables = format_tables(shown, T, lengths, train_rows)
     compared, confidence = confidence_section(rows, T, lengths)  # the differences' intervals, and the findings
     markdown = (
@@ -305,7 +307,7 @@ def _write(out: Path, records: StudyRecords) -> tuple[str, list[str]]:
         + read_text
     )
     kept, window_bytes = stored(rows)  # each length's window bytes once, not in every row
-    jsonl = [study, *train_rows, *kept, *window_bytes, *curves, *attention, *compared, *readings]
+    jsonl = [study, *trained, *kept, *window_bytes, *curves, *attention, *compared, *readings]
     write_study(out, FILES, jsonl, markdown, plot(shown, T, lengths))
     atomic_write(out / ATTENTION_PLOT, attention_plot(attention, T))
     if curves:
@@ -324,7 +326,8 @@ def rewrite(study: FinishedStudy) -> list[str]:
     readings'), the comparisons computed anew from its eval rows; returns the paths written."""
     of = lambda kind: [r for r in study.records if r["record"] == kind]  # noqa: E731
     readings = [r for r in study.records if r["record"] not in OWN_RECORDS]
-    records = StudyRecords(study.study, restored(study.records), of("train"), of("curve"), of("attention"), readings)
+    trained = [TrainRecord.from_json(r) for r in of("train")]
+    records = StudyRecords(study.study, restored(study.records), trained, of("curve"), of("attention"), readings)
     return _write(study.out, records)[1]
 
 
@@ -344,11 +347,6 @@ def _train_base(ctx: StudyContext, share: Share = ONE) -> dict[tuple[str, int], 
     return trained
 
 
-def _train_row(name: str, seed: int, result: dict) -> dict:
-    keep = ("steps", "train_seconds", "tokens_per_second", "val_bpb", "run_dir")
-    return {"record": "train", "position": name, "seed": seed, **{k: v for k, v in result.items() if k in keep}}
-
-
 def _extend_one(ctx: StudyContext, label: str, seed: int, trained: dict):
     """Fine-tune one extension method from its base run and score it at every length under its saved scaling (each
     a unit of ``progress``)."""
@@ -361,7 +359,8 @@ def _extend_one(ctx: StudyContext, label: str, seed: int, trained: dict):
     if (done := ctx.progress.get(unit)) is None:
         rows, attention = score_extended(ctx, scheme, method, name, seed, result, run_dir)
         done = ctx.progress.put(unit, {"rows": rows, "attention": attention})
-    return done["rows"], done["attention"], _train_row(name, seed, result), curve
+    trained_record = TrainRecord.of_result(scheme, seed, result, method, ctx.opts.extend_to)
+    return done["rows"], done["attention"], trained_record, curve
 
 
 __all__ = ["FILES", "length_study", "prepare_study_dir", "rewrite"]

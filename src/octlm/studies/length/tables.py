@@ -11,6 +11,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from octlm.studies.length.records import TrainRecord
 from octlm.studies.shared.core import mean_std
 
 #: The two readings of bits per byte at each length (octlm.studies.length.scoring), by the key of an eval row.
@@ -129,7 +130,7 @@ def _grid(rows: list[dict], lengths: list[int]) -> dict[str, dict[int, dict]]:
     return grid
 
 
-def format_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list[dict]) -> str:
+def format_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list[TrainRecord]) -> str:
     """The terminal tables: bits per byte by length, and by window position at the longest length."""
     grid = _grid(rows, lengths)
     width = max(len(label) for label in grid) + 2
@@ -162,13 +163,12 @@ def format_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list
             lines.append(f"{label:<{width}}" + "".join(f"{v:>12.4f}" for v in bucket_bpb(row, buckets)))
     lines += [
         "",
-        "trained: "
-        + "; ".join(f"{r['position']} {r['steps']} steps ({r['tokens_per_second']:,.0f} tokens/s)" for r in train_rows),
+        "trained: " + "; ".join(f"{r.label} {r.steps} steps ({r.tokens_per_second:,.0f} tokens/s)" for r in train_rows),
     ]
     return "\n".join(lines)
 
 
-def markdown_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list[dict]) -> str:
+def markdown_tables(rows: list[dict], T: int, lengths: list[int], train_rows: list[TrainRecord]) -> str:
     """The same tables as Markdown, for a README."""
     grid = _grid(rows, lengths)
     lines = []
@@ -208,8 +208,7 @@ def markdown_tables(rows: list[dict], T: int, lengths: list[int], train_rows: li
         "",
         "Training: "
         + "; ".join(
-            f"`{r['position']}` {r['steps']} steps, {r['val_bpb']:.4f} bits per byte at its training length"
-            for r in train_rows
+            f"`{r.label}` {r.steps} steps, {r.val_bpb:.4f} bits per byte at its training length" for r in train_rows
         )
         + " (T for the base models, M x T for the fine-tuned ones).",
     ]

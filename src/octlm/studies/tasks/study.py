@@ -42,6 +42,7 @@ from octlm.studies.tasks.events import announce, report_model
 from octlm.studies.tasks.generators import Task
 from octlm.studies.tasks.needle_report import NEEDLE_FILES, attention_records
 from octlm.studies.tasks.options import EVAL_COUNT, TaskOptions, Variant, check_task_options
+from octlm.studies.tasks.records import TaskRow
 from octlm.studies.tasks.summary import DEPTH_PLOT, RANK_PLOT, Summary, summarize
 from octlm.studies.tasks.tables import protocol_sentence
 from octlm.train.device import resolve_device, torch_settings
@@ -131,11 +132,8 @@ def train_task_model(
 
 
 def _row(variant: Variant) -> dict:
-    """What every record says of its row: the scheme, the row's label and whether it trained at randomized positions;
-    a layout row's position is its label, as in the text study, and ``layers`` its layout."""
-    if variant.layout is not None:
-        return {"position": variant.label, "label": variant.label, "randomized": False, "layers": variant.layout.layers}
-    return {"position": variant.scheme, "label": variant.label, "randomized": variant.randomized}
+    """What every record says of its row (:class:`~octlm.studies.tasks.records.TaskRow`)."""
+    return TaskRow.of_variant(variant).to_json()
 
 
 @torch.no_grad()

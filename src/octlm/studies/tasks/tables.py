@@ -10,6 +10,7 @@ from octlm.studies.shared.rows import layout_rows
 from octlm.studies.tasks.generators import Task
 from octlm.studies.tasks.needle import DEFAULT_TEXT, VARIANTS
 from octlm.studies.tasks.ranking import SEPARATED, separated
+from octlm.studies.tasks.records import row_label
 
 
 def multipliers(sizes: list[int]) -> list[int]:
@@ -40,7 +41,7 @@ def mean_accuracy(
                 r["exact_match"]
                 for r in records
                 if r["record"] == "eval"
-                and r.get("label", r["position"]) == label
+                and row_label(r) == label
                 and r["size"] == size
                 and (task is None or r.get("task", task) == task)
             ]
@@ -151,7 +152,7 @@ def _one(records: list[dict], task: str, label: str, seed: int, size: int) -> fl
         for r in records
         if r["record"] == "eval"
         and r.get("task", task) == task
-        and r.get("label", r["position"]) == label
+        and row_label(r) == label
         and r["seed"] == seed
         and r["size"] == size
     ]
@@ -239,8 +240,8 @@ def _layouts_said(layouts: list[str]) -> str:
 def depth_grid(depths: list[dict], sizes: list[int]) -> dict[str, np.ndarray]:
     """``{scheme: exact match [depth bins, sizes]}``, the mean over seeds; NaN where a bin or size has no score."""
     out: dict[str, np.ndarray] = {}
-    for scheme in dict.fromkeys(r.get("label", r["position"]) for r in depths):
-        rows = [r for r in depths if r.get("label", r["position"]) == scheme]
+    for scheme in dict.fromkeys(row_label(r) for r in depths):
+        rows = [r for r in depths if row_label(r) == scheme]
         bins = len(rows[0]["exact_match"])
         grid = np.full((bins, len(sizes)), np.nan)
         for j, size in enumerate(sizes):

@@ -37,6 +37,7 @@ from octlm.studies.length.readings.long_tokens import (
     window_sums,
 )
 from octlm.studies.length.readings.reading import FinishedStudy, Param, Reading
+from octlm.studies.length.records import ScoredModel
 
 #: The short context by default, in tokens: sliding windows of 16 (each target sees 8 to 16 tokens), T / 8 at the
 #: default T = 128. The study's own shortest reading (T, 64 to 128 tokens) marks no target at the default shape:
@@ -73,17 +74,18 @@ def target_nats(model, tokens: np.ndarray, length: int, stride: int, batch_size:
 def prepare(model, row: dict) -> None:
     """Put a loaded model in the state an eval row scored it in: its RoPE scaling (the factor the row records) and
     attention scale; a fine-tuned model (``extended_to``) keeps the scaling it saved, as the study scored it."""
-    if row.get("extended_to"):
+    scored = ScoredModel.of(row)
+    if scored.fine_tuned:
         return
-    model.set_rope_scaling(row.get("rope_scaling"), row.get("rope_factor") or 1.0)
-    if row.get("attention_scale"):
-        model.set_attention_scale(row["attention_scale"])
+    model.set_rope_scaling(scored.scaling, scored.factor or 1.0)
+    if scored.attention_scale:
+        model.set_attention_scale(scored.attention_scale)
 
 
 def model_folder(study: FinishedStudy, row: dict) -> Path:
     """The run folder of an eval row's model: ``runs/<name>`` or ``runs/<name>-seed<s>``, the name being the row's
     label for a fine-tuned model and its base row's otherwise (octlm.studies.length.study._run_dir)."""
-    name = row["label"] if row.get("extended_to") else row["position"]
+    name = ScoredModel.of(row).run_name
     return study.out / "runs" / (f"{name}-seed{row['seed']}" if study.options["seeds"] > 1 else name)
 
 

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from octlm.errors import OctlmError
+from octlm.studies.length.records import StudyLengths, TrainRecord
 from octlm.studies.shared.progress import PROGRESS
 
 
@@ -111,7 +112,7 @@ class StudyModel:
 
 
 @dataclass
-class FinishedStudy:
+class FinishedStudy(StudyLengths):
     """A finished length study folder, read back: its ``length.jsonl`` records in order, and where its models are."""
 
     out: Path
@@ -127,22 +128,14 @@ class FinishedStudy:
         """The options the study ran with (``LengthOptions`` as a dict)."""
         return self.study["options"]
 
-    @property
-    def train_length(self) -> int:
-        return self.study["train_length"]
-
-    @property
-    def lengths(self) -> list[int]:
-        return self.study["lengths"]
-
     def models(self) -> list[StudyModel]:
         """The base models (not the fine-tuned ones), in the study's order: ``runs/<row>`` or ``runs/<row>-seed<s>``."""
         many = self.options["seeds"] > 1
         found = []
-        for r in self.records:
-            if r["record"] == "train" and "@" not in r["position"]:
-                name = f"{r['position']}-seed{r['seed']}" if many else r["position"]
-                found.append(StudyModel(r["position"], r["seed"], self.out / "runs" / name))
+        for trained in (TrainRecord.from_json(r) for r in self.records if r["record"] == "train"):
+            if not trained.fine_tuned:
+                name = f"{trained.row}-seed{trained.seed}" if many else trained.row
+                found.append(StudyModel(trained.row, trained.seed, self.out / "runs" / name))
         return found
 
     def scored(self) -> np.ndarray:
