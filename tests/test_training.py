@@ -26,13 +26,13 @@ def test_short_run_on_shakespeare_lowers_validation_loss(shakespeare, tmp_path, 
             "--out",
             str(out),
             "--max-steps",
-            "120",
-            "--eval-interval",
             "40",
+            "--eval-interval",
+            "10",
             "--eval-blocks",
-            "32",
+            "16",
             "--final-eval-blocks",
-            "64",
+            "32",
             "--sample-tokens",
             "0",
             "--json",
@@ -42,7 +42,8 @@ def test_short_run_on_shakespeare_lowers_validation_loss(shakespeare, tmp_path, 
     evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in evals if r["kind"] == "eval"]
     first, last = evals[0], evals[-1]
-    # an untrained model sits near ln(1024) = 6.93 nats; 120 steps must be well below that and improving
+    # an untrained model sits near ln(1024) = 6.93 nats; 40 steps (4.7 nats on the project's machine) must be well
+    # below that and improving
     assert last["val_loss"] < first["val_loss"] - 0.2
     assert last["val_loss"] < 5.5
 
