@@ -36,6 +36,8 @@ from octlm.studies.shared.core import mean_std
 
 #: Validation tokens per evaluation length whose attention the study records (at least one window).
 ATTENTION_TOKENS = 4096
+#: Attention-map cells (windows x length**2) one batch of windows may hold: a 64-token window's worth of 64 windows.
+ATTENTION_BATCH_CELLS = 64 * 64 * 64
 #: The statistics kept per layer and head, and how the tables name them.
 SUMMARY = {
     "mean_entropy": "entropy (nats)",
@@ -64,21 +66,20 @@ def attention_record(model, scored: np.ndarray, length: int, train_length: int, 
     PaTH) has no ``max_logit``: the tables show n/a.
     """
     windows = max(1, min(ATTENTION_TOKENS // length, (len(scored) - 1) // length))
+    # Short windows go through the model together (at 8 tokens a study reads 512 of them), as many as keep a batch's
+    # maps near one long window's; each window's statistics are still taken alone and summed in window order.
+    per_batch = max(1, ATTENTION_BATCH_CELLS // length**2)
     totals, largest, own_weights = None, None, False
-    for start in range(0, windows * length, length):
-        ids = torch.from_numpy(gather_blocks(scored, np.array([start]), length)[:, :-1]).to(device)
+    for first in range(0, windows, per_batch):
+        starts = np.arange(first, min(windows, first + per_batch)) * length
+        ids = torch.from_numpy(gather_blocks(scored, starts, length)[:, :-1]).to(device)
         with record_attention(model) as maps:
             model(ids)
-        stats = attention_statistics(maps.probabilities, maps.logits)
         own_weights = own_weights or any(maps.own_weights)
-        part = {
-            name: getattr(stats, name).double().cpu()
-            for name in ("entropy", "mean_entropy", "mean_distance", "sink_mass")
-        }
-        if model.config.attention_sinks:  # the learned sinks' share of the softmax, mean over queries [L, H]
-            part["sink_share"] = torch.stack([share.mean(dim=(0, 2)) for share in maps.sink_share]).double().cpu()
-        totals = part if totals is None else {name: totals[name] + part[name] for name in part}
-        largest = stats.max_logit.cpu() if largest is None else torch.maximum(largest, stats.max_logit.cpu())
+        for b in range(len(starts)):
+            part, window_largest = _window_statistics(model, maps, b)
+            totals = part if totals is None else {name: totals[name] + part[name] for name in part}
+            largest = window_largest if largest is None else torch.maximum(largest, window_largest)
     mean = {name: value / windows for name, value in totals.items()}
     edges = log_buckets(length, first=max(1, train_length // 16))
     entropy = torch.stack([mean["entropy"][..., a:b].mean(dim=-1) for a, b in pairwise(edges)], dim=-1)
@@ -104,6 +105,19 @@ def attention_record(model, scored: np.ndarray, length: int, train_length: int, 
     if model.config.layers:
         record["layers"] = describe(model.config.layers)
     return _rounded(record)
+
+
+def _window_statistics(model, maps, b: int) -> tuple[dict, torch.Tensor]:
+    """Window ``b`` of a batch's attention maps: its statistics (float64, as :func:`attention_record` sums them) and its
+    largest logit per layer and head [L, H]."""
+    one = slice(b, b + 1)
+    stats = attention_statistics([p[one] for p in maps.probabilities], [s[one] for s in maps.logits])
+    part = {
+        name: getattr(stats, name).double().cpu() for name in ("entropy", "mean_entropy", "mean_distance", "sink_mass")
+    }
+    if model.config.attention_sinks:  # the learned sinks' share of the softmax, mean over queries [L, H]
+        part["sink_share"] = torch.stack([share[one].mean(dim=(0, 2)) for share in maps.sink_share]).double().cpu()
+    return part, stats.max_logit.cpu()
 
 
 def _rounded(value):
@@ -175,7 +189,8 @@ def layer_markdown(records: list[dict], train_length: int, lengths: list[int]) -
         lines.append("| --- | --- |" + " ---: |" * len(lengths))
         for label, cells in grid.items():
             first = next(iter(cells.values()))[0]
-            for layer in range(len(first[name])):
+            # every record has the entropy; a scheme that forms its own weights has no largest logit (n/a)
+            for layer in range(len(first["mean_entropy"])):
                 said = f"{layer + 1}: {first['layers'][layer]}" if "layers" in first else str(layer + 1)
                 shown = [_cell(_in_layer(cells[L], name, layer)) if L in cells else "n/a" for L in lengths]
                 lines.append(f"| `{label}` | {said} | " + " | ".join(shown) + " |")
