@@ -7,7 +7,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from octlm.data import text as data
@@ -165,3 +165,24 @@ def test_token_files_round_trip(tmp_path):
 def test_short_training_text_is_refused():
     with pytest.raises(DataError, match="context_length=128"):
         token_files.BlockSampler(200, 128, 4, 0)
+
+
+@given(
+    st.text(alphabet=st.sampled_from(" \n"), max_size=3),
+    st.text(alphabet=st.sampled_from("ab \t\x00\x1b\x7fé"), max_size=40),
+    st.text(max_size=20),
+    st.integers(4, 12),
+)
+@example("", "abcde", "", 5)  # exactly the width: shown whole
+@example("", "abcdef", "", 5)  # one past it: cut
+@example("", "ab\x00", "", 5)  # escaping makes it one past
+def test_the_first_line_is_the_escaped_line_cut_to_its_width(blank, line, rest, width):
+    """Against the plain rule (escape the whole first non-blank line, then cut it): escaping only the head of a long
+    line gives the same text."""
+    from octlm.data.text import first_line
+    from octlm.data.token_display import printable_text
+
+    text = blank + line + "\n" + rest
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    whole = printable_text(line.replace("\t", " "))
+    assert first_line(text, width) == (whole if len(whole) <= width else whole[: width - 3] + "...")

@@ -269,7 +269,9 @@ def first_line(text: str, width: int = 60) -> str:
     from octlm.data.token_display import printable_text
 
     line = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    shown = printable_text(line.replace("\t", " "))
+    # escaping only lengthens, so the first width + 1 characters decide what is shown: a text of one 12 MB line
+    # (no newline) took seconds to escape whole
+    shown = printable_text(line[: width + 1].replace("\t", " "))
     return shown if len(shown) <= width else shown[: width - 3] + "..."
 
 
