@@ -30,6 +30,12 @@ settings.load_profile("octlm")
 # idle-CPU probe. scripts/test.sh's rounding pass sets another OMP_NUM_THREADS, so it still runs another thread count.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # Two workers share the CPUs with the threads and processes some tests start (--threads 2 runs, torchrun's ranks):
+    # OpenMP threads that spin while they wait take the CPU from the others (a 60-step run on two threads took 33 s
+    # beside one busy process, 16 s with passive waits; alone passive waits cost it 18%). Read when torch loads, which
+    # it has not yet here; a one-worker run keeps OpenMP's default. Waiting changes no number.
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 #: The smallest model the command-line tests train: its shape and steps, on one thread (a run's numbers repeat only at
