@@ -49,8 +49,6 @@ import torch
 
 from octlm.cli import main
 
-# results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
-pytestmark = pytest.mark.rounding
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "numbers.json"
@@ -166,8 +164,15 @@ def tolerances(noise: dict) -> dict:
     }
 
 
+#: The fixed runs scripts/test.sh trains again under other CPU kernels and threads (``rounding``): RoPE, whose noise
+#: grows the most along a run, and sinusoidal, whose is the smallest (the tightest tolerance); each run takes 10 s there.
+AGAIN_ELSEWHERE = ("rope", "sinusoidal")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("position", SCHEMES)
+@pytest.mark.parametrize(
+    "position", [pytest.param(p, marks=[pytest.mark.rounding] if p in AGAIN_ELSEWHERE else []) for p in SCHEMES]
+)
 def test_fixed_runs_land_where_they_were_recorded(tmp_path, capsys, position):
     record = json.loads(FIXTURE.read_text())
     recorded, allowed = record["runs"][position], tolerances(record["noise"][position])
