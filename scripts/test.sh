@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone or an existing checkout:
-#   1. makes .venv/ (Python 3.11) when it is missing and installs octlm with
+#   1. installs Debian's Chromium for the browser test when /usr/bin/chromium
+#      is missing (needs root, as on CI), in the background while steps 2
+#      to 4 run: it waits on the network and the disk, not the CPUs;
+#   2. makes .venv/ (Python 3.11) when it is missing and installs octlm with
 #      its test extras into it;
-#   2. installs Debian's Chromium for the browser test when /usr/bin/chromium
-#      is missing (needs root, as on CI), in the background while steps 3
-#      and 4 run: it waits on the network and the disk, not the CPUs;
 #   3. in web/: installs the page's npm packages (npm ci), type-checks the
 #      TypeScript, builds the page into build/web-check/ (pytest compares it
 #      with the committed src/octlm/web_dist/) and runs Vitest (the parity
@@ -20,12 +20,6 @@
 #      another machine would.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON="${PYTHON:-python3.11}"
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
-fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
-
 chromium_install=""
 if [ ! -x /usr/bin/chromium ]; then
   if [ "$(id -u)" = 0 ]; then
@@ -40,6 +34,12 @@ if [ ! -x /usr/bin/chromium ]; then
     echo "scripts/test.sh: /usr/bin/chromium is missing and this is not root; install it with 'sudo apt-get install chromium' (the browser test will fail)" >&2
   fi
 fi
+
+PYTHON="${PYTHON:-python3.11}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
 (
   cd web
