@@ -49,7 +49,6 @@ import torch
 
 from octlm.cli import main
 
-
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "numbers.json"
 SCHEMES = ("alibi", "learned", "rope", "sinusoidal")
@@ -165,7 +164,7 @@ def tolerances(noise: dict) -> dict:
 
 
 #: The fixed runs scripts/test.sh trains again under other CPU kernels and threads (``rounding``): RoPE, whose noise
-#: grows the most along a run, and sinusoidal, whose is the smallest (the tightest tolerance); each run takes 10 s there.
+#: grows the most along a run, and sinusoidal, whose is the smallest (the tightest tolerance); 10 s each there.
 AGAIN_ELSEWHERE = ("rope", "sinusoidal")
 
 

@@ -159,18 +159,24 @@ def test_an_interrupted_length_study_continues_to_the_rows_of_an_uninterrupted_o
     ]
 
 
+@pytest.fixture(scope="module")
+def task_reference(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("task") / "reference"
+    done = run(TASK, out)
+    assert done.returncode == 0, done.stderr
+    return rows(out / "tasks.jsonl")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", ["unit:1:INT", "step:7:KILL", "unit:3:KILL"])
-def test_an_interrupted_task_study_continues_to_the_rows_of_an_uninterrupted_one(stop, tmp_path):
-    reference = run(TASK, tmp_path / "reference")
-    assert reference.returncode == 0, reference.stderr
+def test_an_interrupted_task_study_continues_to_the_rows_of_an_uninterrupted_one(stop, task_reference, tmp_path):
     out = tmp_path / "study"
     stopped = run(TASK, out, stop)
     assert stopped.returncode == (-signal.SIGKILL if stop.endswith("KILL") else 130), stopped.stderr
     assert not (out / "tasks.jsonl").exists()
     continued = run(TASK, out)
     assert continued.returncode == 0, continued.stderr
-    assert rows(out / "tasks.jsonl") == rows(tmp_path / "reference" / "tasks.jsonl")
+    assert rows(out / "tasks.jsonl") == task_reference
     assert not (out / "progress").exists()
 
 
