@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from octlm.model.band import band_block, banded
 from octlm.model.block_recipes import BLOCKS, RMS_EPS, SwiGLU, norm
 from octlm.model.config import ACTIVATIONS, DecoderConfig
 from octlm.model.kvcache import LayerCache
@@ -134,9 +135,11 @@ class CausalSelfAttention(nn.Module):
             q = q * plan.query_scale.to(q.dtype)  # the q.k logits only, not a scheme's additive bias
         if cache is not None:
             k, v = cache.append(k, v, self.window)
+        dropout = self.dropout if self.training else 0.0
+        if self._banded(T, k.shape[-2], step, seen):
+            return self._output(self._band_attention(q, k, v, step, plan, dropout), x)
         if self.window is not None:
             plan = self._windowed(plan, T, k.shape[-2], x.device)
-        dropout = self.dropout if self.training else 0.0
         if scheme.attends:  # the scheme forms the weights itself (stick-breaking): no softmax, no SDPA
             return self._output(self._scheme_attends(q, k, v, step, plan, dropout, handed), x)
         bias = scheme.attention_bias(q, k, offset, step.layer, **handed)
@@ -213,6 +216,48 @@ class CausalSelfAttention(nn.Module):
         if self.record is not None:
             self.record(q, k, None, step.offset, weights)
         return y
+
+    def _banded(self, T: int, S: int, step: LayerPass, seen: object) -> bool:
+        """Whether this pass attends block by block (:meth:`_band_attention`): a window layer whose whole score
+        matrix would pass :data:`~octlm.model.band.BAND_CELLS`, under a scheme that forms no weights of its own and
+        reads nothing of the input, with no recorder and no learned sinks (those paths keep the whole matrix)."""
+        return (
+            self.window is not None
+            and banded(T, S, self.window)
+            and seen is None
+            and not step.scheme.attends
+            and self.record is None
+            and self.sinks is None
+        )
+
+    def _band_attention(
+        self, q: Tensor, k: Tensor, v: Tensor, step: LayerPass, plan: PassPlan | None, dropout: float
+    ) -> Tensor:
+        """Window attention [B, H, T, D], a block of :func:`~octlm.model.band.band_block` queries at a time, each
+        against only the keys its window reaches: the scores take ``H * block * (block + window - 1)`` floats at a
+        time instead of ``H * T * S``.
+
+        Keys end where the queries end, so the block of queries ``i0 .. i1 - 1`` reads keys ``i0 + S - T - window + 1
+        .. i1 + S - T - 1``, and within it keys again end where its queries end: the scheme's bias is asked for the
+        block as for a cached step (:meth:`~octlm.model.positions.PositionScheme.attention_bias`'s placement, with
+        the block's first position ``offset + i0``), and :func:`window_keys` gives its band.
+        """
+        T, S, W = q.shape[-2], k.shape[-2], self.window
+        visible = None if plan is None else plan.visible
+        if visible is not None and visible.shape[-1] != S:  # a window cache kept only the last S keys
+            visible = visible[..., -S:]
+        out = []
+        for i0 in range(0, T, band_block(W)):
+            i1 = min(T, i0 + band_block(W))
+            k0, k1 = max(0, i0 + S - T - W + 1), i1 + S - T
+            qb, kb, vb = q[..., i0:i1, :], k[..., k0:k1, :], v[..., k0:k1, :]
+            shown = window_keys(i1 - i0, k1 - k0, W, q.device)
+            if visible is not None:
+                shown = shown & visible[..., i0:i1, k0:k1]
+            bias = step.scheme.attention_bias(qb, kb, step.offset + i0, step.layer)
+            mask = shown if bias is None else bias.float().masked_fill(~shown, float("-inf")).to(q.dtype)
+            out.append(F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout))
+        return torch.cat(out, dim=-2)
 
     def _windowed(self, plan: PassPlan | None, T: int, S: int, device: torch.device) -> PassPlan | PassView | None:
         """The pass's masks for this window layer: the plan's ``visible`` cut to the S keys a window cache kept, and

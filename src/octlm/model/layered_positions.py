@@ -24,8 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from octlm.model import positions
+from octlm.model.band import window_score_cells
 from octlm.model.layout import LayerSpec, describe
-from octlm.model.positions.base import PositionScheme
+from octlm.model.positions.base import SCORE_BIAS_BYTES, PositionScheme
 from octlm.model.positions.facts import SchemeFacts, facts_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -141,7 +142,20 @@ class LayeredPositions(PositionScheme):
         return self.for_layer(layer).read_input(x, layer, cache)
 
     def score_bias_bytes(self, n_heads: int, length: int) -> int:
-        return max(scheme.score_bias_bytes(n_heads, length) for scheme in self.schemes)
+        """The largest layer's: a global layer's scheme's bias; a window layer's scores, a float mask beside them
+        even without a bias, of one block when it attends block by block (:func:`~octlm.model.band.window_score_cells`)
+        and of the whole ``length**2`` when its scheme forms its own weights or reads the input (stick-breaking, FoX,
+        PaTH keep the whole matrix)."""
+        need = 0
+        for layer, spec in enumerate(self.specs):
+            scheme = self.for_layer(layer)
+            if spec.window is None:
+                need = max(need, scheme.score_bias_bytes(n_heads, length))
+                continue
+            whole = scheme.attends or type(scheme).read_input is not PositionScheme.read_input
+            cells = length**2 if whole else window_score_cells(length, spec.window)
+            need = max(need, SCORE_BIAS_BYTES * n_heads * cells)
+        return need
 
     def extra_repr(self) -> str:
         return "\n".join(f"layer {i}: {line}" for i, line in enumerate(describe(self.specs)))
