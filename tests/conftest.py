@@ -38,6 +38,19 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+#: Fixtures that train a length study (seconds each, once per worker): every test that reads one is in the slow tier,
+#: so the quick tier (`pytest -m "not slow"`) trains no study at all, not even the one its first reader would pay for.
+STUDY_FIXTURES = frozenset(
+    {"length_study", "study", "extended", "tiny_study", "layout_run", "view", "curved", "alibi_study"}
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if STUDY_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 #: The smallest model the command-line tests train: its shape and steps, on one thread (a run's numbers repeat only at
 #: one thread count, and the idle-CPU default can differ between two runs on a busy machine).
 TINY_MODEL = "--max-steps 3 --d-model 32 --n-heads 2 --n-layers 1 --vocab-size 300 --batch-size 4 --threads 1".split()

@@ -72,6 +72,7 @@ def test_people_see_each_head_beside_uniform_attention(run, capsys):
     assert f"wrote {run / 'attention' / 'statistics.json'}" in out
 
 
+@pytest.mark.slow
 def test_text_is_read_as_training_reads_it(run, small_corpus, tmp_path, capsys):
     from octlm.data.tokens import encode_stream
     from octlm.run.load import load_run

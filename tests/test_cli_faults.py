@@ -37,6 +37,7 @@ def _octlm(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("setting", list(NOT_UTF8))
+@pytest.mark.slow
 def test_a_terminal_that_is_not_utf8_gets_escapes_not_a_traceback(setting, shakespeare, tmp_path):
     """Fault: with stdout not UTF-8 and a corpus whose first line has an accented letter, ``octlm train --json``
     ended in a UnicodeEncodeError traceback, and so did ``octlm sample`` printing non-ASCII text; in the C locale

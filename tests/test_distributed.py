@@ -110,6 +110,7 @@ def runs(tmp_path_factory, small_corpus):
     return root, done.stdout
 
 
+@pytest.mark.slow
 def test_two_ranks_follow_the_single_process_loss_curve(runs):
     root, _ = runs
     ddp, single = losses(root / "ddp"), losses(root / "single")
@@ -150,6 +151,7 @@ def test_a_two_process_run_resumes_in_one_process_with_the_same_global_batch(run
     ) in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_one_process_run_resumes_in_two_and_says_rank_1_starts_a_fresh_generator(runs, tmp_path):
     """Only rank 0 prints (the others report to a SilentReporter), so rank 0 must say what happens on rank 1."""
     import shutil
@@ -166,6 +168,7 @@ def test_a_one_process_run_resumes_in_two_and_says_rank_1_starts_a_fresh_generat
     assert done.stderr.count(note) == 1, done.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_muon_on_two_ranks_follows_the_single_process_loss_curve(small_corpus, tmp_path):
     """Each rank orthogonalises the same all-reduced gradients, so Muon needs nothing of its own under DDP (measured:
     2.4e-6 nats)."""

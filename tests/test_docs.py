@@ -231,6 +231,7 @@ def test_help_examples_parse():
                     pytest.fail(f"octlm {name} --help shows `{line.strip()}`, which does not parse (exit {exit.code})")
 
 
+@pytest.mark.slow
 def test_the_plugin_example_trains_and_samples(tmp_path):
     """architecture.md's own plug-in module, saved as mine.py, trains and samples through ``--plugin`` as its commands
     show (tiny settings; a subprocess, so the scheme it registers stays out of this process)."""

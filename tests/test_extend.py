@@ -307,6 +307,7 @@ def test_the_default_study_fine_tunes_at_4x_and_extend_to_0_turns_it_off(tmp_pat
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slow
 def test_time_budget_becomes_one_step_count(tmp_path, small_corpus):
     printed: list[str] = []
     records = _study(tmp_path / "timed", small_corpus, "--time-budget", "1", "--extend-to", "0", stdout=printed)

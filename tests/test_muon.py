@@ -465,6 +465,7 @@ def test_a_fine_tune_trains_with_muon_by_default(small_corpus, tmp_path):
     assert json.loads((tuned / "config.json").read_text())["train"]["optimizer"] == "muon"
 
 
+@pytest.mark.slow
 def test_the_optimizers_benchmark_compares_both_and_finds_the_steps_to_reach(small_corpus):
     import subprocess
     import sys

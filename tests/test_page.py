@@ -150,6 +150,7 @@ def served_checks(args: list[str], shots: Path, token: str = "the") -> dict:
         proc.wait(timeout=20)
 
 
+@pytest.mark.slow
 def test_page_in_chromium_through_octlm_serve(trained_run, tmp_path):
     token_id, typed = pick_token(trained_run)
     checks = served_checks(["--run", str(trained_run)], tmp_path / "shots", typed)
@@ -162,6 +163,7 @@ def test_page_in_chromium_through_octlm_serve(trained_run, tmp_path):
         assert (tmp_path / "shots" / name).stat().st_size > 10_000, name
 
 
+@pytest.mark.slow
 def test_playgrounds_alone_in_chromium_through_octlm_serve(tmp_path):
     """``octlm serve`` with neither --run nor --study: the ten playgrounds work, and where the run or the study would
     be, the page gives the commands that fill it."""
@@ -181,6 +183,7 @@ def test_playgrounds_alone_in_chromium_through_octlm_serve(tmp_path):
         assert (tmp_path / "shots" / name).stat().st_size > 10_000, name
 
 
+@pytest.mark.slow
 def test_the_built_page_opens_from_its_own_files_with_nothing_installed(tmp_path):
     """src/octlm/web_dist/index.html opened as a file, with no octlm running and no export: the ten playgrounds work
     with no missing file or script error, and the last section gives the commands that fill it."""
@@ -315,6 +318,7 @@ def test_an_older_study_works_from_disk_and_says_what_it_lacks(length_study, tmp
     )
 
 
+@pytest.mark.slow
 def test_exported_page_works_from_disk(trained_run, tmp_path):
     from octlm.cli import main
 

@@ -28,6 +28,7 @@ def run_with_backend(command: list[str], backend: str) -> subprocess.CompletedPr
     return subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_train_and_embeddings_finish_under_a_notebooks_backend(small_corpus, tmp_path):
     run = tmp_path / "run"
     trained = run_with_backend(
@@ -56,6 +57,7 @@ print(json.dumps([os.environ.get("MPLBACKEND"), dict.__getitem__(matplotlib.rcPa
 
 
 @pytest.mark.parametrize("backend", ["module://nonexistent", "nonexistent", "agg"])
+@pytest.mark.slow
 def test_figures_draw_on_their_own_canvas_and_leave_a_usable_backend_alone(backend):
     drawn = run_with_backend(["-c", DRAW], backend)
     assert drawn.returncode == 0, drawn.stderr[-2000:]

@@ -33,6 +33,7 @@ def no_space_blob(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.slow
 def test_a_signal_during_preparation_stops_within_seconds_and_leaves_nothing(tmp_path, signum, no_space_blob):
     """Tokenizer training and encoding run in Rust; a signal must still stop the
     command at once, removing the half-prepared run folder."""

@@ -36,6 +36,7 @@ def _one_line_error(result: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_a_truncated_zst_is_refused(tmp_path, shakespeare):
     """Fault 1: the first 60% of a .zst file (a download cut off) trained silently on its complete blocks, exit 0."""
     zstandard = pytest.importorskip("zstandard")
@@ -190,6 +191,7 @@ def test_a_damaged_parquet_page_names_file_and_row_group(tmp_path, compression, 
     assert "fetch or write the file again, or leave it out of --text" in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_folder_skips_record_files_without_the_text_field(tmp_path, shakespeare):
     """Fault 8: a folder with a package.json and an unrelated data/results.csv beside the text (a code repository)
     stopped the whole run on the CSV's missing text column."""

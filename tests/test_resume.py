@@ -111,6 +111,7 @@ def test_a_max_steps_below_the_runs_step_is_refused(small_corpus, tmp_path, caps
     assert (run / "config.json").read_bytes() == config and (run / "metrics.jsonl").read_bytes() == metrics
 
 
+@pytest.mark.slow
 def test_a_time_budget_is_the_runs_total(small_corpus, tmp_path, capsys):
     run, budget, stop_after = tmp_path / "run", 2.0, 1.6
     clock = {}
@@ -134,6 +135,7 @@ def test_a_time_budget_is_the_runs_total(small_corpus, tmp_path, capsys):
     assert "schedule" not in capsys.readouterr().out  # the limits did not change, so no warning
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_leaves_a_loadable_checkpoint_and_resume_is_exact(reference, small_corpus, tmp_path, capsys):
     run = tmp_path / "run"
     command = [
@@ -173,6 +175,7 @@ def test_kill_9_mid_run_leaves_a_loadable_checkpoint_and_resume_is_exact(referen
     assert not list(run.glob(".*.tmp"))  # a temporary file left by the kill is cleaned up
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_terminal_saves_and_says_how_to_resume(small_corpus, tmp_path):
     run = tmp_path / "run"
     command = [
@@ -544,6 +547,7 @@ def evals(run: Path) -> list[dict]:
 
 # Ctrl-C while the corpus is opened (the folder has just appeared) and while the model is built.
 @pytest.mark.parametrize("phase", ["open_corpus", "make_optimizer"])
+@pytest.mark.slow
 def test_ctrl_c_before_the_first_step_names_the_resume_and_a_rerun_agrees(
     reference, small_corpus, tmp_path, capsys, phase
 ):
@@ -586,6 +590,7 @@ def test_ctrl_c_before_the_first_step_names_the_resume_and_a_rerun_agrees(
     assert weights(run) == weights(reference / "12")
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_the_final_evaluation_then_resume_finishes_it(reference, small_corpus, tmp_path, capsys):
     run = tmp_path / "run"
     command = [

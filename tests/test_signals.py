@@ -47,6 +47,7 @@ def train_command(corpus: Path, run: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGUSR1], ids=["SIGHUP", "SIGUSR1"])
+@pytest.mark.slow
 def test_the_signal_saves_and_says_how_to_resume(small_corpus, tmp_path, signum):
     run = tmp_path / "run"
     child = subprocess.Popen(
@@ -67,6 +68,7 @@ def test_the_signal_saves_and_says_how_to_resume(small_corpus, tmp_path, signum)
     assert f"octlm train --resume {run}" in out
 
 
+@pytest.mark.slow
 def test_a_closed_terminal_leaves_a_checkpoint_to_resume(small_corpus, tmp_path, capsys):
     """The terminal goes away (its controlling pty is closed): the kernel sends SIGHUP and every later write fails with
     EIO."""

@@ -21,6 +21,7 @@ def _kept(record: dict) -> dict:
     return {k: v for k, v in record["result"].items() if k not in NOT_COMPARED}
 
 
+@pytest.mark.slow
 def test_a_study_record_cut_in_half_is_named_and_its_unit_done_again(tmp_path, monkeypatch, capsys, small_corpus):
     out = tmp_path / "study"
     args = [*with_value(LENGTH, "--extend-to", "0"), "--text", str(small_corpus), "--out", str(out)]

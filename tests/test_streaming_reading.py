@@ -153,6 +153,7 @@ def test_a_reread_of_a_study_none_of_whose_models_can_stream_says_so_writing_not
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
 
 
+@pytest.mark.slow
 def test_a_new_study_with_streaming_ends_with_one_result_that_holds_the_reading(small_corpus, tmp_path, capsys):
     out = tmp_path / "study"
     argv = tiny_study(small_corpus, out, "--schemes", "rope", "learned", "--rope-scalings", "--extend-to", "0")

@@ -147,6 +147,7 @@ def test_a_task_study_refuses_a_bad_layout_too_naming_the_task_it_does_not_fit(t
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_study_continued_with_other_layouts_is_refused_by_name(small_corpus, tmp_path, monkeypatch, capsys):
     from tests.fixtures.study_stops.stops import install
 
@@ -167,6 +168,7 @@ def test_a_study_continued_with_other_layouts_is_refused_by_name(small_corpus, t
     assert {r["label"] for r in records(out / "length.jsonl") if r["record"] == "eval"} == {"alibi", "a"}
 
 
+@pytest.mark.slow
 def test_a_layout_with_global_rope_layers_is_fine_tuned_plainly_and_with_yarn(small_corpus, tmp_path):
     out = tmp_path / "extend"
     args = [*STUDY[: STUDY.index("--extend-to")], "--extend-to", "2", "--extend-steps", "2", "--schemes", "none"]

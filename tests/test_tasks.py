@@ -379,6 +379,7 @@ def test_flip_flop_writes_about_one_instruction_in_nine():
         ("recall", 4, 300, 0.1),
     ],
 )
+@pytest.mark.slow
 def test_a_small_model_beats_chance_on_each_new_task(name, length, steps, chance):
     from octlm.studies.tasks.options import TaskOptions
     from octlm.studies.tasks.study import exact_match, train_task_model

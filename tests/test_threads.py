@@ -98,6 +98,7 @@ def test_set_threads_says_why_and_threads_overrides():
 
 
 @pytest.mark.skipif(device.available_cpus() < 2, reason="needs two CPUs to leave one to a busy process")
+@pytest.mark.slow
 def test_a_busy_process_is_left_its_cpu():
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:

@@ -27,6 +27,7 @@ def _bench_module():
     return module
 
 
+@pytest.mark.slow
 def test_quick_run_prints_every_scheme_with_mfu_in_range():
     # one thread: other programs on a shared machine stall a multi-threaded matmul far more; batches of 2 blocks, not
     # day1's 32: the test checks what the JSON holds, not the speed, in a sixteenth of the time
@@ -138,6 +139,7 @@ def test_batch_sizes_compile_mode_and_phases_parse_and_default():
             bench.parse_args(bad)
 
 
+@pytest.mark.slow
 def test_a_batch_sweep_writes_one_entry_per_shape_and_batch(monkeypatch, tmp_path):
     bench = _bench_module()
     _tiny_shapes(bench, monkeypatch)
@@ -264,6 +266,7 @@ def test_a_batch_that_runs_out_of_memory_is_a_row_and_the_sweep_goes_on(monkeypa
     assert small["batch_size"] == 2 and "train_mfu" in small["schemes"][0] and result["complete"]
 
 
+@pytest.mark.slow
 def test_forward_ab_alternates_the_two_forwards_and_restores_the_current_one(capsys):
     spec = importlib.util.spec_from_file_location("forward_ab_bench", REPO / "bench" / "forward_ab.py")
     ab = importlib.util.module_from_spec(spec)

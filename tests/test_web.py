@@ -172,6 +172,7 @@ def test_busy_port_is_one_clear_error(trained_run):
             make_server({"index.html": b""}, "127.0.0.1", port)
 
 
+@pytest.mark.slow
 def test_serve_command_binds_loopback_and_stops_on_ctrl_c(trained_run):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
@@ -288,6 +289,7 @@ def wait_for_close(client: socket.socket, seconds: float) -> bytes:
     pytest.fail(f"the server kept a connection open for {seconds:g}s")
 
 
+@pytest.mark.slow
 def test_idle_and_slow_clients_are_cut_off_and_the_server_keeps_answering():
     """Clients that never finish their headers, or send them a byte at a time, hold neither a thread nor a place for
     long."""
@@ -334,6 +336,7 @@ server.serve_forever()
 """
 
 
+@pytest.mark.slow
 def test_a_low_file_limit_does_not_stop_the_server():
     """300 idle clients against a server allowed 64 file descriptors: it answers throughout, and serves again once they
     are cut off."""
@@ -410,6 +413,7 @@ def test_ctrl_c_while_a_connection_thread_starts_stops_the_server(monkeypatch):
 HOW_TO_FILL = ("octlm train --out runs/stdlib", "octlm serve --run runs/stdlib", "octlm serve --study DIR")
 
 
+@pytest.mark.slow
 def test_serve_without_a_run_or_a_study_serves_the_playgrounds_alone():
     proc = subprocess.Popen(
         [sys.executable, "-m", "octlm", "serve", "--port", "0", "--json"],
