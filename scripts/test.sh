@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh clone or an existing checkout:
 #   1. installs Debian's Chromium for the browser test when /usr/bin/chromium
 #      is missing (needs root, as on CI), in the background while steps 2
-#      to 4 run: it waits on the network and the disk, not the CPUs;
+#      to 5 run: it waits on the network and the disk, not the CPUs (the
+#      browser tests wait for it);
 #   2. makes .venv/ (Python 3.11) when it is missing and installs octlm with
 #      its test extras into it;
 #   3. in web/: installs the page's npm packages (npm ci), type-checks the
@@ -24,10 +25,19 @@ chromium_install=""
 if [ ! -x /usr/bin/chromium ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "scripts/test.sh: installing Debian's chromium for the browser test (in the background)" >&2
+    # The browser tests wait while this file exists and is empty (tests/test_page.py), so pytest need not wait for
+    # the whole install; a failed install writes why into it.
+    mkdir -p build
+    export OCTLM_CHROMIUM_PENDING="$PWD/build/chromium-install-pending"
+    : >"$OCTLM_CHROMIUM_PENDING"
     (
       export DEBIAN_FRONTEND=noninteractive
-      apt-get update -qq
-      apt-get install -y -qq chromium >/dev/null
+      if apt-get update -qq && apt-get install -y -qq chromium >/dev/null; then
+        rm -f "$OCTLM_CHROMIUM_PENDING"
+      else
+        echo "apt-get install chromium failed (its messages are above)" >"$OCTLM_CHROMIUM_PENDING"
+        exit 1
+      fi
     ) &
     chromium_install=$!
   else
@@ -52,11 +62,11 @@ fi
 .venv/bin/ruff format --check --quiet . || { echo "scripts/test.sh: run '.venv/bin/ruff format .'" >&2; exit 1; }
 .venv/bin/ruff check --quiet . || { echo "scripts/test.sh: fix what ruff check reports (.venv/bin/ruff check --fix . fixes some)" >&2; exit 1; }
 
+.venv/bin/python -m pytest "$@"
+
 if [ -n "$chromium_install" ]; then
   wait "$chromium_install" || { echo "scripts/test.sh: installing chromium failed (apt-get above says why)" >&2; exit 1; }
 fi
-
-.venv/bin/python -m pytest "$@"
 
 # Another machine picks other kernels and threads: the rounding-sensitive tests must pass there too. Step 5's workers
 # computed on one thread each, so here two threads each, with half as many workers, so that none waits on a busy CPU.

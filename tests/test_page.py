@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,20 @@ def test_committed_page_is_what_the_sources_build():
     )
 
 
+def wait_for_chromium() -> None:
+    """While scripts/test.sh still installs Chromium in the background (the file ``OCTLM_CHROMIUM_PENDING`` names
+    exists, empty), wait for it, up to ten minutes; the install's failure, written into that file, fails the test."""
+    pending = os.environ.get("OCTLM_CHROMIUM_PENDING")
+    deadline = time.monotonic() + 600
+    while pending and Path(pending).is_file() and time.monotonic() < deadline:
+        if said := Path(pending).read_text().strip():
+            pytest.fail(f"installing Chromium failed: {said}")
+        time.sleep(1)
+
+
 def browser_check(url: str, out: Path, token: str) -> dict:
     """Run web/e2e/browser.mjs on ``url``; returns what it saw (fails the test on a failed check)."""
+    wait_for_chromium()
     if not Path(CHROMIUM).is_file():
         pytest.fail(f"{CHROMIUM} is missing; {SETUP_HINT}")
     if not (WEB / "node_modules" / "playwright-core").is_dir() or shutil.which("node") is None:
