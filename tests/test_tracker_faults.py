@@ -140,3 +140,27 @@ def test_a_tracker_named_twice_is_refused(tmp_path, small_corpus, capsys):
     line = _one_error_line(capsys.readouterr().err)
     assert code == 1 and "--log-to names mlflow twice" in line
     assert not study.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ['{"mlflow": {"run_id": "ab', "[1, 2]"])
+def test_a_damaged_trackers_json_on_resume_is_refused_naming_it(tmp_path, small_corpus, capsys, damage):
+    """Fault (issue 52, every state file read back): a damaged trackers.json started a new MLflow run in silence on
+    resume, splitting the run's metric history over two MLflow runs."""
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    run = tmp_path / "run"
+    assert _train(small_corpus, run, "--max-steps", "2", "--log-to", "mlflow") == 0
+    (run / "trackers.json").write_text(damage)
+    checkpoint = (run / "checkpoint.pt").read_bytes() if (run / "checkpoint.pt").exists() else None
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--max-steps", "4", "--quiet"]) == 1
+    err = capsys.readouterr().err  # after the warning that --max-steps 4 stretches the schedule
+    (line,) = [line for line in err.splitlines() if line.startswith("octlm: error: ")]
+    assert "Traceback" not in err and str(run / "trackers.json") in line and "restore the file" in line
+    client = MlflowClient(tracking_uri=(run / "mlruns").resolve().as_uri())
+    assert len(client.search_runs([client.get_experiment_by_name("octlm").experiment_id])) == 1  # no second run
+    assert len(_losses(run)) == 2  # nothing trained
+    if checkpoint is not None:
+        assert (run / "checkpoint.pt").read_bytes() == checkpoint

@@ -105,12 +105,26 @@ def check_experiment(
 
 
 def _kept_run(run_dir: Path) -> dict:
-    """What ``trackers.json`` keeps of the MLflow run (``{}`` when nothing)."""
-    try:
-        kept = json.loads((run_dir / TRACKER_RUNS).read_text(encoding="utf-8")).get("mlflow")
-    except (OSError, ValueError, AttributeError):
+    """What ``trackers.json`` keeps of the MLflow run (``{}`` when there is no such file or no MLflow run in it).
+
+    Raises:
+        OctlmError: naming the file, when it cannot be read or is not a JSON object: its run cannot be found again,
+            and logging the resumed steps to a new MLflow run in silence would split the run's history in two.
+    """
+    path = run_dir / TRACKER_RUNS
+    if not path.exists():
         return {}
-    return kept if isinstance(kept, dict) else {}
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        kept = err
+    if not isinstance(kept, dict):
+        said = f"cannot be read ({kept})" if isinstance(kept, Exception) else "holds no JSON object"
+        raise OctlmError(
+            f"{path} {said}, so the MLflow run this run logs to cannot be found again; restore the file from a copy, "
+            "or delete it to log the resumed steps to a new MLflow run"
+        )
+    return kept["mlflow"] if isinstance(kept.get("mlflow"), dict) else {}
 
 
 def _continued_run(client, run_dir: Path, shared: str | None, experiment_id: str):
