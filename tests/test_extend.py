@@ -317,3 +317,17 @@ def test_time_budget_becomes_one_step_count(tmp_path, small_corpus):
     assert study["equal_steps"]["steps"] >= 1 and study["equal_steps"]["timed_scheme"] == "rope"
     assert {r["steps"] for r in records if r["record"] == "train"} == {study["equal_steps"]["steps"]}
     assert not (tmp_path / "timed" / "runs" / ".timing").exists()
+
+
+def test_init_from_a_window_layout_with_a_context_below_its_window_is_one_line(small_corpus, tmp_path, capsys):
+    """Fault from a new user's trial: the source's `rope/w4` layers with --context-length 2 ended in a
+    DecoderFieldError traceback; a fresh run with those flags already said it in one line."""
+    source = tmp_path / "w"
+    _train(["--text", str(small_corpus), "--out", str(source), "--layers", "rope/w4 rope", "--context-length", "8",
+            "--max-steps", "1", *TINY, "--n-layers", "2"])  # fmt: skip
+    capsys.readouterr()
+    out = tmp_path / "init"
+    assert main(["train", "--init-from", str(source), "--context-length", "2", "--out", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith("octlm: error: ") and err.count("\n") == 1, err
+    assert "window of 4 tokens" in err and str(source) in err and not out.exists()

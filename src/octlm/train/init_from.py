@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from octlm.declare import option_default, option_fields, replaced
+from octlm.declare import option_default, option_fields, refused, replaced
 from octlm.errors import OctlmError, RunError
 from octlm.fileio import read_safetensors, sha256_file
 from octlm.model import Decoder, DecoderConfig
@@ -113,7 +113,12 @@ def init_from_options(opts, given: set[str]):
                 f"drop --{name.replace('_', '-')}"
             )
         shape[name] = then
-    return replaced(opts, **shape)
+    try:
+        return replaced(opts, **shape)
+    except ValueError as err:  # the source's shape with a flag given now (its windows wider than --context-length)
+        raise OctlmError(
+            f"{refused(err)} (the model of --init-from {opts.init_from} with the flags given now)"
+        ) from None
 
 
 def source_record(init_from: str | Path) -> dict:
