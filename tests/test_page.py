@@ -29,6 +29,7 @@ CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 SETUP_HINT = "run `bash scripts/test.sh`, which installs Chromium and the npm packages and builds the page"
 
 
+@pytest.mark.slow  # needs the page built by scripts/test.sh (npm, vite)
 def test_committed_page_is_what_the_sources_build():
     if not CHECK_BUILD.is_dir():
         pytest.fail(f"{CHECK_BUILD} is missing; {SETUP_HINT}")
