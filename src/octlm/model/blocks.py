@@ -243,9 +243,7 @@ class CausalSelfAttention(nn.Module):
         the block's first position ``offset + i0``), and :func:`window_keys` gives its band.
         """
         T, S, W = q.shape[-2], k.shape[-2], self.window
-        visible = None if plan is None else plan.visible
-        if visible is not None and visible.shape[-1] != S:  # a window cache kept only the last S keys
-            visible = visible[..., -S:]
+        visible = _kept_keys(plan, S)
         out = []
         for i0 in range(0, T, band_block(W)):
             i1 = min(T, i0 + band_block(W))
@@ -262,13 +260,18 @@ class CausalSelfAttention(nn.Module):
     def _windowed(self, plan: PassPlan | None, T: int, S: int, device: torch.device) -> PassPlan | PassView | None:
         """The pass's masks for this window layer: the plan's ``visible`` cut to the S keys a window cache kept, and
         the band wherever a query has more than ``window`` keys before it."""
-        visible = None if plan is None else plan.visible
-        if visible is not None and visible.shape[-1] != S:
-            visible = visible[..., -S:]
+        visible = _kept_keys(plan, S)
         if S > self.window:
             band = window_keys(T, S, self.window, device)
             visible = band if visible is None else visible & band
         return plan if visible is None else PassView(visible)
+
+
+def _kept_keys(plan: PassPlan | None, S: int) -> Tensor | None:
+    """The plan's ``visible`` keys [B, 1, T, S] cut to the last ``S``, the ones a window cache kept; ``None`` without
+    a plan or a mask."""
+    visible = None if plan is None else plan.visible
+    return visible[..., -S:] if visible is not None and visible.shape[-1] != S else visible
 
 
 def _causal_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, dropout: float) -> Tensor:
