@@ -11,6 +11,7 @@ comparison allows bfloat16's rounding. The AdamW side is checked against
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -305,6 +306,23 @@ def flags(**options) -> list[str]:
     return [x for k, v in options.items() for x in (f"--{k.replace('_', '-')}", str(v))]
 
 
+def test_a_run_made_without_muon_weight_decay_resumes_without_it(small_corpus, tmp_path, monkeypatch):
+    """A run whose config.json says muon_weight_decay 0 (every Muon run before issue 53 made it the default 0.25)
+    resumes with 0: the weights go on as they would have, not under today's default."""
+    run = tmp_path / "before-53"
+    argv = ["train", "--text", str(small_corpus), "--out", str(run), "--max-steps", "4", "--quiet", *flags(**TINY)]
+    assert main([*argv, "--muon-weight-decay", "0"]) == 0
+    built, real = [], torch.optim.Muon.__init__
+
+    def spy(self, params, *args, **kwargs):
+        built.append(kwargs["weight_decay"])
+        real(self, params, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Muon, "__init__", spy)
+    assert main(["train", "--resume", str(run), "--max-steps", "6", "--quiet"]) == 0
+    assert built == [0.0]
+
+
 def test_the_optimizer_round_trips_through_config_resume_and_init_from(small_corpus, tmp_path, capsys):
     run = tmp_path / "muon"
     assert (
@@ -386,6 +404,46 @@ def test_the_task_study_trains_with_the_optimizer_it_is_given():
     opts = TaskOptions(task="copy", optimizer="muon", muon_lr=0.01)
     train_opts = opts.train_options(TASKS["copy"], "rope", 0)
     assert train_opts.optimizer == "muon" and train_opts.muon_lr == 0.01
+
+
+def test_the_default_muon_decays_the_blocks_matrices_as_the_default_adamw_does():
+    """Issue 53: Muon without weight decay fell behind AdamW on text read 21 times over. The default's rule is that a
+    block matrix shrinks per step at the peak by what AdamW's default shrinks it, lr x wd (Loshchilov & Hutter 2019's
+    decoupled decay; torch.optim.Muon's decay is lr x wd too): one step with zero gradients, where the update is zero,
+    scales each matrix by 1 - 0.005, whichever optimizer the defaults build."""
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=1))
+    names = muon_parameters(model)
+    shrink = {}
+    for optimizer in ("muon", "adamw"):
+        trial = copy.deepcopy(model)
+        params = dict(trial.named_parameters())
+        before = {n: params[n].detach().clone() for n in names}
+        for p in trial.parameters():
+            p.grad = torch.zeros_like(p)
+        make_optimizer(trial, TrainOptions.of(optimizer=optimizer), torch.device("cpu")).step()
+        shrink[optimizer] = {n: (params[n].detach() / before[n]).mean().item() for n in names}
+    defaults = TrainOptions()
+    assert defaults.muon_lr * defaults.muon_weight_decay == pytest.approx(
+        defaults.learning_rate * defaults.weight_decay
+    )
+    for n in names:
+        assert shrink["muon"][n] == pytest.approx(1 - 0.02 * 0.25, abs=1e-6)
+        assert shrink["muon"][n] == pytest.approx(shrink["adamw"][n], abs=1e-6)
+
+
+def test_the_task_study_keeps_muon_without_weight_decay_and_runs_with_adamw():
+    """The task study trains without weight decay on every parameter (its recipe: decay pulls back the few weights a
+    task needs), so octlm train's new Muon default does not reach it; with --optimizer adamw its models' options pass
+    octlm train's check (its own Muon default of 0 is no Muon flag given to AdamW)."""
+    from octlm.studies.tasks.generators import TASKS
+    from octlm.studies.tasks.options import TaskOptions
+    from octlm.train.option_checks import check_options
+
+    assert TaskOptions(task="copy").train_options(TASKS["copy"], "rope", 0).muon_weight_decay == 0.0
+    adamw = TaskOptions(task="copy", optimizer="adamw").train_options(TASKS["copy"], "rope", 0)
+    check_options(adamw)
+    assert adamw.optimizer == "adamw"
 
 
 def test_the_length_study_hands_the_optimizer_to_every_model(tmp_path):
