@@ -56,12 +56,14 @@ POSITIONS_ON_MUON = (
 )
 
 
-def train(name: str, steps: int, out: Path, text: list[str], eval_interval: int | None = None) -> dict:
+def train(
+    name: str, steps: int, out: Path, text: list[str], eval_interval: int | None = None, seed: int | None = None
+) -> dict:
     """One ``octlm train`` of variant ``name`` for ``steps`` steps (a whole schedule) into ``out / name``.
 
     Returns ``{"records": metrics.jsonl's records, "result": the --json result event, "wall_s": seconds}``, or
     ``{"error": the end of stderr}`` when the run failed. ``eval_interval`` (default: ``steps``) sets the periodic
-    evaluations; the last evaluation covers every validation block.
+    evaluations; the last evaluation covers every validation block. ``seed`` (default: octlm's) is ``--seed``.
     """
     flags, _ = VARIANTS[name]
     args = [
@@ -80,6 +82,7 @@ def train(name: str, steps: int, out: Path, text: list[str], eval_interval: int 
         str(eval_interval or steps),
         "--json",
         *flags,
+        *(["--seed", str(seed)] if seed is not None else []),
     ]
     command = (
         [sys.executable, "-c", POSITIONS_ON_MUON, *args]

@@ -2,7 +2,7 @@
 figures and curves at several run lengths; prints JSON, one line per run.
 
     .venv/bin/python bench/optimizer_regimes.py [--corpora tinyshakespeare stdlib] [--steps 300 679 1200 2150]
-        [--only adamw base wd-0.5] [--jobs 2] [--curve-points 10] [--out build/optimizer-regimes]
+        [--only adamw base wd-0.5] [--jobs 2] [--curve-points 10] [--seed N] [--out build/optimizer-regimes]
         [--skip FILE.jsonl]
 
 Every (corpus, steps, variant) is one ``octlm train`` with a whole schedule of
@@ -61,11 +61,12 @@ def curve(records: list[dict]) -> list[list[float]]:
     return points
 
 
-def measure(corpus: str, steps: int, variant: str, out: Path, curve_points: int) -> dict:
-    """One run of the grid, as a line of this benchmark's output."""
-    folder = out / corpus / str(steps)
-    done = train(variant, steps, folder, CORPORA[corpus], eval_interval=max(steps // curve_points, 1))
+def measure(corpus: str, steps: int, variant: str, out: Path, curve_points: int, seed: int | None = None) -> dict:
+    """One run of the grid, as a line of this benchmark's output (``seed``: ``--seed``, default octlm's)."""
+    folder = out / corpus / str(steps) / ("" if seed is None else f"seed{seed}")
+    done = train(variant, steps, folder, CORPORA[corpus], eval_interval=max(steps // curve_points, 1), seed=seed)
     row = {"corpus": corpus, "steps": steps, "variant": variant, "flags": " ".join(VARIANTS[variant][0])}
+    row = row if seed is None else {**row, "seed": seed}
     if "error" in done:
         return {**row, **done}
     records = done["records"]
@@ -121,6 +122,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=list(VARIANTS), default=["adamw", "base"])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--curve-points", type=int, default=10, help="evaluations per run")
+    parser.add_argument("--seed", type=int, help="--seed of every run (default: octlm's, 1337)")
     parser.add_argument("--out", type=Path, default=Path("build/optimizer-regimes"))
     parser.add_argument("--skip", type=Path, help="an earlier output: its runs are printed again, not trained")
     parser.add_argument("--figure", type=Path, help="draw the curves of --from's runs into this PNG; train nothing")
@@ -128,7 +130,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.figure:
         lines = [json.loads(line) for source in args.sources for line in source.read_text().splitlines()]
-        rows = [row for row in lines if "curve" in row]
+        rows = [row for row in lines if "curve" in row and "seed" not in row]  # octlm's default seed
         if not rows:
             raise SystemExit(f"--from {' '.join(map(str, args.sources))}: no runs to draw (lines with a curve)")
         figure(rows, args.figure)
@@ -138,12 +140,13 @@ def main() -> None:
         for line in args.skip.read_text().splitlines():
             row = json.loads(line)
             if "corpus" in row and "error" not in row:
-                done[row["corpus"], row["steps"], row["variant"]] = row
+                if row.get("seed") == args.seed:
+                    done[row["corpus"], row["steps"], row["variant"]] = row
     # Longest runs first, so that the last job to start is a short one and the two processes end together.
     grid = sorted(((c, s, v) for c in args.corpora for s in args.steps for v in args.only), key=lambda key: -key[1])
     print(json.dumps({"load_average": os.getloadavg(), "jobs": args.jobs, "grid": len(grid)}), flush=True)
     with ThreadPoolExecutor(args.jobs) as pool:
-        rows = pool.map(lambda key: done.get(key) or measure(*key, args.out, args.curve_points), grid)
+        rows = pool.map(lambda key: done.get(key) or measure(*key, args.out, args.curve_points, args.seed), grid)
         for row in rows:
             print(json.dumps(row), flush=True)
 
