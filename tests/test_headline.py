@@ -73,3 +73,23 @@ def test_a_max_steps_study_states_its_step_count(tmp_path):
     head.update(equal_steps=None, options={**head["options"], "max_steps": 7})
     path.write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
     assert "for 7 steps each" in module.headline(*module.read_study(path), "c", "x")
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({}, "with AdamW;"),
+        ({"optimizer": "adamw", "muon_weight_decay": 0.25}, "with AdamW;"),
+        ({"optimizer": "muon"}, "with Muon (weight decay 0) on the blocks' matrices, AdamW on the rest;"),
+        ({"optimizer": "muon", "muon_weight_decay": 0.25}, "with Muon (weight decay 0.25) on the blocks'"),
+    ],
+)
+def test_the_caption_names_the_optimizer_the_study_trained_with(tmp_path, options, words):
+    """Issue 53: the table states which optimizer made it; a study from before --optimizer trained with AdamW."""
+    module = _headline()
+    path = _study(tmp_path) / "length.jsonl"
+    lines = path.read_text().splitlines()
+    head = json.loads(lines[0])
+    head["options"] = {**head["options"], **options}
+    path.write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
+    assert words in module.headline(*module.read_study(path), "c", "x")
