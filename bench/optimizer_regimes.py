@@ -45,6 +45,13 @@ from muon_tuning import VARIANTS, train  # noqa: E402  (the benchmark beside thi
 
 #: corpus name -> ``octlm train --text`` (empty: the main job's default, the standard library).
 CORPORA = {"tinyshakespeare": ["tinyshakespeare"], "stdlib": []}
+#: How the figure names a variant (others by their name).
+LABELS = {
+    "adamw": "AdamW",
+    "base": "Muon, no weight decay",
+    "wd-0.25": "Muon, weight decay 0.25",
+    "wd-0.5": "Muon, weight decay 0.5",
+}
 
 
 def curve(records: list[dict]) -> list[list[float]]:
@@ -102,11 +109,18 @@ def figure(rows: list[dict], path: Path) -> None:
             color, longest = f"C{index}", runs[-1]
             to_bpb = longest["val_bpb"] / longest["val_loss"]  # the validation text's bits per byte per nat per token
             steps = [point[0] for point in longest["curve"]]
-            ax.plot(steps, [point[1] for point in longest["curve"]], color=color, label=f"{variant} validation")
+            ax.plot(
+                steps,
+                [point[1] for point in longest["curve"]],
+                color=color,
+                label=f"{LABELS.get(variant, variant)}: validation",
+            )
             trained = [(point[0], point[2] * to_bpb) for point in longest["curve"] if point[2] is not None]
-            ax.plot(*zip(*trained, strict=True), color=color, linestyle="--", alpha=0.7, label=f"{variant} training")
+            ax.plot(*zip(*trained, strict=True), color=color, linestyle="--", alpha=0.7, label="training")
             ax.scatter([row["steps"] for row in runs], [row["val_bpb"] for row in runs], color=color, zorder=3)
-        ax.set(title=corpus, xlabel="step", ylabel="bits per byte")
+        passes = max(mine, key=lambda row: row["steps"])
+        title = f"{corpus}: {passes['epochs']:.0f} passes over the text in {passes['steps']:,} steps"
+        ax.set(title=title, xlabel="step (each dot: a whole run of that many steps)", ylabel="bits per byte")
         low = min(row["train_loss"] * row["val_bpb"] / row["val_loss"] for row in mine)
         ax.set_ylim(low - 0.1, max(row["val_bpb"] for row in mine) + 0.4)
         ax.grid(alpha=0.3)
