@@ -445,6 +445,19 @@ def test_the_task_study_keeps_muon_without_weight_decay_and_runs_with_adamw():
     check_options(adamw)
     assert adamw.optimizer == "adamw"
 
+    from octlm.cli.commands.length import study_options
+    from octlm.cli.program import build_parser
+
+    def parsed(*argv):
+        args = build_parser().parse_args(["length", *argv, "--out", "study"])
+        args.argv = ["length", *argv, "--out", "study"]
+        return study_options(args)
+
+    # one flag serves both studies: its default is each study's own, and a value given reaches the task study
+    assert parsed("--task", "copy").muon_weight_decay == 0.0
+    assert parsed("--text", "x").muon_weight_decay == TrainOptions().muon_weight_decay == 0.25
+    assert parsed("--task", "copy", "--muon-weight-decay", "0.3").muon_weight_decay == 0.3
+
 
 def test_the_length_study_hands_the_optimizer_to_every_model(tmp_path):
     from octlm.studies.length.options import LengthOptions

@@ -177,7 +177,13 @@ class LengthOptions:
     optimizer: str = same_as(TrainOptions, "optimizer")
     muon_lr: float = same_as(TrainOptions, "muon_lr")
     muon_momentum: float = same_as(TrainOptions, "muon_momentum")
-    muon_weight_decay: float = same_as(TrainOptions, "muon_weight_decay")
+    muon_weight_decay: float = same_as(
+        TrainOptions,
+        "muon_weight_decay",
+        help=_task_default(
+            "muon_weight_decay", "Muon's decoupled weight decay, times the learning rate per step (--optimizer muon)"
+        ),
+    )
     eval_tokens: int = option(
         8192,
         "the batch size of evaluation, in tokens: each forward pass reads this / L windows of length L, so it "

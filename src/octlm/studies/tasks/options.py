@@ -175,7 +175,11 @@ class TaskOptions:
     optimizer: str = same_as(TrainOptions, "optimizer", default=TASK_TRAINING["optimizer"])
     muon_lr: float = same_as(TrainOptions, "muon_lr")
     muon_momentum: float = same_as(TrainOptions, "muon_momentum")
-    muon_weight_decay: float = same_as(TrainOptions, "muon_weight_decay", default=TASK_TRAINING["muon_weight_decay"])
+    muon_weight_decay: float = same_as(
+        TrainOptions,
+        "muon_weight_decay",
+        default=TASK_TRAINING["muon_weight_decay"],
+    )
     seed: int = same_as(TrainOptions, "seed", help="random seed, the same for every model")
     seeds: int = option(
         TASK_SEEDS,
