@@ -592,3 +592,43 @@ def test_the_extension_stage_fine_tunes_with_the_studys_optimizer(tmp_path, monk
     assert tuned.optimizer == optimizer
     expected = 0.02 * opts.extend_learning_rate / opts.learning_rate if optimizer == "muon" else 0.02
     assert tuned.muon_lr == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    "flags_given, refused",
+    [
+        (["--muon-weight-decay", "50"], "--muon-weight-decay 50 with --muon-lr 0.02"),
+        (["--muon-weight-decay", "1e9"], "--muon-weight-decay 1e+09 with --muon-lr 0.02"),
+        (["--muon-lr", "0.5", "--muon-weight-decay", "2"], "--muon-weight-decay 2 with --muon-lr 0.5"),
+        (["--weight-decay", "200"], "--weight-decay 200 with --learning-rate 0.005"),
+        (["--optimizer", "adamw", "--weight-decay", "300"], "--weight-decay 300 with --learning-rate 0.005"),
+        (["--muon-weight-decay", "49"], None),
+        (["--optimizer", "adamw", "--weight-decay", "199"], None),
+    ],
+)
+def test_a_weight_decay_that_would_zero_the_matrices_is_refused_before_anything_is_written(flags_given, refused):
+    """Decoupled decay scales a matrix by 1 - lr x wd per step: at lr x wd >= 1 nothing is left of it (a new user's
+    trial: --muon-weight-decay 1e9 ended in NaN with a message blaming --learning-rate, and a run folder left)."""
+    from octlm.cli import build_parser, options_from
+    from octlm.errors import OctlmError
+    from octlm.train.option_checks import check_options
+
+    opts = options_from(build_parser().parse_args(["train", "--out", "x", *flags_given]), TrainOptions)
+    if refused is None:
+        check_options(opts)
+        return
+    with pytest.raises(OctlmError, match="zeroes it or flips its sign") as err:
+        check_options(opts)
+    assert str(err.value).startswith(refused)
+
+
+def test_the_task_study_refuses_a_muon_flag_given_with_adamw(tmp_path, capsys):
+    """As octlm train does: the study's models leave Muon's options out under AdamW, so the study checks them itself,
+    against its own defaults (a new user's trial found --muon-weight-decay 0.1 accepted and recorded)."""
+    out = tmp_path / "study"
+    argv = ["length", "--task", "copy", "--optimizer", "adamw", "--schemes", "rope", "--out", str(out)]
+    assert main([*argv, "--muon-weight-decay", "0.1"]) == 1
+    assert "--muon-weight-decay 0.1 means nothing with --optimizer adamw" in capsys.readouterr().err
+    assert main([*argv, "--muon-lr", "0.5"]) == 1
+    assert "--muon-lr 0.5 means nothing with --optimizer adamw" in capsys.readouterr().err
+    assert not out.exists()

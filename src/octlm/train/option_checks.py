@@ -61,6 +61,30 @@ def check_optimizer_options(opts) -> None:
             )
 
 
+def check_weight_decay(opts) -> None:
+    """Refuse a decoupled weight decay that would zero or flip the matrices it decays at the peak rate.
+
+    Decoupled decay (Loshchilov & Hutter 2019; torch's AdamW and Muon alike) scales a decayed matrix by
+    ``1 - lr x wd`` each step, so ``lr x wd >= 1`` leaves nothing of the weights, or turns their sign, before
+    the gradient's update; training then ends in NaN, whose message blames the learning rate.
+
+    Raises:
+        OctlmError: naming both flags, their product and the largest weight decay that works.
+    """
+    pairs = [("learning_rate", "weight_decay")] + (
+        [("muon_lr", "muon_weight_decay")] if opts.optimizer == "muon" else []
+    )
+    for rate, decay in pairs:
+        lr, wd = getattr(opts, rate), getattr(opts, decay)
+        if lr * wd >= 1:
+            default = option_default(next(f for f in option_fields(TrainOptions) if f.name == decay))
+            raise OctlmError(
+                f"{flag(decay)} {wd:g} with {flag(rate)} {lr:g} scales each decayed matrix by 1 - {lr * wd:g} per "
+                f"step at the peak, which zeroes it or flips its sign; give {flag(decay)} below {1 / lr:g} "
+                f"(the default is {default:g})"
+            )
+
+
 def check_options(opts: TrainOptions) -> None:
     """Reject option values that cannot work, naming the flag; nothing is read or written before this passes.
 
@@ -80,6 +104,7 @@ def check_options(opts: TrainOptions) -> None:
     check_fields(opts)
     check_scheme_options(opts)
     check_optimizer_options(opts)
+    check_weight_decay(opts)
     check_scaling_options(opts)
     steps, warmup = resolved_max_steps(opts), resolved_warmup_steps(opts)
     if steps is not None and warmup >= steps:
@@ -96,4 +121,11 @@ def check_seed(seed: int, flag: str = "--seed") -> None:
         raise OctlmError(f"{flag} must be {SEED.phrase()}, got {seed}")
 
 
-__all__ = ["check_optimizer_options", "check_options", "check_scheme_options", "check_seed", "scheme_options"]
+__all__ = [
+    "check_optimizer_options",
+    "check_options",
+    "check_weight_decay",
+    "check_scheme_options",
+    "check_seed",
+    "scheme_options",
+]

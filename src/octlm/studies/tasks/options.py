@@ -30,7 +30,7 @@ from octlm.studies.tasks.generators import TASKS, Task
 from octlm.studies.tasks.needle import DEFAULT_TEXT, VARIANTS, check_haystack, needle_task
 from octlm.studies.tasks.presets import PRESETS, apply_preset
 from octlm.train.mlflow_tracker import check_experiment
-from octlm.train.option_checks import check_options
+from octlm.train.option_checks import check_optimizer_options, check_options
 from octlm.train.options import MUON_OPTIONS, TrainOptions
 from octlm.train.tracking import check_trackers
 
@@ -293,6 +293,9 @@ def check_task_options(opts: TaskOptions) -> None:
     if opts.out is None:
         raise OctlmError("--out: give the study folder to create, e.g. --out runs/copy")
     check_fields(opts)
+    # against the task study's own defaults: its models' options leave Muon's out under AdamW, so the check of
+    # each model's options below cannot see a Muon flag given with --optimizer adamw
+    check_optimizer_options(opts)
     check_schemes(opts.schemes)
     check_layouts(layout_rows(opts.layouts), opts.schemes, lambda row: _layout_models(opts, row, names))
     check_trackers(list(opts.log_to))
