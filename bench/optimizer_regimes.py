@@ -129,6 +129,17 @@ def figure(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def read_outputs(sources: list[Path]) -> list[dict]:
+    """The JSON lines of earlier outputs of this benchmark; SystemExit naming the file for one it cannot read."""
+    rows = []
+    for source in sources:
+        try:
+            rows += [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise SystemExit(f"--from {source}: not an output of this benchmark ({err})") from None
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpora", nargs="+", choices=list(CORPORA), default=list(CORPORA))
@@ -143,11 +154,13 @@ def main() -> None:
     parser.add_argument("--from", dest="sources", nargs="+", type=Path, default=[], help="outputs to draw")
     args = parser.parse_args()
     if args.figure:
-        lines = [json.loads(line) for source in args.sources for line in source.read_text().splitlines()]
-        rows = [row for row in lines if "curve" in row and "seed" not in row]  # octlm's default seed
+        rows = [row for row in read_outputs(args.sources) if "curve" in row and "seed" not in row]  # seed 1337
         if not rows:
-            raise SystemExit(f"--from {' '.join(map(str, args.sources))}: no runs to draw (lines with a curve)")
+            raise SystemExit(f"--from {' '.join(map(str, args.sources)) or '(nothing)'}: no runs to draw")
+        if not args.figure.parent.is_dir():
+            raise SystemExit(f"--figure {args.figure}: no folder {args.figure.parent} to write it in")
         figure(rows, args.figure)
+        print(f"wrote {args.figure}")
         return
     done = {}
     if args.skip and args.skip.exists():
