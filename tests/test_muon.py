@@ -597,13 +597,15 @@ def test_the_extension_stage_fine_tunes_with_the_studys_optimizer(tmp_path, monk
 @pytest.mark.parametrize(
     "flags_given, refused",
     [
-        (["--muon-weight-decay", "50"], "--muon-weight-decay 50 with --muon-lr 0.02"),
-        (["--muon-weight-decay", "1e9"], "--muon-weight-decay 1e+09 with --muon-lr 0.02"),
-        (["--muon-lr", "0.5", "--muon-weight-decay", "2"], "--muon-weight-decay 2 with --muon-lr 0.5"),
-        (["--weight-decay", "200"], "--weight-decay 200 with --learning-rate 0.005"),
-        (["--optimizer", "adamw", "--weight-decay", "300"], "--weight-decay 300 with --learning-rate 0.005"),
+        (["--muon-weight-decay", "50"], "--muon-lr 0.02 x --muon-weight-decay 50 = 1:"),
+        (["--muon-weight-decay", "1e9"], "--muon-lr 0.02 x --muon-weight-decay 1e+09 = 2e+07:"),
+        (["--muon-lr", "0.5", "--muon-weight-decay", "2"], "--muon-lr 0.5 x --muon-weight-decay 2 = 1:"),
+        (["--weight-decay", "200"], "--learning-rate 0.005 x --weight-decay 200 = 1:"),
+        (["--optimizer", "adamw", "--weight-decay", "300"], "--learning-rate 0.005 x --weight-decay 300 = 1.5:"),
         (["--muon-weight-decay", "49"], None),
         (["--optimizer", "adamw", "--weight-decay", "199"], None),
+        (["--learning-rate", "1e6"], "--learning-rate 1e+06 x --weight-decay 1 = 1e+06:"),
+        (["--learning-rate", "1e6", "--weight-decay", "0"], None),
     ],
 )
 def test_a_weight_decay_that_would_zero_the_matrices_is_refused_before_anything_is_written(flags_given, refused):
@@ -632,3 +634,18 @@ def test_the_task_study_refuses_a_muon_flag_given_with_adamw(tmp_path, capsys):
     assert main([*argv, "--muon-lr", "0.5"]) == 1
     assert "--muon-lr 0.5 means nothing with --optimizer adamw" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("option, value", [("muon_weight_decay", "0.3"), ("muon_lr", "0.05")])
+def test_resuming_an_adamw_run_with_a_muon_flag_says_only_muon_reads_it(small_corpus, tmp_path, capsys, option, value):
+    """An AdamW run's config.json keeps Muon's defaults, unread: a Muon flag on --resume is refused for what it is,
+    not as contradicting a value the run never used (a new user's trial), and --muon-lr is not re-tuned in silence."""
+    run = tmp_path / "adamw"
+    argv = ["train", "--text", str(small_corpus), "--out", str(run), "--max-steps", "4", "--quiet", *flags(**TINY)]
+    assert main([*argv, "--optimizer", "adamw"]) == 0
+    capsys.readouterr()
+    given = f"--{option.replace('_', '-')}"
+    assert main(["train", "--resume", str(run), "--max-steps", "6", given, value, "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert f"{given} {value} means nothing to the run being resumed: it trains with --optimizer adamw" in err
+    assert "contradicts" not in err

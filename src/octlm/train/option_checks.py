@@ -62,26 +62,27 @@ def check_optimizer_options(opts) -> None:
 
 
 def check_weight_decay(opts) -> None:
-    """Refuse a decoupled weight decay that would zero or flip the matrices it decays at the peak rate.
+    """Refuse a learning rate and decoupled weight decay whose product would zero or flip the decayed matrices.
 
     Decoupled decay (Loshchilov & Hutter 2019; torch's AdamW and Muon alike) scales a decayed matrix by
-    ``1 - lr x wd`` each step, so ``lr x wd >= 1`` leaves nothing of the weights, or turns their sign, before
-    the gradient's update; training then ends in NaN, whose message blames the learning rate.
+    ``1 - lr x wd`` each step, so ``lr x wd >= 1`` at the peak leaves nothing of the weights, or turns their sign,
+    before the gradient's update; training then ends in NaN, whose message could only blame the learning rate.
 
     Raises:
-        OctlmError: naming both flags, their product and the largest weight decay that works.
+        OctlmError: naming both flags, their product and the fix for either.
     """
+    defaults = {f.name: option_default(f) for f in option_fields(TrainOptions)}
     pairs = [("learning_rate", "weight_decay")] + (
         [("muon_lr", "muon_weight_decay")] if opts.optimizer == "muon" else []
     )
     for rate, decay in pairs:
         lr, wd = getattr(opts, rate), getattr(opts, decay)
         if lr * wd >= 1:
-            default = option_default(next(f for f in option_fields(TrainOptions) if f.name == decay))
             raise OctlmError(
-                f"{flag(decay)} {wd:g} with {flag(rate)} {lr:g} scales each decayed matrix by 1 - {lr * wd:g} per "
-                f"step at the peak, which zeroes it or flips its sign; give {flag(decay)} below {1 / lr:g} "
-                f"(the default is {default:g})"
+                f"{flag(rate)} {lr:g} x {flag(decay)} {wd:g} = {lr * wd:g}: decoupled weight decay scales each "
+                f"decayed matrix by 1 - {lr * wd:g} per step at the peak, which zeroes it or flips its sign; keep "
+                f"the product below 1 ({flag(decay)} below {1 / lr:g} at this rate; the defaults are "
+                f"{defaults[rate]:g} and {defaults[decay]:g}, or {flag(decay)} 0 turns the decay off)"
             )
 
 

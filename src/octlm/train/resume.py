@@ -16,7 +16,7 @@ from octlm.model.config import stored_layout_text
 from octlm.option_values import checked_values
 from octlm.run.folder import CONFIG, RunFolder
 from octlm.run.load import check_scheme_found, load_config
-from octlm.train.options import UNRECORDED, TrainOptions, model_options
+from octlm.train.options import MUON_OPTIONS, UNRECORDED, TrainOptions, model_options
 
 
 def resume_policy(cls=TrainOptions) -> dict[str, Resume]:
@@ -103,6 +103,12 @@ def resume_options(run_dir: Path, opts: TrainOptions, given: set[str]) -> tuple[
     for name in sorted(given):
         meta = fields[name].metadata
         value, then = values[name], stored.get(name, option_default(fields[name]))
+        if name in MUON_OPTIONS and stored.get("optimizer") != "muon":
+            # its config.json keeps Muon's defaults, which nothing reads: "contradicts ..., which has 0.25" misleads
+            raise OctlmError(
+                f"{flag(name)} {value} means nothing to the run being resumed: it trains with --optimizer "
+                f"{stored.get('optimizer')} ({run_dir / CONFIG}), and only Muon reads {flag(name)}; drop {flag(name)}"
+            )
         refuse = meta["resume_check"] or (_must_match if meta["resume"] is Resume.FIXED else None)
         if refuse is not None and (message := refuse(name, value, then, run_dir)):
             raise OctlmError(message)
