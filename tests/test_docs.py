@@ -247,3 +247,13 @@ def test_the_plugin_example_trains_and_samples(tmp_path):
             [sys.executable, "-m", "octlm", *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300
         )
         assert done.returncode == 0, done.stderr
+
+
+def test_layouts_page_lists_every_scheme_a_layer_may_carry():
+    """docs/layouts.md's "Which schemes can be a layer" names exactly the schemes --layers takes (it named 9 of 12:
+    FoX, stick-breaking and PaTH were missing)."""
+    from octlm.model.layout import per_layer_schemes
+
+    text = (REPO / "docs" / "layouts.md").read_text(encoding="utf-8")
+    sentence = re.search(r"That is (`[^.]*`)\.", text.split("## Which schemes can be a layer", 1)[1]).group(1)
+    assert sorted(re.findall(r"`([a-z0-9]+)`", sentence)) == sorted(per_layer_schemes())
