@@ -77,6 +77,8 @@ KEYS: tuple[tuple[re.Pattern, str, Callable[[str], object]], ...] = (
 #: How the keys are spelled, for messages.
 KEY_SYNTAX = "wN (a window of N tokens; w1e2 is 100), global, thetaX (RoPE base), logn, qknorm, noqknorm"
 _REPEAT = re.compile(r"^(.*)\*([+-]?[0-9]+)$", re.ASCII)
+#: A key that reads as a window but is none: digits with a sign or a decimal point.
+_WINDOW_LIKE = re.compile(r"w[0-9e]*[-+.][-+.0-9e]*", re.ASCII)
 
 
 def _whole(text: str) -> int:
@@ -152,7 +154,9 @@ def _key(key: str, where: str) -> tuple[str, object]:
                 return field, read(match.group(1))
             except (ValueError, OverflowError):
                 break
-    known = "" if key in SCHEMES else f"; keys are {KEY_SYNTAX}"
+    if _WINDOW_LIKE.fullmatch(key):  # w-4, w4.5, w+8: a window, miswritten
+        raise LayoutError(f"{where}: {key!r}: a window is wN, N a whole number of tokens (w64, w1e2), or global")
+    known = "" if key in SCHEMES else f"; schemes are {', '.join(per_layer_schemes())}; keys are {KEY_SYNTAX}"
     place = f"; a scheme comes first in an entry ({key}/...)" if key in SCHEMES else known
     raise LayoutError(f"{where}: {key!r} is not a scheme or key here{place}")
 
