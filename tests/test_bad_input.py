@@ -445,6 +445,16 @@ def test_model_larger_than_memory_names_the_model_flags(small_corpus, tmp_path, 
     assert not (tmp_path / "r").exists()
 
 
+def test_a_context_too_long_for_memory_names_the_context_length(small_corpus, tmp_path, capsys):
+    """At 100,000 tokens the T x T scores dominate, which no --d-model or --n-layers can shrink enough (a new user's
+    trial: the hint named only those, already at their least)."""
+    argv = ["train", "--text", str(small_corpus), "--out", str(tmp_path / "r"), "--context-length", "100000"]
+    code = main([*argv, "--batch-size", "1", "--n-layers", "1", "--d-model", "4", "--n-heads", "1", "--max-steps", "1"])
+    err = capsys.readouterr().err
+    assert code == 1 and "lower --batch-size, or --context-length, --n-heads or --n-layers" in err
+    assert not (tmp_path / "r").exists()
+
+
 def test_out_and_config_paths_the_file_system_refuses(small_corpus, tmp_path, capsys):
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")

@@ -82,8 +82,11 @@ def check_memory(config: DecoderConfig, batch_size: int, device: torch.device) -
     need = step_memory_bytes(config, batch_size)
     if need > limit.n_bytes:
         logits = 3 * config.vocab_size
-        layers = config.n_layers * (24 * config.d_model + 2 * config.n_heads * config.context_length)
-        fix = "--batch-size, or " + ("--vocab-size" if logits >= layers else "--n-layers or --d-model")
+        scores, rest = 2 * config.n_heads * config.context_length, 24 * config.d_model
+        layers = config.n_layers * (rest + scores)
+        # name the term that dominates: at long contexts the T x T scores, which --d-model cannot shrink
+        model = "--context-length, --n-heads or --n-layers" if scores > rest else "--n-layers or --d-model"
+        fix = "--batch-size, or " + ("--vocab-size" if logits >= layers else model)
         raise OctlmError(
             f"this model and batch need about {memory_size(need)} of activations per step, more than "
             f"{limit.describe()}: --batch-size {batch_size} x --context-length {config.context_length} tokens, "

@@ -81,7 +81,8 @@ def check_weight_decay(opts) -> None:
             raise OctlmError(
                 f"{flag(rate)} {lr:g} x {flag(decay)} {wd:g} = {lr * wd:g}: decoupled weight decay scales each "
                 f"decayed matrix by 1 - {lr * wd:g} per step at the peak, which zeroes it or flips its sign; keep "
-                f"the product below 1 ({flag(decay)} below {1 / lr:g} at this rate; the defaults are "
+                f"the product below 1 ({flag(decay)} below {1 / lr:g} at this rate, or {flag(rate)} below {1 / wd:g}; "
+                f"the defaults are "
                 f"{defaults[rate]:g} and {defaults[decay]:g}, or {flag(decay)} 0 turns the decay off)"
             )
 
