@@ -28,8 +28,10 @@ settings.load_profile("octlm")
 # torch's threads would make the workers fight over the cores and every operator wait on its slowest thread, so a worker
 # computes on one thread unless OMP_NUM_THREADS says otherwise; commands the tests start inherit it and skip the 0.2 s
 # idle-CPU probe. scripts/test.sh's rounding pass sets another OMP_NUM_THREADS, so it still runs another thread count.
+# A set OMP_NUM_THREADS also keeps a study in one process (--processes' default), so a study a test runs in its own
+# process sees that test's monkeypatches; one run with -p no:xdist computes on one thread as well.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     # Two workers share the CPUs with the threads and processes some tests start (--threads 2 runs, torchrun's ranks):
     # OpenMP threads that spin while they wait take the CPU from the others (a 60-step run on two threads took 33 s
     # beside one busy process, 16 s with passive waits; alone passive waits cost it 18%). Read when torch loads, which

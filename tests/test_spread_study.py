@@ -159,6 +159,38 @@ def test_a_study_whose_ranks_were_killed_continues_in_one_process(reference, sma
     assert finished(out) == FILES
 
 
+@pytest.mark.slow
+def test_two_processes_give_the_rows_of_one_process(reference, small_corpus, tmp_path):
+    out = tmp_path / "study"
+    done = octlm([*SPREAD, "--text", str(small_corpus), "--out", str(out), "--processes", "2"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "in 2 processes of 1 thread each" in done.stdout
+    assert "models of the study done" in done.stdout
+    assert_close(rows(out / "length.jsonl"), reference)
+    assert finished(out) == FILES
+
+
+@pytest.mark.slow
+def test_a_failed_share_is_named_and_the_same_command_continues(reference, small_corpus, tmp_path, monkeypatch, capsys):
+    from octlm.cli import main
+    from octlm.studies.shared import processes
+
+    out = tmp_path / "study"
+    args = [*SPREAD, "--text", str(small_corpus), "--out", str(out), "--processes", "2"]
+    failing = [sys.executable, "-c", "import sys; print('octlm: error: the disk is full'); sys.exit(3)"]
+    monkeypatch.setattr(processes, "worker_command", lambda *a: failing)
+    assert main(args) == 1
+    said = capsys.readouterr().err
+    assert "share 1/2 of the study stopped with exit status 3 (octlm: error: the disk is full)" in said
+    assert "share-1.log; the same command continues the study where it stopped" in said
+    assert (out / "progress" / "share-1.log").read_text().strip() == "octlm: error: the disk is full"
+    assert (out / "progress" / "score-rope-seed1337.json").is_file()  # this process's share is kept
+    assert not (out / "length.jsonl").exists()
+    monkeypatch.undo()
+    assert main(args) == 0
+    assert_close(rows(out / "length.jsonl"), reference)
+
+
 TASK = [
     *("length", "--task", "copy", "--schemes", "rope", "alibi", "--seeds", "2", "--d-model", "16"),
     *("--n-heads", "2", "--n-layers", "1", "--max-steps", "3", "--task-length", "2", "--device", "cpu"),

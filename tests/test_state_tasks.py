@@ -79,7 +79,8 @@ def test_named_but_not_in_all():
 
 def test_a_small_model_learns_parity_of_a_few_bits():
     from octlm.studies.tasks.options import TaskOptions
-    from octlm.studies.tasks.study import exact_match, train_task_model
+    from octlm.studies.tasks.scoring import exact_match
+    from octlm.studies.tasks.study import train_task_model
 
     opts = TaskOptions(task="parity", task_length=3, d_model=32, n_heads=2, n_layers=2, max_steps=300, batch_size=32)
     model, _ = train_task_model(TASKS["parity"], "rope", 0, opts, torch.device("cpu"))

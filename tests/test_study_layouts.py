@@ -206,7 +206,8 @@ def hand_exact_match(model, task, size: int, tokens: torch.Tensor) -> float:
 def test_a_task_study_trains_a_layout_row_and_draws_it_by_depth(tmp_path):
     from octlm.studies.tasks.generators import TASKS
     from octlm.studies.tasks.options import TaskOptions, Variant
-    from octlm.studies.tasks.study import EVAL_COUNT, EVAL_SEED_OFFSET, train_task_model
+    from octlm.studies.tasks.scoring import EVAL_COUNT, EVAL_SEED_OFFSET
+    from octlm.studies.tasks.study import train_task_model
 
     out = tmp_path / "passkey"
     args = ["length", "--task", "passkey", "--schemes", "rope", "--layouts", "rn=rope/w8 none", "--seeds", "1"]

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from octlm.studies.tasks.generators import TASKS, Task
-from octlm.studies.tasks.study import EVAL_COUNT, exact_match, exact_match_by_depth
+from octlm.studies.tasks.scoring import EVAL_COUNT, exact_match, exact_match_by_depth
 from octlm.studies.tasks.summary import summarize
 
 CPU = torch.device("cpu")

@@ -102,7 +102,8 @@ def test_training_sizes_are_1_to_L_only(monkeypatch):
 
 def test_a_small_model_learns_copy_beyond_chance():
     from octlm.studies.tasks.options import TaskOptions
-    from octlm.studies.tasks.study import exact_match, train_task_model
+    from octlm.studies.tasks.scoring import exact_match
+    from octlm.studies.tasks.study import train_task_model
 
     opts = TaskOptions(
         task="copy", task_length=2, d_model=32, n_heads=2, n_layers=2, max_steps=150, learning_rate=1e-2, batch_size=32
@@ -275,7 +276,7 @@ def test_the_passkey_study_scores_each_depth_and_draws_the_heatmap(tmp_path):
     import json
 
     from octlm.cli import main
-    from octlm.studies.tasks.study import DEPTH_BINS
+    from octlm.studies.tasks.scoring import DEPTH_BINS
 
     out = tmp_path / "passkey"
     args = [
@@ -382,7 +383,8 @@ def test_flip_flop_writes_about_one_instruction_in_nine():
 @pytest.mark.slow
 def test_a_small_model_beats_chance_on_each_new_task(name, length, steps, chance):
     from octlm.studies.tasks.options import TaskOptions
-    from octlm.studies.tasks.study import exact_match, train_task_model
+    from octlm.studies.tasks.scoring import exact_match
+    from octlm.studies.tasks.study import train_task_model
 
     opts = TaskOptions(task=name, task_length=length, d_model=32, n_heads=2, n_layers=2, max_steps=steps, batch_size=32)
     model, _ = train_task_model(TASKS[name], "rope", 0, opts, torch.device("cpu"))

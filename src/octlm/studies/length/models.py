@@ -114,6 +114,27 @@ def base_models(opts, seeds: list[int]) -> list[tuple[int, str]]:
     return [(seed, row) for seed in seeds for row in opts.rows()]
 
 
+#: A model's scoring (every length in both readings, with its attention records) costs about as much as this many of
+#: its training steps: 24 s beside 0.236 s a step in the default study on one thread (docs/length-study.md, Time).
+SCORE_STEPS = 100
+#: A fine-tuning step at M x T, preparing its corpus included, costs about this many base steps (36 s for 100 steps
+#: there; its tokens per step are the base's, its attention spans M times as many).
+FINE_TUNE_STEP = 1.5
+
+
+def model_weights(opts, seeds: list[int]) -> list[float]:
+    """The work of each base model of :func:`base_models`, in base-model steps: its training and scoring, and those
+    of every fine-tune made from it; what :func:`~octlm.studies.shared.spread.balanced` splits between processes.
+
+    Every scheme's step is weighed alike (the study's tables give each model's measured seconds per step).
+    """
+    fine_tunes = {}
+    for base, _ in extension_rows(opts).values() if opts.extend_to else ():
+        fine_tunes[base] = fine_tunes.get(base, 0) + 1
+    each = (opts.extend_steps * FINE_TUNE_STEP) + SCORE_STEPS
+    return [opts.max_steps + SCORE_STEPS + fine_tunes.get(row, 0) * each for _, row in base_models(opts, seeds)]
+
+
 def study_units(opts, seeds: list[int]) -> list[str]:
     """Every unit a length study records for its models (the ``score-`` units, one per model, last of each)."""
     units = [f"{what}-{scheme}-seed{seed}" for seed, scheme in base_models(opts, seeds) for what in ("train", "score")]
@@ -160,6 +181,7 @@ def train_unit(
 __all__ = [
     "KEPT",
     "base_models",
+    "model_weights",
     "study_units",
     "changed_inputs",
     "check_same_data",

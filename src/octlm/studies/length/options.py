@@ -33,6 +33,7 @@ from octlm.model.positions import (
 from octlm.model.scheme_catalog import SchemeOptions
 from octlm.studies.length.fine_tunes import extension_rows
 from octlm.studies.shared.core import check_schemes
+from octlm.studies.shared.processes import PROCESSES_HELP
 from octlm.studies.shared.rows import (
     LayoutRow,
     check_layouts,
@@ -215,6 +216,7 @@ class LengthOptions:
     threads: int | None = same_as(TrainOptions, "threads")
     overwrite: bool = option(False, "replace an existing study folder at --out")
     shard: str | None = option(None, SHARD_HELP, metavar="I/N")
+    processes: int | None = option(None, PROCESSES_HELP, metavar="N", bounds=at_least(1))
     seeds: int = option(
         1,
         "train every model (base and extended) with this many seeds (--seed, --seed + 1, ...); tables show "

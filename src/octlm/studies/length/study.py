@@ -52,7 +52,7 @@ from octlm.studies.length.extension import (
 )
 from octlm.studies.length.findings import confidence_section
 from octlm.studies.length.fine_tunes import extension_rows
-from octlm.studies.length.models import base_models, check_same_data, study_units, train_unit
+from octlm.studies.length.models import base_models, check_same_data, model_weights, study_units, train_unit
 from octlm.studies.length.options import RUNS, LengthOptions, check_options
 from octlm.studies.length.readings.catalog import sections
 from octlm.studies.length.readings.context_curve import CONTEXT_PLOT
@@ -63,7 +63,8 @@ from octlm.studies.length.scoring import score_base, score_extended, without_pos
 from octlm.studies.length.tables import format_tables, markdown_tables, mean_rows, plot
 from octlm.studies.length.validation import check_eval_tokens, check_validation_length, validation_tokens
 from octlm.studies.shared.core import StudyFiles, prepare_study_folder, write_study, wrote_line
-from octlm.studies.shared.progress import PROGRESS, StudyProgress, open_study
+from octlm.studies.shared.processes import checker, local_share, side_by_side, started
+from octlm.studies.shared.progress import PLACEMENT, PROGRESS, StudyProgress, open_study
 from octlm.studies.shared.rows import carried, legend
 from octlm.studies.shared.spread import Share, count_models, finish_share, open_share, placed_device, share_of
 from octlm.train.device import resolve_device, torch_settings
@@ -114,7 +115,7 @@ def _validation_stream(run_dir: Path) -> np.ndarray:
     return RunFolder(run_dir).tokens("val")
 
 
-def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
+def length_study(opts: LengthOptions, report: Reporter | None = None, share: Share | None = None) -> dict:
     """Run ``octlm length``; returns the result dict (also the last ``--json`` line).
 
     Writes into ``opts.out``: ``runs/<scheme>/`` (one ``octlm train`` run
@@ -129,6 +130,10 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
     kept, a model stopped mid-training resumes from its checkpoint
     (:mod:`octlm.studies.shared.progress`).
 
+    ``share``: this process's part when a ``--processes`` study started it
+    (:mod:`octlm.studies.shared.worker`); else from torchrun, ``--shard``
+    or ``--processes`` (:mod:`octlm.studies.shared.processes`).
+
     Raises:
         OctlmError: for bad options, an existing finished study or other
             files without ``overwrite``, an unfinished study of other options
@@ -137,7 +142,7 @@ def length_study(opts: LengthOptions, report: Reporter | None = None) -> dict:
             length (both checked before anything is trained or written).
     """
     check_options(opts)
-    share = share_of(opts.shard, opts.overwrite)
+    share = share or local_share(opts, share_of(opts.shard, opts.overwrite), len(opts.rows()) * opts.seeds)
     device, threads = placed_device(opts.device, opts.threads, share)
     report = report or Reporter()
     with torch_settings(threads, False):
@@ -162,26 +167,30 @@ def _study(opts: LengthOptions, share: Share, device_name: str, threads: int | N
         return (progress, *_equal_steps(placed, progress.out, progress, report))
 
     t0 = time.perf_counter()
+    given = plain_dict(dataclasses.replace(opts, overwrite=False))
     progress, opts, steps = open_share(share, opts.out, opts.overwrite, begin)
     ctx = StudyContext(opts, progress, device, report)
+    share = share.weighed(model_weights(opts, ctx.seeds))
     report.event(
         "study",
         f"length study: {len(opts.rows())} models ({', '.join(opts.rows())}) x {opts.seeds} "
         f"seed{'' if opts.seeds == 1 else 's'}, {opts.max_steps} steps "
-        f"each, T={ctx.train_length}, evaluated at {', '.join(map(str, ctx.lengths))} tokens",
+        f"each, T={ctx.train_length}, evaluated at {', '.join(map(str, ctx.lengths))} tokens{side_by_side(share)}",
         schemes=opts.schemes,
         lengths=ctx.lengths,
         options=plain_dict(opts),
+        processes=share.count if share.launcher == "local" else 1,
     )
-    if share.spread:
+    if not share.spread:
+        return _tables(ctx, steps, t0)
+    with started(share, "length", given, progress.folder) as workers:
         units = study_units(opts, ctx.seeds)
         models = [unit for unit in units if unit.startswith("score-")]
         count_models(progress, models, report)
         if trained := _train_base(ctx, share):
             _score_all(ctx.with_scored(_scored_stream(ctx, trained)), trained)
         tables = lambda: _tables(ctx, steps, t0)  # noqa: E731
-        return finish_share(share, progress, units, models, report, tables)
-    return _tables(ctx, steps, t0)
+        return finish_share(share, progress, units, models, report, tables, checker(workers))
 
 
 def _tables(ctx: StudyContext, steps: dict | None, t0: float) -> dict:
@@ -200,7 +209,7 @@ def _tables(ctx: StudyContext, steps: dict | None, t0: float) -> dict:
         "lengths": lengths,
         "targets": targets,
         "equal_steps": steps,
-        "options": {k: v for k, v in plain_dict(ctx.opts).items() if k != "shard"},  # where it ran: not recorded
+        "options": {k: v for k, v in plain_dict(ctx.opts).items() if k not in PLACEMENT},  # how it ran: not recorded
     }
     tables, written = _write(out, StudyRecords(study, rows, train_rows, curves, attention))
     ctx.progress.finish()

@@ -33,7 +33,9 @@ PROGRESS = "progress"
 #: The options of the study, in ``progress/``.
 STUDY = "study.json"
 #: Options that name where the study is, not what it computes: a continued study may give them anew.
-FREE_OPTIONS = frozenset({"out", "overwrite", "shard"})
+FREE_OPTIONS = frozenset({"out", "overwrite", "shard", "processes"})
+#: Options that say how the study's processes shared its work: left out of the study's record of its options.
+PLACEMENT = frozenset({"shard", "processes"})
 
 
 def comparable(options: dict) -> dict:

@@ -7,13 +7,19 @@ Two ways to start the processes, one rule for what each does:
   ``available CPUs // LOCAL_WORLD_SIZE`` threads unless ``--threads`` says);
 * ``octlm length ... --shard I/N``: share ``I`` of ``N`` (0-based), for
   schedulers that start processes themselves (a SLURM job array), in any
-  order, together or one after another.
+  order, together or one after another;
+* ``octlm length ... --processes N`` (on CPUs, by default one per free CPU):
+  share 0 in this process, which starts the others on this machine
+  (:mod:`octlm.studies.shared.processes`) and, like torchrun's rank 0,
+  writes the tables.
 
-Base model ``k`` of the study (seeds outer, schemes inner, as the tables
-list them) belongs to share ``k % N``, and so does every fine-tune of it:
-a fine-tune needs its base model's weights, and keeping it with its base
-means no share ever waits for another (shares run one after another
-would otherwise wait forever). Each share trains and scores its models
+Each base model of the study goes to one share with every fine-tune of
+it: a fine-tune needs its base model's weights, and keeping it with its
+base means no share ever waits for another (shares run one after another
+would otherwise wait forever). The study weighs each base model with its
+fine-tunes and scoring (:func:`balanced`: the heaviest first, each to the
+share with the least work so far), so that the shares finish together;
+every share computes the same split from the study's recorded options. Each share trains and scores its models
 alone, whole, recording each part in ``progress/``
 (:mod:`octlm.studies.shared.progress`); the tables are written from the records
 once every part is recorded: under torchrun by rank 0, which polls the
@@ -32,10 +38,11 @@ the tables at once; the kernel drops the lock of a killed process.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -57,15 +64,36 @@ SHARD_HELP = (
 POLL_SECONDS = 1.0
 
 
+def balanced(weights: Sequence[float], count: int) -> tuple[int, ...]:
+    """The share (0 .. ``count`` - 1) of each item of work weighing ``weights[k]``: the heaviest first (the earlier on
+    a tie), each to the share with the least work so far (the lowest-numbered on a tie).
+
+    Graham's longest-processing-time rule (Graham 1969, "Bounds on multiprocessing timing anomalies", SIAM J. Appl.
+    Math. 17(2)): the busiest share carries at most 4/3 - 1/(3 ``count``) times what it would in the best split.
+    Equal weights give ``k % count``. Deterministic, so every share of a study computes the same split.
+    """
+    loads = [0.0] * count
+    owner = [0] * len(weights)
+    for k in sorted(range(len(weights)), key=lambda k: (-weights[k], k)):
+        share = min(range(count), key=lambda s: (loads[s], s))
+        owner[k] = share
+        loads[share] += weights[k]
+    return tuple(owner)
+
+
 @dataclass(frozen=True)
 class Share:
-    """This process's part of a study: base models ``k`` with ``k % count == index``.
+    """This process's part of a study: base models ``k`` with ``owners[k] == index`` (``k % count`` until the study
+    has weighed its models, :meth:`weighed`).
 
     Attributes:
         index: 0-based share (torchrun's ``RANK``, or ``I`` of ``--shard I/N``).
         count: number of shares (``WORLD_SIZE`` or ``N``); 1 for a plain study.
-        launcher: ``"one"``, ``"torchrun"`` or ``"shard"``.
+        launcher: ``"one"``, ``"torchrun"``, ``"shard"``, ``"local"`` (``--processes``: share 0, which started the
+            others) or ``"worker"`` (one of those others).
         local_rank, local_count: torchrun's ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` (0 and 1 otherwise).
+        threads: torch's CPU threads in this share, set by ``--processes`` (``None``: the study's ``--threads``).
+        owners: each base model's share (:func:`balanced`), once weighed.
     """
 
     index: int = 0
@@ -73,6 +101,8 @@ class Share:
     launcher: str = "one"
     local_rank: int = 0
     local_count: int = 1
+    threads: int | None = None
+    owners: tuple[int, ...] | None = None
 
     @property
     def spread(self) -> bool:
@@ -80,12 +110,23 @@ class Share:
 
     @property
     def speaks(self) -> bool:
-        """Whether this process prints the study's events: all but torchrun's ranks > 0."""
+        """Whether this process prints the study's events: all but torchrun's ranks > 0 (the others of
+        ``--processes`` write theirs into their logs)."""
         return not (self.launcher == "torchrun" and self.index > 0)
+
+    @property
+    def gathers(self) -> bool:
+        """Whether this process waits for every share and writes the tables: torchrun's rank 0, ``--processes``'s
+        first."""
+        return self.launcher in ("torchrun", "local") and self.index == 0
+
+    def weighed(self, weights: Sequence[float]) -> Share:
+        """This share with the study's base models split by their work (``weights``, in the study's order)."""
+        return dataclasses.replace(self, owners=balanced(weights, self.count))
 
     def owns(self, k: int) -> bool:
         """Whether base model ``k`` (0-based, in the study's order) and its fine-tunes are this share's."""
-        return k % self.count == self.index
+        return (k % self.count if self.owners is None else self.owners[k]) == self.index
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -134,6 +175,8 @@ def share_of(shard: str | None, overwrite: bool) -> Share:
 def placed_device(device: str, threads: int | None, share: Share) -> tuple[str, int | None]:
     """``(device, threads)`` of one torchrun rank: ``cuda:LOCAL_RANK`` for ``auto``/``cuda`` when GPUs exist, and
     on CPUs the available cores divided between the node's ranks unless ``--threads`` gave a number."""
+    if share.launcher in ("local", "worker"):
+        return device, share.threads
     if share.launcher != "torchrun":
         return device, threads
     import torch
@@ -203,13 +246,19 @@ def first_on_rank_zero(share: Share, work: Callable[[], T]) -> T | None:
         dist.destroy_process_group()
 
 
-def wait_for(missing: Callable[[], list[str]], on_count: Callable[[int], None]) -> None:
-    """Poll until ``missing()`` is empty, calling ``on_count(n)`` whenever the number missing changes."""
+def wait_for(
+    missing: Callable[[], list[str]],
+    on_count: Callable[[int], None],
+    check: Callable[[list[str]], None] = lambda left: None,
+) -> None:
+    """Poll until ``missing()`` is empty, calling ``on_count(n)`` whenever the number missing changes and
+    ``check(missing)`` at every look (which raises when what is missing will never come)."""
     last = None
     while remaining := missing():
         if len(remaining) != last:
             on_count(len(remaining))
             last = len(remaining)
+        check(remaining)
         time.sleep(POLL_SECONDS)
 
 
@@ -219,9 +268,10 @@ def open_share(share: Share, out: str, overwrite: bool, begin: Callable[[bool], 
     One process prepares, the others continue what it prepared: under
     torchrun rank 0 first (with ``overwrite``), the others after it; a
     ``--shard`` share under :func:`folder_lock` (the first prepares, the
-    next find the study begun and continue it, refused when its options differ).
+    next find the study begun and continue it, refused when its options differ);
+    with ``--processes`` the first, before it starts the others, which continue.
     """
-    if share.launcher == "shard":
+    if share.launcher in ("shard", "worker"):
         with folder_lock(Path(out)):
             return begin(False)
     if share.launcher == "torchrun":
@@ -243,14 +293,21 @@ def count_models(progress, models: list[str], report: Reporter) -> Callable[[], 
 
 
 def finish_share(
-    share: Share, progress, units: list[str], models: list[str], report: Reporter, tables: Callable[[], dict]
+    share: Share,
+    progress,
+    units: list[str],
+    models: list[str],
+    report: Reporter,
+    tables: Callable[[], dict],
+    check: Callable[[list[str]], None] = lambda left: None,
 ) -> dict:
     """After this share's models: the study's tables (``tables()``, its result) once ``units`` (every unit of the
     study; ``models`` the last of each model) are all recorded in ``progress``, or a short result saying what waits
     for other shares.
 
     Under torchrun rank 0 waits for every record (reporting models done out
-    of the study's, by the ``score-`` records), the other ranks return; a
+    of the study's, by the ``score-`` records; ``check(missing)`` at every
+    look), the other ranks return, and so with ``--processes``; a
     ``--shard`` share writes the tables only when it finds every record there.
     """
     count = count_models(progress, models, report)
@@ -259,10 +316,10 @@ def finish_share(
         return [u for u in units if not (progress.folder / f"{u}.json").is_file()]
 
     mine = {"out": str(progress.out), "share": share.index, "shares": share.count}
-    if share.launcher == "torchrun":
-        if share.index > 0:
+    if share.launcher in ("torchrun", "local", "worker"):
+        if not share.gathers:
             return mine
-        wait_for(missing, lambda n: count())
+        wait_for(missing, lambda n: count(), check)
         count()
         progress.recorded = lambda unit: None
         return tables()
@@ -283,6 +340,7 @@ def finish_share(
 
 __all__ = [
     "Share",
+    "balanced",
     "count_models",
     "finish_share",
     "open_share",

@@ -17,6 +17,7 @@ from octlm.errors import OctlmError
 from octlm.model.config import DecoderFieldError
 from octlm.model.positions import random_position_schemes, task_study_schemes
 from octlm.studies.shared.core import check_schemes
+from octlm.studies.shared.processes import PROCESSES_HELP
 from octlm.studies.shared.rows import (
     LayoutRow,
     check_layouts,
@@ -158,6 +159,7 @@ class TaskOptions:
     out: str | None = option(None, "study folder to create: tasks.jsonl, tasks.png, tasks.md")
     overwrite: bool = option(False, "replace an existing study folder at --out")
     shard: str | None = option(None, SHARD_HELP, metavar="I/N")
+    processes: int | None = option(None, PROCESSES_HELP, metavar="N", bounds=at_least(1))
     schemes: list[str] = schemes_option(
         task_study_schemes, f"those the task study trains, in registration order: {' '.join(task_study_schemes())}"
     )

@@ -8,7 +8,7 @@ Protocol (after Kazemnejad et al. 2023 and Ruoss et al. 2023):
   size drawn uniformly for each batch from the seed's generator; the loss is
   on the answer tokens only.
 * Evaluation: :data:`EVAL_COUNT` fresh instances (from a generator seeded
-  ``seed + EVAL_SEED_OFFSET``, never used in training) at each size ``m x L``
+  ``seed + scoring.EVAL_SEED_OFFSET``, never used in training) at each size ``m x L``
   for ``m`` in :data:`~octlm.studies.tasks.options.TASK_MULTIPLIERS`. Sizes above
   ``L`` never occur in training; ``1x`` is the longest trained size, scored on new instances. An
   instance counts when the whole answer is right: the greedy choice at every
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -35,14 +35,16 @@ from octlm.fileio import atomic_write
 from octlm.model import Decoder, cross_entropy
 from octlm.report import Reporter, SilentReporter
 from octlm.studies.shared.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
-from octlm.studies.shared.progress import PROGRESS, StudyProgress, open_study
+from octlm.studies.shared.processes import checker, local_share, started
+from octlm.studies.shared.progress import PLACEMENT, PROGRESS, StudyProgress, open_study
 from octlm.studies.shared.spread import Share, count_models, finish_share, open_share, placed_device, share_of
 from octlm.studies.tasks.checkpoint import SAVE_EVERY, restore_task_checkpoint, save_task_checkpoint
 from octlm.studies.tasks.events import announce, report_model
 from octlm.studies.tasks.generators import Task
-from octlm.studies.tasks.needle_report import NEEDLE_FILES, attention_records
+from octlm.studies.tasks.needle_report import NEEDLE_FILES
 from octlm.studies.tasks.options import EVAL_COUNT, TaskOptions, Variant, check_task_options
 from octlm.studies.tasks.records import TaskRow
+from octlm.studies.tasks.scoring import score_model
 from octlm.studies.tasks.summary import DEPTH_PLOT, RANK_PLOT, Summary, summarize
 from octlm.studies.tasks.tables import protocol_sentence
 from octlm.train.device import resolve_device, torch_settings
@@ -50,13 +52,6 @@ from octlm.train.optim import backward, make_optimizer, scheduled_lr
 from octlm.train.tracking import MetricsLog
 from octlm.version import build_version
 
-#: The evaluation generator's seed is the run's seed plus this, so its data never meets training's.
-EVAL_SEED_OFFSET = 10**6
-#: Bins of needle depth that passkey is scored in, from the start of the filler to its end (as needle-in-a-haystack
-#: evaluations draw it).
-DEPTH_BINS = 10
-#: Each depth bin's evaluation generator is seeded this far from the last, clear of every size's.
-DEPTH_SEED_STEP = 1000
 #: With --log-to, each model's tracker run: runs/<task>/<row>-seed<seed>/.
 RUNS = "runs"
 #: Steps between the train records a tracker receives.
@@ -122,7 +117,7 @@ def train_task_model(
     record = {
         "record": "train",
         "task": task.name,
-        **_row(variant),
+        **TaskRow.of_variant(variant).to_json(),
         "seed": seed,
         "steps": train.max_steps,
         "final_loss": float(loss.detach()),
@@ -131,57 +126,15 @@ def train_task_model(
     return model.eval(), record
 
 
-def _row(variant: Variant) -> dict:
-    """What every record says of its row (:class:`~octlm.studies.tasks.records.TaskRow`)."""
-    return TaskRow.of_variant(variant).to_json()
-
-
-@torch.no_grad()
-def exact_match(model: Decoder, task: Task, size: int, longest: int, seed: int, device: torch.device) -> float | None:
-    """Fraction of :data:`EVAL_COUNT` fresh instances of ``size`` items whose whole answer is right; ``None`` past a
-    table."""
-    if model.max_length is not None and task.sequence_length(size) - 1 > model.max_length:
-        return None
-    g = torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET + size)
-    return _all_right(model, task.evaluation().batch(size, EVAL_COUNT, longest, g).to(device), task, size)
-
-
-@torch.no_grad()
-def exact_match_by_depth(
-    model: Decoder, task: Task, size: int, longest: int, seed: int, device: torch.device
-) -> list[float | None] | None:
-    """Exact match of :data:`EVAL_COUNT` fresh instances in each of :data:`DEPTH_BINS` bins of needle depth (start to
-    end); ``None`` for a task without a needle.
-
-    An entry is ``None`` where no place of ``size`` filler tokens lies in the
-    bin, or past a learned table. Each bin draws from its own generator, kept
-    apart from training's and from :func:`exact_match`'s.
-    """
-    if task.make_at_depth is None:
-        return None
-    scores: list[float | None] = []
-    for b in range(DEPTH_BINS):
-        g = torch.Generator().manual_seed(seed + EVAL_SEED_OFFSET + size + DEPTH_SEED_STEP * (b + 1))
-        tokens = task.evaluation().batch_at_depth(size, EVAL_COUNT, longest, g, b / DEPTH_BINS, (b + 1) / DEPTH_BINS)
-        scores.append(None if tokens is None else _all_right(model, tokens.to(device), task, size))
-    return scores
-
-
-def _all_right(model: Decoder, tokens: torch.Tensor, task: Task, size: int) -> float | None:
-    """Fraction of the rows of ``tokens`` (instances of ``size`` items) whose every scored answer token is the greedy
-    choice; ``None`` past a table."""
-    if model.max_length is not None and tokens.shape[1] - 1 > model.max_length:
-        return None
-    answer, scored = task.answer_length(size), task.answer_mask(size).to(tokens.device)
-    guess = model(tokens[:, :-1])[:, -answer:][:, scored].argmax(dim=-1)
-    return float((guess == tokens[:, -answer:][:, scored]).all(dim=1).float().mean())
-
-
-def task_study(opts: TaskOptions, report: Reporter | None = None, given: set[str] | None = None) -> dict:
+def task_study(
+    opts: TaskOptions, report: Reporter | None = None, given: set[str] | None = None, share: Share | None = None
+) -> dict:
     """Run ``octlm length --task``; returns the result dict (also the last ``--json`` line).
 
     ``given``: the flags typed on the command line, so that one typed with its
-    default value still conflicts with ``--preset``.
+    default value still conflicts with ``--preset``. ``share``: this process's
+    part when a ``--processes`` study started it (else from torchrun,
+    ``--shard`` or ``--processes``: :mod:`octlm.studies.shared.processes`).
 
     An unfinished study of the same options at ``--out`` is continued
     (:mod:`octlm.studies.shared.progress`, :mod:`octlm.studies.tasks.checkpoint`).
@@ -193,7 +146,8 @@ def task_study(opts: TaskOptions, report: Reporter | None = None, given: set[str
     """
     opts = opts.resolved(given)
     check_task_options(opts)
-    share = share_of(opts.shard, opts.overwrite)
+    models = len(opts.tasks()) * len(opts.variants()) * opts.seeds
+    share = share or local_share(opts, share_of(opts.shard, opts.overwrite), models)
     device, threads = placed_device(opts.device, opts.threads, share)
     report = report or Reporter()
     with torch_settings(threads, False):
@@ -205,6 +159,7 @@ def _study(opts: TaskOptions, share: Share, device: torch.device, report: Report
         prepare = lambda: prepare_study_folder(opts.out, overwrite, FILES)  # noqa: E731
         return open_study(opts.out, overwrite, FILES.kind, asdict(opts), prepare, report)
 
+    given = asdict(replace(opts, overwrite=False))
     progress = open_share(share, opts.out, opts.overwrite, begin)
     tasks = opts.tasks()
     seeds = study_seeds(opts.seed, opts.seeds)
@@ -213,13 +168,14 @@ def _study(opts: TaskOptions, share: Share, device: torch.device, report: Report
     announce(opts, tasks, variants, seeds, sizes, report)
     t0 = time.perf_counter()
     models = [(task, variant, seed) for task in tasks for variant in variants for seed in seeds]
-    if share.spread:
+    tables = lambda: _tables(opts, tasks, variants, sizes, seeds, models, device, progress, report, t0)  # noqa: E731
+    if not share.spread:
+        return tables()
+    with started(share, "tasks", given, progress.folder) as workers:
         units = [_unit(*model) for model in models]
         count_models(progress, units, report)
         _models([m for k, m in enumerate(models) if share.owns(k)], opts, sizes, device, progress, report)
-        tables = lambda: _tables(opts, tasks, variants, sizes, seeds, models, device, progress, report, t0)  # noqa: E731
-        return finish_share(share, progress, units, units, report, tables)
-    return _tables(opts, tasks, variants, sizes, seeds, models, device, progress, report, t0)
+        return finish_share(share, progress, units, units, report, tables, checker(workers))
 
 
 def _unit(task: Task, variant: Variant, seed: int) -> str:
@@ -279,7 +235,7 @@ def _header(opts: TaskOptions, tasks: list[Task], variants: list[Variant], sizes
         "steps": opts.max_steps,
         "eval_count": EVAL_COUNT,
         "rows": [v.label for v in variants],
-        "options": {k: v for k, v in asdict(opts).items() if k != "shard"},  # where it ran, not what it computed
+        "options": {k: v for k, v in asdict(opts).items() if k not in PLACEMENT},  # how it ran: not recorded
     }
 
 
@@ -322,7 +278,7 @@ def _train_and_score(
         )
     try:
         model, record = train_task_model(task, variant, seed, opts, device, log, checkpoint)
-        got = _score(model, record, task, variant, seed, opts, sizes, device)
+        got = score_model(model, record, task, variant, seed, opts.multipliers, sizes, device)
         if log is not None:
             log.log(
                 {
@@ -341,53 +297,4 @@ def _train_and_score(
     return got
 
 
-def _score(
-    model: Decoder,
-    record: dict,
-    task: Task,
-    variant: Variant,
-    seed: int,
-    opts: TaskOptions,
-    sizes: list[int],
-    device: torch.device,
-) -> tuple[list[dict], list[dict]]:
-    row, evals, depths = _row(variant), [], []
-    for m, size in zip(opts.multipliers, sizes, strict=True):
-        accuracy = exact_match(model, task, size, max(sizes), seed, device)
-        evals.append(
-            {
-                "record": "eval",
-                "task": task.name,
-                **row,
-                "seed": seed,
-                "multiplier": m,
-                "size": size,
-                "exact_match": accuracy,
-            }
-        )
-        if (by_depth := exact_match_by_depth(model, task, size, max(sizes), seed, device)) is not None:
-            depths.append(
-                {
-                    "record": "depth",
-                    "task": task.name,
-                    **row,
-                    "seed": seed,
-                    "multiplier": m,
-                    "size": size,
-                    "depth_bins": [[b / DEPTH_BINS, (b + 1) / DEPTH_BINS] for b in range(DEPTH_BINS)],
-                    "exact_match": by_depth,
-                }
-            )
-    evals += attention_records(model, task, row, seed, opts.multipliers, sizes, device)  # needle tasks only
-    return [record, *evals], depths
-
-
-__all__ = [
-    "DEPTH_BINS",
-    "EVAL_COUNT",
-    "EVAL_SEED_OFFSET",
-    "exact_match",
-    "exact_match_by_depth",
-    "task_study",
-    "train_task_model",
-]
+__all__ = ["task_study", "train_task_model"]
