@@ -253,6 +253,44 @@ def test_the_adamw_side_is_plain_adamw():
         torch.testing.assert_close(p.detach(), copies[n].detach())
 
 
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_the_token_table_takes_its_own_rate_on_the_schedule(optimizer):
+    """--embedding-lr: torch's AdamW with the token table (the tied head) in a group of its own at that peak, every
+    group on the same warm-up and cosine decay, the rest as before."""
+    torch.manual_seed(0)
+    config = DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=1)
+    model = Decoder(config)
+    opts = TrainOptions.of(optimizer=optimizer, embedding_lr=0.03, max_steps=20, warmup_steps=2)
+    opt = make_optimizer(model, opts, torch.device("cpu"))
+    on_muon = muon_parameters(model) if optimizer == "muon" else []
+    rest = {n: p for n, p in model.named_parameters() if n not in on_muon and n != "lm_head.weight"}
+    copies = {n: torch.nn.Parameter(p.detach().clone()) for n, p in rest.items()}
+    table = "token_embedding.weight"
+    reference = torch.optim.AdamW(
+        [
+            {"params": [copies[n] for n in copies if copies[n].dim() >= 2 and n != table], "weight_decay": 1.0},
+            {"params": [copies[n] for n in copies if copies[n].dim() < 2], "weight_decay": 0.0},
+            {"params": [copies[table]], "weight_decay": 1.0},
+        ],
+        lr=opts.learning_rate,
+        betas=(opts.beta1, opts.beta2),
+    )
+    for step in range(3):
+        ids = torch.randint(0, 64, (2, 16))
+        opt.zero_grad()
+        model(ids).logsumexp(-1).mean().backward()
+        for n, p in rest.items():
+            copies[n].grad = p.grad.clone()
+        lr = scheduled_lr(opt, step, opts)
+        for group, peak in zip(reference.param_groups, [5e-3, 5e-3, 0.03], strict=True):
+            group["lr"] = lr * peak / 5e-3
+        opt.step()
+        reference.step()
+    assert lr > 0
+    for n, p in rest.items():
+        torch.testing.assert_close(p.detach(), copies[n].detach(), msg=n)
+
+
 @given(step=st.integers(0, 1199), muon_lr=st.floats(1e-4, 0.1), lr=st.floats(1e-4, 1e-2))
 def test_the_schedule_scales_to_each_optimizers_peak(step, muon_lr, lr):
     model = Decoder(DecoderConfig(vocab_size=64, context_length=16, d_model=16, n_heads=2, n_layers=1))

@@ -107,11 +107,16 @@ def muon_parameters(model: Decoder) -> list[str]:
     ]
 
 
-def _adamw(params, opts: TrainOptions, device: torch.device) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices and tables only (not biases or norm gains)."""
-    decay = [p for p in params if p.dim() >= 2]
+def _adamw(params, opts: TrainOptions, device: torch.device, table: torch.Tensor) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices and tables only (not biases or norm gains); with ``opts.embedding_lr`` the
+    token ``table`` in a group of its own at that peak (:func:`scheduled_lr` scales the schedule to it)."""
+    own = opts.embedding_lr is not None and any(p is table for p in params)
+    decay = [p for p in params if p.dim() >= 2 and not (own and p is table)]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": opts.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if own:  # only then: a run without it keeps the two groups its checkpoints hold
+        rate = opts.embedding_lr
+        groups.append({"params": [table], "weight_decay": opts.weight_decay, "lr": rate, "peak_lr": rate})
     return torch.optim.AdamW(groups, lr=opts.learning_rate, betas=(opts.beta1, opts.beta2), fused=device.type == "cuda")
 
 
@@ -182,14 +187,16 @@ def make_optimizer(model: Decoder, opts: TrainOptions, device: torch.device) -> 
     """The optimizer ``opts.optimizer`` names for ``model``'s trainable parameters.
 
     ``adamw``: AdamW on every parameter, weight decay ``opts.weight_decay`` on
-    matrices and tables only (not biases or norm gains). ``muon``:
+    matrices and tables only (not biases or norm gains), the token table (and
+    so the tied head) at ``opts.embedding_lr`` when it is set. ``muon``:
     :class:`MuonWithAdamW`, Muon (peak rate ``opts.muon_lr``, momentum
     ``opts.muon_momentum``, weight decay ``opts.muon_weight_decay``) on
     :func:`muon_parameters` and that AdamW on the rest.
     """
-    params = {id(p): p for p in model.parameters() if p.requires_grad}.values()
+    params = list({id(p): p for p in model.parameters() if p.requires_grad}.values())
+    table = model.token_embedding.weight
     if opts.optimizer == "adamw":
-        return _adamw(params, opts, device)
+        return _adamw(params, opts, device, table)
     named = dict(model.named_parameters())
     hidden = [named[name] for name in muon_parameters(model)]
     chosen = {id(p) for p in hidden}
@@ -200,7 +207,7 @@ def make_optimizer(model: Decoder, opts: TrainOptions, device: torch.device) -> 
         momentum=opts.muon_momentum,
         adjust_lr_fn=MUON_ADJUST_LR,
     )
-    return MuonWithAdamW(muon, _adamw([p for p in params if id(p) not in chosen], opts, device))
+    return MuonWithAdamW(muon, _adamw([p for p in params if id(p) not in chosen], opts, device, table))
 
 
 __all__ = ["MuonWithAdamW", "muon_parameters", "backward", "decay_progress", "lr_at", "make_optimizer", "scheduled_lr"]

@@ -75,15 +75,17 @@ def check_weight_decay(opts) -> None:
     pairs = [("learning_rate", "weight_decay")] + (
         [("muon_lr", "muon_weight_decay")] if opts.optimizer == "muon" else []
     )
+    pairs += [("embedding_lr", "weight_decay")] if getattr(opts, "embedding_lr", None) is not None else []
     for rate, decay in pairs:
         lr, wd = getattr(opts, rate), getattr(opts, decay)
         if lr * wd >= 1:
+            usual = "--learning-rate's" if defaults[rate] is None else f"{defaults[rate]:g}"
             raise OctlmError(
                 f"{flag(rate)} {lr:g} x {flag(decay)} {wd:g} = {lr * wd:g}: decoupled weight decay scales each "
                 f"decayed matrix by 1 - {lr * wd:g} per step at the peak, which zeroes it or flips its sign; keep "
                 f"the product below 1 ({flag(decay)} below {1 / lr:g} at this rate, or {flag(rate)} below {1 / wd:g}; "
                 f"the defaults are "
-                f"{defaults[rate]:g} and {defaults[decay]:g}, or {flag(decay)} 0 turns the decay off)"
+                f"{usual} and {defaults[decay]:g}, or {flag(decay)} 0 turns the decay off)"
             )
 
 

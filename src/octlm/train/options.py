@@ -142,6 +142,12 @@ class TrainOptions:
     # optimisation
     batch_size: int = option(32, "blocks per step (per process)", bounds=at_least(1), resume=FREE)
     learning_rate: float = option(5e-3, "peak AdamW learning rate", bounds=finite(low_open=True), resume=RETUNABLE)
+    embedding_lr: float | None = option(
+        None,
+        "peak AdamW learning rate of the token table, and so of the tied head, on the same warm-up and decay "
+        "(default: --learning-rate; under Muon the table stays on AdamW either way: docs/training.md)",
+        bounds=finite(low_open=True),
+    )
     min_lr_ratio: float = option(
         0.1, "final learning rate as a fraction of the peak (cosine decay)", bounds=Bound(0, 1)
     )
