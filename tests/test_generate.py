@@ -28,7 +28,7 @@ def variants():
         if issubclass(cls, RotaryPositions):
             out += [(name, {"rope_layout": "half"}, None), (name, {"partial_rotary_factor": 0.5}, None)]
         out += [(name, {"rope_layout": "half"}, method) for method in sorted(cls.scalings())]
-    return out
+    return out + [("rope", {"untied_head": True}, None)]  # the head's own matrix, after the cached blocks
 
 
 VARIANTS = variants()

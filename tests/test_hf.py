@@ -145,6 +145,23 @@ def save_random_gpt2(folder, tokenizer: Tokenizer, tokenizer_files: str = "json"
     return model
 
 
+def test_an_untied_gpt2_imports_and_exports_with_equal_logits(gpt2_tokenizer, tmp_path):
+    hf = save_random_gpt2(tmp_path / "gpt2", gpt2_tokenizer, tie_word_embeddings=False)
+    assert hf.lm_head.weight.data_ptr() != hf.transformer.wte.weight.data_ptr()
+    assert main(["import-hf", str(tmp_path / "gpt2"), str(tmp_path / "run"), "--quiet"]) == 0
+    model, _ = load_run(tmp_path / "run")
+    assert model.config.untied_head and model.lm_head.weight is not model.token_embedding.weight
+    torch.testing.assert_close(model.lm_head.weight, hf.lm_head.weight, rtol=0, atol=0)
+    ids = torch.randint(0, gpt2_tokenizer.vocab_size, (2, 24), generator=torch.Generator().manual_seed(1))
+    assert max_logit_gap(model, hf, ids) < 1e-5
+    # and back: transformers reads octlm's export as untied, with the same logits
+    assert main(["export-hf", str(tmp_path / "run"), str(tmp_path / "back"), "--quiet"]) == 0
+    again = GPT2LMHeadModel.from_pretrained(tmp_path / "back").eval()
+    assert not again.config.tie_word_embeddings
+    assert again.lm_head.weight.data_ptr() != again.transformer.wte.weight.data_ptr()
+    assert max_logit_gap(model, again, ids) < 1e-5
+
+
 @pytest.mark.parametrize("activation", ["gelu", "gelu_new", "gelu_pytorch_tanh"])
 def test_import_random_gpt2_with_equal_logits(gpt2_tokenizer, tmp_path, activation):
     hf = save_random_gpt2(tmp_path / "gpt2", gpt2_tokenizer, activation_function=activation)
@@ -174,7 +191,8 @@ def test_import_reads_vocab_and_merges(gpt2_tokenizer, tmp_path):
         ({"n_inner": 100}, "n_inner=100"),
         ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon=1e-06"),
         ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=True"),
-        ({"tie_word_embeddings": False}, "tie_word_embeddings=False"),
+        # untied in config.json after a tied save: transformers stored no head
+        ({"tie_word_embeddings": False}, "tie_word_embeddings is false but the checkpoint stores no lm_head.weight"),
         ({"model_type": "llama"}, "model_type='llama'"),
         # fewer rows than tokens (more rows are padding, dropped: tests/test_interop_faults.py)
         ({"vocab_size": 299}, "tokenizer has 300 tokens but config.json says vocab_size=299"),

@@ -30,6 +30,7 @@ SHAPE = dict(context_length=16, d_model=32, n_heads=4, n_layers=2, block="llama"
 CASES = {
     "global-interleaved": dict(position="rope"),
     "windows-half-base": dict(position="rope", layers="rope/w5 rope", rope_layout="half", rope_theta=500.0),
+    "untied": dict(position="rope", untied_head=True),
 }
 
 

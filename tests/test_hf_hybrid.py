@@ -45,6 +45,7 @@ CASES = [
     ("llama-interleaved", dict(position="rope"), None, "LlamaForCausalLM"),
     ("llama-half-base", dict(position="rope", rope_layout="half", rope_theta=500.0), None, "LlamaForCausalLM"),
     ("llama-yarn", dict(position="rope", rope_layout="half"), ("yarn", 4.0), "LlamaForCausalLM"),
+    ("llama-untied", dict(position="rope", untied_head=True), None, "LlamaForCausalLM"),
     ("smollm3-nope", dict(position="none"), None, "SmolLM3ForCausalLM"),
     ("smollm3-windows-nope", dict(n_layers=3, layers="rope/w4*2 none"), None, "SmolLM3ForCausalLM"),
     (
@@ -110,7 +111,8 @@ def test_export_loads_in_transformers_with_equal_logits(exported):
     model, folder, architecture = exported
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
     assert type(hf).__name__ == architecture
-    assert hf.get_output_embeddings().weight.data_ptr() == hf.get_input_embeddings().weight.data_ptr()  # tied
+    shared = hf.get_output_embeddings().weight.data_ptr() == hf.get_input_embeddings().weight.data_ptr()
+    assert shared == (not model.config.untied_head) == hf.config.tie_word_embeddings
     assert logits_gap(model, folder) < 1e-5
 
 

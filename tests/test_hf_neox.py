@@ -301,10 +301,28 @@ def test_import_refuses_what_octlm_cannot_compute(tokenizer, tmp_path, capsys, c
     assert match in err and "Traceback" not in err and not (tmp_path / "run").exists()
 
 
-def test_import_refuses_an_untied_head(tokenizer, tmp_path):
-    random_neox(tmp_path / "hf", tokenizer, tie_word_embeddings=False)
-    with pytest.raises(InteropError, match="(lm_head|embed_out).weight differs from the token table"):
-        import_hf(tmp_path / "hf", tmp_path / "run")
+def test_an_untied_head_imports_with_equal_logits_and_a_tied_one_must_be_the_table(tokenizer, tmp_path):
+    hf = random_neox(tmp_path / "hf", tokenizer, tie_word_embeddings=False)
+    import_hf(tmp_path / "hf", tmp_path / "run")
+    model, _ = load_run(tmp_path / "run")
+    assert model.config.untied_head and model.lm_head.weight is not model.token_embedding.weight
+    ids = torch.randint(0, tokenizer.vocab_size, (2, 16), generator=torch.Generator().manual_seed(2))
+    assert logits_gap(model, hf, ids) < 1e-5
+    # a head stored beside a config that ties it: transformers would drop it, so octlm refuses it
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+    with pytest.raises(InteropError, match="(lm_head|embed_out).weight differs from the token table .* set it false"):
+        import_hf(tmp_path / "hf", tmp_path / "run2")
+
+
+def test_an_untied_run_exports_with_equal_logits(tokenizer, tmp_path):
+    model = make_run(tmp_path / "run", tokenizer, position="rope", untied_head=True)
+    export_hf(tmp_path / "run", tmp_path / "hf")
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert not hf.config.tie_word_embeddings
+    assert hf.get_output_embeddings().weight.data_ptr() != hf.get_input_embeddings().weight.data_ptr()
+    ids = torch.randint(0, tokenizer.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))
+    assert logits_gap(model, hf, ids) < 1e-5
 
 
 def test_export_refuses_dynamic_ntk_by_name(tokenizer, tmp_path, capsys):

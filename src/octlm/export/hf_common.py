@@ -176,15 +176,23 @@ def check_state(
 ) -> dict[str, torch.Tensor]:
     """Check a converted state against ``config`` and return it as float32.
 
-    ``head`` is the checkpoint's output head, if it stores one: it must equal
-    the token table, because octlm's head is always tied to it.
+    ``head`` is the checkpoint's output head, if it stores one: with
+    ``tie_word_embeddings`` true it must equal the token table (transformers
+    would tie it and drop what is stored); with it false (``config.untied_head``)
+    it must be there, and becomes ``lm_head.weight``.
 
     Raises:
-        InteropError: naming a tensor with the wrong shape, or a head that is not the token table.
+        InteropError: naming a tensor with the wrong shape, a tied head that is not the token table, or an untied
+            head that is missing.
     """
-    if head is not None and not torch.equal(head, out["token_embedding.weight"]):
+    if config.untied_head:
+        if head is None:
+            raise InteropError(f"{source}: tie_word_embeddings is false but the checkpoint stores no {head_name}")
+        out = {**out, "lm_head.weight": head}
+    elif head is not None and not torch.equal(head, out["token_embedding.weight"]):
         raise InteropError(
-            f"{source}: {head_name} differs from the token table ({table_name}); octlm's head is always tied to it"
+            f"{source}: {head_name} differs from the token table ({table_name}) while tie_word_embeddings is true; "
+            "set it false in config.json to import the head as stored"
         )
     reference = Decoder(config).state_dict()
     for key, value in out.items():

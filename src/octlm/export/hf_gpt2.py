@@ -109,7 +109,7 @@ def gpt2_config(config: DecoderConfig, eot_id: int) -> dict:
         "scale_attn_weights": True,
         "scale_attn_by_inverse_layer_idx": False,
         "reorder_and_upcast_attn": False,
-        "tie_word_embeddings": True,
+        "tie_word_embeddings": not config.untied_head,
         "bos_token_id": eot_id,
         "eos_token_id": eot_id,
         "torch_dtype": "float32",
@@ -123,7 +123,7 @@ def decoder_config(gpt2: dict, source: Path) -> DecoderConfig:
         InteropError: naming the key, for anything octlm's decoder would
             compute differently (another activation, an MLP width other than
             4 x n_embd, a LayerNorm eps other than 1e-5, unscaled or
-            layer-scaled attention, cross-attention, an untied head).
+            layer-scaled attention, cross-attention).
     """
     d_model = gpt2.get("n_embd", 768)
     activation = import_block(
@@ -135,8 +135,6 @@ def decoder_config(gpt2: dict, source: Path) -> DecoderConfig:
         raise refusal(gpt2, source, "scale_attn_by_inverse_layer_idx", "octlm scales every layer's scores alike")
     if gpt2.get("add_cross_attention", False):
         raise refusal(gpt2, source, "add_cross_attention", "octlm's decoder has no cross-attention")
-    if not gpt2.get("tie_word_embeddings", True):
-        raise refusal(gpt2, source, "tie_word_embeddings", "octlm's head is always the token table")
     return build_config(
         source,
         vocab_size=gpt2.get("vocab_size", 50257),
@@ -147,15 +145,18 @@ def decoder_config(gpt2: dict, source: Path) -> DecoderConfig:
         dropout=float(gpt2.get("resid_pdrop", 0.0)),
         activation=activation,
         position=gpt2_scheme(),
+        untied_head=not gpt2.get("tie_word_embeddings", True),  # GPT2Config's default
     )
 
 
 def to_gpt2_state(model: Decoder) -> dict[str, torch.Tensor]:
-    """``model``'s weights under GPT2LMHeadModel's names and layouts (no ``lm_head.weight``: tied)."""
+    """``model``'s weights under GPT2LMHeadModel's names and layouts (``lm_head.weight`` only when untied)."""
     state = model.state_dict()
     out = {}
     for ours, theirs, transposed in name_map(model.config.n_layers):
         out[theirs] = (state[ours].t() if transposed else state[ours]).detach().cpu().contiguous()
+    if model.config.untied_head:
+        out["lm_head.weight"] = state["lm_head.weight"].detach().cpu().contiguous()
     return out
 
 
@@ -164,7 +165,7 @@ def from_gpt2_state(tensors: dict[str, torch.Tensor], config: DecoderConfig, sou
 
     The causal-mask buffers old checkpoints carry (``attn.bias``,
     ``attn.masked_bias``) are dropped; a stored ``lm_head.weight`` must equal
-    the token table.
+    the token table, or with ``config.untied_head`` be there (:func:`check_state`).
 
     Raises:
         InteropError: naming the tensor that is missing, has the wrong shape,

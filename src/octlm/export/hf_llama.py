@@ -33,7 +33,7 @@ windows                      ``use_sliding_window``, ``sliding_window`` (W: quer
                              i sees keys i - W < j <= i, as octlm's ``wW``),
                              ``layer_types`` (``sliding_attention``)
 QK-norm (Qwen3)              ``self_attn.q_norm``, ``self_attn.k_norm``
-tied head                    ``tie_word_embeddings`` true (``lm_head`` not stored)
+tied head                    ``tie_word_embeddings`` true (``lm_head`` not stored); untied: false, stored
 ===========================  ===================================================
 
 The RoPE settings are written in both spellings, version 5's ``rope_parameters``
@@ -86,7 +86,7 @@ def channel_order(plan: FamilyPlan, layer: int) -> torch.Tensor:
 
 
 def to_family_state(model: Decoder, plan: FamilyPlan) -> dict[str, torch.Tensor]:
-    """``model``'s weights under the transformers names (no ``lm_head``: tied), query and key rows reordered.
+    """``model``'s weights under the transformers names (``lm_head`` only when untied), query and key rows reordered.
 
     Raises:
         InteropError: when the model holds a tensor this mapping does not place (a block it was not written for).
@@ -98,7 +98,9 @@ def to_family_state(model: Decoder, plan: FamilyPlan) -> dict[str, torch.Tensor]
         "model.embed_tokens.weight": state.pop("token_embedding.weight"),
         "model.norm.weight": state.pop("ln_final.weight"),
     }
-    state.pop("lm_head.weight")
+    head = state.pop("lm_head.weight")
+    if config.untied_head:
+        out["lm_head.weight"] = head
     for i in range(config.n_layers):
         ours, theirs = f"blocks.{i}.", f"model.layers.{i}."
         order = channel_order(plan, i)
@@ -168,7 +170,7 @@ def family_config(model: Decoder, eot_id: int) -> dict:
         "attention_dropout": config.dropout,
         **rope_entries(plan, scaling),
         **layer_entries(plan),
-        "tie_word_embeddings": True,
+        "tie_word_embeddings": not config.untied_head,
         "initializer_range": 0.02,
         "use_cache": True,
         "bos_token_id": eot_id,

@@ -39,7 +39,7 @@ RoPE scaling (run time)      ``rope_parameters``: linear -> "linear", yarn ->
                              ``rope_theta``;
                              dynamic-ntk is refused (see below); the same in
                              ``rope_scaling``, without the base and fraction
-tied head                    ``tie_word_embeddings`` true (``lm_head`` not stored)
+tied head                    ``tie_word_embeddings`` true (``lm_head`` not stored); untied: false, ``embed_out``
 ===========================  ==================================================
 
 Each RoPE setting is written in both spellings transformers reads, version
@@ -184,7 +184,7 @@ def neox_config(model: Decoder, eot_id: int) -> dict:
         "attention_bias": True,
         "rope_parameters": rope,
         **transformers4_rope(rope, config),
-        "tie_word_embeddings": True,
+        "tie_word_embeddings": not config.untied_head,
         "initializer_range": 0.02,
         "use_cache": True,
         "bos_token_id": eot_id,
@@ -258,6 +258,7 @@ def decoder_config(hf: dict, source: Path) -> tuple[DecoderConfig, dict]:
     context_length = trained_length(hf, recorded, source)
     theta, factor, record = import_rope(hf, source, context_length)
     shape = dict(
+        untied_head=not hf.get("tie_word_embeddings", False),  # GPTNeoXConfig's default: untied
         vocab_size=hf.get("vocab_size", 50432),
         context_length=context_length,
         d_model=d_model,
@@ -302,13 +303,16 @@ class NeoxMapper:
         return neox_config(model, eot_id)
 
     def to_hf_state(self, model: Decoder) -> dict[str, torch.Tensor]:
-        """``model``'s weights under GPTNeoXForCausalLM's names, the fused rows reordered (no ``lm_head``: tied)."""
+        """``model``'s weights under GPTNeoXForCausalLM's names, the fused rows reordered (``lm_head`` only when
+        untied)."""
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         rows = qkv_rows(model.config)
         for i in range(model.config.n_layers):
             for p in ("weight", "bias"):
                 state[f"blocks.{i}.attn.qkv.{p}"] = state[f"blocks.{i}.attn.qkv.{p}"][rows]
-        return {theirs: state[ours].contiguous() for ours, theirs in name_map(model.config.n_layers)}
+        # embed_out: the name transformers itself saves the head under, which its 4.x versions also read
+        head = {"embed_out.weight": state["lm_head.weight"]} if model.config.untied_head else {}
+        return {theirs: state[ours].contiguous() for ours, theirs in name_map(model.config.n_layers)} | head
 
     def import_config(self, hf: dict, source: Path) -> tuple[DecoderConfig, dict]:
         return decoder_config(hf, source)
@@ -317,7 +321,7 @@ class NeoxMapper:
         self, tensors: dict[str, torch.Tensor], config: DecoderConfig, extra: dict, source: Path
     ) -> dict[str, torch.Tensor]:
         """GPT-NeoX tensors as an octlm state dict; a stored head (``lm_head`` or the older ``embed_out``) must be the
-        token table."""
+        token table, or with ``config.untied_head`` be there (:func:`~octlm.export.hf_common.check_state`)."""
         named = {k: v for k, v in tensors.items() if not k.endswith((".attention.bias", ".attention.masked_bias"))}
         head_name = next((k for k in ("lm_head.weight", "embed_out.weight") if k in named), "lm_head.weight")
         head = named.pop(head_name, None)

@@ -183,6 +183,11 @@ class DecoderConfig:
         choices=list(BLOCKS),
     )
     qk_norm: bool = option(False, "RMSNorm on each head's queries and keys before the position scheme turns them")
+    untied_head: bool = option(
+        False,
+        "the output head gets a weight matrix of its own instead of the token table's (transformers' "
+        "tie_word_embeddings false; vocab_size x d_model more parameters)",
+    )
     attention_sinks: bool = option(
         False,
         "a learned logit per head in every layer joins the softmax's denominator and takes attention mass without "

@@ -1,4 +1,4 @@
-"""The decoder: token table, position scheme, pre-LayerNorm blocks, tied head.
+"""The decoder: token table, position scheme, pre-LayerNorm blocks, a head tied to the table (or untied).
 
 Its shape is a :class:`~octlm.model.config.DecoderConfig`, its blocks are in
 :mod:`octlm.model.blocks`. The first layer (``_embed``) is the part octlm
@@ -26,7 +26,7 @@ from octlm.model.streaming import stream_logits
 
 
 class Decoder(nn.Module):
-    """A GPT-style decoder whose output head is tied to its token table.
+    """A GPT-style decoder whose output head is tied to its token table (unless ``config.untied_head``).
 
     Attributes:
         token_embedding: ``nn.Embedding(vocab_size, d_model)``; token id ``i``
@@ -35,7 +35,9 @@ class Decoder(nn.Module):
         position_embedding: the scheme's ``nn.Embedding`` when positions are
             a learned table, else ``None``.
         lm_head: ``nn.Linear(d_model, vocab_size, bias=False)`` whose weight
-            *is* ``token_embedding.weight`` (one Parameter, stored once).
+            *is* ``token_embedding.weight`` (one Parameter, stored once), or,
+            with ``config.untied_head``, a Parameter of its own (Press & Wolf
+            2017 tie them; transformers' ``tie_word_embeddings``).
 
     ``model(token_ids)`` maps int64 ids [B, T] to logits [B, T, vocab_size].
     """
@@ -54,8 +56,10 @@ class Decoder(nn.Module):
         self.tie_weights()
 
     def tie_weights(self) -> None:
-        """Make the output head use the token table's Parameter (again, after loading)."""
-        self.lm_head.weight = self.token_embedding.weight
+        """Make the output head use the token table's Parameter (again, after loading); an untied head keeps its
+        own."""
+        if not self.config.untied_head:
+            self.lm_head.weight = self.token_embedding.weight
 
     @property
     def position_embedding(self) -> nn.Embedding | None:
@@ -68,7 +72,8 @@ class Decoder(nn.Module):
         return self.positions.max_length
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
-        """Distinct parameters (the tied head counted once); optionally without token/position tables."""
+        """Distinct parameters (a tied head counted once, an untied one with the rest); optionally without the token
+        and position tables."""
         params = {id(p): p for p in self.parameters()}
         total = sum(p.numel() for p in params.values())
         if exclude_embeddings:

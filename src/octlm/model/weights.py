@@ -1,4 +1,5 @@
-"""A model's weights as a safetensors file: the tied head stored once, as the token table."""
+"""A model's weights as a safetensors file: a tied head stored once, as the token table; an untied one as
+``lm_head.weight``."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from octlm.errors import RunError
 from octlm.fileio import atomic_write, read_safetensors
 from octlm.model.decoder import Decoder
 
-#: The head shares the token table's Parameter, so it is not stored.
+#: A tied head shares the token table's Parameter, so it is not stored.
 _TIED_KEYS = ("lm_head.weight",)
 
 
 def weights_state(model: Decoder) -> dict[str, torch.Tensor]:
-    """The state dict to store: contiguous CPU tensors, without the tied head."""
-    return {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in _TIED_KEYS}
+    """The state dict to store: contiguous CPU tensors, without a tied head."""
+    left_out = () if model.config.untied_head else _TIED_KEYS
+    return {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in left_out}
 
 
 def save_weights(path: str | Path, model: Decoder, metadata: dict[str, str] | None = None) -> None:
