@@ -28,7 +28,12 @@ def variants():
         if issubclass(cls, RotaryPositions):
             out += [(name, {"rope_layout": "half"}, None), (name, {"partial_rotary_factor": 0.5}, None)]
         out += [(name, {"rope_layout": "half"}, method) for method in sorted(cls.scalings())]
-    return out + [("rope", {"untied_head": True}, None)]  # the head's own matrix, after the cached blocks
+    # the head's own matrix after the cached blocks, and the token rows' norm and scale before them
+    return out + [
+        ("rope", {"untied_head": True}, None),
+        ("rope", {"embedding_norm": "norm", "embedding_scale": "sqrt-d"}, None),
+        ("learned", {"embedding_norm": "l2"}, None),
+    ]
 
 
 VARIANTS = variants()

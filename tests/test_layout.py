@@ -18,6 +18,7 @@ NONE_AS_A_WORD = {
     "model/config.py": 2,  # ACTIVATIONS: F.gelu's approximate="none"; NO_SCALE: --attention-scale none
     "model/decoder.py": 1,  # cross_entropy: reduction != "none"
     "model/weights.py": 2,  # a message: "missing: none"
+    "model/token_vectors.py": 1,  # PLAIN: --embedding-norm none, --embedding-scale none
 }
 
 

@@ -17,6 +17,7 @@ import torch
 from octlm.errors import OctlmError
 from octlm.model import Decoder, DecoderConfig
 from octlm.model.attention_recipes import NO_SCALE
+from octlm.model.token_vectors import PLAIN
 
 #: octlm activation -> transformers activation name written on export (both are ACT2FN keys).
 EXPORT_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
@@ -89,7 +90,20 @@ def export_activation(config: DecoderConfig, architecture: str) -> str:
 
 def recipe_refusal(config: DecoderConfig) -> str | None:
     """Why no architecture export-hf writes computes a training recipe of ``config`` alike, whatever the block, or
-    ``None``: a length-scaled logit, randomized positions, a document mask, learned sinks or the output gate."""
+    ``None``: a norm or scale of the token rows, a length-scaled logit, randomized positions, a document mask, learned
+    sinks or the output gate."""
+    if config.embedding_norm != PLAIN:
+        return (
+            f"embedding_norm={config.embedding_norm!r}: GPT-2, GPT-NeoX, Llama, SmolLM3, Qwen3 and GPT-OSS pass the "
+            "token rows to the first block as they are (BLOOM's embedding LayerNorm comes with ALiBi and tanh GELU, "
+            "which octlm does not write; train without --embedding-norm to export)"
+        )
+    if config.embedding_scale != PLAIN:
+        return (
+            f"embedding_scale={config.embedding_scale!r}: Gemma multiplies the token rows by sqrt(hidden_size), but "
+            "with its own RMSNorm (1 + gain) and GeGLU MLP, which octlm does not write, and the architectures it "
+            "writes scale nothing (train without --embedding-scale to export)"
+        )
     if config.attention_scale != NO_SCALE:
         return (
             f"attention_scale={config.attention_scale!r}: transformers' GPT-2, GPT-NeoX, Llama, SmolLM3 and Qwen3 "

@@ -20,6 +20,14 @@ from octlm.declare import at_least, group, option, option_default, option_fields
 from octlm.model.block_recipes import BLOCKS
 from octlm.model.layout import LayerSpec, LayoutError, layer_data, layers_given, layout_text
 from octlm.model.scheme_catalog import SCHEME_NAMES, SCHEMES, SchemeOptions, default_scheme
+from octlm.model.token_vectors import (
+    EMBEDDING_NORMS,
+    EMBEDDING_SCALES,
+    NORM_HELP,
+    PLAIN,
+    SCALE_HELP,
+    token_vectors_problem,
+)
 
 #: MLP nonlinearities by name: the ``approximate`` argument of ``F.gelu``.
 ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}
@@ -183,6 +191,8 @@ class DecoderConfig:
         choices=list(BLOCKS),
     )
     qk_norm: bool = option(False, "RMSNorm on each head's queries and keys before the position scheme turns them")
+    embedding_norm: str = option(PLAIN, NORM_HELP, choices=list(EMBEDDING_NORMS))
+    embedding_scale: str = option(PLAIN, SCALE_HELP, choices=list(EMBEDDING_SCALES))
     untied_head: bool = option(
         False,
         "the output head gets a weight matrix of its own instead of the token table's (transformers' "
@@ -232,6 +242,8 @@ class DecoderConfig:
         self._check_vocabulary()
         for spec in dict.fromkeys(self.layers) or [None]:
             _check_scheme(self if spec is None else self.layer_config(spec))
+        if problem := token_vectors_problem(self):
+            raise DecoderFieldError(*problem)
         own = sorted({s.position for s in self.layers} or {self.position})
         own = [name for name in own if SCHEMES[name].attends]
         if self.attention_sinks and own:

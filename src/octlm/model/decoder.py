@@ -23,6 +23,7 @@ from octlm.model.kvcache import KVCache, LayerCache
 from octlm.model.layered_positions import build_positions
 from octlm.model.sampling import sample_next
 from octlm.model.streaming import stream_logits
+from octlm.model.token_vectors import TokenVectors
 
 
 class Decoder(nn.Module):
@@ -46,6 +47,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
+        self.token_vectors = TokenVectors(config)
         self.positions = build_positions(config)
         self.dropout = nn.Dropout(config.dropout)
         specs = config.layers or (None,) * config.n_layers
@@ -83,8 +85,9 @@ class Decoder(nn.Module):
         return total
 
     def _embed(self, token_ids: Tensor, offset: int = 0) -> Tensor:
-        """The first layer: token rows plus the scheme's position signal, [B, T] -> [B, T, C]."""
-        return self.positions.embed(self.token_embedding(token_ids), offset)
+        """The first layer: token rows (through ``--embedding-norm`` and ``--embedding-scale``) plus the scheme's
+        position signal, [B, T] -> [B, T, C]."""
+        return self.positions.embed(self.token_vectors(self.token_embedding(token_ids)), offset)
 
     def set_rope_scaling(self, method: str | None, factor: float = 1.0, original_length: int | None = None) -> None:
         """Run a RoPE model past its training length without training, or (``method=None``) stop doing so.

@@ -1,0 +1,76 @@
+"""What a token's row passes through before the position scheme: an optional norm, then an optional scale.
+
+Both are per token, so they change nothing about cached decoding. Sources: BLOOM normalises the token rows with a
+LayerNorm before its first block (``word_embeddings_layernorm``; Le Scao et al. 2022, "What Language Model to Train if
+You Have One Million GPU Hours?", §3: embedding norm); nGPT keeps every embedding on the unit sphere (Loshchilov et
+al. 2024, arXiv 2410.01131); Gemma multiplies the token rows by ``sqrt(d_model)`` (Gemma Team 2024, §2, the
+"normalizer" of its reference code).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from octlm.model.block_recipes import BLOCKS, norm
+
+#: Either option's "nothing done", a word here, not the NoPE scheme.
+PLAIN = "none"
+#: ``--embedding-norm`` choices.
+EMBEDDING_NORMS = (PLAIN, "norm", "l2")
+#: ``--embedding-scale`` choices.
+EMBEDDING_SCALES = (PLAIN, "sqrt-d")
+NORM_HELP = (
+    "what each token's row passes through before the position scheme: none; norm (the block's own norm with a "
+    "learned gain, as BLOOM's embedding LayerNorm); l2 (each row to unit length, as nGPT)"
+)
+SCALE_HELP = "multiply each token's row, after --embedding-norm, by: none (1) or sqrt-d (sqrt(d_model), as Gemma)"
+
+
+class TokenVectors(nn.Module):
+    """Token rows [B, T, C] -> [B, T, C]: ``embedding_norm`` (``norm``: the block's own norm, LayerNorm for ``gpt2``,
+    RMSNorm for ``llama``, with a learned gain; ``l2``: each row divided by its L2 norm, no parameters), then
+    ``embedding_scale`` (``sqrt-d``: times ``sqrt(d_model)``). Both ``none``: the rows as they are, no parameters."""
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.kind = config.embedding_norm
+        self.norm = norm(BLOCKS[config.block].norm, config.d_model) if self.kind == "norm" else None
+        self.scale = math.sqrt(config.d_model) if config.embedding_scale == "sqrt-d" else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.norm is not None:
+            x = self.norm(x)
+        elif self.kind == "l2":
+            x = F.normalize(x, dim=-1)
+        return x if self.scale is None else x * self.scale
+
+
+def token_vectors_problem(config) -> tuple[str, str] | None:
+    """``(field, what is wrong)`` for a choice outside the menu (Python callers; the command line's argparse checks
+    its own), or a token scale the scheme already applies (the sinusoidal table's sqrt(d_model), Vaswani et al. 2017
+    §3.4); ``None`` when the config's token rows can be made."""
+    from octlm.model.positions import SCHEMES, SinusoidalPositions
+
+    for name, menu in (("embedding_norm", EMBEDDING_NORMS), ("embedding_scale", EMBEDDING_SCALES)):
+        if getattr(config, name) not in menu:
+            return name, f"={getattr(config, name)!r}: choose one of {', '.join(menu)}"
+    if config.embedding_scale != PLAIN and issubclass(SCHEMES[config.position], SinusoidalPositions):
+        return "embedding_scale", (
+            f"={config.embedding_scale!r} with position={config.position!r}, which already multiplies the token "
+            "rows by sqrt(d_model) before adding its table; drop --embedding-scale"
+        )
+    return None
+
+
+__all__ = [
+    "EMBEDDING_NORMS",
+    "EMBEDDING_SCALES",
+    "NORM_HELP",
+    "PLAIN",
+    "SCALE_HELP",
+    "TokenVectors",
+    "token_vectors_problem",
+]
