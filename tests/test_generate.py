@@ -32,7 +32,7 @@ def variants():
     return out + [
         ("rope", {"untied_head": True}, None),
         ("rope", {"embedding_norm": "norm", "embedding_scale": "sqrt-d"}, None),
-        ("learned", {"embedding_norm": "l2"}, None),
+        ("learned", {"embedding_norm": "l2", "x0_skips": True}, None),
     ]
 
 
@@ -48,6 +48,8 @@ def model_for(position, extra, scaling, n_heads=4):
     model = Decoder(config).eval()
     for p in model.parameters():  # larger weights than N(0, 0.02) so that logits differ visibly between positions
         p.data.mul_(10 if p.dim() >= 2 else 1)
+    if model.x0_skips is not None:  # away from the plain decoder the skips start as
+        model.x0_skips.mus.data.fill_(0.5)
     if scaling:
         model.set_rope_scaling(scaling, 2.0)
     return model

@@ -209,6 +209,16 @@ def test_torchrun_spreads_a_task_study_to_the_rows_of_one_process(tmp_path):
     assert not (tmp_path / "spread" / "progress").exists()
 
 
+@pytest.mark.slow
+def test_two_processes_give_the_rows_of_a_one_process_task_study(tmp_path):
+    one = octlm([*TASK, "--out", str(tmp_path / "one"), "--processes", "1"])
+    assert one.returncode == 0, one.stderr
+    two = octlm([*TASK, "--out", str(tmp_path / "two"), "--processes", "2"])
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "in 2 processes of 1 thread each" in two.stdout and "4 of 4 models of the study done" in two.stdout
+    assert_close(rows(tmp_path / "two" / "tasks.jsonl"), rows(tmp_path / "one" / "tasks.jsonl"))
+
+
 def test_shares_refuse_what_would_break_the_others(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     with pytest.raises(OctlmError, match="--overwrite: each share would empty"):

@@ -1,7 +1,8 @@
-"""``--embedding-norm`` and ``--embedding-scale``: the token rows' norm and scale before the position scheme.
+"""``--embedding-norm``, ``--embedding-scale`` and ``--x0-skips``: what the first layer's output goes through.
 
 Each is checked against its formula written out here (LayerNorm and RMSNorm by their definitions, the L2 norm,
-sqrt(d_model)), with the position scheme's signal added after; cached decoding in tests/test_generate.py.
+sqrt(d_model), each block's input as the mix of the last block's output and the embedding), with the position
+scheme's signal added after the rows' norm and scale; cached decoding in tests/test_generate.py.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def test_a_scale_the_scheme_already_applies_is_refused_and_no_export_carries_eit
     cases = (
         ({"embedding_norm": "norm"}, "embedding_norm='norm'"),
         ({"embedding_scale": "sqrt-d"}, "embedding_scale='sqrt-d'"),
+        ({"x0_skips": True}, "x0_skips=True"),
     )
     for fields, name in cases:
         torch.manual_seed(0)
@@ -86,5 +88,29 @@ def test_a_scale_the_scheme_already_applies_is_refused_and_no_export_carries_eit
         save_weights(run / "model.safetensors", decoder)
         tokenizer.save(run / "tokenizer.json")
         RunFolder(run).write_config(decoder.config, {})
-        with pytest.raises(OctlmError, match=f"{name}: .*train without --embedding-"):
+        with pytest.raises(OctlmError, match=f"{name}: .*train without --(embedding-|x0-skips)"):
             export_hf(run, tmp_path / f"hf-{run.name}")
+
+
+def test_each_block_reads_its_mix_of_the_last_output_and_the_embedding():
+    torch.manual_seed(0)
+    config = DecoderConfig(vocab_size=40, context_length=12, d_model=C, n_heads=2, n_layers=3, position="rope")
+    plain = Decoder(config).eval()
+    skips = Decoder(DecoderConfig(**{**config.to_dict(), "x0_skips": True})).eval()
+    skips.load_state_dict(plain.state_dict(), strict=False)
+    ids = torch.randint(0, 40, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(skips(ids), plain(ids), rtol=0, atol=0)  # 1 and 0 at the start: the plain model
+        skips.x0_skips.lambdas.copy_(torch.tensor([0.5, 1.5, -0.7]))
+        skips.x0_skips.mus.copy_(torch.tensor([0.3, -1.2, 2.0]))
+        inputs, outputs = [], []
+        for block in skips.blocks:
+            block.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
+            block.register_forward_hook(lambda module, args, out: outputs.append(out))
+        moved = skips(ids)
+        x0 = skips._embed(ids)
+    lam, mu = [0.5, 1.5, -0.7], [0.3, -1.2, 2.0]
+    for i in range(3):
+        last = x0 if i == 0 else outputs[i - 1]
+        torch.testing.assert_close(inputs[i], lam[i] * last + mu[i] * x0, rtol=1e-6, atol=1e-6)
+    assert float((moved - plain(ids)).abs().max()) > 1e-3

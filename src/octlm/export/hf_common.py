@@ -90,8 +90,8 @@ def export_activation(config: DecoderConfig, architecture: str) -> str:
 
 def recipe_refusal(config: DecoderConfig) -> str | None:
     """Why no architecture export-hf writes computes a training recipe of ``config`` alike, whatever the block, or
-    ``None``: a norm or scale of the token rows, a length-scaled logit, randomized positions, a document mask, learned
-    sinks or the output gate."""
+    ``None``: a norm or scale of the token rows, the embedding added back before each block, a length-scaled logit,
+    randomized positions, a document mask, learned sinks or the output gate."""
     if config.embedding_norm != PLAIN:
         return (
             f"embedding_norm={config.embedding_norm!r}: GPT-2, GPT-NeoX, Llama, SmolLM3, Qwen3 and GPT-OSS pass the "
@@ -103,6 +103,11 @@ def recipe_refusal(config: DecoderConfig) -> str | None:
             f"embedding_scale={config.embedding_scale!r}: Gemma multiplies the token rows by sqrt(hidden_size), but "
             "with its own RMSNorm (1 + gain) and GeGLU MLP, which octlm does not write, and the architectures it "
             "writes scale nothing (train without --embedding-scale to export)"
+        )
+    if config.x0_skips:
+        return (
+            "x0_skips=True: no transformers architecture adds the embedding back before each block "
+            "(train without --x0-skips to export)"
         )
     if config.attention_scale != NO_SCALE:
         return (

@@ -26,6 +26,7 @@ from octlm.model.token_vectors import (
     NORM_HELP,
     PLAIN,
     SCALE_HELP,
+    SKIPS_HELP,
     token_vectors_problem,
 )
 
@@ -193,6 +194,7 @@ class DecoderConfig:
     qk_norm: bool = option(False, "RMSNorm on each head's queries and keys before the position scheme turns them")
     embedding_norm: str = option(PLAIN, NORM_HELP, choices=list(EMBEDDING_NORMS))
     embedding_scale: str = option(PLAIN, SCALE_HELP, choices=list(EMBEDDING_SCALES))
+    x0_skips: bool = option(False, SKIPS_HELP)
     untied_head: bool = option(
         False,
         "the output head gets a weight matrix of its own instead of the token table's (transformers' "

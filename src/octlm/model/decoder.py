@@ -23,7 +23,7 @@ from octlm.model.kvcache import KVCache, LayerCache
 from octlm.model.layered_positions import build_positions
 from octlm.model.sampling import sample_next
 from octlm.model.streaming import stream_logits
-from octlm.model.token_vectors import TokenVectors
+from octlm.model.token_vectors import EmbeddingSkips, TokenVectors
 
 
 class Decoder(nn.Module):
@@ -48,6 +48,7 @@ class Decoder(nn.Module):
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.token_vectors = TokenVectors(config)
+        self.x0_skips = EmbeddingSkips(config.n_layers) if config.x0_skips else None
         self.positions = build_positions(config)
         self.dropout = nn.Dropout(config.dropout)
         specs = config.layers or (None,) * config.n_layers
@@ -178,8 +179,10 @@ class Decoder(nn.Module):
             plan = plan_pass(self.config, token_ids, offset, cache)
             if plan is not None and plan.positions is not None:
                 self.positions.place_documents(plan.positions)
-            x = self.dropout(self._embed(token_ids, offset))
+            x0 = x = self.dropout(self._embed(token_ids, offset))
             for i, block in enumerate(self.blocks):
+                if self.x0_skips is not None:
+                    x = self.x0_skips(x, x0, i)
                 x = block(x, self._layer_pass(i, offset, None if cache is None else cache.layers[i], plan))
         finally:
             self.positions.end_pass()

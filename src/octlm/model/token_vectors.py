@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -27,6 +28,10 @@ NORM_HELP = (
     "learned gain, as BLOOM's embedding LayerNorm); l2 (each row to unit length, as nGPT)"
 )
 SCALE_HELP = "multiply each token's row, after --embedding-norm, by: none (1) or sqrt-d (sqrt(d_model), as Gemma)"
+SKIPS_HELP = (
+    "add the embedding layer's output back before every block, each layer mixing its input and the embedding with "
+    "two learned scalars (1 and 0 at the start; the speed runs' x0 skips)"
+)
 
 
 class TokenVectors(nn.Module):
@@ -46,6 +51,24 @@ class TokenVectors(nn.Module):
         elif self.kind == "l2":
             x = F.normalize(x, dim=-1)
         return x if self.scale is None else x * self.scale
+
+
+class EmbeddingSkips(nn.Module):
+    """The first layer's output added back before every block (``--x0-skips``): block ``i`` reads
+    ``lambdas[i] * x + mus[i] * x0`` [B, T, C], ``x0`` the embedding layer's output, ``x`` the stream so far.
+
+    Two learned scalars per layer, starting at 1 and 0 (the plain decoder), one-dimensional so AdamW leaves them
+    undecayed. The value-residual and U-net skips of the small-scale speed runs (modded-nanogpt's "x0" lambdas,
+    nanochat's ``x0`` mixing) are of this kind; per token, so cached decoding stays exact.
+    """
+
+    def __init__(self, n_layers: int) -> None:
+        super().__init__()
+        self.lambdas = nn.Parameter(torch.ones(n_layers))
+        self.mus = nn.Parameter(torch.zeros(n_layers))
+
+    def forward(self, x: Tensor, x0: Tensor, layer: int) -> Tensor:
+        return self.lambdas[layer] * x + self.mus[layer] * x0
 
 
 def token_vectors_problem(config) -> tuple[str, str] | None:
@@ -68,6 +91,7 @@ def token_vectors_problem(config) -> tuple[str, str] | None:
 __all__ = [
     "EMBEDDING_NORMS",
     "EMBEDDING_SCALES",
+    "EmbeddingSkips",
     "NORM_HELP",
     "PLAIN",
     "SCALE_HELP",

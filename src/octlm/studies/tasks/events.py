@@ -9,16 +9,23 @@ from octlm.studies.tasks.options import TaskOptions, Variant
 
 
 def announce(
-    opts: TaskOptions, tasks: list[Task], variants: list[Variant], seeds: list[int], sizes: list[int], report: Reporter
+    opts: TaskOptions,
+    tasks: list[Task],
+    variants: list[Variant],
+    seeds: list[int],
+    sizes: list[int],
+    report: Reporter,
+    where: str = "",
 ) -> None:
-    """The study's opening event: what is trained, on which sizes, and which schemes stay plain under
-    ``--randomize-positions``."""
+    """The study's opening event: what is trained, on which sizes, which schemes stay plain under
+    ``--randomize-positions``, and ``where`` (``", in 2 processes of 1 thread each"``, or nothing)."""
     plain_only = [s for s in opts.schemes if opts.randomize_positions > 1 and s not in random_position_schemes()]
     report.event(
         "study",
         f"task study: {', '.join(t.name for t in tasks)}; {len(variants)} rows x {len(seeds)} "
         f"seed{'' if len(seeds) == 1 else 's'} x "
         f"{opts.max_steps} steps, trained on sizes 1..{opts.task_length}, evaluated at {', '.join(map(str, sizes))}"
+        + where
         + (f"; {', '.join(plain_only)} plain only (no positions to randomize)" if plain_only else ""),
         tasks=[t.name for t in tasks],
         rows=[v.label for v in variants],

@@ -35,7 +35,7 @@ from octlm.fileio import atomic_write
 from octlm.model import Decoder, cross_entropy
 from octlm.report import Reporter, SilentReporter
 from octlm.studies.shared.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
-from octlm.studies.shared.processes import checker, local_share, started
+from octlm.studies.shared.processes import checker, local_share, side_by_side, started
 from octlm.studies.shared.progress import PLACEMENT, PROGRESS, StudyProgress, open_study
 from octlm.studies.shared.spread import Share, count_models, finish_share, open_share, placed_device, share_of
 from octlm.studies.tasks.checkpoint import SAVE_EVERY, restore_task_checkpoint, save_task_checkpoint
@@ -165,7 +165,7 @@ def _study(opts: TaskOptions, share: Share, device: torch.device, report: Report
     seeds = study_seeds(opts.seed, opts.seeds)
     sizes = [m * opts.task_length for m in opts.multipliers]
     variants = opts.variants()
-    announce(opts, tasks, variants, seeds, sizes, report)
+    announce(opts, tasks, variants, seeds, sizes, report, side_by_side(share))
     t0 = time.perf_counter()
     models = [(task, variant, seed) for task in tasks for variant in variants for seed in seeds]
     tables = lambda: _tables(opts, tasks, variants, sizes, seeds, models, device, progress, report, t0)  # noqa: E731
