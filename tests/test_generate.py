@@ -33,6 +33,8 @@ def variants():
         ("rope", {"untied_head": True}, None),
         ("rope", {"embedding_norm": "norm", "embedding_scale": "sqrt-d"}, None),
         ("learned", {"embedding_norm": "l2", "x0_skips": True}, None),
+        ("none", {"smear_gate": True}, None),  # the previous token's row kept in the cache between passes
+        ("learned", {"smear_gate": True}, None),  # and forgotten when the cache restarts on a cropped window
     ]
 
 
@@ -50,6 +52,9 @@ def model_for(position, extra, scaling, n_heads=4):
         p.data.mul_(10 if p.dim() >= 2 else 1)
     if model.x0_skips is not None:  # away from the plain decoder the skips start as
         model.x0_skips.mus.data.fill_(0.5)
+    if model.smear is not None:  # a gate that is open, and differs from row to row
+        model.smear.strength.data.fill_(0.8)
+        model.smear.gate.weight.data.normal_(generator=torch.Generator().manual_seed(4))
     if scaling:
         model.set_rope_scaling(scaling, 2.0)
     return model

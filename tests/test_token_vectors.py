@@ -1,7 +1,8 @@
-"""``--embedding-norm``, ``--embedding-scale`` and ``--x0-skips``: what the first layer's output goes through.
+"""``--embedding-norm``, ``--embedding-scale``, ``--smear-gate`` and ``--x0-skips``: the first layer's options.
 
 Each is checked against its formula written out here (LayerNorm and RMSNorm by their definitions, the L2 norm,
-sqrt(d_model), each block's input as the mix of the last block's output and the embedding), with the position
+sqrt(d_model), the gated predecessor, each block's input as the mix of the last block's output and the embedding),
+with the position
 scheme's signal added after the rows' norm and scale; cached decoding in tests/test_generate.py.
 """
 
@@ -78,6 +79,7 @@ def test_a_scale_the_scheme_already_applies_is_refused_and_no_export_carries_eit
         ({"embedding_norm": "norm"}, "embedding_norm='norm'"),
         ({"embedding_scale": "sqrt-d"}, "embedding_scale='sqrt-d'"),
         ({"x0_skips": True}, "x0_skips=True"),
+        ({"smear_gate": True}, "smear_gate=True"),
     )
     for fields, name in cases:
         torch.manual_seed(0)
@@ -88,7 +90,7 @@ def test_a_scale_the_scheme_already_applies_is_refused_and_no_export_carries_eit
         save_weights(run / "model.safetensors", decoder)
         tokenizer.save(run / "tokenizer.json")
         RunFolder(run).write_config(decoder.config, {})
-        with pytest.raises(OctlmError, match=f"{name}: .*train without --(embedding-|x0-skips)"):
+        with pytest.raises(OctlmError, match=f"{name}: .*train without --(embedding-|x0-skips|smear-gate)"):
             export_hf(run, tmp_path / f"hf-{run.name}")
 
 
@@ -114,3 +116,26 @@ def test_each_block_reads_its_mix_of_the_last_output_and_the_embedding():
         last = x0 if i == 0 else outputs[i - 1]
         torch.testing.assert_close(inputs[i], lam[i] * last + mu[i] * x0, rtol=1e-6, atol=1e-6)
     assert float((moved - plain(ids)).abs().max()) > 1e-3
+
+
+def test_each_row_takes_in_its_gated_predecessor():
+    torch.manual_seed(0)
+    shape = dict(vocab_size=40, context_length=12, d_model=32, n_heads=2, n_layers=1, position="none")
+    plain = Decoder(DecoderConfig(**shape)).eval()
+    smear = Decoder(DecoderConfig(**shape, smear_gate=True)).eval()
+    smear.load_state_dict(plain.state_dict(), strict=False)
+    ids = torch.randint(0, 40, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(smear(ids), plain(ids), rtol=0, atol=0)  # strength 0 at the start: plain
+        smear.smear.strength.fill_(0.7)
+        w = torch.randn(1, 24, generator=torch.Generator().manual_seed(2))  # 24 of the 32 channels
+        smear.smear.gate.weight.copy_(w)
+        smear.smear.gate.bias.fill_(-0.3)
+        rows = smear.token_embedding.weight[ids]
+        got = smear._embed(ids)
+    for t in range(12):
+        gate = torch.sigmoid(rows[:, t, :24] @ w[0] - 0.3)[:, None]
+        before = rows[:, t - 1] if t > 0 else torch.zeros_like(rows[:, 0])
+        torch.testing.assert_close(got[:, t], rows[:, t] + 0.7 * gate * before, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="smear_gate=True with document_mask: .* drop --smear-gate or --document-mask"):
+        DecoderConfig(**shape, smear_gate=True, document_mask=True)

@@ -88,10 +88,9 @@ def export_activation(config: DecoderConfig, architecture: str) -> str:
     return EXPORT_ACTIVATION[config.activation]
 
 
-def recipe_refusal(config: DecoderConfig) -> str | None:
-    """Why no architecture export-hf writes computes a training recipe of ``config`` alike, whatever the block, or
-    ``None``: a norm or scale of the token rows, the embedding added back before each block, a length-scaled logit,
-    randomized positions, a document mask, learned sinks or the output gate."""
+def first_layer_refusal(config: DecoderConfig) -> str | None:
+    """Why no architecture export-hf writes computes ``config``'s first layer alike, or ``None``: a norm or scale of
+    the token rows, a smear gate, or the embedding added back before each block (:mod:`octlm.model.token_vectors`)."""
     if config.embedding_norm != PLAIN:
         return (
             f"embedding_norm={config.embedding_norm!r}: GPT-2, GPT-NeoX, Llama, SmolLM3, Qwen3 and GPT-OSS pass the "
@@ -104,11 +103,25 @@ def recipe_refusal(config: DecoderConfig) -> str | None:
             "with its own RMSNorm (1 + gain) and GeGLU MLP, which octlm does not write, and the architectures it "
             "writes scale nothing (train without --embedding-scale to export)"
         )
+    if config.smear_gate:
+        return (
+            "smear_gate=True: no transformers architecture adds the previous token's row to each row "
+            "(train without --smear-gate to export)"
+        )
     if config.x0_skips:
         return (
             "x0_skips=True: no transformers architecture adds the embedding back before each block "
             "(train without --x0-skips to export)"
         )
+    return None
+
+
+def recipe_refusal(config: DecoderConfig) -> str | None:
+    """Why no architecture export-hf writes computes a training recipe of ``config`` alike, whatever the block, or
+    ``None``: one of :func:`first_layer_refusal`'s, a length-scaled logit, randomized positions, a document mask,
+    learned sinks or the output gate."""
+    if why := first_layer_refusal(config):
+        return why
     if config.attention_scale != NO_SCALE:
         return (
             f"attention_scale={config.attention_scale!r}: transformers' GPT-2, GPT-NeoX, Llama, SmolLM3 and Qwen3 "

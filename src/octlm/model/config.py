@@ -27,6 +27,7 @@ from octlm.model.token_vectors import (
     PLAIN,
     SCALE_HELP,
     SKIPS_HELP,
+    SMEAR_HELP,
     token_vectors_problem,
 )
 
@@ -194,6 +195,7 @@ class DecoderConfig:
     qk_norm: bool = option(False, "RMSNorm on each head's queries and keys before the position scheme turns them")
     embedding_norm: str = option(PLAIN, NORM_HELP, choices=list(EMBEDDING_NORMS))
     embedding_scale: str = option(PLAIN, SCALE_HELP, choices=list(EMBEDDING_SCALES))
+    smear_gate: bool = option(False, SMEAR_HELP)
     x0_skips: bool = option(False, SKIPS_HELP)
     untied_head: bool = option(
         False,

@@ -23,7 +23,7 @@ from octlm.model.kvcache import KVCache, LayerCache
 from octlm.model.layered_positions import build_positions
 from octlm.model.sampling import sample_next
 from octlm.model.streaming import stream_logits
-from octlm.model.token_vectors import EmbeddingSkips, TokenVectors
+from octlm.model.token_vectors import EmbeddingSkips, SmearGate, TokenVectors
 
 
 class Decoder(nn.Module):
@@ -49,6 +49,7 @@ class Decoder(nn.Module):
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.token_vectors = TokenVectors(config)
         self.x0_skips = EmbeddingSkips(config.n_layers) if config.x0_skips else None
+        self.smear = SmearGate(config.d_model) if config.smear_gate else None
         self.positions = build_positions(config)
         self.dropout = nn.Dropout(config.dropout)
         specs = config.layers or (None,) * config.n_layers
@@ -85,10 +86,15 @@ class Decoder(nn.Module):
                 total -= self.position_embedding.weight.numel()
         return total
 
-    def _embed(self, token_ids: Tensor, offset: int = 0) -> Tensor:
-        """The first layer: token rows (through ``--embedding-norm`` and ``--embedding-scale``) plus the scheme's
-        position signal, [B, T] -> [B, T, C]."""
-        return self.positions.embed(self.token_vectors(self.token_embedding(token_ids)), offset)
+    def _embed(self, token_ids: Tensor, offset: int = 0, cache: KVCache | None = None) -> Tensor:
+        """The first layer: token rows (through ``--embedding-norm``, ``--embedding-scale`` and ``--smear-gate``,
+        which takes the cache's last row) plus the scheme's position signal, [B, T] -> [B, T, C]."""
+        rows = self.token_vectors(self.token_embedding(token_ids))
+        if self.smear is not None:
+            rows, plain = self.smear(rows, None if cache is None else cache.last_token_row), rows
+            if cache is not None:
+                cache.last_token_row = plain[:, -1:].detach()
+        return self.positions.embed(rows, offset)
 
     def set_rope_scaling(self, method: str | None, factor: float = 1.0, original_length: int | None = None) -> None:
         """Run a RoPE model past its training length without training, or (``method=None``) stop doing so.
@@ -179,7 +185,7 @@ class Decoder(nn.Module):
             plan = plan_pass(self.config, token_ids, offset, cache)
             if plan is not None and plan.positions is not None:
                 self.positions.place_documents(plan.positions)
-            x0 = x = self.dropout(self._embed(token_ids, offset))
+            x0 = x = self.dropout(self._embed(token_ids, offset, cache))
             for i, block in enumerate(self.blocks):
                 if self.x0_skips is not None:
                     x = self.x0_skips(x, x0, i)

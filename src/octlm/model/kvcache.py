@@ -106,6 +106,8 @@ class KVCache:
         self.state: object = None
         #: with ``document_mask``: where each row's open document began (int64 [B], tokens), else ``None``
         self.document_start = None
+        #: the last token row the first layer saw [B, 1, C] (the smear gate's predecessor for the next pass), or None
+        self.last_token_row = None
 
     @property
     def length(self) -> int:
@@ -117,6 +119,7 @@ class KVCache:
         self.layers = [LayerCache(self.capacity) for _ in self.layers]
         self.state = None
         self.document_start = None
+        self.last_token_row = None
 
 
 __all__ = ["KVCache", "LayerCache"]

@@ -28,6 +28,10 @@ NORM_HELP = (
     "learned gain, as BLOOM's embedding LayerNorm); l2 (each row to unit length, as nGPT)"
 )
 SCALE_HELP = "multiply each token's row, after --embedding-norm, by: none (1) or sqrt-d (sqrt(d_model), as Gemma)"
+SMEAR_HELP = (
+    "add each token's predecessor to its row through a learned gate, before the position scheme (modded-nanogpt's "
+    "and nanochat's smear; exact under the key/value cache)"
+)
 SKIPS_HELP = (
     "add the embedding layer's output back before every block, each layer mixing its input and the embedding with "
     "two learned scalars (1 and 0 at the start; the speed runs' x0 skips)"
@@ -71,6 +75,34 @@ class EmbeddingSkips(nn.Module):
         return self.lambdas[layer] * x + self.mus[layer] * x0
 
 
+#: The smear gate reads this many of the current row's first channels (at most ``d_model``).
+SMEAR_WIDTH = 24
+
+
+class SmearGate(nn.Module):
+    """The previous token's row added to each row through a learned gate (``--smear-gate``), [B, T, C] -> [B, T, C]:
+    ``x_t + strength * sigmoid(w . x_t[:k] + b) * x_{t-1}``, ``k`` = min(:data:`SMEAR_WIDTH`, C).
+
+    Word order without a position scheme: a row now carries a gated copy of its predecessor. ``strength`` starts at
+    0 (the plain decoder). From modded-nanogpt's smear module (2025-09-18 record) and nanochat's ``smear``; the
+    gate reads the current row only, so the previous row is all a pass needs of the past: the first row of a cached
+    pass takes the cache's last row (``KVCache.last_token_row``), the first of a pass from nothing takes zeros.
+    """
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.width = min(SMEAR_WIDTH, d_model)
+        self.gate = nn.Linear(self.width, 1)
+        self.strength = nn.Parameter(torch.zeros(1))
+        nn.init.zeros_(self.gate.weight)
+        nn.init.zeros_(self.gate.bias)
+
+    def forward(self, x: Tensor, before: Tensor | None) -> Tensor:
+        before = x.new_zeros(x.shape[0], 1, x.shape[2]) if before is None else before
+        previous = torch.cat((before, x[:, :-1]), dim=1)
+        return x + self.strength * torch.sigmoid(self.gate(x[..., : self.width])) * previous
+
+
 def token_vectors_problem(config) -> tuple[str, str] | None:
     """``(field, what is wrong)`` for a choice outside the menu (Python callers; the command line's argparse checks
     its own), or a token scale the scheme already applies (the sinusoidal table's sqrt(d_model), Vaswani et al. 2017
@@ -80,6 +112,11 @@ def token_vectors_problem(config) -> tuple[str, str] | None:
     for name, menu in (("embedding_norm", EMBEDDING_NORMS), ("embedding_scale", EMBEDDING_SCALES)):
         if getattr(config, name) not in menu:
             return name, f"={getattr(config, name)!r}: choose one of {', '.join(menu)}"
+    if config.smear_gate and config.document_mask:
+        return "smear_gate", (
+            "=True with document_mask: the first token of each packed document would take in the last token of the "
+            "one before it; drop --smear-gate or --document-mask"
+        )
     if config.embedding_scale != PLAIN and issubclass(SCHEMES[config.position], SinusoidalPositions):
         return "embedding_scale", (
             f"={config.embedding_scale!r} with position={config.position!r}, which already multiplies the token "
@@ -92,6 +129,8 @@ __all__ = [
     "EMBEDDING_NORMS",
     "EMBEDDING_SCALES",
     "EmbeddingSkips",
+    "SMEAR_HELP",
+    "SmearGate",
     "NORM_HELP",
     "PLAIN",
     "SCALE_HELP",
