@@ -92,10 +92,14 @@ def first_layer_refusal(config: DecoderConfig) -> str | None:
     """Why no architecture export-hf writes computes ``config``'s first layer alike, or ``None``: a norm or scale of
     the token rows, a smear gate, or the embedding added back before each block (:mod:`octlm.model.token_vectors`)."""
     if config.embedding_norm != PLAIN:
+        other = (
+            "BLOOM's embedding LayerNorm comes with ALiBi and tanh GELU, which octlm does not write"
+            if config.embedding_norm == "norm"
+            else "no transformers architecture puts the token rows on the unit sphere"
+        )
         return (
             f"embedding_norm={config.embedding_norm!r}: GPT-2, GPT-NeoX, Llama, SmolLM3, Qwen3 and GPT-OSS pass the "
-            "token rows to the first block as they are (BLOOM's embedding LayerNorm comes with ALiBi and tanh GELU, "
-            "which octlm does not write; train without --embedding-norm to export)"
+            f"token rows to the first block as they are ({other}; train without --embedding-norm to export)"
         )
     if config.embedding_scale != PLAIN:
         return (

@@ -36,8 +36,9 @@ from octlm.studies.shared.spread import LAUNCH_VARIABLES, Share
 #: ``--processes``'s help, the same in the text and the task study.
 PROCESSES_HELP = (
     "processes that train the study's models side by side on this machine's CPUs, each on --threads threads "
-    "(default: one per free CPU on a CPU, each on one thread, at most one per model; 1 on a GPU or when "
-    "OMP_NUM_THREADS is set); the first prepares the folder, starts the others and writes the tables"
+    "(default: one per free CPU on a CPU, each on one thread; 1 on a GPU or when OMP_NUM_THREADS is set; never more "
+    "than the base models); the first prepares the folder, starts the others and writes the tables. A model's "
+    "numbers depend on its threads, not on the processes: give --threads to compare studies run either way"
 )
 #: How long a child may take to save its checkpoint and stop after the interrupt, in seconds, before it is killed.
 STOP_SECONDS = 120.0
