@@ -246,7 +246,7 @@ class DecoderConfig:
         self._check_vocabulary()
         for spec in dict.fromkeys(self.layers) or [None]:
             _check_scheme(self if spec is None else self.layer_config(spec))
-        if problem := token_vectors_problem(self):
+        if problem := token_vectors_problem(self, SCHEMES[self.position]):
             raise DecoderFieldError(*problem)
         own = sorted({s.position for s in self.layers} or {self.position})
         own = [name for name in own if SCHEMES[name].attends]

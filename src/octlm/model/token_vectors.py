@@ -103,12 +103,10 @@ class SmearGate(nn.Module):
         return x + self.strength * torch.sigmoid(self.gate(x[..., : self.width])) * previous
 
 
-def token_vectors_problem(config) -> tuple[str, str] | None:
+def token_vectors_problem(config, scheme) -> tuple[str, str] | None:
     """``(field, what is wrong)`` for a choice outside the menu (Python callers; the command line's argparse checks
-    its own), or a token scale the scheme already applies (the sinusoidal table's sqrt(d_model), Vaswani et al. 2017
-    §3.4); ``None`` when the config's token rows can be made."""
-    from octlm.model.positions import SCHEMES, SinusoidalPositions
-
+    its own), or a token scale the config's ``scheme`` (its class) already applies (the sinusoidal table's
+    sqrt(d_model), Vaswani et al. 2017 §3.4); ``None`` when the config's token rows can be made."""
     for name, menu in (("embedding_norm", EMBEDDING_NORMS), ("embedding_scale", EMBEDDING_SCALES)):
         if getattr(config, name) not in menu:
             return name, f"={getattr(config, name)!r}: choose one of {', '.join(menu)}"
@@ -117,7 +115,7 @@ def token_vectors_problem(config) -> tuple[str, str] | None:
             "=True with document_mask: the first token of each packed document would take in the last token of the "
             "one before it; drop --smear-gate or --document-mask"
         )
-    if config.embedding_scale != PLAIN and issubclass(SCHEMES[config.position], SinusoidalPositions):
+    if config.embedding_scale != PLAIN and scheme.scales_token_rows:
         return "embedding_scale", (
             f"={config.embedding_scale!r} with position={config.position!r}, which already multiplies the token "
             "rows by sqrt(d_model) before adding its table; drop --embedding-scale"

@@ -122,6 +122,7 @@ class SinusoidalPositions(PositionScheme):
     options = SinusoidalOptions
     takes_random_positions = True
     takes_document_positions = True
+    scales_token_rows = True
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)

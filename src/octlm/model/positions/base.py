@@ -55,6 +55,8 @@ class PositionScheme(nn.Module):
     #: :meth:`position_ids` (:meth:`place_documents`), or depends on distances within a document alone, or on nothing;
     #: off unless a scheme says so, so a scheme that reads an absolute position some other way is refused by name
     takes_document_positions = False
+    #: multiplies the token rows itself before adding its signal (so ``--embedding-scale`` would scale them twice)
+    scales_token_rows = False
     #: forms attention's weights itself (:meth:`attend`) instead of the softmax of SDPA; the block asks this first, so
     #: a scheme that leaves it False pays nothing for the hook
     attends = False
