@@ -1,0 +1,116 @@
+"""The leaderboard: every position scheme and the named variants under one protocol, with intervals.
+
+    .venv/bin/python scripts/leaderboard.py run --out runs/leaderboard [--corpus shakespeare stdlib] [--processes N]
+    .venv/bin/python scripts/leaderboard.py write runs/leaderboard [--doc docs/leaderboard.md] [--readme README.md]
+
+``run`` runs the leaderboard's length studies of each corpus (:mod:`octlm.studies.leaderboard.protocol`) one after
+another, each continued where it stopped when the command is given again (a finished one is kept), then writes
+``leaderboard.jsonl`` and ``leaderboard.md`` into ``--out``. ``write`` writes them again from the finished studies,
+and with ``--doc`` and ``--readme`` also docs/leaderboard.md and the README's table between its
+``<!-- leaderboard:start -->`` and ``<!-- leaderboard:end -->`` lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from octlm.errors import OctlmError
+from octlm.fileio import atomic_write
+from octlm.studies.leaderboard.board import Source, corpus_columns, method
+from octlm.studies.leaderboard.markdown import document, readme_table
+from octlm.studies.leaderboard.protocol import CORPORA, command, studies, study_folder
+from octlm.studies.shared.progress import PROGRESS
+
+START, END = "<!-- leaderboard:start -->", "<!-- leaderboard:end -->"
+
+
+def commands(out: Path, corpora: list[str]) -> list[list[str]]:
+    """``octlm``'s arguments for every study of the leaderboard in ``out``, corpus by corpus."""
+    return [command(out, CORPORA[name], study) for name in corpora for study in studies()]
+
+
+def shown(argv: list[str]) -> str:
+    """A study's command as a person types it."""
+    return "octlm " + " ".join(shlex.quote(a) for a in argv)
+
+
+def board(out: Path, corpora: list[str]) -> list[dict]:
+    """The records of ``leaderboard.jsonl``: how intervals were computed, each study, every column."""
+    titles = {name: CORPORA[name].title for name in corpora}
+    records: list[dict] = [{"record": "leaderboard", **method(), "corpora": titles}]
+    for name in corpora:
+        sources = [Source(name, study_folder(out, CORPORA[name], s), s.rows) for s in studies()]
+        columns, found = corpus_columns(name, sources)
+        records += found + columns
+    return records
+
+
+def write(out: Path, corpora: list[str], doc: Path | None, readme: Path | None) -> None:
+    """Write ``leaderboard.jsonl`` and ``leaderboard.md`` into ``out`` (and ``doc`` and the README's table)."""
+    records = board(out, corpora)
+    text = document(records, [shown(argv) for argv in commands(out, corpora)])
+    atomic_write(out / "leaderboard.jsonl", "".join(json.dumps(r) + "\n" for r in records).encode())
+    atomic_write(out / "leaderboard.md", text.encode())
+    if doc is not None:
+        atomic_write(doc, text.encode())
+    if readme is not None:
+        readme_text = readme.read_text(encoding="utf-8")
+        if readme_text.count(START) != 1 or readme_text.count(END) != 1:
+            raise OctlmError(f"{readme}: needs one {START} line and one {END} line around the table")
+        before, rest = readme_text.split(START)
+        after = rest.split(END)[1]
+        table = readme_table([r for r in records if r["record"] == "column"], records[0]["corpora"])
+        atomic_write(readme, f"{before}{START}\n{table}\n{END}{after}".encode())
+
+
+def run(out: Path, corpora: list[str], processes: int | None) -> int:
+    """Run every study not finished yet, in order; the exit status of the first that fails, else 0."""
+    for argv in commands(out, corpora):
+        folder = Path(argv[argv.index("--out") + 1])
+        if (folder / "length.jsonl").is_file() and not (folder / PROGRESS).is_dir():
+            print(f"leaderboard: {folder} is finished; kept", flush=True)
+            continue
+        extra = ["--processes", str(processes)] if processes else []
+        print(f"leaderboard: {shown(argv + extra)}", flush=True)
+        code = subprocess.call([sys.executable, "-m", "octlm", *argv, *extra])
+        if code:
+            return code
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    for action in ("run", "write"):
+        p = sub.add_parser(action)
+        if action == "run":
+            p.add_argument("--out", type=Path, required=True, help="the leaderboard's folder")
+            p.add_argument("--processes", type=int, help="octlm length's --processes for each study")
+        else:
+            p.add_argument("out", type=Path, help="the leaderboard's folder")
+            p.add_argument("--doc", type=Path, help="also write the document here (docs/leaderboard.md)")
+            p.add_argument("--readme", type=Path, help="also replace the table between the markers of this file")
+        p.add_argument("--corpus", nargs="+", choices=list(CORPORA), default=list(CORPORA), help="the corpora")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "run":
+            code = run(args.out, args.corpus, args.processes)
+            if code:
+                return code
+            write(args.out, args.corpus, None, None)
+        else:
+            write(args.out, args.corpus, args.doc, args.readme)
+    except OctlmError as err:
+        print(f"leaderboard.py: error: {err}", file=sys.stderr)
+        return 1
+    print(f"leaderboard: wrote {args.out / 'leaderboard.md'}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

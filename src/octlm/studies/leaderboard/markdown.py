@@ -1,0 +1,125 @@
+"""The leaderboard as Markdown: per corpus and reading a table of every row at every length, and the README's
+compact table (non-overlapping windows at 1x, 4x and 16x T on each corpus).
+
+A cell is the row's mean bits per byte over the seeds. The column's best is bold, with its sample standard
+deviation; every other row gives its difference from the best with its 95% interval and how many seeds alone agree
+(``3/3``), marked ``≈`` when the interval holds zero (the row is not separated from the best) and ``=`` when it
+computes the best row's numbers.
+"""
+
+from __future__ import annotations
+
+from octlm.studies.length.findings import signed
+
+#: How each reading is named in the tables' headings.
+READING_TITLES = {"bpb": "non-overlapping windows", "sliding_bpb": "sliding windows (stride L/2)"}
+#: The README's columns: multipliers of T in the reading of non-overlapping windows.
+README_MULTIPLIERS = (1, 4, 16)
+
+
+def cell(c: dict, seeds: int) -> str:
+    """One cell of the full tables."""
+    status = c["status"]
+    if status in ("n/a", "not run"):
+        return status
+    if status == "best":
+        spread = f" ± {c['sd']:.3f}" if c.get("sd") is not None else ""
+        return f"**{c['bpb']:.3f}**{spread}"
+    if status == "equal":
+        return f"= {c['bpb']:.3f}"
+    mark = "≈ " if status == "not separated" else ""
+    agree = f", {c['seeds_agreeing']}/{seeds}" if seeds > 1 else ""
+    return f"{mark}{c['bpb']:.3f} ({signed(c['difference'])} [{signed(c['low'])}, {signed(c['high'])}]{agree})"
+
+
+def _labels(columns: list[dict]) -> list[str]:
+    return list(dict.fromkeys(c["label"] for col in columns for c in col["cells"]))
+
+
+def best_line(col: dict) -> str:
+    """Which row is best in a column, and which rows it does not separate itself from."""
+    if col["best"] is None:
+        return "no row was run on every seed"
+    tied = [f"`{c['label']}`" for c in col["cells"] if c["status"] == "not separated"]
+    if not tied:
+        return f"`{col['best']}`, ahead of every other row at 95%"
+    return f"`{col['best']}`, not separated from {', '.join(tied)}"
+
+
+def reading_table(columns: list[dict], train_length: int) -> str:
+    """One corpus's table in one reading: a row per board row, a column per length, then the best per column."""
+    seeds = max((len(c.get("seeds", [])) for col in columns for c in col["cells"]), default=1)
+    heads = [f"{col['multiplier']}x ({col['eval_length']})" for col in columns]
+    lines = ["| row | " + " | ".join(heads) + " |", "| --- |" + " --- |" * len(heads)]
+    for label in _labels(columns):
+        cells = [next((c for c in col["cells"] if c["label"] == label), {"status": "n/a"}) for col in columns]
+        lines.append(f"| `{label}` | " + " | ".join(cell(c, seeds) for c in cells) + " |")
+    lines.append("")
+    lines += [f"* best at {col['multiplier']}x: {best_line(col)}" for col in columns]
+    return "\n".join(lines)
+
+
+def readme_table(columns: list[dict], titles: dict[str, str]) -> str:
+    """The README's table: a row per board row, per corpus the non-overlapping windows at 1x, 4x and 16x T; the
+    best bold, a row not separated from it marked ≈."""
+    chosen = [
+        col
+        for corpus in titles
+        for m in README_MULTIPLIERS
+        for col in columns
+        if col["corpus"] == corpus and col["reading"] == "bpb" and col["multiplier"] == m
+    ]
+    heads = [f"{titles[col['corpus']].split(' ')[0]} {col['multiplier']}x" for col in chosen]
+    lines = ["| row | " + " | ".join(heads) + " |", "| --- |" + " --- |" * len(heads)]
+    for label in _labels(chosen):
+        out = []
+        for col in chosen:
+            c = next((c for c in col["cells"] if c["label"] == label), {"status": "n/a"})
+            status = c["status"]
+            text = status if status in ("n/a", "not run") else f"{c['bpb']:.3f}"
+            out.append({"best": f"**{text}**", "not separated": f"≈ {text}", "equal": f"= {text}"}.get(status, text))
+        lines.append(f"| `{label}` | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
+__all__ = ["README_MULTIPLIERS", "READING_TITLES", "best_line", "cell", "reading_table", "readme_table"]
+
+
+def document(records: list[dict], commands: list[str]) -> str:
+    """docs/leaderboard.md from the board's records (``leaderboard.jsonl``) and the commands that made it."""
+    head = next(r for r in records if r["record"] == "leaderboard")
+    sources = [r for r in records if r["record"] == "source"]
+    columns = [r for r in records if r["record"] == "column"]
+    versions = sorted({s["octlm_version"] for s in sources if s.get("octlm_version")})
+    lines = [
+        "# The leaderboard",
+        "",
+        "Every registered position scheme, the windowed-RoPE / global-NoPE hybrid, RoPE with learned sinks, RoPE with "
+        "the output gate and the untrained RoPE scalings, under one protocol: the same text, tokenizer, shape, seeds "
+        "and 679 Muon steps at T = 128 tokens ([the protocol](length-study.md#three-seeds-on-both-built-in-corpora)). "
+        "Generated by `scripts/leaderboard.py`; do not edit by hand.",
+        "",
+        "```bash",
+        *commands,
+        "```",
+        "",
+        "Studies: " + ", ".join(f"`{s['folder']}`" for s in sources) + f"; octlm {', '.join(versions) or 'unknown'}.",
+        "",
+        "Each cell is the row's bits per byte, mean over the seeds (lower is better). The column's best is **bold**, "
+        "with its sample standard deviation; every other row gives its difference from the best with its "
+        f"{head['confidence']:.0%} interval (a paired bootstrap over the validation windows crossed with the seeds, "
+        f"{head['resamples']:,} resamples, generator seed {head['bootstrap_seed']}) and in how many seeds alone the "
+        "same verdict holds. `≈`: the interval holds zero, so the row is not separated from the best; `=`: it computes "
+        "the best row's numbers (every RoPE scaling at 1x); `n/a`: the row has no score there (a learned table past "
+        "T); `not run`: some seed is missing.",
+    ]
+    train_length = columns[0]["eval_length"] // columns[0]["multiplier"] if columns else 0
+    for corpus, title in head["corpora"].items():
+        for reading, reading_title in READING_TITLES.items():
+            chosen = [c for c in columns if c["corpus"] == corpus and c["reading"] == reading]
+            if chosen:
+                lines += ["", f"## {title}, {reading_title}", "", reading_table(chosen, train_length)]
+    return "\n".join(lines) + "\n"
+
+
+__all__ += ["document"]

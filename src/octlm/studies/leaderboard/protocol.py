@@ -1,0 +1,92 @@
+"""What the leaderboard trains: its corpora, the studies of each, and the options every study shares.
+
+The protocol is the length study's headline one (docs/length-study.md, "Three seeds on both built-in corpora"):
+the default shape (2 layers, 4 heads, ``d_model`` 128, GPT-2 blocks, a 1,024-token BPE), T = 128 tokens, 679 Muon
+steps of 32 blocks, seeds 1337 to 1339, one thread per model (bits per byte then repeat on one machine), no
+extension stage, both readings at 1x to 16x T. Every registered scheme is a row of one study; the windowed-RoPE /
+global-NoPE hybrid is a ``--layouts`` row of the same study; RoPE with learned sinks and RoPE with the output gate
+switch a whole study's attention, so each is a study of its own, on the same text, tokenizer and seeds, whose rows
+pair window by window with the first (:mod:`octlm.studies.leaderboard.board`). The untrained RoPE scalings are
+readings of the RoPE row, as in every length study.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: The options every study of the leaderboard is run with: the headline protocol.
+HEADLINE = ("--seeds", "3", "--max-steps", "679", "--extend-to", "0", "--threads", "1")
+#: The hybrid of Yang et al. 2025 ("Rope to Nope and Back Again") at the default two layers: a RoPE layer that sees
+#: its last 32 tokens, then a global NoPE layer.
+HYBRID = "swa-nope=rope/w32 none"
+#: The standard library's packages the code corpus reads: its docstrings, comments and code, 1.72 MB (all of it
+#: holds ten times the validation text, which put one study past three hours on two cores).
+STDLIB_PACKAGES = ("asyncio", "email", "http", "json", "xml", "concurrent", "importlib")
+
+
+def _stdlib_packages() -> list[str]:
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return [str(root / name) for name in STDLIB_PACKAGES]
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """One text the leaderboard trains on: ``name`` names its study folders, ``title`` its tables; ``text()`` gives
+    ``--text``'s values."""
+
+    name: str
+    title: str
+    text: Callable[[], list[str]]
+
+
+CORPORA = {
+    "shakespeare": Corpus("shakespeare", "tinyshakespeare", lambda: ["tinyshakespeare"]),
+    "stdlib": Corpus("stdlib", "the standard library (seven packages)", _stdlib_packages),
+}
+
+
+@dataclass(frozen=True)
+class Study:
+    """One length study of each corpus: its own options beside :data:`HEADLINE`, and ``rows``, the labels it puts on
+    the board (study label -> board label; empty: every row under its own label)."""
+
+    name: str
+    options: tuple[str, ...]
+    rows: dict[str, str] = field(default_factory=dict)
+
+
+def studies() -> list[Study]:
+    """The leaderboard's studies of one corpus: every registered scheme (in registration order) and the hybrid in
+    one; RoPE with learned sinks and RoPE with the output gate each in its own."""
+    from octlm.model.scheme_catalog import SCHEMES
+
+    return [
+        Study("schemes", ("--schemes", *SCHEMES, "--layouts", HYBRID)),
+        Study("sinks", ("--schemes", "rope", "--attention-sinks", "--rope-scalings"), {"rope": "rope-sinks"}),
+        Study("gate", ("--schemes", "rope", "--output-gate", "--rope-scalings"), {"rope": "rope-gate"}),
+    ]
+
+
+def study_folder(out: Path, corpus: Corpus, study: Study) -> Path:
+    """Where the leaderboard in ``out`` keeps one corpus's study."""
+    return Path(out) / f"{corpus.name}-{study.name}"
+
+
+def command(out: Path, corpus: Corpus, study: Study) -> list[str]:
+    """``octlm``'s arguments for one study of the leaderboard in ``out``."""
+    return [
+        "length",
+        "--text",
+        *corpus.text(),
+        *HEADLINE,
+        *study.options,
+        "--out",
+        str(study_folder(out, corpus, study)),
+    ]
+
+
+__all__ = ["CORPORA", "HEADLINE", "HYBRID", "STDLIB_PACKAGES", "Corpus", "Study", "command", "studies", "study_folder"]

@@ -1,0 +1,152 @@
+"""The leaderboard (octlm.studies.leaderboard, scripts/leaderboard.py): per column the best row and every other row
+against it, checked on studies whose true differences are known by construction."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from octlm.errors import OctlmError
+from octlm.studies.leaderboard.board import Source, corpus_columns
+from octlm.studies.leaderboard.markdown import cell, readme_table
+from octlm.studies.leaderboard.protocol import CORPORA, command, studies
+from tests.conftest import REPO
+
+SEEDS = (1337, 1338, 1339)
+WINDOWS = 60
+
+
+def _rows(label: str, shift: float, noise: float, rng, lengths=(8, 16), seeds=SEEDS, upto: int | None = None):
+    """Eval rows of one label: each window's nats are a common baseline plus ``shift`` plus noise of scale ``noise``;
+    ``upto``: the row has no score past that length (a learned table)."""
+    rows = []
+    for seed in seeds:
+        for length in lengths:
+            base = np.random.default_rng(length).uniform(20, 30, WINDOWS)  # the same text for every row
+            nats = base + shift + rng.normal(0, noise, WINDOWS)
+            nbytes = [40] * WINDOWS
+            none = upto is not None and length > upto
+            row = {"record": "eval", "label": label, "seed": seed, "eval_length": length, "multiplier": length // 8}
+            for reading, nk, bk in (
+                ("bpb", "window_nats", "window_bytes"),
+                ("sliding_bpb", "sliding_window_nats", "sliding_window_bytes"),
+            ):
+                row[reading] = None if none else float(nats.sum() / sum(nbytes) / math.log(2))
+                row[nk] = None if none else [round(float(v), 4) for v in nats]
+                row[bk] = None if none else nbytes
+            rows.append(row)
+    return rows
+
+
+def _study(folder: Path, rows: list[dict], **options) -> Path:
+    folder.mkdir(parents=True)
+    head = {
+        "record": "study",
+        "train_length": 8,
+        "octlm_version": "0.1.0+gabc",
+        "options": {
+            "text": ["t.txt"],
+            "vocab_size": 64,
+            "train_length": 8,
+            "multipliers": [1, 2],
+            "eval_tokens": 8192,
+            "eval_stride": None,
+            "val_fraction": 0.1,
+            "seed": 1337,
+            "seeds": 3,
+        }
+        | options,
+    }
+    (folder / "length.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [head, *rows]))
+    return folder
+
+
+@pytest.fixture
+def board(tmp_path):
+    rng = np.random.default_rng(0)
+    rope = _rows("rope", 0.0, 0.05, rng)
+    yarn = [r | {"label": "rope+yarn"} for r in rope]  # a scaling at 1x: the same numbers
+    learned = _rows("learned", 2.0, 0.05, rng, upto=8)
+    a = _study(tmp_path / "a", rope + _rows("alibi", 0.5, 0.05, rng) + learned + yarn)
+    # rope with +1 and -1 nats on alternate windows and 0.01 more on each: behind rope on average, never separated
+    swing = [r | {"window_nats": [v + 0.01 + (-1) ** i for i, v in enumerate(r["window_nats"])]} for r in rope]
+    b = _study(tmp_path / "b", swing)
+    c = _study(tmp_path / "c", _rows("rope", 0.1, 0.05, rng, seeds=SEEDS[:2]))
+    sources = [Source("text", a), Source("text", b, {"rope": "rope-gate"}), Source("text", c, {"rope": "rope-short"})]
+    return corpus_columns("text", sources)
+
+
+def _by(columns, reading, length):
+    col = next(c for c in columns if c["reading"] == reading and c["eval_length"] == length)
+    return col, {c["label"]: c for c in col["cells"]}
+
+
+def test_the_best_row_and_each_verdict_follow_from_the_windows(board):
+    """alibi is 0.5 nats a window behind rope on every window (behind in every seed); rope-gate is rope with noise
+    of mean zero (not separated); learned has no score past T (n/a); a row lacking a seed is not ranked."""
+    columns, sources = board
+    assert [s["folder"].rsplit("/", 1)[1] for s in sources] == ["a", "b", "c"]
+    col, cells = _by(columns, "bpb", 8)
+    means = {k: c["bpb"] for k, c in cells.items() if c["status"] != "not run"}
+    assert col["best"] == min(means, key=means.get) == "rope"
+    assert cells["rope+yarn"]["status"] == "equal" and cells["rope+yarn"]["difference"] == 0
+    assert cells["alibi"]["status"] == "behind" and cells["alibi"]["low"] > 0 and cells["alibi"]["seeds_agreeing"] == 3
+    assert cells["alibi"]["difference"] == pytest.approx(0.5 / 40 / math.log(2), abs=2e-3)
+    gate = cells["rope-gate"]
+    assert gate["status"] == "not separated" and gate["low"] < 0 < gate["high"]
+    assert cells["rope-short"] == {"label": "rope-short", "status": "not run", "seeds": [1337, 1338]}
+    assert not col["alone"]
+    _, past = _by(columns, "sliding_bpb", 16)
+    assert past["learned"] == {"label": "learned", "status": "n/a"}
+
+
+def test_the_board_refuses_studies_that_do_not_pair(tmp_path):
+    rng = np.random.default_rng(1)
+    a = _study(tmp_path / "a", _rows("rope", 0.0, 0.05, rng))
+    b = _study(tmp_path / "b", _rows("rope", 0.0, 0.05, rng), vocab_size=128)
+    with pytest.raises(OctlmError, match=r"--vocab-size \(64 and 128\)"):
+        corpus_columns("text", [Source("text", a), Source("text", b, {"rope": "rope-gate"})])
+    (b / "progress").mkdir()
+    with pytest.raises(OctlmError, match="unfinished"):
+        corpus_columns("text", [Source("text", b)])
+    with pytest.raises(OctlmError, match="no row 'alibi'"):
+        corpus_columns("text", [Source("text", a, {"alibi": "x"})])
+
+
+def test_cells_say_best_behind_and_not_separated():
+    assert cell({"status": "best", "bpb": 2.0944, "sd": 0.0031}, 3) == "**2.094** ± 0.003"
+    behind = {"status": "behind", "bpb": 2.123, "difference": 0.029, "low": 0.016, "high": 0.043, "seeds_agreeing": 3}
+    assert cell(behind, 3) == "2.123 (+0.0290 [+0.0160, +0.0430], 3/3)"
+    assert cell(behind | {"status": "not separated", "low": -0.01}, 3).startswith("≈ 2.123 (+0.0290 [-0.0100")
+
+
+def test_the_readme_table_is_written_between_its_markers(board, tmp_path):
+    spec = importlib.util.spec_from_file_location("leaderboard_script", REPO / "scripts" / "leaderboard.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    columns, _ = board
+    table = readme_table(columns, {"text": "text"})
+    assert table.splitlines()[0] == "| row | text 1x |"  # the README's 4x and 16x are not in this board
+    assert "| `rope` | **" in table and "| `rope+yarn` | = " in table
+    assert "| `alibi` | " in table and "**" in table
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{module.START}\nold\n{module.END}\noutro\n")
+    with pytest.raises(OctlmError, match="no length.jsonl"):
+        module.write(tmp_path / "nothing", ["shakespeare"], None, readme)
+    assert readme.read_text() == f"intro\n{module.START}\nold\n{module.END}\noutro\n"
+
+
+def test_the_protocol_runs_every_registered_scheme_on_both_corpora(tmp_path):
+    from octlm.model.scheme_catalog import SCHEMES
+
+    argv = command(tmp_path, CORPORA["shakespeare"], studies()[0])
+    listed = argv[argv.index("--schemes") + 1 : argv.index("--layouts")]
+    assert sorted(listed) == sorted(SCHEMES)
+    stdlib = CORPORA["stdlib"].text()
+    assert len(stdlib) == 7 and all(Path(p).is_dir() for p in stdlib)
+    assert [s.rows for s in studies()[1:]] == [{"rope": "rope-sinks"}, {"rope": "rope-gate"}]
