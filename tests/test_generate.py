@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from octlm import Decoder, DecoderConfig
 from octlm.model import KVCache, LayerCache
+from octlm.model.canon import CanonConv
 from octlm.model.positions import SCHEMES, RotaryPositions, SinusoidalPositions
 
 # results depend on float rounding: scripts/test.sh runs them again under other CPU kernels and threads
@@ -35,6 +36,9 @@ def variants():
         ("learned", {"embedding_norm": "l2", "x0_skips": True}, None),
         ("none", {"smear_gate": True}, None),  # the previous token's row kept in the cache between passes
         ("learned", {"smear_gate": True}, None),  # and forgotten when the cache restarts on a cropped window
+        ("none", {"canon": "ABCD"}, None),  # each Canon point's last three inputs kept in the layer's cache
+        ("learned", {"canon": "ABCD", "block": "llama"}, None),  # SwiGLU's Canon-D; forgotten on a restart
+        ("rope", {"canon": "BC", "layers": "w4 global"}, None),  # beside a window layer's rolling keys
     ]
 
 
@@ -55,6 +59,9 @@ def model_for(position, extra, scaling, n_heads=4):
     if model.smear is not None:  # a gate that is open, and differs from row to row
         model.smear.strength.data.fill_(0.8)
         model.smear.gate.weight.data.normal_(generator=torch.Generator().manual_seed(4))
+    for module in model.modules():  # Canon kernels at their own scale (up to 0.5): ten times over, logits reach 1e4
+        if isinstance(module, CanonConv):
+            module.weight.data.div_(10)
     if scaling:
         model.set_rope_scaling(scaling, 2.0)
     return model

@@ -317,7 +317,7 @@ def test_the_length_study_trains_every_model_with_the_flags_and_says_so(small_co
         model = json.loads((out / "runs" / scheme / "config.json").read_text())["model"]
         assert model["attention_sinks"] is True and model["output_gate"] is True, scheme
     markdown = (out / "length.md").read_text()
-    assert markdown.startswith("Every model of this study has learned attention sinks (--attention-sinks) and an ")
+    assert markdown.startswith("Every model of this study has learned attention sinks (--attention-sinks; docs/")
     assert "**learned-sink share**" in markdown
     records = [json.loads(line) for line in (out / "length.jsonl").read_text().splitlines()]
     shares = [r["sink_share"] for r in records if r["record"] == "attention"]

@@ -80,6 +80,7 @@ def test_a_scale_the_scheme_already_applies_is_refused_and_no_export_carries_eit
         ({"embedding_scale": "sqrt-d"}, "embedding_scale='sqrt-d'"),
         ({"x0_skips": True}, "x0_skips=True"),
         ({"smear_gate": True}, "smear_gate=True"),
+        ({"canon": "AC"}, "canon='AC'"),
     )
     for fields, name in cases:
         torch.manual_seed(0)
@@ -90,7 +91,7 @@ def test_a_scale_the_scheme_already_applies_is_refused_and_no_export_carries_eit
         save_weights(run / "model.safetensors", decoder)
         tokenizer.save(run / "tokenizer.json")
         RunFolder(run).write_config(decoder.config, {})
-        with pytest.raises(OctlmError, match=f"{name}: .*train without --(embedding-|x0-skips|smear-gate)"):
+        with pytest.raises(OctlmError, match=f"{name}: .*train without --(embedding-|x0-skips|smear-gate|canon)"):
             export_hf(run, tmp_path / f"hf-{run.name}")
 
 

@@ -90,7 +90,8 @@ def export_activation(config: DecoderConfig, architecture: str) -> str:
 
 def first_layer_refusal(config: DecoderConfig) -> str | None:
     """Why no architecture export-hf writes computes ``config``'s first layer alike, or ``None``: a norm or scale of
-    the token rows, a smear gate, or the embedding added back before each block (:mod:`octlm.model.token_vectors`)."""
+    the token rows, a smear gate, the embedding added back before each block (:mod:`octlm.model.token_vectors`), or
+    Canon layers (:mod:`octlm.model.canon`)."""
     if config.embedding_norm != PLAIN:
         other = (
             "BLOOM's embedding LayerNorm comes with ALiBi and tanh GELU, which octlm does not write"
@@ -116,6 +117,11 @@ def first_layer_refusal(config: DecoderConfig) -> str | None:
         return (
             "x0_skips=True: no transformers architecture adds the embedding back before each block "
             "(train without --x0-skips to export)"
+        )
+    if config.canon:
+        return (
+            f"canon={config.canon!r}: no transformers architecture has Canon layers (the authors' LlamaCanon is "
+            "remote code, not a transformers class; train without --canon to export)"
         )
     return None
 

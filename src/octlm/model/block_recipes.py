@@ -19,8 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from octlm.model.canon import CanonConv
 
 #: RMSNorm's epsilon: SmolLM3's and Qwen3's ``rms_norm_eps``.
 RMS_EPS = 1e-6
@@ -56,16 +59,22 @@ def swiglu_hidden(d_model: int) -> int:
 class SwiGLU(nn.Module):
     """SwiGLU MLP on [B, T, C]: ``down(silu(gate(x)) * up(x))``, C -> hidden -> C (Shazeer 2020, "GLU Variants")."""
 
-    def __init__(self, d_model: int, dropout: float, bias: bool) -> None:
+    def __init__(self, d_model: int, dropout: float, bias: bool, canon: str = "") -> None:
         super().__init__()
         hidden = swiglu_hidden(d_model)
         self.gate = nn.Linear(d_model, hidden, bias=bias)
         self.up = nn.Linear(d_model, hidden, bias=bias)
         self.down = nn.Linear(hidden, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
+        # Canon-D reads the gate's and the up projection's outputs side by side (Allen-Zhu 2025)
+        self.canon_d = CanonConv(2 * hidden, "D") if "D" in canon else None
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.down(F.silu(self.gate(x)) * self.up(x)))
+    def forward(self, x: Tensor, canon_state: dict[str, Tensor] | None = None) -> Tensor:
+        """[B, T, C] -> [B, T, C]; ``canon_state``: the layer cache's Canon inputs (Canon-D), or ``None``."""
+        gate, up = self.gate(x), self.up(x)
+        if self.canon_d is not None:
+            gate, up = self.canon_d(torch.cat((gate, up), dim=-1), canon_state).chunk(2, dim=-1)
+        return self.dropout(self.down(F.silu(gate) * up))
 
 
 __all__ = ["BLOCKS", "RMS_EPS", "BlockRecipe", "SwiGLU", "norm", "swiglu_hidden"]

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from octlm.model.band import band_block, banded
 from octlm.model.block_recipes import BLOCKS, RMS_EPS, SwiGLU, norm
+from octlm.model.canon import canon_at
 from octlm.model.config import ACTIVATIONS, DecoderConfig
 from octlm.model.kvcache import LayerCache
 from octlm.model.layout import LayerSpec
@@ -114,6 +115,7 @@ class CausalSelfAttention(nn.Module):
         # the other parameters start as without sinks.
         self.sinks = nn.Parameter(torch.zeros(config.n_heads)) if config.attention_sinks else None
         self.gate = nn.Linear(config.d_model, config.d_model, bias=bias) if config.output_gate else None
+        self.canon_b = canon_at(config, "B", 3 * config.d_model)
         self.record: Callable[..., None] | None = None
 
     def forward(self, x: Tensor, step: LayerPass) -> Tensor:
@@ -125,7 +127,10 @@ class CausalSelfAttention(nn.Module):
         # read and hands it back to the same scheme's bias or weights, so the scheme keeps nothing between the calls.
         seen = scheme.read_input(x, step.layer, cache)
         handed = {} if seen is None else {"seen": seen}
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(x)
+        if self.canon_b is not None:
+            qkv = self.canon_b(qkv, None if cache is None else cache.canon_state)
+        q, k, v = qkv.view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if cache is not None and cache.repositions:  # a stream's cache: sinks and a window, placed within it
@@ -328,9 +333,14 @@ class MLP(nn.Module):
         self.down = nn.Linear(4 * config.d_model, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
         self.approximate = ACTIVATIONS[config.activation]
+        self.canon_d = canon_at(config, "D", 4 * config.d_model)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.down(F.gelu(self.up(x), approximate=self.approximate)))
+    def forward(self, x: Tensor, canon_state: dict[str, Tensor] | None = None) -> Tensor:
+        """[B, T, C] -> [B, T, C]; ``canon_state``: the layer cache's Canon inputs (Canon-D), or ``None``."""
+        h = self.up(x)
+        if self.canon_d is not None:
+            h = self.canon_d(h, canon_state)
+        return self.dropout(self.down(F.gelu(h, approximate=self.approximate)))
 
 
 class Block(nn.Module):
@@ -338,7 +348,8 @@ class Block(nn.Module):
 
     ``config.block`` picks the norm and the MLP (:data:`~octlm.model.block_recipes.BLOCKS`:
     GPT-2's LayerNorm and GELU MLP, or Llama's RMSNorm and SwiGLU); ``spec``
-    is the block's layer of a layout, or ``None``.
+    is the block's layer of a layout, or ``None``. ``config.canon`` adds Canon layers after each norm (A, C), on
+    the queries, keys and values (B) and inside the MLP (D) (:mod:`octlm.model.canon`).
     """
 
     def __init__(self, config: DecoderConfig, spec: LayerSpec | None = None) -> None:
@@ -347,12 +358,24 @@ class Block(nn.Module):
         self.ln_attn = norm(recipe.norm, config.d_model)
         self.attn = CausalSelfAttention(config, spec)
         self.ln_mlp = norm(recipe.norm, config.d_model)
-        self.mlp = MLP(config) if recipe.mlp == "gelu" else SwiGLU(config.d_model, config.dropout, recipe.bias)
+        if recipe.mlp == "gelu":
+            self.mlp = MLP(config)
+        else:
+            self.mlp = SwiGLU(config.d_model, config.dropout, recipe.bias, config.canon)
+        self.canon_a = canon_at(config, "A", config.d_model)
+        self.canon_c = canon_at(config, "C", config.d_model)
 
     def forward(self, x: Tensor, step: LayerPass) -> Tensor:
         """[B, T, C] -> [B, T, C], the block's layer of the pass ``step``."""
-        x = x + self.attn(self.ln_attn(x), step)
-        return x + self.mlp(self.ln_mlp(x))
+        state = None if step.cache is None else step.cache.canon_state
+        h = self.ln_attn(x)
+        if self.canon_a is not None:
+            h = self.canon_a(h, state)
+        x = x + self.attn(h, step)
+        h = self.ln_mlp(x)
+        if self.canon_c is not None:
+            h = self.canon_c(h, state)
+        return x + self.mlp(h, state)
 
 
 __all__ = ["MLP", "Block", "CausalSelfAttention", "LayerPass", "PassView", "visible_keys", "window_keys"]

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 from octlm.declare import at_least, group, option, option_default, option_fields
 from octlm.model.block_recipes import BLOCKS
+from octlm.model.canon import CANON_HELP, canon_problem
 from octlm.model.layout import LayerSpec, LayoutError, layer_data, layers_given, layout_text
-from octlm.model.scheme_catalog import SCHEME_NAMES, SCHEMES, SchemeOptions, default_scheme
+from octlm.model.scheme_catalog import SCHEME_NAMES, SCHEMES, SchemeOptions, check_scheme_rules, default_scheme
 from octlm.model.token_vectors import (
     EMBEDDING_NORMS,
     EMBEDDING_SCALES,
@@ -111,6 +112,9 @@ class DecoderConfig:
             from the layer's input and multiplied into the attention output
             before the output projection (Qiu et al. 2025, "Gated Attention
             for Large Language Models", arXiv 2505.06708).
+        canon: the points of each block that get a Canon layer, some of ``ABCD`` (``""``: none): a causal
+            depthwise convolution over each token and its 3 predecessors, with a residual (Allen-Zhu 2025;
+            :mod:`octlm.model.canon`).
         layers: the layer layout (:mod:`octlm.model.layout`), one
             :class:`~octlm.model.layout.LayerSpec` per layer: a scheme, an
             attention window, a RoPE base, log-scaled queries and QK-norm;
@@ -197,6 +201,7 @@ class DecoderConfig:
     embedding_scale: str = option(PLAIN, SCALE_HELP, choices=list(EMBEDDING_SCALES))
     smear_gate: bool = option(False, SMEAR_HELP)
     x0_skips: bool = option(False, SKIPS_HELP)
+    canon: str = option("", CANON_HELP, metavar="POINTS")
     untied_head: bool = option(
         False,
         "the output head gets a weight matrix of its own instead of the token table's (transformers' "
@@ -245,9 +250,10 @@ class DecoderConfig:
         object.__setattr__(self, "layers", layers)  # parsed once, here; every reader after trusts the tuple
         self._check_vocabulary()
         for spec in dict.fromkeys(self.layers) or [None]:
-            _check_scheme(self if spec is None else self.layer_config(spec))
-        if problem := token_vectors_problem(self, SCHEMES[self.position]):
-            raise DecoderFieldError(*problem)
+            check_scheme_rules(self if spec is None else self.layer_config(spec))
+        for problem in (token_vectors_problem(self, SCHEMES[self.position]), canon_problem(self)):
+            if problem:
+                raise DecoderFieldError(*problem)
         own = sorted({s.position for s in self.layers} or {self.position})
         own = [name for name in own if SCHEMES[name].attends]
         if self.attention_sinks and own:
@@ -377,24 +383,6 @@ def stored_layout_text(model: dict) -> object:
         return layout_text(DecoderConfig.from_dict(model).layers)
     except (ValueError, TypeError):
         return model.get("layers", "")
-
-
-def _check_scheme(config: DecoderConfig) -> None:
-    """Check ``config`` (of one scheme, no layout) against its scheme's rules (``ValueError`` naming the fields)."""
-    cls = SCHEMES[config.position]
-    if config.document_mask:  # checked here, whether or not a scheme's check_config calls its base's
-        if not cls.takes_document_positions:
-            takers = ", ".join(name for name, c in SCHEMES.items() if c.takes_document_positions)
-            raise ValueError(
-                f"document_mask needs a scheme whose positions can restart at each document ({takers}), "
-                f"not position={cls.name!r}"
-            )
-        if config.randomize_positions > 1:
-            raise ValueError(
-                f"document_mask restarts positions at each document, randomize_positions={config.randomize_positions} "
-                "draws them at random; choose one"
-            )
-    cls.check_config(config)
 
 
 __all__ = ["ACTIVATIONS", "ATTENTION_SCALES", "NO_SCALE", "DecoderConfig", "DecoderFieldError", "stored_layout_text"]

@@ -37,6 +37,8 @@ class LayerCache:
         self.scheme_state: dict[str, Tensor] = {}
         #: Names in ``scheme_state`` that hold one entry per cached key on their last axis, trimmed with the keys.
         self.per_key: set[str] = set()
+        #: Per Canon point of the layer (``A`` .. ``D``), its last inputs [B, K - 1, width] (:mod:`octlm.model.canon`).
+        self.canon_state: dict[str, Tensor] = {}
 
     def keep_per_key(self, name: str, state: Tensor) -> None:
         """Keep ``state`` [..., keys of this pass] in ``scheme_state[name]``, one entry per key the pass attends to

@@ -260,7 +260,31 @@ def random_position_schemes() -> list[str]:
     return [name for name, cls in SCHEMES.items() if cls.takes_random_positions]
 
 
+def check_scheme_rules(config) -> None:
+    """Check a ``DecoderConfig`` of one scheme (no layout) against its scheme's rules: the document mask's, then the
+    scheme's own ``check_config``.
+
+    Raises:
+        ValueError: naming the fields that cannot go together.
+    """
+    cls = SCHEMES[config.position]
+    if config.document_mask:  # checked here, whether or not a scheme's check_config calls its base's
+        if not cls.takes_document_positions:
+            takers = ", ".join(name for name, c in SCHEMES.items() if c.takes_document_positions)
+            raise ValueError(
+                f"document_mask needs a scheme whose positions can restart at each document ({takers}), "
+                f"not position={cls.name!r}"
+            )
+        if config.randomize_positions > 1:
+            raise ValueError(
+                f"document_mask restarts positions at each document, randomize_positions={config.randomize_positions} "
+                "draws them at random; choose one"
+            )
+    cls.check_config(config)
+
+
 __all__ = [
+    "check_scheme_rules",
     "random_position_schemes",
     "BadSchemeOptions",
     "SCHEMES",

@@ -48,6 +48,8 @@ class SinkWindowCache:
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
         self.length = 0
+        #: the Canon layers' last inputs, as :attr:`octlm.model.kvcache.LayerCache.canon_state` (a stream keeps them)
+        self.canon_state: dict[str, Tensor] = {}
 
     @property
     def held(self) -> int:

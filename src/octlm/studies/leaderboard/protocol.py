@@ -59,15 +59,23 @@ class Study:
     rows: dict[str, str] = field(default_factory=dict)
 
 
+def rotary() -> str:
+    """The scheme the variants are built on: the first registered one that every RoPE scaling acts on (RoPE)."""
+    from octlm.model.positions import ROPE_SCALINGS, SCHEMES
+
+    return next(name for name, cls in SCHEMES.items() if set(ROPE_SCALINGS) <= set(cls.scalings()))
+
+
 def studies() -> list[Study]:
     """The leaderboard's studies of one corpus: every registered scheme (in registration order) and the hybrid in
     one; RoPE with learned sinks and RoPE with the output gate each in its own."""
     from octlm.model.scheme_catalog import SCHEMES
 
+    rope = rotary()
     return [
         Study("schemes", ("--schemes", *SCHEMES, "--layouts", HYBRID)),
-        Study("sinks", ("--schemes", "rope", "--attention-sinks", "--rope-scalings"), {"rope": "rope-sinks"}),
-        Study("gate", ("--schemes", "rope", "--output-gate", "--rope-scalings"), {"rope": "rope-gate"}),
+        Study("sinks", ("--schemes", rope, "--attention-sinks", "--rope-scalings"), {rope: f"{rope}-sinks"}),
+        Study("gate", ("--schemes", rope, "--output-gate", "--rope-scalings"), {rope: f"{rope}-gate"}),
     ]
 
 
@@ -89,4 +97,15 @@ def command(out: Path, corpus: Corpus, study: Study) -> list[str]:
     ]
 
 
-__all__ = ["CORPORA", "HEADLINE", "HYBRID", "STDLIB_PACKAGES", "Corpus", "Study", "command", "studies", "study_folder"]
+__all__ = [
+    "CORPORA",
+    "HEADLINE",
+    "HYBRID",
+    "STDLIB_PACKAGES",
+    "Corpus",
+    "Study",
+    "command",
+    "rotary",
+    "studies",
+    "study_folder",
+]

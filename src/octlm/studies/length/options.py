@@ -149,6 +149,10 @@ class LengthOptions:
     qk_norm: bool = same_as(TrainOptions, "qk_norm")
     attention_sinks: bool = same_as(TrainOptions, "attention_sinks")
     output_gate: bool = same_as(TrainOptions, "output_gate")
+    canon: str = same_as(TrainOptions, "canon")
+    smear_gate: bool = same_as(TrainOptions, "smear_gate")
+    x0_skips: bool = same_as(TrainOptions, "x0_skips")
+    embedding_norm: str = same_as(TrainOptions, "embedding_norm")
     rope_scalings: list[str] | None = option(
         None,
         "RoPE context-extension methods to evaluate the rope model under (default: "

@@ -36,6 +36,7 @@ from octlm.declare import option, refused
 from octlm.errors import OctlmError
 from octlm.model.layout import LayoutError, read_entries
 from octlm.model.positions import ROPE_SCALINGS, SCHEME_NAMES, SCHEMES, facts_of
+from octlm.model.token_vectors import PLAIN
 
 #: A row's label: its run folder's name and part of its records' names in ``progress/``.
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -230,17 +231,22 @@ def legend(values: list[str]) -> str:
 
 
 def carried(options: dict) -> str:
-    """A Markdown line saying that every model of the study carries learned sinks or an output gate, to head its
-    tables (``""`` when none does: the rows' labels name the scheme alone)."""
+    """A Markdown line saying what every model of the study carries besides its scheme (learned sinks, an output
+    gate, Canon layers, a first-layer option), to head its tables (``""`` when nothing: the rows' labels name the
+    scheme alone)."""
     said = [
-        what
+        what.format(options.get(name))
         for name, what in (
-            ("attention_sinks", "learned attention sinks (--attention-sinks)"),
-            ("output_gate", "an output gate (--output-gate)"),
+            ("attention_sinks", "learned attention sinks (--attention-sinks; docs/sinks-and-gates.md)"),
+            ("output_gate", "an output gate (--output-gate; docs/sinks-and-gates.md)"),
+            ("canon", "Canon layers at {} (--canon)"),
+            ("smear_gate", "a smear gate (--smear-gate)"),
+            ("x0_skips", "the embedding added back before each block (--x0-skips)"),
+            ("embedding_norm", "token rows through --embedding-norm {}"),
         )
-        if options.get(name)  # a study from before these options has neither
+        if options.get(name) not in (None, False, "", PLAIN)  # a study from before these options has none
     ]
-    return f"Every model of this study has {' and '.join(said)}; docs/sinks-and-gates.md.\n\n" if said else ""
+    return f"Every model of this study has {' and '.join(said)}.\n\n" if said else ""
 
 
 def check_layouts(rows: list[LayoutRow], schemes: list[str], models: Callable[[LayoutRow], list]) -> None:
