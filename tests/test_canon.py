@@ -132,11 +132,9 @@ def test_canon_with_the_document_mask_and_export_are_refused_by_name():
     """(export_hf itself refusing a Canon run: tests/test_token_vectors.py's loop over the first layer's options.)"""
     with pytest.raises(ValueError, match="canon='A' with document_mask.*drop --canon or --document-mask"):
         DecoderConfig(canon="A", document_mask=True)
-    from octlm.export.hf_common import first_layer_refusal
+    from octlm.export.hf_common import recipe_refusal
 
-    assert "canon='ABCD': no transformers architecture has Canon layers" in first_layer_refusal(
-        DecoderConfig(canon="ABCD")
-    )
+    assert "canon='ABCD': no transformers architecture has Canon layers" in recipe_refusal(DecoderConfig(canon="ABCD"))
 
 
 def test_a_length_study_trains_every_model_with_canon_and_the_first_layer_options(small_corpus, tmp_path):

@@ -39,6 +39,8 @@ def variants():
         ("none", {"canon": "ABCD"}, None),  # each Canon point's last three inputs kept in the layer's cache
         ("learned", {"canon": "ABCD", "block": "llama"}, None),  # SwiGLU's Canon-D; forgotten on a restart
         ("rope", {"canon": "BC", "layers": "w4 global"}, None),  # beside a window layer's rolling keys
+        ("rope", {"key_offset": True, "partial_rotary_factor": 0.5}, None),  # the last key's unturned channels kept
+        ("rope", {"key_offset": True, "partial_rotary_factor": 0.5, "layers": "w4 global"}, "yarn"),
     ]
 
 

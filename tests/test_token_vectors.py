@@ -81,6 +81,7 @@ def test_a_scale_the_scheme_already_applies_is_refused_and_no_export_carries_eit
         ({"x0_skips": True}, "x0_skips=True"),
         ({"smear_gate": True}, "smear_gate=True"),
         ({"canon": "AC"}, "canon='AC'"),
+        ({"key_offset": True, "partial_rotary_factor": 0.5}, "key_offset=True"),
     )
     for fields, name in cases:
         torch.manual_seed(0)
@@ -91,7 +92,9 @@ def test_a_scale_the_scheme_already_applies_is_refused_and_no_export_carries_eit
         save_weights(run / "model.safetensors", decoder)
         tokenizer.save(run / "tokenizer.json")
         RunFolder(run).write_config(decoder.config, {})
-        with pytest.raises(OctlmError, match=f"{name}: .*train without --(embedding-|x0-skips|smear-gate|canon)"):
+        with pytest.raises(
+            OctlmError, match=f"{name}: .*train without --(embedding-|x0-skips|smear-gate|canon|key-offset)"
+        ):
             export_hf(run, tmp_path / f"hf-{run.name}")
 
 

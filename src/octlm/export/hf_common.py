@@ -90,8 +90,7 @@ def export_activation(config: DecoderConfig, architecture: str) -> str:
 
 def first_layer_refusal(config: DecoderConfig) -> str | None:
     """Why no architecture export-hf writes computes ``config``'s first layer alike, or ``None``: a norm or scale of
-    the token rows, a smear gate, the embedding added back before each block (:mod:`octlm.model.token_vectors`), or
-    Canon layers (:mod:`octlm.model.canon`)."""
+    the token rows, a smear gate, or the embedding added back before each block (:mod:`octlm.model.token_vectors`)."""
     if config.embedding_norm != PLAIN:
         other = (
             "BLOOM's embedding LayerNorm comes with ALiBi and tanh GELU, which octlm does not write"
@@ -117,11 +116,6 @@ def first_layer_refusal(config: DecoderConfig) -> str | None:
         return (
             "x0_skips=True: no transformers architecture adds the embedding back before each block "
             "(train without --x0-skips to export)"
-        )
-    if config.canon:
-        return (
-            f"canon={config.canon!r}: no transformers architecture has Canon layers (the authors' LlamaCanon is "
-            "remote code, not a transformers class; train without --canon to export)"
         )
     return None
 
@@ -153,8 +147,9 @@ def recipe_refusal(config: DecoderConfig) -> str | None:
 
 
 def attention_refusal(config: DecoderConfig) -> str | None:
-    """Why no architecture export-hf writes carries the run's learned sinks or output gate, or ``None``; sinks with
-    Llama's block go to GPT-OSS (:mod:`octlm.export.hf_gpt_oss`)."""
+    """Why no architecture export-hf writes carries the run's learned sinks, output gate, Canon layers
+    (:mod:`octlm.model.canon`) or key offset (:mod:`octlm.model.key_offset`), or ``None``; sinks with Llama's block go
+    to GPT-OSS (:mod:`octlm.export.hf_gpt_oss`)."""
     if config.attention_sinks and config.block != "llama":
         return (
             f"attention_sinks=True with block={config.block!r}: GPT-OSS, the transformers architecture with learned "
@@ -167,6 +162,16 @@ def attention_refusal(config: DecoderConfig) -> str | None:
             "QK-norm and zero-centred RMSNorm, partial RoPE and linear-attention and expert layers by default; octlm "
             "does not write that architecture, and GPT-2, GPT-NeoX, Llama, SmolLM3, Qwen3 and GPT-OSS have no gate "
             "(train without --output-gate to export)"
+        )
+    if config.canon:
+        return (
+            f"canon={config.canon!r}: no transformers architecture has Canon layers (the authors' LlamaCanon is "
+            "remote code, not a transformers class; train without --canon to export)"
+        )
+    if config.key_offset:
+        return (
+            "key_offset=True: no transformers architecture moves part of each key to the next position (train "
+            "without --key-offset to export)"
         )
     return None
 

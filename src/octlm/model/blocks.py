@@ -19,8 +19,10 @@ from octlm.model.band import band_block, banded
 from octlm.model.block_recipes import BLOCKS, RMS_EPS, SwiGLU, norm
 from octlm.model.canon import canon_at
 from octlm.model.config import ACTIVATIONS, DecoderConfig
+from octlm.model.key_offset import shift_keys
 from octlm.model.kvcache import LayerCache
 from octlm.model.layout import LayerSpec
+from octlm.model.scheme_catalog import SCHEMES
 from octlm.model.streaming import SinkWindowCache, streamed_attention
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -116,6 +118,9 @@ class CausalSelfAttention(nn.Module):
         self.sinks = nn.Parameter(torch.zeros(config.n_heads)) if config.attention_sinks else None
         self.gate = nn.Linear(config.d_model, config.d_model, bias=bias) if config.output_gate else None
         self.canon_b = canon_at(config, "B", 3 * config.d_model)
+        position = config.position if spec is None else spec.position
+        layer = config if spec is None else config.layer_config(spec)
+        self.key_offset = SCHEMES[position].passed_channels(layer) if config.key_offset else 0
         self.record: Callable[..., None] | None = None
 
     def forward(self, x: Tensor, step: LayerPass) -> Tensor:
@@ -133,6 +138,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = qkv.view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
+        if self.key_offset:  # only channels the scheme leaves unturned: before or after its rotation is the same
+            k = shift_keys(k, self.key_offset, cache)
         if cache is not None and cache.repositions:  # a stream's cache: sinks and a window, placed within it
             return self._output(streamed_attention(q, k, v, scheme, cache, step.layer, handed), x)
         q, k = scheme.rotate(q, k, offset)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from octlm.declare import at_least, group, option, option_default, option_fields
 from octlm.model.block_recipes import BLOCKS
 from octlm.model.canon import CANON_HELP, canon_problem
+from octlm.model.key_offset import KEY_OFFSET_HELP, key_offset_problem
 from octlm.model.layout import LayerSpec, LayoutError, layer_data, layers_given, layout_text
 from octlm.model.scheme_catalog import SCHEME_NAMES, SCHEMES, SchemeOptions, check_scheme_rules, default_scheme
 from octlm.model.token_vectors import (
@@ -115,6 +116,8 @@ class DecoderConfig:
         canon: the points of each block that get a Canon layer, some of ``ABCD`` (``""``: none): a causal
             depthwise convolution over each token and its 3 predecessors, with a residual (Allen-Zhu 2025;
             :mod:`octlm.model.canon`).
+        key_offset: the channels of each head that the scheme leaves unturned carry, in each key, the previous
+            position's key (modded-nanogpt; :mod:`octlm.model.key_offset`).
         layers: the layer layout (:mod:`octlm.model.layout`), one
             :class:`~octlm.model.layout.LayerSpec` per layer: a scheme, an
             attention window, a RoPE base, log-scaled queries and QK-norm;
@@ -202,6 +205,7 @@ class DecoderConfig:
     smear_gate: bool = option(False, SMEAR_HELP)
     x0_skips: bool = option(False, SKIPS_HELP)
     canon: str = option("", CANON_HELP, metavar="POINTS")
+    key_offset: bool = option(False, KEY_OFFSET_HELP)
     untied_head: bool = option(
         False,
         "the output head gets a weight matrix of its own instead of the token table's (transformers' "
@@ -251,7 +255,14 @@ class DecoderConfig:
         self._check_vocabulary()
         for spec in dict.fromkeys(self.layers) or [None]:
             check_scheme_rules(self if spec is None else self.layer_config(spec))
-        for problem in (token_vectors_problem(self, SCHEMES[self.position]), canon_problem(self)):
+        passed = [(s.position, SCHEMES[s.position].passed_channels(self.layer_config(s))) for s in self.layers] or [
+            (self.position, SCHEMES[self.position].passed_channels(self))
+        ]
+        for problem in (
+            token_vectors_problem(self, SCHEMES[self.position]),
+            canon_problem(self),
+            key_offset_problem(self, passed),
+        ):
             if problem:
                 raise DecoderFieldError(*problem)
         own = sorted({s.position for s in self.layers} or {self.position})

@@ -39,6 +39,8 @@ class LayerCache:
         self.per_key: set[str] = set()
         #: Per Canon point of the layer (``A`` .. ``D``), its last inputs [B, K - 1, width] (:mod:`octlm.model.canon`).
         self.canon_state: dict[str, Tensor] = {}
+        #: the last key's channels that ``key_offset`` moves to the next position [B, H, 1, passed], or ``None``
+        self.last_key: Tensor | None = None
 
     def keep_per_key(self, name: str, state: Tensor) -> None:
         """Keep ``state`` [..., keys of this pass] in ``scheme_state[name]``, one entry per key the pass attends to

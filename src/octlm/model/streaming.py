@@ -50,6 +50,8 @@ class SinkWindowCache:
         self.length = 0
         #: the Canon layers' last inputs, as :attr:`octlm.model.kvcache.LayerCache.canon_state` (a stream keeps them)
         self.canon_state: dict[str, Tensor] = {}
+        #: the last key's channels ``key_offset`` moves on, as :attr:`octlm.model.kvcache.LayerCache.last_key`
+        self.last_key: Tensor | None = None
 
     @property
     def held(self) -> int:

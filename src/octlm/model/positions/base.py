@@ -61,6 +61,12 @@ class PositionScheme(nn.Module):
     #: a scheme that leaves it False pays nothing for the hook
     attends = False
 
+    @classmethod
+    def passed_channels(cls, config: DecoderConfig) -> int:
+        """Trailing channels of each head that the scheme passes through unturned while it turns the others (GPT-NeoX's
+        partial rotary); 0 when it turns every channel or none (``--key-offset`` shifts these channels of the keys)."""
+        return 0
+
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         #: with ``randomize_positions`` F > 1, positions are drawn from ``0 .. random_range - 1`` (Ruoss et al. 2023)

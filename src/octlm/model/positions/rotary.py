@@ -114,6 +114,11 @@ class RotaryPositions(ScalableRotation, PositionScheme):
         ``rotary_dim // 2``."""
         return rotary_dim(config) // 2
 
+    @classmethod
+    def passed_channels(cls, config: DecoderConfig) -> int:
+        """The ``head_dim - rotary_dim`` channels past the rotated part (``partial_rotary_factor`` < 1)."""
+        return config.head_dim - rotary_dim(config)
+
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
         self.theta = config.rope_theta

@@ -150,6 +150,7 @@ class LengthOptions:
     attention_sinks: bool = same_as(TrainOptions, "attention_sinks")
     output_gate: bool = same_as(TrainOptions, "output_gate")
     canon: str = same_as(TrainOptions, "canon")
+    key_offset: bool = same_as(TrainOptions, "key_offset")
     smear_gate: bool = same_as(TrainOptions, "smear_gate")
     x0_skips: bool = same_as(TrainOptions, "x0_skips")
     embedding_norm: str = same_as(TrainOptions, "embedding_norm")

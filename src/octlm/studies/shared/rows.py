@@ -240,6 +240,7 @@ def carried(options: dict) -> str:
             ("attention_sinks", "learned attention sinks (--attention-sinks; docs/sinks-and-gates.md)"),
             ("output_gate", "an output gate (--output-gate; docs/sinks-and-gates.md)"),
             ("canon", "Canon layers at {} (--canon)"),
+            ("key_offset", "keys carrying their predecessor's unturned channels (--key-offset)"),
             ("smear_gate", "a smear gate (--smear-gate)"),
             ("x0_skips", "the embedding added back before each block (--x0-skips)"),
             ("embedding_norm", "token rows through --embedding-norm {}"),
