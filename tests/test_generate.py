@@ -41,6 +41,8 @@ def variants():
         ("rope", {"canon": "BC", "layers": "w4 global"}, None),  # beside a window layer's rolling keys
         ("rope", {"key_offset": True, "partial_rotary_factor": 0.5}, None),  # the last key's unturned channels kept
         ("rope", {"key_offset": True, "partial_rotary_factor": 0.5, "layers": "w4 global"}, "yarn"),
+        ("none", {"value_embeddings": True, "bigram_rows": 37}, None),  # the previous token id kept in the cache
+        ("learned", {"bigram_rows": 37}, None),  # and forgotten when the cache restarts on a cropped window
     ]
 
 
@@ -61,6 +63,8 @@ def model_for(position, extra, scaling, n_heads=4):
     if model.smear is not None:  # a gate that is open, and differs from row to row
         model.smear.strength.data.fill_(0.8)
         model.smear.gate.weight.data.normal_(generator=torch.Generator().manual_seed(4))
+    if model.bigram is not None:  # a table that is no longer zero
+        model.bigram.table.data.normal_(generator=torch.Generator().manual_seed(5))
     for module in model.modules():  # Canon kernels at their own scale (up to 0.5): ten times over, logits reach 1e4
         if isinstance(module, CanonConv):
             module.weight.data.div_(10)

@@ -82,6 +82,8 @@ def test_a_scale_the_scheme_already_applies_is_refused_and_no_export_carries_eit
         ({"smear_gate": True}, "smear_gate=True"),
         ({"canon": "AC"}, "canon='AC'"),
         ({"key_offset": True, "partial_rotary_factor": 0.5}, "key_offset=True"),
+        ({"value_embeddings": True}, "value_embeddings=True"),
+        ({"bigram_rows": 64}, "bigram_rows=64"),
     )
     for fields, name in cases:
         torch.manual_seed(0)
@@ -93,7 +95,8 @@ def test_a_scale_the_scheme_already_applies_is_refused_and_no_export_carries_eit
         tokenizer.save(run / "tokenizer.json")
         RunFolder(run).write_config(decoder.config, {})
         with pytest.raises(
-            OctlmError, match=f"{name}: .*train without --(embedding-|x0-skips|smear-gate|canon|key-offset)"
+            OctlmError,
+            match=f"{name}: .*train without --(embedding-|x0-skips|smear-gate|canon|key-offset|value-|bigram-)",
         ):
             export_hf(run, tmp_path / f"hf-{run.name}")
 

@@ -117,6 +117,11 @@ def first_layer_refusal(config: DecoderConfig) -> str | None:
             "x0_skips=True: no transformers architecture adds the embedding back before each block "
             "(train without --x0-skips to export)"
         )
+    if config.bigram_rows:
+        return (
+            f"bigram_rows={config.bigram_rows}: no transformers architecture adds a hashed bigram table to the token "
+            "rows (train without --bigram-rows to export)"
+        )
     return None
 
 
@@ -167,6 +172,11 @@ def attention_refusal(config: DecoderConfig) -> str | None:
         return (
             f"canon={config.canon!r}: no transformers architecture has Canon layers (the authors' LlamaCanon is "
             "remote code, not a transformers class; train without --canon to export)"
+        )
+    if config.value_embeddings:
+        return (
+            "value_embeddings=True: no transformers architecture adds token tables to the values (train without "
+            "--value-embeddings to export)"
         )
     if config.key_offset:
         return (

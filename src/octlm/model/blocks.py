@@ -42,6 +42,8 @@ class LayerPass:
             :class:`~octlm.model.streaming.SinkWindowCache`), or ``None``.
         plan: the pass's masks and query scale (:class:`~octlm.model.attention_recipes.PassPlan`), or ``None``.
         scale_queries: whether the plan's ``query_scale`` applies to this layer (a layout scales its own).
+        values: adds the layer's value table to its values, ``values(v [B, H, T, D], x [B, T, C]) -> v``
+            (:mod:`octlm.model.value_embeddings`), or ``None``.
     """
 
     scheme: PositionScheme
@@ -50,6 +52,7 @@ class LayerPass:
     cache: LayerCache | SinkWindowCache | None = None
     plan: PassPlan | None = None
     scale_queries: bool = True
+    values: Callable[[Tensor, Tensor], Tensor] | None = None
 
 
 class CausalSelfAttention(nn.Module):
@@ -140,6 +143,8 @@ class CausalSelfAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.key_offset:  # only channels the scheme leaves unturned: before or after its rotation is the same
             k = shift_keys(k, self.key_offset, cache)
+        if step.values is not None:
+            v = step.values(v, x)
         if cache is not None and cache.repositions:  # a stream's cache: sinks and a window, placed within it
             return self._output(streamed_attention(q, k, v, scheme, cache, step.layer, handed), x)
         q, k = scheme.rotate(q, k, offset)

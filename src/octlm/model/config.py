@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 from octlm.declare import at_least, group, option, option_default, option_fields
 from octlm.model.block_recipes import BLOCKS
-from octlm.model.canon import CANON_HELP, canon_problem
-from octlm.model.key_offset import KEY_OFFSET_HELP, key_offset_problem
+from octlm.model.canon import CANON_HELP
+from octlm.model.extras import extras_problem
+from octlm.model.key_offset import KEY_OFFSET_HELP
 from octlm.model.layout import LayerSpec, LayoutError, layer_data, layers_given, layout_text
 from octlm.model.scheme_catalog import SCHEME_NAMES, SCHEMES, SchemeOptions, check_scheme_rules, default_scheme
 from octlm.model.token_vectors import (
@@ -30,8 +31,8 @@ from octlm.model.token_vectors import (
     SCALE_HELP,
     SKIPS_HELP,
     SMEAR_HELP,
-    token_vectors_problem,
 )
+from octlm.model.value_embeddings import BIGRAM_HELP, VALUE_HELP
 
 #: MLP nonlinearities by name: the ``approximate`` argument of ``F.gelu``.
 ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}
@@ -118,6 +119,8 @@ class DecoderConfig:
             :mod:`octlm.model.canon`).
         key_offset: the channels of each head that the scheme leaves unturned carry, in each key, the previous
             position's key (modded-nanogpt; :mod:`octlm.model.key_offset`).
+        value_embeddings, bigram_rows: token tables added to every other layer's values, and a hashed bigram table
+            of that many rows added to the token rows (:mod:`octlm.model.value_embeddings`).
         layers: the layer layout (:mod:`octlm.model.layout`), one
             :class:`~octlm.model.layout.LayerSpec` per layer: a scheme, an
             attention window, a RoPE base, log-scaled queries and QK-norm;
@@ -206,6 +209,8 @@ class DecoderConfig:
     x0_skips: bool = option(False, SKIPS_HELP)
     canon: str = option("", CANON_HELP, metavar="POINTS")
     key_offset: bool = option(False, KEY_OFFSET_HELP)
+    value_embeddings: bool = option(False, VALUE_HELP)
+    bigram_rows: int = option(0, BIGRAM_HELP, bounds=at_least(0, "rows"), metavar="N")
     untied_head: bool = option(
         False,
         "the output head gets a weight matrix of its own instead of the token table's (transformers' "
@@ -255,16 +260,8 @@ class DecoderConfig:
         self._check_vocabulary()
         for spec in dict.fromkeys(self.layers) or [None]:
             check_scheme_rules(self if spec is None else self.layer_config(spec))
-        passed = [(s.position, SCHEMES[s.position].passed_channels(self.layer_config(s))) for s in self.layers] or [
-            (self.position, SCHEMES[self.position].passed_channels(self))
-        ]
-        for problem in (
-            token_vectors_problem(self, SCHEMES[self.position]),
-            canon_problem(self),
-            key_offset_problem(self, passed),
-        ):
-            if problem:
-                raise DecoderFieldError(*problem)
+        if problem := extras_problem(self):
+            raise DecoderFieldError(*problem)
         own = sorted({s.position for s in self.layers} or {self.position})
         own = [name for name in own if SCHEMES[name].attends]
         if self.attention_sinks and own:
@@ -294,7 +291,7 @@ class DecoderConfig:
             if bounds is not None and f.name in values and not bounds.admits(values[f.name]):
                 raise DecoderFieldError(f.name, f" must be {bounds.phrase()}, got {values[f.name]}")
         for name in integers:
-            if values[name] <= 0 and name != "eot_id":  # an id, 0 included
+            if values[name] <= 0 and name not in ("eot_id", "bigram_rows"):  # an id and a count that may be 0
                 raise DecoderFieldError(name, f" must be a positive integer, got {values[name]!r}")
         if self.d_model % self.n_heads:
             raise DecoderFieldError(

@@ -8,6 +8,7 @@ exists to study; position schemes live in :mod:`octlm.model.positions`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import torch
@@ -24,6 +25,7 @@ from octlm.model.layered_positions import build_positions
 from octlm.model.sampling import sample_next
 from octlm.model.streaming import stream_logits
 from octlm.model.token_vectors import EmbeddingSkips, SmearGate, TokenVectors
+from octlm.model.value_embeddings import BigramHash, ValueEmbedding, value_layers
 
 
 class Decoder(nn.Module):
@@ -50,6 +52,17 @@ class Decoder(nn.Module):
         self.token_vectors = TokenVectors(config)
         self.x0_skips = EmbeddingSkips(config.n_layers) if config.x0_skips else None
         self.smear = SmearGate(config.d_model) if config.smear_gate else None
+        self.bigram = BigramHash(config.bigram_rows, config.d_model) if config.bigram_rows else None
+        self.value_embeddings = (
+            nn.ModuleDict(
+                {
+                    str(i): ValueEmbedding(config.vocab_size, config.d_model, config.n_heads)
+                    for i in value_layers(config.n_layers)
+                }
+            )
+            if config.value_embeddings
+            else None
+        )
         self.positions = build_positions(config)
         self.dropout = nn.Dropout(config.dropout)
         specs = config.layers or (None,) * config.n_layers
@@ -75,6 +88,11 @@ class Decoder(nn.Module):
         """Longest sequence (tokens) the position scheme can address, or ``None``."""
         return self.positions.max_length
 
+    def extra_tables(self) -> list[nn.Parameter]:
+        """The token tables beyond the first: the value tables and the hashed bigram table (none by default)."""
+        tables = [] if self.bigram is None else [self.bigram.table]
+        return tables + ([] if self.value_embeddings is None else [ve.table for ve in self.value_embeddings.values()])
+
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         """Distinct parameters (a tied head counted once, an untied one with the rest); optionally without the token
         and position tables."""
@@ -82,6 +100,7 @@ class Decoder(nn.Module):
         total = sum(p.numel() for p in params.values())
         if exclude_embeddings:
             total -= self.token_embedding.weight.numel()
+            total -= sum(table.numel() for table in self.extra_tables())
             if self.position_embedding is not None:
                 total -= self.position_embedding.weight.numel()
         return total
@@ -90,6 +109,10 @@ class Decoder(nn.Module):
         """The first layer: token rows (through ``--embedding-norm``, ``--embedding-scale`` and ``--smear-gate``,
         which takes the cache's last row) plus the scheme's position signal, [B, T] -> [B, T, C]."""
         rows = self.token_vectors(self.token_embedding(token_ids))
+        if self.bigram is not None:
+            rows = rows + self.bigram(token_ids, None if cache is None else cache.last_token_id)
+            if cache is not None:
+                cache.last_token_id = token_ids[:, -1:]
         if self.smear is not None:
             rows, plain = self.smear(rows, None if cache is None else cache.last_token_row), rows
             if cache is not None:
@@ -189,7 +212,12 @@ class Decoder(nn.Module):
             for i, block in enumerate(self.blocks):
                 if self.x0_skips is not None:
                     x = self.x0_skips(x, x0, i)
-                x = block(x, self._layer_pass(i, offset, None if cache is None else cache.layers[i], plan))
+                step = self._layer_pass(i, offset, None if cache is None else cache.layers[i], plan)
+                if self.value_embeddings is not None and str(i) in self.value_embeddings:
+                    step = dataclasses.replace(
+                        step, values=functools.partial(self.value_embeddings[str(i)], token_ids=token_ids)
+                    )
+                x = block(x, step)
         finally:
             self.positions.end_pass()
         return x

@@ -112,6 +112,8 @@ class KVCache:
         self.document_start = None
         #: the last token row the first layer saw [B, 1, C] (the smear gate's predecessor for the next pass), or None
         self.last_token_row = None
+        #: the last token id the decoder saw [B, 1] (the bigram table's previous token for the next pass), or None
+        self.last_token_id = None
 
     @property
     def length(self) -> int:
@@ -124,6 +126,7 @@ class KVCache:
         self.state = None
         self.document_start = None
         self.last_token_row = None
+        self.last_token_id = None
 
 
 __all__ = ["KVCache", "LayerCache"]

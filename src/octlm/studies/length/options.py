@@ -151,6 +151,8 @@ class LengthOptions:
     output_gate: bool = same_as(TrainOptions, "output_gate")
     canon: str = same_as(TrainOptions, "canon")
     key_offset: bool = same_as(TrainOptions, "key_offset")
+    value_embeddings: bool = same_as(TrainOptions, "value_embeddings")
+    bigram_rows: int = same_as(TrainOptions, "bigram_rows")
     smear_gate: bool = same_as(TrainOptions, "smear_gate")
     x0_skips: bool = same_as(TrainOptions, "x0_skips")
     embedding_norm: str = same_as(TrainOptions, "embedding_norm")

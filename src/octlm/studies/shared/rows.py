@@ -241,6 +241,8 @@ def carried(options: dict) -> str:
             ("output_gate", "an output gate (--output-gate; docs/sinks-and-gates.md)"),
             ("canon", "Canon layers at {} (--canon)"),
             ("key_offset", "keys carrying their predecessor's unturned channels (--key-offset)"),
+            ("value_embeddings", "value embeddings (--value-embeddings)"),
+            ("bigram_rows", "a hashed bigram table of {} rows (--bigram-rows)"),
             ("smear_gate", "a smear gate (--smear-gate)"),
             ("x0_skips", "the embedding added back before each block (--x0-skips)"),
             ("embedding_norm", "token rows through --embedding-norm {}"),
