@@ -240,6 +240,7 @@ def attention(opts: AttentionOptions, report: Reporter) -> dict:
     from octlm.fileio import atomic_write_json
     from octlm.inspect.attention_figures import layer_heatmaps, statistics_figure
     from octlm.inspect.figures import save_png
+    from octlm.inspect.frequencies import FREQUENCY_FIGURE, frequency_figure, frequency_usage, usage_lines
     from octlm.run.load import load_run
     from octlm.train.device import resolve_device
 
@@ -256,6 +257,7 @@ def attention(opts: AttentionOptions, report: Reporter) -> dict:
 
     maps = record(model, ids, device)
     stats = attention_statistics(maps.probabilities, maps.logits)
+    usage = frequency_usage(maps, model)
     labels = [tokenizer.token_str(i) for i in ids]
     shown = f"{len(ids)} token{'' if len(ids) == 1 else 's'} of {SOURCE_NAMES[source]}"
     title = f"octlm run {Path(opts.run).resolve().name}: {facts_of(model.positions).label}, {shown}"
@@ -265,10 +267,14 @@ def attention(opts: AttentionOptions, report: Reporter) -> dict:
         for layer, p in enumerate(maps.probabilities):
             save_png(layer_heatmaps(p[0], stats, layer, labels, title), staging / layer_figure(layer))
         save_png(statistics_figure(stats, title, model.config.context_length), staging / STATISTICS_FIGURE)
+        if usage:
+            save_png(frequency_figure(usage, title), staging / FREQUENCY_FIGURE)
         atomic_write_json(
-            staging / STATISTICS_JSON, {"run": str(opts.run), "source": source, "tokens": ids, "statistics": statistics}
+            staging / STATISTICS_JSON,
+            {"run": str(opts.run), "source": source, "tokens": ids, "statistics": statistics, "frequencies": usage},
         )
     figures.append(str(out.path / STATISTICS_FIGURE))
+    figures += [str(out.path / FREQUENCY_FIGURE)] if usage else []
     result = {
         "run": str(opts.run),
         "source": source,
@@ -277,8 +283,9 @@ def attention(opts: AttentionOptions, report: Reporter) -> dict:
         "figures": figures,
         "statistics_file": str(out.path / STATISTICS_JSON),
         "statistics": statistics,
+        "frequencies": usage,
     }
-    lines = [f"attention on {shown} (mean over queries):", *summary_lines(stats)]
+    lines = [f"attention on {shown} (mean over queries):", *summary_lines(stats), *usage_lines(usage)]
     report.result(result, "\n".join([*lines, *(f"wrote {path}" for path in [*figures, result["statistics_file"]])]))
     return result
 

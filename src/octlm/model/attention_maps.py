@@ -70,6 +70,9 @@ class AttentionMaps:
         own_weights: per layer, whether the weights are the scheme's own
             (``PositionScheme.attend``): their "logits" are then only the log
             of the weights, with no scale of their own to read.
+        queries, keys: per layer, float32 [B, H, T, head_dim] and [B, H, S, head_dim]: what the layer scored, after
+            its scheme's rotation (a rotation keeps each turned pair's length, so per-pair norms are the unturned
+            ones: :mod:`octlm.inspect.frequencies`).
         offset: the position of the first query (tokens); queries sit at
             ``offset .. offset + T - 1`` and keys at ``offset + T - S .. offset + T - 1``.
 
@@ -82,6 +85,8 @@ class AttentionMaps:
     logits: list[Tensor] = field(default_factory=list)
     sink_share: list[Tensor | None] = field(default_factory=list)
     own_weights: list[bool] = field(default_factory=list)
+    queries: list[Tensor] = field(default_factory=list)
+    keys: list[Tensor] = field(default_factory=list)
     offset: int = 0
 
     def _store(
@@ -99,8 +104,12 @@ class AttentionMaps:
             self.logits.clear()
             self.sink_share.clear()
             self.own_weights.clear()
+            self.queries.clear()
+            self.keys.clear()
             self.offset = offset
         self.own_weights.append(weights is not None)
+        self.queries.append(q.detach().float())
+        self.keys.append(k.detach().float())
         if weights is not None:  # a scheme's own weights (PositionScheme.attend); their log is a softmax's logits
             self.probabilities.append(weights.detach().float())
             self.logits.append(self.probabilities[-1].log())

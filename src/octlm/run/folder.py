@@ -49,7 +49,7 @@ EMBEDDINGS = "embeddings"
 EMBEDDINGS_FIGURES = ("positions.png", "tokens-pca.png")
 #: Where ``octlm attention`` puts its figures and statistics by default, and the names it writes there.
 ATTENTION = "attention"
-ATTENTION_FILES = re.compile(r"layer-\d+\.png|statistics\.png|statistics\.json")
+ATTENTION_FILES = re.compile(r"layer-\d+\.png|statistics\.png|statistics\.json|frequencies\.png")
 #: octlm's own folders inside a run, each with the rule for the names it writes there.
 RUN_SUBFOLDERS = {
     EMBEDDINGS: EMBEDDINGS_FIGURES.__contains__,

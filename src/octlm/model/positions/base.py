@@ -67,6 +67,11 @@ class PositionScheme(nn.Module):
         partial rotary); 0 when it turns every channel or none (``--key-offset`` shifts these channels of the keys)."""
         return 0
 
+    def channel_pairs(self) -> tuple[Tensor, Tensor, Tensor] | None:
+        """For a scheme that turns channel pairs of each head (RoPE and its kin): each pair's two channels and its
+        angle per token (:meth:`octlm.model.positions.rotary.RotaryPositions.channel_pairs`); ``None`` here."""
+        return None
+
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         #: with ``randomize_positions`` F > 1, positions are drawn from ``0 .. random_range - 1`` (Ruoss et al. 2023)

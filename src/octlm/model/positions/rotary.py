@@ -181,6 +181,15 @@ class RotaryPositions(ScalableRotation, PositionScheme):
             self._rotate_one(k, cos[..., span - k_len :, :], sin[..., span - k_len :, :]),
         )
 
+    def channel_pairs(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The channels each rotation turns together and its trained angle per token: ``(first, second, frequency)``,
+        int64, int64 and float64 [rotary_dim // 2] (radians per token; 0 for a pair that does not turn), pair ``i``
+        as :meth:`_rotate_one` pairs them for ``rope_layout``."""
+        pairs = self.rotary_dim // 2
+        index = torch.arange(pairs)
+        first, second = (2 * index, 2 * index + 1) if self.layout == "interleaved" else (index, index + pairs)
+        return first, second, self.frequencies(1)[0].detach().double().cpu()
+
     def _rotate_one(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
         if self.layout == "interleaved":
