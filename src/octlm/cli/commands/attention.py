@@ -21,7 +21,9 @@ def add_parser(sub) -> None:
         "tokens on the axes\n"
         "when they fit), statistics.png and statistics.json: per layer and head the attention entropy by "
         "query position\n"
-        "(nats), the mean attention distance (tokens), the probability on the first token and the largest logit.",
+        "(nats), the mean attention distance (tokens), the probability on the first token and the largest logit;\n"
+        "for RoPE and its kin also frequencies.png: each head's query and key norm per turned channel pair against\n"
+        "its frequency, which frequencies the model uses (Barbero et al. 2024).",
         epilog="examples:\n  octlm attention --run runs/shakespeare --prompt 'ROMEO: But soft, what light'\n"
         "  octlm attention --run runs/rope --text tinyshakespeare --length 512 --out figures/rope-512 --json",
     )
