@@ -238,6 +238,31 @@ def test_an_option_that_differs_is_shown_as_the_command_line_writes_it(tmp_path,
     assert says in str(err.value) and "[" not in str(err.value)
 
 
+def test_a_study_begun_before_an_option_existed_continues_at_its_default_and_not_past_it(
+    tmp_path, monkeypatch, capsys, small_corpus
+):
+    """An octlm that gained an option (--canon, --key-offset) since the study began continues it when the option is
+    at its default, which is what the study ran with; given another value, it is refused, naming the option."""
+    out = tmp_path / "study"
+    args = [*with_value(LENGTH, "--extend-to", "0"), "--text", str(small_corpus), "--out", str(out)]
+    install("unit:1:INT", monkeypatch.setattr)  # stops once the model's training is recorded
+    assert main(args) == 130
+    for path in (out / "progress" / "study.json", out / "progress" / "train-alibi-seed1337.json"):
+        record = json.loads(path.read_text())
+        held = record.get("options", record)  # the model's record keeps its options under "options"
+        for name in ("canon", "key_offset", "bigram_rows"):
+            del held[name]  # as an octlm from before these options wrote it
+        path.write_text(json.dumps(record))
+    capsys.readouterr()
+    assert main([*args, "--canon", "A"]) == 1
+    err = capsys.readouterr().err
+    assert "begun with no --canon, but this command gives --canon A" in err and err.count("\n") == 1
+    assert main(args) == 0
+    said = "".join(capsys.readouterr())
+    assert "continuing the unfinished length study" in said and ": 1 finished parts kept" in said  # not trained again
+    assert not (out / "progress").exists() and (out / "length.jsonl").is_file()
+
+
 def test_a_kept_model_is_checked_against_its_recorded_options_and_data_not_its_name(
     tmp_path, monkeypatch, capsys, small_corpus
 ):

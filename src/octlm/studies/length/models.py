@@ -22,7 +22,8 @@ from octlm.fileio import sha256_file
 from octlm.report import Reporter
 from octlm.run.folder import RunFolder
 from octlm.studies.length.fine_tunes import extension_rows
-from octlm.studies.shared.progress import StudyProgress, comparable
+from octlm.studies.shared.progress import StudyProgress, comparable, option_defaults, recorded_with_defaults
+from octlm.train.options import TrainOptions
 from octlm.train.resumable import FINISHED
 
 #: What a study keeps of a model's training result.
@@ -59,7 +60,9 @@ def check_kept(record: dict, options: dict, run_dir: Path) -> None:
         OctlmError: naming the run folder and the option or data that differs.
     """
     now = {k: v for k, v in comparable(options).items() if k not in PLACE}
-    then = {k: v for k, v in record["options"].items() if k not in PLACE}
+    # an option octlm gained after the model trained: the model ran without it, as at its default
+    then = recorded_with_defaults(record["options"], option_defaults(TrainOptions))
+    then = {k: v for k, v in then.items() if k not in PLACE}
     differ = next((name for name in sorted(set(now) | set(then)) if now.get(name) != then.get(name)), None)
     if differ is not None:
         raise OctlmError(

@@ -64,7 +64,7 @@ from octlm.studies.length.tables import format_tables, markdown_tables, mean_row
 from octlm.studies.length.validation import check_eval_tokens, check_validation_length, validation_tokens
 from octlm.studies.shared.core import StudyFiles, prepare_study_folder, write_study, wrote_line
 from octlm.studies.shared.processes import checker, local_share, side_by_side, started
-from octlm.studies.shared.progress import PLACEMENT, PROGRESS, StudyProgress, open_study
+from octlm.studies.shared.progress import PLACEMENT, PROGRESS, StudyProgress, open_study, option_defaults
 from octlm.studies.shared.rows import carried, legend
 from octlm.studies.shared.spread import Share, count_models, finish_share, open_share, placed_device, share_of
 from octlm.train.device import resolve_device, torch_settings
@@ -163,6 +163,7 @@ def _study(opts: LengthOptions, share: Share, device_name: str, threads: int | N
             plain_dict(opts),
             lambda: prepare_study_dir(opts.out, overwrite, opts.text),
             report,
+            option_defaults(LengthOptions),
         )
         return (progress, *_equal_steps(placed, progress.out, progress, report))
 

@@ -38,22 +38,37 @@ FREE_OPTIONS = frozenset({"out", "overwrite", "shard", "processes"})
 PLACEMENT = frozenset({"shard", "processes"})
 
 
+def option_defaults(cls) -> dict:
+    """Each declared option of options class ``cls`` at its default, by name."""
+    from octlm.declare import option_default, option_fields
+
+    return {f.name: option_default(f) for f in option_fields(cls)}
+
+
 def comparable(options: dict) -> dict:
     """``options`` as ``study.json`` holds them (JSON's lists, not tuples), those in :data:`FREE_OPTIONS` left out."""
     return {k: v for k, v in json.loads(json.dumps(options)).items() if k not in FREE_OPTIONS}
 
 
-def first_difference(recorded: dict, options: dict) -> str | None:
-    """The first option (sorted by name) whose value in ``options`` differs from ``recorded``, or ``None``."""
-    now = comparable(options)
-    return next((name for name in sorted(set(recorded) | set(now)) if recorded.get(name) != now.get(name)), None)
+def first_difference(recorded: dict, options: dict, defaults: dict | None = None) -> str | None:
+    """The first option (sorted by name) whose value in ``options`` differs from ``recorded``, or ``None``.
+
+    An option ``recorded`` lacks that ``defaults`` holds came to octlm after the study began: the study ran without
+    it, as the option's default does, so it differs only when ``options`` gives another value."""
+    now, then = comparable(options), recorded_with_defaults(recorded, defaults)
+    return next((name for name in sorted(set(then) | set(now)) if then.get(name) != now.get(name)), None)
+
+
+def recorded_with_defaults(recorded: dict, defaults: dict | None) -> dict:
+    """``recorded`` with each option of ``defaults`` it lacks at its default (as ``study.json`` holds values)."""
+    return {**comparable(defaults or {}), **recorded}
 
 
 def as_given(name: str, value) -> str:
     """Option ``name`` with ``value`` as a command line writes it: ``--schemes rope alibi``, ``--document-mask``;
-    ``no --max-steps`` for an option left out (``None``) or a switch off (``False``); ``--layouts (none)`` for an
+    ``no --max-steps`` for an option left out (``None``, ``""``) or off (``False``); ``--layouts (none)`` for an
     empty list (given with no values, or left at an empty default)."""
-    if value is None or value is False:
+    if value is None or value is False or value == "":
         return f"no {flag(name)}"
     if value == []:
         return f"{flag(name)} (none)"
@@ -160,15 +175,16 @@ def unfinished_options(out: Path) -> dict | None:
     return recorded
 
 
-def continue_study(out: Path, kind: str, recorded: dict, options: dict) -> StudyProgress:
-    """The progress of the unfinished study in ``out``, after checking that ``options`` are the ones it began with.
+def continue_study(out: Path, kind: str, recorded: dict, options: dict, defaults: dict | None = None) -> StudyProgress:
+    """The progress of the unfinished study in ``out``, after checking that ``options`` are the ones it began with
+    (``defaults``: each option's default, for the options added to octlm after it began: :func:`first_difference`).
 
     Raises:
         OctlmError: naming the first option that differs, its value then and now, and the fix.
     """
-    name = first_difference(recorded, options)
+    name = first_difference(recorded, options, defaults)
     if name is not None:
-        then, now = recorded.get(name), comparable(options).get(name)
+        then, now = recorded_with_defaults(recorded, defaults).get(name), comparable(options).get(name)
         raise OctlmError(
             f"--out {out}: holds an unfinished {kind} begun with {as_given(name, then)}, "
             f"but this command gives {as_given(name, now)}; give the same options to continue it, "
@@ -178,7 +194,13 @@ def continue_study(out: Path, kind: str, recorded: dict, options: dict) -> Study
 
 
 def open_study(
-    out: str, overwrite: bool, kind: str, options: dict, prepare: Callable[[], Path], report
+    out: str,
+    overwrite: bool,
+    kind: str,
+    options: dict,
+    prepare: Callable[[], Path],
+    report,
+    defaults: dict | None = None,
 ) -> StudyProgress:
     """The progress of the study at ``out``: the unfinished study there when it began with ``options`` (continued),
     else a new study folder made by ``prepare`` (which refuses an occupied folder without ``overwrite``).
@@ -189,7 +211,7 @@ def open_study(
     """
     recorded = None if overwrite else unfinished_options(Path(out))
     if recorded is not None:
-        progress = continue_study(Path(out), kind, recorded, options)
+        progress = continue_study(Path(out), kind, recorded, options, defaults)
         progress.warn = report.warn
         progress.set_aside_damaged()
         report.event(
@@ -213,6 +235,8 @@ __all__ = [
     "comparable",
     "continue_study",
     "first_difference",
+    "option_defaults",
+    "recorded_with_defaults",
     "open_study",
     "unfinished_options",
 ]

@@ -36,7 +36,7 @@ from octlm.model import Decoder, cross_entropy
 from octlm.report import Reporter, SilentReporter
 from octlm.studies.shared.core import StudyFiles, prepare_study_folder, study_seeds, write_study, wrote_line
 from octlm.studies.shared.processes import checker, local_share, side_by_side, started
-from octlm.studies.shared.progress import PLACEMENT, PROGRESS, StudyProgress, open_study
+from octlm.studies.shared.progress import PLACEMENT, PROGRESS, StudyProgress, open_study, option_defaults
 from octlm.studies.shared.spread import Share, count_models, finish_share, open_share, placed_device, share_of
 from octlm.studies.tasks.checkpoint import SAVE_EVERY, restore_task_checkpoint, save_task_checkpoint
 from octlm.studies.tasks.events import announce, report_model
@@ -157,7 +157,7 @@ def task_study(
 def _study(opts: TaskOptions, share: Share, device: torch.device, report: Reporter) -> dict:
     def begin(overwrite: bool) -> StudyProgress:
         prepare = lambda: prepare_study_folder(opts.out, overwrite, FILES)  # noqa: E731
-        return open_study(opts.out, overwrite, FILES.kind, asdict(opts), prepare, report)
+        return open_study(opts.out, overwrite, FILES.kind, asdict(opts), prepare, report, option_defaults(TaskOptions))
 
     given = asdict(replace(opts, overwrite=False))
     progress = open_share(share, opts.out, opts.overwrite, begin)
