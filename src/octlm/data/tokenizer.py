@@ -21,6 +21,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 END_OF_TEXT = "<|endoftext|>"
+#: The end-of-text markers a tokenizer may carry, octlm's (and GPT-2's, Qwen's, SmolLM's) first, then Llama 3's.
+END_OF_TEXT_MARKERS = (END_OF_TEXT, "<|end_of_text|>")
 MIN_VOCAB_SIZE = 257  # the 256 byte values plus <|endoftext|>
 
 #: Characters per piece when long texts are cut for training and encoding.
@@ -189,9 +191,9 @@ class Tokenizer:
     """
 
     def __init__(self, hf: HFTokenizer) -> None:
-        eot = hf.token_to_id(END_OF_TEXT)
+        eot = next((i for i in map(hf.token_to_id, END_OF_TEXT_MARKERS) if i is not None), None)
         if eot is None:
-            raise ValueError(f"tokenizer has no {END_OF_TEXT} token; it was not made by octlm")
+            raise ValueError(f"tokenizer has no end-of-text token ({' or '.join(END_OF_TEXT_MARKERS)})")
         # The literal string "<|endoftext|>" inside a text is text, not a
         # document boundary: boundaries are inserted by id, never parsed. The
         # flag covers a marker that must stay an added token (and files of
@@ -232,6 +234,40 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
         return cls(HFTokenizer.from_file(str(path)))
+
+    @classmethod
+    def brought(cls, path: str | Path, flag: str = "--tokenizer") -> Tokenizer:
+        """A ``tokenizer.json`` a person brings (GPT-2's, Llama 3's, Qwen's, SmolLM's: byte-level BPE with an
+        end-of-text token), checked so that octlm can count each token's bytes.
+
+        Raises:
+            DataError: naming ``flag`` and the file, for a file that is missing, not a tokenizers JSON, not BPE, not
+                byte-level (SentencePiece-style files, Llama 2's and Mistral's, write spaces as "▁" and fall back to
+                byte tokens, which octlm does not count), or without an end-of-text token.
+        """
+        from octlm.errors import DataError
+
+        where = f"{flag} {path}"
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            state = json.loads(text)
+            hf = HFTokenizer.from_str(text)
+        except FileNotFoundError:
+            raise DataError(f"{where}: no such file; give a tokenizer.json (GPT-2's, Llama 3's)") from None
+        except (OSError, UnicodeDecodeError, ValueError, Exception) as err:  # tokenizers raises a bare Exception
+            raise DataError(f"{where}: not a tokenizers JSON file ({str(err).splitlines()[0][:120]})") from None
+        model = (state.get("model") or {}).get("type")
+        decoder = (state.get("decoder") or {}).get("type")
+        if model != "BPE" or decoder != "ByteLevel":
+            raise DataError(
+                f"{where}: a {model} model with a {decoder} decoder; octlm reads byte-level BPE tokenizers (GPT-2, "
+                "Llama 3, Qwen, SmolLM), whose every token is a run of bytes it can count for bits per byte "
+                "(SentencePiece-style files, as Llama 2's and Mistral's, are not)"
+            )
+        try:
+            return cls(hf)
+        except ValueError as err:
+            raise DataError(f"{where}: {err}; octlm ends each document with it") from None
 
     def save(self, path: str | Path) -> None:
         """Write ``tokenizer.json`` atomically (the bytes tokenizers' own ``save`` writes).
@@ -297,7 +333,7 @@ class Tokenizer:
         """Readable text of one token, e.g. ``' the'``; bytes that are part of a
         longer UTF-8 character show as escapes, e.g. ``'\\xe4'``."""
         if token_id == self.eot_id:
-            return END_OF_TEXT
+            return self.hf.id_to_token(token_id)
         return self.token_bytes(token_id).decode("utf-8", errors="backslashreplace")
 
     def token_bytes(self, token_id: int) -> bytes:
@@ -325,6 +361,7 @@ _ALPHABET = byte_alphabet()
 __all__ = [
     "CHUNK_CHARS",
     "END_OF_TEXT",
+    "END_OF_TEXT_MARKERS",
     "MAX_TRAINING_WORD",
     "MIN_VOCAB_SIZE",
     "Tokenizer",

@@ -63,11 +63,9 @@ def _reader(opts: TrainOptions) -> CorpusReader:
 
 def _tokenizer(opts: TrainOptions, train_texts: list[str]) -> Tokenizer:
     # A run started from another keeps that run's tokenizer: its token rows mean those ids.
-    return (
-        RunFolder(opts.init_from, "--init-from").read_tokenizer()
-        if opts.init_from
-        else Tokenizer.train(train_texts, opts.vocab_size)
-    )
+    if opts.init_from:
+        return RunFolder(opts.init_from, "--init-from").read_tokenizer()
+    return Tokenizer.brought(opts.tokenizer) if opts.tokenizer else Tokenizer.train(train_texts, opts.vocab_size)
 
 
 def split_and_tokenize(opts: TrainOptions) -> SplitText:
@@ -160,19 +158,31 @@ def prepare_corpus(opts: TrainOptions, folder: RunFolder, report: Reporter) -> C
             f"the validation split holds {len(val)} tokens, fewer than one block of context_length + 1 = {need}; "
             f"give more text, raise --val-fraction (now {opts.val_fraction}) or lower --context-length"
         )
+    used = _ids_used(train, tokenizer.vocab_size) if opts.tokenizer else None
     report.event(
         "tokens",
-        f"tokenizer: {tokenizer.vocab_size} tokens; train {len(train):,} tokens, val {len(val):,} tokens "
+        f"tokenizer: {tokenizer.vocab_size} tokens"
+        + (f" from {opts.tokenizer}, {used:,} of them in the training split" if used is not None else "")
+        + f"; train {len(train):,} tokens, val {len(val):,} tokens "
         f"({n_bytes / max(len(train) + len(val), 1):.2f} bytes/token) in {time.perf_counter() - t0:.1f}s",
         vocab_size=tokenizer.vocab_size,
         train_tokens=len(train),
         val_tokens=len(val),
+        **({} if used is None else {"ids_in_training": used}),
     )
     return Corpus(tokenizer, train, val, manifest)
 
 
+def _ids_used(train: np.ndarray, vocab_size: int) -> int:
+    """How many ids of the vocabulary occur in the training stream (its rows the training text ever selects)."""
+    seen = np.zeros(vocab_size, dtype=bool)
+    for start in range(0, len(train), 1 << 24):  # a memmap read in pieces, not loaded whole
+        seen[np.asarray(train[start : start + (1 << 24)])] = True
+    return int(seen.sum())
+
+
 def _check_vocab(tokenizer: Tokenizer, opts: TrainOptions, report: Reporter) -> None:
-    if tokenizer.vocab_size < opts.vocab_size:
+    if tokenizer.vocab_size < opts.vocab_size and not opts.tokenizer:
         report.warn(
             f"the training text supports only {tokenizer.vocab_size} tokens; "
             f"using that instead of --vocab-size {opts.vocab_size}"

@@ -102,9 +102,15 @@ def check_options(opts: TrainOptions) -> None:
     for name, value, give in (
         ("--out", opts.out, "a folder for the run, e.g. runs/NAME"),
         ("--init-from", opts.init_from, "the run folder to start from"),
+        ("--tokenizer", opts.tokenizer, "a tokenizer.json"),
     ):
         if value == "":  # argparse takes '' as a value, which would quietly mean '.' or nothing
             raise OctlmError(f"{name} got an empty path ''; give {give}, or leave {name} out")
+    if opts.tokenizer and opts.init_from:
+        raise OctlmError(
+            f"--tokenizer {opts.tokenizer} with --init-from {opts.init_from}: a fine-tune keeps its source run's "
+            "tokenizer, whose ids its token rows mean; drop --tokenizer"
+        )
     check_fields(opts)
     check_scheme_options(opts)
     check_optimizer_options(opts)

@@ -118,6 +118,12 @@ class TrainOptions:
         "BPE vocabulary size in tokens, including <|endoftext|>",
         bounds=Bound(MIN_VOCAB_SIZE, says=f"at least {MIN_VOCAB_SIZE} (the 256 byte values and <|endoftext|>)"),
     )
+    tokenizer: str | None = option(
+        None,
+        "a tokenizer.json to use instead of training one (byte-level BPE: GPT-2's, Llama 3's, Qwen's, SmolLM's); "
+        "the model's vocabulary is then the file's, and --vocab-size is not read",
+        metavar="FILE",
+    )
     # model: its shape and position scheme, with each scheme's options (the model's vocab_size is the tokenizer's)
     model: DecoderConfig = nested(DecoderConfig)
     # fine-tuning from a run (octlm.train.init_from)

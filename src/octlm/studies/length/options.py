@@ -175,6 +175,7 @@ class LengthOptions:
     )
     document_mask: bool = same_as(TrainOptions, "document_mask")
     vocab_size: int = same_as(TrainOptions, "vocab_size")
+    tokenizer: str | None = same_as(TrainOptions, "tokenizer")
     d_model: int = same_as(TrainOptions, "d_model", help=_task_default("d_model", "model width C"))
     n_heads: int = same_as(TrainOptions, "n_heads")
     n_layers: int = same_as(TrainOptions, "n_layers", help=_task_default("n_layers", "transformer blocks"))
