@@ -91,10 +91,19 @@ def test_a_bound_says_the_same_from_a_flag_toml_and_a_resumed_config(name, small
     assert not (tmp_path / "r").exists()
 
 
+#: Options that work only beside another: what each needs (--key-offset turns part of each head with RoPE).
+COMPANIONS = {"key_offset": {"position": "rope", "partial_rotary_factor": 0.5}}
+
+
+def _with(name: str, value) -> TrainOptions:
+    """The default options with ``name`` at ``value``, and what it needs beside it (:data:`COMPANIONS`)."""
+    return replaced(TrainOptions(), **{**COMPANIONS.get(name, {}), name: value})
+
+
 def _buildable(name: str, value) -> bool:
     """Whether options holding ``value`` can exist: the nested model checks its own fields on construction."""
     try:
-        replaced(TrainOptions(), **{name: value})
+        _with(name, value)
     except ValueError:
         return False
     return True
@@ -110,7 +119,7 @@ def _other_value(name: str, data):
 def _valid_other(name: str):
     kind = field_types(TrainOptions)[name][0]
     # a string option with a grammar (--layers) needs a sentence of it: two NoPE layers fit the default shape
-    candidates = {int: [2, 8, 16, 64], str: ["none*2"]}.get(kind, [0.5, 0.25, 2.0])
+    candidates = {int: [2, 8, 16, 64], str: ["none*2", "A"]}.get(kind, [0.5, 0.25, 2.0])  # "A": --canon's grammar
     return next(v for v in candidates if v != option_default(FIELDS[name]) and _buildable(name, v))
 
 
@@ -140,7 +149,7 @@ def test_resume_follows_the_declared_policy(data, tmp_path_factory):
     name = data.draw(st.sampled_from(sorted(set(FIELDS) - SPECIAL)))
     value = _other_value(name, data)
     policy = FIELDS[name].metadata["resume"]
-    opts = replaced(TrainOptions(), **{name: value})
+    opts = _with(name, value)
     if policy is Resume.FIXED:
         with pytest.raises(OctlmError, match=rf"--{name.replace('_', '-')} .*(contradicts|with --resume)"):
             resume_options(run, opts, {name})
