@@ -7,7 +7,8 @@
 another, each continued where it stopped when the command is given again (a finished one is kept), then writes
 ``leaderboard.jsonl`` and ``leaderboard.md`` into ``--out``. ``write`` writes them again from the finished studies,
 and with ``--doc`` and ``--readme`` also docs/leaderboard.md and the README's table between its
-``<!-- leaderboard:start -->`` and ``<!-- leaderboard:end -->`` lines.
+``<!-- leaderboard:start -->`` and ``<!-- leaderboard:end -->`` lines; ``leaderboard.png`` (and
+``docs/leaderboard.png`` beside the document) draws every row against the length.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from pathlib import Path
 
 from octlm.errors import OctlmError
 from octlm.fileio import atomic_write
+from octlm.inspect.figures import save_png
 from octlm.studies.leaderboard.board import Source, corpus_columns, method
+from octlm.studies.leaderboard.figure import FIGURE, leaderboard_figure
 from octlm.studies.leaderboard.markdown import document, readme_table
 from octlm.studies.leaderboard.protocol import CORPORA, command, studies, study_folder
 from octlm.studies.shared.progress import PROGRESS
@@ -56,8 +59,10 @@ def write(out: Path, corpora: list[str], doc: Path | None, readme: Path | None) 
     text = document(records, [shown(argv) for argv in commands(out, corpora)])
     atomic_write(out / "leaderboard.jsonl", "".join(json.dumps(r) + "\n" for r in records).encode())
     atomic_write(out / "leaderboard.md", text.encode())
+    save_png(leaderboard_figure(records), out / FIGURE)
     if doc is not None:
         atomic_write(doc, text.encode())
+        save_png(leaderboard_figure(records), doc.with_name(doc.stem + ".png"))
     if readme is not None:
         readme_text = readme.read_text(encoding="utf-8")
         if readme_text.count(START) != 1 or readme_text.count(END) != 1:

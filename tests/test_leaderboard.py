@@ -150,3 +150,45 @@ def test_the_protocol_runs_every_registered_scheme_on_both_corpora(tmp_path):
     stdlib = CORPORA["stdlib"].text()
     assert len(stdlib) == 7 and all(Path(p).is_dir() for p in stdlib)
     assert [s.rows for s in studies()[1:]] == [{"rope": "rope-sinks"}, {"rope": "rope-gate"}]
+
+
+def test_the_figure_draws_each_rows_means_where_it_has_them(board):
+    from octlm.studies.leaderboard.figure import leaderboard_figure, series
+
+    columns, _ = board
+    drawn = series([c for c in columns if c["reading"] == "bpb"])
+    assert drawn["learned"][0] == [1]  # no score past T: the line stops at 1x
+    by_length = {c["eval_length"]: {x["label"]: x for x in c["cells"]} for c in columns if c["reading"] == "bpb"}
+    assert drawn["alibi"] == ([1, 2], [by_length[8]["alibi"]["bpb"], by_length[16]["alibi"]["bpb"]])
+    records = [{"record": "leaderboard", "corpora": {"text": "a text"}}, *columns]
+    figure = leaderboard_figure(records)
+    panels = figure.axes
+    assert len(panels) == 2 and [p.get_title() for p in panels][0].startswith("a text, non-overlapping")
+    lines = {line.get_label(): list(line.get_ydata()) for line in panels[0].get_lines()}
+    assert lines["alibi"] == drawn["alibi"][1] and "rope-short" not in lines  # a row missing a seed is not drawn
+
+
+def test_write_makes_the_document_the_figure_and_the_readme_table(tmp_path):
+    """scripts/leaderboard.py write on a leaderboard folder of three finished studies of one corpus."""
+    spec = importlib.util.spec_from_file_location("leaderboard_script", REPO / "scripts" / "leaderboard.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(2)
+    rope = _rows("rope", 0.0, 0.05, rng)
+    _study(tmp_path / "shakespeare-schemes", rope + _rows("alibi", 0.3, 0.05, rng) + _rows("none", 1.0, 0.05, rng))
+    _study(tmp_path / "shakespeare-sinks", _rows("rope", 0.2, 0.05, rng))
+    _study(tmp_path / "shakespeare-gate", _rows("rope", -0.4, 0.05, rng))
+    readme, doc = tmp_path / "README.md", tmp_path / "docs" / "leaderboard.md"
+    doc.parent.mkdir()
+    readme.write_text(f"intro\n{module.START}\nold\n{module.END}\noutro\n")
+    module.write(tmp_path, ["shakespeare"], doc, readme)
+    text = doc.read_text()
+    assert text == (tmp_path / "leaderboard.md").read_text() and "## tinyshakespeare, non-overlapping windows" in text
+    assert "* best at 1x: `rope-gate`, ahead of every other row at 95%" in text  # 0.4 nats a window below rope
+    assert (tmp_path / "leaderboard.png").is_file() and (tmp_path / "docs" / "leaderboard.png").is_file()
+    table = readme.read_text().split(module.START)[1].split(module.END)[0]
+    assert "| `rope-gate` | **" in table and "| `rope-sinks` | " in table and readme.read_text().endswith("outro\n")
+    records = [json.loads(line) for line in (tmp_path / "leaderboard.jsonl").read_text().splitlines()]
+    assert [r["folder"].rsplit("/", 1)[1] for r in records if r["record"] == "source"] == [
+        "shakespeare-schemes", "shakespeare-sinks", "shakespeare-gate"
+    ]  # fmt: skip

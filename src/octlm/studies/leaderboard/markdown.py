@@ -112,6 +112,8 @@ def document(records: list[dict], commands: list[str]) -> str:
         "same verdict holds. `≈`: the interval holds zero, so the row is not separated from the best; `=`: it computes "
         "the best row's numbers (every RoPE scaling at 1x); `n/a`: the row has no score there (a learned table past "
         "T); `not run`: some seed is missing.",
+        "",
+        "![Every row's bits per byte against the evaluation length](leaderboard.png)",
     ]
     train_length = columns[0]["eval_length"] // columns[0]["multiplier"] if columns else 0
     for corpus, title in head["corpora"].items():
