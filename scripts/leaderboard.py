@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/leaderboard.py run --out runs/leaderboard [--corpus shakespeare stdlib] [--processes N]
     .venv/bin/python scripts/leaderboard.py write runs/leaderboard [--doc docs/leaderboard.md] [--readme README.md]
+    .venv/bin/python scripts/leaderboard.py run --board menu --out runs/menu   # the first layer's menu, the same way
 
 ``run`` runs the leaderboard's length studies of each corpus (:mod:`octlm.studies.leaderboard.protocol`) one after
 another, each continued where it stopped when the command is given again (a finished one is kept), then writes
@@ -26,15 +27,15 @@ from octlm.inspect.figures import save_png
 from octlm.studies.leaderboard.board import Source, corpus_columns, method
 from octlm.studies.leaderboard.figure import FIGURE, leaderboard_figure
 from octlm.studies.leaderboard.markdown import document, readme_table
-from octlm.studies.leaderboard.protocol import CORPORA, command, studies, study_folder
+from octlm.studies.leaderboard.protocol import BOARDS, CORPORA, command, study_folder
 from octlm.studies.shared.progress import PROGRESS
 
 START, END = "<!-- leaderboard:start -->", "<!-- leaderboard:end -->"
 
 
-def commands(out: Path, corpora: list[str]) -> list[list[str]]:
-    """``octlm``'s arguments for every study of the leaderboard in ``out``, corpus by corpus."""
-    return [command(out, CORPORA[name], study) for name in corpora for study in studies()]
+def commands(out: Path, corpora: list[str], board: str = "schemes") -> list[list[str]]:
+    """``octlm``'s arguments for every study of ``board`` in ``out``, corpus by corpus."""
+    return [command(out, CORPORA[name], study) for name in corpora for study in BOARDS[board]()]
 
 
 def shown(argv: list[str]) -> str:
@@ -42,21 +43,21 @@ def shown(argv: list[str]) -> str:
     return "octlm " + " ".join(shlex.quote(a) for a in argv)
 
 
-def board(out: Path, corpora: list[str]) -> list[dict]:
+def board(out: Path, corpora: list[str], kind: str = "schemes") -> list[dict]:
     """The records of ``leaderboard.jsonl``: how intervals were computed, each study, every column."""
     titles = {name: CORPORA[name].title for name in corpora}
-    records: list[dict] = [{"record": "leaderboard", **method(), "corpora": titles}]
+    records: list[dict] = [{"record": "leaderboard", "board": kind, **method(), "corpora": titles}]
     for name in corpora:
-        sources = [Source(name, study_folder(out, CORPORA[name], s), s.rows) for s in studies()]
+        sources = [Source(name, study_folder(out, CORPORA[name], s), s.rows) for s in BOARDS[kind]()]
         columns, found = corpus_columns(name, sources)
         records += found + columns
     return records
 
 
-def write(out: Path, corpora: list[str], doc: Path | None, readme: Path | None) -> None:
+def write(out: Path, corpora: list[str], doc: Path | None, readme: Path | None, kind: str = "schemes") -> None:
     """Write ``leaderboard.jsonl`` and ``leaderboard.md`` into ``out`` (and ``doc`` and the README's table)."""
-    records = board(out, corpora)
-    text = document(records, [shown(argv) for argv in commands(out, corpora)])
+    records = board(out, corpora, kind)
+    text = document(records, [shown(argv) for argv in commands(out, corpora, kind)])
     atomic_write(out / "leaderboard.jsonl", "".join(json.dumps(r) + "\n" for r in records).encode())
     atomic_write(out / "leaderboard.md", text.encode())
     save_png(leaderboard_figure(records), out / FIGURE)
@@ -73,9 +74,9 @@ def write(out: Path, corpora: list[str], doc: Path | None, readme: Path | None) 
         atomic_write(readme, f"{before}{START}\n{table}\n{END}{after}".encode())
 
 
-def run(out: Path, corpora: list[str], processes: int | None) -> int:
+def run(out: Path, corpora: list[str], processes: int | None, kind: str = "schemes") -> int:
     """Run every study not finished yet, in order; the exit status of the first that fails, else 0."""
-    for argv in commands(out, corpora):
+    for argv in commands(out, corpora, kind):
         folder = Path(argv[argv.index("--out") + 1])
         if (folder / "length.jsonl").is_file() and not (folder / PROGRESS).is_dir():
             print(f"leaderboard: {folder} is finished; kept", flush=True)
@@ -101,15 +102,18 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--doc", type=Path, help="also write the document here (docs/leaderboard.md)")
             p.add_argument("--readme", type=Path, help="also replace the table between the markers of this file")
         p.add_argument("--corpus", nargs="+", choices=list(CORPORA), default=list(CORPORA), help="the corpora")
+        p.add_argument(
+            "--board", choices=list(BOARDS), default="schemes", help="the position schemes, or the first layer's menu"
+        )
     args = parser.parse_args(argv)
     try:
         if args.action == "run":
-            code = run(args.out, args.corpus, args.processes)
+            code = run(args.out, args.corpus, args.processes, args.board)
             if code:
                 return code
-            write(args.out, args.corpus, None, None)
+            write(args.out, args.corpus, None, None, args.board)
         else:
-            write(args.out, args.corpus, args.doc, args.readme)
+            write(args.out, args.corpus, args.doc, args.readme, args.board)
     except OctlmError as err:
         print(f"leaderboard.py: error: {err}", file=sys.stderr)
         return 1

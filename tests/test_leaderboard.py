@@ -192,3 +192,15 @@ def test_write_makes_the_document_the_figure_and_the_readme_table(tmp_path):
     assert [r["folder"].rsplit("/", 1)[1] for r in records if r["record"] == "source"] == [
         "shakespeare-schemes", "shakespeare-sinks", "shakespeare-gate"
     ]  # fmt: skip
+
+
+def test_the_menu_measures_each_option_beside_a_control_it_pairs_with():
+    from octlm.studies.leaderboard.protocol import menu_studies
+
+    plain, *options = menu_studies()
+    controls = set(plain.options[plain.options.index("--schemes") + 1 : plain.options.index("--rope-scalings")])
+    labels = [label for study in options for label in study.rows.values()]
+    assert len(labels) == len(set(labels)) and not set(labels) & controls  # no row shadows another
+    for study in options:
+        assert all(label == f"{scheme}-{study.name}" for scheme, label in study.rows.items())
+        assert set(study.rows) <= controls or study.name.startswith("half")  # the key offset's control is "half"

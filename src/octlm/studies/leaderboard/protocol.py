@@ -79,6 +79,39 @@ def studies() -> list[Study]:
     ]
 
 
+def _each(schemes: list[str], suffix: str, *options: str) -> Study:
+    """A study of ``schemes`` with ``options`` beside them, its rows labelled ``<scheme>-<suffix>``."""
+    return Study(suffix, ("--schemes", *schemes, *options, "--rope-scalings"), {s: f"{s}-{suffix}" for s in schemes})
+
+
+def menu_studies() -> list[Study]:
+    """The first layer's menu beside its controls, one study per option (each is study-wide in ``octlm length``):
+    the schemes the length study trains by default plain, with Canon-A, with Canon-ABCD and with the smear gate;
+    RoPE turning half of each head with and without the key offset; the Day-1 model with each token-table option.
+    The RoPE scalings are left to the leaderboard."""
+    from octlm.model.positions import length_study_schemes
+    from octlm.model.scheme_catalog import default_scheme
+
+    schemes, rope, day1 = length_study_schemes(), rotary(), default_scheme()
+    return [
+        Study("plain", ("--schemes", *schemes, "--rope-scalings")),
+        _each(schemes, "canonA", "--canon", "A"),
+        _each(schemes, "canonABCD", "--canon", "ABCD"),
+        _each(schemes, "smear", "--smear-gate"),
+        _each([rope], "half", "--partial-rotary-factor", "0.5"),
+        _each([rope], "half-koff", "--partial-rotary-factor", "0.5", "--key-offset"),
+        _each([day1], "l2", "--embedding-norm", "l2"),
+        _each([day1], "x0", "--x0-skips"),
+        _each([day1], "values", "--value-embeddings"),
+        _each([day1], "bigram", "--bigram-rows", "5120"),
+        _each([day1], "untied", "--untied-head"),
+    ]
+
+
+#: The boards ``scripts/leaderboard.py`` runs and writes: the position schemes, and the first layer's menu.
+BOARDS = {"schemes": studies, "menu": menu_studies}
+
+
 def study_folder(out: Path, corpus: Corpus, study: Study) -> Path:
     """Where the leaderboard in ``out`` keeps one corpus's study."""
     return Path(out) / f"{corpus.name}-{study.name}"
@@ -98,6 +131,7 @@ def command(out: Path, corpus: Corpus, study: Study) -> list[str]:
 
 
 __all__ = [
+    "BOARDS",
     "CORPORA",
     "HEADLINE",
     "HYBRID",
@@ -105,6 +139,7 @@ __all__ = [
     "Corpus",
     "Study",
     "command",
+    "menu_studies",
     "rotary",
     "studies",
     "study_folder",

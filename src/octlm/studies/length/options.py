@@ -153,6 +153,7 @@ class LengthOptions:
     key_offset: bool = same_as(TrainOptions, "key_offset")
     value_embeddings: bool = same_as(TrainOptions, "value_embeddings")
     bigram_rows: int = same_as(TrainOptions, "bigram_rows")
+    untied_head: bool = same_as(TrainOptions, "untied_head")
     smear_gate: bool = same_as(TrainOptions, "smear_gate")
     x0_skips: bool = same_as(TrainOptions, "x0_skips")
     embedding_norm: str = same_as(TrainOptions, "embedding_norm")

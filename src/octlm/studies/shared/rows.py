@@ -243,6 +243,7 @@ def carried(options: dict) -> str:
             ("key_offset", "keys carrying their predecessor's unturned channels (--key-offset)"),
             ("value_embeddings", "value embeddings (--value-embeddings)"),
             ("bigram_rows", "a hashed bigram table of {} rows (--bigram-rows)"),
+            ("untied_head", "an output head of its own (--untied-head)"),
             ("smear_gate", "a smear gate (--smear-gate)"),
             ("x0_skips", "the embedding added back before each block (--x0-skips)"),
             ("embedding_norm", "token rows through --embedding-norm {}"),
