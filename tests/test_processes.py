@@ -82,6 +82,17 @@ def test_the_default_is_one_process_per_free_cpu_on_a_cpu(monkeypatch):
     assert plan(2, 5, "cpu", 1, free) == Share(0, 2, "local", threads=1)  # asked for, still given
 
 
+def test_a_lowered_request_is_said():
+    from octlm.studies.shared.processes import side_by_side
+
+    three = plan(50, 3, "cpu", None, lambda: 2)
+    assert (
+        side_by_side(three, 50)
+        == ", in 3 processes of 1 thread each (--processes 50 asked: there are only 3 base models)"
+    )
+    assert side_by_side(three, 3) == side_by_side(three) == ", in 3 processes of 1 thread each"
+
+
 def test_processes_beside_another_launcher_are_refused(tmp_path):
     from octlm.cli import main
 

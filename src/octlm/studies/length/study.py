@@ -172,11 +172,12 @@ def _study(opts: LengthOptions, share: Share, device_name: str, threads: int | N
     progress, opts, steps = open_share(share, opts.out, opts.overwrite, begin)
     ctx = StudyContext(opts, progress, device, report)
     share = share.weighed(model_weights(opts, ctx.seeds))
+    processes = side_by_side(share, opts.processes)
     report.event(
         "study",
         f"length study: {len(opts.rows())} models ({', '.join(opts.rows())}) x {opts.seeds} "
         f"seed{'' if opts.seeds == 1 else 's'}, {opts.max_steps} steps "
-        f"each, T={ctx.train_length}, evaluated at {', '.join(map(str, ctx.lengths))} tokens{side_by_side(share)}",
+        f"each, T={ctx.train_length}, evaluated at {', '.join(map(str, ctx.lengths))} tokens{processes}",
         schemes=opts.schemes,
         lengths=ctx.lengths,
         options=plain_dict(opts),

@@ -89,11 +89,14 @@ def local_share(opts, share: Share, models: int) -> Share:
     return plan(opts.processes, models, opts.device, opts.threads, default_threads)
 
 
-def side_by_side(share: Share) -> str:
-    """``", in 2 processes of 1 thread"`` for the study's first line of a ``--processes`` study, else ``""``."""
+def side_by_side(share: Share, asked: int | None = None) -> str:
+    """``", in 2 processes of 1 thread"`` for the study's first line of a ``--processes`` study, else ``""``; with
+    ``asked`` (``--processes``) above the count, it says that the study has only that many base models."""
+    lowered = asked is not None and asked > max(share.count, 1)
+    said = f" (--processes {asked} asked: there are only {max(share.count, 1)} base models)" if lowered else ""
     if share.launcher != "local":
-        return ""
-    return f", in {share.count} processes of {share.threads} thread{'' if share.threads == 1 else 's'} each"
+        return said and f", in one process{said}"
+    return f", in {share.count} processes of {share.threads} thread{'' if share.threads == 1 else 's'} each{said}"
 
 
 def checker(workers: Workers | None) -> Callable[[list[str]], None]:

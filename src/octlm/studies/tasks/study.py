@@ -165,7 +165,7 @@ def _study(opts: TaskOptions, share: Share, device: torch.device, report: Report
     seeds = study_seeds(opts.seed, opts.seeds)
     sizes = [m * opts.task_length for m in opts.multipliers]
     variants = opts.variants()
-    announce(opts, tasks, variants, seeds, sizes, report, side_by_side(share))
+    announce(opts, tasks, variants, seeds, sizes, report, side_by_side(share, opts.processes))
     t0 = time.perf_counter()
     models = [(task, variant, seed) for task in tasks for variant in variants for seed in seeds]
     tables = lambda: _tables(opts, tasks, variants, sizes, seeds, models, device, progress, report, t0)  # noqa: E731
