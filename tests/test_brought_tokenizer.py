@@ -66,7 +66,8 @@ def _sentencepiece(path):
     "make,says",
     [
         (lambda p: p, "no such file"),
-        (lambda p: p.write_text("{not json") or p, "not a tokenizers JSON file"),
+        (lambda p: (p.write_text("{not json"), p)[1], "not a JSON file"),
+        (lambda p: (p.write_text('{"hello": 1}'), p)[1], "JSON, but not a tokenizer"),
         (_sentencepiece, "a BPE model with a Metaspace decoder; octlm reads byte-level BPE"),
         (lambda p: byte_level(p, "<pad>"), "no end-of-text token (<|endoftext|> or <|end_of_text|>)"),
     ],
@@ -78,6 +79,13 @@ def test_a_file_octlm_cannot_count_is_refused_in_one_line(tmp_path, make, says, 
     assert main(["train", "--tokenizer", str(path), "--max-steps", "2", "--out", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--tokenizer {path}" in err and not (tmp_path / "run").exists()
+
+
+def test_a_vocabulary_size_beside_a_brought_tokenizer_is_refused(tmp_path, capsys):
+    path = byte_level(tmp_path / "t.json", "<|endoftext|>")
+    assert main(["train", "--tokenizer", str(path), "--vocab-size", "512", "--out", str(tmp_path / "r")]) == 1
+    assert "the vocabulary is the file's; drop --vocab-size" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_fine_tune_keeps_its_sources_tokenizer(tmp_path, trained_run, capsys):

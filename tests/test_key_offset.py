@@ -55,9 +55,14 @@ def test_the_model_scores_the_shifted_keys_and_turns_the_rest_as_before(layout):
 @pytest.mark.parametrize(
     "extra,expected",
     [
-        ({"position": "none"}, "position='none', which leaves no channel"),
-        ({"position": "rope"}, "position='rope', which leaves no channel"),  # partial_rotary_factor 1: all turn
-        ({"position": "rope", "partial_rotary_factor": 0.5, "layers": "rope none"}, "position='none'"),
+        ({"position": "none"}, "position='none' turns no channel of the keys"),
+        ({"position": "alibi"}, "position='alibi' turns no channel of the keys"),
+        (
+            {"position": "rope"},
+            r"position='rope' passes no channel of each head through unturned \(partial_rotary_factor=1",
+        ),
+        ({"position": "prope"}, "position='prope' passes no channel"),  # its still pairs sit among the turned ones
+        ({"position": "rope", "partial_rotary_factor": 0.5, "layers": "rope none"}, "position='none' turns no"),
         ({"position": "rope", "partial_rotary_factor": 0.5, "document_mask": True}, "with document_mask"),
     ],
 )

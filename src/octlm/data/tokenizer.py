@@ -247,15 +247,21 @@ class Tokenizer:
         """
         from octlm.errors import DataError
 
-        where = f"{flag} {path}"
+        where, give = (
+            f"{flag} {path}",
+            "give a tokenizer.json as Hugging Face tokenizers writes it (GPT-2's, Llama 3's)",
+        )
         try:
             text = Path(path).read_text(encoding="utf-8")
             state = json.loads(text)
-            hf = HFTokenizer.from_str(text)
         except FileNotFoundError:
-            raise DataError(f"{where}: no such file; give a tokenizer.json (GPT-2's, Llama 3's)") from None
-        except (OSError, UnicodeDecodeError, ValueError, Exception) as err:  # tokenizers raises a bare Exception
-            raise DataError(f"{where}: not a tokenizers JSON file ({str(err).splitlines()[0][:120]})") from None
+            raise DataError(f"{where}: no such file; {give}") from None
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            raise DataError(f"{where}: not a JSON file ({str(err).splitlines()[0][:100]}); {give}") from None
+        try:
+            hf = HFTokenizer.from_str(text)
+        except Exception as err:  # tokenizers raises a bare Exception
+            raise DataError(f"{where}: JSON, but not a tokenizer ({str(err).splitlines()[0][:100]}); {give}") from None
         model = (state.get("model") or {}).get("type")
         decoder = (state.get("decoder") or {}).get("type")
         if model != "BPE" or decoder != "ByteLevel":

@@ -74,17 +74,23 @@ def usage_lines(usage: list[dict]) -> list[str]:
 
 
 def frequency_figure(usage: list[dict], title: str) -> Figure:
-    """Per layer, each head's ``|q_i| |k_i|`` against pair ``i``'s frequency (log scale; a pair that does not turn
-    at the left edge)."""
+    """Per layer, each head's ``|q_i| |k_i|`` against pair ``i``'s frequency (log scale); pairs that do not turn
+    (p-RoPE's) as crosses at half the slowest turning frequency, apart from the line."""
     figure = Figure(figsize=(5.5 * len(usage), 4.2), layout="constrained")
     for panel, entry in enumerate(usage):
         axes = figure.add_subplot(1, len(usage), panel + 1)
         frequency = np.array(entry["frequency"])
-        floor = frequency[frequency > 0].min() / 2 if (frequency > 0).any() else 1e-6
-        shown = np.where(frequency > 0, frequency, floor)
-        order = np.argsort(shown)
+        turning = frequency > 0
+        still = frequency[turning].min() / 2 if turning.any() else 1e-6  # where the pairs that do not turn are drawn
+        order = np.argsort(frequency)
         for head, (q, k) in enumerate(zip(entry["query_norm"], entry["key_norm"], strict=True)):
-            axes.plot(shown[order], (np.array(q) * np.array(k))[order], marker=".", label=f"head {head}")
+            product = np.array(q) * np.array(k)
+            line = axes.plot(frequency[order][turning[order]], product[order][turning[order]], marker=".")[0]
+            line.set_label(f"head {head}")
+            if not turning.all():
+                axes.plot(np.full((~turning).sum(), still), product[~turning], "x", color=line.get_color())
+        if not turning.all():
+            axes.annotate("pairs that do\nnot turn (x)", (still, 0), xycoords=("data", "axes fraction"), fontsize=7)
         axes.set_xscale("log")
         axes.set_xlabel("rotation frequency (radians per token)")
         axes.set_ylabel("mean |q_i| x mean |k_i|")

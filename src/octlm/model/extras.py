@@ -29,8 +29,8 @@ def bigram_problem(config) -> tuple[str, str] | None:
 def extras_problem(config) -> tuple[str, str] | None:
     """``(field, what is wrong)`` for the first opt-in addition of a ``DecoderConfig`` (its layout already parsed)
     that cannot be built with the rest, else ``None``."""
-    passed = [(s.position, SCHEMES[s.position].passed_channels(config.layer_config(s))) for s in config.layers]
-    passed = passed or [(config.position, SCHEMES[config.position].passed_channels(config))]
+    layers = [(s.position, config.layer_config(s)) for s in config.layers] or [(config.position, config)]
+    passed = [(name, SCHEMES[name].passed_channels(c), hasattr(SCHEMES[name], "turning_pairs")) for name, c in layers]
     for problem in (
         token_vectors_problem(config, SCHEMES[config.position]),
         canon_problem(config),

@@ -39,10 +39,10 @@ def shift_keys(k: Tensor, passed: int, cache=None) -> Tensor:
     return torch.cat((k[..., : k.shape[-1] - passed], shifted), dim=-1)
 
 
-def key_offset_problem(config, passed: list[tuple[str, int]]) -> tuple[str, str] | None:
+def key_offset_problem(config, passed: list[tuple[str, int, bool]]) -> tuple[str, str] | None:
     """``(field, what is wrong)`` for ``key_offset`` with a layer whose scheme passes no channel through unturned
-    (``passed``: each layer's scheme and its ``passed_channels``), or with ``document_mask``; ``None`` when it can be
-    built."""
+    (``passed``: each layer's scheme, its ``passed_channels`` and whether it turns channels at all), or with
+    ``document_mask``; ``None`` when it can be built."""
     if not config.key_offset:
         return None
     if config.document_mask:
@@ -50,11 +50,17 @@ def key_offset_problem(config, passed: list[tuple[str, int]]) -> tuple[str, str]
             "=True with document_mask: each document's first key would carry the last key of the one before it; drop "
             "--key-offset or --document-mask"
         )
-    none = next((name for name, count in passed if count <= 0), None)
-    if none is not None:
+    for name, count, turns in passed:
+        if count > 0:
+            continue
+        if not turns:
+            why = f"position={name!r} turns no channel of the keys, so it has no turned part to keep apart"
+        else:
+            factor = config.partial_rotary_factor
+            why = f"position={name!r} passes no channel of each head through unturned (partial_rotary_factor={factor})"
         return "key_offset", (
-            f"=True with position={none!r}, which leaves no channel of each head unturned while it turns the rest; "
-            "use --position rope with --partial-rotary-factor below 1 (e.g. 0.5)"
+            f"=True with {why}; the offset needs RoPE turning part of each head: --position rope (or prope, xpos) "
+            "with --partial-rotary-factor below 1 (e.g. 0.5)"
         )
     return None
 

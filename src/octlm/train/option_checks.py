@@ -111,6 +111,12 @@ def check_options(opts: TrainOptions) -> None:
             f"--tokenizer {opts.tokenizer} with --init-from {opts.init_from}: a fine-tune keeps its source run's "
             "tokenizer, whose ids its token rows mean; drop --tokenizer"
         )
+    vocab_default = option_default(next(f for f in option_fields(TrainOptions) if f.name == "vocab_size"))
+    if opts.tokenizer and opts.vocab_size != vocab_default:
+        raise OctlmError(
+            f"--vocab-size {opts.vocab_size} with --tokenizer {opts.tokenizer}: the vocabulary is the file's; drop "
+            "--vocab-size"
+        )
     check_fields(opts)
     check_scheme_options(opts)
     check_optimizer_options(opts)
