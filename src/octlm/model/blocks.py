@@ -121,9 +121,10 @@ class CausalSelfAttention(nn.Module):
         self.sinks = nn.Parameter(torch.zeros(config.n_heads)) if config.attention_sinks else None
         self.gate = nn.Linear(config.d_model, config.d_model, bias=bias) if config.output_gate else None
         self.canon_b = canon_at(config, "B", 3 * config.d_model)
-        position = config.position if spec is None else spec.position
-        layer = config if spec is None else config.layer_config(spec)
-        self.key_offset = SCHEMES[position].passed_channels(layer) if config.key_offset else 0
+        self.key_offset = 0  # channels each key takes from its predecessor (--key-offset), 0 for none
+        if config.key_offset:
+            layer = config if spec is None else config.layer_config(spec)
+            self.key_offset = SCHEMES[layer.position].passed_channels(layer)
         self.record: Callable[..., None] | None = None
 
     def forward(self, x: Tensor, step: LayerPass) -> Tensor:
