@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from octlm.studies.tasks.generators import TASKS
-from octlm.studies.tasks.ranking import mean_reciprocal_ranks
+from octlm.studies.tasks.ranking import mean_reciprocal_ranks, unlearned_tasks
 from octlm.studies.tasks.summary import summarize
 
 SIZES = [2, 4]  # L = 2: multipliers 1 and 2
@@ -31,10 +31,10 @@ SCORES = {
     "reverse": {  # at 2x every row 0% on every seed: ranks nobody there
         "alibi": {0: [0.5, 0.0], 1: [0.5, 0.0]},
         "rope": {0: [0.25, 0.0], 1: [0.5, 0.0]},
-        "learned": {0: [0.5, None], 1: [0.75, None]},
+        "learned": {0: [1.0, None], 1: [1.0, None]},  # learned at 1x, so the tie at 2x is what leaves it out
     },
     "count": {
-        "alibi": {0: [0.5, 0.5], 1: [0.5, 0.25]},
+        "alibi": {0: [1.0, 0.5], 1: [0.9, 0.25]},
         "rope": {0: [0.5, 0.25], 1: [0.5, 0.25]},
         "learned": {0: [0.5, None], 1: [0.5, None]},
     },
@@ -82,6 +82,7 @@ def test_a_task_every_scheme_ties_on_is_left_out_of_the_mean_reciprocal_rank():
         assert got[label] == pytest.approx((mean, sd), abs=1e-12), label
     assert summary.result["ranking"]["2x"] == {
         "tasks": ["copy", "count"],
+        "not_learned": [],
         "left_out": [{"task": "reverse", "exact_match": 0.0}],
     }
 
@@ -100,8 +101,8 @@ def test_the_ranking_record_of_tasks_jsonl_names_the_tasks_left_out():
 def test_a_task_tied_on_one_seed_only_still_decides():
     """Ties are judged over every seed: copy ties on seed 0 only, so it still ranks on seed 1 and stays in."""
     scores = {
-        "copy": {"a": {0: [0.0, 0.0], 1: [0.0, 0.5]}, "b": {0: [0.0, 0.0], 1: [0.0, 0.0]}},
-        "count": {"a": {0: [0.0, 0.0], 1: [0.0, 0.0]}, "b": {0: [0.0, 1.0], 1: [0.0, 1.0]}},
+        "copy": {"a": {0: [1.0, 0.0], 1: [1.0, 0.5]}, "b": {0: [1.0, 0.0], 1: [1.0, 0.0]}},
+        "count": {"a": {0: [1.0, 0.0], 1: [1.0, 0.0]}, "b": {0: [1.0, 1.0], 1: [1.0, 1.0]}},
     }
     # seed 0: copy a = b (1.5 each), count b > a: a (2/3 + 1/2) / 2 = 7/12, b (2/3 + 1) / 2 = 5/6
     # seed 1: copy a > b, count b > a: a (1 + 1/2) / 2 = 3/4, b 3/4
@@ -138,3 +139,43 @@ def test_when_every_task_ties_there_is_no_table_only_the_tasks_left_out():
     assert "At 2x: decided by 0 of 2 tasks; left out: copy, count (every scheme 0%)." in summary.markdown
     assert "| scheme |" not in summary.markdown.split("## Task study: copy")[0]
     assert summary.extra_files["ranking.png"][:4] == b"\x89PNG"
+
+
+def test_a_task_no_scheme_learns_at_1x_on_every_seed_is_left_out_at_every_size():
+    """Learned means some scheme at 90% or more at 1x on every seed: 0.9 on both seeds counts, 0.95 and 0.85 do not."""
+    scores = {
+        "copy": {"a": {0: [0.9, 1.0], 1: [0.9, 0.0]}, "b": {0: [0.5, 0.0], 1: [0.5, 1.0]}},
+        "count": {"a": {0: [0.95, 1.0], 1: [0.85, 1.0]}, "b": {0: [0.6, 0.0], 1: [0.8, 0.0]}},
+    }
+    labels = ["a", "b"]
+    assert unlearned_tasks(_records(scores), labels, list(scores), SEEDS) == {"count": 0.85}
+    # copy alone decides: a and b swap places between the seeds, so both average (1 + 1/2) / 2
+    assert mean_reciprocal_ranks(_records(scores), labels, list(scores), SEEDS, 2) == {
+        "a": (0.75, pytest.approx(0.5 / 2**0.5)),
+        "b": (0.75, pytest.approx(0.5 / 2**0.5)),
+    }
+    summary = summarize(_records(scores), [], [TASKS[t] for t in scores], labels, SIZES, SEEDS)
+    assert summary.result["ranking"]["2x"] == {
+        "tasks": ["copy"],
+        "not_learned": [{"task": "count", "best_at_1x": 0.85}],
+        "left_out": [],
+    }
+    line = "decided by 1 of 2 tasks; not learned at 1x: count (best 85%)"
+    assert line in summary.markdown and line in summary.terminal
+
+
+@given(
+    scores=st.lists(st.lists(st.lists(SCORE, min_size=2, max_size=2), min_size=3, max_size=3), min_size=1, max_size=3),
+    failed=st.lists(st.lists(st.floats(0.0, 0.89), min_size=2, max_size=2), min_size=3, max_size=3),
+    past=st.lists(st.lists(SCORE, min_size=2, max_size=2), min_size=3, max_size=3),
+)
+def test_adding_a_task_no_scheme_learns_never_changes_the_ranking(scores, failed, past):
+    """Whatever its scores past 1x, a task below 90% at 1x for every scheme on some seed adds nothing to any MRR."""
+    labels, names = ["a", "b", "c"], ["copy", "reverse", "recall"]
+    table = {
+        names[t]: {labels[k]: {s: [1.0, v] for s, v in enumerate(row)} for k, row in enumerate(task)}
+        for t, task in enumerate(scores)
+    }
+    before = mean_reciprocal_ranks(_records(table), labels, list(table), SEEDS, 2)
+    table["count"] = {labels[k]: {s: [failed[k][s], past[k][s]] for s in SEEDS} for k in range(3)}
+    assert mean_reciprocal_ranks(_records(table), labels, list(table), SEEDS, 2) == before

@@ -46,6 +46,7 @@ def test_mean_reciprocal_rank_of_a_scheme_first_everywhere_is_one_and_a_table_pa
                 _eval(task, "alibi", seed, 2, 0.9),
                 _eval(task, "rope", seed, 2, 0.1 * (seed + 1)),
                 _eval(task, "learned", seed, 2, None),
+                _eval(task, "alibi", seed, 1, 1.0),  # learned at 1x, so the task ranks
             ]
     mrr = mean_reciprocal_ranks(records, ["alibi", "rope", "learned"], ["copy", "count"], [0, 1], 2)
     assert mrr["alibi"] == (1.0, 0.0) and mrr["rope"] == (0.5, 0.0) and mrr["learned"][0] == pytest.approx(1 / 3)
@@ -57,6 +58,7 @@ def test_mean_reciprocal_rank_is_taken_per_seed_and_its_spread_shown():
         _eval("copy", "b", 0, 2, 0.0),
         _eval("copy", "a", 1, 2, 0.0),
         _eval("copy", "b", 1, 2, 1.0),
+        *(_eval("copy", label, seed, 1, 1.0) for label in "ab" for seed in (0, 1)),
     ]
     mrr = mean_reciprocal_ranks(records, ["a", "b"], ["copy"], [0, 1], 2)
     # ranks 1 and 2: sd of 1 and 0.5
@@ -109,7 +111,8 @@ def test_several_tasks_write_one_table_each_and_the_ranking(tmp_path, capsys):
     ranked = [r for r in records if r["record"] == "ranking"]  # at 2x and 4x: which tasks decide, which are left out
     assert [r["multiplier"] for r in ranked] == [2, 4]
     assert all(
-        sorted(r["tasks"] + [t["task"] for t in r["left_out"]]) == ["copy", "count", "flip-flop"] for r in ranked
+        sorted(r["tasks"] + [t["task"] for t in r["left_out"] + r["not_learned"]]) == ["copy", "count", "flip-flop"]
+        for r in ranked
     )
 
 

@@ -71,7 +71,9 @@ def summarize(
             terminal.append(ranking_terminal(ranks))
             extra[RANK_PLOT] = ranking_plot(ranks)
             result["mean_reciprocal_rank"] = {f"{m}x": r.record()["mean_reciprocal_rank"] for m, r in ranks.items()}
-            result["ranking"] = {f"{m}x": {k: r.record()[k] for k in ("tasks", "left_out")} for m, r in ranks.items()}
+            result["ranking"] = {
+                f"{m}x": {k: r.record()[k] for k in ("tasks", "not_learned", "left_out")} for m, r in ranks.items()
+            }
             ranking_records = [r.record() for r in ranks.values()]
     else:
         result = {"task": tasks[0].name, "accuracy": grids[tasks[0].name], "accuracy_std": spreads[tasks[0].name]}
