@@ -291,3 +291,21 @@ def test_progress_in_json_names_each_model_and_tasks_md_states_the_protocol(tmp_
     ]
     assert set(progress[0]["exact_match"]) == {"1x", "2x", "3x", "4x"}
     assert "Each model: 3 steps of muon (batch 32), d_model 16, 1 layers, 2 heads." in (out / "tasks.md").read_text()
+
+
+def test_a_task_with_its_own_budget_trains_for_it_alone_and_beside_others_unless_max_steps_is_given(monkeypatch):
+    import dataclasses
+
+    from octlm.studies.tasks import generators
+    from octlm.studies.tasks.options import ALL_TASKS_STEPS, TaskOptions
+
+    monkeypatch.setitem(generators.TASKS, "recall", dataclasses.replace(generators.TASKS["recall"], steps=3000))
+    both = TaskOptions(task=["copy", "recall"]).resolved()
+    assert both.steps_by_task() == {"copy": ALL_TASKS_STEPS, "recall": 3000}
+    assert both.max_steps is None  # no one budget to write out
+    assert both.train_options(generators.TASKS["recall"], "rope", 0).max_steps == 3000
+    assert both.train_options(generators.TASKS["copy"], "rope", 0).max_steps == ALL_TASKS_STEPS
+    assert both.steps_said() == f"steps copy {ALL_TASKS_STEPS}, recall 3000"
+    assert TaskOptions(task=["recall"]).resolved().max_steps == 3000
+    given = TaskOptions(task=["copy", "recall"], max_steps=40).resolved()
+    assert given.steps_by_task() == {"copy": 40, "recall": 40} and given.steps_said() == "40 steps"

@@ -24,7 +24,7 @@ def announce(
         "study",
         f"task study: {', '.join(t.name for t in tasks)}; {len(variants)} rows x {len(seeds)} "
         f"seed{'' if len(seeds) == 1 else 's'} x "
-        f"{opts.max_steps} steps, trained on sizes 1..{opts.task_length}, evaluated at {', '.join(map(str, sizes))}"
+        f"{opts.steps_said()}, trained on sizes 1..{opts.task_length}, evaluated at {', '.join(map(str, sizes))}"
         + where
         + (f"; {', '.join(plain_only)} plain only (no positions to randomize)" if plain_only else ""),
         tasks=[t.name for t in tasks],

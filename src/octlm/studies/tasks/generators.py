@@ -66,6 +66,10 @@ class Task:
         in_all: whether ``--task all`` runs it; the state-tracking tasks
             (:mod:`octlm.studies.tasks.state_tasks`) run only when named, so that
             ``--task all`` stays the measured seven.
+        steps: the steps the task study trains it for when ``--max-steps`` is
+            not given, alone or beside other tasks: enough for the best scheme
+            to learn it at 1x (docs/tasks.md); ``None``: the study's default
+            (:meth:`~octlm.studies.tasks.options.TaskOptions.steps`).
     """
 
     name: str
@@ -78,6 +82,7 @@ class Task:
     scored: Callable[[int], list[bool]] | None = None
     held_out: Callable[[], Task] | None = None
     in_all: bool = True
+    steps: int | None = None
 
     def evaluation(self) -> Task:
         """The task evaluation draws from: :attr:`held_out`'s, or this one."""

@@ -206,20 +206,36 @@ class TaskOptions:
         """The tasks to run (:meth:`task_names`), in order."""
         return [self.task_named(name) for name in self.task_names()]
 
-    def steps(self) -> int:
-        """Steps per model: ``--max-steps``, else :data:`TASK_STEPS` for one task and :data:`ALL_TASKS_STEPS` for
-        several."""
+    def steps(self, task: str | None = None) -> int:
+        """Steps per model of the task named ``task``: ``--max-steps``, else the task's own budget
+        (:attr:`~octlm.studies.tasks.generators.Task.steps`; a needle task has none), else :data:`TASK_STEPS` for one
+        task and :data:`ALL_TASKS_STEPS` for several."""
         if self.max_steps is not None:
             return self.max_steps
+        if task in TASKS and TASKS[task].steps is not None:
+            return TASKS[task].steps
         return TASK_STEPS if len(self.task_names()) == 1 else ALL_TASKS_STEPS
+
+    def steps_by_task(self) -> dict[str, int]:
+        """``{task: steps per model}`` for every task of the study, in order (:meth:`steps`)."""
+        return {name: self.steps(name) for name in self.task_names()}
+
+    def steps_said(self) -> str:
+        """``2000 steps``, or each task's own budget where they differ: ``steps copy 2000, flip-flop 500``."""
+        if self.max_steps is not None:
+            return f"{self.max_steps} steps"
+        return "steps " + ", ".join(f"{name} {steps}" for name, steps in self.steps_by_task().items())
 
     def resolved(self, given: set[str] | None = None) -> TaskOptions:
         """A copy with ``--preset`` applied (:func:`~octlm.studies.tasks.presets.apply_preset`), the tasks named, the
         step count filled in and the multipliers sorted, 1 among them."""
         opts = apply_preset(self, given)
         # 1x, the longest trained size, anchors every table ("trained on sizes 1..L"), so it is always scored.
+        # Without --max-steps each task keeps its own budget (steps_by_task); one shared budget is written out.
+        budgets = set(opts.steps_by_task().values())
+        steps = budgets.pop() if len(budgets) == 1 else None
         return dataclasses.replace(
-            opts, task=opts.task_names(), max_steps=opts.steps(), multipliers=sorted(set(opts.multipliers) | {1})
+            opts, task=opts.task_names(), max_steps=steps, multipliers=sorted(set(opts.multipliers) | {1})
         )
 
     def variants(self) -> list[Variant]:
@@ -236,7 +252,7 @@ class TaskOptions:
         """The training of one model: octlm train's options with the task study's (:data:`TASK_TRAINING`), at the
         longest training instance."""
         variant = Variant(variant) if isinstance(variant, str) else variant
-        steps = self.steps()
+        steps = self.steps(task.name)
         return TrainOptions.of(
             position=variant.scheme,
             layers="" if variant.layout is None else variant.layout.layers,

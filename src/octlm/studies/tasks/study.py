@@ -79,8 +79,8 @@ def train_task_model(
     log: MetricsLog | None = None,
     checkpoint: Path | None = None,
 ) -> tuple[Decoder, dict]:
-    """Train one model for ``opts.max_steps`` steps as ``octlm train`` steps (its optimizer, schedule and clipping);
-    returns it in eval mode and its record.
+    """Train one model for ``opts.steps(task.name)`` steps as ``octlm train`` steps (its optimizer, schedule and
+    clipping); returns it in eval mode and its record.
 
     Each step draws an instance size from ``1 .. task_length`` and a batch of
     that size from the seed's generator; the loss is on the answer tokens only.
@@ -232,7 +232,8 @@ def _header(opts: TaskOptions, tasks: list[Task], variants: list[Variant], sizes
         "task_length": opts.task_length,
         "sizes": sizes,
         "seeds": seeds,
-        "steps": opts.max_steps,
+        "steps": opts.max_steps,  # None when the tasks' own budgets differ: task_steps
+        "task_steps": opts.steps_by_task(),
         "eval_count": EVAL_COUNT,
         "rows": [v.label for v in variants],
         "options": {k: v for k, v in asdict(opts).items() if k not in PLACEMENT},  # how it ran: not recorded

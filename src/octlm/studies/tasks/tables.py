@@ -226,7 +226,7 @@ def protocol_sentence(opts) -> str:
         ]
     )
     return (
-        f"Each model: {opts.max_steps} steps of {opts.optimizer} (batch {opts.batch_size}), d_model {opts.d_model}, "
+        f"Each model: {opts.steps_said()} of {opts.optimizer} (batch {opts.batch_size}), d_model {opts.d_model}, "
         f"{opts.n_layers} layers, {opts.n_heads} heads{block}{rand}{preset}."
     )
 
