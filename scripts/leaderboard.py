@@ -26,11 +26,13 @@ from octlm.fileio import atomic_write
 from octlm.inspect.figures import save_png
 from octlm.studies.leaderboard.board import Source, corpus_columns, method
 from octlm.studies.leaderboard.figure import FIGURE, leaderboard_figure
+from octlm.studies.leaderboard.findings import findings
 from octlm.studies.leaderboard.markdown import document, readme_table
-from octlm.studies.leaderboard.protocol import BOARDS, CORPORA, command, study_folder
+from octlm.studies.leaderboard.protocol import BOARDS, CORPORA, GROUPS, command, in_group, study_folder
 from octlm.studies.shared.progress import PROGRESS
 
 START, END = "<!-- leaderboard:start -->", "<!-- leaderboard:end -->"
+FINDINGS_START, FINDINGS_END = "<!-- findings:start -->", "<!-- findings:end -->"
 
 
 def commands(out: Path, corpora: list[str], board: str = "schemes") -> list[list[str]]:
@@ -46,10 +48,13 @@ def shown(argv: list[str]) -> str:
 def board(out: Path, corpora: list[str], kind: str = "schemes") -> list[dict]:
     """The records of ``leaderboard.jsonl``: how intervals were computed, each study, every column."""
     titles = {name: CORPORA[name].title for name in corpora}
-    records: list[dict] = [{"record": "leaderboard", "board": kind, **method(), "corpora": titles}]
+    left = {name: c.title for name, c in CORPORA.items() if name not in corpora}
+    head = {"record": "leaderboard", "board": kind, **method(), "corpora": titles, "not_run": left}
+    records: list[dict] = [head]
+    groups = {g: (lambda label, g=g: in_group(g, label)) for g in GROUPS} if kind == "schemes" else {}
     for name in corpora:
         sources = [Source(name, study_folder(out, CORPORA[name], s), s.rows) for s in BOARDS[kind]()]
-        columns, found = corpus_columns(name, sources)
+        columns, found = corpus_columns(name, sources, groups)
         records += found + columns
     return records
 
@@ -65,13 +70,24 @@ def write(out: Path, corpora: list[str], doc: Path | None, readme: Path | None, 
         atomic_write(doc, text.encode())
         save_png(leaderboard_figure(records), doc.with_name(doc.stem + ".png"))
     if readme is not None:
-        readme_text = readme.read_text(encoding="utf-8")
-        if readme_text.count(START) != 1 or readme_text.count(END) != 1:
-            raise OctlmError(f"{readme}: needs one {START} line and one {END} line around the table")
-        before, rest = readme_text.split(START)
-        after = rest.split(END)[1]
+        text = readme.read_text(encoding="utf-8")
         table = readme_table([r for r in records if r["record"] == "column"], records[0]["corpora"])
-        atomic_write(readme, f"{before}{START}\n{table}\n{END}{after}".encode())
+        text = between(text, START, END, table, readme)
+        if kind == "schemes":
+            text = between(text, FINDINGS_START, FINDINGS_END, findings(records), readme)
+        atomic_write(readme, text.encode())
+
+
+def between(text: str, start: str, end: str, inside: str, path: Path) -> str:
+    """``text`` with what lies between its ``start`` and ``end`` lines replaced by ``inside``.
+
+    Raises:
+        OctlmError: when ``text`` does not hold each marker once, naming the file and both markers.
+    """
+    if text.count(start) != 1 or text.count(end) != 1:
+        raise OctlmError(f"{path}: needs one {start} line and one {end} line around what the leaderboard writes")
+    before, rest = text.split(start)
+    return f"{before}{start}\n{inside}\n{end}{rest.split(end)[1]}"
 
 
 def run(out: Path, corpora: list[str], processes: int | None, kind: str = "schemes") -> int:

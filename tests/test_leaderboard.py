@@ -180,7 +180,8 @@ def test_write_makes_the_document_the_figure_and_the_readme_table(tmp_path):
     _study(tmp_path / "shakespeare-gate", _rows("rope", -0.4, 0.05, rng))
     readme, doc = tmp_path / "README.md", tmp_path / "docs" / "leaderboard.md"
     doc.parent.mkdir()
-    readme.write_text(f"intro\n{module.START}\nold\n{module.END}\noutro\n")
+    markers = f"{module.START}\nold\n{module.END}\n{module.FINDINGS_START}\nold\n{module.FINDINGS_END}\n"
+    readme.write_text(f"intro\n{markers}outro\n")
     module.write(tmp_path, ["shakespeare"], doc, readme)
     text = doc.read_text()
     assert text == (tmp_path / "leaderboard.md").read_text() and "## tinyshakespeare, non-overlapping windows" in text
@@ -188,6 +189,11 @@ def test_write_makes_the_document_the_figure_and_the_readme_table(tmp_path):
     assert (tmp_path / "leaderboard.png").is_file() and (tmp_path / "docs" / "leaderboard.png").is_file()
     table = readme.read_text().split(module.START)[1].split(module.END)[0]
     assert "| `rope-gate` | **" in table and "| `rope-sinks` | " in table and readme.read_text().endswith("outro\n")
+    said = readme.read_text().split(module.FINDINGS_START)[1].split(module.FINDINGS_END)[0]
+    # the gate is 0.4 nats a window below rope, sinks 0.2 above: among the three, the gate is best and rope next
+    gate = "* **RoPE with learned sinks or the output gate**, tinyshakespeare, seeds 1337-1339: at 1x `rope-gate`"
+    assert gate in said and "; next `rope` +0.01" in said and said.strip() in text
+    assert "Not on this board yet: the standard library (seven packages) (not run)." in text
     records = [json.loads(line) for line in (tmp_path / "leaderboard.jsonl").read_text().splitlines()]
     assert [r["folder"].rsplit("/", 1)[1] for r in records if r["record"] == "source"] == [
         "shakespeare-schemes", "shakespeare-sinks", "shakespeare-gate"
@@ -204,3 +210,28 @@ def test_the_menu_measures_each_option_beside_a_control_it_pairs_with():
     for study in options:
         assert all(label == f"{scheme}-{study.name}" for scheme, label in study.rows.items())
         assert set(study.rows) <= controls or study.name.startswith("half")  # the key offset's control is "half"
+
+
+def test_a_finding_says_the_best_the_rows_not_separated_from_it_and_the_nearest_behind():
+    from octlm.studies.leaderboard.findings import clause
+
+    def behind(label, difference, low, agree, status="behind"):
+        return {"label": label, "status": status, "difference": difference, "low": low, "high": difference + 0.01}
+
+    col = {
+        "multiplier": 4,
+        "best": "alibi",
+        "cells": [
+            {"label": "alibi", "status": "best", "bpb": 2.11104, "seeds": [1, 2, 3]},
+            behind("fox", 0.05, 0.04, 3) | {"seeds_agreeing": 3},
+            behind("kerple", 0.002, -0.004, 1, "not separated") | {"seeds_agreeing": 1},
+            behind("rope", 0.03, 0.02, 2) | {"seeds_agreeing": 2},
+            {"label": "learned", "status": "n/a"},
+            {"label": "rope+ntk", "status": "equal", "difference": 0.0},
+        ],
+    }
+    assert clause(col) == (
+        "at 4x `alibi` 2.1110; not separated: `kerple` (+0.0020 [-0.0040, +0.0120], 1/3 seeds); "
+        "next `rope` +0.0300 [+0.0200, +0.0400], 2/3 seeds"
+    )
+    assert clause({"multiplier": 16, "best": None, "cells": []}) == "at 16x not run on every seed"

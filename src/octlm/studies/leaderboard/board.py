@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,8 +148,15 @@ def _status(label: str, labels: dict, scored: dict) -> dict:
     return {"label": label, "status": "not run", "seeds": sorted(labels[label])}
 
 
-def corpus_columns(corpus: str, sources: list[Source]) -> tuple[list[dict], list[dict]]:
-    """Every column of one corpus (by reading, then length), and each study's record (folder, version, options).
+def corpus_columns(
+    corpus: str, sources: list[Source], groups: dict[str, Callable[[str], bool]] | None = None
+) -> tuple[list[dict], list[dict]]:
+    """Every column of one corpus (by reading, then length), then each group's columns, and each study's record
+    (folder, version, options).
+
+    ``groups`` maps a sub-board's name to the rows it holds; its columns are records of kind ``group`` (the
+    ``group`` field names it), compared within the group as a column is within the board, at the lengths where the
+    group has two rows or more.
 
     Raises:
         OctlmError: from :func:`read_source` and :func:`check_same_protocol`.
@@ -167,7 +175,13 @@ def corpus_columns(corpus: str, sources: list[Source]) -> tuple[list[dict], list
         | {"options": head["options"]}
         for folder, head in heads
     ]
-    return [column(corpus, reading, length, by[(reading, length)], all_seeds) for reading, length in order], studies
+    columns = [column(corpus, reading, length, by[(reading, length)], all_seeds) for reading, length in order]
+    for name, holds in (groups or {}).items():
+        for reading, length in order:
+            labels = {k: v for k, v in by[(reading, length)].items() if holds(k)}
+            if len(labels) > 1:
+                columns.append(column(corpus, reading, length, labels, all_seeds) | {"record": "group", "group": name})
+    return columns, studies
 
 
 def method() -> dict:

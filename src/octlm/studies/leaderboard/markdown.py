@@ -9,8 +9,16 @@ computes the best row's numbers.
 
 from __future__ import annotations
 
+from octlm.studies.leaderboard.findings import findings
 from octlm.studies.length.findings import signed
 
+#: What the findings are, above them (the README's findings are the same lines).
+FINDINGS_INTRO = (
+    "Written from the columns below, in the reading of non-overlapping windows: per corpus and question, the best "
+    "row's bits per byte, the rows whose 95% interval against it holds zero (not separated), and the nearest row "
+    "behind it, each difference (row minus best) with its interval and the seeds that agree alone. The scalings and "
+    "RoPE with sinks or the gate are compared among themselves (their own columns), not with every row."
+)
 #: How each reading is named in the tables' headings.
 READING_TITLES = {"bpb": "non-overlapping windows", "sliding_bpb": "sliding windows (stride L/2)"}
 #: The README's columns: multipliers of T in the reading of non-overlapping windows.
@@ -132,6 +140,10 @@ def document(records: list[dict], commands: list[str]) -> str:
         "",
         "![Every row's bits per byte against the evaluation length](leaderboard.png)",
     ]
+    if head.get("not_run"):
+        lines += ["", f"Not on this board yet: {', '.join(head['not_run'].values())} (not run)."]
+    if head.get("board", "schemes") == "schemes":
+        lines += ["", "## Findings", "", FINDINGS_INTRO, "", findings(records)]
     train_length = columns[0]["eval_length"] // columns[0]["multiplier"] if columns else 0
     for corpus, title in head["corpora"].items():
         for reading, reading_title in READING_TITLES.items():

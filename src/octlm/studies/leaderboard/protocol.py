@@ -108,6 +108,20 @@ def menu_studies() -> list[Study]:
     ]
 
 
+#: The sub-boards the findings compare within, beside the whole board: RoPE and its untrained scalings (so that the
+#: best scaling is the best among all that were run, not only against plain RoPE), and RoPE beside RoPE with learned
+#: sinks and with the output gate. :func:`in_group` says which rows each holds.
+GROUPS = ("scalings", "sinks and gate")
+
+
+def in_group(group: str, label: str) -> bool:
+    """Whether the board row ``label`` belongs to the sub-board ``group`` of :data:`GROUPS`."""
+    rope = rotary()
+    if group == "scalings":
+        return label == rope or label.startswith(f"{rope}+")
+    return label in (rope, f"{rope}-sinks", f"{rope}-gate")
+
+
 #: The boards ``scripts/leaderboard.py`` runs and writes: the position schemes, and the first layer's menu.
 BOARDS = {"schemes": studies, "menu": menu_studies}
 
@@ -138,7 +152,9 @@ __all__ = [
     "STDLIB_PACKAGES",
     "Corpus",
     "Study",
+    "GROUPS",
     "command",
+    "in_group",
     "menu_studies",
     "rotary",
     "studies",
