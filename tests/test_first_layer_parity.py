@@ -14,7 +14,9 @@ from octlm import Decoder, DecoderConfig
 from octlm.export.first_layer_parity import (
     BIGRAM_CASES,
     BIGRAM_MULTIPLIER,
+    CANON_CASES,
     CANON_TAPS,
+    VALUE_CASES,
     VALUE_GATE_CHANNELS,
     add_value_rows,
     bigram_rows_read,
@@ -96,7 +98,7 @@ def _as_heads(rows: list[list[float]], heads: int) -> torch.Tensor:
     return t.view(1, t.shape[0], heads, -1).transpose(1, 2)
 
 
-@pytest.mark.parametrize("case", range(len(first_layer_fixtures()["value"])))
+@pytest.mark.parametrize("case", range(len(VALUE_CASES)))
 def test_the_value_rows_and_gates_are_the_models(case):
     c = first_layer_fixtures()["value"][case]
     heads = len(c["gate_weights"])
@@ -131,7 +133,7 @@ def _canon_module(kernel: list[list[float]]) -> CanonConv:
     return layer
 
 
-@pytest.mark.parametrize("case", range(len(first_layer_fixtures()["canon"])))
+@pytest.mark.parametrize("case", range(len(CANON_CASES)))
 def test_the_fixtures_canon_output_is_the_modules(case):
     c = first_layer_fixtures()["canon"][case]
     got = _canon_module(c["kernel"])(torch.tensor([c["hidden"]], dtype=torch.float64))[0]
