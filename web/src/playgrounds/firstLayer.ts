@@ -10,11 +10,11 @@ const HEADS = 2;
 /** The Canon kernel the playground starts with, j = 0 (the token itself) first: the three before it, fading. */
 export const DEFAULT_TAPS = [0, 1, 0.5, 0.25];
 export const KERNEL_PRESETS: Array<[string, string, number[]]> = [
-  ["fading", "0, 1, 0.5, 0.25: the three before, fading", DEFAULT_TAPS],
-  ["zero", "0, 0, 0, 0: the residual alone", [0, 0, 0, 0]],
-  ["previous", "0, 1, 0, 0: add the previous token", [0, 1, 0, 0]],
-  ["mean", "0.25 each: the mean of the last four", [0.25, 0.25, 0.25, 0.25]],
-  ["shift", "−1, 1, 0, 0: the previous token instead", [-1, 1, 0, 0]],
+  ["fading", "fading: 0, 1, 0.5, 0.25", DEFAULT_TAPS],
+  ["zero", "zero: the residual alone", [0, 0, 0, 0]],
+  ["previous", "add the previous token", [0, 1, 0, 0]],
+  ["mean", "mean of the last four", [0.25, 0.25, 0.25, 0.25]],
+  ["shift", "the previous token instead", [-1, 1, 0, 0]],
 ];
 
 const valueTable = gaussianMatrix(WORDS.length, TOY_WIDTH, TOY_STD, 41);
@@ -80,13 +80,14 @@ function tablesPart(n: ReturnType<typeof firstLayerNumbers>, ids: number[], labe
   });
   gateGrid.dataset.testid = "layer-gates";
   return [
-    el("h3", {}, "More tables per token"),
+    el("h3", {}, "A bigram row beside the token row"),
     el("div", { class: "equation" },
       grid(n.tokens, labels, "token rows (the plain table)", "layer-tokens"), op("+"),
       grid(n.bigram, bigramLabels, `bigram rows (of ${rows})`, "layer-bigram"), op("="),
       grid(n.input, labels, "the layer's input u", "layer-input"),
     ),
     el("p", { class: "note", "data-testid": "layer-read" }, `rows read: ${n.read.join(", ")}. `, collisionNote(ids, n.read)),
+    el("h3", {}, "A value embedding: a token table for a layer's values"),
     el("div", { class: "equation" },
       grid(n.values, labels, "values v = u·W (heads h0 | h1)", "layer-values"), op("+"),
       gateGrid, op("×"),
@@ -119,7 +120,7 @@ function canonPart(n: ReturnType<typeof firstLayerNumbers>, ids: number[], label
     el("h3", {}, "Canon: each token reads the three before it"),
     el("div", { class: "equation" },
       grid(n.tokens, labels, "token rows, no positions", "layer-canon-in"), op("→"),
-      grid(n.canonOut, labels, `h + Σ w_j h_(t−j), w = ${taps.map((w) => fmt(w, 2)).join(", ")}`, "layer-canon-out"),
+      grid(n.canonOut, labels, `output, w = ${taps.map((w) => fmt(w, 2)).join(", ")}`, "layer-canon-out"),
     ),
     el("p", { class: "note" }, "largest change from the input: ", el("strong", { "data-testid": "layer-canon-moved" }, fmt(moved, 6)),
       moved === 0 ? " (a zero kernel leaves the residual alone: the output is the input)" : ""),
