@@ -179,12 +179,19 @@ def test_page_in_chromium_through_octlm_serve(trained_run, tmp_path):
 
 @pytest.mark.slow
 def test_playgrounds_alone_in_chromium_through_octlm_serve(tmp_path):
-    """``octlm serve`` with neither --run nor --study: the ten playgrounds work, and where the run or the study would
+    """``octlm serve`` with neither --run nor --study: the eleven playgrounds work, and where the run or the study would
     be, the page gives the commands that fill it."""
+    import torch
+
+    from octlm.model.value_embeddings import bigram_index
+
     checks = served_checks([], tmp_path / "shots")
     assert checks["view"] == "none"
     for shown in checks["rope reach"]:  # the playground's default head (64 channels, rope_theta 10000), T moved by keys
         check_rope_reach(shown["line"], 64, 10000.0, shown["T"])
+    # playground 11's default sentence (the cat sat on the mat) in a 40-row bigram table, as the model hashes it
+    read = bigram_index(torch.tensor([[0, 1, 2, 3, 0, 4]]), None, 40)[0].tolist()
+    assert checks["first layer"]["read"].startswith(f"rows read: {', '.join(map(str, read))}.")
     text = " ".join(checks["how to fill"].split())
     for command in (
         "octlm train --out runs/stdlib",
@@ -199,7 +206,7 @@ def test_playgrounds_alone_in_chromium_through_octlm_serve(tmp_path):
 
 @pytest.mark.slow
 def test_the_built_page_opens_from_its_own_files_with_nothing_installed(tmp_path):
-    """src/octlm/web_dist/index.html opened as a file, with no octlm running and no export: the ten playgrounds work
+    """src/octlm/web_dist/index.html opened as a file, with no octlm running and no export: the eleven playgrounds work
     with no missing file or script error, and the last section gives the commands that fill it."""
     from octlm.export.web import NO_DATA
 

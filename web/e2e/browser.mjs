@@ -58,7 +58,7 @@ try {
   // Served without --run or --study: the playgrounds alone, and the commands that fill the last section.
   const isEmpty = !isStudy && (await page.locator("[data-testid=no-run]").count()) === 1;
   seen.view = isStudy ? "study" : isEmpty ? "none" : "run";
-  check("page has ten playgrounds and the run or study", (await page.locator("section.playground").count()) === 11, await page.locator("section.playground h2").allTextContents());
+  check("page has eleven playgrounds and the run or study", (await page.locator("section.playground").count()) === 12, await page.locator("section.playground h2").allTextContents());
   if (isEmpty) seen["how to fill"] = await page.locator("#run").innerText();
   else if (!isStudy) check("the run is loaded", (await page.locator("[data-testid=no-run]").count()) === 0, await page.locator("#run h2").textContent());
 
@@ -111,6 +111,13 @@ try {
   seen.gates = { foxBefore, foxAfter, stick, lines: await page.locator("[data-testid=gates-chart] svg polyline").count() };
   check("FoX's needle weight falls when every gate is 0.5; stick-breaking's is unchanged", foxAfter < foxBefore && foxAfter < 0.01 && seen.gates.lines === 3
     && Number(await page.locator("[data-testid=gates-needle-stick]").textContent()) === stick, seen.gates);
+
+  // The first layer's other half: the default kernel tells "the" at 0 from "the" at 4; the zero kernel gives the rows back.
+  const canonGap = Number(await page.locator("[data-testid=layer-canon-gap]").textContent());
+  await page.locator("select[name=layer-preset]").selectOption("zero");
+  seen["first layer"] = { canonGap, moved: await page.locator("[data-testid=layer-canon-moved]").textContent(), read: await page.locator("[data-testid=layer-read]").textContent() };
+  check("Canon tells a repeated token apart by its neighbours; a zero kernel gives the input back", canonGap > 0 && seen["first layer"].moved === "0.000000", seen["first layer"]);
+  await page.locator("select[name=layer-preset]").selectOption("fading");
 
   // Why RoPE breaks past T: moving T from the keyboard redraws the chart of pairs x positions up to 4T and its count.
   const reach = page.locator("#rope-reach-map");

@@ -1,7 +1,8 @@
-// The explainer page: ten playgrounds about the first layer and the position schemes, then the user's own run or length study.
+// The explainer page: eleven playgrounds about the first layer and the position schemes, then the user's own run or length study.
 import "./style.css";
 import { alibiPlayground } from "./playgrounds/alibi";
 import { firePlayground, t5Playground } from "./playgrounds/biases";
+import { firstLayerPlayground } from "./playgrounds/firstLayer";
 import { gatesPlayground } from "./playgrounds/gates";
 import { kerplePlayground } from "./playgrounds/kerple";
 import { oneHotPlayground } from "./playgrounds/onehot";
@@ -19,7 +20,7 @@ function main(): void {
   const study = window.OCTLM_STUDY;
   const last = study ? ["study", "Your study"] : ["run", "Your model"];
   const nav = el("nav", { "aria-label": "sections" },
-    ...[["onehot", "Lookup"], ["sum", "Token + position"], ["sinusoidal", "Sinusoidal"], ["rope", "RoPE"], ["alibi", "ALiBi"], ["t5", "T5"], ["fire", "FIRE"], ["xpos", "xPos"], ["kerple", "KERPLE"], ["gates", "FoX, stick-breaking"], last].map(([id, text]) => el("a", { href: `#${id}` }, text)),
+    ...[["onehot", "Lookup"], ["sum", "Token + position"], ["sinusoidal", "Sinusoidal"], ["rope", "RoPE"], ["alibi", "ALiBi"], ["t5", "T5"], ["fire", "FIRE"], ["xpos", "xPos"], ["kerple", "KERPLE"], ["gates", "FoX, stick-breaking"], ["firstlayer", "Bigram, value, Canon"], last].map(([id, text]) => el("a", { href: `#${id}` }, text)),
   );
   app.append(
     el("header", {},
@@ -29,7 +30,7 @@ function main(): void {
         "Play with each piece below; every formula here is checked against octlm's Python to 1e-5."),
       nav,
     ),
-    el("main", {}, oneHotPlayground(), sumPlayground(), sinusoidalPlayground(), ropePlayground(), alibiPlayground(), t5Playground(), firePlayground(), xposPlayground(), kerplePlayground(), gatesPlayground(), study ? studySection(study) : runSection(run)),
+    el("main", {}, oneHotPlayground(), sumPlayground(), sinusoidalPlayground(), ropePlayground(), alibiPlayground(), t5Playground(), firePlayground(), xposPlayground(), kerplePlayground(), gatesPlayground(), firstLayerPlayground(), study ? studySection(study) : runSection(run)),
     el("footer", {}, "octlm · the page runs entirely in your browser; nothing is fetched from the network."),
   );
   document.body.dataset.ready = "true";

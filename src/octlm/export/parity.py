@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from octlm.data.token_display import visible_token
+from octlm.export.first_layer_parity import first_layer_fixtures
 from octlm.export.gate_parity import gate_fixtures
 from octlm.fileio import atomic_write
 from octlm.inspect.diagnostics import cosine_neighbours
@@ -153,7 +154,8 @@ def parity_fixtures() -> dict:
     Keys: ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``fire``, ``xpos``, ``prope``, ``kerple``, ``cope``, ``cosine``,
     ``rope_reach`` (which angles RoPE's training positions show each channel pair), ``windows`` (which keys a
     window layer's queries see, and which cells of a pooled map), ``gates`` (FoX's and stick-breaking's weights,
-    :mod:`octlm.export.gate_parity`), ``token_labels``
+    :mod:`octlm.export.gate_parity`), ``first_layer`` (the bigram rows, value gates and Canon output of playground
+    11, :mod:`octlm.export.first_layer_parity`), ``token_labels``
     (:func:`octlm.data.token_display.visible_token`); each case carries
     its inputs next to Python's outputs. Deterministic: the random inputs come
     from fixed seeds.
@@ -165,6 +167,7 @@ def parity_fixtures() -> dict:
         "rope_reach": _rope_reach(),
         "windows": _windows(),
         "gates": gate_fixtures(),
+        "first_layer": first_layer_fixtures(),
         "token_labels": [{"text": t, "label": visible_token(t)} for t in TOKEN_LABEL_CASES],
     }
 

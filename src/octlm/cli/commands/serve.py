@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
         "serve",
         help="serve the explainer page: its playgrounds, with a trained run's embeddings and attention, or a study",
         formatter_class=Formatter,
-        description="Serve the explainer page (ten playgrounds) at http://HOST:PORT/ with either a run "
+        description="Serve the explainer page (eleven playgrounds) at http://HOST:PORT/ with either a run "
         "(--run: its position\n"
         "similarity map, nearest tokens, embedding scatter, attention at 1x, 2x and 4x its length and loss curve) or\n"
         "a length study (--study: bits per byte against length, fine-tuning curves, every model's attention at every\n"
