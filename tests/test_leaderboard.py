@@ -175,7 +175,10 @@ def test_write_makes_the_document_the_figure_and_the_readme_table(tmp_path):
     spec.loader.exec_module(module)
     rng = np.random.default_rng(2)
     rope = _rows("rope", 0.0, 0.05, rng)
-    _study(tmp_path / "shakespeare-schemes", rope + _rows("alibi", 0.3, 0.05, rng) + _rows("none", 1.0, 0.05, rng))
+    yarn = _rows("rope+yarn", 0.1, 0.05, rng)
+    _study(
+        tmp_path / "shakespeare-schemes", rope + _rows("alibi", 0.3, 0.05, rng) + _rows("none", 1.0, 0.05, rng) + yarn
+    )
     _study(tmp_path / "shakespeare-sinks", _rows("rope", 0.2, 0.05, rng))
     _study(tmp_path / "shakespeare-gate", _rows("rope", -0.4, 0.05, rng))
     readme, doc = tmp_path / "README.md", tmp_path / "docs" / "leaderboard.md"
@@ -194,6 +197,13 @@ def test_write_makes_the_document_the_figure_and_the_readme_table(tmp_path):
     gate = "* **RoPE with learned sinks or the output gate**, tinyshakespeare, seeds 1337-1339: at 1x `rope-gate`"
     assert gate in said and "; next `rope` +0.01" in said and said.strip() in text
     assert "Not on this board yet: the standard library (seven packages) (not run)." in text
+    assert "Not on this board yet: the standard library (seven packages) (not run)." in table
+    assert "| `rope+yarn` |" in text and "| `rope+yarn` |" not in table  # a scaling: in the document, not the README
+    # the scalings are compared among themselves: rope (0 nats) is best, rope+yarn (+0.1) behind; alibi is not in it
+    records = [json.loads(line) for line in (tmp_path / "leaderboard.jsonl").read_text().splitlines()]
+    scalings = [r for r in records if r["record"] == "group" and r["group"] == "scalings" and r["reading"] == "bpb"]
+    assert [(r["multiplier"], r["best"]) for r in scalings] == [(1, "rope"), (2, "rope")]
+    assert {c["label"]: c["status"] for c in scalings[1]["cells"]} == {"rope": "best", "rope+yarn": "behind"}
     records = [json.loads(line) for line in (tmp_path / "leaderboard.jsonl").read_text().splitlines()]
     assert [r["folder"].rsplit("/", 1)[1] for r in records if r["record"] == "source"] == [
         "shakespeare-schemes", "shakespeare-sinks", "shakespeare-gate"

@@ -9,6 +9,8 @@ computes the best row's numbers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from octlm.studies.leaderboard.findings import findings
 from octlm.studies.length.findings import signed
 
@@ -67,9 +69,12 @@ def reading_table(columns: list[dict], train_length: int) -> str:
     return "\n".join(lines)
 
 
-def readme_table(columns: list[dict], titles: dict[str, str]) -> str:
-    """The README's table: a row per board row, per corpus the non-overlapping windows at 1x, 4x and 16x T; the
-    best bold, a row not separated from it marked ≈."""
+def readme_table(
+    columns: list[dict], titles: dict[str, str], hidden: Callable[[str], bool] = lambda label: False
+) -> str:
+    """The README's table: a row per board row but the ``hidden`` ones, per corpus the non-overlapping windows at 1x,
+    4x and 16x T; the best bold, a row not separated from it marked ≈ (the best and the marks are the whole
+    board's)."""
     chosen = [
         col
         for corpus in titles
@@ -79,7 +84,7 @@ def readme_table(columns: list[dict], titles: dict[str, str]) -> str:
     ]
     heads = [f"{titles[col['corpus']].split(' ')[0]} {col['multiplier']}x" for col in chosen]
     lines = ["| row | " + " | ".join(heads) + " |", "| --- |" + " --- |" * len(heads)]
-    for label in _labels(chosen):
+    for label in (label for label in _labels(chosen) if not hidden(label)):
         out = []
         for col in chosen:
             c = next((c for c in col["cells"] if c["label"] == label), {"status": "n/a"})
