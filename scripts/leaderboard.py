@@ -19,6 +19,7 @@ import json
 import shlex
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from octlm.errors import OctlmError
@@ -40,9 +41,27 @@ def commands(out: Path, corpora: list[str], board: str = "schemes") -> list[list
     return [command(out, CORPORA[name], study) for name in corpora for study in BOARDS[board]()]
 
 
+#: How the documents write the interpreter's standard library folder, and the line that sets it.
+STDLIB = "$STDLIB"
+STDLIB_LINE = "STDLIB=$(python -c 'import sysconfig; print(sysconfig.get_paths()[\"stdlib\"])')"
+#: Where the documents say the leaderboard's folder is (this machine's own folder is no reader's).
+SHOWN_OUT = Path("runs/leaderboard")
+
+
 def shown(argv: list[str]) -> str:
-    """A study's command as a person types it."""
-    return "octlm " + " ".join(shlex.quote(a) for a in argv)
+    """A study's command as a person types it, the standard library's folder written as :data:`STDLIB`."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    words = [STDLIB + a[len(stdlib) :] if a.startswith(stdlib + "/") else shlex.quote(a) for a in argv]
+    return "octlm " + " ".join(words)
+
+
+def shown_commands(corpora: list[str], kind: str) -> list[str]:
+    """The commands the documents give: the leaderboard's run, then each study's, in :data:`SHOWN_OUT`."""
+    lines = [shown(argv) for argv in commands(SHOWN_OUT, corpora, kind)]
+    run = f"python scripts/leaderboard.py run --out {SHOWN_OUT} --corpus {' '.join(corpora)}"
+    board = f" --board {kind}" if kind != "schemes" else ""
+    head = [f"{run}{board}   # all of the below, then the board", "# or study by study:"]
+    return head + ([STDLIB_LINE] if any(STDLIB in line for line in lines) else []) + lines
 
 
 def board(out: Path, corpora: list[str], kind: str = "schemes") -> list[dict]:
@@ -62,7 +81,7 @@ def board(out: Path, corpora: list[str], kind: str = "schemes") -> list[dict]:
 def write(out: Path, corpora: list[str], doc: Path | None, readme: Path | None, kind: str = "schemes") -> None:
     """Write ``leaderboard.jsonl`` and ``leaderboard.md`` into ``out`` (and ``doc`` and the README's table)."""
     records = board(out, corpora, kind)
-    text = document(records, [shown(argv) for argv in commands(out, corpora, kind)])
+    text = document(records, shown_commands(corpora, kind))
     atomic_write(out / "leaderboard.jsonl", "".join(json.dumps(r) + "\n" for r in records).encode())
     atomic_write(out / "leaderboard.md", text.encode())
     save_png(leaderboard_figure(records), out / FIGURE)

@@ -198,6 +198,8 @@ def test_write_makes_the_document_the_figure_and_the_readme_table(tmp_path):
     assert gate in said and "; next `rope` +0.01" in said and said.strip() in text
     assert "Not on this board yet: the standard library (seven packages) (not run)." in text
     assert "Not on this board yet: the standard library (seven packages) (not run)." in table
+    assert "scripts/leaderboard.py run --out runs/leaderboard --corpus shakespeare" in text
+    assert str(tmp_path) not in text  # the machine's own folders are no reader's
     assert "| `rope+yarn` |" in text and "| `rope+yarn` |" not in table  # a scaling: in the document, not the README
     # the scalings are compared among themselves: rope (0 nats) is best, rope+yarn (+0.1) behind; alibi is not in it
     records = [json.loads(line) for line in (tmp_path / "leaderboard.jsonl").read_text().splitlines()]
@@ -245,3 +247,18 @@ def test_a_finding_says_the_best_the_rows_not_separated_from_it_and_the_nearest_
         "next `rope` +0.0300 [+0.0200, +0.0400], 2/3 seeds"
     )
     assert clause({"multiplier": 16, "best": None, "cells": []}) == "at 16x not run on every seed"
+
+
+def test_the_documents_write_the_standard_library_as_a_variable_they_set():
+    import sysconfig
+
+    spec = importlib.util.spec_from_file_location("leaderboard_script", REPO / "scripts" / "leaderboard.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lines = module.shown_commands(["stdlib"], "schemes")
+    assert module.STDLIB_LINE in lines and "--text $STDLIB/asyncio $STDLIB/email" in lines[-1]
+    assert sysconfig.get_paths()["stdlib"] not in "\n".join(lines)
+    assert all(
+        line.endswith(f"runs/leaderboard/stdlib-{s}")
+        for line, s in zip(lines[-3:], ("schemes", "sinks", "gate"), strict=True)
+    )

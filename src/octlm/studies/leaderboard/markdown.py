@@ -10,6 +10,7 @@ computes the best row's numbers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from octlm.studies.leaderboard.findings import findings
 from octlm.studies.length.findings import signed
@@ -133,7 +134,9 @@ def document(records: list[dict], commands: list[str]) -> str:
         *commands,
         "```",
         "",
-        "Studies: " + ", ".join(f"`{s['folder']}`" for s in sources) + f"; octlm {', '.join(versions) or 'unknown'}.",
+        "Studies: "
+        + ", ".join(f"`{Path(s['folder']).name}`" for s in sources)
+        + f"; octlm {', '.join(versions) or 'unknown'}.",
         "",
         "Each cell is the row's bits per byte, mean over the seeds (lower is better). The column's best is **bold**, "
         "with its sample standard deviation; every other row gives its difference from the best with its "
