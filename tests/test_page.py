@@ -254,8 +254,8 @@ def test_rope_run_ties_the_angles_to_its_own_attention(length_study, tmp_path):
     for rows, layer in zip(probes["shares"], usage, strict=True):
         assert [row[0] for row in rows] == [str(h) for h in range(config.n_heads)]
         for name, column in (("slowest_quarter", 1), ("fastest_quarter", 2)):
-            shown = [float(row[column].removesuffix("%")) for row in rows]
-            assert shown == pytest.approx([100 * v for v in layer[name]], abs=0.51), name  # whole percent
+            percent = [float(row[column].removesuffix("%")) for row in rows]
+            assert percent == pytest.approx([100 * v for v in layer[name]], abs=0.51), name  # whole percent
     for length in (T, 2 * T, 4 * T):
         maps = record(model, ids[:length], torch.device("cpu"))
         entropy = attention_statistics(maps.probabilities, maps.logits).mean_entropy
