@@ -32,6 +32,7 @@ from octlm.inspect.attention_view import (
     quantise_map,
     run_attention,
 )
+from octlm.inspect.frequencies import frequency_usage
 from octlm.model.positions import SCHEMES
 
 
@@ -143,6 +144,15 @@ def check_against_separate_passes(model: Decoder, ids: list[int], lengths: list[
             [uniform[i * k : (i + 1) * k].mean() for i in range(views[length]["side"])],
             atol=2e-4,
         )
+        check_frequencies(views[length].get("frequencies", []), frequency_usage(maps, model), length)
+
+
+def check_frequencies(shown: list[dict], expected: list[dict], length: int) -> None:
+    """The page's frequency probe against :func:`frequency_usage` of a separate pass, to its 4 significant digits."""
+    assert [u["layer"] for u in shown] == [u["layer"] for u in expected], length
+    for got, want in zip(shown, expected, strict=True):
+        for name in ("frequency", "query_norm", "key_norm", "slowest_quarter", "fastest_quarter"):
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-3, atol=1e-9, err_msg=f"{name} at {length}")
 
 
 @pytest.mark.parametrize("position", list(SCHEMES))
@@ -199,3 +209,48 @@ def test_a_default_study_keeps_full_maps():
     # 16 models x 5 lengths, 2 layers x 4 heads: octlm length's defaults.
     assert map_side(16 * 5, 2 * 4) == MAP_SIDE
     assert map_side(16 * 5, 6 * 8) < MAP_SIDE
+
+
+@pytest.fixture(scope="module")
+def rope_run(tmp_path_factory, small_corpus):
+    """A tiny RoPE run of two layers (3 steps, context 16): the page's frequency probe needs turned pairs."""
+    from octlm.cli import main
+    from tests.conftest import flags
+
+    out = tmp_path_factory.mktemp("runs") / "rope"
+    shape = flags(vocab_size=280, context_length=16, d_model=32, n_heads=2, n_layers=2, batch_size=4, max_steps=3)
+    args = ["train", "--text", str(small_corpus), "--out", str(out), "--position", "rope", *shape, "--threads", "1"]
+    assert main([*args, "--sample-tokens", "0", "--quiet"]) == 0
+    return out
+
+
+def test_the_page_gets_the_frequency_probe_of_each_length(rope_run):
+    """What the page receives for a RoPE run (``octlm serve --run``'s data) carries, at each of T, 2T and 4T, the
+    frequency usage ``octlm attention --length L`` computes: :func:`frequency_usage` of a separate pass over the first L
+    validation tokens, to 4 significant digits."""
+    from octlm.export.web import page_view
+    from octlm.run.folder import RunFolder
+    from octlm.run.load import load_run
+
+    lengths = page_view(str(rope_run), None)["attention"]["lengths"]
+    model, _ = load_run(rope_run, "cpu")
+    val = [int(i) for i in RunFolder(rope_run).tokens("val")]
+    assert [entry["length"] for entry in lengths] == [16, 32, 64]
+    for entry in lengths:
+        expected = frequency_usage(record(model, val[: entry["length"]], torch.device("cpu")), model)
+        shown = entry["frequencies"]
+        assert [u["layer"] for u in shown] == [0, 1]
+        check_frequencies(shown, expected, entry["length"])
+        for got in shown:
+            assert np.shape(got["query_norm"]) == (2, 8) and np.shape(got["slowest_quarter"]) == (2,)
+            # small: no number keeps more than 4 significant digits
+            numbers = np.ravel([got["frequency"], *got["query_norm"], *got["key_norm"]])
+            assert all(float(f"{v:.4g}") == v for v in numbers)
+
+
+def test_a_model_without_rope_gets_no_frequency_probe(trained_run):
+    from octlm.export.web import page_view
+
+    lengths = page_view(str(trained_run), None)["attention"]["lengths"]
+    assert any("maps" in entry for entry in lengths)
+    assert not any("frequencies" in entry for entry in lengths)

@@ -118,9 +118,15 @@ def check_attention(checks: dict, run_dir: Path) -> None:
     ids = [int(i) for i in RunFolder(run_dir).tokens("val")[:T]]
     maps = record(model, ids, torch.device("cpu"))
     # layer 0, the page's first
-    expected = attention_statistics(maps.probabilities, maps.logits).mean_entropy[0].tolist()
+    stats = attention_statistics(maps.probabilities, maps.logits)
+    expected = stats.mean_entropy[0].tolist()
     shown = [float(text.split(" nats")[0].removeprefix("entropy ")) for text in checks["run attention head stats"]]
     assert shown == pytest.approx(expected, abs=0.006)  # the page shows 2 decimals
+    # the probes under the maps: each layer's first-token mass over its heads; a learned table turns no pairs
+    probes = checks["run attention"]["probes"]
+    sink = [float(row[1]) for row in probes["sink"]]
+    assert sink == pytest.approx(stats.sink_mass.mean(dim=1).tolist(), abs=6e-4)  # 3 decimals
+    assert probes["none"] == 1 and probes["charts"] == 0
     lengths = checks["run attention"]["lengths"]
     assert [(int(x["value"]), x["enabled"]) for x in lengths] == [(T, True), (2 * T, False), (4 * T, False)]
     assert all(f"has {T} rows" in note for note in checks["run attention"]["notes"])
@@ -217,12 +223,14 @@ def test_the_built_page_opens_from_its_own_files_with_nothing_installed(tmp_path
 
 
 def test_rope_run_ties_the_angles_to_its_own_attention(length_study, tmp_path):
-    """A RoPE run's page: the count of its own slow pairs, and every head's mean entropy at 1x, 2x and 4x T equal to
-    ``attention_statistics`` of the run's first L validation tokens, recorded here."""
+    """A RoPE run's page: the count of its own slow pairs, every head's mean entropy at 1x, 2x and 4x T equal to
+    ``attention_statistics`` of the run's first L validation tokens, recorded here, and its frequency probe at T
+    equal to ``frequency_usage`` of the first T."""
     import torch
 
     from octlm.inspect.attention import record
     from octlm.inspect.attention_statistics import attention_statistics
+    from octlm.inspect.frequencies import frequency_usage
     from octlm.run.folder import RunFolder
     from octlm.run.load import load_run
 
@@ -238,6 +246,16 @@ def test_rope_run_ties_the_angles_to_its_own_attention(length_study, tmp_path):
     shown = {
         title.rsplit(":", 1)[0]: float(title.rsplit(": ", 1)[1].split()[0]) for title in checks["run rope"]["dots"]
     }
+    # the frequency probe at T (the explorer's first length): one chart per layer, queries and keys over the heads, and
+    # each head's shares as octlm attention computes them on the first T validation tokens
+    usage = frequency_usage(record(model, ids[:T], torch.device("cpu")), model)
+    probes = checks["run attention"]["probes"]
+    assert probes["charts"] == len(usage) == config.n_layers and probes["lines"] == 2 * config.n_layers
+    for rows, layer in zip(probes["shares"], usage, strict=True):
+        assert [row[0] for row in rows] == [str(h) for h in range(config.n_heads)]
+        for name, column in (("slowest_quarter", 1), ("fastest_quarter", 2)):
+            percent = [float(row[column].removesuffix("%")) for row in rows]
+            assert percent == pytest.approx([100 * v for v in layer[name]], abs=0.51), name  # whole percent
     for length in (T, 2 * T, 4 * T):
         maps = record(model, ids[:length], torch.device("cpu"))
         entropy = attention_statistics(maps.probabilities, maps.logits).mean_entropy

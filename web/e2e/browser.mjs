@@ -202,7 +202,23 @@ async function runChecks(page) {
 }
 
 /**
- * The attention explorer `id`: every head drawn at the first length; lengths without maps are
+ * The probe panel under the explorer `id` at its shown length: each layer's first-token mass (one row a layer, as
+ * many as the layer select offers), and each RoPE layer's chart and its heads' shares, or the note that there are none.
+ */
+async function probeChecks(page, id) {
+  const rows = (locator) => locator.evaluateAll((trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent)));
+  const sink = await rows(page.locator(`[data-testid=${id}-sink-layers] tbody tr`));
+  const layers = Math.max(1, await page.locator(`select[name=${id}-layer] option`).count());
+  const charts = await page.locator(`#${id}-frequencies .multiple`).count();
+  const none = await page.locator(`[data-testid=${id}-frequencies-none]`).count();
+  check(`${id}: one first-token row per layer, and a frequency chart per RoPE layer or a note`, sink.length === layers && (charts > 0) !== (none === 1), { sink, charts, none });
+  const shares = [];
+  for (let i = 0; i < charts; i++) shares.push(await rows(page.locator(`#${id}-frequencies .multiple`).nth(i).locator("[data-testid=frequency-shares] tbody tr")));
+  return { sink, charts, none, shares, lines: await page.locator(`#${id}-frequencies svg polyline`).count() };
+}
+
+/**
+ * The attention explorer `id`: every head drawn at the first length, with its probes; lengths without maps are
  * disabled and say why; the longest length with maps redraws every head at that length.
  */
 async function attentionChecks(page, id) {
@@ -210,6 +226,7 @@ async function attentionChecks(page, id) {
   const first = await page.locator(`#${id}-heads`).getAttribute("data-length");
   const n = await heads.count();
   check(`${id}: every head is drawn`, n >= 1 && (await page.locator(`#${id}-heads [data-testid=head-stats]`).count()) === n, { heads: n, length: first });
+  const probes = await probeChecks(page, id);  // at the first length
   const radios = page.locator(`input[name=${id}-length]`);
   const lengths = [];
   for (let i = 0; i < (await radios.count()); i++) lengths.push({ value: await radios.nth(i).getAttribute("value"), enabled: await radios.nth(i).isEnabled() });
@@ -221,7 +238,7 @@ async function attentionChecks(page, id) {
   const shape = await heads.first().getAttribute("data-shape");
   check(`${id}: the longest length redraws every head`, (await page.locator(`#${id}-heads`).getAttribute("data-length")) === longest.value && (await heads.count()) === n && (await page.locator(`#${id}-entropy svg polyline`).count()) === n + 1,
     { length: longest.value, shape, polylines: await page.locator(`#${id}-entropy svg polyline`).count() });
-  return { lengths, notes, longestShape: shape };
+  return { lengths, notes, longestShape: shape, probes };
 }
 
 /**

@@ -331,6 +331,8 @@ export interface Series {
   dots?: boolean;
   /** SVG stroke-dasharray, e.g. "5 4" for a reference line. */
   dash?: string;
+  /** Dots alone, no line through them: points that are not a curve (RoPE pairs that do not turn, drawn apart). */
+  noLine?: boolean;
 }
 
 export interface LineChartOptions {
@@ -347,6 +349,8 @@ export interface LineChartOptions {
   empty?: string;
   /** The legend as a list under the chart rather than inside it (many series). */
   legendBelow?: boolean;
+  /** What the list under the chart names instead of every series (many series of a few kinds); with legendBelow. */
+  legend?: Array<Pick<Series, "name" | "color" | "dash" | "noLine">>;
 }
 
 /** A line chart in SVG with labelled axes, ticks and a legend, drawn at its box's width so text keeps its size. */
@@ -407,8 +411,8 @@ export function lineChart(series: Series[], opts: LineChartOptions): HTMLElement
     add("text", { x: 14, y: cy, "text-anchor": "middle", transform: `rotate(-90 14 ${cy})`, class: "axis" }, opts.yLabel);
     series.forEach((s, n) => {
       if (s.points.length === 0) return;
-      add("polyline", { points: s.points.map(([x, y]) => `${sx(x)},${sy(y)}`).join(" "), fill: "none", stroke: s.color, "stroke-width": 2, ...(s.dash ? { "stroke-dasharray": s.dash } : {}) });
-      if (s.dots) {
+      if (!s.noLine) add("polyline", { points: s.points.map(([x, y]) => `${sx(x)},${sy(y)}`).join(" "), fill: "none", stroke: s.color, "stroke-width": 2, ...(s.dash ? { "stroke-dasharray": s.dash } : {}) });
+      if (s.dots || s.noLine) {
         for (const [x, y] of s.points) {
           const dot = add("circle", { cx: sx(x), cy: sy(y), r: 3.5, fill: s.color });
           const title = document.createElementNS(NS, "title");
@@ -418,16 +422,21 @@ export function lineChart(series: Series[], opts: LineChartOptions): HTMLElement
       }
       if (opts.legendBelow) return;
       const ly = m.top + 16 + n * 18;
-      add("line", { x1: W - m.right - 140, x2: W - m.right - 116, y1: ly - 4, y2: ly - 4, stroke: s.color, "stroke-width": 3, ...(s.dash ? { "stroke-dasharray": s.dash } : {}) });
+      if (s.noLine) add("circle", { cx: W - m.right - 128, cy: ly - 4, r: 3.5, fill: s.color });
+      else add("line", { x1: W - m.right - 140, x2: W - m.right - 116, y1: ly - 4, y2: ly - 4, stroke: s.color, "stroke-width": 3, ...(s.dash ? { "stroke-dasharray": s.dash } : {}) });
       add("text", { x: W - m.right - 110, y: ly, class: "legend" }, s.name);
     });
   };
   new ResizeObserver(() => render()).observe(figure);
   render();
   if (opts.legendBelow) {
-    figure.appendChild(el("figcaption", { class: "legend-below" }, ...series.map((s) => {
+    figure.appendChild(el("figcaption", { class: "legend-below" }, ...(opts.legend ?? series).map((s) => {
       const swatch = el("span", { class: "swatch", "aria-hidden": "true" });
-      swatch.style.borderTop = `3px ${s.dash ? "dashed" : "solid"} ${s.color}`;
+      if (s.noLine) {
+        swatch.classList.add("dot");
+        swatch.textContent = "●";
+        swatch.style.color = s.color;
+      } else swatch.style.borderTop = `3px ${s.dash ? "dashed" : "solid"} ${s.color}`;
       return el("span", { class: "legend-item" }, swatch, s.name);
     })));
   }

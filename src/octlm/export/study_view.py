@@ -293,7 +293,9 @@ def study_view(path: str | Path, report: Reporter | None = None) -> dict:
     ``attention_records`` (the records as written), ``missing`` (see
     :func:`missing_parts`), ``attention`` (``{"format", "seed", "side",
     "tokens", "models": [{"label", "position", "seed", "lengths": [maps |
-    {"length", "note"}]}]}``).
+    {"length", "note"}]}]}``); the maps of a model that turns channel pairs
+    carry its RoPE frequency probe (``frequencies``, see
+    :func:`octlm.inspect.attention_view.frequency_probe`).
 
     ``report`` shows a progress bar over the models' passes (a default
     study's 16 models take seconds to a minute on a CPU).

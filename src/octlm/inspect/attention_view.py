@@ -21,7 +21,13 @@ in a page at a study's lengths (a default study has 16 models, lengths up to
 * **triangular**: attention is causal, so the cells above the diagonal are 0
   and only the ``n (n + 1) / 2`` cells on and below it are kept, row by row.
 
-One forward pass per length (batch 1) is all it costs: a few seconds on a
+For a model whose scheme turns channel pairs (RoPE and its kin), each length
+also carries ``frequencies``: which of RoPE's frequencies the queries and keys
+use on those tokens, as ``octlm attention`` computes it
+(:func:`octlm.inspect.frequencies.frequency_usage`), rounded to
+:data:`FREQUENCY_DIGITS` significant digits (:func:`frequency_probe`).
+
+A forward pass or two per length (batch 1) is all it costs: seconds on a
 CPU for a whole default study. A length whose recorded maps would take more
 than :data:`MAP_BUDGET_BYTES` is left out with a note rather than recorded.
 """
@@ -38,6 +44,7 @@ from torch import Tensor
 from octlm.inspect.attention import MAP_BYTES, record
 from octlm.inspect.attention_statistics import attention_distance, attention_entropy, sink_mass, uniform_attention
 from octlm.model import Decoder, DecoderConfig, positions
+from octlm.model.attention_maps import AttentionMaps
 from octlm.model.layout import describe
 
 #: The most cells a side of a map on the page has (a default study's maps are 128 x 128 at every length).
@@ -51,6 +58,9 @@ PAGE_MAP_BYTES = 6 << 20
 MIN_SIDE = 16
 #: Version of the layout ``web/src/run/attention.ts`` reads.
 ATTENTION_FORMAT = 1
+#: Significant digits the frequency probe keeps: its frequencies span four decades (``rope_theta ** -1`` to 1 radian a
+#: token), so a fixed number of decimals would round the slowest pairs to 0.
+FREQUENCY_DIGITS = 4
 
 
 def block_size(length: int, side: int = MAP_SIDE) -> int:
@@ -118,9 +128,9 @@ def map_bytes(model: Decoder, length: int) -> int:
     return MAP_BYTES * model.config.n_layers * model.config.n_heads * length**2
 
 
-def _record_window(model: Decoder, ids: list[int]) -> tuple[list[Tensor], dict[str, Tensor]]:
-    """One forward pass of ``ids`` (batch 1): each layer's probabilities [H, T, T] and each query's statistics, [L, H,
-    T] each.
+def _record_window(model: Decoder, ids: list[int]) -> tuple[list[Tensor], dict[str, Tensor], AttentionMaps]:
+    """One forward pass of ``ids`` (batch 1): each layer's probabilities [H, T, T], each query's statistics, [L, H,
+    T] each, and the recorded maps (for their queries and keys, [1, H, T, head_dim] per layer).
 
     Per query, so that the statistics of any prefix are its means (the
     largest logit: its maximum) without another pass; ``uniform`` [T] is
@@ -136,7 +146,24 @@ def _record_window(model: Decoder, ids: list[int]) -> tuple[list[Tensor], dict[s
         "max_logit": torch.stack([layer[0].amax(dim=-1) for layer in maps.logits]),
         "uniform": attention_entropy(uniform_attention(len(ids), len(ids))),
     }
-    return p, per_query
+    return p, per_query, maps
+
+
+def frequency_probe(model: Decoder, maps: AttentionMaps, digits: int = FREQUENCY_DIGITS) -> list[dict]:
+    """:func:`octlm.inspect.frequencies.frequency_usage` of a recorded pass, every number rounded to ``digits``
+    significant digits; ``[]`` for a model without a layer that turns channel pairs.
+
+    Per layer that turns pairs: ``layer``, ``frequency`` [P] (radians per token, 0 for a p-RoPE pair that does not
+    turn), ``query_norm`` and ``key_norm`` [H][P] (mean length of each pair over the pass's tokens, in the units of
+    the queries and keys), ``slowest_quarter`` and ``fastest_quarter`` [H] (shares of ``sum_i |q_i| |k_i|``, 0 to
+    1; ``None`` for a head whose pairs all have zero length).
+    """
+    # Imported here: it brings matplotlib, which the page's data never draws with.
+    from octlm.inspect.frequencies import frequency_usage
+
+    return [
+        {name: _significant(value, digits) for name, value in entry.items()} for entry in frequency_usage(maps, model)
+    ]
 
 
 def _block_means(series: Tensor, k: int) -> Tensor:
@@ -183,7 +210,12 @@ def attention_views(
     ``L x L`` block of a longer pass's whenever the position signal of
     position ``i`` does not depend on the sequence's length: the lengths
     are grouped by the scheme's ``length_state`` (RoPE under dynamic NTK
-    has one per length) and each group costs one pass, at its longest.
+    has one per length) and each group costs one pass, at its longest. The
+    frequency probe of a model that turns channel pairs takes one more pass
+    per shorter length of a group (:func:`frequency_probe`'s lengths of the
+    queries and keys are not always a prefix's: xPos scales them from the
+    pass's middle position); those passes are shorter, so at lengths that
+    double (a run's T, 2T and 4T) they cost less than a third of the group's.
 
     Each view: ``{"length", "block", "side", "maps", "statistics"}``:
     ``block`` positions per cell and ``side`` cells a side
@@ -193,14 +225,23 @@ def attention_views(
     recorded (not pooled) maps, ``[layer][head]``, with ``entropy`` (nats)
     averaged over each block of queries (``[layer][head][side]``) and
     ``uniform_entropy`` (``[side]``), uniform attention's ``ln(i + 1)`` averaged the same way.
+    A model with a layer that turns channel pairs adds ``frequencies``
+    (:func:`frequency_probe` of a pass over the first ``L`` tokens); any other has no such key.
     """
     groups: dict[object, list[int]] = {}
     for length in sorted(set(lengths)):
         groups.setdefault(repr(model.positions.length_state(length)), []).append(length)
-    views = {}
+    views, device = {}, next(model.parameters()).device
     for group in groups.values():
-        p, per_query = _record_window(model, ids[: group[-1]])
+        p, per_query, maps = _record_window(model, ids[: group[-1]])
         views.update({length: _view_of_prefix(p, per_query, length, digits, side) for length in group})
+        # A prefix's maps are a shorter pass's, but not always its queries' and keys' lengths (xPos scales them
+        # from the pass's middle position), so each shorter length gets a pass of its own, as `octlm attention
+        # --length L` records; a model without turned pairs needs none.
+        if longest := frequency_probe(model, maps):
+            views[group[-1]]["frequencies"] = longest
+            for length in group[:-1]:
+                views[length]["frequencies"] = frequency_probe(model, record(model, ids[:length], device))
     return views
 
 
@@ -240,7 +281,9 @@ def run_attention(model: Decoder, val: np.ndarray, tokenizer, multipliers=(1, 2,
     Returns:
         ``{"format", "train_length", "max_length", "label", "tokens" (the
         labels of the longest window's first :data:`MAP_SIDE` tokens), "lengths": [{"length",
-        "multiplier", "note"} or {"multiplier"} and :func:`attention_views`' view]}``.
+        "multiplier", "note"} or {"multiplier"} and :func:`attention_views`' view]}``. A view's ``frequencies`` at
+        ``m = 1`` is what ``octlm attention --run`` writes into ``statistics.json`` by default (the first ``T``
+        validation tokens), to :data:`FREQUENCY_DIGITS` significant digits.
     """
     T = model.config.context_length
     entries, shown = [], []
@@ -293,6 +336,16 @@ def layout_view(config: DecoderConfig) -> list[dict] | None:
     ]
 
 
+def _significant(value, digits: int):
+    """``value`` (a number or nested lists) with every float rounded to ``digits`` significant digits, ints kept;
+    ``None`` for a value that is not finite (a head whose pairs all have zero norm has no shares)."""
+    if isinstance(value, list):
+        return [_significant(v, digits) for v in value]
+    if isinstance(value, int):
+        return value
+    return float(f"{value:.{digits}g}") if math.isfinite(value) else None
+
+
 def _rounded(value, digits: int):
     if isinstance(value, list):
         return [_rounded(v, digits) for v in value]
@@ -305,6 +358,8 @@ __all__ = [
     "MAP_SIDE",
     "MIN_SIDE",
     "PAGE_MAP_BYTES",
+    "FREQUENCY_DIGITS",
+    "frequency_probe",
     "map_side",
     "attention_views",
     "block_size",

@@ -18,6 +18,25 @@ export interface AttentionStatistics {
   uniform_entropy: number[];
 }
 
+/**
+ * Which RoPE frequencies one layer's heads use on the tokens of a map set: octlm.inspect.frequencies.frequency_usage,
+ * as `octlm attention` computes it (Barbero et al. 2024, arXiv 2410.06205), 4 significant digits. P pairs, H heads.
+ */
+export interface FrequencyUsage {
+  /** The layer (0-based); only layers whose scheme turns channel pairs have an entry. */
+  layer: number;
+  /** [pair]: how far the pair turns per token (radians); 0 for a p-RoPE pair that does not turn. */
+  frequency: number[];
+  /** [head][pair]: mean length of the pair over the tokens' queries (the queries' own units; a turn keeps it). */
+  query_norm: number[][];
+  /** [head][pair]: the same for the keys. */
+  key_norm: number[][];
+  /** [head]: share (0..1) of sum_i |q_i| |k_i| in the slowest quarter of the pairs (those that do not turn among them); null for a head whose pairs all have length 0. */
+  slowest_quarter: Array<number | null>;
+  /** [head]: the same for the fastest quarter. */
+  fastest_quarter: Array<number | null>;
+}
+
 /** The maps of one model at one length, or why there are none. */
 export interface MapSet {
   length: number;
@@ -31,6 +50,8 @@ export interface MapSet {
   /** base64 of bytes [layer][head][row r][col c <= r]: round(255 sqrt(p)). */
   maps?: string;
   statistics?: AttentionStatistics;
+  /** Per layer that turns channel pairs, its frequency probe on these L tokens; absent for a model without such a layer (and in pages made before the probe). */
+  frequencies?: FrequencyUsage[];
 }
 
 /** The attention of one run (`octlm serve --run`): its maps at 1x, 2x and 4x its training length. */

@@ -6,6 +6,7 @@ import { showToken } from "../run/data";
 import { append, clear, el, fmt, radios, select } from "../ui";
 import { cellVisible, windowHiddenCells, type LayerView } from "../layout/data";
 import { cellRange, hasMaps, times, unpackMaps, type MapSet } from "./data";
+import { HEAD_COLORS, probePanel } from "./probeView";
 
 export interface AttentionModel {
   label: string;
@@ -46,7 +47,8 @@ export function lookFor(position: string): string {
 
 /**
  * The attention explorer: a model select (several models), a length choice (lengths without maps are
- * disabled and say why), a layer select, every head's map and the entropy of its queries along the window.
+ * disabled and say why), a layer select, every head's map and the entropy of its queries along the window, and
+ * under them the probes of every layer at that length (first-token mass, RoPE's frequencies: probeView).
  */
 export function attentionExplorer(opts: {
   id: string; models: AttentionModel[]; tokens: string[]; trainLength: number;
@@ -64,6 +66,7 @@ export function attentionExplorer(opts: {
   const grid = el("div", { class: "multiples maps", id: `${id}-heads` });
   const entropy = el("div", { class: "narrow", id: `${id}-entropy` });
   const extraBox = el("div");
+  const probes = probePanel(id);
   let maps: Heatmap[] = [];
 
   const current = () => models[model];
@@ -126,6 +129,7 @@ export function attentionExplorer(opts: {
     const set = shown();
     if (!set || !hasMaps(set)) {
       grid.append(el("p", { class: "note" }, "No attention to show for this model."));
+      probes.show(undefined, trainLength);
       return;
     }
     const stats = set.statistics;
@@ -136,6 +140,7 @@ export function attentionExplorer(opts: {
     for (let h = 0; h < heads; h++) grid.append(headFigure(all[layer][h], set, { layer, head: h, view: layerView }, tokens, (map) => maps.push(map)));
     append(extraBox, opts.extra?.(m.label, set.length, layer));
     entropy.append(entropyChart(set, layer, trainLength));
+    probes.show(set, trainLength, m.layers);
   };
 
   pickLength();
@@ -146,6 +151,7 @@ export function attentionExplorer(opts: {
     el("h3", {}, "Entropy along the window"),
     el("p", { class: "caption" }, "How spread out each head's attention is, by query position (nats; mean over each cell's queries). Uniform attention over the i + 1 keys a query sees gives ln(i + 1), the dashed line; a head far below it looks at a few keys. The vertical line marks the training length T."),
     entropy,
+    probes.root,
   );
   root.addEventListener(SHOW_LAYER, (e) => {
     layer = (e as CustomEvent<number>).detail;
@@ -199,8 +205,6 @@ function headFigure(matrix: Matrix, set: Required<Pick<MapSet, "block" | "side" 
       `entropy ${fmt(s.mean_entropy[layer][head], 2)} nats · distance ${fmt(s.mean_distance[layer][head], 1)} tokens · first token ${fmt(s.sink_mass[layer][head], 3)} · max logit ${maxLogit === null ? "?" : fmt(maxLogit, 1)}`),
   );
 }
-
-const HEAD_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
 
 function entropyChart(set: Required<Pick<MapSet, "block" | "side" | "statistics">> & MapSet, layer: number, trainLength: number): HTMLElement {
   const centre = (i: number) => {
