@@ -29,7 +29,7 @@ from octlm.studies.leaderboard.board import Source, corpus_columns, method
 from octlm.studies.leaderboard.figure import FIGURE, leaderboard_figure
 from octlm.studies.leaderboard.findings import findings
 from octlm.studies.leaderboard.markdown import document, readme_table
-from octlm.studies.leaderboard.protocol import BOARDS, CORPORA, GROUPS, command, in_group, rotary, study_folder
+from octlm.studies.leaderboard.protocol import BOARDS, CORPORA, GROUPS, command, in_group, is_scaling, study_folder
 from octlm.studies.shared.progress import PROGRESS
 
 START, END = "<!-- leaderboard:start -->", "<!-- leaderboard:end -->"
@@ -90,10 +90,9 @@ def write(out: Path, corpora: list[str], doc: Path | None, readme: Path | None, 
         save_png(leaderboard_figure(records), doc.with_name(doc.stem + ".png"))
     if readme is not None:
         text = readme.read_text(encoding="utf-8")
-        # The scalings are readings of RoPE's row: their finding speaks for them, the document shows every one.
-        scaling = (lambda label: in_group("scalings", label) and label != rotary()) if kind == "schemes" else None
+        # A scaling is a reading of its scheme's row: the document shows every one, the README their finding.
         columns = [r for r in records if r["record"] == "column"]
-        table = readme_table(columns, records[0]["corpora"], scaling or (lambda label: False))
+        table = readme_table(columns, records[0]["corpora"], is_scaling)
         if records[0]["not_run"]:
             table += f"\n\nNot on this board yet: {', '.join(records[0]['not_run'].values())} (not run)."
         text = between(text, START, END, table, readme)

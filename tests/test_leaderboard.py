@@ -262,3 +262,11 @@ def test_the_documents_write_the_standard_library_as_a_variable_they_set():
         line.endswith(f"runs/leaderboard/stdlib-{s}")
         for line, s in zip(lines[-3:], ("schemes", "sinks", "gate"), strict=True)
     )
+
+
+def test_a_scaling_row_is_told_from_a_scheme_by_its_suffix():
+    from octlm.studies.leaderboard.protocol import is_scaling
+
+    assert is_scaling("rope+yarn") and is_scaling("xpos+dynamic-ntk") and is_scaling("prope+llama3")
+    assert not is_scaling("rope") and not is_scaling("rope-sinks") and not is_scaling("swa-nope")
+    assert not is_scaling("rope+rand")  # a randomized row is a model of its own, not a reading

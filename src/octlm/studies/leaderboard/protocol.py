@@ -114,6 +114,14 @@ def menu_studies() -> list[Study]:
 GROUPS = ("scalings", "sinks and gate")
 
 
+def is_scaling(label: str) -> bool:
+    """Whether the board row ``label`` is an untrained scaling read from a scheme's row (``<scheme>+<scaling>``)."""
+    from octlm.model.positions import ROPE_SCALINGS
+
+    base, _, scaling = label.rpartition("+")
+    return bool(base) and scaling in ROPE_SCALINGS
+
+
 def in_group(group: str, label: str) -> bool:
     """Whether the board row ``label`` belongs to the sub-board ``group`` of :data:`GROUPS`."""
     rope = rotary()
@@ -155,6 +163,7 @@ __all__ = [
     "GROUPS",
     "command",
     "in_group",
+    "is_scaling",
     "menu_studies",
     "rotary",
     "studies",
