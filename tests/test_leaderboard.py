@@ -163,9 +163,11 @@ def test_the_figure_draws_each_rows_means_where_it_has_them(board):
     records = [{"record": "leaderboard", "corpora": {"text": "a text"}}, *columns]
     figure = leaderboard_figure(records)
     panels = figure.axes
-    assert len(panels) == 2 and [p.get_title() for p in panels][0].startswith("a text, non-overlapping")
+    assert len(panels) == 3 and [p.get_title() for p in panels][0].startswith("a text, non-overlapping")
     lines = {line.get_label(): list(line.get_ydata()) for line in panels[0].get_lines()}
     assert lines["alibi"] == drawn["alibi"][1] and "rope-short" not in lines  # a row missing a seed is not drawn
+    assert "rope+yarn" not in lines  # a scaling has its own panel, beside RoPE alone
+    assert sorted(line.get_label() for line in panels[2].get_lines()) == ["rope", "rope+yarn"]
 
 
 def test_write_makes_the_document_the_figure_and_the_readme_table(tmp_path):
