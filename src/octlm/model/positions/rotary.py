@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from octlm.declare import option
+from octlm.declare import Bound, option
 from octlm.model.positions.base import PositionScheme
 from octlm.model.positions.facts import PositionVectors, SchemeFacts
 from octlm.model.positions.registry import register
@@ -73,7 +73,9 @@ class RopeOptions:
         "RoPE channel pairs: interleaved (2i, 2i+1) or half (i, i+d/2, GPT-NeoX/LLaMA)",
         choices=list(ROPE_LAYOUTS),
     )
-    partial_rotary_factor: float = option(1.0, "fraction of each head that RoPE rotates")
+    partial_rotary_factor: float = option(
+        1.0, "fraction of each head that RoPE rotates", bounds=Bound(0.0, 1.0, low_open=True)
+    )
 
 
 @register("rope", facts=ROPE_FACTS)
