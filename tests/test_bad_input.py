@@ -326,7 +326,10 @@ def test_unknown_option(capsys):
         ),
         (["--activation", "relu"], "invalid choice: 'relu'"),
         (["--position", "rope", "--d-model", "12", "--n-heads", "4"], "head_dim=3"),
-        (["--position", "rope", "--partial-rotary-factor", "1.5"], "--partial-rotary-factor must be in (0, 1], got 1.5"),
+        (
+            ["--position", "rope", "--partial-rotary-factor", "1.5"],
+            "--partial-rotary-factor must be in (0, 1], got 1.5",
+        ),
         (["--position", "rope", "--partial-rotary-factor", "0"], "--partial-rotary-factor must be in (0, 1], got 0"),
     ],
 )
