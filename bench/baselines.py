@@ -88,6 +88,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a run folder made by octlm train")
     args = parser.parse_args(argv)
+    missing = [name for name in ("config.json", "tokenizer.json") if not (args.run / name).is_file()]
+    if missing:
+        parser.error(f"{args.run} holds no {missing[0]}: give a run folder made by octlm train (--out)")
     print(json.dumps(baselines(args.run)))
     return 0
 

@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from octlm.model.positions import SCHEMES
 from octlm.studies.tasks.generators import Task
 from octlm.studies.tasks.options import TaskOptions
 from octlm.studies.tasks.scoring import exact_match
@@ -55,20 +56,34 @@ def recall_variant(values: int, asked: str, distinct: bool) -> Task:
     )
 
 
+def _at_least(low: int):
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--values", type=int, default=64)
-    parser.add_argument("--asked", choices=list(ASKED), default="all")
-    parser.add_argument("--distinct", action="store_true")
-    parser.add_argument("--position", default="rope")
-    parser.add_argument("--seed", type=int, default=1337)
-    parser.add_argument("--task-length", type=int, default=16)
-    parser.add_argument("--max-steps", type=int, default=2000)
-    parser.add_argument("--d-model", type=int, default=64)
-    parser.add_argument("--n-heads", type=int, default=4)
-    parser.add_argument("--n-layers", type=int, default=3)
-    parser.add_argument("--optimizer", default="muon")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--values", type=_at_least(2), default=64, help="value tokens")
+    parser.add_argument("--asked", choices=list(ASKED), default="all", help="keys asked after the pairs")
+    parser.add_argument("--distinct", action="store_true", help="no value twice in an instance")
+    parser.add_argument("--position", choices=list(SCHEMES), default="rope", help="position scheme")
+    parser.add_argument("--seed", type=int, default=1337, help="training seed")
+    parser.add_argument("--task-length", type=_at_least(1), default=16, help="L: pairs of the longest training size")
+    parser.add_argument("--max-steps", type=_at_least(1), default=2000, help="training steps")
+    parser.add_argument("--d-model", type=_at_least(2), default=64, help="width")
+    parser.add_argument("--n-heads", type=_at_least(1), default=4, help="heads (dividing --d-model)")
+    parser.add_argument("--n-layers", type=_at_least(1), default=3, help="layers")
+    parser.add_argument("--optimizer", choices=["muon", "adamw"], default="muon", help="as octlm length's")
     args = parser.parse_args()
+    if args.d_model % args.n_heads:
+        parser.error(f"--n-heads {args.n_heads} does not divide --d-model {args.d_model}; pick a divisor")
     torch.set_num_threads(1)
     task = recall_variant(args.values, args.asked, args.distinct)
     opts = TaskOptions(
@@ -81,7 +96,10 @@ def main() -> None:
         optimizer=args.optimizer,
     ).resolved()
     t0 = time.perf_counter()
-    model, record = train_task_model(task, args.position, args.seed, opts, torch.device("cpu"))
+    try:
+        model, record = train_task_model(task, args.position, args.seed, opts, torch.device("cpu"))
+    except ValueError as err:  # a model the scheme cannot build (an odd rotated part, say): its own words
+        parser.error(str(err))
     longest = max(opts.multipliers) * args.task_length
     out = {"bench": "recall_sizing", **vars(args), "final_loss": record["final_loss"]}
     out["train_seconds"] = round(time.perf_counter() - t0, 1)

@@ -52,3 +52,14 @@ def test_scored_pairs_are_each_target_with_the_token_before_it():
     assert len(target) % 4 == 0 and len(target) >= 12
     assert np.array_equal(target, prev + 1)
     assert prev[0] == 0
+
+
+def test_a_folder_that_is_no_run_ends_with_one_line(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as stop:
+        _baselines().main([str(tmp_path)])
+    assert (
+        stop.value.code == 2
+        and "holds no config.json: give a run folder made by octlm train" in capsys.readouterr().err
+    )

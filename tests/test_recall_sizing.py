@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -40,3 +41,20 @@ def test_every_asked_key_is_answered_with_its_own_value(size, values, asked, d):
         )
         if d:
             assert len(set(pairs[1::2])) == size
+
+
+@pytest.mark.parametrize(
+    "argv,said",
+    [
+        (["--optimizer", "adam"], "invalid choice: 'adam'"),
+        (["--task-length", "0"], "--task-length: must be >= 1, got 0"),
+        (["--position", "nosuch"], "invalid choice: 'nosuch'"),
+        (["--n-heads", "3"], "--n-heads 3 does not divide --d-model 64"),
+        (["--d-model", "6", "--n-heads", "2", "--max-steps", "1"], "rotated part of each head must be even"),
+    ],
+)
+def test_bad_arguments_end_with_one_line_and_no_traceback(monkeypatch, capsys, argv, said):
+    monkeypatch.setattr("sys.argv", ["recall_sizing.py", *argv])
+    with pytest.raises(SystemExit) as stop:
+        recall_sizing.main()
+    assert stop.value.code == 2 and said in capsys.readouterr().err
