@@ -94,7 +94,7 @@ def write(out: Path, corpora: list[str], doc: Path | None, readme: Path | None, 
         columns = [r for r in records if r["record"] == "column"]
         table = readme_table(columns, records[0]["corpora"], is_scaling)
         if records[0]["not_run"]:
-            table += f"\n\nNot on this board yet: {', '.join(records[0]['not_run'].values())} (not run)."
+            table += f"\n\nNot run yet, so not on this board: {'; '.join(records[0]['not_run'].values())}."
         text = between(text, START, END, table, readme)
         if kind == "schemes":
             text = between(text, FINDINGS_START, FINDINGS_END, findings(records), readme)

@@ -198,8 +198,11 @@ def test_write_makes_the_document_the_figure_and_the_readme_table(tmp_path):
     # the gate is 0.4 nats a window below rope, sinks 0.2 above: among the three, the gate is best and rope next
     gate = "* **RoPE with learned sinks or the output gate**, tinyshakespeare, seeds 1337-1339: at 1x `rope-gate`"
     assert gate in said and "; next `rope` +0.01" in said and said.strip() in text
-    assert "Not on this board yet: the standard library (seven packages) (not run)." in text
-    assert "Not on this board yet: the standard library (seven packages) (not run)." in table
+    assert (
+        "Not run yet, so not on this board: the standard library (seven packages) (`scripts/leaderboard.py run " in text
+    )
+    assert "--corpus stdlib` runs it" in text
+    assert "Not run yet, so not on this board: the standard library (seven packages)." in table
     assert "scripts/leaderboard.py run --out runs/leaderboard --corpus shakespeare" in text
     assert str(tmp_path) not in text  # the machine's own folders are no reader's
     assert "| `rope+yarn` |" in text and "| `rope+yarn` |" not in table  # a scaling: in the document, not the README

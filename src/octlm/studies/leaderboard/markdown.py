@@ -149,7 +149,11 @@ def document(records: list[dict], commands: list[str]) -> str:
         "![Every row's bits per byte against the evaluation length](leaderboard.png)",
     ]
     if head.get("not_run"):
-        lines += ["", f"Not on this board yet: {', '.join(head['not_run'].values())} (not run)."]
+        lines += [
+            "",
+            f"Not run yet, so not on this board: {'; '.join(head['not_run'].values())} (`scripts/leaderboard.py run "
+            f"--corpus {' '.join(head['not_run'])}` runs it, then `write` with every corpus).",
+        ]
     if head.get("board", "schemes") == "schemes":
         lines += ["", "## Findings", "", FINDINGS_INTRO, "", findings(records)]
     train_length = columns[0]["eval_length"] // columns[0]["multiplier"] if columns else 0
