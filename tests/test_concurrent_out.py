@@ -44,3 +44,33 @@ def test_a_run_another_process_is_training_is_not_replaced_even_with_overwrite(t
     with RunFolder(run).staged() as staging:  # once the trainer is gone the swap goes ahead
         (staging / "config.json").write_text('{"ours": true}')
     assert (run / "config.json").read_text() == '{"ours": true}'
+
+
+def test_a_run_training_now_before_its_first_checkpoint_is_said_to_be_training_not_stopped(trained_run, tmp_path):
+    """A new user's trial: a second train --out and a sample of a run still training before its first checkpoint were
+    told it had stopped and to resume it, which the lock then refused."""
+    import shutil
+
+    from octlm.run.load import load_run
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    for trained in ("model.safetensors", "checkpoint.safetensors"):
+        (run / trained).unlink()  # config and prepared corpus, nothing trained saved yet: as in its first steps
+    held = (run / LOCK).open("a+")
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    held.seek(0)
+    held.truncate()  # as a trainer writes its pid over the last one
+    held.write("pid 4242")
+    held.flush()
+    try:
+        with pytest.raises(OctlmError, match=r"another octlm process \(pid 4242\) is training this run"):
+            RunFolder(run).check_new_run(overwrite=False)
+        with pytest.raises(OctlmError, match="another octlm process is training it; model.safetensors comes when"):
+            load_run(run)
+    finally:
+        held.close()
+    with pytest.raises(OctlmError, match="stopped before its first checkpoint"):  # once it is gone: stopped
+        RunFolder(run).check_new_run(overwrite=False)
+    with pytest.raises(OctlmError, match="stopped before it wrote model.safetensors"):
+        load_run(run)

@@ -282,11 +282,12 @@ class RunFolder(OutputFolder):
                 f"train it on its prepared corpus with `octlm train --resume {shlex.quote(str(path))}`, "
                 "or pass --overwrite to prepare it anew"
             )
-        self.check_target(overwrite, refuse, occupied, foreign=RunFolder.foreign_files)
         if (path / LOCK).exists():
+            # First: a run another process trains now has no checkpoint yet either, and is no stopped run to resume.
             lock = self.lock()  # raises while another process trains it: --overwrite must not pull it away
             if lock is not None:
                 lock.close()
+        self.check_target(overwrite, refuse, occupied, foreign=RunFolder.foreign_files)
 
     def check_still_ours(self) -> None:
         """As :meth:`OutputFolder.check_still_ours`, and refuse a run that another octlm process is training now
@@ -298,6 +299,19 @@ class RunFolder(OutputFolder):
         super().check_still_ours()
         if (self.path / LOCK).is_file():
             self.lock().close()  # raises while the other process holds it
+
+    def trained_now(self) -> bool:
+        """Whether another octlm process holds this run's lock, training it now (``False`` where the system has no
+        advisory locks)."""
+        if not (self.path / LOCK).is_file():
+            return False
+        try:
+            lock = self.lock()
+        except OctlmError:
+            return True
+        if lock is not None:
+            lock.close()
+        return False
 
     def lock(self):
         """Hold an exclusive lock on the folder for this process's lifetime (released even by kill -9).

@@ -41,6 +41,8 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
         raise RunError(f"{run_dir / CONFIG}: invalid model config: {err}") from None
     model = Decoder(model_config)
     folder = RunFolder(run_dir)
+    if not folder.weights_path.is_file() and folder.trained_now():
+        raise RunError(f"{run_dir}: another octlm process is training it; {WEIGHTS} comes when it ends, wait for it")
     if not folder.weights_path.is_file() and (
         folder.stopped_before_first_checkpoint() or (run_dir / CHECKPOINT).is_file()
     ):
