@@ -89,3 +89,10 @@ def test_a_bigram_table_that_cannot_work_is_refused_by_name(extra, expected, tmp
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--bigram-rows" in err and not (tmp_path / "run").exists()
+
+
+def test_a_negative_bigram_table_is_refused_with_what_the_flag_takes(tmp_path, capsys):
+    """A new user's trial: -1 was told ">= 0 rows", and then 1 was refused too; the bound says both at once."""
+    assert main(["train", "--out", str(tmp_path / "run"), "--bigram-rows", "-1"]) == 1
+    err = capsys.readouterr().err
+    assert "--bigram-rows must be 0 (none) or 2 rows or more, got -1" in err and not (tmp_path / "run").exists()

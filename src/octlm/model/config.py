@@ -16,7 +16,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-from octlm.declare import at_least, group, option, option_default, option_fields
+from octlm.declare import Bound, at_least, group, option, option_default, option_fields
 from octlm.model.block_recipes import BLOCKS
 from octlm.model.canon import CANON_HELP
 from octlm.model.extras import extras_problem
@@ -210,7 +210,7 @@ class DecoderConfig:
     canon: str = option("", CANON_HELP, metavar="POINTS")
     key_offset: bool = option(False, KEY_OFFSET_HELP)
     value_embeddings: bool = option(False, VALUE_HELP)
-    bigram_rows: int = option(0, BIGRAM_HELP, bounds=at_least(0, "rows"), metavar="N")
+    bigram_rows: int = option(0, BIGRAM_HELP, bounds=Bound(0, says="0 (none) or 2 rows or more"), metavar="N")
     untied_head: bool = option(
         False,
         "the output head gets a weight matrix of its own instead of the token table's (transformers' "
