@@ -131,8 +131,13 @@ def run(out: Path, corpora: list[str], processes: int | None, kind: str = "schem
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="action", required=True)
+    said = {
+        "run": "run the board's studies not finished yet (each continues where it stopped), then write the board",
+        "write": "write the board from finished studies: leaderboard.md/.jsonl/.png, and the document and README",
+    }
     for action in ("run", "write"):
-        p = sub.add_parser(action)
+        p = sub.add_parser(action, help=said[action], description=said[action])
+        p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
         if action == "run":
             p.add_argument("--out", type=Path, required=True, help="the leaderboard's folder")
             p.add_argument("--processes", type=int, help="octlm length's --processes for each study")
@@ -140,7 +145,13 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("out", type=Path, help="the leaderboard's folder")
             p.add_argument("--doc", type=Path, help="also write the document here (docs/leaderboard.md)")
             p.add_argument("--readme", type=Path, help="also replace the table between the markers of this file")
-        p.add_argument("--corpus", nargs="+", choices=list(CORPORA), default=list(CORPORA), help="the corpora")
+        p.add_argument(
+            "--corpus",
+            nargs="+",
+            choices=list(CORPORA),
+            default=list(CORPORA),
+            help="the corpora: " + "; ".join(f"{name}, {c.title}" for name, c in CORPORA.items()),
+        )
         p.add_argument(
             "--board", choices=list(BOARDS), default="schemes", help="the position schemes, or the first layer's menu"
         )
