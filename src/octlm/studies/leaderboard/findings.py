@@ -60,22 +60,18 @@ def findings(records: list[dict]) -> str:
         ]
         seeds = sorted({s for r in found for c in r["cells"] for s in c.get("seeds", [])})
         for question, group, multipliers in QUESTIONS:
-            cols = [
-                next(
-                    (
-                        r
-                        for r in found
-                        if r["multiplier"] == m
-                        and (r["record"] == "column" if group is None else r.get("group") == group)
-                    ),
-                    None,
-                )
-                for m in multipliers
-            ]
-            said = [clause(c) for c in cols if c is not None]
+            said = [clause(c) for m in multipliers if (c := _column(found, m, group)) is not None]
             if said:
                 lines.append(f"* **{question}**, {title}, seeds {_seeds(seeds)}: " + "; ".join(said) + ".")
     return "\n".join(lines)
+
+
+def _column(found: list[dict], multiplier: int, group: str | None) -> dict | None:
+    """The whole board's column at ``multiplier`` (``group`` None), or that group's; None where there is none."""
+    kind = "column" if group is None else "group"
+    return next(
+        (r for r in found if r["multiplier"] == multiplier and r["record"] == kind and r.get("group") == group), None
+    )
 
 
 def _seeds(seeds: list[int]) -> str:
