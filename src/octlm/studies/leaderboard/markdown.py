@@ -106,7 +106,9 @@ INTROS = {
         "",
         "Every registered position scheme, the windowed-RoPE / global-NoPE hybrid, RoPE with learned sinks, RoPE with "
         "the output gate and the untrained RoPE scalings, under one protocol: the same text, tokenizer, shape, seeds "
-        "and 679 Muon steps at T = 128 tokens ([the protocol](length-study.md#three-seeds-on-both-built-in-corpora)).",
+        "and 679 Muon steps at T = 128 tokens ([the protocol](length-study.md#three-seeds-on-both-built-in-corpora); "
+        "679 is the step count the default study's 180-second budget gave on the AMD machine, kept fixed so that "
+        "every row trains alike on any machine).",
     ),
     "menu": (
         "# The first layer's menu, measured",
