@@ -481,6 +481,16 @@ def test_sample_refuses_nan_temperature_and_non_utf8_prompt(trained_run, capsys)
     assert "is a file; give the run folder" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", [["sample", "--run"], ["train", "--resume"], ["train", "--init-from"]])
+def test_a_file_outside_any_run_is_not_sent_to_its_folder(command, tmp_path, capsys):
+    stray = tmp_path / "notes.txt"  # a folder holding no run: naming it as "the run folder" would send the user astray
+    stray.write_text("not a run")
+    assert main([*command, str(stray)]) == 1
+    err = capsys.readouterr().err
+    assert f"{stray}: is a file, not an octlm run folder" in err
+    assert "give the run folder that holds it" not in err
+
+
 @pytest.mark.parametrize("command", [["bench"], ["sample", "--max-new-tokens", "1"]])
 @pytest.mark.parametrize("seed", ["-1", str(2**63)])
 def test_seed_out_of_range_in_sample_and_bench(trained_run, capsys, command, seed):

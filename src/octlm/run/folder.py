@@ -96,6 +96,13 @@ def read_json(path: Path) -> dict:
     return value
 
 
+def file_not_folder(path: Path) -> str:
+    """What to say of a file given where a run folder goes: its folder when that holds a run, else what one holds."""
+    if (path.parent / CONFIG).is_file():
+        return f"is a file; give the run folder that holds it ({path.parent})"
+    return f"is a file, not an octlm run folder (one holds {CONFIG} and {WEIGHTS}; `octlm train --out DIR` makes one)"
+
+
 class RunFolder(OutputFolder):
     """One run or output folder: its file names and reading a run back, and the checks and lock of a new run.
 

@@ -11,7 +11,7 @@ from octlm.data.tokenizer import Tokenizer
 from octlm.errors import RunError
 from octlm.model import Decoder, DecoderConfig
 from octlm.model.weights import load_weights
-from octlm.run.folder import CHECKPOINT, CONFIG, TOKENIZER, WEIGHTS, RunFolder
+from octlm.run.folder import CHECKPOINT, CONFIG, TOKENIZER, WEIGHTS, RunFolder, file_not_folder
 from octlm.run.scaling import apply_scaling
 
 
@@ -30,7 +30,7 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
     """
     run_dir = Path(run_dir)
     if run_dir.is_file():
-        raise RunError(f"{run_dir}: is a file; give the run folder that holds it ({run_dir.parent})")
+        raise RunError(f"{run_dir}: {file_not_folder(run_dir)}")
     if not run_dir.is_dir():
         raise RunError(f"{run_dir}: no such run folder; train one with `octlm train --out {run_dir}`")
     config = RunFolder(run_dir).read_config()

@@ -24,7 +24,7 @@ from octlm.model import Decoder, DecoderConfig
 from octlm.model.config import stored_layout_text
 from octlm.model.positions import ROPE_SCALINGS, SCHEMES, schemes_taking
 from octlm.model.weights import load_weights, weights_state
-from octlm.run.folder import RunFolder
+from octlm.run.folder import RunFolder, file_not_folder
 from octlm.run.load import check_scheme_found
 from octlm.run.scaling import apply_scaling
 
@@ -80,7 +80,7 @@ def source_config(init_from: str | Path) -> dict:
     """
     path = Path(init_from)
     if not path.is_dir():
-        what = "is a file; give the run folder that holds it" if path.is_file() else "no such run folder"
+        what = file_not_folder(path) if path.is_file() else "no such run folder"
         raise OctlmError(f"--init-from {path}: {what}")
     folder = RunFolder(path, "--init-from")
     if not folder.weights_path.is_file():

@@ -20,7 +20,7 @@ from octlm.errors import OctlmError
 from octlm.inspect.diagnostics import embedding_diagnostic, format_diagnostic, frequent_tokens, token_counts
 from octlm.inspect.sample import sample_from
 from octlm.report import Reporter, SilentReporter
-from octlm.run.folder import CONFIG, RunFolder
+from octlm.run.folder import CONFIG, RunFolder, file_not_folder
 from octlm.train import distributed
 from octlm.train.checkpoint import CHECKPOINT, describe_checkpoint
 from octlm.train.device import torch_settings
@@ -152,7 +152,7 @@ def _stopped_before_training(trainer: Trainer) -> str | None:
 def _resumed_options(run_dir: Path, opts: TrainOptions, given: set[str] | None) -> tuple[TrainOptions, list[str]]:
     """:func:`resume_options` for ``train(resume=...)``, after refusing what is no run to continue."""
     if run_dir.is_file():
-        raise OctlmError(f"--resume {run_dir}: is a file; give the run folder that holds it ({run_dir.parent})")
+        raise OctlmError(f"--resume {run_dir}: {file_not_folder(run_dir)}")
     if not run_dir.is_dir():
         raise OctlmError(f"--resume {run_dir}: no such run folder")
     stored_train = RunFolder(run_dir).train_section()
