@@ -66,6 +66,13 @@ def _at_least(low: int):
     return parse
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
@@ -81,6 +88,9 @@ def main() -> None:
     parser.add_argument("--n-heads", type=_at_least(1), default=4, help="heads (dividing --d-model)")
     parser.add_argument("--n-layers", type=_at_least(1), default=3, help="layers")
     parser.add_argument("--optimizer", choices=["muon", "adamw"], default="muon", help="as octlm length's")
+    parser.add_argument(
+        "--learning-rate", type=_positive, default=TaskOptions.learning_rate, help="AdamW's rate (the embeddings' with Muon)"
+    )
     args = parser.parse_args()
     if args.d_model % args.n_heads:
         parser.error(f"--n-heads {args.n_heads} does not divide --d-model {args.d_model}; pick a divisor")
@@ -94,6 +104,7 @@ def main() -> None:
         n_heads=args.n_heads,
         n_layers=args.n_layers,
         optimizer=args.optimizer,
+        learning_rate=args.learning_rate,
     ).resolved()
     t0 = time.perf_counter()
     try:

@@ -50,6 +50,8 @@ def test_every_asked_key_is_answered_with_its_own_value(size, values, asked, d):
         (["--task-length", "0"], "--task-length: must be >= 1, got 0"),
         (["--position", "nosuch"], "invalid choice: 'nosuch'"),
         (["--n-heads", "3"], "--n-heads 3 does not divide --d-model 64"),
+        (["--learning-rate", "0"], "--learning-rate: must be > 0, got 0"),
+        (["--learning-rate", "nan"], "--learning-rate: must be > 0, got nan"),
         (["--d-model", "6", "--n-heads", "2", "--max-steps", "1"], "rotated part of each head must be even"),
     ],
 )

@@ -16,8 +16,8 @@ answer from the prompt it has just drawn.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -66,10 +66,13 @@ class Task:
         in_all: whether ``--task all`` runs it; the state-tracking tasks
             (:mod:`octlm.studies.tasks.state_tasks`) run only when named, so that
             ``--task all`` stays the measured seven.
-        steps: the steps the task study trains it for when ``--max-steps`` is
-            not given, alone or beside other tasks: enough for the best scheme
-            to learn it at 1x (docs/tasks.md); ``None``: the study's default
-            (:meth:`~octlm.studies.tasks.options.TaskOptions.steps`).
+        training: the task study's options this task is trained with where it
+            needs other than the study's defaults to be learned at 1x by the
+            best scheme (docs/tasks.md), ``{option name: value}``: its steps
+            (``max_steps``), its longest training size (``task_length``), its
+            model (``d_model``, ``n_heads``, ``n_layers``) and optimizer
+            (``optimizer``, ``learning_rate``). Each applies unless the person
+            sets that option (:meth:`~octlm.studies.tasks.options.TaskOptions.for_task`).
     """
 
     name: str
@@ -82,7 +85,7 @@ class Task:
     scored: Callable[[int], list[bool]] | None = None
     held_out: Callable[[], Task] | None = None
     in_all: bool = True
-    steps: int | None = None
+    training: Mapping[str, object] = field(default_factory=dict, compare=False)
 
     def evaluation(self) -> Task:
         """The task evaluation draws from: :attr:`held_out`'s, or this one."""

@@ -18,6 +18,7 @@ from octlm.model.config import DecoderFieldError
 from octlm.model.positions import random_position_schemes, task_study_schemes
 from octlm.studies.shared.core import check_schemes
 from octlm.studies.shared.processes import PROCESSES_HELP
+from octlm.studies.shared.progress import option_defaults
 from octlm.studies.shared.rows import (
     LayoutRow,
     check_layouts,
@@ -191,6 +192,9 @@ class TaskOptions:
     device: str = same_as(TrainOptions, "device")
     threads: int | None = same_as(TrainOptions, "threads")
     log_to: list[str] = same_as(TrainOptions, "log_to")
+    #: ``{task: {option: value}}``, each task's own training (Task.training) that applies, fixed by :meth:`resolved`
+    #: from what the person typed; not an option (no flag), but recorded with them in study.json.
+    task_training: dict[str, dict] | None = None
 
     def task_names(self) -> list[str]:
         """The tasks to run, in the order given (``all``: every task with ``in_all``, in registration order)."""
@@ -206,14 +210,32 @@ class TaskOptions:
         """The tasks to run (:meth:`task_names`), in order."""
         return [self.task_named(name) for name in self.task_names()]
 
+    def own_training(self, name: str, given: set[str] | None = None) -> dict:
+        """Task ``name``'s own training (:attr:`~octlm.studies.tasks.generators.Task.training`) that applies: each
+        option the person neither typed (``given``) nor set away from its default, as :meth:`resolved` fixed it;
+        none under ``--preset`` (the paper's protocol is the study's)."""
+        if self.task_training is not None:
+            return dict(self.task_training.get(name, {}))
+        if self.preset:
+            return {}
+        own, defaults = TASKS[name].training if name in TASKS else {}, option_defaults(TaskOptions)
+        return {k: v for k, v in own.items() if k not in (given or ()) and getattr(self, k) == defaults[k]}
+
+    def for_task(self, name: str) -> TaskOptions:
+        """These options as task ``name`` is trained and scored with: its own training applied, its steps set."""
+        return dataclasses.replace(self, **{**self.own_training(name), "max_steps": self.steps(name)})
+
+    def sizes(self, name: str) -> list[int]:
+        """The sizes task ``name`` is scored at: each multiplier times its longest training size (:meth:`for_task`)."""
+        return [m * self.for_task(name).task_length for m in self.multipliers]
+
     def steps(self, task: str | None = None) -> int:
-        """Steps per model of the task named ``task``: ``--max-steps``, else the task's own budget
-        (:attr:`~octlm.studies.tasks.generators.Task.steps`; a needle task has none), else :data:`TASK_STEPS` for one
-        task and :data:`ALL_TASKS_STEPS` for several."""
+        """Steps per model of the task named ``task``: ``--max-steps``, else the task's own (:meth:`own_training`; a
+        needle task has none), else :data:`TASK_STEPS` for one task and :data:`ALL_TASKS_STEPS` for several."""
         if self.max_steps is not None:
             return self.max_steps
-        if task in TASKS and TASKS[task].steps is not None:
-            return TASKS[task].steps
+        if task is not None and (own := self.own_training(task).get("max_steps")) is not None:
+            return own
         return TASK_STEPS if len(self.task_names()) == 1 else ALL_TASKS_STEPS
 
     def steps_by_task(self) -> dict[str, int]:
@@ -227,9 +249,13 @@ class TaskOptions:
         return "steps " + ", ".join(f"{name} {steps}" for name, steps in self.steps_by_task().items())
 
     def resolved(self, given: set[str] | None = None) -> TaskOptions:
-        """A copy with ``--preset`` applied (:func:`~octlm.studies.tasks.presets.apply_preset`), the tasks named, the
-        step count filled in and the multipliers sorted, 1 among them."""
+        """A copy with ``--preset`` applied (:func:`~octlm.studies.tasks.presets.apply_preset`), each task's own
+        training fixed (:meth:`own_training`), the tasks named, the step count filled in and the multipliers sorted, 1
+        among them."""
         opts = apply_preset(self, given)
+        if opts.task_training is None:
+            own = {name: opts.own_training(name, given) for name in opts.task_names()}
+            opts = dataclasses.replace(opts, task_training={name: o for name, o in own.items() if o})
         # 1x, the longest trained size, anchors every table ("trained on sizes 1..L"), so it is always scored.
         # Without --max-steps each task keeps its own budget (steps_by_task); one shared budget is written out.
         budgets = set(opts.steps_by_task().values())
@@ -250,33 +276,34 @@ class TaskOptions:
 
     def train_options(self, task: Task, variant: Variant | str, seed: int) -> TrainOptions:
         """The training of one model: octlm train's options with the task study's (:data:`TASK_TRAINING`), at the
-        longest training instance."""
+        longest training instance, with the task's own training (:meth:`for_task`)."""
         variant = Variant(variant) if isinstance(variant, str) else variant
-        steps = self.steps(task.name)
+        own = self.for_task(task.name)
+        steps = own.max_steps
         return TrainOptions.of(
             position=variant.scheme,
             layers="" if variant.layout is None else variant.layout.layers,
-            block=self.block,
-            qk_norm=self.qk_norm,
-            attention_sinks=self.attention_sinks,
-            output_gate=self.output_gate,
-            randomize_positions=self.randomize_positions if variant.randomized else 1,
-            context_length=task.sequence_length(self.task_length),
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            n_layers=self.n_layers,
-            batch_size=self.batch_size,
-            learning_rate=self.learning_rate,
+            block=own.block,
+            qk_norm=own.qk_norm,
+            attention_sinks=own.attention_sinks,
+            output_gate=own.output_gate,
+            randomize_positions=own.randomize_positions if variant.randomized else 1,
+            context_length=task.sequence_length(own.task_length),
+            d_model=own.d_model,
+            n_heads=own.n_heads,
+            n_layers=own.n_layers,
+            batch_size=own.batch_size,
+            learning_rate=own.learning_rate,
             max_steps=steps,
             warmup_steps=min(50, steps // 10),
             weight_decay=TASK_TRAINING["weight_decay"],
             seed=seed,
-            device=self.device,
-            optimizer=self.optimizer,
+            device=own.device,
+            optimizer=own.optimizer,
             # With AdamW, Muon's options stay octlm train's defaults: the task study's own (no weight decay) would read
             # as a Muon flag given to AdamW, which octlm train refuses.
-            **({name: getattr(self, name) for name in MUON_OPTIONS} if self.optimizer == "muon" else {}),
-            threads=self.threads,
+            **({name: getattr(self, name) for name in MUON_OPTIONS} if own.optimizer == "muon" else {}),
+            threads=own.threads,
             sample_tokens=0,
         )
 

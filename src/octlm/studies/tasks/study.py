@@ -92,7 +92,7 @@ def train_task_model(
     :data:`~octlm.studies.tasks.checkpoint.SAVE_EVERY` steps.
     """
     variant = Variant(scheme) if isinstance(scheme, str) else scheme
-    train = opts.train_options(task, variant, seed)
+    train, opts = opts.train_options(task, variant, seed), opts.for_task(task.name)
     longest = max(opts.multipliers) * opts.task_length
     torch.manual_seed(seed)
     model = Decoder(train.model_config(task.vocab_size(longest))).to(device).train()
@@ -174,7 +174,7 @@ def _study(opts: TaskOptions, share: Share, device: torch.device, report: Report
     with started(share, "tasks", given, progress.folder) as workers:
         units = [_unit(*model) for model in models]
         count_models(progress, units, report)
-        _models([m for k, m in enumerate(models) if share.owns(k)], opts, sizes, device, progress, report)
+        _models([m for k, m in enumerate(models) if share.owns(k)], opts, device, progress, report)
         return finish_share(share, progress, units, units, report, tables, checker(workers))
 
 
@@ -182,7 +182,7 @@ def _unit(task: Task, variant: Variant, seed: int) -> str:
     return f"model-{task.name}-{variant.label}-seed{seed}"
 
 
-def _models(models: list, opts: TaskOptions, sizes, device, progress: StudyProgress, report):
+def _models(models: list, opts: TaskOptions, device, progress: StudyProgress, report):
     """Train and score ``models`` (``(task, variant, seed)``, in order), or read back those recorded: ``(records,
     depths)``. Each model's line says how many of ``models`` are done."""
     records, depths = [], []
@@ -190,7 +190,9 @@ def _models(models: list, opts: TaskOptions, sizes, device, progress: StudyProgr
         unit = _unit(task, variant, seed)
         if (kept := progress.get(unit)) is None:  # trained and scored in an earlier command: never redone
             saved = progress.folder / f"{unit}.safetensors"
-            got, by_depth = _train_and_score(task, variant, seed, opts, sizes, device, progress.out, saved)
+            got, by_depth = _train_and_score(
+                task, variant, seed, opts, opts.sizes(task.name), device, progress.out, saved
+            )
             kept = progress.put(unit, {"records": got, "depths": by_depth})
             saved.unlink(missing_ok=True)
         records += kept["records"]
@@ -203,9 +205,12 @@ def _models(models: list, opts: TaskOptions, sizes, device, progress: StudyProgr
 def _tables(opts, tasks, variants, sizes, seeds, models, device, progress: StudyProgress, report, t0: float) -> dict:
     """Every model of the study (trained here or read back), then the tables: the study's result."""
     out = progress.out
-    records, depths = _models(models, opts, sizes, device, progress, report)
+    records, depths = _models(models, opts, device, progress, report)
     header = _header(opts, tasks, variants, sizes, seeds)
-    summary = summarize(records, depths, tasks, [v.label for v in variants], sizes, seeds, protocol_sentence(opts))
+    own_sizes = {t.name: opts.sizes(t.name) for t in tasks}
+    summary = summarize(
+        records, depths, tasks, [v.label for v in variants], sizes, seeds, protocol_sentence(opts), own_sizes
+    )
     paths = _write(out, [header, *records, *depths, *summary.records], summary)
     progress.finish()
     seconds = time.perf_counter() - t0
@@ -234,6 +239,7 @@ def _header(opts: TaskOptions, tasks: list[Task], variants: list[Variant], sizes
         "seeds": seeds,
         "steps": opts.max_steps,  # None when the tasks' own budgets differ: task_steps
         "task_steps": opts.steps_by_task(),
+        "task_sizes": {t.name: opts.sizes(t.name) for t in tasks},
         "eval_count": EVAL_COUNT,
         "rows": [v.label for v in variants],
         "options": {k: v for k, v in asdict(opts).items() if k not in PLACEMENT},  # how it ran: not recorded

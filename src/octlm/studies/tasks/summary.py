@@ -3,6 +3,7 @@ randomized rows, passkey and the needles by depth, and the ranking across tasks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from octlm.studies.tasks.generators import Task
@@ -45,18 +46,22 @@ def summarize(
     sizes: list[int],
     seeds: list[int],
     protocol: str = "",
+    task_sizes: Mapping[str, list[int]] | None = None,
 ) -> Summary:
     """Every table and figure of the task study from its records: per task, randomized rows, passkey depth, and the
-    ranking across tasks (two or more tasks)."""
+    ranking across tasks (two or more tasks). ``sizes``: the study's sizes; ``task_sizes``: a task's own where its
+    training sets another longest size (``{task: sizes}``, the same multipliers)."""
     grids, spreads, sections, terminal, ranking_records = {}, {}, [], [], []
     several = len(tasks) > 1
+    sizes_of = {t.name: list((task_sizes or {}).get(t.name, sizes)) for t in tasks}
     for task in tasks:
-        grid, spread = mean_accuracy(records, labels, sizes, task.name)
+        at = sizes_of[task.name]
+        grid, spread = mean_accuracy(records, labels, at, task.name)
         grids[task.name], spreads[task.name] = grid, spread
-        sections.append(markdown_table(grid, spread, task, sizes, seeds, EVAL_COUNT, "##" if several else "#"))
-        if diff := randomized_markdown(records, task.name, labels, sizes, seeds):
+        sections.append(markdown_table(grid, spread, task, at, seeds, EVAL_COUNT, "##" if several else "#"))
+        if diff := randomized_markdown(records, task.name, labels, at, seeds):
             sections.append(diff)
-        terminal.append(terminal_table(grid, spread, task, sizes))
+        terminal.append(terminal_table(grid, spread, task, at))
     extra: dict[str, bytes] = {}
     if passkey := [r for r in depths if r.get("task", "passkey") == "passkey"]:
         sections.append(depth_markdown(passkey, sizes))
@@ -83,7 +88,7 @@ def summarize(
     if protocol:
         (title if several else sections).insert(len(title) if several else 1, protocol + "\n")
     markdown = "\n".join([*title, *sections])
-    return Summary(markdown, plot(grids, sizes), "\n\n".join(terminal), result, extra, ranking_records)
+    return Summary(markdown, plot(grids, sizes_of), "\n\n".join(terminal), result, extra, ranking_records)
 
 
 __all__ = ["DEPTH_PLOT", "RANK_PLOT", "Summary", "summarize"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from octlm.declare import flag
 from octlm.studies.shared.core import mean_std
 from octlm.studies.shared.rows import layout_rows
 from octlm.studies.tasks.generators import Task
@@ -159,9 +160,9 @@ def _one(records: list[dict], task: str, label: str, seed: int, size: int) -> fl
     return found[0] if found else None
 
 
-def plot(grids: dict[str, Grid], sizes: list[int]) -> bytes:
-    """PNG bytes: exact match against size, one panel per task (``grids``: ``{task: {label: [mean at each size]}}``),
-    one line per row."""
+def plot(grids: dict[str, Grid], sizes: dict[str, list[int]]) -> bytes:
+    """PNG bytes: exact match against size, one panel per task (``grids``: ``{task: {label: [mean at each size]}}``,
+    ``sizes``: ``{task: its sizes}``), one line per row."""
     from octlm.inspect.figures import Figure, png_bytes  # matplotlib, whatever MPLBACKEND says
 
     cols = min(3, len(grids))
@@ -174,8 +175,9 @@ def plot(grids: dict[str, Grid], sizes: list[int]) -> bytes:
     axes = fig.subplots(rows, cols, squeeze=False)
     # the grid may have spare panels past the last figure
     for ax, (name, grid) in zip(axes.flat, grids.items(), strict=False):
+        at = sizes[name]
         for label, row in grid.items():
-            xs = [s for s, v in zip(sizes, row, strict=True) if v is not None]
+            xs = [s for s, v in zip(at, row, strict=True) if v is not None]
             ax.plot(
                 xs,
                 [100 * v for v in row if v is not None],
@@ -183,14 +185,16 @@ def plot(grids: dict[str, Grid], sizes: list[int]) -> bytes:
                 label=label,
                 linestyle="--" if label.endswith("+rand") else "-",
             )
-        ax.axvline(sizes[0], color="grey", linestyle=":", linewidth=1)
-        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.axvline(at[0], color="grey", linestyle=":", linewidth=1)
+        ax.set_xticks(at, [str(s) for s in at])
         ax.set_ylim(-2, 102)
         ax.set_title(f"{name}: exact match past the training length" if len(grids) == 1 else name, fontsize=10)
         ax.grid(True, alpha=0.3)
     for ax in axes.flat[len(grids) :]:
         ax.set_visible(False)
-    fig.supxlabel(f"instance size (items); dotted: longest trained size {sizes[0]}", fontsize=9)
+    longest = {at[0] for at in sizes.values()}
+    said = f" {longest.pop()}" if len(longest) == 1 else " (each task's own)"
+    fig.supxlabel(f"instance size (items); dotted: longest trained size{said}", fontsize=9)
     fig.supylabel("exact match (%)", fontsize=9)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     if len(grids) == 1:
@@ -227,8 +231,18 @@ def protocol_sentence(opts) -> str:
     )
     return (
         f"Each model: {opts.steps_said()} of {opts.optimizer} (batch {opts.batch_size}), d_model {opts.d_model}, "
-        f"{opts.n_layers} layers, {opts.n_heads} heads{block}{rand}{preset}."
+        f"{opts.n_layers} layers, {opts.n_heads} heads{block}{rand}{preset}{_own_training_said(opts)}."
     )
+
+
+def _own_training_said(opts) -> str:
+    """The tasks trained otherwise (their own training, as flags): ``; recall trained with --n-layers 2 ...``."""
+    said = [
+        f"{name} trained with " + " ".join(f"{flag(k)} {v}" for k, v in own.items() if k != "max_steps")
+        for name, own in (opts.task_training or {}).items()
+        if set(own) - {"max_steps"}
+    ]
+    return "".join(f"; {s}" for s in said)
 
 
 def _layouts_said(layouts: list[str]) -> str:
