@@ -89,7 +89,10 @@ def main() -> None:
     parser.add_argument("--n-layers", type=_at_least(1), default=3, help="layers")
     parser.add_argument("--optimizer", choices=["muon", "adamw"], default="muon", help="as octlm length's")
     parser.add_argument(
-        "--learning-rate", type=_positive, default=TaskOptions.learning_rate, help="AdamW's rate (the embeddings' with Muon)"
+        "--learning-rate",
+        type=_positive,
+        default=TaskOptions.learning_rate,
+        help="AdamW's rate (the embeddings' with Muon)",
     )
     args = parser.parse_args()
     if args.d_model % args.n_heads:

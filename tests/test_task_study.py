@@ -299,7 +299,9 @@ def test_a_task_with_its_own_budget_trains_for_it_alone_and_beside_others_unless
     from octlm.studies.tasks import generators
     from octlm.studies.tasks.options import ALL_TASKS_STEPS, TaskOptions
 
-    monkeypatch.setitem(generators.TASKS, "recall", dataclasses.replace(generators.TASKS["recall"], training={"max_steps": 3000}))
+    monkeypatch.setitem(
+        generators.TASKS, "recall", dataclasses.replace(generators.TASKS["recall"], training={"max_steps": 3000})
+    )
     both = TaskOptions(task=["copy", "recall"]).resolved()
     assert both.steps_by_task() == {"copy": ALL_TASKS_STEPS, "recall": 3000}
     assert both.max_steps is None  # no one budget to write out
