@@ -22,8 +22,21 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-#: The data symbols: digits 0..9 of copy, reverse and passkey, the values of recall.
+#: The data symbols: digits 0..9 of copy, reverse and passkey.
 DIGITS = 10
+#: The values of recall, drawn without repetition within an instance as Zoology draws them: with ten, four pairs
+#: repeat a value in half the instances, and the model cannot tell which key a repeated value answered.
+RECALL_VALUES = 128
+#: Recall's own training (Task.training): Zoology's shape, two layers of one head, with AdamW, on up to four pairs;
+#: the task study's three layers of four narrow heads with Muon stay on recall's plateau (docs/tasks.md).
+RECALL_TRAINING = {
+    "task_length": 4,
+    "n_layers": 2,
+    "n_heads": 1,
+    "optimizer": "adamw",
+    "learning_rate": 3e-4,
+    "max_steps": 16000,
+}
 #: Digits of the passkey (Mohtashami & Jaggi 2023 hide a 5-digit number).
 PASSKEY_DIGITS = 5
 #: Largest count of ``count``: answers stay single tokens seen in training at every length.
@@ -155,26 +168,26 @@ def _reverse(size: int, count: int, max_size: int, g: torch.Generator) -> Tensor
 
 
 def _recall(size: int, count: int, max_size: int, g: torch.Generator) -> Tensor:
-    """Values 0..9, keys 10 .. 10 + max_size - 1, SEP = 10 + max_size. ``k_1 v_1 .. k_n v_n SEP k_a v_a k_b v_b ..``.
+    """Values 0..127, keys 128 .. 128 + max_size - 1, SEP = 128 + max_size. ``k_1 v_1 .. k_n v_n SEP k_a v_a ..``.
 
     Multi-query associative recall (Arora et al. 2023, Zoology, §3): after the
-    pairs, :func:`queries` of the keys are asked, each followed by its value;
-    only the values are scored (:attr:`Task.scored`), so one instance teaches
-    several look-ups, where a single question taught one. The keys of one
-    instance are distinct (a random subset of the key symbols) and so are the
-    asked ones (a random subset of those), so each asked key has exactly one value.
+    pairs every key is asked once, in a fresh order, each followed by its
+    value; only the values are scored (:attr:`Task.scored`). The keys of one
+    instance are distinct (a random subset of the key symbols) and so are its
+    values (of :data:`RECALL_VALUES`), so each asked key has exactly one value
+    and each value one key.
     """
-    keys = torch.rand(count, max_size, generator=g).argsort(dim=1)[:, :size] + DIGITS
-    values = torch.randint(0, DIGITS, (count, size), generator=g)
+    keys = torch.rand(count, max_size, generator=g).argsort(dim=1)[:, :size] + RECALL_VALUES
+    values = torch.rand(count, RECALL_VALUES, generator=g).argsort(dim=1)[:, :size]
     pairs = torch.stack((keys, values), dim=2).reshape(count, 2 * size)
     asked = torch.rand(count, size, generator=g).argsort(dim=1)[:, : queries(size)]
     answer = torch.stack((keys.gather(1, asked), values.gather(1, asked)), dim=2).reshape(count, -1)
-    return torch.cat((pairs, _separator(count, DIGITS + max_size), answer), dim=1)
+    return torch.cat((pairs, _separator(count, RECALL_VALUES + max_size), answer), dim=1)
 
 
 def queries(size: int) -> int:
-    """Keys asked in a recall instance of ``size`` pairs: a quarter, at least one."""
-    return max(1, size // 4)
+    """Keys asked in a recall instance of ``size`` pairs: every one."""
+    return size
 
 
 def _passkey(size: int, count: int, max_size: int, g: torch.Generator) -> Tensor:
@@ -272,12 +285,13 @@ _register(
 _register(
     Task(
         "recall",
-        "associative recall: key-value pairs, then some of the keys; answer each one's value",
-        lambda m: DIGITS + m + 1,
+        "associative recall: key-value pairs, then every key; answer each one's value",
+        lambda m: RECALL_VALUES + m + 1,
         lambda n: 2 * n + 1 + 2 * queries(n),
         lambda n: 2 * queries(n),
         _recall,
         scored=lambda n: [False, True] * queries(n),
+        training=RECALL_TRAINING,
     )
 )
 _register(
@@ -328,6 +342,8 @@ __all__ = [
     "FLIP_FLOP_WRITE",
     "MAX_COUNT",
     "PASSKEY_DIGITS",
+    "RECALL_TRAINING",
+    "RECALL_VALUES",
     "TASKS",
     "WRITE",
     "Task",
