@@ -33,6 +33,8 @@ def test_own_training_reaches_its_task_s_model_and_no_other(monkeypatch):
     assert (copy.model.n_layers, copy.optimizer) == (TASK_TRAINING["n_layers"], TASK_TRAINING["optimizer"])
     assert copy.model.context_length == generators.TASKS["copy"].sequence_length(opts.task_length)
     assert opts.sizes("recall") == [4, 8, 12, 16] and opts.sizes("copy") == [16, 32, 48, 64]
+    assert opts.sizes() == [16, 32, 48, 64]  # the study's, of the tasks without their own
+    assert TaskOptions(task=["recall"]).resolved().sizes() == [4, 8, 12, 16]  # a study of it alone is at its sizes
 
 
 def test_a_flag_the_person_typed_wins_even_at_its_default_value(monkeypatch):

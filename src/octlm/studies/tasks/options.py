@@ -225,9 +225,14 @@ class TaskOptions:
         """These options as task ``name`` is trained and scored with: its own training applied, its steps set."""
         return dataclasses.replace(self, **{**self.own_training(name), "max_steps": self.steps(name)})
 
-    def sizes(self, name: str) -> list[int]:
-        """The sizes task ``name`` is scored at: each multiplier times its longest training size (:meth:`for_task`)."""
-        return [m * self.for_task(name).task_length for m in self.multipliers]
+    def sizes(self, name: str | None = None) -> list[int]:
+        """The sizes task ``name`` is scored at: each multiplier times its longest training size (:meth:`for_task`);
+        without a name, the study's (its one task's, or those of every task without its own ``task_length``)."""
+        names = self.task_names()
+        if name is None and len(names) == 1:
+            name = names[0]
+        length = self.task_length if name is None else self.for_task(name).task_length
+        return [m * length for m in self.multipliers]
 
     def steps(self, task: str | None = None) -> int:
         """Steps per model of the task named ``task``: ``--max-steps``, else the task's own (:meth:`own_training`; a

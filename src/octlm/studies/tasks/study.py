@@ -163,7 +163,7 @@ def _study(opts: TaskOptions, share: Share, device: torch.device, report: Report
     progress = open_share(share, opts.out, opts.overwrite, begin)
     tasks = opts.tasks()
     seeds = study_seeds(opts.seed, opts.seeds)
-    sizes = [m * opts.task_length for m in opts.multipliers]
+    sizes = opts.sizes()
     variants = opts.variants()
     announce(opts, tasks, variants, seeds, sizes, report, side_by_side(share, opts.processes))
     t0 = time.perf_counter()
@@ -234,7 +234,7 @@ def _header(opts: TaskOptions, tasks: list[Task], variants: list[Variant], sizes
         "octlm_version": build_version(),  # the release and, from a checkout, the commit: what made these numbers
         "task": opts.task_names()[0] if len(tasks) == 1 else opts.task_names(),
         "tasks": opts.task_names(),
-        "task_length": opts.task_length,
+        "task_length": sizes[0],
         "sizes": sizes,
         "seeds": seeds,
         "steps": opts.max_steps,  # None when the tasks' own budgets differ: task_steps
