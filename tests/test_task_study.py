@@ -302,12 +302,12 @@ def test_a_task_with_its_own_budget_trains_for_it_alone_and_beside_others_unless
     monkeypatch.setitem(
         generators.TASKS, "recall", dataclasses.replace(generators.TASKS["recall"], training={"max_steps": 3000})
     )
-    both = TaskOptions(task=["copy", "recall"]).resolved()
-    assert both.steps_by_task() == {"copy": ALL_TASKS_STEPS, "recall": 3000}
+    both = TaskOptions(task=["passkey", "recall"]).resolved()
+    assert both.steps_by_task() == {"passkey": ALL_TASKS_STEPS, "recall": 3000}
     assert both.max_steps is None  # no one budget to write out
     assert both.train_options(generators.TASKS["recall"], "rope", 0).max_steps == 3000
-    assert both.train_options(generators.TASKS["copy"], "rope", 0).max_steps == ALL_TASKS_STEPS
-    assert both.steps_said() == f"steps copy {ALL_TASKS_STEPS}, recall 3000"
+    assert both.train_options(generators.TASKS["passkey"], "rope", 0).max_steps == ALL_TASKS_STEPS
+    assert both.steps_said() == f"steps passkey {ALL_TASKS_STEPS}, recall 3000"
     assert TaskOptions(task=["recall"]).resolved().max_steps == 3000
-    given = TaskOptions(task=["copy", "recall"], max_steps=40).resolved()
-    assert given.steps_by_task() == {"copy": 40, "recall": 40} and given.steps_said() == "40 steps"
+    given = TaskOptions(task=["passkey", "recall"], max_steps=40).resolved()
+    assert given.steps_by_task() == {"passkey": 40, "recall": 40} and given.steps_said() == "40 steps"

@@ -123,7 +123,8 @@ class LengthOptions:
         "max_steps",
         help="train each model for exactly this many steps instead of --time-budget (reproducible; length.jsonl then "
         "records time_budget null); "
-        f"with --task the only budget (default {TASK_STEPS} for one task, {ALL_TASKS_STEPS} for several)",
+        f"with --task the only budget (default: each task's own where it has one, docs/tasks.md, else {TASK_STEPS} "
+        f"for one task and {ALL_TASKS_STEPS} for several)",
     )
     train_length: int = same_as(
         TrainOptions,
