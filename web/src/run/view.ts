@@ -1,6 +1,6 @@
 // "Your model": a trained run's position similarity map, nearest tokens, PCA scatter and loss curve.
 import { cosineMatrix, nearest, sinusoidal, type Matrix } from "../math";
-import { colorBar, heatmap, lineChart, scatter } from "../plot";
+import { colorBar, heatmap, lineChart, scatter, type Scatter } from "../plot";
 import { append, clear, el, fmt, radios, section, slider } from "../ui";
 import { attentionExplorer, showExplorerLayer } from "../attention/view";
 import { layoutPanel } from "../layout/view";
@@ -137,10 +137,9 @@ function positionPanel(run: RunData): HTMLElement {
   );
 }
 
-function neighboursPanel(run: RunData, table: Matrix): HTMLElement {
-  const tokens = run.tokens;
-  const shown = tokens.map(showToken);
-  const counts = run.counts;
+/** The token rows on their first two principal components, coloured by how often each was seen in training. */
+function embeddingScatter(run: RunData): { plot: Scatter; maxLog: number } {
+  const { tokens, counts } = run;
   const logCount = (i: number) => (counts ? Math.log10(1 + counts[i]) : 0);
   const maxLog = counts ? Math.max(...counts.map((c) => Math.log10(1 + c))) : 1;
   const points = run.pca.x.map((x, i) => ({ x, y: run.pca.y[i], label: showToken(tokens[i]), value: logCount(i) }));
@@ -153,7 +152,41 @@ function neighboursPanel(run: RunData, table: Matrix): HTMLElement {
     describe: (i) => `“${showToken(tokens[i])}” #${i}${counts ? `, seen ${counts[i]} times in training` : ""}`,
   });
   plot.canvas.id = "run-scatter";
+  return { plot, maxLog };
+}
 
+/** The ranked neighbours of one token: rank, token (a button to follow it), ID, cosine and, with counts, times seen. */
+function neighbourTable(near: Array<{ index: number; score: number }>, counts: number[] | null, suggestion: (i: number) => HTMLElement): HTMLElement {
+  return el("table", { class: "ranked", id: "neighbour-table" },
+    el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "rank"), el("th", { scope: "col" }, "token"), el("th", { scope: "col" }, "ID"), el("th", { scope: "col" }, "cosine"), ...(counts ? [el("th", { scope: "col" }, "seen")] : []))),
+    el("tbody", {}, ...near.map((n, r) =>
+      el("tr", {},
+        el("td", {}, String(r + 1)),
+        el("td", {}, suggestion(n.index)),
+        el("td", {}, String(n.index)),
+        el("td", { class: "num" }, fmt(n.score, 3)),
+        ...(counts ? [el("td", { class: "num" }, String(counts[n.index]))] : []),
+      ),
+    )),
+  );
+}
+
+/** The most frequent word-like token (two letters or more, a space before allowed), so the table is never empty on
+ * arrival; the first token without counts. */
+function startToken(tokens: string[], counts: number[] | null): number {
+  let start = 0;
+  if (counts) {
+    for (let i = 0; i < tokens.length; i++) {
+      if (/^ ?[A-Za-z]{2,}$/.test(tokens[i]) && (!/^ ?[A-Za-z]{2,}$/.test(tokens[start]) || counts[i] > counts[start])) start = i;
+    }
+  }
+  return start;
+}
+
+function neighboursPanel(run: RunData, table: Matrix): HTMLElement {
+  const { tokens, counts } = run;
+  const shown = tokens.map(showToken);
+  const { plot, maxLog } = embeddingScatter(run);
   const listId = "token-list";
   const datalist = el("datalist", { id: listId }, ...shown.map((t) => el("option", { value: t })));
   const input = el("input", { type: "text", id: "token-query", list: listId, value: "", autocomplete: "off", spellcheck: "false", placeholder: "e.g. the, ␣king, #42" });
@@ -176,18 +209,7 @@ function neighboursPanel(run: RunData, table: Matrix): HTMLElement {
     append(results,
       el("p", {}, `Nearest tokens to “${showToken(tokens[id])}” (#${id}, found ${found.how}), by cosine similarity:`),
       spaced >= 0 && found.how === "as typed" ? el("p", { class: "note" }, "The same word after a space is another token: ", suggestion(spaced)) : null,
-      el("table", { class: "ranked", id: "neighbour-table" },
-        el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "rank"), el("th", { scope: "col" }, "token"), el("th", { scope: "col" }, "ID"), el("th", { scope: "col" }, "cosine"), ...(counts ? [el("th", { scope: "col" }, "seen")] : []))),
-        el("tbody", {}, ...near.map((n, r) =>
-          el("tr", {},
-            el("td", {}, String(r + 1)),
-            el("td", {}, suggestion(n.index)),
-            el("td", {}, String(n.index)),
-            el("td", { class: "num" }, fmt(n.score, 3)),
-            ...(counts ? [el("td", { class: "num" }, String(counts[n.index]))] : []),
-          ),
-        )),
-      ),
+      neighbourTable(near, counts, suggestion),
     );
     plot.highlight([id, ...near.map((n) => n.index)]);
   };
@@ -202,14 +224,7 @@ function neighboursPanel(run: RunData, table: Matrix): HTMLElement {
   input.addEventListener("input", search);
   input.addEventListener("change", search);
   const kSlider = slider("Neighbours", 1, 30, 1, k, (v) => { k = v; search(); }, String, "run-k");
-  // Start on the most frequent word-like token, so the table is never empty on arrival.
-  let start = 0;
-  if (counts) {
-    for (let i = 0; i < tokens.length; i++) {
-      if (/^ ?[A-Za-z]{2,}$/.test(tokens[i]) && (!/^ ?[A-Za-z]{2,}$/.test(tokens[start]) || counts[i] > counts[start])) start = i;
-    }
-  }
-  input.value = shown[start];
+  input.value = shown[startToken(tokens, counts)];
   search();
   return el("div", { class: "panel" },
     el("h3", {}, "Nearest tokens and the embedding map"),
