@@ -4,6 +4,7 @@ size."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from octlm.model.positions import SCHEMES
@@ -88,3 +89,26 @@ def test_every_module_and_function_stays_readable():
                         f"{node.end_lineno - start + 1} lines of code"
                     )
     assert not too_long, "modules over 400 lines or functions over 60 lines of code: " + "; ".join(too_long)
+
+
+def _long_typescript(source: str) -> list[str]:
+    """The page's modules' functions declared at the top level (``function f(`` or ``export function f(``) whose
+    body, to the ``}`` that closes it at the start of a line, runs over 60 lines."""
+    lines, out = source.splitlines(), []
+    for i, line in enumerate(lines):
+        if match := re.match(r"(?:export )?function (\w+)", line):
+            end = next((j for j in range(i, len(lines)) if lines[j].startswith("}")), len(lines) - 1)
+            if end - i - 1 > 60:
+                out.append(f"{match.group(1)}: {end - i - 1} lines")
+    return out
+
+
+def test_the_page_s_modules_and_functions_stay_readable_too():
+    too_long = []
+    for path in sorted((REPO / "web" / "src").rglob("*.ts")):
+        source = path.read_text(encoding="utf-8")
+        if len(source.splitlines()) > 400:
+            too_long.append(f"{path.name}: {len(source.splitlines())} lines")
+        too_long += [f"{path.name} {what}" for what in _long_typescript(source)]
+    assert not too_long, "page modules over 400 lines or functions over 60: " + "; ".join(too_long)
+    assert _long_typescript("function f() {\n" + "  x;\n" * 61 + "}\n") == ["f: 61 lines"]  # the check can fail
