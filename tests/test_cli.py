@@ -314,6 +314,26 @@ def test_usage_error_is_one_line_with_the_close_spelling(capsys, argv, said, gue
     assert said in first and first.endswith(guess) and len(rest) == 1 and "--help` lists every option" in rest[0]
 
 
+@pytest.mark.parametrize(
+    "argv,said",
+    [
+        (["train", "--json", "--bogus"], "unrecognized arguments: --bogus"),
+        (["train", "--json", "--position", "rpoe"], "invalid choice: 'rpoe'"),
+        (["length", "--schemes", "rope", "--json", "--seeds"], "expected one argument"),
+    ],
+)
+def test_a_usage_error_under_json_is_also_the_last_json_line(capsys, argv, said):
+    import json
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    last = json.loads(out.splitlines()[-1])
+    assert last["event"] == "error" and said in last["message"] and said in err  # people still read it on stderr
+
+
+
 @pytest.mark.parametrize("argv", [["train", "--zzzzzz"], ["length", "--schemes", "bogus"]])
 def test_usage_error_without_a_close_spelling_guesses_nothing(capsys, argv):
     with pytest.raises(SystemExit):

@@ -52,6 +52,14 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class UsageError(SystemExit):
+    """A command line argparse refused: exit status 2, as argparse's own, with the line said kept for ``--json``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors: what was wrong, a close spelling when there is one, where the options are
     listed; and no abbreviated options.
@@ -73,8 +81,9 @@ class Parser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        hint = self._spelling_hint(message) or self._dash_hint(message)
-        self.exit(2, f"{self.prog}: error: {message}{hint}\n`{self.prog} --help` lists every option\n")
+        said = message + (self._spelling_hint(message) or self._dash_hint(message))
+        sys.stderr.write(f"{self.prog}: error: {said}\n`{self.prog} --help` lists every option\n")
+        raise UsageError(said)
 
     def _dash_hint(self, message: str) -> str:
         """For ``--prompt -ROMEO``: argparse takes a word that starts with '-' for an option, so the value must be
@@ -287,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args, report)
     except OctlmError as err:
         return _fail(report, str(err), 1)
+    except UsageError as err:
+        report.error(err.message)  # a script reading --json's stdout learns why, as for any other error
+        raise
     except KeyboardInterrupt:
         message = (
             "interrupted"
