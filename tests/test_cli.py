@@ -333,7 +333,6 @@ def test_a_usage_error_under_json_is_also_the_last_json_line(capsys, argv, said)
     assert last["event"] == "error" and said in last["message"] and said in err  # people still read it on stderr
 
 
-
 @pytest.mark.parametrize("argv", [["train", "--zzzzzz"], ["length", "--schemes", "bogus"]])
 def test_usage_error_without_a_close_spelling_guesses_nothing(capsys, argv):
     with pytest.raises(SystemExit):
