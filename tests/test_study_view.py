@@ -187,7 +187,11 @@ def not_studies(tmp_path, trained_run, length_study):
         "missing": (tmp_path / "nope", "no such folder"),
         "file": (tmp_path / "a-file", "is a file"),
         "run": (trained_run, "is a run folder made by octlm train, not a length study; show it with --run"),
-        "task study": (tmp_path / "tasks", "not a length study (it holds tasks.jsonl, not length.jsonl)"),
+        "task study": (
+            tmp_path / "tasks",
+            "not a length study (it holds tasks.jsonl, not length.jsonl); the page shows folders made by `octlm length "
+            f"--text`; make one with `octlm length --text FILE --out {tmp_path / 'tasks-length'}`",
+        ),
         "empty": (tmp_path / "empty", "not a length study (no length.jsonl)"),
         "damaged": (damaged, "length.jsonl:"),
         "unfinished": (unfinished, "holds no 'study' record"),

@@ -125,8 +125,9 @@ def check_study_folder(path: Path, flag: str = "--study") -> None:
         OctlmError: for a missing path, a file, a run folder, a task study, a study stopped before its tables, or
             a folder without ``length.jsonl``.
     """
-    # The folder named may exist with other files (or be a task study), where `octlm length --out` refuses to write.
-    new = path if not path.exists() else path / "length-study"
+    # The folder named may exist with other files (or be a task study), where `octlm length --out` refuses to write; a
+    # new folder beside it, not inside it, keeps one study's files out of another's.
+    new = path if not path.exists() else path.with_name(f"{path.name}-length")
     make = f"make one with `octlm length --text FILE --out {new}`"
     if not path.exists():
         raise OctlmError(f"{flag} {path}: no such folder; {make}")
