@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared argument types
+from bench_args import at_least, positive  # noqa: E402
 
 from octlm.model.positions import SCHEMES
 from octlm.studies.tasks.generators import Task
@@ -56,41 +61,24 @@ def recall_variant(values: int, asked: str, distinct: bool) -> Task:
     )
 
 
-def _at_least(low: int):
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
-        return value
-
-    return parse
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    parser.add_argument("--values", type=_at_least(2), default=64, help="value tokens")
+    parser.add_argument("--values", type=at_least(2), default=64, help="value tokens")
     parser.add_argument("--asked", choices=list(ASKED), default="all", help="keys asked after the pairs")
     parser.add_argument("--distinct", action="store_true", help="no value twice in an instance")
     parser.add_argument("--position", choices=list(SCHEMES), default="rope", help="position scheme")
     parser.add_argument("--seed", type=int, default=1337, help="training seed")
-    parser.add_argument("--task-length", type=_at_least(1), default=16, help="L: pairs of the longest training size")
-    parser.add_argument("--max-steps", type=_at_least(1), default=2000, help="training steps")
-    parser.add_argument("--d-model", type=_at_least(2), default=64, help="width")
-    parser.add_argument("--n-heads", type=_at_least(1), default=4, help="heads (dividing --d-model)")
-    parser.add_argument("--n-layers", type=_at_least(1), default=3, help="layers")
+    parser.add_argument("--task-length", type=at_least(1), default=16, help="L: pairs of the longest training size")
+    parser.add_argument("--max-steps", type=at_least(1), default=2000, help="training steps")
+    parser.add_argument("--d-model", type=at_least(2), default=64, help="width")
+    parser.add_argument("--n-heads", type=at_least(1), default=4, help="heads (dividing --d-model)")
+    parser.add_argument("--n-layers", type=at_least(1), default=3, help="layers")
     parser.add_argument("--optimizer", choices=["muon", "adamw"], default="muon", help="as octlm length's")
     parser.add_argument(
         "--learning-rate",
-        type=_positive,
+        type=positive,
         default=TaskOptions.learning_rate,
         help="AdamW's rate (the embeddings' with Muon)",
     )

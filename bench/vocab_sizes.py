@@ -32,6 +32,9 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared argument types
+from bench_args import at_least  # noqa: E402
+
 from octlm.cli import main as octlm_main
 from octlm.cli.program import build_parser, options_from
 from octlm.model import Decoder, DecoderConfig
@@ -109,15 +112,6 @@ def summary(runs: list[dict], base_vocab: int) -> dict:
 
 
 def _parser() -> argparse.ArgumentParser:
-    def at_least(low: int):
-        def parse(text: str) -> int:
-            value = int(text)
-            if value < low:
-                raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
-            return value
-
-        return parse
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vocab-sizes", type=at_least(257), nargs="+", default=list(SIZES), help="BPE vocabularies")
     parser.add_argument("--seeds", type=at_least(1), default=3, help="seeds 1337, 1338, ... per size")
