@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import autocast_for, make_optimizer, median_seconds, sdpa_kernels, step_functions  # noqa: E402
+from device_timing import median_seconds  # noqa: E402
+from timed_steps import autocast_for, make_optimizer, sdpa_kernels, step_functions  # noqa: E402
 
 from octlm.model import Decoder, DecoderConfig  # noqa: E402
 

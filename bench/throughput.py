@@ -88,27 +88,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import gc
 import json
 import os
 import platform
-import resource
-import statistics
 import sys
-import time
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from octlm.model import Decoder, DecoderConfig, cross_entropy
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared timing
+from device_timing import PeakFlops, PeakMemory, median_seconds  # noqa: E402
+from timed_steps import PHASES, autocast_for, make_optimizer, measure_compile, sdpa_kernels, step_functions  # noqa: E402
+
+from octlm.model import Decoder, DecoderConfig
 from octlm.model.positions import SCHEMES
-from octlm.train import device as octlm_device
-from octlm.train import optim
-from octlm.train.options import TrainOptions
 
 #: The shapes: name -> (DecoderConfig fields, default batch size, needs CUDA).
 SHAPES = {
@@ -116,24 +110,10 @@ SHAPES = {
     "gpt2-small": (dict(vocab_size=50257, context_length=1024, d_model=768, n_heads=12, n_layers=12), 16, True),
 }
 
-#: Dense bfloat16 tensor-core peaks from NVIDIA's datasheets (FLOP/s, without sparsity), by name fragment.
-DATASHEET_BF16 = {"H200": 989e12, "H100 PCIe": 756e12, "H100": 989e12, "A100": 312e12}
-
-#: SDPA's aten operators -> the backend they are.
-SDPA_OPS = {
-    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
-    "aten::_scaled_dot_product_flash_attention": "flash",
-    "aten::_scaled_dot_product_efficient_attention": "memory-efficient",
-    "aten::_scaled_dot_product_cudnn_attention": "cuDNN",
-    "aten::_scaled_dot_product_attention_math": "math",
-    "aten::_scaled_dot_product_fused_attention_overrideable": "overrideable",
-}
 #: Timed matmuls per peak measurement; many small ones beat a few big ones on a shared machine.
 PEAK_REPEATS = 20
-BACKENDS = [SDPBackend.MATH, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
 #: torch.compile's modes (``torch._inductor.list_mode_options``), ``default`` first.
 COMPILE_MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
-PHASES = ["train", "eval"]
 
 
 def flops_per_token(config: DecoderConfig) -> dict[str, float]:
@@ -147,247 +127,6 @@ def flops_per_token(config: DecoderConfig) -> dict[str, float]:
         "eval": 2 * n + 4 * attention,
         "eval_kaplan": 2 * n + 2 * attention,
     }
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def median_seconds(
-    fn: Callable[[], object],
-    warmup: int,
-    repeats: int,
-    device: torch.device,
-    between: Callable[[], object] | None = None,
-) -> float:
-    """Median wall seconds of ``fn()`` over ``repeats`` calls after ``warmup`` untimed ones; ``between()`` runs untimed
-    after each."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - t0)
-        if between is not None:
-            between()
-    return statistics.median(times)
-
-
-class PeakFlops:
-    """The device's peak FLOP/s: the best of many [size, size] @ [size, size] matmuls in the step's dtype.
-
-    Sampled before the first scheme, after every timed step (:meth:`sample`
-    as ``median_seconds``' ``between``) and at the end, so that the peak and
-    the steps see the same machine: on a shared machine another program's
-    burst slows both, and a quiet moment that speeds a step also lets a
-    matmul reach the peak beside it. A datasheet figure is added on a known GPU.
-    """
-
-    def __init__(self, device: torch.device, dtype: torch.dtype, size: int) -> None:
-        self.device, self.dtype, self.size = device, dtype, size
-        self.a = torch.randn(size, size, device=device, dtype=dtype)
-        self.b = torch.randn(size, size, device=device, dtype=dtype)
-        self.inner = 10 if device.type == "cuda" else 1  # amortise launch and sync on a GPU
-        self.best, self.samples = float("inf"), 0
-        torch.mm(self.a, self.b)  # warm-up
-
-    def sample(self, repeats: int = 1) -> None:
-        for _ in range(repeats):
-            synchronize(self.device)
-            t0 = time.perf_counter()
-            for _ in range(self.inner):
-                torch.mm(self.a, self.b)
-            synchronize(self.device)
-            self.best = min(self.best, (time.perf_counter() - t0) / self.inner)
-            self.samples += 1
-
-    @property
-    def measured(self) -> float:
-        return 2 * self.size**3 / self.best
-
-    def as_dict(self) -> dict:
-        result = {
-            "measured": self.measured,
-            "matmul_size": self.size,
-            "samples": self.samples,
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "datasheet": None,
-        }
-        if self.device.type == "cuda" and self.dtype == torch.bfloat16:
-            name = torch.cuda.get_device_name(self.device)
-            result["datasheet"] = next((v for k, v in DATASHEET_BF16.items() if k in name), None)
-        return result
-
-
-class PeakMemory:
-    """Peak memory of what runs between :meth:`reset` and :meth:`read`; ``method`` says how it is measured."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        clear_refs = Path("/proc/self/clear_refs")
-        if device.type == "cuda":
-            self.method = "torch.cuda.max_memory_allocated (tensors, after reset_peak_memory_stats)"
-        elif clear_refs.exists() and os.access(clear_refs, os.W_OK):
-            self.method = "VmHWM: peak resident set size of the whole process, reset through /proc/self/clear_refs"
-        else:
-            self.method = "ru_maxrss: peak resident set size of the whole process since it started"
-
-    def reset(self) -> int:
-        """Start a measurement; returns the current resident set (CPU) or allocated bytes (CUDA)."""
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-            return torch.cuda.memory_allocated(self.device)
-        gc.collect()
-        with contextlib.suppress(OSError, AttributeError):
-            # hand freed heap back to the OS, so the peak is this measurement's and not an earlier one's
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        if self.method.startswith("VmHWM"):
-            Path("/proc/self/clear_refs").write_text("5")
-        return self._status("VmRSS") or 0
-
-    def read(self) -> int:
-        """The peak since :meth:`reset` (bytes)."""
-        if self.device.type == "cuda":
-            return torch.cuda.max_memory_allocated(self.device)
-        if self.method.startswith("VmHWM"):
-            return self._status("VmHWM")
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-
-    @staticmethod
-    def _status(field: str) -> int | None:
-        with contextlib.suppress(OSError):
-            for line in Path("/proc/self/status").read_text().splitlines():
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-        return None
-
-
-def make_optimizer(model: Decoder, device: torch.device) -> torch.optim.AdamW:
-    """octlm's own AdamW (:func:`octlm.train.optim.make_optimizer`) with the default options otherwise.
-
-    AdamW, not ``octlm train``'s default since issue 26 (Muon): every figure this
-    benchmark has published timed AdamW's step; ``bench/optimizers.py`` compares the two.
-    """
-    return optim.make_optimizer(model, TrainOptions(optimizer="adamw"), device)
-
-
-def autocast_for(device: torch.device):
-    """``--dtype auto`` (:func:`octlm.train.device.autocast_for`): the autocast context and the compute dtype."""
-    context, name = octlm_device.autocast_for(device, "auto")
-    return context, getattr(torch, name)
-
-
-def step_functions(
-    model: torch.nn.Module, params: list, optimizer: torch.optim.Optimizer, ids: torch.Tensor, autocast
-) -> tuple[Callable, Callable]:
-    """(one training step, one evaluation pass) on token ids [B, T + 1]."""
-    grad_clip = TrainOptions().grad_clip
-
-    def train_step() -> None:
-        model.train()
-        with autocast:
-            loss = cross_entropy(model(ids[:, :-1]), ids[:, 1:])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, grad_clip)
-        optimizer.step()
-
-    @torch.no_grad()
-    def eval_step() -> None:
-        model.eval()
-        with autocast:
-            model(ids[:, :-1])
-
-    return train_step, eval_step
-
-
-@contextlib.contextmanager
-def quiet_stderr():
-    """Silence file descriptor 2: the profiler's C++ side logs every start and stop there."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def sdpa_kernels(
-    model: Decoder, ids: torch.Tensor, train_step: Callable, eval_step: Callable, autocast, phases: list[str] = PHASES
-) -> dict:
-    """Which SDPA operators the steps of ``phases`` call, and which backends can run alone (in the step's dtype)."""
-    found = {}
-    for name, fn in (
-        (f"{phase}_ops", step) for phase, step in (("train", train_step), ("eval", eval_step)) if phase in phases
-    ):
-        with quiet_stderr(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            fn()
-        names = sorted({e.key for e in prof.key_averages() if e.key in SDPA_OPS})
-        found[name] = [f"{SDPA_OPS[n]}: {n}" for n in names]
-    found["backends_that_run"] = []
-    for backend in BACKENDS:
-        try:
-            # under the step's autocast: flash and cuDNN take 16-bit inputs only
-            with warnings.catch_warnings(), sdpa_kernel([backend]), autocast:
-                warnings.simplefilter("ignore")  # SDPA warns for every backend it cannot use
-                model.train()
-                loss = cross_entropy(model(ids[:, :-1]), ids[:, 1:])
-            loss.backward()
-            found["backends_that_run"].append(backend.name)
-        except RuntimeError:
-            pass
-        model.zero_grad(set_to_none=True)
-    return found
-
-
-def measure_compile(
-    model: Decoder,
-    optimizer,
-    ids: torch.Tensor,
-    autocast,
-    args,
-    device: torch.device,
-    tokens: int,
-    memory: PeakMemory | None = None,
-) -> dict:
-    """Tokens per second of ``torch.compile(model, mode=args.compile_mode)`` for ``args.phases``, with ``"mode"``.
-
-    A failure adds ``"error"`` to what was measured before it (a compiled
-    training step's figures stay when the evaluation graph fails).
-    """
-    result: dict = {"mode": args.compile_mode}
-    if device.type == "cpu" and not octlm_device.has_cpp_compiler():
-        return {**result, "error": "no C++ compiler (g++, c++, clang++ or $CXX) for inductor's CPU code"}
-    # a fresh cache per scheme and batch size: the Decoder's code objects are shared between models
-    torch._dynamo.reset()
-    try:
-        compiled = torch.compile(model, mode=args.compile_mode)
-        params = list({id(p): p for p in model.parameters()}.values())
-        train_step, eval_step = step_functions(compiled, params, optimizer, ids, autocast)
-        for name, fn in (("train", train_step), ("eval", eval_step)):
-            if name not in args.phases:
-                continue
-            if memory is not None:
-                memory.reset()
-            synchronize(device)
-            t0 = time.perf_counter()
-            fn()  # compiles
-            synchronize(device)
-            result[f"{name}_compile_seconds"] = round(time.perf_counter() - t0, 1)
-            seconds = median_seconds(fn, args.warmup, args.repeats, device)
-            result[f"{name}_tokens_per_second"] = round(tokens / seconds, 1)
-            if memory is not None:
-                result[f"{name}_peak_memory_bytes"] = memory.read()
-        return result
-    except Exception as error:  # noqa: BLE001 -- any compiler failure is a result to record
-        return {**result, "error": f"{type(error).__name__}: {str(error)[:600]}"}
 
 
 def measure_scheme(

@@ -15,6 +15,7 @@ import torch
 
 from octlm.model import Decoder, DecoderConfig
 from octlm.model.positions import SCHEMES
+from octlm.train import device as octlm_device
 from tests.conftest import REPO
 
 BENCH = REPO / "bench" / "throughput.py"
@@ -98,7 +99,7 @@ def test_a_failing_compile_is_recorded_not_raised(monkeypatch):
     monkeypatch.setattr(bench.torch, "compile", broken)
     result = bench.measure_compile(model, optimizer, ids, bench.contextlib.nullcontext(), args, torch.device("cpu"), 16)
     assert result == {"mode": "default", "error": "RuntimeError: inductor exploded"}
-    monkeypatch.setattr(bench.octlm_device, "has_cpp_compiler", lambda: False)
+    monkeypatch.setattr(octlm_device, "has_cpp_compiler", lambda: False)
     assert (
         "no C++ compiler"
         in bench.measure_compile(model, optimizer, ids, bench.contextlib.nullcontext(), args, torch.device("cpu"), 16)[
@@ -193,7 +194,7 @@ def test_the_compile_mode_reaches_torch_compile_and_the_json(monkeypatch):
         return model  # eager: this test is about what is passed and recorded, not about inductor
 
     monkeypatch.setattr(bench.torch, "compile", fake_compile)
-    monkeypatch.setattr(bench.octlm_device, "has_cpp_compiler", lambda: True)
+    monkeypatch.setattr(octlm_device, "has_cpp_compiler", lambda: True)
     result = bench.run(
         [
             "--device",
