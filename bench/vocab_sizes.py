@@ -1,6 +1,6 @@
 """Bits per byte against the vocabulary size at equal training compute; prints JSON.
 
-    .venv/bin/python bench/vocab_sizes.py [--vocab-sizes 256 512 1024 2048 4096 8192] [--seeds 3]
+    .venv/bin/python bench/vocab_sizes.py [--vocab-sizes 257 512 1024 2048 4096 8192] [--seeds 3]
         [--base-steps 1200] [--base-vocab 1024] [--out runs/vocab] [-- extra octlm train flags]
 
 Trains the main job (``octlm train``: the Day-1 model on its default corpus, a BPE of each ``--vocab-sizes`` trained
@@ -40,7 +40,8 @@ from octlm.cli.program import build_parser, options_from
 from octlm.model import Decoder, DecoderConfig
 from octlm.train.options import TrainOptions
 
-SIZES = (256, 512, 1024, 2048, 4096, 8192)
+#: 257 is the byte-level floor: the 256 byte values and <|endoftext|>, no merge.
+SIZES = (257, 512, 1024, 2048, 4096, 8192)
 
 
 def flops_per_token(vocab_size: int, opts: TrainOptions) -> int:

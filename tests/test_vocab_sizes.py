@@ -35,7 +35,7 @@ def test_the_day_1_model_s_compute_is_kaplan_s_count():
     assert abs(vocab_sizes.flops_per_token(1024, opts) / kaplan - 1) < 0.01
 
 
-@pytest.mark.parametrize("size", [256, 512, 2048, 8192])
+@pytest.mark.parametrize("size", [257, 512, 2048, 8192])
 def test_equal_compute_steps_spend_the_base_s_compute_to_within_one_step(size):
     opts = TrainOptions()
     steps = vocab_sizes.equal_compute_steps(size, 1024, 1200, opts)
@@ -61,6 +61,7 @@ def test_the_summary_compares_each_seed_with_the_same_seed_at_the_base_size():
     "argv,said", [(["--vocab-sizes", "100"], "must be >= 257, got 100"), (["--seeds", "0"], "must be >= 1, got 0")]
 )
 def test_bad_arguments_end_with_one_line(capsys, argv, said):
+    assert vocab_sizes._parser().parse_args(["--vocab-sizes", *map(str, vocab_sizes.SIZES)])  # the defaults typed pass
     with pytest.raises(SystemExit) as stop:
         vocab_sizes.run(argv)
     assert stop.value.code == 2 and said in capsys.readouterr().err
