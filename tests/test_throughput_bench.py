@@ -292,3 +292,23 @@ def test_forward_ab_alternates_the_two_forwards_and_restores_the_current_one(cap
         "current_train_tokens_per_second",
         "current_over_base",
     }
+
+
+def test_forward_ab_swaps_a_canon_layer_s_forward_in_a_model_with_canon_layers(capsys):
+    spec = importlib.util.spec_from_file_location("forward_ab_canon", REPO / "bench" / "forward_ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    from octlm.model.canon import CanonConv
+
+    current, calls = CanonConv.forward, []
+
+    def counted(self, *args, **kwargs):
+        calls.append(self.point)
+        return current(self, *args, **kwargs)
+
+    ab.measure("none", {"base": counted, "current": current}, 1, CanonConv, "AD")
+    assert sorted(set(calls)) == ["A", "D"] and len(calls) == 2 * 2 * (ab.WARMUP_PAIRS + 1)  # 2 layers x 2 points
+    assert CanonConv.forward is current
+    base = str(REPO / "src" / "octlm" / "model" / "canon.py")
+    result = ab.main(["--base-canon", base, "--canon", "A", "--pairs", "1", "--schemes", "none"])
+    assert result["canon"] == "A" and result["schemes"]["none"]["current_over_base"] > 0
