@@ -87,3 +87,30 @@ def test_a_task_trained_on_its_own_sizes_is_scored_and_tabled_at_them(monkeypatc
 
 
 OWN_TASKS = ("copy", "recall")
+
+
+def test_the_help_says_each_task_s_own_training(capsys):
+    from octlm.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["length", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    own = generators.TASKS["recall"].training
+    assert f"recall: --task-length {own['task_length']} --n-layers {own['n_layers']}" in said
+    assert "each unless you give that option" in said
+
+
+def test_a_study_of_one_task_with_its_own_training_says_that_training(monkeypatch):
+    from octlm.report import Reporter
+    from octlm.studies.tasks.events import announce
+    from octlm.studies.tasks.tables import protocol_sentence
+
+    _with_training(monkeypatch, "recall", **OWN)
+    opts = TaskOptions(task=["recall"]).resolved()
+    said = protocol_sentence(opts)
+    assert "300 steps of adamw" in said and "2 layers, 1 heads" in said and "trained with" not in said
+    events = []
+    report = Reporter()
+    report.event = lambda kind, text, **fields: events.append(text)
+    announce(opts, opts.tasks(), opts.variants(), [1337], opts.sizes(), report)
+    assert "trained on sizes 1..4, evaluated at 4, 8, 12, 16" in events[0] and "1..16" not in events[0]

@@ -24,7 +24,7 @@ def announce(
         "study",
         f"task study: {', '.join(t.name for t in tasks)}; {len(variants)} rows x {len(seeds)} "
         f"seed{'' if len(seeds) == 1 else 's'} x "
-        f"{opts.steps_said()}, trained on sizes 1..{opts.task_length}, evaluated at {', '.join(map(str, sizes))}"
+        f"{opts.steps_said()}, trained on sizes 1..{sizes[0]}, evaluated at {', '.join(map(str, sizes))}"
         + "".join(
             f"; {t.name} on 1..{at[0]}, at {', '.join(map(str, at))}"
             for t in tasks

@@ -346,6 +346,13 @@ _register(
     )
 )
 
+
+def own_training_said() -> str:
+    """Each task's own training as the flags it stands for: ``copy: --max-steps 2000; recall: --task-length 4 ...``."""
+    flags = lambda own: " ".join(f"--{k.replace('_', '-')} {v}" for k, v in own.items())  # noqa: E731
+    return "; ".join(f"{name}: {flags(task.training)}" for name, task in TASKS.items() if task.training)
+
+
 __all__ = [
     "DIGITS",
     "FILLER",
@@ -358,5 +365,6 @@ __all__ = [
     "WRITE",
     "Task",
     "marked",
+    "own_training_said",
     "queries",
 ]

@@ -28,7 +28,7 @@ from octlm.studies.shared.rows import (
     schemes_option,
 )
 from octlm.studies.shared.spread import SHARD_HELP
-from octlm.studies.tasks.generators import TASKS, Task
+from octlm.studies.tasks.generators import TASKS, Task, own_training_said
 from octlm.studies.tasks.needle import DEFAULT_TEXT, VARIANTS, check_haystack, needle_task
 from octlm.studies.tasks.presets import PRESETS, apply_preset
 from octlm.train.mlflow_tracker import check_experiment
@@ -118,7 +118,8 @@ class TaskOptions:
         f"synthetic tasks to train on instead of --text, one or more of {', '.join(_IN_ALL)}, or all (docs/tasks.md): "
         "sizes 1..--task-length, exact match at --multipliers; several end with a ranking across tasks (ranking.png). "
         f"Also, not in all: {', '.join(_NAMED_ONLY)}, state tracking (the S5 word problem, parity); "
-        f"{', '.join(VARIANTS)}, key-value needles in real text (--text; RULER's variants). {MEASURED_HELP}",
+        f"{', '.join(VARIANTS)}, key-value needles in real text (--text; RULER's variants). Some tasks train with "
+        f"options of their own, each unless you give that option ({own_training_said()}). {MEASURED_HELP}",
         nargs="+",
         choices=[*TASKS, *VARIANTS, ALL],
         metavar="TASK",

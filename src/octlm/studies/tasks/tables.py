@@ -206,7 +206,11 @@ def plot(grids: dict[str, Grid], sizes: dict[str, list[int]]) -> bytes:
 
 def protocol_sentence(opts) -> str:
     """One sentence of what every model of a task study (its :class:`~octlm.studies.tasks.options.TaskOptions`) was: for
-    ``tasks.md``, so that a short trial cannot pass for the default."""
+    ``tasks.md``, so that a short trial cannot pass for the default. A study of one task with its own training says
+    that training (its models have no other)."""
+    names, own = opts.task_names(), _own_training_said(opts)
+    if len(names) == 1 and opts.own_training(names[0]):
+        opts, own = opts.for_task(names[0]), ""
     rand = (
         (
             f"; rows +rand at positions drawn from {opts.randomize_positions} x the longest training sequence "
@@ -231,7 +235,7 @@ def protocol_sentence(opts) -> str:
     )
     return (
         f"Each model: {opts.steps_said()} of {opts.optimizer} (batch {opts.batch_size}), d_model {opts.d_model}, "
-        f"{opts.n_layers} layers, {opts.n_heads} heads{block}{rand}{preset}{_own_training_said(opts)}."
+        f"{opts.n_layers} layers, {opts.n_heads} heads{block}{rand}{preset}{own}."
     )
 
 
