@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared argument types
-from bench_args import at_least, positive  # noqa: E402
+from bench_args import at_least, number  # noqa: E402
 
 from octlm.model.positions import SCHEMES
 from octlm.studies.tasks.generators import Task
@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--optimizer", choices=["muon", "adamw"], default="muon", help="as octlm length's")
     parser.add_argument(
         "--learning-rate",
-        type=positive,
+        type=number,
         default=TaskOptions.learning_rate,
         help="AdamW's rate (the embeddings' with Muon)",
     )

@@ -52,6 +52,7 @@ def test_every_asked_key_is_answered_with_its_own_value(size, values, asked, d):
         (["--n-heads", "3"], "--n-heads 3 does not divide --d-model 64"),
         (["--learning-rate", "0"], "--learning-rate: must be > 0, got 0"),
         (["--learning-rate", "nan"], "--learning-rate: must be > 0, got nan"),
+        (["--learning-rate", "fast"], "invalid number value: 'fast'"),
         (["--d-model", "6", "--n-heads", "2", "--max-steps", "1"], "rotated part of each head must be even"),
     ],
 )

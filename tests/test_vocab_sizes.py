@@ -58,7 +58,12 @@ def test_the_summary_compares_each_seed_with_the_same_seed_at_the_base_size():
 
 
 @pytest.mark.parametrize(
-    "argv,said", [(["--vocab-sizes", "100"], "must be >= 257, got 100"), (["--seeds", "0"], "must be >= 1, got 0")]
+    "argv,said",
+    [
+        (["--vocab-sizes", "100"], "must be >= 257, got 100"),
+        (["--seeds", "0"], "must be >= 1, got 0"),
+        (["--seeds", "abc"], "invalid integer value: 'abc'"),
+    ],
 )
 def test_bad_arguments_end_with_one_line(capsys, argv, said):
     assert vocab_sizes._parser().parse_args(["--vocab-sizes", *map(str, vocab_sizes.SIZES)])  # the defaults typed pass
