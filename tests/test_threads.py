@@ -45,7 +45,7 @@ def test_the_choice_follows_the_probe_and_omp_num_threads(monkeypatch):
     readings = iter([stat((0, 0), (0, 0)), stat((2, 18), (20, 0))])  # cpu1 busy throughout
     monkeypatch.setattr(device, "_read_proc_stat", lambda: next(readings))
     choice = device.choose_threads()
-    assert (choice.threads, choice.reason) == (1, "1 of 2 CPUs idle")
+    assert (choice.threads, choice.reason) == (1, "one per idle CPU, 1 of 2 CPUs idle")
     readings = iter([stat((0, 0), (0, 0)), stat((1, 19), (0, 20))])
     assert device.choose_threads() == device.ThreadChoice(2, "2 CPUs idle")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

@@ -110,7 +110,8 @@ FREE_SHARE = 0.75
 
 @dataclass(frozen=True)
 class ThreadChoice:
-    """How many CPU threads torch uses, and why, in words for the model line (``"2 of 2 CPUs idle"``)."""
+    """How many CPU threads torch uses, and why, in words for the model line (``"2 CPUs idle"``, ``"one per idle CPU,
+    1 of 2 CPUs idle"``)."""
 
     threads: int
     reason: str
@@ -189,7 +190,8 @@ def choose_threads() -> ThreadChoice:
             return ThreadChoice(max(1, cpus // 2), f"half of {cpus} CPUs: their load is unknown here")
     threads = min(cpus, free_cpus(idle))
     allowed = f" (this process may use {_cpus(cpus)} of {os.cpu_count()})" if cpus < (os.cpu_count() or cpus) else ""
-    idle_ones = f"{threads} of {_cpus(cpus)}" if threads < cpus else _cpus(cpus)
+    # "1 of 2 CPUs idle" alone read to a newcomer as if a CPU sat unused: say that the busy ones were left alone
+    idle_ones = f"one per idle CPU, {threads} of {_cpus(cpus)}" if threads < cpus else f"{_cpus(cpus)}"
     return ThreadChoice(threads, f"{idle_ones} idle{allowed}")
 
 
