@@ -322,7 +322,8 @@ def test_unknown_option(capsys):
     [
         (
             ["--d-model", "30", "--n-heads", "4"],
-            "--d-model=30 is not divisible by n_heads=4; pick n_heads among the divisors",
+            "--d-model=30 is not divisible by n_heads=4; pick n_heads among the divisors of d_model: "
+            "1, 2, 3, 5, 6, 10, 15, 30",
         ),
         (["--activation", "relu"], "invalid choice: 'relu'"),
         (["--position", "rope", "--d-model", "12", "--n-heads", "4"], "head_dim=3"),

@@ -296,8 +296,8 @@ class DecoderConfig:
         if self.d_model % self.n_heads:
             raise DecoderFieldError(
                 "d_model",
-                f"={self.d_model} is not divisible by n_heads={self.n_heads}; "
-                "pick n_heads among the divisors of d_model",
+                f"={self.d_model} is not divisible by n_heads={self.n_heads}; pick n_heads among the divisors of "
+                f"d_model: {', '.join(str(k) for k in range(1, self.d_model + 1) if self.d_model % k == 0)}",
             )
         if not 0.0 <= self.dropout < 1.0:
             raise DecoderFieldError("dropout", f" must be in [0, 1), got {self.dropout!r}")
