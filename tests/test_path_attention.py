@@ -46,20 +46,25 @@ def logits_by_hand(q, k, w, beta):
     return out
 
 
-def directions_by_hand(scheme: PaTHAttention, x: torch.Tensor, layer: int):
-    """``w`` [B, H, T, D] and ``beta`` [B, H, T] from ``x`` [B, T, C], a tap and a token at a time."""
+def directions_by_hand(scheme: PaTHAttention, x: torch.Tensor, layer: int, lengths: list | None = None):
+    """``w`` [B, H, T, D] and ``beta`` [B, H, T] from ``x`` [B, T, C], a tap and a token at a time; ``lengths``, when
+    given, receives each direction's length before it was made a unit ([B, H, T])."""
     B, T, C = x.shape
     heads, d = scheme.n_heads, C // scheme.n_heads
     down, up = (m.weight.double() for m in scheme.directions[layer])
     taps = scheme.convolutions[layer].weight.double()[:, 0, :]  # [C, 3], tap 2 reads the token itself
     projected = x.double() @ down.T @ up.T
     w = torch.zeros(B, heads, T, d, dtype=torch.float64)
+    norms = torch.zeros(B, heads, T, dtype=torch.float64)
     for t in range(T):
         mixed = sum(taps[:, 2 - back] * projected[:, t - back] for back in range(3) if t - back >= 0)
         mixed = mixed * torch.sigmoid(mixed)  # SiLU
         for h in range(heads):
             part = mixed[:, h * d : (h + 1) * d]
+            norms[:, h, t] = part.norm(dim=-1)
             w[:, h, t] = part / part.norm(dim=-1, keepdim=True)
+    if lengths is not None:
+        lengths.append(norms)
     strengths = scheme.strengths[layer]
     beta = 2 * torch.sigmoid(x.double() @ strengths.weight.double().T + strengths.bias.double())
     return w, beta.transpose(1, 2)
@@ -115,8 +120,13 @@ def test_directions_and_strengths_are_read_as_the_authors_layer_reads_them(lengt
         p.data = torch.randn(p.shape, generator=g)
     x = torch.randn(2, length, 8, generator=g)
     w, beta, _ = scheme.householder(x, layer)
-    want_w, want_beta = directions_by_hand(scheme, x, layer)
-    torch.testing.assert_close(w.double(), want_w, rtol=1e-5, atol=1e-5)
+    lengths = []
+    want_w, want_beta = directions_by_hand(scheme, x, layer, lengths)
+    # A unit vector made from a near-zero one is ill-conditioned (float32 against float64, and F.normalize's eps), and
+    # weights drawn from randn leave float32 errors of up to 3e-5 in well-made ones (6,000 draws measured): directions
+    # longer than 0.01 are held to 1e-4, which a wrong tap or head (errors of order 1) still fails by far
+    kept = lengths[0] > 0.01
+    torch.testing.assert_close(w.double()[kept], want_w[kept], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(beta.double(), want_beta, rtol=1e-5, atol=1e-6)
     assert ((beta > 0) & (beta < 2)).all()
 
