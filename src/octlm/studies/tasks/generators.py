@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from octlm.declare import flag
+
 #: The data symbols: digits 0..9 of copy, reverse and passkey.
 DIGITS = 10
 #: The values of recall, drawn without repetition within an instance as Zoology draws them: with ten, four pairs
@@ -347,10 +349,14 @@ _register(
 )
 
 
+def as_flags(own: Mapping[str, object]) -> str:
+    """A task's own training as the flags it stands for: ``--task-length 4 --n-layers 2 ...``."""
+    return " ".join(f"{flag(k)} {v}" for k, v in own.items())
+
+
 def own_training_said() -> str:
     """Each task's own training as the flags it stands for: ``copy: --max-steps 2000; recall: --task-length 4 ...``."""
-    flags = lambda own: " ".join(f"--{k.replace('_', '-')} {v}" for k, v in own.items())  # noqa: E731
-    return "; ".join(f"{name}: {flags(task.training)}" for name, task in TASKS.items() if task.training)
+    return "; ".join(f"{name}: {as_flags(task.training)}" for name, task in TASKS.items() if task.training)
 
 
 __all__ = [
@@ -364,6 +370,7 @@ __all__ = [
     "TASKS",
     "WRITE",
     "Task",
+    "as_flags",
     "marked",
     "own_training_said",
     "queries",

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from octlm.declare import flag
 from octlm.studies.shared.core import mean_std
 from octlm.studies.shared.rows import layout_rows
-from octlm.studies.tasks.generators import Task
+from octlm.studies.tasks.generators import Task, as_flags
 from octlm.studies.tasks.needle import DEFAULT_TEXT, VARIANTS
 from octlm.studies.tasks.ranking import SEPARATED, separated
 from octlm.studies.tasks.records import row_label
@@ -242,7 +241,7 @@ def protocol_sentence(opts) -> str:
 def _own_training_said(opts) -> str:
     """The tasks trained otherwise (their own training, as flags): ``; recall trained with --n-layers 2 ...``."""
     said = [
-        f"{name} trained with " + " ".join(f"{flag(k)} {v}" for k, v in own.items() if k != "max_steps")
+        f"{name} trained with " + as_flags({k: v for k, v in own.items() if k != "max_steps"})
         for name, own in (opts.task_training or {}).items()
         if set(own) - {"max_steps"}
     ]
