@@ -322,7 +322,7 @@ def test_unknown_option(capsys):
     [
         (
             ["--d-model", "30", "--n-heads", "4"],
-            "--d-model=30 is not divisible by n_heads=4; pick n_heads among the divisors of d_model: "
+            "--d-model=30 is not divisible by --n-heads=4; pick --n-heads among the divisors of --d-model: "
             "1, 2, 3, 5, 6, 10, 15, 30",
         ),
         (["--activation", "relu"], "invalid choice: 'relu'"),
@@ -342,6 +342,16 @@ def test_contradictory_model_options(small_corpus, tmp_path, capsys, args, match
     assert code in (1, 2)
     assert match in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_a_config_built_in_python_names_every_option_as_python_does():
+    """The command line's refusal names flags; the same refusal from Python names the config's fields, all of them."""
+    with pytest.raises(ValueError) as err:
+        DecoderConfig(d_model=30, n_heads=4)
+    assert str(err.value) == (
+        "DecoderConfig.d_model=30 is not divisible by DecoderConfig.n_heads=4; pick DecoderConfig.n_heads among the "
+        "divisors of DecoderConfig.d_model: 1, 2, 3, 5, 6, 10, 15, 30"
+    )
 
 
 def test_overwrite_with_bad_input_keeps_the_old_run(trained_run, tmp_path, capsys):

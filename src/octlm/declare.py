@@ -301,8 +301,8 @@ def refused(err: ValueError) -> OctlmError:
     and ``rest`` attributes (:class:`~octlm.model.DecoderFieldError`): the
     message becomes ``--d-model=30 is not divisible ...``.
     """
-    field_name, rest = getattr(err, "field", None), getattr(err, "rest", None)
-    return OctlmError(flag(field_name) + rest if field_name else str(err))
+    said = getattr(err, "said", None)
+    return OctlmError(said(flag) if said is not None else str(err))
 
 
 def same_as(cls, name: str, **changes) -> dataclasses.Field:

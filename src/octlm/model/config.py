@@ -20,6 +20,7 @@ from octlm.declare import Bound, at_least, group, option, option_default, option
 from octlm.model.block_recipes import BLOCKS
 from octlm.model.canon import CANON_HELP
 from octlm.model.extras import extras_problem
+from octlm.model.field_error import DecoderFieldError
 from octlm.model.key_offset import KEY_OFFSET_HELP
 from octlm.model.layout import LayerSpec, LayoutError, layer_data, layers_given, layout_text
 from octlm.model.scheme_catalog import SCHEME_NAMES, SCHEMES, SchemeOptions, check_scheme_rules, default_scheme
@@ -40,19 +41,6 @@ ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}
 NO_SCALE = "none"
 #: ``--attention-scale`` values (:mod:`octlm.model.attention_recipes`): :data:`NO_SCALE` and ``log``.
 ATTENTION_SCALES = (NO_SCALE, "log")
-
-
-class DecoderFieldError(ValueError):
-    """A :class:`DecoderConfig` value that cannot work.
-
-    ``field`` names it and ``rest`` says the rest, so the command line can
-    name its own flag (``--d-model=30 is not ...``) where Python reads
-    ``DecoderConfig.d_model=30 is not ...``.
-    """
-
-    def __init__(self, field: str, rest: str) -> None:
-        super().__init__(f"DecoderConfig.{field}{rest}")
-        self.field, self.rest = field, rest
 
 
 def _taking_flat_scheme_options(cls):
@@ -294,10 +282,11 @@ class DecoderConfig:
             if values[name] <= 0 and name not in ("eot_id", "bigram_rows"):  # an id and a count that may be 0
                 raise DecoderFieldError(name, f" must be a positive integer, got {values[name]!r}")
         if self.d_model % self.n_heads:
+            divisors = ", ".join(str(k) for k in range(1, self.d_model + 1) if self.d_model % k == 0)
             raise DecoderFieldError(
                 "d_model",
-                f"={self.d_model} is not divisible by n_heads={self.n_heads}; pick n_heads among the divisors of "
-                f"d_model: {', '.join(str(k) for k in range(1, self.d_model + 1) if self.d_model % k == 0)}",
+                f"={self.d_model} is not divisible by {{field:n_heads}}={self.n_heads}; pick {{field:n_heads}} among "
+                f"the divisors of {{field:d_model}}: {divisors}",
             )
         if not 0.0 <= self.dropout < 1.0:
             raise DecoderFieldError("dropout", f" must be in [0, 1), got {self.dropout!r}")
