@@ -789,6 +789,10 @@ def test_overwrite_replaces_only_what_the_command_wrote(trained_run, small_corpu
     (page / "MYNOTES.txt").write_text("mine")
     assert main(["export-web", "--run", str(trained_run), "--out", str(page), "--overwrite"]) == 1
     assert "holds MYNOTES.txt besides" in capsys.readouterr().err and (page / "MYNOTES.txt").exists()
+    # without --overwrite too: the hint to add it would only lead to the refusal above
+    assert main(["export-web", "--run", str(trained_run), "--out", str(page)]) == 1
+    err = capsys.readouterr().err
+    assert "holds MYNOTES.txt besides" in err and "add --overwrite" not in err
 
 
 def test_a_length_study_never_replaces_its_own_text(small_corpus, tmp_path, capsys):

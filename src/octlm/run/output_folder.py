@@ -65,7 +65,8 @@ class OutputFolder:
                 ``overwrite`` is not set.
             foreign: for a folder that ``overwrite`` would replace, what it
                 holds that this command did not write (a person's notes, a run
-                put inside a run); any is refused, by name (``None``: no check).
+                put inside a run); any is refused, by name, with or without
+                ``overwrite`` (``None``: no check).
 
         Raises:
             OctlmError: with one of those messages, or when the path cannot be
@@ -77,8 +78,7 @@ class OutputFolder:
             reason = refuse(self)
             if reason is not None:
                 raise OctlmError(reason)
-            if not overwrite:
-                raise OctlmError(occupied)
+            # Before the hint to add --overwrite: that hint would lead to this refusal.
             found = [] if foreign is None else sorted(foreign(self))
             if found:
                 shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
@@ -86,6 +86,8 @@ class OutputFolder:
                     f"{self.flag} {self.path}: holds {shown} besides what this command writes; "
                     f"--overwrite replaces only its own output: move them out, or choose another {self.flag}"
                 )
+            if not overwrite:
+                raise OctlmError(occupied)
 
     def create(self) -> None:
         """Check the path and create the folder (``mkdir -p``), keeping what it holds."""
