@@ -16,6 +16,7 @@ One place computes it for both views: the page (:mod:`octlm.export.web`, through
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from octlm.declare import REQUIRED, at_least, check_fields, option, same_as
 from octlm.errors import RunError
 from octlm.inspect.bench import TOKEN_RULE
 from octlm.inspect.diagnostics import position_vectors
+from octlm.inspect.unseen_rows import seen_and_unseen, unseen_line
 from octlm.model import Decoder
 from octlm.model.layout import layout_text
 from octlm.model.positions import PositionVectors, facts_of
@@ -297,7 +299,9 @@ def embeddings(opts: EmbeddingsOptions, report: Reporter) -> dict:
 
     The figures are written into a hidden folder beside ``--out`` that
     replaces it only when complete (:meth:`RunFolder.staged`).
-    Returns the result dict (run, tokens with their neighbours, figures, pca_explained).
+    Returns the result dict (run, tokens with their neighbours, figures, pca_explained, and where the run keeps its
+    token files, ``rows``: the table's rows its training split selects and those it never does,
+    :func:`octlm.inspect.unseen_rows.seen_and_unseen`).
 
     Raises:
         OctlmError: for ``--k`` below 1, a missing or damaged run, a
@@ -349,6 +353,10 @@ def embeddings(opts: EmbeddingsOptions, report: Reporter) -> dict:
         "figures": figures,
         "pca_explained": [float(v) for v in explained],
     }
+    if counts is not None:
+        seen, unseen = seen_and_unseen(model.token_embedding.weight, counts)
+        result["rows"] = {"seen": dataclasses.asdict(seen), "unseen": dataclasses.asdict(unseen)}
+        lines += [line for line in [unseen_line(seen, unseen)] if line]
     report.result(result, "\n".join(lines))
     return result
 
