@@ -87,8 +87,9 @@ def _each(schemes: list[str], suffix: str, *options: str) -> Study:
 def menu_studies() -> list[Study]:
     """The first layer's menu beside its controls, one study per option (each is study-wide in ``octlm length``):
     the schemes the length study trains by default plain, with Canon-A, with Canon-ABCD and with the smear gate;
-    RoPE turning half of each head with and without the key offset; the Day-1 model with each token-table option.
-    The RoPE scalings are left to the leaderboard."""
+    RoPE turning half of each head with and without the key offset; the Day-1 model with each token-table option,
+    and widened to about the parameters of those that add some (:data:`WIDER_CONTROLS`). The RoPE scalings are left
+    to the leaderboard."""
     from octlm.model.positions import length_study_schemes
     from octlm.model.scheme_catalog import default_scheme
 
@@ -105,7 +106,14 @@ def menu_studies() -> list[Study]:
         _each([day1], "values", "--value-embeddings"),
         _each([day1], "bigram", "--bigram-rows", "5120"),
         _each([day1], "untied", "--untied-head"),
+        *(_each([day1], f"d{width}", "--d-model", str(width)) for width in WIDER_CONTROLS),
     ]
+
+
+#: The Day-1 model widened to about the parameters of the menu's options that add some: at ``d_model`` 144 it holds
+#: 667,584 (value embeddings 675,456, the untied head 675,328), at 200 1,196,000 (5,120 bigram rows 1,199,616): the
+#: nearest widths the four heads divide, each just under, so an option ahead of its control is not ahead by size.
+WIDER_CONTROLS = (144, 200)
 
 
 #: The sub-boards the findings compare within, beside the whole board: RoPE and its untrained scalings (so that the
@@ -165,6 +173,7 @@ __all__ = [
     "in_group",
     "is_scaling",
     "menu_studies",
+    "WIDER_CONTROLS",
     "rotary",
     "studies",
     "study_folder",
