@@ -116,12 +116,12 @@ INTROS = {
         "",
         "Each option of the first layer ([neighbours](neighbours.md), [training](training.md)) beside its control "
         "under the leaderboard's protocol (679 Muon steps at T = 128, three seeds), at equal steps: Canon layers and "
-        "the smear gate on the length study's schemes, the key offset on RoPE turning half of each head, the "
-        "token-table options on the Day-1 model. An option that adds parameters has a control of about its size: the "
-        "Day-1 model widened to the nearest width its heads divide under the option's parameters (`d_model` "
-        f"{WIDER_CONTROLS[0]} for value embeddings and the untied head, {WIDER_CONTROLS[1]} for the bigram table; the "
-        f"rows ending `-d{WIDER_CONTROLS[0]}` and `-d{WIDER_CONTROLS[1]}`); the parameters of each row are in its "
-        "study's `length.md`.",
+        "the smear gate on the length study's schemes whose position acts inside attention alone, the key offset on "
+        "RoPE turning half of each head, the token-table options on the Day-1 model. An option that adds parameters "
+        "has a control of about its size: the Day-1 model widened to the nearest width its heads divide under the "
+        f"option's parameters (`d_model` {WIDER_CONTROLS[0]} for value embeddings and the untied head, "
+        f"{WIDER_CONTROLS[1]} for the bigram table; the rows ending `-d{WIDER_CONTROLS[0]}` and "
+        f"`-d{WIDER_CONTROLS[1]}`); the parameters of each row are in its study's `length.md`.",
     ),
 }
 

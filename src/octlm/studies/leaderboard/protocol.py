@@ -86,16 +86,21 @@ def _each(schemes: list[str], suffix: str, *options: str) -> Study:
 
 def menu_studies() -> list[Study]:
     """The first layer's menu beside its controls, one study per option (each is study-wide in ``octlm length``):
-    the schemes the length study trains by default plain, with Canon-A, with Canon-ABCD and with the smear gate;
+    the Day-1 model plain, and the length study's schemes whose position acts inside attention alone (NoPE, RoPE,
+    ALiBi) plain, with Canon-A, with Canon-ABCD and with the smear gate;
     RoPE turning half of each head with and without the key offset; the Day-1 model with each token-table option,
     and widened to about the parameters of those that add some (:data:`WIDER_CONTROLS`). The RoPE scalings are left
     to the leaderboard."""
     from octlm.model.positions import length_study_schemes
+    from octlm.model.positions.registry import evicting_schemes
     from octlm.model.scheme_catalog import default_scheme
 
-    schemes, rope, day1 = length_study_schemes(), rotary(), default_scheme()
+    rope, day1 = rotary(), default_scheme()
+    # Order from the neighbours matters where the token's vector carries no position: the length study's schemes
+    # whose position acts inside attention alone (NoPE, RoPE, ALiBi); a learned or sinusoidal row already has it.
+    schemes = [name for name in length_study_schemes() if name in evicting_schemes()]
     return [
-        Study("plain", ("--schemes", *schemes, "--rope-scalings")),
+        Study("plain", ("--schemes", day1, *schemes, "--rope-scalings")),
         _each(schemes, "canonA", "--canon", "A"),
         _each(schemes, "canonABCD", "--canon", "ABCD"),
         _each(schemes, "smear", "--smear-gate"),
