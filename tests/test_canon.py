@@ -156,3 +156,16 @@ def test_a_length_study_trains_every_model_with_canon_and_the_first_layer_option
             "embedding added back before each block (--x0-skips) and token rows through --embedding-norm l2."
         )
     )
+    # the table's norm's companions, on a study of their own (sinusoidal refuses the scale; one scheme suffices)
+    argv[argv.index("--schemes") + 1 : argv.index("--schemes") + 3] = ["none"]
+    assert main([*argv, "--overwrite", "--embedding-scale", "sqrt-d", "--embedding-lr", "0.01"]) == 0
+    run = json.loads((out / "runs" / "none" / "config.json").read_text())
+    assert (run["model"]["embedding_scale"], run["train"]["embedding_lr"]) == ("sqrt-d", 0.01)
+    assert (
+        (out / "length.md")
+        .read_text()
+        .startswith(
+            "Every model of this study has token rows scaled by --embedding-scale sqrt-d and a token table trained at "
+            "its own peak rate 0.01 (--embedding-lr)."
+        )
+    )

@@ -249,6 +249,13 @@ def _parameters_with(options: tuple[str, ...]) -> int:
         takes_value = i + 1 < len(options) and not options[i + 1].startswith("--")
         given[name] = _number_or_text(options[i + 1]) if takes_value else True
         i += 2 if takes_value else 1
+    import dataclasses
+
+    from octlm.model.scheme_catalog import declaring
+
+    model_options = {f.name for f in dataclasses.fields(DecoderConfig)}
+    model_options |= {f.name for cls in declaring().values() for f in dataclasses.fields(cls)}
+    given = {name: value for name, value in given.items() if name in model_options}  # not --embedding-lr
     return sum(p.numel() for p in Decoder(DecoderConfig(vocab_size=1024, **given)).parameters())
 
 

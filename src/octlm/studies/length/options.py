@@ -158,6 +158,8 @@ class LengthOptions:
     smear_gate: bool = same_as(TrainOptions, "smear_gate")
     x0_skips: bool = same_as(TrainOptions, "x0_skips")
     embedding_norm: str = same_as(TrainOptions, "embedding_norm")
+    embedding_scale: str = same_as(TrainOptions, "embedding_scale")
+    embedding_lr: float | None = same_as(TrainOptions, "embedding_lr")
     rope_scalings: list[str] | None = option(
         None,
         "RoPE context-extension methods to evaluate the rope model under (default: "

@@ -247,6 +247,8 @@ def carried(options: dict) -> str:
             ("smear_gate", "a smear gate (--smear-gate)"),
             ("x0_skips", "the embedding added back before each block (--x0-skips)"),
             ("embedding_norm", "token rows through --embedding-norm {}"),
+            ("embedding_scale", "token rows scaled by --embedding-scale {}"),
+            ("embedding_lr", "a token table trained at its own peak rate {} (--embedding-lr)"),
         )
         if options.get(name) not in (None, False, "", PLAIN)  # a study from before these options has none
     ]
