@@ -82,3 +82,26 @@ def test_octlm_embeddings_says_how_many_rows_the_training_split_never_selects(tr
     assert never > 0, "the fixture's run should leave some rows unselected for this test to say anything"
     assert result["rows"]["unseen"]["rows"] == never
     assert result["rows"]["seen"]["rows"] == vocab - never
+
+
+def test_the_unseen_targets_benchmark_recomputes_the_runs_own_bits_per_byte(trained_run):
+    # Its totals are checked against octlm's evaluator (the run's final val_bpb) and its counts against numpy's.
+    import importlib.util
+
+    from octlm.run.folder import RunFolder
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("unseen_targets", REPO / "bench" / "unseen_targets.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = bench.unseen_costs(str(trained_run))
+    final = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()]
+    val_bpb = [r["val_bpb"] for r in final if r.get("kind") == "eval"][-1]
+    assert result["bits_per_byte"] == pytest.approx(val_bpb, rel=1e-5)
+    folder = RunFolder(trained_run)
+    train, val = np.asarray(folder.tokens("train")), np.asarray(folder.tokens("val"))
+    never = np.setdiff1d(np.arange(result["vocab_size"]), train)
+    assert result["rows_never_selected"] == len(never)
+    targets = val[1 : result["validation_targets"] + 1]
+    assert result["unseen_targets"] == int(np.isin(targets, never).sum())
+    assert 0 < result["mean_probability_on_unseen_rows"] < 1
