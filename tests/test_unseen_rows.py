@@ -50,6 +50,7 @@ def test_seen_and_unseen_split_the_rows_by_their_count():
         seen_and_unseen(table, np.ones(3, dtype=np.int64))
 
 
+@pytest.mark.rounding
 @pytest.mark.parametrize("untied_head", [False, True])
 def test_a_row_never_selected_moves_only_through_the_tied_heads_softmax(untied_head):
     # The module's reason for the drift: with the tied head, the gradient of a row no input or target selects is
@@ -84,6 +85,7 @@ def test_octlm_embeddings_says_how_many_rows_the_training_split_never_selects(tr
     assert result["rows"]["seen"]["rows"] == vocab - never
 
 
+@pytest.mark.rounding
 def test_the_unseen_targets_benchmark_recomputes_the_runs_own_bits_per_byte(trained_run):
     # Its totals are checked against octlm's evaluator (the run's final val_bpb) and its counts against numpy's.
     import importlib.util
