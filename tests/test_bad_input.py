@@ -163,6 +163,18 @@ def test_folder_without_text_files(tmp_path, capsys):
     assert f"no text files found in {folder} (2 skipped as empty or binary)" in err and "give --text a folder" in err
 
 
+def test_a_skipped_file_is_named_in_the_warning_itself(tmp_path, capsys):
+    # A new-user trial: the warning pointed to manifest.json, which a run that then fails never writes.
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a line\n")
+    (folder / "b.dat").write_bytes(bytes(range(256)) * 4)
+    assert main(["train", "--text", str(folder), "--out", str(tmp_path / "r"), *TINY]) == 1  # too short to split
+    err = capsys.readouterr().err
+    assert f"skipped 1 entry that is not text: {folder / 'b.dat'} (binary)" in err
+    assert not (tmp_path / "r").exists()
+
+
 def test_text_shorter_than_one_block(tmp_path, capsys):
     short = tmp_path / "short.txt"
     short.write_text("To be, or not to be, that is the question.\n" * 3)

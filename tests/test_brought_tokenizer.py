@@ -67,7 +67,8 @@ def _sentencepiece(path):
     [
         (lambda p: p, "no such file"),
         (lambda p: (p.write_text("{not json"), p)[1], "not a JSON file"),
-        (lambda p: (p.write_text('{"hello": 1}'), p)[1], "JSON, but not a tokenizer"),
+        (lambda p: (p.write_text('{"hello": 1}'), p)[1], "JSON, but not a tokenizer: no 'model', 'pre_tokenizer', "),
+        (lambda p: (p.mkdir(), p)[1], "a folder; give a tokenizer.json"),  # not "[Errno 21] Is a directory"
         (_sentencepiece, "a BPE model with a Metaspace decoder; octlm reads byte-level BPE"),
         (lambda p: byte_level(p, "<pad>"), "no end-of-text token (<|endoftext|> or <|end_of_text|>)"),
     ],

@@ -93,7 +93,8 @@ def test_toml_config_and_flags_win(small_corpus, tmp_path, capsys):
         ("max_steps = 'ten'\n", "'max_steps' must be int"),
         ("position = 'x'\n", "must be one of"),
         ("= broken", "not valid TOML"),
-        ("max_step = 5\n", "did you mean 'max_steps'?"),
+        ("max_step = 5\n", "did you mean 'max_steps'? the keys are this command's options (the command's --help"),
+        ("bogus = 1\n", "the keys are this command's options: activation, "),  # no near spelling: the list
         ("max_steps = 2\nmax-steps = 3\n", "'max_steps' and 'max-steps' are the same option; keep one of them"),
         ("text = []\n", "key 'text' is an empty list"),  # not a silent switch to the standard library
         ("text = 5\n", "key 'text' must be a list of str, got 5"),  # shown as written, not as [5]

@@ -210,6 +210,7 @@ def test_embeddings_defaults_and_a_scheme_without_vectors(small_corpus, tmp_path
     "args,match",
     [
         (["--token", "a b c d e"], "tokens"),
+        (["--token", ""], "--token '' is no token; give a token's text"),  # not "0 tokens ...; give one of them"
         (["--token", "99999"], "outside the vocabulary"),
         (["--k", "0"], "--k must be >= 1"),
     ],

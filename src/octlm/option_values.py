@@ -78,10 +78,10 @@ def checked_values(values: Mapping, where: str, cls, stored: bool = False) -> di
             if stored:
                 continue
             close = difflib.get_close_matches(name, kinds, n=1)
+            # A near spelling is the likely fix; the whole list (some 70 keys) only where there is none.
+            keys = " (the command's --help lists them, - written _)" if close else f": {', '.join(sorted(kinds))}"
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise OctlmError(
-                f"{where}: unknown key {key!r}; {hint}the keys are this command's options: {', '.join(sorted(kinds))}"
-            )
+            raise OctlmError(f"{where}: unknown key {key!r}; {hint}the keys are this command's options{keys}")
         if name in spelled:
             raise OctlmError(f"{where}: {spelled[name]!r} and {key!r} are the same option; keep one of them")
         spelled[name] = key

@@ -256,8 +256,16 @@ class Tokenizer:
             state = json.loads(text)
         except FileNotFoundError:
             raise DataError(f"{where}: no such file; {give}") from None
+        except IsADirectoryError:
+            raise DataError(f"{where}: a folder; {give}, the file itself (often FOLDER/tokenizer.json)") from None
         except (OSError, UnicodeDecodeError, ValueError) as err:
             raise DataError(f"{where}: not a JSON file ({str(err).splitlines()[0][:100]}); {give}") from None
+        missing = [
+            key for key in ("model", "pre_tokenizer", "decoder") if not isinstance(state, dict) or key not in state
+        ]
+        if missing:
+            # tokenizers' own parse error on such a file reads as if the JSON were broken
+            raise DataError(f"{where}: JSON, but not a tokenizer: no {', '.join(map(repr, missing))} key; {give}")
         try:
             hf = HFTokenizer.from_str(text)
         except Exception as err:  # tokenizers raises a bare Exception

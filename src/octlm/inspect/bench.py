@@ -97,9 +97,11 @@ def parse_token(spec: str, tokenizer: Tokenizer | None, vocab_size: int) -> int:
     if tokenizer is None:
         raise OctlmError(f"--token {spec!r}: text needs a tokenizer; give --run RUN_DIR or a numeric id")
     ids = tokenizer.encode(spec)
+    if not ids:
+        raise OctlmError(f"--token {spec!r} is no token; give a token's text (' the') or its id (42)")
     if len(ids) != 1:
         # visible_token, not repr: a byte token's label already reads \xc2, which repr would double
-        pieces = ", ".join(f"'{visible_token(tokenizer.token_str(i))}'" for i in ids) or "nothing"
+        pieces = ", ".join(f"'{visible_token(tokenizer.token_str(i))}'" for i in ids)
         raise OctlmError(f"--token {spec!r} is {len(ids)} tokens ({pieces}); give one of them")
     return ids[0]
 

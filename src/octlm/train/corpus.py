@@ -338,11 +338,14 @@ def _report_sources(
     # only what was skipped or repeated in the person's own text is worth a warning. manifest.json lists both.
     own = info["source"]["kind"] != "python-stdlib"
     records = [entry["path"] for entry in info["skipped"] if "format" in entry]
-    if len(info["skipped"]) > len(records) and own:
-        report.warn(
-            f"skipped {len(info['skipped']) - len(records)} entries that are not text: empty, binary or special files, "
-            "octlm runs, or folders reached twice through links (manifest.json lists them)"
+    other = [f"{entry['path']} ({entry['reason']})" for entry in info["skipped"] if "format" not in entry]
+    if other and own:
+        # Named here: a run that then fails (a text too short to split) writes no manifest.json to look in.
+        shown = "; ".join(other[:3]) + (
+            f"; and {len(other) - 3} more (manifest.json lists them)" if len(other) > 3 else ""
         )
+        said = "1 entry that is" if len(other) == 1 else f"{len(other)} entries that are"
+        report.warn(f"skipped {said} not text: {shown}")
     if records:
         shown = ", ".join(records[:3]) + (f" and {len(records) - 3} more" if len(records) > 3 else "")
         report.warn(
