@@ -143,3 +143,33 @@ def test_ctrl_c_while_the_parser_imports_torch_exits_130_without_a_traceback(mon
     monkeypatch.setattr(program, "build_parser", interrupted)
     assert program.main(["attention", "--run", "nowhere"]) == 130
     assert capsys.readouterr().err == "octlm: interrupted before it started; nothing was written\n"
+
+
+class _GoneTerminal:
+    """A stream whose every write fails as a closed terminal's (EIO) or a full disk's (ENOSPC) does."""
+
+    def __init__(self, errno_: int) -> None:
+        self.errno = errno_
+
+    def write(self, text: str) -> int:
+        raise OSError(self.errno, os.strerror(self.errno))
+
+    def flush(self) -> None:
+        raise OSError(self.errno, os.strerror(self.errno))
+
+
+def test_a_terminal_gone_before_the_hangup_handler_ran_drops_the_write(monkeypatch):
+    # A fresh clone's test run once saw the run above end with status 1: under load, a write reached the closed
+    # terminal (EIO) before the SIGHUP handler had wrapped the streams.
+    import errno
+
+    from octlm.train.signals import StopSignals
+
+    gone, full = _GoneTerminal(errno.EIO), _GoneTerminal(errno.ENOSPC)
+    monkeypatch.setattr(sys, "stdout", gone)
+    monkeypatch.setattr(sys, "stderr", full)
+    with StopSignals(force_on_repeat=True):
+        print("step 200: val loss 1.0", flush=True)  # dropped: the terminal is gone
+        with pytest.raises(OSError, match="No space"):
+            print("a full disk is not a hung-up terminal", file=sys.stderr, flush=True)
+    assert sys.stdout is gone and sys.stderr is full  # put back as they were

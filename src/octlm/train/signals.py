@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 import threading
@@ -14,26 +15,43 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SI
 
 
 class _HungUpStream:
-    """A standard stream whose terminal may have hung up: what it cannot write (a hung-up terminal answers EIO) is
-    dropped."""
+    """A standard stream whose terminal may hang up: a write the terminal answers with EIO (it is gone) is dropped, and
+    after SIGHUP (``hung_up``) any write that fails is."""
 
-    def __init__(self, stream) -> None:
-        self._stream = stream
+    def __init__(self, stream, hung_up: bool) -> None:
+        self._stream, self.hung_up = stream, hung_up
 
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
-        except OSError:
-            return len(text)
+        except OSError as err:
+            if self.hung_up or err.errno == errno.EIO:
+                return len(text)
+            raise
 
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except OSError:
-            pass
+        except OSError as err:
+            if not (self.hung_up or err.errno == errno.EIO):
+                raise
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
+
+
+def _guard_streams(hung_up: bool) -> dict[str, object]:
+    """Wrap ``sys.stdout`` and ``sys.stderr`` in :class:`_HungUpStream` (marking a wrapped one ``hung_up`` when
+    asked); the streams replaced, by name."""
+    replaced = {}
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, _HungUpStream):
+            stream.hung_up = stream.hung_up or hung_up
+        elif stream is not None:
+            replaced[name] = stream
+            setattr(sys, name, _HungUpStream(stream, hung_up))
+    return replaced
 
 
 def survive_hangup(signum: int) -> None:
@@ -45,10 +63,7 @@ def survive_hangup(signum: int) -> None:
     sent by hand) or a file the output was redirected to.
     """
     if signum == getattr(signal, "SIGHUP", None):
-        for name in ("stdout", "stderr"):
-            stream = getattr(sys, name)
-            if stream is not None and not isinstance(stream, _HungUpStream):
-                setattr(sys, name, _HungUpStream(stream))
+        _guard_streams(hung_up=True)
 
 
 class StopSignals:
@@ -65,6 +80,7 @@ class StopSignals:
         self.requested = False
         self.force_on_repeat = force_on_repeat
         self._previous: dict[int, object] = {}
+        self._streams: dict[str, object] = {}
 
     def _handle(self, signum, frame) -> None:
         survive_hangup(signum)
@@ -76,11 +92,18 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, *STOP_SIGNALS):
                 self._previous[signum] = signal.signal(signum, self._handle)
+            # A terminal closing mid-write answers EIO before the SIGHUP handler has run: that write must not end
+            # the run with an error instead of the stop the signal asks for.
+            self._streams = _guard_streams(hung_up=False)
         return self
 
     def __exit__(self, *exc) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
+        for name, stream in self._streams.items():
+            current = getattr(sys, name)
+            if isinstance(current, _HungUpStream) and current._stream is stream and not current.hung_up:
+                setattr(sys, name, stream)  # after a hangup the guard stays, for the messages still to come
 
 
 __all__ = ["STOP_SIGNALS", "StopSignals", "survive_hangup"]
