@@ -92,7 +92,7 @@ def write(out: Path, corpora: list[str], doc: Path | None, readme: Path | None, 
         text = readme.read_text(encoding="utf-8")
         # A scaling is a reading of its scheme's row: the document shows every one, the README their finding.
         columns = [r for r in records if r["record"] == "column"]
-        table = readme_table(columns, records[0]["corpora"], is_scaling)
+        table = readme_table(columns, {name: CORPORA[name].short for name in records[0]["corpora"]}, is_scaling)
         if records[0]["not_run"]:
             table += f"\n\nNot run yet, so not on this board: {'; '.join(records[0]['not_run'].values())}."
         text = between(text, START, END, table, readme)

@@ -74,9 +74,9 @@ def reading_table(columns: list[dict], train_length: int) -> str:
 def readme_table(
     columns: list[dict], titles: dict[str, str], hidden: Callable[[str], bool] = lambda label: False
 ) -> str:
-    """The README's table: a row per board row but the ``hidden`` ones, per corpus the non-overlapping windows at 1x,
-    4x and 16x T; the best bold, a row not separated from it marked ≈ (the best and the marks are the whole
-    board's)."""
+    """The README's table: a row per board row but the ``hidden`` ones, per corpus (``titles``: its column head) the
+    non-overlapping windows at 1x, 4x and 16x T; the best bold, a row not separated from it marked ≈ (the best and
+    the marks are the whole board's)."""
     chosen = [
         col
         for corpus in titles
@@ -84,7 +84,7 @@ def readme_table(
         for col in columns
         if col["corpus"] == corpus and col["reading"] == "bpb" and col["multiplier"] == m
     ]
-    heads = [f"{titles[col['corpus']].split(' ')[0]} {col['multiplier']}x" for col in chosen]
+    heads = [f"{titles[col['corpus']]} {col['multiplier']}x" for col in chosen]
     lines = ["| row | " + " | ".join(heads) + " |", "| --- |" + " --- |" * len(heads)]
     for label in (label for label in _labels(chosen) if not hidden(label)):
         out = []

@@ -35,17 +35,18 @@ def _stdlib_packages() -> list[str]:
 
 @dataclass(frozen=True)
 class Corpus:
-    """One text the leaderboard trains on: ``name`` names its study folders, ``title`` its tables; ``text()`` gives
-    ``--text``'s values."""
+    """One text the leaderboard trains on: ``name`` names its study folders, ``title`` its tables and findings,
+    ``short`` the README table's column heads; ``text()`` gives ``--text``'s values."""
 
     name: str
     title: str
     text: Callable[[], list[str]]
+    short: str
 
 
 CORPORA = {
-    "shakespeare": Corpus("shakespeare", "tinyshakespeare", lambda: ["tinyshakespeare"]),
-    "stdlib": Corpus("stdlib", "the standard library (seven packages)", _stdlib_packages),
+    "shakespeare": Corpus("shakespeare", "tinyshakespeare", lambda: ["tinyshakespeare"], "tinyshakespeare"),
+    "stdlib": Corpus("stdlib", "the standard library (seven packages)", _stdlib_packages, "stdlib"),
 }
 
 
