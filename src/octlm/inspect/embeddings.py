@@ -299,8 +299,8 @@ def embeddings(opts: EmbeddingsOptions, report: Reporter) -> dict:
 
     The figures are written into a hidden folder beside ``--out`` that
     replaces it only when complete (:meth:`RunFolder.staged`).
-    Returns the result dict (run, tokens with their neighbours, figures, pca_explained, and where the run keeps its
-    token files, ``rows``: the table's rows its training split selects and those it never does,
+    Returns the result dict (run, tokens with their neighbours, figures, pca_explained, and, when the run folder
+    keeps its token files, ``rows``: the table's rows its training split selects and those it never does,
     :func:`octlm.inspect.unseen_rows.seen_and_unseen`).
 
     Raises:
