@@ -67,8 +67,9 @@ class CanonConv(nn.Module):
         if state is not None:
             state[self.point] = full[:, full.shape[1] - held :].detach()
         # [B, K - 1 + T, W] read as [B, W, 1, K - 1 + T] is already a channels-last image, so a 2-D depthwise
-        # convolution takes it as it lies: conv1d wanted [B, W, T] contiguous, and copying there and back (and
-        # conv1d's backward) cost 2.4 times as much on CPU (bench/forward_ab.py --base-canon).
+        # convolution takes it as it lies: conv1d wanted [B, W, T] contiguous, and the copies there and back with
+        # conv1d's backward took 2.4 times as long on CPU; a Canon-ABCD training step runs 1.3 times as fast
+        # (bench/forward_ab.py --base-canon).
         image = full.unsqueeze(1).permute(0, 3, 1, 2)
         return h + F.conv2d(image, self.weight.unsqueeze(2).to(h.dtype), groups=W).permute(0, 2, 3, 1).squeeze(1)
 
