@@ -8,8 +8,9 @@
 another, each continued where it stopped when the command is given again (a finished one is kept), then writes
 ``leaderboard.jsonl`` and ``leaderboard.md`` into ``--out``. ``write`` writes them again from the finished studies,
 and with ``--doc`` and ``--readme`` also docs/leaderboard.md and the README's table between its
-``<!-- leaderboard:start -->`` and ``<!-- leaderboard:end -->`` lines; ``leaderboard.png`` (and
-``docs/leaderboard.png`` beside the document) draws every row against the length.
+``<!-- leaderboard:start -->`` and ``<!-- leaderboard:end -->`` lines; ``leaderboard.png`` (and a figure named after
+the document beside it, such as ``docs/leaderboard.png``) draws every row against the length. The menu board's
+document also holds each option against its controls (:func:`octlm.studies.leaderboard.protocol.menu_controls`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,16 @@ from octlm.studies.leaderboard.board import Source, corpus_columns, method
 from octlm.studies.leaderboard.figure import FIGURE, leaderboard_figure
 from octlm.studies.leaderboard.findings import findings
 from octlm.studies.leaderboard.markdown import document, readme_table
-from octlm.studies.leaderboard.protocol import BOARDS, CORPORA, GROUPS, command, in_group, is_scaling, study_folder
+from octlm.studies.leaderboard.protocol import (
+    BOARDS,
+    CORPORA,
+    GROUPS,
+    command,
+    in_group,
+    is_scaling,
+    menu_controls,
+    study_folder,
+)
 from octlm.studies.shared.progress import PROGRESS
 
 START, END = "<!-- leaderboard:start -->", "<!-- leaderboard:end -->"
@@ -44,8 +54,8 @@ def commands(out: Path, corpora: list[str], board: str = "schemes") -> list[list
 #: How the documents write the interpreter's standard library folder, and the line that sets it.
 STDLIB = "$STDLIB"
 STDLIB_LINE = "STDLIB=$(python -c 'import sysconfig; print(sysconfig.get_paths()[\"stdlib\"])')"
-#: Where the documents say the leaderboard's folder is (this machine's own folder is no reader's).
-SHOWN_OUT = Path("runs/leaderboard")
+#: Where the documents say each board's folder is (this machine's own folder is no reader's).
+SHOWN_OUT = {"schemes": Path("runs/leaderboard"), "menu": Path("runs/menu")}
 
 
 def shown(argv: list[str]) -> str:
@@ -57,8 +67,8 @@ def shown(argv: list[str]) -> str:
 
 def shown_commands(corpora: list[str], kind: str) -> list[str]:
     """The commands the documents give: the leaderboard's run, then each study's, in :data:`SHOWN_OUT`."""
-    lines = [shown(argv) for argv in commands(SHOWN_OUT, corpora, kind)]
-    run = f"python scripts/leaderboard.py run --out {SHOWN_OUT} --corpus {' '.join(corpora)}"
+    lines = [shown(argv) for argv in commands(SHOWN_OUT[kind], corpora, kind)]
+    run = f"python scripts/leaderboard.py run --out {SHOWN_OUT[kind]} --corpus {' '.join(corpora)}"
     board = f" --board {kind}" if kind != "schemes" else ""
     head = [f"{run}{board}   # all of the below, then the board", "# or study by study:"]
     return head + ([STDLIB_LINE] if any(STDLIB in line for line in lines) else []) + lines
@@ -71,9 +81,10 @@ def board(out: Path, corpora: list[str], kind: str = "schemes") -> list[dict]:
     head = {"record": "leaderboard", "board": kind, **method(), "corpora": titles, "not_run": left}
     records: list[dict] = [head]
     groups = {g: (lambda label, g=g: in_group(g, label)) for g in GROUPS} if kind == "schemes" else {}
+    controls = menu_controls() if kind == "menu" else {}
     for name in corpora:
         sources = [Source(name, study_folder(out, CORPORA[name], s), s.rows) for s in BOARDS[kind]()]
-        columns, found = corpus_columns(name, sources, groups)
+        columns, found = corpus_columns(name, sources, groups, controls)
         records += found + columns
     return records
 
@@ -81,13 +92,13 @@ def board(out: Path, corpora: list[str], kind: str = "schemes") -> list[dict]:
 def write(out: Path, corpora: list[str], doc: Path | None, readme: Path | None, kind: str = "schemes") -> None:
     """Write ``leaderboard.jsonl`` and ``leaderboard.md`` into ``out`` (and ``doc`` and the README's table)."""
     records = board(out, corpora, kind)
-    text = document(records, shown_commands(corpora, kind))
     atomic_write(out / "leaderboard.jsonl", "".join(json.dumps(r) + "\n" for r in records).encode())
-    atomic_write(out / "leaderboard.md", text.encode())
+    atomic_write(out / "leaderboard.md", document(records, shown_commands(corpora, kind), FIGURE).encode())
     save_png(leaderboard_figure(records), out / FIGURE)
     if doc is not None:
-        atomic_write(doc, text.encode())
-        save_png(leaderboard_figure(records), doc.with_name(doc.stem + ".png"))
+        figure = doc.with_name(doc.stem + ".png")
+        atomic_write(doc, document(records, shown_commands(corpora, kind), figure.name).encode())
+        save_png(leaderboard_figure(records), figure)
     if readme is not None:
         text = readme.read_text(encoding="utf-8")
         # A scaling is a reading of its scheme's row: the document shows every one, the README their finding.

@@ -217,65 +217,6 @@ def test_write_makes_the_document_the_figure_and_the_readme_table(tmp_path):
     ]  # fmt: skip
 
 
-def test_the_menu_measures_each_option_beside_a_control_it_pairs_with():
-    from octlm.studies.leaderboard.protocol import menu_studies
-
-    plain, *options = menu_studies()
-    controls = set(plain.options[plain.options.index("--schemes") + 1 : plain.options.index("--rope-scalings")])
-    labels = [label for study in options for label in study.rows.values()]
-    assert len(labels) == len(set(labels)) and not set(labels) & controls  # no row shadows another
-    for study in options:
-        assert all(label == f"{scheme}-{study.name}" for scheme, label in study.rows.items())
-        assert set(study.rows) <= controls or study.name.startswith("half")  # the key offset's control is "half"
-
-
-def _number_or_text(value: str) -> int | float | str:
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    return value
-
-
-def _parameters_with(options: tuple[str, ...]) -> int:
-    """The Day-1 model's parameters (vocab 1,024, as the board trains) with a menu study's model options."""
-    from octlm import Decoder, DecoderConfig
-
-    given, i = {"position": options[options.index("--schemes") + 1]}, 0
-    options = options[options.index("--schemes") + 2 : options.index("--rope-scalings")]
-    while i < len(options):
-        name = options[i][2:].replace("-", "_")
-        takes_value = i + 1 < len(options) and not options[i + 1].startswith("--")
-        given[name] = _number_or_text(options[i + 1]) if takes_value else True
-        i += 2 if takes_value else 1
-    import dataclasses
-
-    from octlm.model.scheme_catalog import declaring
-
-    model_options = {f.name for f in dataclasses.fields(DecoderConfig)}
-    model_options |= {f.name for cls in declaring().values() for f in dataclasses.fields(cls)}
-    given = {name: value for name, value in given.items() if name in model_options}  # not --embedding-lr
-    return sum(p.numel() for p in Decoder(DecoderConfig(vocab_size=1024, **given)).parameters())
-
-
-def test_each_menu_option_that_adds_parameters_has_a_wider_control_of_about_its_size():
-    from octlm.model.scheme_catalog import default_scheme
-    from octlm.studies.leaderboard.protocol import menu_studies
-
-    day1 = _parameters_with(("--schemes", default_scheme(), "--rope-scalings"))
-    sized = {s.name: _parameters_with(s.options) for s in menu_studies() if len(s.rows) == 1}
-    controls = {name: n for name, n in sized.items() if name.startswith("d") and name[1:].isdigit()}
-    assert len(controls) == 2
-    for name, n in sized.items():
-        if name in controls or n - day1 < 0.05 * day1:
-            continue
-        nearest = min(controls.values(), key=lambda c: abs(c - n))
-        assert 0 <= n - nearest < 0.02 * n, f"{name}: {n:,} parameters, nearest control {nearest:,}"
-        wider = [c for c in controls.values() if c > nearest]
-        assert all(c > n for c in wider)  # the nearest width under the option, not just a near one
-
-
 def test_a_finding_says_the_best_the_rows_not_separated_from_it_and_the_nearest_behind():
     from octlm.studies.leaderboard.findings import clause
 

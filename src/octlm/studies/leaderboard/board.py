@@ -8,7 +8,8 @@ with the seeds (:func:`octlm.studies.shared.confidence.compare_many`, all of a c
 draws), giving its difference from the best with a 95% interval, and the verdict of
 :func:`octlm.studies.length.comparisons.verdict`: ``behind`` (the whole interval above zero), ``not separated``
 (the interval holds zero: the row may be as good as the best) or ``equal`` (it computes the same numbers, such as
-every RoPE scaling at 1x). ``seeds_agreeing`` counts the seeds whose own interval gives the same verdict.
+every RoPE scaling at 1x). ``seeds_agreeing`` counts the seeds whose own interval gives the same verdict. The menu
+board also compares each option's row with its controls the same way (:func:`pair_records`).
 """
 
 from __future__ import annotations
@@ -149,14 +150,18 @@ def _status(label: str, labels: dict, scored: dict) -> dict:
 
 
 def corpus_columns(
-    corpus: str, sources: list[Source], groups: dict[str, Callable[[str], bool]] | None = None
+    corpus: str,
+    sources: list[Source],
+    groups: dict[str, Callable[[str], bool]] | None = None,
+    controls: dict[str, tuple[str, ...]] | None = None,
 ) -> tuple[list[dict], list[dict]]:
     """Every column of one corpus (by reading, then length), then each group's columns, and each study's record
     (folder, version, options).
 
     ``groups`` maps a sub-board's name to the rows it holds; its columns are records of kind ``group`` (the
     ``group`` field names it), compared within the group as a column is within the board, at the lengths where the
-    group has two rows or more.
+    group has two rows or more. ``controls`` (board label -> the labels it is compared with) adds the records of
+    :func:`pair_records` after the columns.
 
     Raises:
         OctlmError: from :func:`read_source` and :func:`check_same_protocol`.
@@ -181,7 +186,42 @@ def corpus_columns(
             labels = {k: v for k, v in by[(reading, length)].items() if holds(k)}
             if len(labels) > 1:
                 columns.append(column(corpus, reading, length, labels, all_seeds) | {"record": "group", "group": name})
-    return columns, studies
+    return columns + pair_records(corpus, rows, controls or {}, all_seeds), studies
+
+
+def pair_records(
+    corpus: str, rows: list[dict], controls: dict[str, tuple[str, ...]], all_seeds: list[int]
+) -> list[dict]:
+    """Each row against each of its ``controls`` (board label -> labels), per reading and length where both rows
+    hold every seed's windows: records of kind ``pair`` with the difference (row minus control) in bits per byte, its
+    95% interval from the paired bootstrap over the windows crossed with the seeds (all of a column's pairs under the
+    same window draws), the verdict (``ahead``: the whole interval below zero, ``behind``, ``not separated``,
+    ``equal``) and ``seeds_agreeing``, as a column gives them against its best."""
+    by, records = _by_column(rows), []
+    for reading, length in sorted(by, key=lambda key: (list(WINDOWS).index(key[0]), key[1])):
+        labels, (nats_key, bytes_key) = by[(reading, length)], WINDOWS[reading]
+        scored = {
+            k
+            for k, v in labels.items()
+            if sorted(v) == all_seeds and all(r.get(nats_key) is not None for r in v.values())
+        }
+        chosen = [(row, c) for row, cs in controls.items() for c in cs if row in scored and c in scored]
+        if not chosen:
+            continue
+        windows = {
+            k: np.array([labels[k][s][nats_key] for s in all_seeds], np.float64) for pair in chosen for k in pair
+        }
+        total = np.asarray(labels[chosen[0][0]][all_seeds[0]][bytes_key], dtype=np.float64)
+        results = compare_many([(windows[a], windows[b]) for a, b in chosen], total)
+        for (row, control), result in zip(chosen, results, strict=True):
+            said = verdict(result.combined.low, result.combined.high)
+            records.append(
+                {"record": "pair", "corpus": corpus, "reading": reading, "eval_length": length}
+                | {"multiplier": labels[row][all_seeds[0]]["multiplier"], "row": row, "control": control}
+                | {"status": SAID[said], **result.combined.as_dict()}
+                | {"seeds_agreeing": sum(verdict(s.low, s.high) == said for s in result.per_seed)}
+            )
+    return records
 
 
 def method() -> dict:
@@ -189,4 +229,4 @@ def method() -> dict:
     return {"confidence": CONFIDENCE, "resamples": RESAMPLES, "bootstrap_seed": BOOTSTRAP_SEED}
 
 
-__all__ = ["SAID", "Source", "check_same_protocol", "column", "corpus_columns", "method", "read_source"]
+__all__ = ["SAID", "Source", "check_same_protocol", "column", "corpus_columns", "method", "pair_records", "read_source"]

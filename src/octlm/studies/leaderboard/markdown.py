@@ -119,15 +119,58 @@ INTROS = {
         "the smear gate on the length study's schemes whose position acts inside attention alone, the key offset on "
         "RoPE turning half of each head, the token-table options on the Day-1 model. An option that adds parameters "
         "has a control of about its size: the Day-1 model widened to the nearest width its heads divide under the "
-        f"option's parameters (`d_model` {WIDER_CONTROLS[0]} for value embeddings and the untied head, "
-        f"{WIDER_CONTROLS[1]} for the bigram table; the rows ending `-d{WIDER_CONTROLS[0]}` and "
-        f"`-d{WIDER_CONTROLS[1]}`); the parameters of each row are in its study's `length.md`.",
+        "option's parameters ("
+        + "; ".join(f"`d_model` {w} for {', '.join(f'`{n}`' for n in names)}" for w, names in WIDER_CONTROLS.items())
+        + ", the rows ending `-d<width>`); the parameters of each row are in its study's `length.md`.",
     ),
 }
 
 
-def document(records: list[dict], commands: list[str]) -> str:
-    """docs/leaderboard.md from the board's records (``leaderboard.jsonl``) and the commands that made it."""
+def pair_cell(p: dict, seeds: int) -> str:
+    """One cell of a table of options against their controls: the difference (option minus control) with its
+    interval and agreeing seeds, bold where the option is ahead at 95%, ``≈`` where not separated."""
+    text = f"{signed(p['difference'])} [{signed(p['low'])}, {signed(p['high'])}], {p['seeds_agreeing']}/{seeds}"
+    return {"ahead": f"**{text}**", "not separated": f"≈ {text}", "equal": f"= {text}"}.get(p["status"], text)
+
+
+def pairs_table(pairs: list[dict], seeds: int) -> str:
+    """One corpus's options against their controls in one reading: a line per pair, a column per length (``n/a``
+    where either row has no score, such as a learned table past T), then per length the options ahead and behind."""
+    multipliers = sorted({p["multiplier"] for p in pairs})
+    lengths = {p["multiplier"]: p["eval_length"] for p in pairs}
+    found = {(p["row"], p["control"], p["multiplier"]): p for p in pairs}
+    lines = ["| option − control | " + " | ".join(f"{m}x ({lengths[m]})" for m in multipliers) + " |"]
+    lines.append("| --- |" + " --- |" * len(multipliers))
+    for row, control in dict.fromkeys((p["row"], p["control"]) for p in pairs):
+        cells = [pair_cell(p, seeds) if (p := found.get((row, control, m))) else "n/a" for m in multipliers]
+        lines.append(f"| `{row}` − `{control}` | " + " | ".join(cells) + " |")
+    lines.append("")
+    for m in multipliers:
+        said = {
+            verdict: ", ".join(
+                f"`{p['row']}` (vs `{p['control']}`)" for p in pairs if p["multiplier"] == m and p["status"] == verdict
+            )
+            for verdict in ("ahead", "behind")
+        }
+        lines.append(
+            f"* at {m}x ahead of the control: {said['ahead'] or 'no option'}; behind it: {said['behind'] or 'no option'}"
+        )
+    return "\n".join(lines)
+
+
+PAIRS_INTRO = (
+    "Each option's row minus each of its controls, in bits per byte (below zero: the option predicts better), with "
+    "the 95% interval of the same paired bootstrap and the seeds that agree alone; **bold**: the option is ahead at "
+    "95%; `≈`: not separated. The controls: a position option against its scheme plain, and on NoPE and ALiBi also "
+    "against RoPE plain and RoPE with the same option; the key offset against RoPE turning half of each head; a "
+    "token-table option against the Day-1 model and, where it adds parameters, the Day-1 model widened to about its "
+    "size."
+)
+
+
+def document(records: list[dict], commands: list[str], figure: str = "leaderboard.png") -> str:
+    """docs/leaderboard.md (or the menu board's document) from the board's records (``leaderboard.jsonl``) and the
+    commands that made it; ``figure``: the file name of the board's figure beside it."""
     head = next(r for r in records if r["record"] == "leaderboard")
     sources = [r for r in records if r["record"] == "source"]
     columns = [r for r in records if r["record"] == "column"]
@@ -152,7 +195,7 @@ def document(records: list[dict], commands: list[str]) -> str:
         "the best row's numbers (every RoPE scaling at 1x); `n/a`: the row has no score there (a learned table past "
         "T); `not run`: some seed is missing.",
         "",
-        "![Every row's bits per byte against the evaluation length](leaderboard.png)",
+        f"![Every row's bits per byte against the evaluation length]({figure})",
     ]
     if head.get("not_run"):
         lines += [
@@ -168,7 +211,14 @@ def document(records: list[dict], commands: list[str]) -> str:
             chosen = [c for c in columns if c["corpus"] == corpus and c["reading"] == reading]
             if chosen:
                 lines += ["", f"## {title}, {reading_title}", "", reading_table(chosen, train_length)]
+        ours = [c for col in columns if col["corpus"] == corpus for c in col["cells"]]
+        seeds = max((len(c.get("seeds", [])) for c in ours), default=1)
+        for reading, reading_title in READING_TITLES.items():
+            pairs = [p for p in records if p["record"] == "pair" and p["corpus"] == corpus and p["reading"] == reading]
+            if pairs:
+                lines += ["", f"## {title}: each option against its controls, {reading_title}", "", PAIRS_INTRO]
+                lines += ["", pairs_table(pairs, seeds)]
     return "\n".join(lines) + "\n"
 
 
-__all__ += ["document"]
+__all__ += ["PAIRS_INTRO", "document", "pair_cell", "pairs_table"]

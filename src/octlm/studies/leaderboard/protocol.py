@@ -119,10 +119,39 @@ def menu_studies() -> list[Study]:
     ]
 
 
-#: The Day-1 model widened to about the parameters of the menu's options that add some: at ``d_model`` 144 it holds
-#: 667,584 (value embeddings 675,456, the untied head 675,328), at 200 1,196,000 (5,120 bigram rows 1,199,616): the
-#: nearest widths the four heads divide, each just under, so an option ahead of its control is not ahead by size.
-WIDER_CONTROLS = (144, 200)
+#: The Day-1 model widened to about the parameters of the menu's options that add some, and the options (study names)
+#: each width matches: at ``d_model`` 144 it holds 667,584 (value embeddings 675,456, the untied head 675,328), at 200
+#: 1,196,000 (5,120 bigram rows 1,199,616): the nearest widths the four heads divide, each just under, so an option
+#: ahead of its control is not ahead by size.
+WIDER_CONTROLS = {144: ("values", "untied"), 200: ("bigram",)}
+
+
+def menu_controls() -> dict[str, tuple[str, ...]]:
+    """Each option's row on the menu board and the rows it is compared with, window by window (board labels).
+
+    A position option (Canon-A, Canon-ABCD, the smear gate) is compared with its scheme plain; with every scheme but
+    RoPE also with RoPE plain and RoPE with the same option, the comparisons of Allen-Zhu 2025 (Canon lifts NoPE to
+    RoPE) and of the public small-scale check. The key offset is compared with RoPE turning half of each head (its
+    only difference) and with RoPE; RoPE turning half with RoPE. A token-table option is compared with the Day-1
+    model, and one that adds parameters also with the Day-1 model widened to about its size (:data:`WIDER_CONTROLS`).
+    """
+    from octlm.model.positions import length_study_schemes
+    from octlm.model.positions.registry import evicting_schemes
+    from octlm.model.scheme_catalog import default_scheme
+
+    rope, day1 = rotary(), default_scheme()
+    pairs: dict[str, tuple[str, ...]] = {}
+    for option in ("canonA", "canonABCD", "smear"):
+        for scheme in (name for name in length_study_schemes() if name in evicting_schemes()):
+            beside_rope = () if scheme == rope else (rope, f"{rope}-{option}")
+            pairs[f"{scheme}-{option}"] = (scheme, *beside_rope)
+    pairs[f"{rope}-half"] = (rope,)
+    pairs[f"{rope}-half-koff"] = (f"{rope}-half", rope)
+    wider = {name: f"{day1}-d{width}" for width, names in WIDER_CONTROLS.items() for name in names}
+    for study in menu_studies():
+        if list(study.rows) == [day1] and study.name not in (f"d{width}" for width in WIDER_CONTROLS):
+            pairs[study.rows[day1]] = (day1, *([wider[study.name]] if study.name in wider else []))
+    return pairs
 
 
 #: The sub-boards the findings compare within, beside the whole board: RoPE and its untrained scalings (so that the
@@ -181,6 +210,7 @@ __all__ = [
     "command",
     "in_group",
     "is_scaling",
+    "menu_controls",
     "menu_studies",
     "WIDER_CONTROLS",
     "rotary",
