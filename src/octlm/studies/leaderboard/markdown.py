@@ -150,11 +150,10 @@ def pairs_table(pairs: list[dict], seeds: int) -> str:
             verdict: ", ".join(
                 f"`{p['row']}` (vs `{p['control']}`)" for p in pairs if p["multiplier"] == m and p["status"] == verdict
             )
+            or "no option"
             for verdict in ("ahead", "behind")
         }
-        lines.append(
-            f"* at {m}x ahead of the control: {said['ahead'] or 'no option'}; behind it: {said['behind'] or 'no option'}"
-        )
+        lines.append(f"* at {m}x ahead of the control: {said['ahead']}; behind it: {said['behind']}")
     return "\n".join(lines)
 
 
