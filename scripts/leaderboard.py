@@ -27,9 +27,9 @@ from octlm.errors import OctlmError
 from octlm.fileio import atomic_write
 from octlm.inspect.figures import save_png
 from octlm.studies.leaderboard.board import Source, corpus_columns, method
-from octlm.studies.leaderboard.figure import FIGURE, leaderboard_figure
+from octlm.studies.leaderboard.figure import FIGURE, leaderboard_figure, pairs_figure
 from octlm.studies.leaderboard.findings import findings
-from octlm.studies.leaderboard.markdown import document, readme_table
+from octlm.studies.leaderboard.markdown import document, pairs_name, readme_table
 from octlm.studies.leaderboard.protocol import (
     BOARDS,
     CORPORA,
@@ -94,11 +94,12 @@ def write(out: Path, corpora: list[str], doc: Path | None, readme: Path | None, 
     records = board(out, corpora, kind)
     atomic_write(out / "leaderboard.jsonl", "".join(json.dumps(r) + "\n" for r in records).encode())
     atomic_write(out / "leaderboard.md", document(records, shown_commands(corpora, kind), FIGURE).encode())
-    save_png(leaderboard_figure(records), out / FIGURE)
+    for folder, figure in [(out, FIGURE)] + ([(doc.parent, doc.stem + ".png")] if doc is not None else []):
+        save_png(leaderboard_figure(records), folder / figure)
+        if kind == "menu":
+            save_png(pairs_figure(records), folder / pairs_name(figure))
     if doc is not None:
-        figure = doc.with_name(doc.stem + ".png")
-        atomic_write(doc, document(records, shown_commands(corpora, kind), figure.name).encode())
-        save_png(leaderboard_figure(records), figure)
+        atomic_write(doc, document(records, shown_commands(corpora, kind), doc.stem + ".png").encode())
     if readme is not None:
         text = readme.read_text(encoding="utf-8")
         # A scaling is a reading of its scheme's row: the document shows every one, the README their finding.

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from octlm.studies.leaderboard.board import Source, corpus_columns
+from octlm.studies.leaderboard.figure import pairs_figure
 from octlm.studies.leaderboard.markdown import document, pair_cell
 from tests.test_leaderboard import _rows, _study
 
@@ -135,6 +136,19 @@ def test_an_option_is_ahead_behind_or_not_separated_by_its_windows(tmp_path):
     line = next(x for x in text.splitlines() if x.startswith("| `learned-x` − `learned` |"))
     assert line.endswith(" | n/a |")  # no score past T
     assert "* at 1x ahead of the control: `none-x` (vs `none`), `none-x` (vs `rope`)" in text
+    figure = pairs_figure(records + columns, multipliers=(1, 2))
+    at1, at2 = figure.axes
+    names = [label.get_text() for label in at1.get_yticklabels()]
+    assert names[:3] == ["none-x − none", "none-x − rope", "rope-x − rope"]
+
+    def points(axes):
+        return {round(line.get_ydata()[0]): line for line in axes.get_lines() if line.get_marker() == "o"}
+
+    assert len(points(at1)) == len(names) and names.index("learned-x − learned") not in points(at2)
+    drawn = points(at1)[names.index("none-x − none")]
+    assert drawn.get_xdata()[0] == pairs[("none-x", "none", 8)]["difference"]
+    assert drawn.get_markerfacecolor() == drawn.get_color()  # ahead at 95%: filled
+    assert points(at1)[names.index("alibi-x − alibi")].get_markerfacecolor() == "white"  # not separated: hollow
 
 
 def test_a_pair_cell_marks_ahead_and_not_separated():

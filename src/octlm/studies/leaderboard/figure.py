@@ -61,4 +61,36 @@ def leaderboard_figure(records: list[dict]) -> Figure:
     return figure
 
 
-__all__ = ["FIGURE", "leaderboard_figure", "series"]
+#: The lengths the menu board's second figure shows each option against its controls at (multiples of T).
+PAIR_MULTIPLIERS = (1, 16)
+
+
+def pairs_figure(records: list[dict], multipliers: tuple[int, ...] = PAIR_MULTIPLIERS) -> Figure:
+    """The menu board's options against their controls: per corpus a panel per multiple of T in ``multipliers``, a
+    line per pair (option minus control, non-overlapping windows) with its 95% interval as a bar, filled where the
+    option is ahead or behind at 95%, hollow where not separated; a pair with no score at a length (a learned table
+    past T) is left out of that panel."""
+    head = next(r for r in records if r["record"] == "leaderboard")
+    pairs = [r for r in records if r["record"] == "pair" and r["reading"] == "bpb"]
+    corpora = [c for c in head["corpora"] if any(p["corpus"] == c for p in pairs)]
+    names = list(dict.fromkeys(f"{p['row']} − {p['control']}" for p in pairs))
+    figure = Figure(figsize=(12, 0.22 * len(names) * len(corpora) + 1.5), layout="constrained")
+    panels = figure.subplots(len(corpora), len(multipliers), squeeze=False)
+    for i, corpus in enumerate(corpora):
+        for j, multiplier in enumerate(multipliers):
+            axes = panels[i][j]
+            for p in (p for p in pairs if p["corpus"] == corpus and p["multiplier"] == multiplier):
+                y = names.index(f"{p['row']} − {p['control']}")
+                colour = {"ahead": "tab:green", "behind": "tab:red"}.get(p["status"], "tab:grey")
+                axes.plot([p["low"], p["high"]], [y, y], color=colour)
+                face = colour if p["status"] in ("ahead", "behind") else "white"
+                axes.plot([p["difference"]], [y], "o", color=colour, markerfacecolor=face)
+            axes.axvline(0, color="black", linewidth=0.8)
+            axes.set_yticks(range(len(names)), names if j == 0 else [""] * len(names), fontsize=7)
+            axes.set_ylim(len(names) - 0.5, -0.5)
+            axes.set_xlabel("option minus control, bits per byte (below zero: the option is ahead)")
+            axes.set_title(f"{head['corpora'][corpus]}, {multiplier}x T, non-overlapping windows", fontsize=9)
+    return figure
+
+
+__all__ = ["FIGURE", "PAIR_MULTIPLIERS", "leaderboard_figure", "pairs_figure", "series"]

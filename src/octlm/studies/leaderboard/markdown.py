@@ -167,6 +167,11 @@ PAIRS_INTRO = (
 )
 
 
+def pairs_name(figure: str) -> str:
+    """The file name of the menu board's figure of options against their controls, beside the board's ``figure``."""
+    return figure.removesuffix(".png") + "-pairs.png"
+
+
 def document(records: list[dict], commands: list[str], figure: str = "leaderboard.png") -> str:
     """docs/leaderboard.md (or the menu board's document) from the board's records (``leaderboard.jsonl``) and the
     commands that made it; ``figure``: the file name of the board's figure beside it."""
@@ -216,8 +221,10 @@ def document(records: list[dict], commands: list[str], figure: str = "leaderboar
             pairs = [p for p in records if p["record"] == "pair" and p["corpus"] == corpus and p["reading"] == reading]
             if pairs:
                 lines += ["", f"## {title}: each option against its controls, {reading_title}", "", PAIRS_INTRO]
+                if reading == "bpb" and corpus == next(iter(head["corpora"])):
+                    lines += ["", f"![Each option against its controls, with 95% intervals]({pairs_name(figure)})"]
                 lines += ["", pairs_table(pairs, seeds)]
     return "\n".join(lines) + "\n"
 
 
-__all__ += ["PAIRS_INTRO", "document", "pair_cell", "pairs_table"]
+__all__ += ["PAIRS_INTRO", "document", "pair_cell", "pairs_name", "pairs_table"]
