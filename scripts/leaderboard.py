@@ -3,6 +3,7 @@
     .venv/bin/python scripts/leaderboard.py run --out runs/leaderboard [--corpus shakespeare stdlib] [--processes N]
     .venv/bin/python scripts/leaderboard.py write runs/leaderboard [--doc docs/leaderboard.md] [--readme README.md]
     .venv/bin/python scripts/leaderboard.py run --board menu --out runs/menu   # the first layer's menu, the same way
+    .venv/bin/python scripts/leaderboard.py write --board menu runs/menu --partial   # the studies finished so far
 
 ``run`` runs the leaderboard's length studies of each corpus (:mod:`octlm.studies.leaderboard.protocol`) one after
 another, each continued where it stopped when the command is given again (a finished one is kept), then writes
@@ -74,24 +75,44 @@ def shown_commands(corpora: list[str], kind: str) -> list[str]:
     return head + ([STDLIB_LINE] if any(STDLIB in line for line in lines) else []) + lines
 
 
-def board(out: Path, corpora: list[str], kind: str = "schemes") -> list[dict]:
-    """The records of ``leaderboard.jsonl``: how intervals were computed, each study, every column."""
-    titles = {name: CORPORA[name].title for name in corpora}
-    left = {name: c.title for name, c in CORPORA.items() if name not in corpora}
-    head = {"record": "leaderboard", "board": kind, **method(), "corpora": titles, "not_run": left}
+def finished(folder: Path) -> bool:
+    """Whether ``folder`` holds a finished length study: its ``length.jsonl`` written and no progress left."""
+    return (folder / "length.jsonl").is_file() and not (folder / PROGRESS).is_dir()
+
+
+def board(out: Path, corpora: list[str], kind: str = "schemes", partial: bool = False) -> list[dict]:
+    """The records of ``leaderboard.jsonl``: how intervals were computed, each study, every column.
+
+    ``partial``: leave out the studies not finished yet (``unfinished`` in the head record lists them by corpus, and a
+    corpus with none finished joins ``not_run``) instead of refusing them; a board is hours of training, and its
+    finished half is worth reading while the rest runs.
+    """
+    head = {"record": "leaderboard", "board": kind, **method(), "corpora": {}, "not_run": {}, "unfinished": {}}
     records: list[dict] = [head]
     groups = {g: (lambda label, g=g: in_group(g, label)) for g in GROUPS} if kind == "schemes" else {}
     controls = menu_controls() if kind == "menu" else {}
-    for name in corpora:
-        sources = [Source(name, study_folder(out, CORPORA[name], s), s.rows) for s in BOARDS[kind]()]
-        columns, found = corpus_columns(name, sources, groups, controls)
+    for name in [*corpora, *(other for other in CORPORA if other not in corpora)]:
+        studies = [(s, study_folder(out, CORPORA[name], s)) for s in BOARDS[kind]()] if name in corpora else []
+        ready = [(s, folder) for s, folder in studies if not partial or finished(folder)]
+        if not ready:
+            head["not_run"][name] = CORPORA[name].title
+            continue
+        head["corpora"][name] = CORPORA[name].title
+        if len(ready) < len(studies):
+            head["unfinished"][name] = [s.name for s, folder in studies if not finished(folder)]
+        columns, found = corpus_columns(name, [Source(name, f, s.rows) for s, f in ready], groups, controls)
         records += found + columns
+    if not head["corpora"]:
+        raise OctlmError(f"{out}: no study of the board is finished yet; run `scripts/leaderboard.py run` first")
     return records
 
 
-def write(out: Path, corpora: list[str], doc: Path | None, readme: Path | None, kind: str = "schemes") -> None:
-    """Write ``leaderboard.jsonl`` and ``leaderboard.md`` into ``out`` (and ``doc`` and the README's table)."""
-    records = board(out, corpora, kind)
+def write(
+    out: Path, corpora: list[str], doc: Path | None, readme: Path | None, kind: str = "schemes", partial: bool = False
+) -> None:
+    """Write ``leaderboard.jsonl`` and ``leaderboard.md`` into ``out`` (and ``doc`` and the README's table);
+    ``partial``: from the studies finished so far (:func:`board`)."""
+    records = board(out, corpora, kind, partial)
     atomic_write(out / "leaderboard.jsonl", "".join(json.dumps(r) + "\n" for r in records).encode())
     atomic_write(out / "leaderboard.md", document(records, shown_commands(corpora, kind), FIGURE).encode())
     for folder, figure in [(out, FIGURE)] + ([(doc.parent, doc.stem + ".png")] if doc is not None else []):
@@ -129,7 +150,7 @@ def run(out: Path, corpora: list[str], processes: int | None, kind: str = "schem
     """Run every study not finished yet, in order; the exit status of the first that fails, else 0."""
     for argv in commands(out, corpora, kind):
         folder = Path(argv[argv.index("--out") + 1])
-        if (folder / "length.jsonl").is_file() and not (folder / PROGRESS).is_dir():
+        if finished(folder):
             print(f"leaderboard: {folder} is finished; kept", flush=True)
             continue
         extra = ["--processes", str(processes)] if processes else []
@@ -157,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("out", type=Path, help="the leaderboard's folder")
             p.add_argument("--doc", type=Path, help="also write the document here (docs/leaderboard.md)")
             p.add_argument("--readme", type=Path, help="also replace the table between the markers of this file")
+            p.add_argument(
+                "--partial",
+                action="store_true",
+                help="write from the studies finished so far and list the rest as still running (default: refuse)",
+            )
         p.add_argument(
             "--corpus",
             nargs="+",
@@ -175,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                 return code
             write(args.out, args.corpus, None, None, args.board)
         else:
-            write(args.out, args.corpus, args.doc, args.readme, args.board)
+            write(args.out, args.corpus, args.doc, args.readme, args.board, args.partial)
     except OctlmError as err:
         print(f"leaderboard.py: error: {err}", file=sys.stderr)
         return 1

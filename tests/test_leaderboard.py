@@ -263,3 +263,26 @@ def test_a_scaling_row_is_told_from_a_scheme_by_its_suffix():
     assert is_scaling("rope+yarn") and is_scaling("xpos+dynamic-ntk") and is_scaling("prope+llama3")
     assert not is_scaling("rope") and not is_scaling("rope-sinks") and not is_scaling("swa-nope")
     assert not is_scaling("rope+rand")  # a randomized row is a model of its own, not a reading
+
+
+def test_a_partial_board_is_written_from_the_finished_studies_and_names_the_rest(tmp_path):
+    """``write --partial`` leaves out a study still running (progress/ beside its length.jsonl) and one not started,
+    and says so; without it, or with nothing finished, the board refuses, naming the folder."""
+    spec = importlib.util.spec_from_file_location("leaderboard_script", REPO / "scripts" / "leaderboard.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(4)
+    _study(tmp_path / "shakespeare-schemes", _rows("rope", 0.0, 0.05, rng) + _rows("alibi", 0.3, 0.05, rng))
+    running = _study(tmp_path / "shakespeare-sinks", _rows("rope", -0.4, 0.05, rng))
+    (running / "progress").mkdir()
+    with pytest.raises(OctlmError, match="shakespeare-sinks: the study is unfinished"):
+        module.write(tmp_path, ["shakespeare"], None, None)
+    module.write(tmp_path, ["shakespeare"], None, None, partial=True)
+    text = (tmp_path / "leaderboard.md").read_text()
+    assert "Still running, so not on this board yet: tinyshakespeare's `sinks`, `gate` (" in text
+    assert "| `alibi` |" in text and "rope-sinks" not in text.split("Still running")[1]
+    records = [json.loads(line) for line in (tmp_path / "leaderboard.jsonl").read_text().splitlines()]
+    assert records[0]["unfinished"] == {"shakespeare": ["sinks", "gate"]}
+    assert [r["folder"].rsplit("/", 1)[1] for r in records if r["record"] == "source"] == ["shakespeare-schemes"]
+    with pytest.raises(OctlmError, match="no study of the board is finished"):
+        module.write(tmp_path / "empty", ["shakespeare"], None, None, partial=True)

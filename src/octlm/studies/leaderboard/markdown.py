@@ -207,6 +207,16 @@ def document(records: list[dict], commands: list[str], figure: str = "leaderboar
             f"Not run yet, so not on this board: {'; '.join(head['not_run'].values())} (`scripts/leaderboard.py run "
             f"--corpus {' '.join(head['not_run'])}` runs it, then `write` with every corpus).",
         ]
+    if head.get("unfinished"):
+        still = "; ".join(
+            f"{head['corpora'][name]}'s {', '.join(f'`{study}`' for study in names)}"
+            for name, names in head["unfinished"].items()
+        )
+        lines += [
+            "",
+            f"Still running, so not on this board yet: {still} (`scripts/leaderboard.py run` continues them; a "
+            "column's best, and so every difference from it, may change when they join).",
+        ]
     if head.get("board", "schemes") == "schemes":
         lines += ["", "## Findings", "", FINDINGS_INTRO, "", findings(records)]
     train_length = columns[0]["eval_length"] // columns[0]["multiplier"] if columns else 0
