@@ -111,7 +111,16 @@ def write(
     out: Path, corpora: list[str], doc: Path | None, readme: Path | None, kind: str = "schemes", partial: bool = False
 ) -> None:
     """Write ``leaderboard.jsonl`` and ``leaderboard.md`` into ``out`` (and ``doc`` and the README's table);
-    ``partial``: from the studies finished so far (:func:`board`)."""
+    ``partial``: from the studies finished so far (:func:`board`).
+
+    Raises:
+        OctlmError: before writing anything, when ``doc``'s folder or ``readme`` is missing, naming it; from
+            :func:`board`.
+    """
+    if doc is not None and not doc.parent.is_dir():
+        raise OctlmError(f"--doc {doc}: its folder {doc.parent} does not exist; make it, or name a file in another")
+    if readme is not None and not readme.is_file():
+        raise OctlmError(f"--readme {readme}: no such file; name the README that holds the board's markers")
     records = board(out, corpora, kind, partial)
     atomic_write(out / "leaderboard.jsonl", "".join(json.dumps(r) + "\n" for r in records).encode())
     atomic_write(out / "leaderboard.md", document(records, shown_commands(corpora, kind), FIGURE).encode())

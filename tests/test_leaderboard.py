@@ -286,3 +286,15 @@ def test_a_partial_board_is_written_from_the_finished_studies_and_names_the_rest
     assert [r["folder"].rsplit("/", 1)[1] for r in records if r["record"] == "source"] == ["shakespeare-schemes"]
     with pytest.raises(OctlmError, match="no study of the board is finished"):
         module.write(tmp_path / "empty", ["shakespeare"], None, None, partial=True)
+
+
+def test_a_missing_document_folder_or_readme_is_refused_before_anything_is_written(tmp_path):
+    spec = importlib.util.spec_from_file_location("leaderboard_script", REPO / "scripts" / "leaderboard.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    _study(tmp_path / "shakespeare-schemes", _rows("rope", 0.0, 0.05, np.random.default_rng(5)))
+    with pytest.raises(OctlmError, match=r"--doc .*nowhere/board\.md: its folder .*nowhere does not exist"):
+        module.write(tmp_path, ["shakespeare"], tmp_path / "nowhere" / "board.md", None, partial=True)
+    with pytest.raises(OctlmError, match=r"--readme .*README\.md: no such file"):
+        module.write(tmp_path, ["shakespeare"], None, tmp_path / "README.md", partial=True)
+    assert not (tmp_path / "leaderboard.md").exists()
