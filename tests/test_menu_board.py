@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from octlm.studies.leaderboard.board import Source, corpus_columns
-from octlm.studies.leaderboard.figure import pairs_figure
+from octlm.studies.leaderboard.figure import leaderboard_figure, pairs_figure
 from octlm.studies.leaderboard.markdown import document, pair_cell
 from tests.test_leaderboard import _rows, _study
 
@@ -156,3 +156,17 @@ def test_a_pair_cell_marks_ahead_and_not_separated():
     assert pair_cell(p, 3) == "**-0.0500 [-0.0600, -0.0400], 3/3**"
     assert pair_cell(p | {"status": "not separated", "high": 0.01}, 3) == "≈ -0.0500 [-0.0600, +0.0100], 3/3"
     assert pair_cell(p | {"status": "behind", "difference": 0.05, "low": 0.04, "high": 0.06}, 3).startswith("+0.0500")
+
+
+def test_a_board_without_scalings_draws_no_scalings_panel():
+    """The menu board runs no RoPE scaling, so its figure has the two readings' panels alone; the scheme board keeps
+    its third panel (tests/test_leaderboard.py)."""
+    rng = np.random.default_rng(6)
+    columns = [{"record": "column", "corpus": "text", "reading": reading, "multiplier": m, "eval_length": 8 * m}
+               | {"cells": [{"label": label, "bpb": rng.uniform(2, 3)} for label in ("rope", "rope-canonA")]}
+               for reading in ("bpb", "sliding_bpb") for m in (1, 2)]  # fmt: skip
+    head = {"record": "leaderboard", "board": "menu", "corpora": {"text": "a text"}}
+    figure = leaderboard_figure([head, *columns])
+    assert [axes.get_title() for axes in figure.axes] == [
+        "a text, non-overlapping windows", "a text, sliding windows (stride L/2)"
+    ]  # fmt: skip

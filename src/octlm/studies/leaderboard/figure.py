@@ -1,5 +1,6 @@
 """The leaderboard as one figure: bits per byte against the evaluation length, a line per row, a panel per corpus and
-reading, and per corpus one panel of RoPE beside its untrained scalings (``leaderboard.png``)."""
+reading, and per corpus one panel of RoPE beside its untrained scalings where the board has some
+(``leaderboard.png``)."""
 
 from __future__ import annotations
 
@@ -37,12 +38,13 @@ def leaderboard_figure(records: list[dict]) -> Figure:
     labels.sort(key=is_scaling)  # the schemes' own rows take the first colours, so no two of them share one
     palette = colormaps["tab20"]
     style = {label: (palette(i % 20), ("-", "--", ":")[i // 20 % 3]) for i, label in enumerate(labels)}
-    figure = Figure(figsize=(16, 4.5 * len(corpora) + 1), layout="constrained")
-    panels = figure.subplots(len(corpora), len(READING_TITLES) + 1, squeeze=False)
     views = [(reading, title, lambda label: not is_scaling(label)) for reading, title in READING_TITLES.items()]
-    views.append(
-        ("bpb", "RoPE's untrained scalings, non-overlapping windows", lambda label: in_group("scalings", label))
-    )
+    if any(is_scaling(label) for label in labels):  # a board without scalings (the menu) would show RoPE alone there
+        views.append(
+            ("bpb", "RoPE's untrained scalings, non-overlapping windows", lambda label: in_group("scalings", label))
+        )
+    figure = Figure(figsize=(16 if len(views) > 2 else 12, 4.5 * len(corpora) + 1), layout="constrained")
+    panels = figure.subplots(len(corpora), len(views), squeeze=False)
     for i, corpus in enumerate(corpora):
         for j, (reading, title, shown) in enumerate(views):
             axes = panels[i][j]
@@ -55,7 +57,8 @@ def leaderboard_figure(records: list[dict]) -> Figure:
             axes.set_xlabel("evaluation length / T")
             axes.set_ylabel("bits per byte (lower is better)")
             axes.set_title(f"{head['corpora'][corpus]}, {title}", fontsize=9)
-        panels[i][-1].legend(fontsize=7)
+        if len(views) > len(READING_TITLES):
+            panels[i][-1].legend(fontsize=7)
     handles, names = panels[0][0].get_legend_handles_labels()
     figure.legend(handles, names, loc="outside right upper", fontsize=7)
     return figure
