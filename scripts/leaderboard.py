@@ -87,6 +87,15 @@ def board(out: Path, corpora: list[str], kind: str = "schemes", partial: bool = 
     corpus with none finished joins ``not_run``) instead of refusing them; a board is hours of training, and its
     finished half is worth reading while the rest runs.
     """
+    if not partial:
+        left = [study_folder(out, CORPORA[n], s) for n in corpora for s in BOARDS[kind]()]
+        left = [folder.name for folder in left if not finished(folder)]
+        if left:
+            raise OctlmError(
+                f"{out}: {len(left)} of the board's studies are not finished ({', '.join(left[:4])}"
+                f"{', ...' if len(left) > 4 else ''}); run them with `scripts/leaderboard.py run --board {kind} --out "
+                f"{out}`, or pass --partial to write from the finished ones"
+            )
     head = {"record": "leaderboard", "board": kind, **method(), "corpora": {}, "not_run": {}, "unfinished": {}}
     records: list[dict] = [head]
     groups = {g: (lambda label, g=g: in_group(g, label)) for g in GROUPS} if kind == "schemes" else {}
@@ -103,7 +112,9 @@ def board(out: Path, corpora: list[str], kind: str = "schemes", partial: bool = 
         columns, found = corpus_columns(name, [Source(name, f, s.rows) for s, f in ready], groups, controls)
         records += found + columns
     if not head["corpora"]:
-        raise OctlmError(f"{out}: no study of the board is finished yet; run `scripts/leaderboard.py run` first")
+        raise OctlmError(
+            f"{out}: no study of the board is finished yet; run `scripts/leaderboard.py run --board {kind} --out {out}`"
+        )
     return records
 
 
@@ -185,12 +196,16 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--processes", type=int, help="octlm length's --processes for each study")
         else:
             p.add_argument("out", type=Path, help="the leaderboard's folder")
-            p.add_argument("--doc", type=Path, help="also write the document here (docs/leaderboard.md)")
+            p.add_argument(
+                "--doc",
+                type=Path,
+                help="also write the document here (docs/leaderboard.md; the menu's: docs/menu-board.md)",
+            )
             p.add_argument("--readme", type=Path, help="also replace the table between the markers of this file")
             p.add_argument(
                 "--partial",
                 action="store_true",
-                help="write from the studies finished so far and list the rest as still running (default: refuse)",
+                help="write from the studies finished so far and name the rest (without it, any missing is an error)",
             )
         p.add_argument(
             "--corpus",
@@ -214,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     except OctlmError as err:
         print(f"leaderboard.py: error: {err}", file=sys.stderr)
         return 1
-    print(f"leaderboard: wrote {args.out / 'leaderboard.md'}", flush=True)
+    said = [args.out / "leaderboard.md"] + ([args.doc] if args.action == "write" and args.doc else [])
+    print(f"leaderboard: wrote {', '.join(map(str, said))} and their figures", flush=True)
     return 0
 
 

@@ -136,7 +136,7 @@ def test_the_readme_table_is_written_between_its_markers(board, tmp_path):
     assert "| `alibi` | " in table and "**" in table
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{module.START}\nold\n{module.END}\noutro\n")
-    with pytest.raises(OctlmError, match="no length.jsonl"):
+    with pytest.raises(OctlmError, match="3 of the board's studies are not finished"):
         module.write(tmp_path / "nothing", ["shakespeare"], None, readme)
     assert readme.read_text() == f"intro\n{module.START}\nold\n{module.END}\noutro\n"
 
@@ -199,9 +199,10 @@ def test_write_makes_the_document_the_figure_and_the_readme_table(tmp_path):
     gate = "* **RoPE with learned sinks or the output gate**, tinyshakespeare, seeds 1337-1339: at 1x `rope-gate`"
     assert gate in said and "; next `rope` +0.01" in said and said.strip() in text
     assert (
-        "Not run yet, so not on this board: the standard library (seven packages) (`scripts/leaderboard.py run " in text
+        "Not run yet, so not on this board: the standard library (seven packages) (the first command above with "
+        in text
     )
-    assert "--corpus stdlib` runs it" in text
+    assert "`--corpus stdlib` runs it" in text
     assert "Not run yet, so not on this board: the standard library (seven packages)." in table
     assert "scripts/leaderboard.py run --out runs/leaderboard --corpus shakespeare" in text
     assert str(tmp_path) not in text  # the machine's own folders are no reader's
@@ -275,12 +276,13 @@ def test_a_partial_board_is_written_from_the_finished_studies_and_names_the_rest
     _study(tmp_path / "shakespeare-schemes", _rows("rope", 0.0, 0.05, rng) + _rows("alibi", 0.3, 0.05, rng))
     running = _study(tmp_path / "shakespeare-sinks", _rows("rope", -0.4, 0.05, rng))
     (running / "progress").mkdir()
-    with pytest.raises(OctlmError, match="shakespeare-sinks: the study is unfinished"):
+    said = r"2 of the board's studies are not finished \(shakespeare-sinks, shakespeare-gate\); run them with `scripts/"
+    with pytest.raises(OctlmError, match=said + r"leaderboard.py run --board schemes --out .*--partial"):
         module.write(tmp_path, ["shakespeare"], None, None)
     module.write(tmp_path, ["shakespeare"], None, None, partial=True)
     text = (tmp_path / "leaderboard.md").read_text()
-    assert "Still running, so not on this board yet: tinyshakespeare's `sinks`, `gate` (" in text
-    assert "| `alibi` |" in text and "rope-sinks" not in text.split("Still running")[1]
+    assert "Not finished yet, so not on this board: tinyshakespeare's `sinks`, `gate` (" in text
+    assert "| `alibi` |" in text and "rope-sinks" not in text.split("Not finished yet")[1]
     records = [json.loads(line) for line in (tmp_path / "leaderboard.jsonl").read_text().splitlines()]
     assert records[0]["unfinished"] == {"shakespeare": ["sinks", "gate"]}
     assert [r["folder"].rsplit("/", 1)[1] for r in records if r["record"] == "source"] == ["shakespeare-schemes"]

@@ -204,8 +204,8 @@ def document(records: list[dict], commands: list[str], figure: str = "leaderboar
     if head.get("not_run"):
         lines += [
             "",
-            f"Not run yet, so not on this board: {'; '.join(head['not_run'].values())} (`scripts/leaderboard.py run "
-            f"--corpus {' '.join(head['not_run'])}` runs it, then `write` with every corpus).",
+            f"Not run yet, so not on this board: {'; '.join(head['not_run'].values())} (the first command above with "
+            f"`--corpus {' '.join(head['not_run'])}` runs it, then `write` with every corpus).",
         ]
     if head.get("unfinished"):
         still = "; ".join(
@@ -214,8 +214,8 @@ def document(records: list[dict], commands: list[str], figure: str = "leaderboar
         )
         lines += [
             "",
-            f"Still running, so not on this board yet: {still} (`scripts/leaderboard.py run` continues them; a "
-            "column's best, and so every difference from it, may change when they join).",
+            f"Not finished yet, so not on this board: {still} (the first command above runs them, keeping the "
+            "finished; a column's best, and so every difference from it, may change when they join).",
         ]
     if head.get("board", "schemes") == "schemes":
         lines += ["", "## Findings", "", FINDINGS_INTRO, "", findings(records)]
