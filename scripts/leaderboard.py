@@ -135,10 +135,11 @@ def write(
     records = board(out, corpora, kind, partial)
     atomic_write(out / "leaderboard.jsonl", "".join(json.dumps(r) + "\n" for r in records).encode())
     atomic_write(out / "leaderboard.md", document(records, shown_commands(corpora, kind), FIGURE).encode())
+    rows, pairs = leaderboard_figure(records), pairs_figure(records) if kind == "menu" else None
     for folder, figure in [(out, FIGURE)] + ([(doc.parent, doc.stem + ".png")] if doc is not None else []):
-        save_png(leaderboard_figure(records), folder / figure)
-        if kind == "menu":
-            save_png(pairs_figure(records), folder / pairs_name(figure))
+        save_png(rows, folder / figure)
+        if pairs is not None:
+            save_png(pairs, folder / pairs_name(figure))
     if doc is not None:
         atomic_write(doc, document(records, shown_commands(corpora, kind), doc.stem + ".png").encode())
     if readme is not None:
