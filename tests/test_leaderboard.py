@@ -66,6 +66,14 @@ def _study(folder: Path, rows: list[dict], **options) -> Path:
     return folder
 
 
+def _script():
+    """scripts/leaderboard.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("leaderboard_script", REPO / "scripts" / "leaderboard.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def board(tmp_path):
     rng = np.random.default_rng(0)
@@ -126,9 +134,7 @@ def test_cells_say_best_behind_and_not_separated():
 
 
 def test_the_readme_table_is_written_between_its_markers(board, tmp_path):
-    spec = importlib.util.spec_from_file_location("leaderboard_script", REPO / "scripts" / "leaderboard.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script()
     columns, _ = board
     table = readme_table(columns, {"text": "text"})
     assert table.splitlines()[0] == "| row | text 1x |"  # the README's 4x and 16x are not in this board
@@ -172,9 +178,7 @@ def test_the_figure_draws_each_rows_means_where_it_has_them(board):
 
 def test_write_makes_the_document_the_figure_and_the_readme_table(tmp_path):
     """scripts/leaderboard.py write on a leaderboard folder of three finished studies of one corpus."""
-    spec = importlib.util.spec_from_file_location("leaderboard_script", REPO / "scripts" / "leaderboard.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script()
     rng = np.random.default_rng(2)
     rope = _rows("rope", 0.0, 0.05, rng)
     yarn = _rows("rope+yarn", 0.1, 0.05, rng)
@@ -246,9 +250,7 @@ def test_a_finding_says_the_best_the_rows_not_separated_from_it_and_the_nearest_
 def test_the_documents_write_the_standard_library_as_a_variable_they_set():
     import sysconfig
 
-    spec = importlib.util.spec_from_file_location("leaderboard_script", REPO / "scripts" / "leaderboard.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script()
     lines = module.shown_commands(["stdlib"], "schemes")
     assert module.STDLIB_LINE in lines and "--text $STDLIB/asyncio $STDLIB/email" in lines[-1]
     assert sysconfig.get_paths()["stdlib"] not in "\n".join(lines)
@@ -269,9 +271,7 @@ def test_a_scaling_row_is_told_from_a_scheme_by_its_suffix():
 def test_a_partial_board_is_written_from_the_finished_studies_and_names_the_rest(tmp_path):
     """``write --partial`` leaves out a study still running (progress/ beside its length.jsonl) and one not started,
     and says so; without it, or with nothing finished, the board refuses, naming the folder."""
-    spec = importlib.util.spec_from_file_location("leaderboard_script", REPO / "scripts" / "leaderboard.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script()
     rng = np.random.default_rng(4)
     _study(tmp_path / "shakespeare-schemes", _rows("rope", 0.0, 0.05, rng) + _rows("alibi", 0.3, 0.05, rng))
     running = _study(tmp_path / "shakespeare-sinks", _rows("rope", -0.4, 0.05, rng))
@@ -291,9 +291,7 @@ def test_a_partial_board_is_written_from_the_finished_studies_and_names_the_rest
 
 
 def test_a_missing_document_folder_or_readme_is_refused_before_anything_is_written(tmp_path):
-    spec = importlib.util.spec_from_file_location("leaderboard_script", REPO / "scripts" / "leaderboard.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script()
     _study(tmp_path / "shakespeare-schemes", _rows("rope", 0.0, 0.05, np.random.default_rng(5)))
     with pytest.raises(OctlmError, match=r"--doc .*nowhere/board\.md: its folder .*nowhere does not exist"):
         module.write(tmp_path, ["shakespeare"], tmp_path / "nowhere" / "board.md", None, partial=True)
