@@ -290,6 +290,23 @@ def test_a_partial_board_is_written_from_the_finished_studies_and_names_the_rest
         module.write(tmp_path / "empty", ["shakespeare"], None, None, partial=True)
 
 
+def test_a_corpus_not_run_is_told_how_to_run_by_the_command_the_document_shows(tmp_path):
+    """A corpus `write` was asked for is in the document's first command already; one it was not asked for needs
+    that command with its --corpus."""
+    module = _script()
+    rng = np.random.default_rng(5)
+    for study in ("schemes", "sinks", "gate"):
+        _study(tmp_path / f"shakespeare-{study}", _rows("rope", 0.0, 0.05, rng) + _rows("alibi", 0.3, 0.05, rng))
+    module.write(tmp_path, ["shakespeare", "stdlib"], None, None, partial=True)
+    text = (tmp_path / "leaderboard.md").read_text()
+    assert "--corpus shakespeare stdlib" in text
+    assert (
+        "Not run yet, so not on this board: the standard library (seven packages) (the first command above runs" in text
+    )
+    module.write(tmp_path, ["shakespeare"], None, None, partial=True)
+    assert "(the first command above with `--corpus stdlib` runs it" in (tmp_path / "leaderboard.md").read_text()
+
+
 def test_a_missing_document_folder_or_readme_is_refused_before_anything_is_written(tmp_path):
     module = _script()
     _study(tmp_path / "shakespeare-schemes", _rows("rope", 0.0, 0.05, np.random.default_rng(5)))

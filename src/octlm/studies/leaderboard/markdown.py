@@ -202,10 +202,13 @@ def document(records: list[dict], commands: list[str], figure: str = "leaderboar
         f"![Every row's bits per byte against the evaluation length]({figure})",
     ]
     if head.get("not_run"):
+        # the first command runs the corpora `write` was given (``asked``): those need no other --corpus
+        left = [name for name in head["not_run"] if name not in head.get("asked", [])]
+        how = f"the first command above with `--corpus {' '.join(left)}`" if left else "the first command above"
         lines += [
             "",
-            f"Not run yet, so not on this board: {'; '.join(head['not_run'].values())} (the first command above with "
-            f"`--corpus {' '.join(head['not_run'])}` runs it, then `write` with every corpus).",
+            f"Not run yet, so not on this board: {'; '.join(head['not_run'].values())} ({how} runs it, then `write` "
+            "with every corpus).",
         ]
     if head.get("unfinished"):
         still = "; ".join(
