@@ -172,6 +172,32 @@ def pairs_name(figure: str) -> str:
     return figure.removesuffix(".png") + "-pairs.png"
 
 
+def missing(head: dict) -> list[str]:
+    """The document's lines on what is not on the board yet: corpora not run, studies not finished (each after a
+    blank line); none for a whole board."""
+    lines: list[str] = []
+    if head.get("not_run"):
+        # the first command runs the corpora `write` was given (``asked``): those need no other --corpus
+        left = [name for name in head["not_run"] if name not in head.get("asked", [])]
+        how = f"the first command above with `--corpus {' '.join(left)}`" if left else "the first command above"
+        lines += [
+            "",
+            f"Not run yet, so not on this board: {'; '.join(head['not_run'].values())} ({how} runs it, then `write` "
+            "with every corpus).",
+        ]
+    if head.get("unfinished"):
+        still = "; ".join(
+            f"{head['corpora'][name]}'s {', '.join(f'`{study}`' for study in names)}"
+            for name, names in head["unfinished"].items()
+        )
+        lines += [
+            "",
+            f"Not finished yet, so not on this board: {still} (the first command above runs them, keeping the "
+            "finished; a column's best, and so every difference from it, may change when they join).",
+        ]
+    return lines
+
+
 def document(records: list[dict], commands: list[str], figure: str = "leaderboard.png") -> str:
     """docs/leaderboard.md (or the menu board's document) from the board's records (``leaderboard.jsonl``) and the
     commands that made it; ``figure``: the file name of the board's figure beside it."""
@@ -201,25 +227,7 @@ def document(records: list[dict], commands: list[str], figure: str = "leaderboar
         "",
         f"![Every row's bits per byte against the evaluation length]({figure})",
     ]
-    if head.get("not_run"):
-        # the first command runs the corpora `write` was given (``asked``): those need no other --corpus
-        left = [name for name in head["not_run"] if name not in head.get("asked", [])]
-        how = f"the first command above with `--corpus {' '.join(left)}`" if left else "the first command above"
-        lines += [
-            "",
-            f"Not run yet, so not on this board: {'; '.join(head['not_run'].values())} ({how} runs it, then `write` "
-            "with every corpus).",
-        ]
-    if head.get("unfinished"):
-        still = "; ".join(
-            f"{head['corpora'][name]}'s {', '.join(f'`{study}`' for study in names)}"
-            for name, names in head["unfinished"].items()
-        )
-        lines += [
-            "",
-            f"Not finished yet, so not on this board: {still} (the first command above runs them, keeping the "
-            "finished; a column's best, and so every difference from it, may change when they join).",
-        ]
+    lines += missing(head)
     if head.get("board", "schemes") == "schemes":
         lines += ["", "## Findings", "", FINDINGS_INTRO, "", findings(records)]
     train_length = columns[0]["eval_length"] // columns[0]["multiplier"] if columns else 0
@@ -240,4 +248,4 @@ def document(records: list[dict], commands: list[str], figure: str = "leaderboar
     return "\n".join(lines) + "\n"
 
 
-__all__ += ["PAIRS_INTRO", "document", "pair_cell", "pairs_name", "pairs_table"]
+__all__ += ["PAIRS_INTRO", "document", "missing", "pair_cell", "pairs_name", "pairs_table"]
