@@ -39,7 +39,12 @@ def _baselines():
 
 
 def run(argv: list[str]) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        # the flags it passes on are octlm train's, so --help names them rather than repeating them
+        epilog="Every other flag goes to `octlm train` as given (see `octlm train --help`), e.g. --threads 2 --seed "
+        "1338 --position rope --canon ABCD --d-model 192.",
+    )
     parser.add_argument("--time-budget", type=float, default=300.0, help="seconds of training")
     args, extra = parser.parse_known_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
