@@ -96,8 +96,15 @@ def board(out: Path, corpora: list[str], kind: str = "schemes", partial: bool = 
                 f"{', ...' if len(left) > 4 else ''}); run them with `scripts/leaderboard.py run --board {kind} --out "
                 f"{out}`, or pass --partial to write from the finished ones"
             )
-    head = {"record": "leaderboard", "board": kind, **method(), "asked": list(corpora), "corpora": {}, "not_run": {}}
-    head["unfinished"] = {}
+    head = {
+        "record": "leaderboard",
+        "board": kind,
+        **method(),
+        "asked": list(corpora),
+        "corpora": {},
+        "not_run": {},
+        "unfinished": {},
+    }
     records: list[dict] = [head]
     groups = {g: (lambda label, g=g: in_group(g, label)) for g in GROUPS} if kind == "schemes" else {}
     controls = menu_controls() if kind == "menu" else {}
