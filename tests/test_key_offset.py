@@ -75,3 +75,19 @@ def test_a_key_offset_that_cannot_work_is_refused_by_name(extra, expected, tmp_p
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--key-offset" in err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "command,names,wrong",
+    [
+        (["train", "--position", "alibi"], "--position rope", "--schemes"),
+        (["length", "--schemes", "rope", "alibi", "--partial-rotary-factor", "0.5"], "--schemes rope", "--position"),
+    ],
+)
+def test_the_refusals_fix_names_the_commands_own_flags(command, names, wrong, small_corpus, tmp_path, capsys):
+    # octlm length has no --position: its models' scheme is chosen by --schemes, and the fix must say so
+    argv = [*command, "--key-offset", "--text", str(small_corpus), "--out", str(tmp_path / "out")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert names in err and wrong not in err and "--partial-rotary-factor below 1" in err
+    assert "{field:" not in err and not (tmp_path / "out").exists()

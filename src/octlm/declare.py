@@ -293,16 +293,18 @@ def replaced(opts, **changes):
     return dataclasses.replace(opts, **changes)
 
 
-def refused(err: ValueError) -> OctlmError:
+def refused(err: ValueError, name_of: Callable[[str], str] = flag) -> OctlmError:
     """The :class:`OctlmError` of a value an options class refused on construction, naming the flag where it names a
     field.
 
     A config that checks its own fields raises a ``ValueError`` with ``field``
     and ``rest`` attributes (:class:`~octlm.model.DecoderFieldError`): the
-    message becomes ``--d-model=30 is not divisible ...``.
+    message becomes ``--d-model=30 is not divisible ...``. ``name_of`` writes
+    each field as the command spells it (a study chooses ``position`` by
+    ``--schemes``).
     """
     said = getattr(err, "said", None)
-    return OctlmError(said(flag) if said is not None else str(err))
+    return OctlmError(said(name_of) if said is not None else str(err))
 
 
 def same_as(cls, name: str, **changes) -> dataclasses.Field:

@@ -59,8 +59,8 @@ def key_offset_problem(config, passed: list[tuple[str, int, bool]]) -> tuple[str
             factor = config.partial_rotary_factor
             why = f"position={name!r} passes no channel of each head through unturned (partial_rotary_factor={factor})"
         return "key_offset", (
-            f"=True with {why}; the offset needs RoPE turning part of each head: --position rope (or prope, xpos) "
-            "with --partial-rotary-factor below 1 (e.g. 0.5)"
+            f"=True with {why}; the offset needs RoPE turning part of each head: {{field:position}} rope (or prope, "
+            "xpos) with {field:partial_rotary_factor} below 1 (e.g. 0.5)"
         )
     return None
 

@@ -32,7 +32,7 @@ from octlm.model.positions import (
 )
 from octlm.model.scheme_catalog import SchemeOptions
 from octlm.studies.length.fine_tunes import extension_rows
-from octlm.studies.shared.core import check_schemes
+from octlm.studies.shared.core import check_schemes, study_flag
 from octlm.studies.shared.processes import PROCESSES_HELP
 from octlm.studies.shared.rows import (
     LayoutRow,
@@ -344,7 +344,7 @@ def check_options(opts: LengthOptions) -> None:
         try:
             train_opts = opts.train_options(scheme, Path(opts.out) / RUNS / scheme)
         except ValueError as err:  # the model refuses the shape (--d-model 30 --n-heads 4)
-            raise refused(err) from None
+            raise refused(err, study_flag) from None
         check_train_options(train_opts)
     # The study files its models under its folder's name: a deleted experiment of that name is refused here, before
     # the study folder is made.

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from octlm.declare import flag
 from octlm.errors import OctlmError
 from octlm.fileio import atomic_write
 from octlm.run.folder import RunFolder
@@ -51,6 +52,12 @@ def check_schemes(schemes: Sequence[str]) -> None:
     """
     if len(set(schemes)) != len(schemes):
         raise OctlmError(f"--schemes lists a scheme twice: {list(schemes)}")
+
+
+def study_flag(name: str) -> str:
+    """The flag a study takes for field ``name`` (its models' ``position`` is chosen by ``--schemes``), for
+    :func:`octlm.declare.refused`: ``partial_rotary_factor`` -> ``--partial-rotary-factor``."""
+    return "--schemes" if name == "position" else flag(name)
 
 
 def prepare_study_folder(
@@ -125,6 +132,7 @@ __all__ = [
     "check_schemes",
     "mean_std",
     "prepare_study_folder",
+    "study_flag",
     "study_seeds",
     "write_study",
     "wrote_line",

@@ -16,7 +16,7 @@ from octlm.declare import Bound, at_least, check_fields, option, refused, same_a
 from octlm.errors import OctlmError
 from octlm.model.config import DecoderFieldError
 from octlm.model.positions import random_position_schemes, task_study_schemes
-from octlm.studies.shared.core import check_schemes
+from octlm.studies.shared.core import check_schemes, study_flag
 from octlm.studies.shared.processes import PROCESSES_HELP
 from octlm.studies.shared.progress import option_defaults
 from octlm.studies.shared.rows import (
@@ -363,7 +363,7 @@ def check_task_options(opts: TaskOptions) -> None:
             try:
                 train = opts.train_options(opts.task_named(name), variant, opts.seed)
             except ValueError as err:
-                raise refused(err) from None
+                raise refused(err, study_flag) from None
             check_options(train)
     for name in (n for n in names if n in VARIANTS):
         check_haystack(name, tuple(opts.text or ()), opts.task_length, max(opts.multipliers) * opts.task_length)
